@@ -1,0 +1,24 @@
+//! Firehose core: the vocabulary every Firehose element shares.
+//!
+//! This crate has no element of its own. It provides
+//! - [`memory`]: page-aligned memory regions (system pages or hugepages), pre-faulted;
+//! - [`pool`]: fixed-slot pools whose RAII slots return themselves on drop;
+//! - [`gstmem`]: wrapping a pool slot as a `gst::Memory` without a copy, and telling
+//!   which kind of memory a buffer holds;
+//! - [`batch`]: the packet-batch meta that describes the datagrams inside one buffer;
+//! - [`stats`]: the shared statistics counters, their names and their `gst::Structure`;
+//! - [`caps`]: caps names.
+//!
+//! [`memory`], [`pool`] and the plain parts of [`batch`] and [`stats`] use no GStreamer
+//! types, so engines built on them can be tested and benchmarked alone.
+
+pub mod batch;
+pub mod caps;
+pub mod gstmem;
+pub mod memory;
+pub mod pool;
+pub mod stats;
+
+pub use batch::{PacketAddr, PacketBatchMeta, PacketInfo};
+pub use memory::{HugepagePolicy, MemoryKind, MemoryRegion, RegionError};
+pub use pool::{PoolConfig, PoolStats, Slot, SlotPool};

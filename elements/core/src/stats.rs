@@ -1,0 +1,186 @@
+//! Statistics shared by every Firehose element.
+//!
+//! Every element keeps plain atomic counters (updated once per batch), exposes them as a
+//! read-only `stats` property holding a [`gst::Structure`] named [`STRUCTURE_NAME`], and
+//! posts the same structure as an element message every `stats-interval`. Counter names
+//! are shared across elements so tools can add them up; they are in [`names`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Name of the stats structure, in the `stats` property and in element messages.
+pub const STRUCTURE_NAME: &str = "firehose-stats";
+
+/// Counter names, shared across elements.
+pub mod names {
+    /// Datagrams (or packets) delivered downstream.
+    pub const PACKETS: &str = "packets";
+    /// Payload bytes delivered downstream.
+    pub const BYTES: &str = "bytes";
+    /// Buffers (batches) pushed.
+    pub const BATCHES: &str = "batches";
+    /// Datagrams the kernel dropped on a full socket buffer (SO_RXQ_OVFL).
+    pub const DROPS_KERNEL: &str = "drops-kernel";
+    /// Datagrams received but dropped because no pool slot was free.
+    pub const DROPS_POOL: &str = "drops-pool";
+    /// Datagrams dropped because they were longer than `max-packet-size`.
+    pub const TRUNCATED: &str = "truncated";
+    /// Zero-length datagrams (counted, not delivered).
+    pub const EMPTY: &str = "empty";
+    /// Packets that did not parse.
+    pub const MALFORMED: &str = "malformed";
+    /// Reassembled heaps.
+    pub const HEAPS: &str = "heaps";
+    /// Heaps that ended incomplete.
+    pub const HEAPS_INCOMPLETE: &str = "heaps-incomplete";
+    /// Chunks emitted.
+    pub const CHUNKS: &str = "chunks";
+    /// Bytes written to disk.
+    pub const BYTES_WRITTEN: &str = "bytes-written";
+    /// Packets sent (sinks).
+    pub const PACKETS_SENT: &str = "packets-sent";
+    /// Bytes sent (sinks).
+    pub const BYTES_SENT: &str = "bytes-sent";
+    /// Send errors (sinks).
+    pub const SEND_ERRORS: &str = "send-errors";
+    /// Packets missing from a sequence (checker).
+    pub const LOST: &str = "lost";
+    /// Packets seen twice (checker).
+    pub const DUPLICATED: &str = "duplicated";
+    /// Packets that arrived after a later one (checker).
+    pub const REORDERED: &str = "reordered";
+    /// Packets whose content failed verification (checker).
+    pub const CORRUPTED: &str = "corrupted";
+    /// Pool slots in use now.
+    pub const POOL_IN_USE: &str = "pool-in-use";
+    /// Most pool slots ever in use at once.
+    pub const POOL_HIGH_WATER: &str = "pool-high-water";
+    /// Times the pool was found empty.
+    pub const POOL_EXHAUSTED: &str = "pool-exhausted";
+    /// Slots in the pool.
+    pub const POOL_SLOTS: &str = "pool-slots";
+}
+
+/// A monotonically increasing counter, updated from the streaming thread and read from
+/// any thread.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds `n`.
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The current value.
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Sets the value (for counters mirrored from elsewhere, e.g. the kernel).
+    #[inline]
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
+
+    /// Back to zero (at start).
+    pub fn reset(&self) {
+        self.set(0);
+    }
+}
+
+/// Builds the stats structure from `(name, value)` pairs.
+pub fn structure(fields: &[(&str, u64)]) -> gst::Structure {
+    let mut s = gst::Structure::new_empty(STRUCTURE_NAME);
+    for (name, value) in fields {
+        s.set(*name, *value);
+    }
+    s
+}
+
+/// Reads counter `name` from a stats structure (0 when absent).
+pub fn field(s: &gst::StructureRef, name: &str) -> u64 {
+    s.get::<u64>(name).unwrap_or(0)
+}
+
+/// True if `msg` is a Firehose stats message.
+pub fn is_stats_message(msg: &gst::MessageRef) -> bool {
+    match msg.view() {
+        gst::MessageView::Element(e) => e.structure().is_some_and(|s| s.name() == STRUCTURE_NAME),
+        _ => false,
+    }
+}
+
+/// Decides when the next periodic stats message is due; checked once per batch.
+#[derive(Debug)]
+pub struct StatsTimer {
+    interval: Option<Duration>,
+    next: Instant,
+}
+
+impl StatsTimer {
+    /// A timer firing every `interval_ms` milliseconds (0 = never).
+    pub fn new(interval_ms: u32) -> Self {
+        let interval = (interval_ms > 0).then(|| Duration::from_millis(interval_ms.into()));
+        Self {
+            interval,
+            next: Instant::now() + interval.unwrap_or_default(),
+        }
+    }
+
+    /// True (and re-armed) when a message is due at `now`.
+    pub fn due(&mut self, now: Instant) -> bool {
+        match self.interval {
+            Some(iv) if now >= self.next => {
+                self.next = now + iv;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Posts `s` as an element message from `element`.
+pub fn post(element: &gst::Element, s: gst::Structure) {
+    use gst::prelude::*;
+    let msg = gst::message::Element::builder(s).src(element).build();
+    let _ = element.post_message(msg);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn structure_round_trip() {
+        gst::init().unwrap();
+        let s = structure(&[(names::PACKETS, 5), (names::DROPS_POOL, 2)]);
+        assert_eq!(s.name(), STRUCTURE_NAME);
+        assert_eq!(field(&s, names::PACKETS), 5);
+        assert_eq!(field(&s, names::DROPS_POOL), 2);
+        assert_eq!(field(&s, names::HEAPS), 0);
+    }
+
+    #[test]
+    fn timer_fires_after_interval_only() {
+        let mut t = StatsTimer::new(100);
+        let now = Instant::now();
+        assert!(!t.due(now));
+        assert!(t.due(now + Duration::from_millis(150)));
+        assert!(!t.due(now + Duration::from_millis(160)));
+        let mut never = StatsTimer::new(0);
+        assert!(!never.due(now + Duration::from_secs(3600)));
+    }
+
+    #[test]
+    fn counter_counts() {
+        let c = Counter::default();
+        c.add(3);
+        c.add(4);
+        assert_eq!(c.get(), 7);
+        c.reset();
+        assert_eq!(c.get(), 0);
+    }
+}
