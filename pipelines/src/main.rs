@@ -1,0 +1,5 @@
+//! (in progress) the firehose command.
+fn main() {
+    gst::init().unwrap();
+    gstfirehose::register_static().unwrap();
+}

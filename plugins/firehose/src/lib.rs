@@ -1,0 +1,32 @@
+//! The `firehose` GStreamer plugin (`libgstfirehose.so`).
+//!
+//! Only registration lives here; the elements are in the `elements/` crates. Also built
+//! as an rlib so the `firehose` command and the tests can register the elements
+//! statically with [`plugin_register_static`].
+
+use gst::glib;
+
+fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+    firehose_net::register(plugin)?;
+    firehose_testkit::register(plugin)?;
+    Ok(())
+}
+
+gst::plugin_define!(
+    firehose,
+    env!("CARGO_PKG_DESCRIPTION"),
+    plugin_init,
+    concat!(env!("CARGO_PKG_VERSION"), "-", env!("COMMIT_ID")),
+    "MPL",
+    env!("CARGO_PKG_NAME"),
+    env!("CARGO_PKG_NAME"),
+    env!("CARGO_PKG_REPOSITORY"),
+    env!("BUILD_REL_DATE")
+);
+
+/// Registers every Firehose element in this process (idempotent).
+pub fn register_static() -> Result<(), glib::BoolError> {
+    use std::sync::OnceLock;
+    static DONE: OnceLock<Result<(), glib::BoolError>> = OnceLock::new();
+    DONE.get_or_init(plugin_register_static).clone()
+}
