@@ -135,7 +135,10 @@ impl fmt::Debug for PacketBatchMeta {
 
 /// Calls `f` with each datagram's bytes of a batch buffer (one map for the batch).
 /// Returns the number of datagrams, or `None` if the buffer has no batch meta.
-pub fn for_each_packet(buf: &gst::BufferRef, mut f: impl FnMut(&PacketInfo, &[u8])) -> Option<usize> {
+pub fn for_each_packet(
+    buf: &gst::BufferRef,
+    mut f: impl FnMut(&PacketInfo, &[u8]),
+) -> Option<usize> {
     let meta = buf.meta::<PacketBatchMeta>()?;
     let map = buf.map_readable().ok()?;
     let data = map.as_slice();
@@ -298,14 +301,15 @@ mod tests {
         let mut seen = Vec::new();
         let n = for_each_packet(&buf, |_, b| seen.push(b.to_vec())).unwrap();
         assert_eq!(n, 3);
-        assert_eq!(seen, vec![b"aaaa".to_vec(), b"bbbbbb".to_vec(), b"cc".to_vec()]);
+        assert_eq!(
+            seen,
+            vec![b"aaaa".to_vec(), b"bbbbbb".to_vec(), b"cc".to_vec()]
+        );
 
         let copy = buf.copy();
         assert_eq!(copy.meta::<PacketBatchMeta>().unwrap().packets().len(), 3);
 
-        let region = buf
-            .copy_region(gst::BufferCopyFlags::all(), 4..12)
-            .unwrap();
+        let region = buf.copy_region(gst::BufferCopyFlags::all(), 4..12).unwrap();
         let m = region.meta::<PacketBatchMeta>().unwrap();
         assert_eq!(m.packets(), &[info(0, 6), info(6, 2)]);
     }

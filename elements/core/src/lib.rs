@@ -12,13 +12,16 @@
 //! [`memory`], [`pool`] and the plain parts of [`batch`] and [`stats`] use no GStreamer
 //! types, so engines built on them can be tested and benchmarked alone.
 
+pub mod arena;
 pub mod batch;
 pub mod caps;
 pub mod gstmem;
 pub mod memory;
 pub mod pool;
+pub mod props;
 pub mod stats;
 
+pub use arena::SlotArena;
 pub use batch::{PacketAddr, PacketBatchMeta, PacketInfo};
 pub use memory::{HugepagePolicy, MemoryKind, MemoryRegion, RegionError};
 pub use pool::{PoolConfig, PoolStats, Slot, SlotPool};

@@ -346,7 +346,11 @@ mod tests {
 
     #[test]
     fn policy_names_round_trip() {
-        for p in [HugepagePolicy::Auto, HugepagePolicy::Require, HugepagePolicy::Off] {
+        for p in [
+            HugepagePolicy::Auto,
+            HugepagePolicy::Require,
+            HugepagePolicy::Off,
+        ] {
             assert_eq!(HugepagePolicy::parse(p.as_str()), Some(p));
         }
         assert_eq!(HugepagePolicy::parse("maybe"), None);

@@ -102,7 +102,12 @@ impl SlotPool {
 
     /// Takes a free slot, or `None` (counted as `exhausted`) when all are in use.
     pub fn try_acquire(&self) -> Option<Slot> {
-        let idx = self.inner.free.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let idx = self
+            .inner
+            .free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop();
         match idx {
             Some(i) => Some(self.hand_out(i)),
             None => {
@@ -312,7 +317,8 @@ mod tests {
         let p2 = p.clone();
         let t = std::thread::spawn(move || {
             let cancel = AtomicBool::new(false);
-            p2.acquire_blocking(&cancel, Duration::from_secs(5)).is_some()
+            p2.acquire_blocking(&cancel, Duration::from_secs(5))
+                .is_some()
         });
         std::thread::sleep(Duration::from_millis(50));
         drop(a);

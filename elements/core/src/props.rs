@@ -1,0 +1,49 @@
+//! Property enums shared by Firehose elements (GObject enum types).
+
+use gst::glib;
+
+use crate::memory::HugepagePolicy;
+
+/// `hugepages=auto|require|off` (see [`HugepagePolicy`]).
+#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
+#[repr(u32)]
+#[enum_type(name = "GstFirehoseHugepages")]
+pub enum Hugepages {
+    /// Hugepages if reserved, else normal pages with one warning.
+    #[default]
+    #[enum_value(
+        name = "Auto: hugepages if reserved, else normal pages with a warning",
+        nick = "auto"
+    )]
+    Auto = 0,
+    /// Hugepages or fail at start with the command that reserves them.
+    #[enum_value(name = "Require: fail at start without hugepages", nick = "require")]
+    Require = 1,
+    /// Normal pages.
+    #[enum_value(name = "Off: normal pages", nick = "off")]
+    Off = 2,
+}
+
+impl From<Hugepages> for HugepagePolicy {
+    fn from(h: Hugepages) -> Self {
+        match h {
+            Hugepages::Auto => HugepagePolicy::Auto,
+            Hugepages::Require => HugepagePolicy::Require,
+            Hugepages::Off => HugepagePolicy::Off,
+        }
+    }
+}
+
+/// `when-full=drop|block`: what a source does when its pool has no free slot.
+#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
+#[repr(u32)]
+#[enum_type(name = "GstFirehoseWhenFull")]
+pub enum WhenFull {
+    /// Keep receiving, drop what does not fit and count it (`drops-pool`): live default.
+    #[default]
+    #[enum_value(name = "Drop: receive and count as drops-pool (live)", nick = "drop")]
+    Drop = 0,
+    /// Wait for a slot (the kernel socket buffer absorbs, then drops: `drops-kernel`).
+    #[enum_value(name = "Block: wait for a free slot", nick = "block")]
+    Block = 1,
+}

@@ -1,0 +1,638 @@
+//! `fhudpsrc` implementation: a thin adapter from [`crate::recv::UdpReceiver`] to a
+//! GStreamer live push source.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use firehose_core::props::{Hugepages, WhenFull};
+use firehose_core::stats::{self, names, Counter, StatsTimer};
+use firehose_core::{caps as fcaps, PacketBatchMeta, PacketInfo, PoolConfig, SlotArena, SlotPool};
+use gst::glib;
+use gst::prelude::*;
+use gst::subclass::prelude::*;
+use gst_base::prelude::*;
+use gst_base::subclass::base_src::CreateSuccess;
+use gst_base::subclass::prelude::*;
+
+use super::Output;
+use crate::recv::{Recv, RecvCounts, SocketConfig, UdpReceiver, Waker};
+
+static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+    gst::DebugCategory::new(
+        "fhudpsrc",
+        gst::DebugColorFlags::empty(),
+        Some("Firehose UDP source"),
+    )
+});
+
+const DEFAULT_ADDRESS: &str = "0.0.0.0";
+const DEFAULT_PORT: u32 = 5004;
+const DEFAULT_BUFFER_SIZE: u32 = 8 << 20;
+const DEFAULT_BATCH_SIZE: u32 = 64;
+const DEFAULT_MAX_PACKET_SIZE: u32 = 9216;
+const DEFAULT_POOL_SIZE: u64 = 64 << 20;
+const DEFAULT_STATS_INTERVAL: u32 = 1000;
+
+#[derive(Debug, Clone)]
+struct Settings {
+    address: String,
+    port: u32,
+    multicast_iface: Option<String>,
+    multicast_source: Option<String>,
+    buffer_size: u32,
+    batch_size: u32,
+    max_packet_size: u32,
+    gro: bool,
+    timestamps: bool,
+    reuse: bool,
+    output: Output,
+    caps: Option<gst::Caps>,
+    when_full: WhenFull,
+    hugepages: Hugepages,
+    pool_size: u64,
+    stats_interval: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            address: DEFAULT_ADDRESS.into(),
+            port: DEFAULT_PORT,
+            multicast_iface: None,
+            multicast_source: None,
+            buffer_size: DEFAULT_BUFFER_SIZE,
+            batch_size: DEFAULT_BATCH_SIZE,
+            max_packet_size: DEFAULT_MAX_PACKET_SIZE,
+            gro: true,
+            timestamps: true,
+            reuse: false,
+            output: Output::Batch,
+            caps: None,
+            when_full: WhenFull::Drop,
+            hugepages: Hugepages::Auto,
+            pool_size: DEFAULT_POOL_SIZE,
+            stats_interval: DEFAULT_STATS_INTERVAL,
+        }
+    }
+}
+
+/// Counters read by the `stats` property from any thread.
+#[derive(Default)]
+struct Counters {
+    packets: Counter,
+    bytes: Counter,
+    batches: Counter,
+    drops_pool: Counter,
+    truncated: Counter,
+    empty: Counter,
+}
+
+impl Counters {
+    fn add(&self, c: &RecvCounts) {
+        self.packets.add(c.packets);
+        self.bytes.add(c.bytes);
+        self.truncated.add(c.truncated);
+        self.empty.add(c.empty);
+    }
+}
+
+struct State {
+    rx: UdpReceiver,
+    pool: SlotPool,
+    /// The slot being filled by successive batches.
+    arena: Option<SlotArena>,
+    /// Where datagrams go when the pool is empty under when-full=drop, to be counted.
+    scratch: Vec<u8>,
+    /// Reused list of the datagrams dropped into `scratch`.
+    lost: Vec<PacketInfo>,
+    /// Initial capacity of each batch's packet list.
+    batch_hint: usize,
+    timer: StatsTimer,
+    output: Output,
+    when_full: WhenFull,
+}
+
+#[derive(Default)]
+pub struct UdpSrc {
+    settings: Mutex<Settings>,
+    state: Mutex<Option<State>>,
+    /// Kept outside `state`, which the streaming thread holds while it waits.
+    waker: Mutex<Option<Arc<Waker>>>,
+    pool: Mutex<Option<SlotPool>>,
+    kernel_drops: Counter,
+    flushing: AtomicBool,
+    counters: Counters,
+}
+
+impl UdpSrc {
+    fn stats(&self) -> gst::Structure {
+        let c = &self.counters;
+        let pool = self
+            .pool
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|p| p.stats())
+            .unwrap_or_default();
+        let mut s = stats::structure(&[
+            (names::PACKETS, c.packets.get()),
+            (names::BYTES, c.bytes.get()),
+            (names::BATCHES, c.batches.get()),
+            (names::DROPS_KERNEL, self.kernel_drops.get()),
+            (names::DROPS_POOL, c.drops_pool.get()),
+            (names::TRUNCATED, c.truncated.get()),
+            (names::EMPTY, c.empty.get()),
+            (names::POOL_SLOTS, pool.slots as u64),
+            (names::POOL_IN_USE, pool.in_use as u64),
+            (names::POOL_HIGH_WATER, pool.high_water as u64),
+            (names::POOL_EXHAUSTED, pool.exhausted),
+        ]);
+        if let Some(p) = self.pool.lock().unwrap().as_ref() {
+            s.set("memory", p.kind().as_str());
+        }
+        s
+    }
+
+    fn post_stats(&self, state: &State) {
+        self.kernel_drops.set(state.rx.kernel_drops());
+        stats::post(self.obj().upcast_ref(), self.stats());
+    }
+
+    /// Receives until one batch is ready (as a memory over the bytes it used, plus its
+    /// datagrams), the wait is interrupted, or an error occurs.
+    fn receive(&self, state: &mut State) -> Result<(gst::Memory, Vec<PacketInfo>), gst::FlowError> {
+        loop {
+            if self.flushing.load(Ordering::Acquire) {
+                return Err(gst::FlowError::Flushing);
+            }
+            let need = state.rx.per_msg();
+            if state.arena.as_ref().is_none_or(|a| a.remaining() < need) {
+                state.arena = None;
+                let slot = match state.when_full {
+                    WhenFull::Drop => state.pool.try_acquire(),
+                    WhenFull::Block => Some(
+                        state
+                            .pool
+                            .acquire_blocking(&self.flushing, Duration::from_millis(100))
+                            .ok_or(gst::FlowError::Flushing)?,
+                    ),
+                };
+                match slot {
+                    Some(slot) => state.arena = Some(SlotArena::new(slot)),
+                    None => {
+                        self.drop_queued(state)?;
+                        continue;
+                    }
+                }
+            }
+            let arena = state.arena.as_mut().expect("arena set above");
+            let mut packets = Vec::with_capacity(state.batch_hint);
+            match state.rx.recv_batch(arena.spare_mut(), &mut packets, true) {
+                Ok(Recv::Woken) => return Err(gst::FlowError::Flushing),
+                Ok(Recv::Batch { used, counts }) => {
+                    self.counters.add(&counts);
+                    if !packets.is_empty() {
+                        return Ok((arena.commit(used), packets));
+                    }
+                }
+                Err(e) => {
+                    gst::element_imp_error!(
+                        self,
+                        gst::ResourceError::Read,
+                        ("recvmmsg failed: {}", e)
+                    );
+                    return Err(gst::FlowError::Error);
+                }
+            }
+        }
+    }
+
+    /// The pool is empty: counts what is queued on the socket now as `drops-pool` (so
+    /// the loss is visible at once, and the socket buffer is kept for later datagrams),
+    /// then waits for more data before the caller looks for a free slot again.
+    fn drop_queued(&self, state: &mut State) -> Result<(), gst::FlowError> {
+        state.lost.clear();
+        let r = state
+            .rx
+            .recv_batch(&mut state.scratch, &mut state.lost, false);
+        let r = match r {
+            Ok(Recv::Batch { counts, .. }) if counts == RecvCounts::default() => {
+                match state.rx.wait() {
+                    Ok(true) => return Err(gst::FlowError::Flushing),
+                    Ok(false) => return Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+            other => other,
+        };
+        match r {
+            Ok(Recv::Woken) => Err(gst::FlowError::Flushing),
+            Ok(Recv::Batch { counts, .. }) => {
+                self.counters.drops_pool.add(counts.packets);
+                self.counters.truncated.add(counts.truncated);
+                self.counters.empty.add(counts.empty);
+                Ok(())
+            }
+            Err(e) => {
+                gst::element_imp_error!(self, gst::ResourceError::Read, ("recvmmsg failed: {}", e));
+                Err(gst::FlowError::Error)
+            }
+        }
+    }
+}
+
+#[glib::object_subclass]
+impl ObjectSubclass for UdpSrc {
+    const NAME: &'static str = "GstFhUdpSrc";
+    type Type = super::UdpSrc;
+    type ParentType = gst_base::PushSrc;
+}
+
+impl ObjectImpl for UdpSrc {
+    fn properties() -> &'static [glib::ParamSpec] {
+        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
+            vec![
+                glib::ParamSpecString::builder("address")
+                    .nick("Address")
+                    .blurb("Local address or multicast group to receive on (IPv4 or IPv6)")
+                    .default_value(Some(DEFAULT_ADDRESS))
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecInt::builder("port")
+                    .nick("Port")
+                    .blurb("UDP port (0 = any free port; the bound port is readable after start)")
+                    .minimum(0)
+                    .maximum(65535)
+                    .default_value(DEFAULT_PORT as i32)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecString::builder("multicast-iface")
+                    .nick("Multicast interface")
+                    .blurb("Network interface on which to join the multicast group")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecString::builder("multicast-source")
+                    .nick("Multicast sources")
+                    .blurb("Comma-separated source addresses for source-specific multicast (SSM)")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecInt::builder("buffer-size")
+                    .nick("Buffer size")
+                    .blurb("Kernel receive buffer (SO_RCVBUF) in bytes (0 = kernel default)")
+                    .minimum(0)
+                    .default_value(DEFAULT_BUFFER_SIZE as i32)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("batch-size")
+                    .nick("Batch size")
+                    .blurb("Most datagrams received by one recvmmsg and pushed as one buffer")
+                    .minimum(1)
+                    .maximum(1024)
+                    .default_value(DEFAULT_BATCH_SIZE)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("max-packet-size")
+                    .nick("Maximum packet size")
+                    .blurb("Longest datagram payload accepted in bytes; longer ones are dropped and counted as truncated")
+                    .minimum(1)
+                    .maximum(65535)
+                    .default_value(DEFAULT_MAX_PACKET_SIZE)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecBoolean::builder("gro")
+                    .nick("GRO")
+                    .blurb("Ask the kernel for UDP GRO (coalesced datagrams, split here by segment size)")
+                    .default_value(true)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecBoolean::builder("timestamps")
+                    .nick("Kernel timestamps")
+                    .blurb("Record each datagram's kernel receive time (SO_TIMESTAMPNS) in the batch meta")
+                    .default_value(true)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecBoolean::builder("reuse")
+                    .nick("Reuse")
+                    .blurb("Allow other sockets to bind the same port (SO_REUSEADDR); off so a busy port is an error, not silent sharing")
+                    .default_value(false)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecEnum::builder::<Output>("output")
+                    .nick("Output")
+                    .blurb("batch: one buffer per batch (fast); list: one buffer per datagram in a buffer list (for stock elements)")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecBoxed::builder::<gst::Caps>("caps")
+                    .nick("Caps")
+                    .blurb("Caps of the datagrams with output=list (e.g. application/x-rtp,…)")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecEnum::builder::<WhenFull>("when-full")
+                    .nick("When full")
+                    .blurb("When every pool slot is in use downstream: drop (count drops-pool) or block")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecEnum::builder::<Hugepages>("hugepages")
+                    .nick("Hugepages")
+                    .blurb("Pool memory in hugepages: auto (fall back with a warning), require, off")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt64::builder("pool-size")
+                    .nick("Pool size")
+                    .blurb("Bytes of preallocated, pre-faulted pool memory (at least 2 batches)")
+                    .minimum(1)
+                    .default_value(DEFAULT_POOL_SIZE)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("stats-interval")
+                    .nick("Stats interval")
+                    .blurb("Milliseconds between firehose-stats element messages (0 = none)")
+                    .default_value(DEFAULT_STATS_INTERVAL)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
+                    .nick("Statistics")
+                    .blurb("Counters: packets, bytes, batches, drops-kernel, drops-pool, truncated, empty, pool-*")
+                    .read_only()
+                    .build(),
+            ]
+        });
+        PROPS.as_ref()
+    }
+
+    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        let mut s = self.settings.lock().unwrap();
+        let opt = |v: Option<String>| v.filter(|x| !x.is_empty());
+        match pspec.name() {
+            "address" => {
+                s.address = value
+                    .get::<Option<String>>()
+                    .unwrap()
+                    .unwrap_or_else(|| DEFAULT_ADDRESS.into())
+            }
+            "port" => s.port = value.get::<i32>().unwrap() as u32,
+            "multicast-iface" => s.multicast_iface = opt(value.get().unwrap()),
+            "multicast-source" => s.multicast_source = opt(value.get().unwrap()),
+            "buffer-size" => s.buffer_size = value.get::<i32>().unwrap() as u32,
+            "batch-size" => s.batch_size = value.get().unwrap(),
+            "max-packet-size" => s.max_packet_size = value.get().unwrap(),
+            "gro" => s.gro = value.get().unwrap(),
+            "timestamps" => s.timestamps = value.get().unwrap(),
+            "reuse" => s.reuse = value.get().unwrap(),
+            "output" => s.output = value.get().unwrap(),
+            "caps" => s.caps = value.get().unwrap(),
+            "when-full" => s.when_full = value.get().unwrap(),
+            "hugepages" => s.hugepages = value.get().unwrap(),
+            "pool-size" => s.pool_size = value.get().unwrap(),
+            "stats-interval" => s.stats_interval = value.get().unwrap(),
+            other => unreachable!("unknown property {other}"),
+        }
+    }
+
+    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        if pspec.name() == "stats" {
+            return self.stats().to_value();
+        }
+        let s = self.settings.lock().unwrap();
+        match pspec.name() {
+            "address" => s.address.to_value(),
+            "port" => (s.port as i32).to_value(),
+            "multicast-iface" => s.multicast_iface.to_value(),
+            "multicast-source" => s.multicast_source.to_value(),
+            "buffer-size" => (s.buffer_size as i32).to_value(),
+            "batch-size" => s.batch_size.to_value(),
+            "max-packet-size" => s.max_packet_size.to_value(),
+            "gro" => s.gro.to_value(),
+            "timestamps" => s.timestamps.to_value(),
+            "reuse" => s.reuse.to_value(),
+            "output" => s.output.to_value(),
+            "caps" => s.caps.to_value(),
+            "when-full" => s.when_full.to_value(),
+            "hugepages" => s.hugepages.to_value(),
+            "pool-size" => s.pool_size.to_value(),
+            "stats-interval" => s.stats_interval.to_value(),
+            other => unreachable!("unknown property {other}"),
+        }
+    }
+
+    fn constructed(&self) {
+        self.parent_constructed();
+        let obj = self.obj();
+        obj.set_live(true);
+        obj.set_format(gst::Format::Time);
+    }
+}
+
+impl GstObjectImpl for UdpSrc {}
+
+impl ElementImpl for UdpSrc {
+    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
+        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
+            gst::subclass::ElementMetadata::new(
+                "Firehose UDP source",
+                "Source/Network",
+                "Receives UDP with recvmmsg and GRO into pooled memory, one buffer per batch",
+                "Firehose developers",
+            )
+        });
+        Some(&*META)
+    }
+
+    fn pad_templates() -> &'static [gst::PadTemplate] {
+        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
+            vec![gst::PadTemplate::new(
+                "src",
+                gst::PadDirection::Src,
+                gst::PadPresence::Always,
+                &gst::Caps::new_any(),
+            )
+            .unwrap()]
+        });
+        TEMPLATES.as_ref()
+    }
+}
+
+impl BaseSrcImpl for UdpSrc {
+    fn start(&self) -> Result<(), gst::ErrorMessage> {
+        let s = self.settings.lock().unwrap().clone();
+        let port = u16::try_from(s.port).unwrap_or(0);
+        let cfg = SocketConfig {
+            address: s.address.clone(),
+            port,
+            multicast_iface: s.multicast_iface.clone(),
+            multicast_sources: s
+                .multicast_source
+                .as_deref()
+                .unwrap_or("")
+                .split(',')
+                .map(|x| x.trim().to_string())
+                .filter(|x| !x.is_empty())
+                .collect(),
+            buffer_size: s.buffer_size as usize,
+            reuse: s.reuse,
+            gro: s.gro,
+            timestamps: s.timestamps,
+        };
+        let (rx, report) =
+            UdpReceiver::open(&cfg, s.max_packet_size as usize, s.batch_size as usize)
+                .map_err(|e| gst::error_msg!(gst::ResourceError::OpenRead, ("{}", e)))?;
+        if let Some(w) = &report.buffer_warning {
+            gst::element_imp_warning!(self, gst::ResourceError::Settings, ("{}", w));
+        }
+        if s.gro && !report.gro {
+            gst::warning!(
+                CAT,
+                imp = self,
+                "the kernel refused UDP_GRO; receiving one datagram per message"
+            );
+        }
+        let slab = rx.slab_size();
+        let slots = (s.pool_size as usize / slab).max(2);
+        let pool = SlotPool::new(&PoolConfig {
+            slot_size: slab,
+            slots,
+            hugepages: s.hugepages.into(),
+        })
+        .map_err(|e| gst::error_msg!(gst::ResourceError::NoSpaceLeft, ("{}", e)))?;
+        if let Some(reason) = pool.fallback_reason() {
+            gst::element_imp_warning!(self, gst::ResourceError::Settings, ("{}", reason));
+        }
+        gst::info!(
+            CAT,
+            imp = self,
+            "bound {:?}, rcvbuf {} B, gro {}, {} slots of {} B ({})",
+            report.local,
+            report.buffer_granted,
+            report.gro,
+            slots,
+            pool.slot_size(),
+            pool.kind().as_str()
+        );
+        let bound_port = report.local.map(|a| a.port()).unwrap_or(port);
+        let port_changed = {
+            let mut st = self.settings.lock().unwrap();
+            let changed = st.port != u32::from(bound_port);
+            st.port = u32::from(bound_port);
+            changed
+        };
+        for c in [
+            &self.counters.packets,
+            &self.counters.bytes,
+            &self.counters.batches,
+            &self.counters.drops_pool,
+            &self.counters.truncated,
+            &self.counters.empty,
+            &self.kernel_drops,
+        ] {
+            c.reset();
+        }
+        self.flushing.store(false, Ordering::Release);
+        *self.waker.lock().unwrap() = Some(rx.waker());
+        *self.pool.lock().unwrap() = Some(pool.clone());
+        *self.state.lock().unwrap() = Some(State {
+            arena: None,
+            scratch: vec![0u8; slab],
+            lost: Vec::with_capacity(s.batch_size as usize * 8),
+            batch_hint: s.batch_size as usize,
+            rx,
+            pool,
+            timer: StatsTimer::new(s.stats_interval),
+            output: s.output,
+            when_full: s.when_full,
+        });
+        if port_changed {
+            self.obj().notify("port");
+        }
+        Ok(())
+    }
+
+    fn stop(&self) -> Result<(), gst::ErrorMessage> {
+        if let Some(state) = self.state.lock().unwrap().take() {
+            self.kernel_drops.set(state.rx.kernel_drops());
+        }
+        *self.waker.lock().unwrap() = None;
+        // The pool stays reachable for the final `stats` read; slots still held
+        // downstream keep its memory alive until they are dropped.
+        Ok(())
+    }
+
+    fn is_seekable(&self) -> bool {
+        false
+    }
+
+    fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
+        let s = self.settings.lock().unwrap();
+        let caps = match s.output {
+            Output::Batch => fcaps::packets_caps(),
+            Output::List => s.caps.clone().unwrap_or_else(gst::Caps::new_any),
+        };
+        Some(match filter {
+            Some(f) => f.intersect_with_mode(&caps, gst::CapsIntersectMode::First),
+            None => caps,
+        })
+    }
+
+    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
+        self.flushing.store(true, Ordering::Release);
+        if let Some(w) = self.waker.lock().unwrap().as_ref() {
+            w.wake();
+        }
+        if let Some(p) = self.pool.lock().unwrap().as_ref() {
+            p.wake_waiters();
+        }
+        Ok(())
+    }
+
+    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
+        if let Some(w) = self.waker.lock().unwrap().as_ref() {
+            w.clear();
+        }
+        self.flushing.store(false, Ordering::Release);
+        Ok(())
+    }
+}
+
+impl PushSrcImpl for UdpSrc {
+    fn create(
+        &self,
+        _buffer: Option<&mut gst::BufferRef>,
+    ) -> Result<CreateSuccess, gst::FlowError> {
+        let mut guard = self.state.lock().unwrap();
+        let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+        let (mem, packets) = self.receive(state)?;
+        // One clock read per batch: the running time at which the batch was complete.
+        let pts = self.obj().current_running_time();
+        self.counters.batches.add(1);
+        if state.timer.due(Instant::now()) {
+            self.post_stats(state);
+        }
+        let output = state.output;
+        drop(guard);
+
+        match output {
+            Output::Batch => {
+                let mut buffer = gst::Buffer::new();
+                let b = buffer.get_mut().expect("new buffer is writable");
+                b.append_memory(mem);
+                b.set_pts(pts);
+                PacketBatchMeta::add(b, packets);
+                Ok(CreateSuccess::NewBuffer(buffer))
+            }
+            Output::List => {
+                // One GstBuffer per datagram, each a sub-memory of the one slot: no copy,
+                // but the per-buffer cost that stock elements need.
+                let mut list = gst::BufferList::new_sized(packets.len());
+                let l = list.get_mut().expect("new list is writable");
+                for p in &packets {
+                    let mut b = gst::Buffer::new();
+                    let bm = b.get_mut().expect("new buffer is writable");
+                    bm.append_memory(mem.share(p.range()));
+                    bm.set_pts(pts);
+                    l.add(b);
+                }
+                Ok(CreateSuccess::NewBufferList(list))
+            }
+        }
+    }
+}
