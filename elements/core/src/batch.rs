@@ -105,7 +105,7 @@ impl PacketBatchMeta {
                 imp::meta_info(),
                 &mut *params as *mut Vec<PacketInfo> as glib::ffi::gpointer,
             ) as *mut imp::RawMeta;
-            Self::from_mut_ptr(buffer, meta as *mut Self)
+            Self::from_mut_ptr(buffer, meta)
         }
     }
 

@@ -652,3 +652,86 @@ impl UdpReceiver {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+    use std::time::Duration;
+
+    fn open(gro: bool, max: usize) -> UdpReceiver {
+        let cfg = SocketConfig {
+            address: "127.0.0.1".into(),
+            port: 0,
+            multicast_iface: None,
+            multicast_sources: vec![],
+            buffer_size: 1 << 20,
+            reuse: false,
+            gro,
+            timestamps: true,
+        };
+        UdpReceiver::open(&cfg, max, 8).unwrap().0
+    }
+
+    #[test]
+    fn empty_socket_without_wait_returns_an_empty_batch() {
+        let mut rx = open(true, 1500);
+        let mut slab = vec![0u8; rx.slab_size()];
+        let mut out = Vec::new();
+        let r = rx.recv_batch(&mut slab, &mut out, false).unwrap();
+        assert_eq!(
+            r,
+            Recv::Batch {
+                used: 0,
+                counts: RecvCounts::default()
+            }
+        );
+    }
+
+    #[test]
+    fn waker_interrupts_a_wait() {
+        let mut rx = open(true, 1500);
+        let w = rx.waker();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            w.wake();
+        });
+        let mut slab = vec![0u8; rx.slab_size()];
+        let r = rx.recv_batch(&mut slab, &mut Vec::new(), true).unwrap();
+        assert_eq!(r, Recv::Woken);
+        t.join().unwrap();
+        rx.waker().clear();
+    }
+
+    #[test]
+    fn batch_offsets_point_at_each_datagram() {
+        let mut rx = open(false, 1500);
+        let port = rx.local_addr().unwrap().port();
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for i in 0..5u8 {
+            s.send_to(&vec![i; 10 + usize::from(i)], ("127.0.0.1", port))
+                .unwrap();
+        }
+        let mut slab = vec![0u8; rx.slab_size()];
+        let mut out = Vec::new();
+        let mut total = RecvCounts::default();
+        while out.len() < 5 {
+            if let Recv::Batch { counts, .. } = rx.recv_batch(&mut slab, &mut out, true).unwrap() {
+                total.add(&counts);
+                for (k, p) in out.iter().enumerate() {
+                    assert_eq!(&slab[p.range()], &vec![k as u8; 10 + k][..]);
+                }
+            }
+        }
+        assert_eq!(total.packets, 5);
+        assert_eq!(total.bytes, (10..15).sum::<u64>());
+        assert!(out.iter().all(|p| p.rx_time_ns > 0));
+    }
+
+    #[test]
+    fn too_small_a_slab_is_an_error_not_a_panic() {
+        let mut rx = open(true, 1500);
+        let mut slab = vec![0u8; 100];
+        assert!(rx.recv_batch(&mut slab, &mut Vec::new(), false).is_err());
+    }
+}

@@ -266,10 +266,10 @@ fn unknown_interface_is_an_error() {
 }
 
 #[test]
-fn hugepages_require_without_hugepages_names_the_fix() {
+fn hugepages_require_fails_with_the_fix_and_succeeds_when_reserved() {
+    use firehose_core::memory::{hugepage_size, hugepages_free, hugepages_total};
     // More than the machine has free, whatever is reserved here.
-    let free = firehose_core::memory::hugepages_free();
-    let bytes = ((free + 8) * firehose_core::memory::hugepage_size()).to_string();
+    let bytes = ((hugepages_free() + 8) * hugepage_size()).to_string();
     let e = start_error(&[
         ("address", "127.0.0.1"),
         ("port", "0"),
@@ -277,6 +277,25 @@ fn hugepages_require_without_hugepages_names_the_fix() {
         ("pool-size", &bytes),
     ]);
     assert!(e.contains("/proc/sys/vm/nr_hugepages"), "{e}");
+
+    // Reserve 8 more (as root), require them, and check the buffers say so.
+    const NR: &str = "/proc/sys/vm/nr_hugepages";
+    let before = hugepages_total();
+    std::fs::write(NR, (before + 8).to_string()).expect("writing nr_hugepages needs root");
+    let result = std::panic::catch_unwind(|| {
+        let pool = (4 * hugepage_size()).to_string();
+        let (mut h, port) = harness(&[("hugepages", "require"), ("pool-size", &pool)]);
+        sender().send_to(b"huge", ("127.0.0.1", port)).unwrap();
+        let buf = h.pull().unwrap();
+        assert_eq!(
+            firehose_core::gstmem::buffer_memory_kind(&buf),
+            Some(firehose_core::MemoryKind::Hugepage)
+        );
+        let st = stats(&h.element().unwrap());
+        assert_eq!(st.get::<String>("memory").unwrap(), "hugepage");
+    });
+    std::fs::write(NR, before.to_string()).unwrap();
+    result.unwrap();
 }
 
 #[test]
