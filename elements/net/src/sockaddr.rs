@@ -5,7 +5,10 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 /// Resolves `host` (a literal address or a name) and `port` to one socket address,
 /// preferring IPv4 when a name has both.
 pub fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
-    if let Ok(ip) = host.trim_matches(|c| c == '[' || c == ']').parse::<IpAddr>() {
+    if let Ok(ip) = host
+        .trim_matches(|c| c == '[' || c == ']')
+        .parse::<IpAddr>()
+    {
         return Ok(SocketAddr::new(ip, port));
     }
     let addrs: Vec<SocketAddr> = (host, port)
@@ -85,7 +88,10 @@ mod tests {
 
     #[test]
     fn resolves_literals_and_localhost() {
-        assert_eq!(resolve("127.0.0.1", 5).unwrap(), "127.0.0.1:5".parse().unwrap());
+        assert_eq!(
+            resolve("127.0.0.1", 5).unwrap(),
+            "127.0.0.1:5".parse().unwrap()
+        );
         assert_eq!(resolve("::1", 5).unwrap(), "[::1]:5".parse().unwrap());
         assert!(resolve("localhost", 5).unwrap().ip().is_loopback());
     }
@@ -93,7 +99,13 @@ mod tests {
     #[test]
     fn parses_client_lists() {
         let v = parse_clients("127.0.0.1:5000, [::1]:6000,").unwrap();
-        assert_eq!(v, vec!["127.0.0.1:5000".parse().unwrap(), "[::1]:6000".parse().unwrap()]);
+        assert_eq!(
+            v,
+            vec![
+                "127.0.0.1:5000".parse().unwrap(),
+                "[::1]:6000".parse().unwrap()
+            ]
+        );
         assert!(parse_clients("127.0.0.1").is_err());
         assert!(parse_clients("127.0.0.1:notaport").is_err());
     }

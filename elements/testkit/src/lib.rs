@@ -1,7 +1,28 @@
-//! (in progress) fhtestsrc and fhcheck.
+//! Firehose test kit: a source of verifiable packets and a checker for them.
+//!
+//! - `fhtestsrc` produces `application/x-firehose-packets` batches of "Firehose test
+//!   packets" ([`pattern`]) numbered in sequence, at a chosen rate or as fast as possible.
+//! - `fhcheck` verifies every byte of every packet and accounts lost, duplicated,
+//!   reordered and late packets ([`checker`]).
+//!
+//! Put any Firehose chain between them (e.g. `fhudpsink` … `fhudpsrc`) to prove that it
+//! delivers every packet intact. The engines ([`pattern`], [`checker`], [`pace`]) use no
+//! GStreamer types and can be tested and benchmarked alone; [`testsrc`] and [`check`] are
+//! thin element adapters over them.
+
+#![warn(missing_docs)]
+
 use gst::glib;
 
+pub mod check;
+pub mod checker;
+pub mod pace;
+pub mod pattern;
+pub mod testsrc;
+
 /// Registers `fhtestsrc` and `fhcheck` with `plugin`.
-pub fn register(_plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+    testsrc::register(Some(plugin))?;
+    check::register(Some(plugin))?;
     Ok(())
 }

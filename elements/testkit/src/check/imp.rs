@@ -1,0 +1,315 @@
+//! `fhcheck` implementation: a `BaseSink` feeding every packet to a [`SeqChecker`].
+
+use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::time::Instant;
+
+use firehose_core::batch::{for_each_packet, PacketBatchMeta};
+use firehose_core::stats::{self, names, Counter, StatsTimer};
+use gst::glib;
+use gst::prelude::*;
+use gst::subclass::prelude::*;
+use gst_base::prelude::*;
+use gst_base::subclass::prelude::*;
+
+use crate::checker::SeqChecker;
+use crate::pattern;
+
+static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+    gst::DebugCategory::new(
+        "fhcheck",
+        gst::DebugColorFlags::empty(),
+        Some("Firehose test packet checker"),
+    )
+});
+
+/// Packets older than the checker's window: duplicates or very late arrivals.
+const LATE: &str = "late";
+const DEFAULT_STATS_INTERVAL: u32 = 1000;
+/// Corruptions described in the log before going quiet (they are all counted).
+const CORRUPTIONS_LOGGED: u32 = 10;
+
+#[derive(Clone, Copy, Debug)]
+struct Settings {
+    expected_packets: u64,
+    first_seq: u64,
+    stats_interval: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            expected_packets: 0,
+            first_seq: 0,
+            stats_interval: DEFAULT_STATS_INTERVAL,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    /// Allocated once with the element; `start` only resets it.
+    checker: SeqChecker,
+    expected: Option<u64>,
+    /// Bytes of the packets counted in `received`.
+    bytes: u64,
+    timer: StatsTimer,
+    corruptions_logged: u32,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self {
+            checker: SeqChecker::new(0),
+            expected: None,
+            bytes: 0,
+            timer: StatsTimer::new(0),
+            corruptions_logged: 0,
+        }
+    }
+}
+
+/// Mirrors of the checker's counters, so `stats` never waits for the streaming thread.
+#[derive(Debug, Default)]
+struct Counters {
+    packets: Counter,
+    bytes: Counter,
+    lost: Counter,
+    duplicated: Counter,
+    reordered: Counter,
+    corrupted: Counter,
+    late: Counter,
+}
+
+/// The `fhcheck` element.
+#[derive(Default)]
+pub struct FhCheck {
+    settings: Mutex<Settings>,
+    state: Mutex<State>,
+    counters: Counters,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl FhCheck {
+    fn stats(&self) -> gst::Structure {
+        let c = &self.counters;
+        stats::structure(&[
+            (names::PACKETS, c.packets.get()),
+            (names::BYTES, c.bytes.get()),
+            (names::LOST, c.lost.get()),
+            (names::DUPLICATED, c.duplicated.get()),
+            (names::REORDERED, c.reordered.get()),
+            (names::CORRUPTED, c.corrupted.get()),
+            (LATE, c.late.get()),
+        ])
+    }
+
+    fn post_stats(&self) {
+        stats::post(self.obj().upcast_ref(), self.stats());
+    }
+
+    /// Copies the checker's counters to the atomics; true when a stats message is due.
+    fn publish(&self, state: &mut State) -> bool {
+        let s = state.checker.stats();
+        let c = &self.counters;
+        c.packets.set(s.received);
+        c.bytes.set(state.bytes);
+        c.lost.set(s.lost);
+        c.duplicated.set(s.duplicated);
+        c.reordered.set(s.reordered);
+        c.corrupted.set(s.corrupted);
+        c.late.set(s.late);
+        state.timer.due(Instant::now())
+    }
+
+    fn check_packet(&self, state: &mut State, bytes: &[u8]) {
+        match pattern::verify(bytes) {
+            Ok(seq) => {
+                if state.checker.record(seq).is_new() {
+                    state.bytes += bytes.len() as u64;
+                }
+            }
+            Err(e) => {
+                state.checker.record_corrupted();
+                if state.corruptions_logged < CORRUPTIONS_LOGGED {
+                    state.corruptions_logged += 1;
+                    gst::warning!(CAT, imp = self, "corrupted packet: {e}");
+                }
+            }
+        }
+    }
+
+    /// Checks every packet of `buf`: those its batch meta lists, or the buffer as one.
+    fn check_buffer(&self, state: &mut State, buf: &gst::BufferRef) -> Result<(), gst::FlowError> {
+        let listed = buf.meta::<PacketBatchMeta>().map(|m| m.packets().len());
+        let checked = match listed {
+            Some(_) => for_each_packet(buf, |_, bytes| self.check_packet(state, bytes)),
+            None => buf.map_readable().ok().map(|map| {
+                self.check_packet(state, &map);
+                1
+            }),
+        };
+        let Some(checked) = checked else {
+            gst::element_imp_error!(
+                self,
+                gst::StreamError::Failed,
+                ("cannot map a buffer for reading; fhcheck needs system-memory buffers (download GPU memory first)")
+            );
+            return Err(gst::FlowError::Error);
+        };
+        // Meta entries that point outside the buffer were skipped: count them as damage.
+        for _ in checked..listed.unwrap_or(checked) {
+            state.checker.record_corrupted();
+        }
+        Ok(())
+    }
+}
+
+#[glib::object_subclass]
+impl ObjectSubclass for FhCheck {
+    const NAME: &'static str = "FhCheck";
+    type Type = super::FhCheck;
+    type ParentType = gst_base::BaseSink;
+}
+
+impl ObjectImpl for FhCheck {
+    fn properties() -> &'static [glib::ParamSpec] {
+        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
+            vec![
+                glib::ParamSpecUInt64::builder("expected-packets")
+                    .nick("Expected packets")
+                    .blurb("Packets the source sends; those missing at EOS count as lost (0 = unknown)")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt64::builder("first-seq")
+                    .nick("First sequence number")
+                    .blurb("Sequence number of the first packet the source sends")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
+                    .nick("Statistics")
+                    .blurb("packets, bytes, lost, duplicated, reordered, corrupted, late")
+                    .read_only()
+                    .build(),
+                glib::ParamSpecUInt::builder("stats-interval")
+                    .nick("Statistics interval")
+                    .blurb("Milliseconds between stats element messages (0 = off)")
+                    .default_value(DEFAULT_STATS_INTERVAL)
+                    .mutable_ready()
+                    .build(),
+            ]
+        });
+        PROPS.as_ref()
+    }
+
+    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        let mut s = lock(&self.settings);
+        match pspec.name() {
+            "expected-packets" => s.expected_packets = value.get().expect("type checked upstream"),
+            "first-seq" => s.first_seq = value.get().expect("type checked upstream"),
+            "stats-interval" => s.stats_interval = value.get().expect("type checked upstream"),
+            other => unreachable!("unknown property {other}"),
+        }
+    }
+
+    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        let s = *lock(&self.settings);
+        match pspec.name() {
+            "expected-packets" => s.expected_packets.to_value(),
+            "first-seq" => s.first_seq.to_value(),
+            "stats" => self.stats().to_value(),
+            "stats-interval" => s.stats_interval.to_value(),
+            other => unreachable!("unknown property {other}"),
+        }
+    }
+
+    fn constructed(&self) {
+        self.parent_constructed();
+        // A checker measures what arrives; waiting for the clock would only hide loss.
+        self.obj().set_sync(false);
+    }
+}
+
+impl GstObjectImpl for FhCheck {}
+
+impl ElementImpl for FhCheck {
+    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
+        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
+            gst::subclass::ElementMetadata::new(
+                "Firehose test packet checker",
+                "Sink/Network",
+                "Verifies fhtestsrc packets byte by byte and counts lost, duplicated and reordered ones",
+                "Firehose developers",
+            )
+        });
+        Some(&*META)
+    }
+
+    fn pad_templates() -> &'static [gst::PadTemplate] {
+        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
+            vec![gst::PadTemplate::new(
+                "sink",
+                gst::PadDirection::Sink,
+                gst::PadPresence::Always,
+                &gst::Caps::new_any(),
+            )
+            .expect("valid sink template")]
+        });
+        TEMPLATES.as_ref()
+    }
+}
+
+impl BaseSinkImpl for FhCheck {
+    fn start(&self) -> Result<(), gst::ErrorMessage> {
+        let settings = *lock(&self.settings);
+        let mut state = lock(&self.state);
+        state.checker.reset(settings.first_seq);
+        state.expected = (settings.expected_packets > 0).then_some(settings.expected_packets);
+        state.bytes = 0;
+        state.timer = StatsTimer::new(settings.stats_interval);
+        state.corruptions_logged = 0;
+        self.publish(&mut state);
+        Ok(())
+    }
+
+    fn render(&self, buffer: &gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
+        let mut state = lock(&self.state);
+        self.check_buffer(&mut state, buffer)?;
+        let due = self.publish(&mut state);
+        drop(state);
+        if due {
+            self.post_stats();
+        }
+        Ok(gst::FlowSuccess::Ok)
+    }
+
+    fn render_list(&self, list: &gst::BufferList) -> Result<gst::FlowSuccess, gst::FlowError> {
+        // One lock and one publish for the whole list, not one per buffer.
+        let mut state = lock(&self.state);
+        for buf in list.iter() {
+            self.check_buffer(&mut state, buf)?;
+        }
+        let due = self.publish(&mut state);
+        drop(state);
+        if due {
+            self.post_stats();
+        }
+        Ok(gst::FlowSuccess::Ok)
+    }
+
+    fn event(&self, event: gst::Event) -> bool {
+        if let gst::EventView::Eos(_) = event.view() {
+            let mut state = lock(&self.state);
+            let expected = state.expected;
+            let s = state.checker.finish(expected);
+            self.publish(&mut state);
+            drop(state);
+            gst::info!(CAT, imp = self, "end of stream: {s:?}");
+            // Before chaining up, which posts EOS: the final stats precede it on the bus.
+            self.post_stats();
+        }
+        self.parent_event(event)
+    }
+}

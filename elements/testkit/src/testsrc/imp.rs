@@ -1,0 +1,426 @@
+//! `fhtestsrc` implementation: a `PushSrc` that fills one pool slot per batch.
+
+use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use firehose_core::stats::{self, names, Counter, StatsTimer};
+use firehose_core::{
+    caps, gstmem, HugepagePolicy, PacketBatchMeta, PacketInfo, PoolConfig, SlotPool,
+};
+use gst::glib;
+use gst::prelude::*;
+use gst::subclass::prelude::*;
+use gst_base::prelude::*;
+use gst_base::subclass::base_src::CreateSuccess;
+use gst_base::subclass::prelude::*;
+
+use crate::pace::{Interrupt, Pacer};
+use crate::pattern;
+
+static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+    gst::DebugCategory::new(
+        "fhtestsrc",
+        gst::DebugColorFlags::empty(),
+        Some("Firehose test packet source"),
+    )
+});
+
+const DEFAULT_PACKET_SIZE: u32 = 1472;
+/// The largest UDP payload over IPv4, so every test packet fits one datagram.
+const MAX_PACKET_SIZE: u32 = 65507;
+const DEFAULT_BATCH_SIZE: u32 = 64;
+const MAX_BATCH_SIZE: u32 = 65536;
+const DEFAULT_STATS_INTERVAL: u32 = 1000;
+/// Batches in flight at once: enough for a queue downstream to smooth over hiccups,
+/// few enough that the pool stays small.
+const POOL_SLOTS: usize = 8;
+/// Largest batch, so a typo in `batch-size` cannot reserve gigabytes.
+const MAX_SLOT_BYTES: usize = 32 << 20;
+/// How often a pool wait re-checks the unlock flag if a wake-up were ever missed.
+const POOL_POLL: Duration = Duration::from_millis(100);
+
+#[derive(Clone, Copy, Debug)]
+struct Settings {
+    packet_size: u32,
+    batch_size: u32,
+    rate: u64,
+    num_packets: u64,
+    first_seq: u64,
+    stats_interval: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            packet_size: DEFAULT_PACKET_SIZE,
+            batch_size: DEFAULT_BATCH_SIZE,
+            rate: 0,
+            num_packets: 0,
+            first_seq: 0,
+            stats_interval: DEFAULT_STATS_INTERVAL,
+        }
+    }
+}
+
+/// Streaming state, owned by the streaming thread between `start` and `stop`.
+#[derive(Debug)]
+struct State {
+    /// Settings as they were at `start`.
+    settings: Settings,
+    /// Packets produced so far (the next one is `first_seq + sent`).
+    sent: u64,
+    /// Packet bytes produced so far (the pacing schedule's input).
+    bytes: u64,
+    pacer: Pacer,
+    timer: StatsTimer,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self {
+            settings: Settings::default(),
+            sent: 0,
+            bytes: 0,
+            pacer: Pacer::new(0),
+            timer: StatsTimer::new(0),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    packets: Counter,
+    bytes: Counter,
+    batches: Counter,
+}
+
+/// The `fhtestsrc` element.
+#[derive(Default)]
+pub struct FhTestSrc {
+    settings: Mutex<Settings>,
+    state: Mutex<State>,
+    /// Separate from `state` so `unlock()` can wake a pool wait the streaming thread is
+    /// in while it holds `state`.
+    pool: Mutex<Option<SlotPool>>,
+    interrupt: Interrupt,
+    counters: Counters,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+impl FhTestSrc {
+    fn stats(&self) -> gst::Structure {
+        let c = &self.counters;
+        let pool = lock(&self.pool)
+            .as_ref()
+            .map(SlotPool::stats)
+            .unwrap_or_default();
+        stats::structure(&[
+            (names::PACKETS, c.packets.get()),
+            (names::BYTES, c.bytes.get()),
+            (names::BATCHES, c.batches.get()),
+            (names::POOL_SLOTS, pool.slots as u64),
+            (names::POOL_IN_USE, pool.in_use as u64),
+            (names::POOL_HIGH_WATER, pool.high_water as u64),
+            (names::POOL_EXHAUSTED, pool.exhausted),
+        ])
+    }
+
+    fn post_stats(&self) {
+        stats::post(self.obj().upcast_ref(), self.stats());
+    }
+
+    /// Fills `slot` with `n` packets from `seq` on and wraps it as a batch buffer.
+    fn make_batch(
+        &self,
+        mut slot: firehose_core::Slot,
+        seq: u64,
+        n: usize,
+        packet_size: usize,
+    ) -> gst::Buffer {
+        let rx_time_ns = unix_ns();
+        let mut packets = Vec::with_capacity(n);
+        let full = slot.as_mut_full();
+        for (i, pkt) in full.chunks_exact_mut(packet_size).take(n).enumerate() {
+            pattern::fill(seq.wrapping_add(i as u64), pkt);
+            packets.push(PacketInfo {
+                offset: (i * packet_size) as u32,
+                len: packet_size as u32,
+                rx_time_ns,
+                src: Default::default(),
+            });
+        }
+        slot.set_len(n * packet_size);
+        let mut buf = gstmem::slot_into_buffer(slot);
+        PacketBatchMeta::add(buf.get_mut().expect("a new buffer is writable"), packets);
+        buf
+    }
+}
+
+#[glib::object_subclass]
+impl ObjectSubclass for FhTestSrc {
+    const NAME: &'static str = "FhTestSrc";
+    type Type = super::FhTestSrc;
+    type ParentType = gst_base::PushSrc;
+}
+
+impl ObjectImpl for FhTestSrc {
+    fn properties() -> &'static [glib::ParamSpec] {
+        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
+            vec![
+                glib::ParamSpecUInt::builder("packet-size")
+                    .nick("Packet size")
+                    .blurb("Bytes per test packet (header included)")
+                    .minimum(pattern::MIN_LEN as u32)
+                    .maximum(MAX_PACKET_SIZE)
+                    .default_value(DEFAULT_PACKET_SIZE)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("batch-size")
+                    .nick("Batch size")
+                    .blurb("Packets per buffer")
+                    .minimum(1)
+                    .maximum(MAX_BATCH_SIZE)
+                    .default_value(DEFAULT_BATCH_SIZE)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt64::builder("rate")
+                    .nick("Rate")
+                    .blurb("Packet bytes per second, in bits/s (0 = as fast as possible)")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt64::builder("num-packets")
+                    .nick("Number of packets")
+                    .blurb("Packets to send before EOS (0 = unlimited)")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt64::builder("first-seq")
+                    .nick("First sequence number")
+                    .blurb("Sequence number of the first packet")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
+                    .nick("Statistics")
+                    .blurb("packets, bytes, batches and pool counters")
+                    .read_only()
+                    .build(),
+                glib::ParamSpecUInt::builder("stats-interval")
+                    .nick("Statistics interval")
+                    .blurb("Milliseconds between stats element messages (0 = off)")
+                    .default_value(DEFAULT_STATS_INTERVAL)
+                    .mutable_ready()
+                    .build(),
+            ]
+        });
+        PROPS.as_ref()
+    }
+
+    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        let mut s = lock(&self.settings);
+        match pspec.name() {
+            "packet-size" => s.packet_size = value.get().expect("type checked upstream"),
+            "batch-size" => s.batch_size = value.get().expect("type checked upstream"),
+            "rate" => s.rate = value.get().expect("type checked upstream"),
+            "num-packets" => s.num_packets = value.get().expect("type checked upstream"),
+            "first-seq" => s.first_seq = value.get().expect("type checked upstream"),
+            "stats-interval" => s.stats_interval = value.get().expect("type checked upstream"),
+            other => unreachable!("unknown property {other}"),
+        }
+    }
+
+    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        let s = *lock(&self.settings);
+        match pspec.name() {
+            "packet-size" => s.packet_size.to_value(),
+            "batch-size" => s.batch_size.to_value(),
+            "rate" => s.rate.to_value(),
+            "num-packets" => s.num_packets.to_value(),
+            "first-seq" => s.first_seq.to_value(),
+            "stats" => self.stats().to_value(),
+            "stats-interval" => s.stats_interval.to_value(),
+            other => unreachable!("unknown property {other}"),
+        }
+    }
+
+    fn constructed(&self) {
+        self.parent_constructed();
+        // Buffers carry times from the start of the stream, so segments are in time.
+        self.obj().set_format(gst::Format::Time);
+    }
+}
+
+impl GstObjectImpl for FhTestSrc {}
+
+impl ElementImpl for FhTestSrc {
+    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
+        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
+            gst::subclass::ElementMetadata::new(
+                "Firehose test source",
+                "Source/Network",
+                "Produces batches of numbered, verifiable test packets (check them with fhcheck)",
+                "Firehose developers",
+            )
+        });
+        Some(&*META)
+    }
+
+    fn pad_templates() -> &'static [gst::PadTemplate] {
+        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
+            vec![gst::PadTemplate::new(
+                "src",
+                gst::PadDirection::Src,
+                gst::PadPresence::Always,
+                &caps::packets_caps(),
+            )
+            .expect("valid src template")]
+        });
+        TEMPLATES.as_ref()
+    }
+}
+
+impl BaseSrcImpl for FhTestSrc {
+    fn start(&self) -> Result<(), gst::ErrorMessage> {
+        let settings = *lock(&self.settings);
+        let slot_size = settings.packet_size as usize * settings.batch_size as usize;
+        if slot_size > MAX_SLOT_BYTES {
+            return Err(gst::error_msg!(
+                gst::ResourceError::Settings,
+                (
+                    "batch-size {} x packet-size {} = {} bytes exceeds the {} MiB batch limit; lower batch-size",
+                    settings.batch_size,
+                    settings.packet_size,
+                    slot_size,
+                    MAX_SLOT_BYTES >> 20
+                )
+            ));
+        }
+        let pool = SlotPool::new(&PoolConfig {
+            slot_size,
+            slots: POOL_SLOTS,
+            hugepages: HugepagePolicy::Auto,
+        })
+        .map_err(|e| {
+            gst::error_msg!(
+                gst::ResourceError::NoSpaceLeft,
+                ("cannot allocate the {POOL_SLOTS} x {slot_size}-byte packet pool: {e}; lower batch-size or packet-size")
+            )
+        })?;
+        if let Some(why) = pool.fallback_reason() {
+            gst::warning!(CAT, imp = self, "not using hugepages: {why}");
+        }
+        *lock(&self.pool) = Some(pool);
+        *lock(&self.state) = State {
+            settings,
+            sent: 0,
+            bytes: 0,
+            pacer: Pacer::new(settings.rate),
+            timer: StatsTimer::new(settings.stats_interval),
+        };
+        self.counters.packets.reset();
+        self.counters.bytes.reset();
+        self.counters.batches.reset();
+        gst::debug!(CAT, imp = self, "started with {settings:?}");
+        Ok(())
+    }
+
+    fn stop(&self) -> Result<(), gst::ErrorMessage> {
+        // Buffers still downstream keep their slots (and the pool's memory) alive.
+        *lock(&self.pool) = None;
+        Ok(())
+    }
+
+    fn is_seekable(&self) -> bool {
+        false
+    }
+
+    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
+        self.interrupt.raise();
+        if let Some(pool) = lock(&self.pool).as_ref() {
+            pool.wake_waiters();
+        }
+        Ok(())
+    }
+
+    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
+        self.interrupt.clear();
+        Ok(())
+    }
+}
+
+impl PushSrcImpl for FhTestSrc {
+    fn create(
+        &self,
+        _buffer: Option<&mut gst::BufferRef>,
+    ) -> Result<CreateSuccess, gst::FlowError> {
+        let mut state = lock(&self.state);
+        let s = state.settings;
+        let n = match s.num_packets {
+            0 => u64::from(s.batch_size),
+            total => u64::from(s.batch_size).min(total - state.sent),
+        };
+        if n == 0 {
+            drop(state);
+            gst::debug!(CAT, imp = self, "sent all {} packets", s.num_packets);
+            self.post_stats();
+            return Err(gst::FlowError::Eos);
+        }
+
+        let now = Instant::now();
+        let bytes_before = state.bytes;
+        if let Some(deadline) = state.pacer.deadline(bytes_before, now) {
+            if !self.interrupt.sleep_until(deadline) {
+                return Err(gst::FlowError::Flushing);
+            }
+        }
+        let pool = lock(&self.pool).clone().ok_or(gst::FlowError::Flushing)?;
+        // A test source never drops: wait for downstream to give a slot back.
+        let slot = pool
+            .acquire_blocking(self.interrupt.flag(), POOL_POLL)
+            .ok_or(gst::FlowError::Flushing)?;
+
+        let seq = s.first_seq.wrapping_add(state.sent);
+        let packet_size = s.packet_size as usize;
+        let mut buf = self.make_batch(slot, seq, n as usize, packet_size);
+        let batch_bytes = n * u64::from(s.packet_size);
+        {
+            let b = buf.get_mut().expect("a new buffer is writable");
+            // Paced: the nominal send time, so timestamps are exact and evenly spaced.
+            // Unpaced: the time since the first batch.
+            let (pts, duration) = if s.rate > 0 {
+                let pts = state.pacer.offset(state.bytes);
+                (
+                    pts,
+                    Some(state.pacer.offset(state.bytes + batch_bytes) - pts),
+                )
+            } else {
+                let origin = state.pacer.origin().unwrap_or(now);
+                (now.saturating_duration_since(origin), None)
+            };
+            b.set_pts(gst::ClockTime::from_nseconds(pts.as_nanos() as u64));
+            b.set_duration(duration.map(|d| gst::ClockTime::from_nseconds(d.as_nanos() as u64)));
+            // Offsets count packets, like samples in audio.
+            b.set_offset(state.sent);
+            b.set_offset_end(state.sent + n);
+        }
+
+        state.sent += n;
+        state.bytes += batch_bytes;
+        self.counters.packets.add(n);
+        self.counters.bytes.add(batch_bytes);
+        self.counters.batches.add(1);
+        let due = state.timer.due(Instant::now());
+        drop(state);
+        if due {
+            self.post_stats();
+        }
+        Ok(CreateSuccess::NewBuffer(buf))
+    }
+}

@@ -1,0 +1,247 @@
+//! `fhtestsrc`: batch contents and meta, EOS after `num-packets`, pacing, prompt stops.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{init, stat, within};
+use firehose_core::stats::names;
+use firehose_core::{caps, gstmem, PacketBatchMeta};
+use firehose_testkit::pattern;
+use gst::prelude::*;
+use gst_check::Harness;
+
+fn source(props: &[(&str, &dyn ToValue)]) -> Harness {
+    init();
+    let src = gst::ElementFactory::make("fhtestsrc").build().unwrap();
+    for (name, value) in props {
+        src.set_property_from_value(name, &value.to_value());
+    }
+    let mut h = Harness::with_element(&src, None, Some("src"));
+    h.play();
+    h
+}
+
+#[test]
+fn batches_hold_verifiable_packets_listed_by_the_meta() {
+    let mut h = source(&[
+        ("packet-size", &100u32),
+        ("batch-size", &7u32),
+        ("first-seq", &1000u64),
+    ]);
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let mut last_pts = None;
+    for b in 0..5u64 {
+        let buf = h.pull().unwrap();
+        assert_eq!(buf.size(), 700);
+        assert!(
+            gstmem::buffer_memory_kind(&buf).is_some(),
+            "the batch must be a pool slot, not a copy"
+        );
+        assert_eq!(buf.offset(), 7 * b);
+        assert_eq!(buf.offset_end(), 7 * b + 7);
+        let pts = buf.pts().expect("batches are timestamped");
+        assert!(last_pts.is_none_or(|l| pts >= l), "PTS must not go back");
+        last_pts = Some(pts);
+
+        let meta = buf.meta::<PacketBatchMeta>().expect("batch meta");
+        assert_eq!(meta.packets().len(), 7);
+        let map = buf.map_readable().unwrap();
+        for (i, p) in meta.packets().iter().enumerate() {
+            assert_eq!((p.offset, p.len), (100 * i as u32, 100));
+            assert!(
+                p.rx_time_ns >= now_ns - 1_000_000_000,
+                "send time is wall-clock time"
+            );
+            assert_eq!(p.src, Default::default());
+            assert_eq!(
+                pattern::verify(&map[p.range()]),
+                Ok(1000 + 7 * b + i as u64)
+            );
+        }
+    }
+
+    // The caps on the wire are the packet-batch caps.
+    let mut saw_caps = false;
+    while let Some(ev) = h.try_pull_event() {
+        if let gst::EventView::Caps(c) = ev.view() {
+            assert_eq!(c.caps().structure(0).unwrap().name(), caps::PACKETS);
+            saw_caps = true;
+        }
+    }
+    assert!(saw_caps);
+}
+
+#[test]
+fn num_packets_ends_in_eos_with_the_exact_count() {
+    let mut h = source(&[
+        ("packet-size", &64u32),
+        ("batch-size", &64u32),
+        ("num-packets", &1000u64),
+        ("first-seq", &5u64),
+    ]);
+    let mut next = 5u64;
+    let mut sizes = Vec::new();
+    while let Some(buf) = h.pull_until_eos().unwrap() {
+        let meta = buf.meta::<PacketBatchMeta>().unwrap();
+        firehose_core::batch::for_each_packet(&buf, |_, bytes| {
+            assert_eq!(pattern::verify(bytes), Ok(next));
+            next += 1;
+        });
+        sizes.push(meta.packets().len());
+    }
+    assert_eq!(next - 5, 1000, "exactly num-packets packets");
+    assert_eq!(sizes.len(), 16);
+    assert!(sizes[..15].iter().all(|&n| n == 64));
+    assert_eq!(sizes[15], 1000 - 15 * 64, "the last batch is short");
+
+    let src = h.element().unwrap();
+    assert_eq!(stat(&src, names::PACKETS), 1000);
+    assert_eq!(stat(&src, names::BYTES), 64_000);
+    assert_eq!(stat(&src, names::BATCHES), 16);
+}
+
+#[test]
+fn rate_is_met_over_a_second() {
+    // 8 Mbit/s of 1000-byte packets in batches of 10: 100 batches a second, so the
+    // 1000 packets take 0.99 s (the first batch leaves at once).
+    let start = Instant::now();
+    let mut h = source(&[
+        ("packet-size", &1000u32),
+        ("batch-size", &10u32),
+        ("rate", &8_000_000u64),
+        ("num-packets", &1000u64),
+    ]);
+    let mut halfway = None;
+    let mut last = None;
+    let mut n = 0;
+    while let Some(buf) = h.pull_until_eos().unwrap() {
+        n += 1;
+        if n == 50 {
+            halfway = Some(start.elapsed());
+        }
+        last = Some(buf);
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    assert_eq!(n, 100);
+    assert!(
+        (0.89..1.25).contains(&elapsed),
+        "1000 packets took {elapsed:.3} s, want ~0.99 s"
+    );
+    let half = halfway.unwrap().as_secs_f64();
+    assert!(
+        (0.44..0.7).contains(&half),
+        "the 50th batch came at {half:.3} s, want ~0.49 s"
+    );
+    // Timestamps are the nominal schedule: batch k at k * 10 ms, lasting 10 ms.
+    let last = last.unwrap();
+    assert_eq!(last.pts(), Some(gst::ClockTime::from_mseconds(990)));
+    assert_eq!(last.duration(), Some(gst::ClockTime::from_mseconds(10)));
+}
+
+#[test]
+fn unlock_interrupts_a_long_pacing_sleep() {
+    // At 1 kbit/s the second 64 KiB batch is due after ~8 minutes.
+    let mut h = source(&[
+        ("packet-size", &65507u32),
+        ("batch-size", &1u32),
+        ("rate", &1000u64),
+    ]);
+    h.pull().unwrap();
+    std::thread::sleep(Duration::from_millis(100)); // let it fall asleep
+    let src = h.element().unwrap();
+    let t = Instant::now();
+    within(
+        Duration::from_secs(10),
+        "PLAYING -> NULL while pacing",
+        move || {
+            src.set_state(gst::State::Null).unwrap();
+        },
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "stop took {:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn unlock_interrupts_a_wait_for_a_pool_slot() {
+    // Nobody pulls, so the harness holds every batch and the pool runs dry.
+    let h = source(&[("packet-size", &1000u32), ("batch-size", &4u32)]);
+    let src = h.element().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stat(&src, names::POOL_EXHAUSTED) == 0 {
+        assert!(Instant::now() < deadline, "the pool never ran dry");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let slots = stat(&src, names::POOL_SLOTS);
+    assert_eq!(
+        stat(&src, names::POOL_IN_USE),
+        slots,
+        "waiting, not dropping"
+    );
+    assert_eq!(stat(&src, names::BATCHES), slots);
+    let t = Instant::now();
+    within(
+        Duration::from_secs(10),
+        "PLAYING -> NULL on an empty pool",
+        move || {
+            src.set_state(gst::State::Null).unwrap();
+        },
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "stop took {:?}",
+        t.elapsed()
+    );
+    drop(h);
+}
+
+#[test]
+fn playing_to_null_at_full_speed_never_hangs() {
+    init();
+    for i in 0..20u64 {
+        let pipeline = gst::parse::launch(
+            "fhtestsrc packet-size=1472 batch-size=64 ! queue max-size-buffers=4 ! fhcheck",
+        )
+        .unwrap();
+        pipeline.set_state(gst::State::Playing).unwrap();
+        std::thread::sleep(Duration::from_millis(5 + 7 * (i % 5)));
+        within(
+            Duration::from_secs(10),
+            "PLAYING -> NULL at full speed",
+            move || {
+                pipeline.set_state(gst::State::Null).unwrap();
+            },
+        );
+    }
+}
+
+#[test]
+fn oversized_batches_fail_at_start_with_a_fix() {
+    init();
+    let src = gst::ElementFactory::make("fhtestsrc")
+        .property("packet-size", 65507u32)
+        .property("batch-size", 65536u32)
+        .build()
+        .unwrap();
+    let pipeline = gst::Pipeline::new();
+    let sink = gst::ElementFactory::make("fakesink").build().unwrap();
+    pipeline.add_many([&src, &sink]).unwrap();
+    src.link(&sink).unwrap();
+    assert!(pipeline.set_state(gst::State::Playing).is_err());
+    let bus = pipeline.bus().unwrap();
+    let msg = bus
+        .timed_pop_filtered(gst::ClockTime::from_seconds(5), &[gst::MessageType::Error])
+        .expect("an error message");
+    let gst::MessageView::Error(err) = msg.view() else {
+        unreachable!()
+    };
+    let text = format!("{} {:?}", err.error(), err.debug());
+    assert!(text.contains("batch-size"), "{text}");
+    pipeline.set_state(gst::State::Null).unwrap();
+}
