@@ -7,16 +7,19 @@
 //!   which kind of memory a buffer holds;
 //! - [`batch`]: the packet-batch meta that describes the datagrams inside one buffer;
 //! - [`stats`]: the shared statistics counters, their names and their `gst::Structure`;
+//! - [`pace`]: drift-free rate pacing, the nominal time of each byte of a paced stream,
+//!   and the interruptible sleep an element's `unlock()` cuts short;
 //! - [`caps`]: caps names.
 //!
-//! [`memory`], [`pool`] and the plain parts of [`batch`] and [`stats`] use no GStreamer
-//! types, so engines built on them can be tested and benchmarked alone.
+//! [`memory`], [`pool`], [`pace`] and the plain parts of [`batch`] and [`stats`] use no
+//! GStreamer types, so engines built on them can be tested and benchmarked alone.
 
 pub mod arena;
 pub mod batch;
 pub mod caps;
 pub mod gstmem;
 pub mod memory;
+pub mod pace;
 pub mod pool;
 pub mod props;
 pub mod stats;

@@ -51,6 +51,14 @@ pub mod names {
     pub const REORDERED: &str = "reordered";
     /// Packets whose content failed verification (checker).
     pub const CORRUPTED: &str = "corrupted";
+    /// Packets older than the checker's window: duplicates or very late arrivals
+    /// (checker).
+    pub const LATE: &str = "late";
+    /// UDP GSO sends, one per multi-segment message (sinks).
+    pub const GSO_SENDS: &str = "gso-sends";
+    /// Times the kernel refused UDP GSO and the sink fell back to plain sends: 0 or 1,
+    /// since the sink stops asking after a refusal (sinks).
+    pub const GSO_FALLBACKS: &str = "gso-fallbacks";
     /// Pool slots in use now.
     pub const POOL_IN_USE: &str = "pool-in-use";
     /// Most pool slots ever in use at once.

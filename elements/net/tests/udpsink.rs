@@ -493,15 +493,18 @@ fn oversize_datagram_is_an_error_and_stats_are_posted() {
     p.set_state(gst::State::Null).unwrap();
 }
 
-/// The long-run accuracy of pacing: 5 s at 1 Gb/s to a local socket. Run with
-/// `cargo test -p firehose-net --test udpsink -- --ignored --nocapture`.
+/// The long-run accuracy of pacing: 2 s at 1 Gb/s to a local socket. The pacer's
+/// schedule is target-time based (and moves only when the sender falls more than 10 ms
+/// behind), so the achieved rate misses the target by more than 2 % only if the machine
+/// stalls the sender for tens of milliseconds.
 #[test]
-#[ignore = "takes 5 s of a core; prints the achieved rate"]
-fn pacing_accuracy_1gbps_5s() {
+fn pacing_is_accurate_at_1gbps_over_2s() {
     const RATE: u64 = 1_000_000_000;
     const SIZE: usize = 8000;
-    let total_bytes = RATE / 8 * 5;
-    let n = (total_bytes / SIZE as u64) as usize;
+    const BATCH: usize = 64;
+    let batches = (RATE / 8 * 2) as usize / (SIZE * BATCH);
+    // A socket that is never read: the kernel drops what overflows it, which the
+    // sender cannot see, so only the sender's pacing is measured.
     let r = receiver("127.0.0.1:0");
     let mut h = harness(&[
         ("host", "127.0.0.1"),
@@ -509,54 +512,23 @@ fn pacing_accuracy_1gbps_5s() {
         ("rate", &RATE.to_string()),
         ("burst", "65536"),
     ]);
-    let rx = time_datagrams(r, n);
-    let batch = batch_buffer(&payloads(&[SIZE; 64]));
+    let batch = batch_buffer(&payloads(&[SIZE; BATCH]));
     let t0 = Instant::now();
-    for _ in 0..n.div_ceil(64) {
+    for _ in 0..batches {
         h.push(batch.clone()).unwrap();
     }
     let sent_in = t0.elapsed().as_secs_f64();
-    let (first, last, got) = rx.join().unwrap();
     let s = stats(&h);
+    assert_eq!(field(&s, "packets-sent"), (batches * BATCH) as u64);
+    assert_eq!(field(&s, "send-errors"), 0);
     let bytes = field(&s, "bytes-sent") as f64;
-    let rx_rate = (got.saturating_sub(1) * SIZE) as f64 * 8.0 / (last - first).as_secs_f64();
-    println!(
-        "configured {RATE} b/s; sender: {bytes} B in {sent_in:.3} s = {:.0} b/s ({:+.2} %); \
-         receiver: {got}/{} datagrams, {rx_rate:.0} b/s ({:+.2} %)",
-        bytes * 8.0 / sent_in,
-        (bytes * 8.0 / sent_in / RATE as f64 - 1.0) * 100.0,
-        n.div_ceil(64) * 64,
-        (rx_rate / RATE as f64 - 1.0) * 100.0,
-    );
     let achieved = bytes * 8.0 / sent_in;
+    println!(
+        "configured {RATE} b/s; sent {bytes} B in {sent_in:.3} s = {achieved:.0} b/s ({:+.2} %)",
+        (achieved / RATE as f64 - 1.0) * 100.0,
+    );
     assert!(
         (achieved / RATE as f64 - 1.0).abs() < 0.02,
         "achieved {achieved:.0} b/s"
     );
-}
-
-/// Unpaced send throughput, GSO on and off (for reports, not a pass/fail check). Run
-/// with `cargo test -p firehose-net --test udpsink -- --ignored --nocapture`.
-#[test]
-#[ignore = "a benchmark; prints packets/s"]
-fn unpaced_throughput() {
-    for size in [1472usize, 8192] {
-        for gso in ["true", "false"] {
-            // A socket that is never read: the sender's cost alone is measured.
-            let r = receiver("127.0.0.1:0");
-            let mut h = harness(&[("host", "127.0.0.1"), ("port", &port(&r)), ("gso", gso)]);
-            let batch = batch_buffer(&payloads(&vec![size; 64]));
-            let t0 = Instant::now();
-            let batches = 4000;
-            for _ in 0..batches {
-                h.push(batch.clone()).unwrap();
-            }
-            let secs = t0.elapsed().as_secs_f64();
-            let pps = (batches * 64) as f64 / secs;
-            println!(
-                "{size} B, gso={gso}: {pps:.0} packets/s, {:.2} Gb/s",
-                pps * size as f64 * 8e-9
-            );
-        }
-    }
 }

@@ -6,9 +6,9 @@
 //!   reordered and late packets ([`checker`]).
 //!
 //! Put any Firehose chain between them (e.g. `fhudpsink` … `fhudpsrc`) to prove that it
-//! delivers every packet intact. The engines ([`pattern`], [`checker`], [`pace`]) use no
-//! GStreamer types and can be tested and benchmarked alone; [`testsrc`] and [`check`] are
-//! thin element adapters over them.
+//! delivers every packet intact. The engines ([`pattern`], [`checker`]) use no GStreamer
+//! types and can be tested and benchmarked alone; [`testsrc`] and [`check`] are thin
+//! element adapters over them (`fhtestsrc` paces with [`firehose_core::pace`]).
 
 #![warn(missing_docs)]
 
@@ -16,7 +16,6 @@ use gst::glib;
 
 pub mod check;
 pub mod checker;
-pub mod pace;
 pub mod pattern;
 pub mod testsrc;
 

@@ -23,11 +23,6 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     )
 });
 
-/// Counter name for GSO sends (not in the shared vocabulary: only this sink has it).
-const GSO_SENDS: &str = "gso-sends";
-/// Counter name for GSO refusals by the kernel (0 or 1).
-const GSO_FALLBACKS: &str = "gso-fallbacks";
-
 const DEFAULT_HOST: &str = "localhost";
 const DEFAULT_PORT: i32 = 5004;
 const DEFAULT_BURST: u32 = 65536;
@@ -172,8 +167,8 @@ impl UdpSink {
             (names::BYTES_SENT, st.bytes.get()),
             (names::BATCHES, self.batches.get()),
             (names::SEND_ERRORS, st.errors.get()),
-            (GSO_SENDS, st.gso_sends.get()),
-            (GSO_FALLBACKS, st.gso_fallbacks.get()),
+            (names::GSO_SENDS, st.gso_sends.get()),
+            (names::GSO_FALLBACKS, st.gso_fallbacks.get()),
         ])
     }
 
@@ -545,7 +540,7 @@ impl BaseSinkImpl for UdpSink {
     }
 
     fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.interrupt.interrupt();
+        self.interrupt.raise();
         Ok(())
     }
 

@@ -22,8 +22,6 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     )
 });
 
-/// Packets older than the checker's window: duplicates or very late arrivals.
-const LATE: &str = "late";
 const DEFAULT_STATS_INTERVAL: u32 = 1000;
 /// Corruptions described in the log before going quiet (they are all counted).
 const CORRUPTIONS_LOGGED: u32 = 10;
@@ -102,7 +100,7 @@ impl FhCheck {
             (names::DUPLICATED, c.duplicated.get()),
             (names::REORDERED, c.reordered.get()),
             (names::CORRUPTED, c.corrupted.get()),
-            (LATE, c.late.get()),
+            (names::LATE, c.late.get()),
         ])
     }
 

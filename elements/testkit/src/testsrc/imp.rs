@@ -3,6 +3,7 @@
 use std::sync::{LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use firehose_core::pace::{Interrupt, Pacer};
 use firehose_core::stats::{self, names, Counter, StatsTimer};
 use firehose_core::{
     caps, gstmem, HugepagePolicy, PacketBatchMeta, PacketInfo, PoolConfig, SlotPool,
@@ -14,7 +15,6 @@ use gst_base::prelude::*;
 use gst_base::subclass::base_src::CreateSuccess;
 use gst_base::subclass::prelude::*;
 
-use crate::pace::{Interrupt, Pacer};
 use crate::pattern;
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
@@ -69,8 +69,8 @@ struct State {
     settings: Settings,
     /// Packets produced so far (the next one is `first_seq + sent`).
     sent: u64,
-    /// Packet bytes produced so far (the pacing schedule's input).
-    bytes: u64,
+    /// The schedule: counts the packet bytes produced so far, and gives each batch its
+    /// send time and its PTS.
     pacer: Pacer,
     timer: StatsTimer,
 }
@@ -80,7 +80,6 @@ impl Default for State {
         Self {
             settings: Settings::default(),
             sent: 0,
-            bytes: 0,
             pacer: Pacer::new(0),
             timer: StatsTimer::new(0),
         }
@@ -320,7 +319,8 @@ impl BaseSrcImpl for FhTestSrc {
         *lock(&self.state) = State {
             settings,
             sent: 0,
-            bytes: 0,
+            // No burst and no lag limit: the schedule never moves, so timestamps taken
+            // from it are exact and evenly spaced even after a stall downstream.
             pacer: Pacer::new(settings.rate),
             timer: StatsTimer::new(settings.stats_interval),
         };
@@ -373,13 +373,12 @@ impl PushSrcImpl for FhTestSrc {
             return Err(gst::FlowError::Eos);
         }
 
-        let now = Instant::now();
-        let bytes_before = state.bytes;
-        if let Some(deadline) = state.pacer.deadline(bytes_before, now) {
-            if !self.interrupt.sleep_until(deadline) {
-                return Err(gst::FlowError::Flushing);
-            }
+        // A batch leaves at the start of its slot (its PTS), once the bytes before it
+        // have had their time: a send of nothing beyond what was already sent.
+        if !state.pacer.wait(0, &self.interrupt) {
+            return Err(gst::FlowError::Flushing);
         }
+        let now = Instant::now();
         let pool = lock(&self.pool).clone().ok_or(gst::FlowError::Flushing)?;
         // A test source never drops: wait for downstream to give a slot back.
         let slot = pool
@@ -394,12 +393,11 @@ impl PushSrcImpl for FhTestSrc {
             let b = buf.get_mut().expect("a new buffer is writable");
             // Paced: the nominal send time, so timestamps are exact and evenly spaced.
             // Unpaced: the time since the first batch.
-            let (pts, duration) = if s.rate > 0 {
-                let pts = state.pacer.offset(state.bytes);
-                (
-                    pts,
-                    Some(state.pacer.offset(state.bytes + batch_bytes) - pts),
-                )
+            let (pts, duration) = if state.pacer.is_paced() {
+                let before = state.pacer.sent();
+                let pts = state.pacer.time_of(before);
+                let end = state.pacer.time_of(before + batch_bytes);
+                (pts, Some(end - pts))
             } else {
                 let origin = state.pacer.origin().unwrap_or(now);
                 (now.saturating_duration_since(origin), None)
@@ -412,7 +410,7 @@ impl PushSrcImpl for FhTestSrc {
         }
 
         state.sent += n;
-        state.bytes += batch_bytes;
+        state.pacer.record(batch_bytes);
         self.counters.packets.add(n);
         self.counters.bytes.add(batch_bytes);
         self.counters.batches.add(1);
