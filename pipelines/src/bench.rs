@@ -1,0 +1,603 @@
+//! `firehose bench udp`: stock `udpsrc` against `fhudpsrc` on loopback, side by side.
+//!
+//! The paced sender (`fhtestsrc ! fhudpsink rate=R`) runs in this process; each receiver
+//! runs in a child process (`firehose bench-recv`) so its CPU time is its own. For every
+//! payload size and offered rate, both receivers get the same step one after the other.
+//! Loss = 1 − received/sent, where "sent" is fhudpsink's `packets-sent`; kernel drops
+//! (Udp InErrors in /proc/net/snmp) are reported beside it — they are part of the loss.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::benchrecv::Kind;
+use crate::launch::{EXIT_ERROR, EXIT_OK};
+use crate::session::{BusEvent, Session};
+use crate::statsline::throughput;
+use crate::{signals, sys};
+
+/// Loss below this fraction counts as lossless (0.01 %).
+pub const LOSSLESS: f64 = 1e-4;
+/// Socket receive buffer given to both receivers.
+pub const BUFFER_SIZE: u64 = 32 << 20;
+/// What net.core.rmem_max must be for [`BUFFER_SIZE`] to be granted.
+const RMEM_MAX: u64 = 64 << 20;
+/// Time after the sender's EOS for queued datagrams to be read.
+const DRAIN: Duration = Duration::from_millis(300);
+
+/// Options of `firehose bench udp`.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Length of each step.
+    pub seconds: f64,
+    /// Payload sizes, bytes.
+    pub sizes: Vec<u32>,
+    /// Offered rates (bits/s) for every size; `None` = defaults per size.
+    pub rates: Option<Vec<u64>>,
+    /// Also write the report here.
+    pub out: Option<PathBuf>,
+    /// Fewer, shorter steps (a smoke test).
+    pub quick: bool,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        Self {
+            seconds: 3.0,
+            sizes: vec![8972, 1472],
+            rates: None,
+            out: None,
+            quick: false,
+        }
+    }
+}
+
+/// Default offered rates for a payload size: up to and past what loopback carries
+/// (≈4.2 Gb/s with 1472-byte, ≈15 Gb/s with jumbo payloads on the reference VMs), so the
+/// receivers' limits show; a sender that falls short shows as a lower offered rate.
+pub fn default_rates(size: u32, quick: bool) -> Vec<u64> {
+    let g = |x: f64| (x * 1e9) as u64;
+    match (size >= 4000, quick) {
+        (true, false) => vec![g(1.0), g(2.0), g(4.0), g(8.0), g(12.0), g(16.0), g(20.0)],
+        (true, true) => vec![g(1.0), g(4.0)],
+        (false, false) => vec![g(0.5), g(1.0), g(2.0), g(3.0), g(4.0), g(5.0), g(6.0)],
+        (false, true) => vec![g(0.5), g(2.0)],
+    }
+}
+
+/// One measured step: one receiver, one size, one offered rate.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// Payload size, bytes.
+    pub size: u32,
+    /// Receiver.
+    pub kind: Kind,
+    /// Rate asked of the sender, bits/s.
+    pub asked: u64,
+    /// Packets and bytes the sender sent.
+    pub sent: (u64, u64),
+    /// Sender time from PLAYING to EOS.
+    pub send_secs: f64,
+    /// Packets and bytes the receiver delivered.
+    pub received: (u64, u64),
+    /// Receiver CPU seconds (user + system).
+    pub cpu_s: f64,
+    /// Kernel UDP InErrors during the step (whole host).
+    pub kernel_drops: u64,
+    /// Drops counted by the element itself (fhudpsrc: pool, truncated).
+    pub element_drops: u64,
+    /// Pool memory the receiver used ("hugepage", "system"; "-" for udpsrc).
+    pub memory: String,
+}
+
+impl Step {
+    /// Achieved sender rate, bits/s.
+    pub fn offered_bps(&self) -> f64 {
+        self.sent.1 as f64 * 8.0 / self.send_secs.max(1e-9)
+    }
+
+    /// Received rate over the sender's time, bits/s.
+    pub fn received_bps(&self) -> f64 {
+        self.received.1 as f64 * 8.0 / self.send_secs.max(1e-9)
+    }
+
+    /// 1 − received/sent, clamped to [0, 1].
+    pub fn loss(&self) -> f64 {
+        if self.sent.0 == 0 {
+            return 1.0;
+        }
+        (1.0 - self.received.0 as f64 / self.sent.0 as f64).clamp(0.0, 1.0)
+    }
+
+    /// Receiver CPU seconds per GB (1e9 bytes) received.
+    pub fn cpu_per_gb(&self) -> f64 {
+        self.cpu_s / (self.received.1 as f64 / 1e9).max(1e-12)
+    }
+
+    /// True when loss is below [`LOSSLESS`] and something was sent.
+    pub fn lossless(&self) -> bool {
+        self.sent.0 > 0 && self.loss() < LOSSLESS
+    }
+}
+
+/// A receiver child process, between `ready` and `result`.
+struct Receiver {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    port: u16,
+}
+
+impl Receiver {
+    fn spawn(kind: Kind, size: u32, seconds: f64) -> Result<Self, String> {
+        let exe = std::env::current_exe()
+            .map_err(|e| format!("cannot find the firehose executable to run receivers: {e}"))?;
+        let mut child = Command::new(exe)
+            .args([
+                "bench-recv",
+                "--kind",
+                kind.name(),
+                "--size",
+                &size.to_string(),
+                "--buffer-size",
+                &BUFFER_SIZE.to_string(),
+                "--timeout",
+                &format!("{}", seconds * 3.0 + 30.0),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start the receiver process: {e}"))?;
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut r = Self {
+            child,
+            stdin,
+            stdout,
+            port: 0,
+        };
+        let kv = r.read_line("ready")?;
+        r.port = kv
+            .get("port")
+            .and_then(|p| p.parse().ok())
+            .ok_or("receiver said ready without a port")?;
+        Ok(r)
+    }
+
+    /// Reads the next protocol line, which must start with `word`.
+    fn read_line(&mut self, word: &str) -> Result<BTreeMap<String, String>, String> {
+        let mut line = String::new();
+        match self.stdout.read_line(&mut line) {
+            Ok(0) => Err("receiver process exited without a word (see its messages above)".into()),
+            Err(e) => Err(format!("cannot read from the receiver process: {e}")),
+            Ok(_) => {
+                let line = line.trim_end();
+                if let Some(rest) = line.strip_prefix("error ") {
+                    return Err(rest.replace(" | ", "\n"));
+                }
+                match line.strip_prefix(word) {
+                    Some(rest) => Ok(parse_kv(rest)),
+                    None => Err(format!("unexpected line from the receiver: {line}")),
+                }
+            }
+        }
+    }
+
+    fn finish(mut self) -> Result<BTreeMap<String, String>, String> {
+        if let Some(mut stdin) = self.stdin.take() {
+            let _ = stdin.write_all(b"stop\n");
+        }
+        let kv = self.read_line("result");
+        let _ = self.child.wait();
+        kv
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        // Only reached with the child still running on an error path.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Parses `key=value key=value`.
+pub fn parse_kv(text: &str) -> BTreeMap<String, String> {
+    text.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn num<T: std::str::FromStr + Default>(kv: &BTreeMap<String, String>, key: &str) -> T {
+    kv.get(key).and_then(|v| v.parse().ok()).unwrap_or_default()
+}
+
+/// Why a step did not produce a measurement.
+enum StepError {
+    Interrupted,
+    Failed(String),
+}
+
+impl From<String> for StepError {
+    fn from(s: String) -> Self {
+        StepError::Failed(s)
+    }
+}
+
+fn run_step(kind: Kind, size: u32, rate: u64, seconds: f64) -> Result<Step, StepError> {
+    let receiver = Receiver::spawn(kind, size, seconds)?;
+    let packets = ((rate as f64 * seconds) / (f64::from(size) * 8.0))
+        .round()
+        .max(1.0) as u64;
+    let snmp0 = sys::UdpCounters::read().unwrap_or_default();
+    let mut sender = Session::from_description(&format!(
+        "fhtestsrc name=fhtestsrc packet-size={size} num-packets={packets} \
+         ! fhudpsink name=fhudpsink host=127.0.0.1 port={} rate={rate}",
+        receiver.port
+    ))?;
+    sender.start()?;
+    // A sender that cannot reach the asked rate is stopped after twice the planned time;
+    // what it did send is still the offered load.
+    let cutoff = Instant::now() + Duration::from_secs_f64(seconds * 2.0 + 1.0);
+    loop {
+        match sender.poll(Duration::from_millis(50)) {
+            Some(BusEvent::Eos) => break,
+            Some(BusEvent::Error(e)) => return Err(StepError::Failed(e)),
+            None => {}
+        }
+        if signals::count() > 0 {
+            return Err(StepError::Interrupted);
+        }
+        if Instant::now() >= cutoff {
+            sender.send_eos();
+            if let Some(BusEvent::Error(e)) = sender.wait_end(Duration::from_secs(3)) {
+                return Err(StepError::Failed(e));
+            }
+            break;
+        }
+    }
+    let send_secs = sender.elapsed().as_secs_f64();
+    sender.refresh_stats();
+    sender.stop();
+    let sink = sender
+        .board
+        .get("fhudpsink")
+        .map(|s| s.to_owned())
+        .ok_or_else(|| "fhudpsink reported no statistics".to_string())?;
+    let (sent_bytes, sent_packets) = throughput(&sink);
+    std::thread::sleep(DRAIN);
+    let kv = receiver.finish()?;
+    let snmp = sys::UdpCounters::read().unwrap_or_default().since(&snmp0);
+    Ok(Step {
+        size,
+        kind,
+        asked: rate,
+        sent: (sent_packets, sent_bytes),
+        send_secs,
+        received: (num(&kv, "packets"), num(&kv, "bytes")),
+        cpu_s: num(&kv, "cpu_s"),
+        kernel_drops: snmp.in_errors,
+        element_drops: num::<u64>(&kv, "drops_pool") + num::<u64>(&kv, "truncated"),
+        memory: kv.get("memory").cloned().unwrap_or_else(|| "-".into()),
+    })
+}
+
+/// Runs the benchmark; returns the exit status.
+pub fn run(opts: &BenchOptions) -> i32 {
+    let _ = signals::install();
+    let rmem = sys::ensure_sysctl_at_least("net.core.rmem_max", RMEM_MAX);
+    eprintln!("bench: {rmem}");
+    let started = Instant::now();
+    let mut steps = Vec::new();
+    let mut failure = None;
+    'all: for &size in &opts.sizes {
+        let rates = opts
+            .rates
+            .clone()
+            .unwrap_or_else(|| default_rates(size, opts.quick));
+        for &rate in &rates {
+            for kind in [Kind::Udpsrc, Kind::Fhudpsrc] {
+                match run_step(kind, size, rate, opts.seconds) {
+                    Ok(step) => {
+                        eprintln!(
+                            "bench: {size} B, {:>8} asked {:.2} Gb/s: sent {:.2} Gb/s, received {:.2} Gb/s, loss {:.4} %, kernel drops {}, {:.2} CPU s/GB",
+                            kind.name(),
+                            rate as f64 / 1e9,
+                            step.offered_bps() / 1e9,
+                            step.received_bps() / 1e9,
+                            step.loss() * 100.0,
+                            step.kernel_drops,
+                            step.cpu_per_gb()
+                        );
+                        steps.push(step);
+                    }
+                    Err(StepError::Interrupted) => {
+                        failure = Some("interrupted".to_string());
+                        break 'all;
+                    }
+                    Err(StepError::Failed(e)) => {
+                        failure = Some(format!(
+                            "{} at {size} B, {:.2} Gb/s failed:\n{e}",
+                            kind.name(),
+                            rate as f64 / 1e9
+                        ));
+                        break 'all;
+                    }
+                }
+            }
+        }
+    }
+    let report = report(opts, &steps, &rmem, started.elapsed(), failure.as_deref());
+    println!("{report}");
+    if let Some(path) = &opts.out {
+        if let Err(e) = std::fs::write(path, &report) {
+            eprintln!("bench: cannot write {}: {e}", path.display());
+            return EXIT_ERROR;
+        }
+        eprintln!("bench: report written to {}", path.display());
+    }
+    match failure {
+        Some(f) => {
+            eprintln!("bench: stopped early: {f}");
+            EXIT_ERROR
+        }
+        None => EXIT_OK,
+    }
+}
+
+/// Quotes a command-line argument for display when it needs it.
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=,:+".contains(c))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+fn gbps(bps: f64) -> String {
+    format!("{:.2}", bps / 1e9)
+}
+
+/// The markdown report.
+pub fn report(
+    opts: &BenchOptions,
+    steps: &[Step],
+    rmem: &str,
+    took: Duration,
+    failure: Option<&str>,
+) -> String {
+    let mut r = String::new();
+    let cmd: Vec<String> = std::env::args().map(|a| shell_quote(&a)).collect();
+    let _ = writeln!(r, "## firehose bench udp — {}\n", sys::utc_now());
+    let _ = writeln!(r, "- command: `{}`", cmd.join(" "));
+    let _ = writeln!(
+        r,
+        "- host: Linux {}, {} CPUs, {}; loopback 127.0.0.1; took {:.0} s",
+        sys::kernel_release(),
+        sys::cpus(),
+        gst::version_string(),
+        took.as_secs_f64()
+    );
+    let _ = writeln!(
+        r,
+        "- sender (this process): `fhtestsrc packet-size=S num-packets=N ! fhudpsink rate=R`, {:.1} s per step",
+        opts.seconds
+    );
+    let memory: Vec<&str> = {
+        let mut m: Vec<&str> = steps
+            .iter()
+            .filter(|s| s.kind == Kind::Fhudpsrc)
+            .map(|s| s.memory.as_str())
+            .collect();
+        m.dedup();
+        m
+    };
+    let _ = writeln!(
+        r,
+        "- receivers (one child process each, one after the other): `udpsrc buffer-size={BUFFER_SIZE} mtu=max(S,1492) retrieve-sender-address=false ! fakesink` (buffers counted by a pad probe) and `fhudpsrc buffer-size={BUFFER_SIZE} ! fakesink` (its stats; pool memory: {}); {rmem}",
+        if memory.is_empty() { "-".to_string() } else { memory.join(", ") }
+    );
+    let _ = writeln!(
+        r,
+        "- loss = 1 − received/sent (sent = fhudpsink packets-sent); kernel drops = Δ Udp InErrors in /proc/net/snmp (host-wide, includes RcvbufErrors); CPU = receiver getrusage user+sys from its start to the end, per GB (1e9 bytes) received; lossless = loss < {} %\n",
+        LOSSLESS * 100.0
+    );
+    if let Some(f) = failure {
+        let _ = writeln!(r, "**Incomplete: {}**\n", f.replace('\n', " "));
+    }
+    let _ = writeln!(
+        r,
+        "| payload | receiver | asked Gb/s | offered Gb/s | received Gb/s | loss % | kernel drops | element drops | CPU s/GB |"
+    );
+    let _ = writeln!(r, "|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    for s in steps {
+        let _ = writeln!(
+            r,
+            "| {} B | {} | {} | {} | {} | {:.4} | {} | {} | {:.2} |",
+            s.size,
+            s.kind.name(),
+            gbps(s.asked as f64),
+            gbps(s.offered_bps()),
+            gbps(s.received_bps()),
+            s.loss() * 100.0,
+            s.kernel_drops,
+            s.element_drops,
+            s.cpu_per_gb()
+        );
+    }
+    r.push('\n');
+    r.push_str(&summary(opts, steps));
+    r
+}
+
+/// Per size: each receiver's highest lossless offered rate, CPU per GB at the highest
+/// asked rate both were lossless at, and the fhudpsrc/udpsrc ratios.
+fn summary(opts: &BenchOptions, steps: &[Step]) -> String {
+    let mut r = String::new();
+    let _ = writeln!(
+        r,
+        "| payload | receiver | highest lossless offered Gb/s | CPU s/GB at common rate |"
+    );
+    let _ = writeln!(r, "|---:|---|---:|---:|");
+    for &size in &opts.sizes {
+        let of = |kind: Kind| -> Vec<&Step> {
+            steps
+                .iter()
+                .filter(|s| s.size == size && s.kind == kind)
+                .collect()
+        };
+        let (u, f) = (of(Kind::Udpsrc), of(Kind::Fhudpsrc));
+        if u.is_empty() && f.is_empty() {
+            continue;
+        }
+        let best = |v: &[&Step]| -> Option<f64> {
+            v.iter()
+                .filter(|s| s.lossless())
+                .map(|s| s.offered_bps())
+                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+        };
+        // The highest asked rate at which both receivers were lossless; else the lowest
+        // asked rate both ran at (marked lossy).
+        let common: Option<(u64, bool)> = {
+            let both: Vec<u64> = u
+                .iter()
+                .filter(|a| f.iter().any(|b| b.asked == a.asked))
+                .map(|a| a.asked)
+                .collect();
+            let lossless = both.iter().copied().filter(|&rate| {
+                u.iter()
+                    .chain(f.iter())
+                    .filter(|s| s.asked == rate)
+                    .all(|s| s.lossless())
+            });
+            lossless
+                .max()
+                .map(|r| (r, true))
+                .or_else(|| both.iter().copied().min().map(|r| (r, false)))
+        };
+        let cpu_at = |v: &[&Step]| -> Option<f64> {
+            let (rate, _) = common?;
+            v.iter().find(|s| s.asked == rate).map(|s| s.cpu_per_gb())
+        };
+        let common_text = match common {
+            Some((rate, true)) => format!(" at {} Gb/s", gbps(rate as f64)),
+            Some((rate, false)) => format!(" at {} Gb/s (lossy)", gbps(rate as f64)),
+            None => String::new(),
+        };
+        // "≥" when even the top step was lossless: the limit lies beyond this bench.
+        let top_lossless = |v: &[&Step]| {
+            v.iter()
+                .max_by_key(|s| s.asked)
+                .is_some_and(|s| s.lossless())
+        };
+        let rate_text = |v: &[&Step]| -> String {
+            match best(v) {
+                Some(b) if top_lossless(v) => format!("≥ {}", gbps(b)),
+                Some(b) => gbps(b),
+                None => "none".into(),
+            }
+        };
+        let cpu_text =
+            |c: Option<f64>| c.map_or("-".to_string(), |c| format!("{c:.2}{common_text}"));
+        for (kind, v) in [(Kind::Udpsrc, &u), (Kind::Fhudpsrc, &f)] {
+            let _ = writeln!(
+                r,
+                "| {size} B | {} | {} | {} |",
+                kind.name(),
+                rate_text(v),
+                cpu_text(cpu_at(v))
+            );
+        }
+        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
+            _ => "-".into(),
+        };
+        // A rate ratio is only a bound when a receiver never lost anything: "≥" when
+        // only fhudpsrc's limit lies beyond the bench, unknown when both do.
+        let rate_ratio = match (top_lossless(&f), top_lossless(&u)) {
+            (true, true) => "- (both lossless at every step)".to_string(),
+            (true, false) => format!("≥ {}", ratio(best(&f), best(&u))),
+            (false, true) => format!("≤ {}", ratio(best(&f), best(&u))),
+            (false, false) => ratio(best(&f), best(&u)),
+        };
+        let _ = writeln!(
+            r,
+            "| {size} B | fhudpsrc/udpsrc | {rate_ratio} | {} |",
+            ratio(cpu_at(&f), cpu_at(&u))
+        );
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(kind: Kind, asked: u64, sent: u64, received: u64, cpu: f64) -> Step {
+        Step {
+            size: 1472,
+            kind,
+            asked,
+            sent: (sent, sent * 1472),
+            send_secs: 1.0,
+            received: (received, received * 1472),
+            cpu_s: cpu,
+            kernel_drops: sent - received,
+            element_drops: 0,
+            memory: "-".into(),
+        }
+    }
+
+    #[test]
+    fn step_figures() {
+        let s = step(Kind::Udpsrc, 1_000_000_000, 100_000, 99_999, 0.5);
+        assert!(s.lossless()); // 0.001 %
+        let s = step(Kind::Udpsrc, 1_000_000_000, 100_000, 99_000, 0.5);
+        assert!(!s.lossless());
+        assert!((s.loss() - 0.01).abs() < 1e-9);
+        assert!((s.cpu_per_gb() - 0.5 / (99_000.0 * 1472.0 / 1e9)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn summary_picks_common_lossless_rate_and_ratios() {
+        let opts = BenchOptions {
+            sizes: vec![1472],
+            ..Default::default()
+        };
+        let g = 1_000_000_000;
+        let steps = vec![
+            step(Kind::Udpsrc, g, 84_918, 84_918, 0.4),
+            step(Kind::Fhudpsrc, g, 84_918, 84_918, 0.1),
+            step(Kind::Udpsrc, 2 * g, 169_836, 150_000, 0.8),
+            step(Kind::Fhudpsrc, 2 * g, 169_836, 169_836, 0.2),
+        ];
+        let s = summary(&opts, &steps);
+        assert!(s.contains("| 1472 B | udpsrc | 1.00 |"), "{s}");
+        assert!(s.contains("| 1472 B | fhudpsrc | ≥ 2.00 |"), "{s}");
+        assert!(s.contains("at 1.00 Gb/s |"), "{s}");
+        assert!(
+            s.contains("| 1472 B | fhudpsrc/udpsrc | ≥ 2.00× | 0.25× |"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn kv_lines() {
+        let kv = parse_kv(" packets=10 bytes=20 cpu_s=0.5");
+        assert_eq!(num::<u64>(&kv, "packets"), 10);
+        assert_eq!(num::<f64>(&kv, "cpu_s"), 0.5);
+        assert_eq!(num::<u64>(&kv, "missing"), 0);
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("--sizes=1472,8972"), "--sizes=1472,8972");
+    }
+}

@@ -1,0 +1,183 @@
+//! Small operating-system helpers for `bench` and `demo`: CPU time, kernel UDP counters,
+//! sysctls, the date.
+
+use std::io;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// User + system CPU seconds used so far by this process (all threads).
+pub fn cpu_seconds() -> f64 {
+    // SAFETY: `getrusage` only writes into the zero-initialised struct we pass it.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
+            return 0.0;
+        }
+        usage
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// True when running as root (then sysctls can be raised).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Kernel-wide IPv4 UDP error counters from /proc/net/snmp.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UdpCounters {
+    /// Datagrams that could not be delivered (includes `rcvbuf_errors`).
+    pub in_errors: u64,
+    /// Datagrams dropped because a socket's receive buffer was full.
+    pub rcvbuf_errors: u64,
+}
+
+impl UdpCounters {
+    /// Reads the counters now.
+    pub fn read() -> io::Result<Self> {
+        Self::parse(&std::fs::read_to_string("/proc/net/snmp")?).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                "no Udp: lines in /proc/net/snmp",
+            )
+        })
+    }
+
+    /// Parses the text of /proc/net/snmp: a `Udp:` header line then a `Udp:` value line.
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut udp = text.lines().filter(|l| l.starts_with("Udp:"));
+        let header: Vec<&str> = udp.next()?.split_whitespace().collect();
+        let values: Vec<&str> = udp.next()?.split_whitespace().collect();
+        let get = |name: &str| -> Option<u64> {
+            let i = header.iter().position(|h| *h == name)?;
+            values.get(i)?.parse().ok()
+        };
+        Some(Self {
+            in_errors: get("InErrors")?,
+            rcvbuf_errors: get("RcvbufErrors")?,
+        })
+    }
+
+    /// Counts since `earlier`.
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self {
+            in_errors: self.in_errors.saturating_sub(earlier.in_errors),
+            rcvbuf_errors: self.rcvbuf_errors.saturating_sub(earlier.rcvbuf_errors),
+        }
+    }
+}
+
+/// Reads an integer sysctl, e.g. `net.core.rmem_max`.
+pub fn sysctl(name: &str) -> io::Result<u64> {
+    let path = format!("/proc/sys/{}", name.replace('.', "/"));
+    std::fs::read_to_string(&path)?
+        .trim()
+        .parse()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {e}")))
+}
+
+/// Writes an integer sysctl (root only), like `sysctl -w`.
+pub fn set_sysctl(name: &str, value: u64) -> io::Result<()> {
+    let path = format!("/proc/sys/{}", name.replace('.', "/"));
+    std::fs::write(path, value.to_string())
+}
+
+/// Raises sysctl `name` to at least `min` when possible. Returns a sentence for the
+/// report: what was done, or what the user should do.
+pub fn ensure_sysctl_at_least(name: &str, min: u64) -> String {
+    match sysctl(name) {
+        Ok(v) if v >= min => format!("{name} = {v}"),
+        Ok(v) if is_root() => match set_sysctl(name, min) {
+            Ok(()) => format!("{name} raised from {v} to {min} (sysctl -w {name}={min})"),
+            Err(e) => format!("{name} = {v}; raising it to {min} failed: {e}"),
+        },
+        Ok(v) => format!(
+            "{name} = {v}, below {min}: socket buffers are capped (run as root or: sysctl -w {name}={min})"
+        ),
+        Err(e) => format!("{name} unreadable: {e}"),
+    }
+}
+
+/// The kernel release, e.g. "6.1.0-18-amd64".
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// "YYYY-MM-DD HH:MM:SS UTC" for the current time.
+pub fn utc_now() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    format_utc(secs)
+}
+
+/// "YYYY-MM-DD HH:MM:SS UTC" for `secs` since the Unix epoch.
+pub fn format_utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's days → civil date algorithm (proleptic Gregorian calendar).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The number of CPUs this process may run on.
+pub fn cpus() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates() {
+        assert_eq!(format_utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(format_utc(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(format_utc(1_700_000_000), "2023-11-14 22:13:20 UTC");
+    }
+
+    #[test]
+    fn snmp_parse() {
+        let text = "Ip: Forwarding\nIp: 1\nUdp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\nUdp: 10 0 7 12 5 0\nUdpLite: InDatagrams\nUdpLite: 0\n";
+        let c = UdpCounters::parse(text).unwrap();
+        assert_eq!(
+            c,
+            UdpCounters {
+                in_errors: 7,
+                rcvbuf_errors: 5
+            }
+        );
+        assert!(UdpCounters::read().is_ok());
+    }
+
+    #[test]
+    fn cpu_time_moves() {
+        let a = cpu_seconds();
+        // Spin (not sleep) for 50 ms of wall time: that much CPU must show up.
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < std::time::Duration::from_millis(50) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        assert!(cpu_seconds() > a);
+    }
+}

@@ -1,0 +1,153 @@
+//! Running the built `firehose` binary from tests, with deadlines so a hang fails the
+//! test instead of stalling the suite.
+
+#![allow(dead_code)] // each test file uses a different subset
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A finished run.
+#[derive(Debug)]
+pub struct Output {
+    /// Exit code (`None` when killed by a signal).
+    pub code: Option<i32>,
+    /// Everything written to stdout.
+    pub stdout: String,
+    /// Everything written to stderr.
+    pub stderr: String,
+    /// Wall time from spawn to exit.
+    pub took: Duration,
+}
+
+impl Output {
+    /// Both streams, for assertion messages.
+    pub fn all(&self) -> String {
+        format!(
+            "exit {:?} after {:.2} s\n--- stdout\n{}--- stderr\n{}",
+            self.code,
+            self.took.as_secs_f64(),
+            self.stdout,
+            self.stderr
+        )
+    }
+}
+
+/// A running `firehose` process whose output is collected as it comes.
+pub struct Running {
+    child: Child,
+    started: Instant,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+fn collect(mut r: impl Read + Send + 'static, into: Arc<Mutex<String>>) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = r.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            into.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    })
+}
+
+/// Starts `firehose args…` from the workspace root (where `pipelines/*.pipeline` lie).
+pub fn spawn(args: &[&str]) -> Running {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_firehose"))
+        .args(args)
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the firehose binary runs");
+    let stdout = Arc::new(Mutex::new(String::new()));
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let readers = vec![
+        collect(child.stdout.take().unwrap(), stdout.clone()),
+        collect(child.stderr.take().unwrap(), stderr.clone()),
+    ];
+    Running {
+        child,
+        started: Instant::now(),
+        stdout,
+        stderr,
+        readers,
+    }
+}
+
+/// Runs `firehose args…` to the end; panics (after killing it) past `timeout`.
+pub fn run(args: &[&str], timeout: Duration) -> Output {
+    spawn(args).finish(timeout)
+}
+
+impl Running {
+    /// Waits until stderr contains `needle`; false on timeout or exit.
+    pub fn wait_stderr(&mut self, needle: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.stderr.lock().unwrap().contains(needle) {
+                return true;
+            }
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return self.stderr.lock().unwrap().contains(needle);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// Sends `signal` to the process.
+    pub fn signal(&self, signal: libc::c_int) {
+        let pid = self.child.id() as libc::pid_t;
+        // SAFETY: kill() on our own child's pid, which has not been reaped yet.
+        let rc = unsafe { libc::kill(pid, signal) };
+        assert_eq!(rc, 0, "kill({pid}, {signal}) failed");
+    }
+
+    /// Waits for exit; kills the process and panics with its output past `timeout`.
+    pub fn finish(mut self, timeout: Duration) -> Output {
+        let deadline = self.started + timeout;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait works") {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "firehose did not exit within {:.0} s\n--- stdout\n{}--- stderr\n{}",
+                    timeout.as_secs_f64(),
+                    self.stdout.lock().unwrap(),
+                    self.stderr.lock().unwrap()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let took = self.started.elapsed();
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        let stdout = self.stdout.lock().unwrap().clone();
+        let stderr = self.stderr.lock().unwrap().clone();
+        Output {
+            code: status.code(),
+            stdout,
+            stderr,
+            took,
+        }
+    }
+}
+
+/// A path in the temp directory unique to this process and `name`.
+pub fn temp_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("firehose-cli-test-{}-{name}", std::process::id()))
+}
