@@ -13,7 +13,9 @@ const END: &str = "<!-- END GENERATED: element reference -->";
 
 fn value_text(v: &glib::Value) -> String {
     if let Ok(s) = v.get::<Option<String>>() {
-        return s.map(|s| format!("\"{s}\"")).unwrap_or_else(|| "(none)".into());
+        return s
+            .map(|s| format!("\"{s}\""))
+            .unwrap_or_else(|| "(none)".into());
     }
     if let Ok(s) = v.serialize() {
         let s = s.to_string();
@@ -67,11 +69,17 @@ fn reference() -> String {
         writeln!(
             out,
             "{} ({}).\n",
-            factory.metadata(gst::ELEMENT_METADATA_DESCRIPTION).unwrap_or(""),
+            factory
+                .metadata(gst::ELEMENT_METADATA_DESCRIPTION)
+                .unwrap_or(""),
             factory.metadata(gst::ELEMENT_METADATA_KLASS).unwrap_or("")
         )
         .unwrap();
-        writeln!(out, "| property | type | default | range / values | description |").unwrap();
+        writeln!(
+            out,
+            "| property | type | default | range / values | description |"
+        )
+        .unwrap();
         writeln!(out, "|---|---|---|---|---|").unwrap();
         let own = el.type_();
         for p in el.list_properties().iter() {
@@ -105,7 +113,9 @@ fn reference() -> String {
 fn element_reference_matches_the_code() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/elements.md");
     let doc = std::fs::read_to_string(path).expect("docs/elements.md exists");
-    let (head, rest) = doc.split_once(BEGIN).expect("generated section start marker");
+    let (head, rest) = doc
+        .split_once(BEGIN)
+        .expect("generated section start marker");
     let (_, tail) = rest.split_once(END).expect("generated section end marker");
     let want = format!("{head}{BEGIN}\n\n{}{END}{tail}", reference());
     if std::env::var_os("FIREHOSE_BLESS").is_some() {
