@@ -8,11 +8,6 @@
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::ptr;
-
-use gst::glib;
-use gst::glib::translate::{from_glib, IntoGlib};
-use gst::prelude::*;
 
 /// A compact, `Copy` socket address (IPv4 stored as IPv4-mapped IPv6).
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -78,59 +73,37 @@ impl PacketInfo {
     }
 }
 
-/// The meta attached to `application/x-firehose-packets` buffers.
-#[repr(C)]
-pub struct PacketBatchMeta {
-    parent: gst::ffi::GstMeta,
-    packets: Vec<PacketInfo>,
+crate::rust_meta! {
+    /// The meta attached to `application/x-firehose-packets` buffers: the datagrams of
+    /// the batch, in arrival order.
+    pub struct PacketBatchMeta(Vec<PacketInfo>), api = c"FirehosePacketBatchMetaAPI", name = c"FirehosePacketBatchMeta", transform = transform_packets;
 }
-
-// SAFETY: the meta owns plain data (a Vec of Copy values).
-unsafe impl Send for PacketBatchMeta {}
-// SAFETY: as above; shared access is read-only.
-unsafe impl Sync for PacketBatchMeta {}
 
 impl PacketBatchMeta {
-    /// Attaches `packets` to `buffer`. Each entry's range must lie inside the buffer.
-    pub fn add(
-        buffer: &mut gst::BufferRef,
-        packets: Vec<PacketInfo>,
-    ) -> gst::MetaRefMut<'_, Self, gst::meta::Standalone> {
-        let mut params = std::mem::ManuallyDrop::new(packets);
-        // SAFETY: the init function takes ownership of the Vec behind `params` (moved out
-        // with ptr::read), so it is neither leaked nor dropped twice.
-        unsafe {
-            let meta = gst::ffi::gst_buffer_add_meta(
-                buffer.as_mut_ptr(),
-                imp::meta_info(),
-                &mut *params as *mut Vec<PacketInfo> as glib::ffi::gpointer,
-            ) as *mut imp::RawMeta;
-            Self::from_mut_ptr(buffer, meta)
-        }
-    }
-
     /// The datagrams of the batch, in arrival order.
     pub fn packets(&self) -> &[PacketInfo] {
-        &self.packets
+        self.data()
     }
 }
 
-// SAFETY: PacketBatchMeta is repr(C) with a GstMeta first, and meta_api() is the API
-// type registered for it.
-unsafe impl MetaAPI for PacketBatchMeta {
-    type GstType = imp::RawMeta;
-
-    fn meta_api() -> glib::Type {
-        imp::meta_api_get_type()
-    }
-}
-
-impl fmt::Debug for PacketBatchMeta {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PacketBatchMeta")
-            .field("packets", &self.packets.len())
-            .finish()
-    }
+/// Full copies keep every datagram; region copies keep those wholly inside the region,
+/// with offsets rebased to it.
+#[allow(clippy::ptr_arg)] // the signature is the meta's TransformFn<Vec<PacketInfo>>
+fn transform_packets(
+    packets: &Vec<PacketInfo>,
+    region: Option<(usize, usize)>,
+) -> Option<Vec<PacketInfo>> {
+    Some(match region {
+        None => packets.clone(),
+        Some((start, size)) => packets
+            .iter()
+            .filter(|p| p.offset as usize >= start && p.range().end <= start + size)
+            .map(|p| PacketInfo {
+                offset: (p.offset as usize - start) as u32,
+                ..*p
+            })
+            .collect(),
+    })
 }
 
 /// Calls `f` with each datagram's bytes of a batch buffer (one map for the batch).
@@ -150,123 +123,6 @@ pub fn for_each_packet(
         }
     }
     Some(n)
-}
-
-mod imp {
-    use super::*;
-    use std::sync::LazyLock;
-
-    pub type RawMeta = super::PacketBatchMeta;
-
-    pub(super) fn meta_api_get_type() -> glib::Type {
-        static TYPE: LazyLock<glib::Type> = LazyLock::new(|| {
-            // SAFETY: registering a meta API with a NUL-terminated name and an empty,
-            // NULL-terminated tag list, once.
-            unsafe {
-                let mut tags: [*const std::os::raw::c_char; 1] = [ptr::null()];
-                let t = from_glib(gst::ffi::gst_meta_api_type_register(
-                    c"FirehosePacketBatchMetaAPI".as_ptr(),
-                    tags.as_mut_ptr(),
-                ));
-                assert_ne!(t, glib::Type::INVALID);
-                t
-            }
-        });
-        *TYPE
-    }
-
-    unsafe extern "C" fn init(
-        meta: *mut gst::ffi::GstMeta,
-        params: glib::ffi::gpointer,
-        _buffer: *mut gst::ffi::GstBuffer,
-    ) -> glib::ffi::gboolean {
-        // SAFETY: GStreamer gives us uninitialised storage of size_of::<RawMeta>(); params
-        // is the ManuallyDrop<Vec> from PacketBatchMeta::add (or a clone in transform).
-        unsafe {
-            let meta = &mut *(meta as *mut RawMeta);
-            let packets = if params.is_null() {
-                Vec::new()
-            } else {
-                ptr::read(params as *const Vec<PacketInfo>)
-            };
-            ptr::write(&mut meta.packets, packets);
-        }
-        true.into_glib()
-    }
-
-    unsafe extern "C" fn free(meta: *mut gst::ffi::GstMeta, _buffer: *mut gst::ffi::GstBuffer) {
-        // SAFETY: init wrote a valid Vec; free runs once.
-        unsafe {
-            let meta = &mut *(meta as *mut RawMeta);
-            ptr::drop_in_place(&mut meta.packets);
-        }
-    }
-
-    unsafe extern "C" fn transform(
-        dest: *mut gst::ffi::GstBuffer,
-        meta: *mut gst::ffi::GstMeta,
-        _buffer: *mut gst::ffi::GstBuffer,
-        type_: glib::ffi::GQuark,
-        data: glib::ffi::gpointer,
-    ) -> glib::ffi::gboolean {
-        // SAFETY: called by GStreamer with a valid source meta; for the copy transform
-        // `data` is a GstMetaTransformCopy. Offsets are rebased for region copies and
-        // datagrams not wholly inside the region are left out.
-        unsafe {
-            if from_glib::<_, glib::Quark>(type_) != glib::Quark::from_str("gst-copy") {
-                return false.into_glib();
-            }
-            let src = &*(meta as *const RawMeta);
-            let copy = &*(data as *const gst::ffi::GstMetaTransformCopy);
-            let packets: Vec<PacketInfo> = if copy.region == glib::ffi::GFALSE {
-                src.packets.clone()
-            } else {
-                let (start, size) = (copy.offset, copy.size);
-                src.packets
-                    .iter()
-                    .filter(|p| p.offset as usize >= start && p.range().end <= start + size)
-                    .map(|p| PacketInfo {
-                        offset: (p.offset as usize - start) as u32,
-                        ..*p
-                    })
-                    .collect()
-            };
-            let mut params = std::mem::ManuallyDrop::new(packets);
-            let m = gst::ffi::gst_buffer_add_meta(
-                dest,
-                meta_info(),
-                &mut *params as *mut Vec<PacketInfo> as glib::ffi::gpointer,
-            );
-            (!m.is_null()).into_glib()
-        }
-    }
-
-    pub(super) fn meta_info() -> *const gst::ffi::GstMetaInfo {
-        struct MetaInfo(ptr::NonNull<gst::ffi::GstMetaInfo>);
-        // SAFETY: GstMetaInfo is immutable after registration.
-        unsafe impl Send for MetaInfo {}
-        // SAFETY: as above.
-        unsafe impl Sync for MetaInfo {}
-
-        static INFO: LazyLock<MetaInfo> = LazyLock::new(|| {
-            // SAFETY: registers the implementation for our API type once, with functions
-            // matching the RawMeta layout.
-            unsafe {
-                MetaInfo(
-                    ptr::NonNull::new(gst::ffi::gst_meta_register(
-                        meta_api_get_type().into_glib(),
-                        c"FirehosePacketBatchMeta".as_ptr(),
-                        std::mem::size_of::<RawMeta>(),
-                        Some(init),
-                        Some(free),
-                        Some(transform),
-                    ) as *mut gst::ffi::GstMetaInfo)
-                    .expect("gst_meta_register failed"),
-                )
-            }
-        });
-        INFO.0.as_ptr()
-    }
 }
 
 #[cfg(test)]

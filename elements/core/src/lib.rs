@@ -19,10 +19,14 @@ pub mod batch;
 pub mod caps;
 pub mod gstmem;
 pub mod memory;
+pub mod meta;
 pub mod pace;
 pub mod pool;
 pub mod props;
 pub mod stats;
+
+#[doc(hidden)]
+pub use gst as __gst;
 
 pub use arena::SlotArena;
 pub use batch::{PacketAddr, PacketBatchMeta, PacketInfo};
