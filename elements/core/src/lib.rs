@@ -18,6 +18,7 @@ pub mod arena;
 pub mod batch;
 pub mod caps;
 pub mod gstmem;
+pub mod handler;
 pub mod memory;
 pub mod meta;
 pub mod pace;
