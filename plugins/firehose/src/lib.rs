@@ -9,6 +9,8 @@ use gst::glib;
 fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     firehose_net::register(plugin)?;
     firehose_testkit::register(plugin)?;
+    firehose_spead::register(plugin)?;
+    firehose_depay::register(plugin)?;
     Ok(())
 }
 
