@@ -121,6 +121,29 @@ pub fn is_stats_message(msg: &gst::MessageRef) -> bool {
     }
 }
 
+/// Default `stats-interval`: one message a second.
+pub const DEFAULT_INTERVAL_MS: u32 = 1000;
+
+/// The two properties every Firehose element has: the read-only `stats` structure
+/// (`counters` lists its fields, for the property's description) and `stats-interval`.
+pub fn properties(counters: &str) -> [gst::glib::ParamSpec; 2] {
+    use gst::glib;
+    use gst::prelude::*;
+    [
+        glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
+            .nick("Statistics")
+            .blurb(&format!("Counters (a {STRUCTURE_NAME} structure): {counters}"))
+            .read_only()
+            .build(),
+        glib::ParamSpecUInt::builder("stats-interval")
+            .nick("Statistics interval")
+            .blurb("Milliseconds between firehose-stats element messages (0 = none)")
+            .default_value(DEFAULT_INTERVAL_MS)
+            .mutable_ready()
+            .build(),
+    ]
+}
+
 /// Decides when the next periodic stats message is due; checked once per batch.
 #[derive(Debug)]
 pub struct StatsTimer {

@@ -28,7 +28,6 @@ const DEFAULT_PORT: i32 = 5004;
 const DEFAULT_BURST: u32 = 65536;
 const DEFAULT_TTL: i32 = 64;
 const DEFAULT_TTL_MC: i32 = 1;
-const DEFAULT_STATS_INTERVAL: u32 = 1000;
 
 #[derive(Debug, Clone)]
 struct Settings {
@@ -64,7 +63,7 @@ impl Default for Settings {
             bind_address: None,
             bind_port: 0,
             buffer_size: 0,
-            stats_interval: DEFAULT_STATS_INTERVAL,
+            stats_interval: firehose_core::stats::DEFAULT_INTERVAL_MS,
         }
     }
 }
@@ -269,7 +268,7 @@ impl ObjectSubclass for UdpSink {
 impl ObjectImpl for UdpSink {
     fn properties() -> &'static [glib::ParamSpec] {
         static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            vec![
+            let mut v = vec![
                 glib::ParamSpecString::builder("host")
                     .nick("Host")
                     .blurb("Address or name to send to (unless clients is set)")
@@ -363,21 +362,11 @@ impl ObjectImpl for UdpSink {
                     .default_value(0)
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
-                    .nick("Statistics")
-                    .blurb(
-                        "packets-sent, bytes-sent, batches, send-errors, gso-sends, \
-                            gso-fallbacks",
-                    )
-                    .read_only()
-                    .build(),
-                glib::ParamSpecUInt::builder("stats-interval")
-                    .nick("Statistics interval")
-                    .blurb("Milliseconds between stats element messages (0 = none)")
-                    .default_value(DEFAULT_STATS_INTERVAL)
-                    .mutable_ready()
-                    .build(),
-            ]
+            ];
+            v.extend(firehose_core::stats::properties(
+                "packets-sent, bytes-sent, batches, send-errors, gso-sends, gso-fallbacks",
+            ));
+            v
         });
         PROPS.as_ref()
     }

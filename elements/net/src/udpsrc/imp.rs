@@ -32,7 +32,6 @@ const DEFAULT_BUFFER_SIZE: u32 = 8 << 20;
 const DEFAULT_BATCH_SIZE: u32 = 64;
 const DEFAULT_MAX_PACKET_SIZE: u32 = 9216;
 const DEFAULT_POOL_SIZE: u64 = 64 << 20;
-const DEFAULT_STATS_INTERVAL: u32 = 1000;
 
 #[derive(Debug, Clone)]
 struct Settings {
@@ -72,7 +71,7 @@ impl Default for Settings {
             when_full: WhenFull::Drop,
             hugepages: Hugepages::Auto,
             pool_size: DEFAULT_POOL_SIZE,
-            stats_interval: DEFAULT_STATS_INTERVAL,
+            stats_interval: firehose_core::stats::DEFAULT_INTERVAL_MS,
         }
     }
 }
@@ -252,7 +251,7 @@ impl ObjectSubclass for UdpSrc {
 impl ObjectImpl for UdpSrc {
     fn properties() -> &'static [glib::ParamSpec] {
         static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            vec![
+            let mut v = vec![
                 glib::ParamSpecString::builder("address")
                     .nick("Address")
                     .blurb("Local address or multicast group to receive on (IPv4 or IPv6)")
@@ -345,18 +344,11 @@ impl ObjectImpl for UdpSrc {
                     .default_value(DEFAULT_POOL_SIZE)
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecUInt::builder("stats-interval")
-                    .nick("Stats interval")
-                    .blurb("Milliseconds between firehose-stats element messages (0 = none)")
-                    .default_value(DEFAULT_STATS_INTERVAL)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
-                    .nick("Statistics")
-                    .blurb("Counters: packets, bytes, batches, drops-kernel, drops-pool, truncated, empty, pool-*")
-                    .read_only()
-                    .build(),
-            ]
+            ];
+            v.extend(firehose_core::stats::properties(
+                "packets, bytes, batches, drops-kernel, drops-pool, truncated, empty, pool-*",
+            ));
+            v
         });
         PROPS.as_ref()
     }

@@ -22,7 +22,6 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     )
 });
 
-const DEFAULT_STATS_INTERVAL: u32 = 1000;
 /// Corruptions described in the log before going quiet (they are all counted).
 const CORRUPTIONS_LOGGED: u32 = 10;
 
@@ -38,7 +37,7 @@ impl Default for Settings {
         Self {
             expected_packets: 0,
             first_seq: 0,
-            stats_interval: DEFAULT_STATS_INTERVAL,
+            stats_interval: firehose_core::stats::DEFAULT_INTERVAL_MS,
         }
     }
 }
@@ -175,7 +174,7 @@ impl ObjectSubclass for FhCheck {
 impl ObjectImpl for FhCheck {
     fn properties() -> &'static [glib::ParamSpec] {
         static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            vec![
+            let mut v = vec![
                 glib::ParamSpecUInt64::builder("expected-packets")
                     .nick("Expected packets")
                     .blurb("Packets the source sends; those missing at EOS count as lost (0 = unknown)")
@@ -186,18 +185,11 @@ impl ObjectImpl for FhCheck {
                     .blurb("Sequence number of the first packet the source sends")
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
-                    .nick("Statistics")
-                    .blurb("packets, bytes, lost, duplicated, reordered, corrupted, late")
-                    .read_only()
-                    .build(),
-                glib::ParamSpecUInt::builder("stats-interval")
-                    .nick("Statistics interval")
-                    .blurb("Milliseconds between stats element messages (0 = off)")
-                    .default_value(DEFAULT_STATS_INTERVAL)
-                    .mutable_ready()
-                    .build(),
-            ]
+            ];
+            v.extend(firehose_core::stats::properties(
+                "packets, bytes, lost, duplicated, reordered, corrupted, late",
+            ));
+            v
         });
         PROPS.as_ref()
     }

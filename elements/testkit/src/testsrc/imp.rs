@@ -30,7 +30,6 @@ const DEFAULT_PACKET_SIZE: u32 = 1472;
 const MAX_PACKET_SIZE: u32 = 65507;
 const DEFAULT_BATCH_SIZE: u32 = 64;
 const MAX_BATCH_SIZE: u32 = 65536;
-const DEFAULT_STATS_INTERVAL: u32 = 1000;
 /// Batches in flight at once: enough for a queue downstream to smooth over hiccups,
 /// few enough that the pool stays small.
 const POOL_SLOTS: usize = 8;
@@ -57,7 +56,7 @@ impl Default for Settings {
             rate: 0,
             num_packets: 0,
             first_seq: 0,
-            stats_interval: DEFAULT_STATS_INTERVAL,
+            stats_interval: firehose_core::stats::DEFAULT_INTERVAL_MS,
         }
     }
 }
@@ -174,7 +173,7 @@ impl ObjectSubclass for FhTestSrc {
 impl ObjectImpl for FhTestSrc {
     fn properties() -> &'static [glib::ParamSpec] {
         static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            vec![
+            let mut v = vec![
                 glib::ParamSpecUInt::builder("packet-size")
                     .nick("Packet size")
                     .blurb("Bytes per test packet (header included)")
@@ -206,18 +205,11 @@ impl ObjectImpl for FhTestSrc {
                     .blurb("Sequence number of the first packet")
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
-                    .nick("Statistics")
-                    .blurb("packets, bytes, batches and pool counters")
-                    .read_only()
-                    .build(),
-                glib::ParamSpecUInt::builder("stats-interval")
-                    .nick("Statistics interval")
-                    .blurb("Milliseconds between stats element messages (0 = off)")
-                    .default_value(DEFAULT_STATS_INTERVAL)
-                    .mutable_ready()
-                    .build(),
-            ]
+            ];
+            v.extend(firehose_core::stats::properties(
+                "packets, bytes, batches and pool counters",
+            ));
+            v
         });
         PROPS.as_ref()
     }
