@@ -11,6 +11,7 @@ fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     firehose_testkit::register(plugin)?;
     firehose_spead::register(plugin)?;
     firehose_depay::register(plugin)?;
+    firehose_record::register(plugin)?;
     Ok(())
 }
 
