@@ -11,3 +11,14 @@ pub const CHUNK: &str = "application/x-firehose-chunk";
 pub fn packets_caps() -> gst::Caps {
     gst::Caps::new_empty_simple(PACKETS)
 }
+
+/// Caps for chunks of `slots_per_chunk` slots of `slot_size` bytes (fields
+/// `slots-per-chunk` and `slot-size`, so a consumer can size its buffers before the first
+/// chunk; values above `i32::MAX` are clamped, as caps integers are 32-bit).
+pub fn chunk_caps(slots_per_chunk: usize, slot_size: usize) -> gst::Caps {
+    let int = |v: usize| i32::try_from(v).unwrap_or(i32::MAX);
+    gst::Caps::builder(CHUNK)
+        .field("slots-per-chunk", int(slots_per_chunk))
+        .field("slot-size", int(slot_size))
+        .build()
+}

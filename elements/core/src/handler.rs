@@ -7,7 +7,7 @@
 //! 1. [`PacketHandler::parse`]: which message the packet belongs to and where its payload
 //!    goes in that message (`None`: malformed, counted and dropped);
 //! 2. on the first packet seen of a message, [`PacketHandler::header`]: which chunk and
-//!    which slot of it the message goes to, or drop;
+//!    which slot of it the message goes to, or drop, or end the stream;
 //! 3. [`PacketHandler::payload`]: copy (or transform) the payload into its place;
 //! 4. when the message is complete or evicted, [`PacketHandler::completion`]: whether to
 //!    mark it present.
@@ -15,7 +15,8 @@
 //! Handlers run on the receive path: they must not allocate or make system calls.
 //! Handlers are created by name through a process-wide registry ([`register_handler`],
 //! [`create_handler`]) from a configuration given as a `gst::Structure`, so a generic
-//! element (`fhdepay handler=…`) can host any of them.
+//! element (`fhdepay handler=…`) can host any of them. The engine is
+//! [`crate::chunk::ChunkAssembler`]; `docs/handlers.md` shows how to write a handler.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -46,6 +47,9 @@ pub enum Placement {
     },
     /// Not wanted: every packet of the message is dropped and counted.
     Drop,
+    /// The stream ends with this message (e.g. a SPEAD stop heap): the engine drops it,
+    /// emits every open chunk and reports the end, so the host can send EOS.
+    End,
 }
 
 /// How a message ended, for [`PacketHandler::completion`].
@@ -85,7 +89,15 @@ pub trait PacketHandler: Send + 'static {
     }
 }
 
-/// Builds a handler from its configuration (the handler's own fields in a structure).
+/// Field a host sets in every handler configuration before calling the factory: the
+/// engine's slots per chunk (`u32`), which a handler needs to turn a message number
+/// into (chunk, index). Hosts overwrite any value the user gave, so the two agree.
+pub const CONFIG_SLOTS_PER_CHUNK: &str = "slots-per-chunk";
+/// Field a host sets in every handler configuration: the engine's bytes per slot (`u32`).
+pub const CONFIG_SLOT_SIZE: &str = "slot-size";
+
+/// Builds a handler from its configuration (the handler's own fields in a structure,
+/// plus [`CONFIG_SLOTS_PER_CHUNK`] and [`CONFIG_SLOT_SIZE`] set by the host).
 pub type HandlerFactory = fn(&gst::StructureRef) -> Result<Box<dyn PacketHandler>, String>;
 
 static REGISTRY: LazyLock<Mutex<HashMap<&'static str, HandlerFactory>>> =
@@ -129,6 +141,60 @@ pub fn handler_names() -> Vec<&'static str> {
         .collect();
     v.sort_unstable();
     v
+}
+
+/// Reads a non-negative integer field of a handler configuration, whatever type the
+/// structure parser gave it (`offset=8`, `place-item=0x1600`, `step=(guint64)…`, or a
+/// quoted `"0x…"`); `Ok(None)` when the field is absent.
+pub fn config_u64(config: &gst::StructureRef, key: &str) -> Result<Option<u64>, String> {
+    let Ok(v) = config.value(key) else {
+        return Ok(None);
+    };
+    let bad = || {
+        format!(
+            "{}: {key} must be a non-negative integer, not {v:?}",
+            config.name()
+        )
+    };
+    let n = if let Ok(x) = v.get::<i32>() {
+        u64::try_from(x).ok()
+    } else if let Ok(x) = v.get::<u32>() {
+        Some(x.into())
+    } else if let Ok(x) = v.get::<i64>() {
+        u64::try_from(x).ok()
+    } else if let Ok(x) = v.get::<u64>() {
+        Some(x)
+    } else if let Ok(x) = v.get::<f64>() {
+        // Integers too large for an int are parsed as doubles (hex included).
+        (x >= 0.0 && x.fract() == 0.0 && x < 2f64.powi(53)).then_some(x as u64)
+    } else if let Ok(s) = v.get::<String>() {
+        let s = s.trim();
+        match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+            Some(hex) => u64::from_str_radix(hex, 16).ok(),
+            None => s.parse().ok(),
+        }
+    } else {
+        None
+    };
+    n.map(Some).ok_or_else(bad)
+}
+
+/// Fails, naming the field and the accepted ones, when `config` has a field not in
+/// `allowed` (a misspelt key must not be silently ignored). The host's
+/// [`CONFIG_SLOTS_PER_CHUNK`] and [`CONFIG_SLOT_SIZE`] are always allowed.
+pub fn check_fields(config: &gst::StructureRef, allowed: &[&str]) -> Result<(), String> {
+    for field in config.fields() {
+        let field = field.as_str();
+        if field != CONFIG_SLOTS_PER_CHUNK && field != CONFIG_SLOT_SIZE && !allowed.contains(&field)
+        {
+            return Err(format!(
+                "{}: unknown field '{field}' (accepted: {})",
+                config.name(),
+                allowed.join(", ")
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -177,5 +243,25 @@ mod tests {
         assert!(handler_names().contains(&"toy-test"));
         let err = create_handler("nope", &cfg).err().unwrap();
         assert!(err.contains("toy-test"), "{err}");
+    }
+
+    #[test]
+    fn config_integers_in_every_spelling() {
+        gst::init().unwrap();
+        let s: gst::Structure =
+            "x,a=8,b=0x1600,c=(guint64)18446744073709551615,d=(string)\"0xff\",e=0x100000000,f=-1,g=abc"
+                .parse()
+                .unwrap();
+        assert_eq!(config_u64(&s, "a"), Ok(Some(8)));
+        assert_eq!(config_u64(&s, "b"), Ok(Some(0x1600)));
+        assert_eq!(config_u64(&s, "c"), Ok(Some(u64::MAX)));
+        assert_eq!(config_u64(&s, "d"), Ok(Some(255)));
+        assert_eq!(config_u64(&s, "e"), Ok(Some(1 << 32)));
+        assert_eq!(config_u64(&s, "zz"), Ok(None));
+        assert!(config_u64(&s, "f").unwrap_err().contains("f must be"));
+        assert!(config_u64(&s, "g").is_err());
+        assert!(check_fields(&s, &["a", "b", "c", "d", "e", "f", "g"]).is_ok());
+        let err = check_fields(&s, &["a"]).unwrap_err();
+        assert!(err.contains("unknown field 'b'"), "{err}");
     }
 }

@@ -9,7 +9,9 @@
 //! - [`stats`]: the shared statistics counters, their names and their `gst::Structure`;
 //! - [`pace`]: drift-free rate pacing, the nominal time of each byte of a paced stream,
 //!   and the interruptible sleep an element's `unlock()` cuts short;
-//! - [`caps`]: caps names.
+//! - [`caps`]: caps names;
+//! - [`handler`] and [`chunk`]: packet handlers (the sPIN model) and the chunk engine
+//!   that drives them, placing messages by index into pooled chunks.
 //!
 //! [`memory`], [`pool`], [`pace`] and the plain parts of [`batch`] and [`stats`] use no
 //! GStreamer types, so engines built on them can be tested and benchmarked alone.
@@ -17,6 +19,7 @@
 pub mod arena;
 pub mod batch;
 pub mod caps;
+pub mod chunk;
 pub mod gstmem;
 pub mod handler;
 pub mod memory;

@@ -67,6 +67,30 @@ pub mod names {
     pub const POOL_EXHAUSTED: &str = "pool-exhausted";
     /// Slots in the pool.
     pub const POOL_SLOTS: &str = "pool-slots";
+    /// Chunks emitted with at least one slot absent (chunk engines).
+    pub const CHUNKS_INCOMPLETE: &str = "chunks-incomplete";
+    /// Packets for a chunk that had already left the window, or for a message already
+    /// ended incomplete (chunk engines).
+    pub const TOO_OLD: &str = "too-old";
+    /// Packets of messages the packet handler chose not to place (chunk engines).
+    pub const DROPS_HANDLER: &str = "drops-handler";
+    /// Times a chunk engine started its window again after a window's worth of
+    /// messages in a row were too old, i.e. the sender restarted its counter (chunk
+    /// engines).
+    pub const RESYNCS: &str = "resyncs";
+    /// Packets (or buffers) a recorder dropped because the disk fell behind (recorders).
+    pub const DROPS_DISK: &str = "drops-disk";
+    /// Files opened so far (recorders).
+    pub const FILES: &str = "files";
+    /// Longest single disk write, in microseconds (recorders).
+    pub const WRITE_LATENCY_MAX_US: &str = "write-latency-max-us";
+    /// Packets not delivered because they did not match the filter (replay sources).
+    pub const FILTERED: &str = "filtered";
+    /// Packets of heaps larger than `max-heap-size` (heap reassembly).
+    pub const TOO_LARGE: &str = "too-large";
+    /// Packets dropped because they did not continue their heap in order, or came after
+    /// their heap was given up (heap reassembly).
+    pub const OUT_OF_ORDER_DROPPED: &str = "out-of-order-dropped";
 }
 
 /// A monotonically increasing counter, updated from the streaming thread and read from
@@ -132,7 +156,9 @@ pub fn properties(counters: &str) -> [gst::glib::ParamSpec; 2] {
     [
         glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
             .nick("Statistics")
-            .blurb(&format!("Counters (a {STRUCTURE_NAME} structure): {counters}"))
+            .blurb(&format!(
+                "Counters (a {STRUCTURE_NAME} structure): {counters}"
+            ))
             .read_only()
             .build(),
         glib::ParamSpecUInt::builder("stats-interval")

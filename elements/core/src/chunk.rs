@@ -1,0 +1,537 @@
+//! The chunk engine: places messages (SPEAD heaps, numbered FPGA packets, …) by index
+//! into large pooled chunks, driven by a [`PacketHandler`].
+//!
+//! A chunk is one pool slot of `slots_per_chunk × slot_size` bytes; slot `i` holds the
+//! message the handler placed at index `i`. For every packet the [`ChunkAssembler`]
+//! 1. asks the handler to [`parse`](PacketHandler::parse) it (`None`: `malformed`);
+//! 2. looks the message up in a fixed-size in-flight table; on its first packet asks the
+//!    handler for a [`header`](PacketHandler::header) placement:
+//!    - a chunk older than the window (`max_chunks` consecutive chunk ids ending at the
+//!      newest seen) → dropped, `too-old`; a whole window's worth of such messages in a
+//!      row means the sender restarted its counter, and the window starts again
+//!      (`resyncs`);
+//!    - a chunk newer than the newest → the window advances and chunks that fall out of
+//!      it are emitted, oldest first;
+//!    - [`Placement::Drop`] → `drops-handler`; [`Placement::End`] → every open chunk is
+//!      emitted and [`Flow::End`] returned;
+//! 3. lets the handler write the [`payload`](PacketHandler::payload) straight into the
+//!    chunk at `index × slot_size + message_offset`, after checking it fits the slot
+//!    (anything that would overflow is `malformed` and never written);
+//! 4. counts the message's bytes; when they reach its length, asks
+//!    [`completion`](PacketHandler::completion) whether to set its presence bit. Messages
+//!    still open when their chunk leaves the window end incomplete (`heaps-incomplete`).
+//!
+//! Chunks get their pool slot when their first message is placed (so a wholly lost
+//! chunk is never emitted: its id is missing downstream) and are emitted as
+//! [`FinishedChunk`]s, which become `gst::Buffer`s with a [`ChunkMeta`] without a copy.
+//!
+//! Nothing on the per-packet path allocates or locks: the table, the slot states and the
+//! presence bits are allocated once; the pool lock is taken once per chunk. Every packet
+//! is either written (`packets`) or counted in exactly one of `malformed`, `too-old`,
+//! `duplicated`, `drops-handler` and `drops-pool`.
+
+mod config;
+mod meta;
+mod table;
+#[cfg(test)]
+mod tests;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use config::{ChunkConfig, ChunkStats, Flow};
+pub use meta::{ChunkInfo, ChunkMeta, FinishedChunk};
+
+use crate::handler::{MessageEnd, PacketFacts, PacketHandler, Placement};
+use crate::pool::{Slot, SlotPool};
+use table::{DropReason, FifoRing, MessageTable, Route};
+
+/// What one slot of an open chunk holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SlotStatus {
+    Empty,
+    Open,
+    Ended { present: bool, complete: bool },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct SlotState {
+    status: SlotStatus,
+    message_id: u64,
+    bytes: usize,
+    len: Option<usize>,
+}
+
+const EMPTY_SLOT: SlotState = SlotState {
+    status: SlotStatus::Empty,
+    message_id: 0,
+    bytes: 0,
+    len: None,
+};
+
+/// A chunk in the window.
+struct OpenChunk {
+    id: u64,
+    /// `None` when the pool had no free slot: its packets count as `drops-pool`.
+    slot: Option<Slot>,
+    opened_at: Option<u64>,
+    packets: u64,
+    bytes: u64,
+}
+
+/// Why a placement did not give a slot.
+enum Unplaced {
+    Drop(DropReason),
+    End,
+}
+
+/// Places the packets of a stream into chunks with a [`PacketHandler`].
+pub struct ChunkAssembler {
+    cfg: ChunkConfig,
+    handler: Box<dyn PacketHandler>,
+    pool: SlotPool,
+    /// `Some`: wait for a free pool slot (until the flag is set) instead of dropping.
+    block: Option<Arc<AtomicBool>>,
+    /// Open chunks, at `chunk_id % max_chunks` (ids in the window are consecutive).
+    window: Vec<Option<OpenChunk>>,
+    /// Slot states: window entry `w`'s slots at `w × slots_per_chunk ..`.
+    states: Vec<SlotState>,
+    /// Per-packet presence bits, `words_per_chunk` words per window entry.
+    packet_bits: Vec<u64>,
+    words_per_chunk: usize,
+    packets_per_slot: usize,
+    /// The newest chunk id placed so far.
+    head: Option<u64>,
+    table: MessageTable,
+    in_flight: FifoRing,
+    dropped: FifoRing,
+    stamp: u64,
+    clock: Option<u64>,
+    ended: bool,
+    /// Messages placed too old in a row (see [`ChunkStats::resyncs`]).
+    stale_run: usize,
+    stats: ChunkStats,
+}
+
+impl std::fmt::Debug for ChunkAssembler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkAssembler")
+            .field("config", &self.cfg)
+            .field("head", &self.head)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChunkAssembler {
+    /// An engine placing with `handler` into chunks from `pool`, whose slots must hold
+    /// at least [`ChunkConfig::chunk_bytes`].
+    pub fn new(
+        cfg: ChunkConfig,
+        handler: Box<dyn PacketHandler>,
+        pool: SlotPool,
+    ) -> Result<Self, String> {
+        cfg.validate()?;
+        if pool.slot_size() < cfg.chunk_bytes() {
+            return Err(format!(
+                "pool slots of {} bytes cannot hold a chunk of {} bytes",
+                pool.slot_size(),
+                cfg.chunk_bytes()
+            ));
+        }
+        let packets_per_slot = cfg.packets_per_slot();
+        let words_per_chunk = (cfg.slots_per_chunk * packets_per_slot).div_ceil(64);
+        Ok(Self {
+            window: (0..cfg.max_chunks).map(|_| None).collect(),
+            states: vec![EMPTY_SLOT; cfg.max_chunks * cfg.slots_per_chunk],
+            packet_bits: vec![0; cfg.max_chunks * words_per_chunk],
+            words_per_chunk,
+            packets_per_slot,
+            head: None,
+            table: MessageTable::new(2 * cfg.max_messages),
+            in_flight: FifoRing::new(cfg.max_messages),
+            dropped: FifoRing::new(cfg.max_messages),
+            stamp: 0,
+            clock: None,
+            ended: false,
+            stale_run: 0,
+            stats: ChunkStats::default(),
+            block: None,
+            handler,
+            pool,
+            cfg,
+        })
+    }
+
+    /// Waits for a free pool slot when a chunk opens, until `cancel` is set (then, and
+    /// with `None`, the chunk's packets are dropped as `drops-pool`).
+    pub fn set_blocking(&mut self, cancel: Option<Arc<AtomicBool>>) {
+        self.block = cancel;
+    }
+
+    /// Sets the clock value recorded by chunks opened from now on (e.g. the running time
+    /// of the current input buffer, in nanoseconds).
+    pub fn set_clock(&mut self, now: Option<u64>) {
+        self.clock = now;
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ChunkConfig {
+        &self.cfg
+    }
+
+    /// The pool chunks come from.
+    pub fn pool(&self) -> &SlotPool {
+        &self.pool
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> ChunkStats {
+        self.stats
+    }
+
+    /// Feeds one packet; chunks that leave the window are appended to `out`, oldest
+    /// first.
+    pub fn push(&mut self, packet: &[u8], out: &mut Vec<FinishedChunk>) -> Flow {
+        if self.ended {
+            self.stats.drops_handler += 1;
+            return Flow::End;
+        }
+        let Some(facts) = self.handler.parse(packet) else {
+            self.stats.malformed += 1;
+            return Flow::Continue;
+        };
+        let pos = match self.table.get(facts.message_id) {
+            Some((Route::Slot(pos), _)) => pos as usize,
+            Some((Route::Dropped(reason), _)) => {
+                self.stats.count(reason);
+                return Flow::Continue;
+            }
+            None => match self.place(packet, &facts, out) {
+                Ok(pos) => pos,
+                Err(Unplaced::Drop(reason)) => {
+                    self.stats.count(reason);
+                    self.remember_drop(facts.message_id, reason);
+                    return Flow::Continue;
+                }
+                Err(Unplaced::End) => {
+                    // The ending message is the handler's to consume, not data.
+                    self.stats.drops_handler += 1;
+                    self.flush(out);
+                    self.ended = true;
+                    return Flow::End;
+                }
+            },
+        };
+        self.write(pos, packet, &facts);
+        Flow::Continue
+    }
+
+    /// Counts `n` packets the host could not hand over (e.g. a batch entry outside its
+    /// buffer) as `malformed`, so they are accounted like every other packet.
+    pub fn count_malformed(&mut self, n: u64) {
+        self.stats.malformed += n;
+    }
+
+    /// Emits every open chunk, oldest first (end of stream), and starts afresh.
+    pub fn flush(&mut self, out: &mut Vec<FinishedChunk>) {
+        if let Some(head) = self.head.take() {
+            let oldest = head.saturating_sub(self.cfg.max_chunks as u64 - 1);
+            for id in oldest..=head {
+                self.retire(id, Some(&mut *out));
+            }
+        }
+        self.forget();
+    }
+
+    /// Drops every open chunk unseen (a flush): their slots return to the pool.
+    pub fn reset(&mut self) {
+        if let Some(head) = self.head.take() {
+            let oldest = head.saturating_sub(self.cfg.max_chunks as u64 - 1);
+            for id in oldest..=head {
+                self.retire(id, None);
+            }
+        }
+        self.forget();
+        self.ended = false;
+    }
+
+    fn forget(&mut self) {
+        self.stale_run = 0;
+        self.table.clear();
+        self.in_flight.clear();
+        self.dropped.clear();
+    }
+
+    /// Too-old messages in a row that mean the sender restarted: a window's worth.
+    fn resync_after(&self) -> usize {
+        self.cfg.max_chunks * self.cfg.slots_per_chunk
+    }
+
+    /// First packet of a message: decides its slot and registers it.
+    fn place(
+        &mut self,
+        packet: &[u8],
+        facts: &PacketFacts,
+        out: &mut Vec<FinishedChunk>,
+    ) -> Result<usize, Unplaced> {
+        let (chunk_id, index) = match self.handler.header(packet, facts) {
+            Placement::Place { chunk_id, index } => (chunk_id, index),
+            Placement::Drop => return Err(Unplaced::Drop(DropReason::Handler)),
+            Placement::End => return Err(Unplaced::End),
+        };
+        if index >= self.cfg.slots_per_chunk
+            || facts.message_len.is_some_and(|l| l > self.cfg.slot_size)
+        {
+            return Err(Unplaced::Drop(DropReason::Malformed));
+        }
+        let w = match self.chunk(chunk_id, out) {
+            Ok(w) => w,
+            Err(DropReason::TooOld) if self.stale_run + 1 >= self.resync_after() => {
+                // A window's worth of messages in a row, all too old: the sender has
+                // restarted its counter. Without this every later message would be too
+                // old for ever; instead the window starts again from this one.
+                self.flush(out);
+                self.stats.resyncs += 1;
+                self.chunk(chunk_id, out).map_err(Unplaced::Drop)?
+            }
+            Err(reason) => {
+                if reason == DropReason::TooOld {
+                    self.stale_run += 1;
+                }
+                return Err(Unplaced::Drop(reason));
+            }
+        };
+        self.stale_run = 0;
+        let pos = w * self.cfg.slots_per_chunk + index;
+        let st = self.states[pos];
+        match st.status {
+            SlotStatus::Empty => {}
+            // Ended messages are no longer in the table; a packet of one lands here.
+            SlotStatus::Ended { complete, .. } if st.message_id == facts.message_id => {
+                return Err(Unplaced::Drop(if complete {
+                    DropReason::Duplicated
+                } else {
+                    DropReason::TooOld
+                }));
+            }
+            // Another message already has the slot: two senders, a wrapped counter or
+            // a placement that is not one-to-one.
+            _ => return Err(Unplaced::Drop(DropReason::Malformed)),
+        }
+        self.states[pos] = SlotState {
+            status: SlotStatus::Open,
+            message_id: facts.message_id,
+            bytes: 0,
+            len: facts.message_len,
+        };
+        self.stamp += 1;
+        self.table
+            .insert(facts.message_id, Route::Slot(pos as u32), self.stamp);
+        if let Some((key, stamp)) = self.in_flight.push((facts.message_id, self.stamp)) {
+            // One message too many in flight: the oldest still open ends here.
+            if let Some((Route::Slot(p), s)) = self.table.get(key) {
+                if s == stamp {
+                    self.end_message(p as usize, false);
+                }
+            }
+        }
+        Ok(pos)
+    }
+
+    /// Remembers a dropped message so its later packets are dropped without a new
+    /// placement (a handler may only be able to place from a message's first packet).
+    fn remember_drop(&mut self, message_id: u64, reason: DropReason) {
+        self.stamp += 1;
+        self.table
+            .insert(message_id, Route::Dropped(reason), self.stamp);
+        if let Some((key, stamp)) = self.dropped.push((message_id, self.stamp)) {
+            if let Some((Route::Dropped(_), s)) = self.table.get(key) {
+                if s == stamp {
+                    self.table.remove(key);
+                }
+            }
+        }
+    }
+
+    /// The window entry of `chunk_id`, advancing the window or opening it as needed.
+    fn chunk(&mut self, chunk_id: u64, out: &mut Vec<FinishedChunk>) -> Result<usize, DropReason> {
+        let max = self.cfg.max_chunks as u64;
+        let w = (chunk_id % max) as usize;
+        match self.head {
+            Some(head) if chunk_id <= head => {
+                if head - chunk_id >= max {
+                    return Err(DropReason::TooOld);
+                }
+                if let Some(open) = &self.window[w] {
+                    debug_assert_eq!(open.id, chunk_id, "window ids are consecutive");
+                    return if open.slot.is_some() {
+                        Ok(w)
+                    } else {
+                        Err(DropReason::Pool)
+                    };
+                }
+            }
+            Some(head) => {
+                // Every chunk that no longer fits behind the new head leaves, in order.
+                let keep_from = chunk_id - (max - 1).min(chunk_id);
+                let oldest = head.saturating_sub(max - 1);
+                for id in oldest..keep_from.min(head + 1) {
+                    self.retire(id, Some(&mut *out));
+                }
+                self.head = Some(chunk_id);
+            }
+            None => self.head = Some(chunk_id),
+        }
+        self.open(chunk_id, w)
+    }
+
+    fn open(&mut self, chunk_id: u64, w: usize) -> Result<usize, DropReason> {
+        let slot = match &self.block {
+            None => self.pool.try_acquire(),
+            Some(cancel) => self
+                .pool
+                .acquire_blocking(cancel, Duration::from_millis(100)),
+        };
+        let ok = slot.is_some();
+        self.window[w] = Some(OpenChunk {
+            id: chunk_id,
+            slot,
+            opened_at: self.clock,
+            packets: 0,
+            bytes: 0,
+        });
+        if ok {
+            Ok(w)
+        } else {
+            Err(DropReason::Pool)
+        }
+    }
+
+    /// Takes chunk `id` out of the window (if open): ends its open messages, then emits
+    /// it into `out` (or drops it with `None`).
+    fn retire(&mut self, id: u64, out: Option<&mut Vec<FinishedChunk>>) {
+        let w = (id % self.cfg.max_chunks as u64) as usize;
+        if self.window[w].as_ref().is_none_or(|c| c.id != id) {
+            return;
+        }
+        let spc = self.cfg.slots_per_chunk;
+        let mut present = vec![0u64; spc.div_ceil(64)];
+        let mut slots_present = 0;
+        for i in 0..spc {
+            let pos = w * spc + i;
+            if self.states[pos].status == SlotStatus::Open {
+                self.end_message(pos, false);
+            }
+            if let SlotStatus::Ended { present: true, .. } = self.states[pos].status {
+                present[i / 64] |= 1 << (i % 64);
+                slots_present += 1;
+            }
+            self.states[pos] = EMPTY_SLOT;
+        }
+        let bits = &mut self.packet_bits[w * self.words_per_chunk..(w + 1) * self.words_per_chunk];
+        let packet_present = bits.to_vec();
+        bits.fill(0);
+        let open = self.window[w].take().expect("checked above");
+        let (Some(mut slot), Some(out)) = (open.slot, out) else {
+            return;
+        };
+        slot.set_len(self.cfg.chunk_bytes());
+        self.stats.chunks += 1;
+        if slots_present < spc {
+            self.stats.chunks_incomplete += 1;
+        }
+        out.push(FinishedChunk {
+            slot,
+            info: ChunkInfo {
+                chunk_id: id,
+                slots: spc,
+                slot_size: self.cfg.slot_size,
+                present,
+                slots_present,
+                packets_per_slot: self.packets_per_slot,
+                packet_present,
+                packets: open.packets,
+                bytes: open.bytes,
+            },
+            opened_at: open.opened_at,
+        });
+    }
+
+    /// Writes one packet of the open message at `pos`.
+    fn write(&mut self, pos: usize, packet: &[u8], facts: &PacketFacts) {
+        let spc = self.cfg.slots_per_chunk;
+        let (w, index) = (pos / spc, pos % spc);
+        let st = &mut self.states[pos];
+        let n = facts.payload.len();
+        if st.len.is_none() {
+            st.len = facts.message_len.filter(|&l| l <= self.cfg.slot_size);
+        }
+        let end = facts.message_offset.checked_add(n);
+        let fits = facts.payload.start <= facts.payload.end
+            && facts.payload.end <= packet.len()
+            && end.is_some_and(|e| e <= self.cfg.slot_size && st.len.is_none_or(|l| e <= l));
+        if !fits {
+            self.stats.malformed += 1;
+            return;
+        }
+        // A packet seen twice: its presence bit is already set, or (without per-packet
+        // presence) it brings more bytes than the message holds. Without per-packet
+        // presence a repeated packet of an unfinished message is indistinguishable from
+        // a new one and counts towards the message's length.
+        let bit = (self.packets_per_slot > 0).then(|| {
+            let k = facts.message_offset / self.cfg.packet_payload_size;
+            w * self.words_per_chunk * 64 + index * self.packets_per_slot + k
+        });
+        let seen = bit.is_some_and(|b| self.packet_bits[b / 64] >> (b % 64) & 1 == 1);
+        if seen || st.len.is_some_and(|l| st.bytes + n > l) {
+            self.stats.duplicated += 1;
+            return;
+        }
+        let Some(open) = self.window[w].as_mut() else {
+            self.stats.malformed += 1;
+            return;
+        };
+        let Some(slot) = open.slot.as_mut() else {
+            self.stats.drops_pool += 1;
+            return;
+        };
+        let at = index * self.cfg.slot_size + facts.message_offset;
+        self.handler
+            .payload(packet, facts, &mut slot.as_mut_full()[at..at + n]);
+        open.packets += 1;
+        open.bytes += n as u64;
+        st.bytes += n;
+        self.stats.packets += 1;
+        self.stats.bytes += n as u64;
+        if let Some(b) = bit {
+            self.packet_bits[b / 64] |= 1 << (b % 64);
+        }
+        if st.len.is_some_and(|l| st.bytes >= l) {
+            self.end_message(pos, true);
+        }
+    }
+
+    /// Ends the open message at `pos`: the handler decides its presence.
+    fn end_message(&mut self, pos: usize, complete: bool) {
+        let spc = self.cfg.slots_per_chunk;
+        let st = self.states[pos];
+        let chunk_id = self.window[pos / spc].as_ref().map_or(0, |c| c.id);
+        let present = self.handler.completion(&MessageEnd {
+            message_id: st.message_id,
+            chunk_id,
+            index: pos % spc,
+            bytes_received: st.bytes,
+            message_len: st.len,
+            complete,
+        });
+        self.states[pos].status = SlotStatus::Ended { present, complete };
+        self.table.remove(st.message_id);
+        if complete {
+            self.stats.heaps += 1;
+        } else {
+            self.stats.heaps_incomplete += 1;
+        }
+    }
+}

@@ -1,0 +1,463 @@
+//! Engine tests with a toy handler.
+
+use super::*;
+use crate::handler::MessageEnd;
+use crate::HugepagePolicy;
+
+const SPC: usize = 4;
+const SLOT: usize = 16;
+
+/// A toy format: bytes 0..8 message id (LE), 8..10 message length (LE, 0xFFFF = not
+/// said), 10..12 offset in the message (LE), then the payload. Message `id` goes to chunk
+/// `id / SPC`, slot `id % SPC`; id 900 is dropped by the handler, id 1000 ends the stream.
+struct Toy {
+    /// Mark incomplete messages present when they got any byte (tests `completion`).
+    keep_partial: bool,
+}
+
+impl PacketHandler for Toy {
+    fn parse(&mut self, p: &[u8]) -> Option<PacketFacts> {
+        if p.len() < 12 {
+            return None;
+        }
+        let id = u64::from_le_bytes(p[..8].try_into().ok()?);
+        let len = u16::from_le_bytes([p[8], p[9]]);
+        let off = u16::from_le_bytes([p[10], p[11]]);
+        Some(PacketFacts {
+            message_id: id,
+            payload: 12..p.len(),
+            message_offset: off.into(),
+            message_len: (len != 0xFFFF).then_some(len.into()),
+        })
+    }
+
+    fn header(&mut self, _: &[u8], f: &PacketFacts) -> Placement {
+        match f.message_id {
+            900 => Placement::Drop,
+            1000 => Placement::End,
+            id => Placement::Place {
+                chunk_id: id / SPC as u64,
+                index: (id % SPC as u64) as usize,
+            },
+        }
+    }
+
+    fn completion(&mut self, end: &MessageEnd) -> bool {
+        end.complete || (self.keep_partial && end.bytes_received > 0)
+    }
+}
+
+fn pkt(id: u64, len: u16, off: u16, payload: &[u8]) -> Vec<u8> {
+    let mut v = id.to_le_bytes().to_vec();
+    v.extend(len.to_le_bytes());
+    v.extend(off.to_le_bytes());
+    v.extend(payload);
+    v
+}
+
+/// A one-packet message whose payload is `SLOT` copies of its id's low byte.
+fn whole(id: u64) -> Vec<u8> {
+    pkt(id, SLOT as u16, 0, &[id as u8; SLOT])
+}
+
+fn engine_with(cfg: ChunkConfig, pool_chunks: usize, keep_partial: bool) -> ChunkAssembler {
+    let pool = SlotPool::new(&cfg.pool_config(pool_chunks, HugepagePolicy::Off)).unwrap();
+    ChunkAssembler::new(cfg, Box::new(Toy { keep_partial }), pool).unwrap()
+}
+
+fn config(max_chunks: usize) -> ChunkConfig {
+    ChunkConfig {
+        slots_per_chunk: SPC,
+        slot_size: SLOT,
+        max_chunks,
+        max_messages: 8,
+        packet_payload_size: 0,
+    }
+}
+
+fn engine(max_chunks: usize) -> ChunkAssembler {
+    engine_with(config(max_chunks), 8, false)
+}
+
+/// Pushes every packet, then flushes; returns the emitted chunks.
+fn run(e: &mut ChunkAssembler, packets: &[Vec<u8>]) -> Vec<FinishedChunk> {
+    let mut out = Vec::new();
+    for p in packets {
+        assert_eq!(e.push(p, &mut out), Flow::Continue);
+    }
+    e.flush(&mut out);
+    out
+}
+
+fn ids(out: &[FinishedChunk]) -> Vec<u64> {
+    out.iter().map(|c| c.info.chunk_id).collect()
+}
+
+fn missing(c: &FinishedChunk) -> Vec<usize> {
+    c.info.missing().collect()
+}
+
+fn slot_bytes(c: &FinishedChunk, index: usize) -> &[u8] {
+    &c.slot.as_ref()[c.info.slot_range(index)]
+}
+
+#[test]
+fn messages_land_in_their_slots_and_chunks_leave_in_order() {
+    let mut e = engine(2);
+    let mut out = Vec::new();
+    for id in 0..8 {
+        e.push(&whole(id), &mut out);
+    }
+    assert!(
+        out.is_empty(),
+        "chunks 0 and 1 are both in a 2-chunk window"
+    );
+    e.push(&whole(8), &mut out);
+    assert_eq!(ids(&out), [0], "chunk 2 pushes chunk 0 out");
+    e.flush(&mut out);
+    assert_eq!(ids(&out), [0, 1, 2]);
+    for (c, chunk) in out.iter().enumerate() {
+        assert_eq!(chunk.slot.len(), SPC * SLOT);
+        for i in 0..SPC {
+            let id = (c * SPC + i) as u64;
+            if id <= 8 {
+                assert!(chunk.info.is_present(i));
+                assert!(slot_bytes(chunk, i).iter().all(|&b| b == id as u8));
+            }
+        }
+    }
+    assert!(out[0].info.is_complete() && out[1].info.is_complete());
+    assert_eq!(missing(&out[2]), [1, 2, 3]);
+    let s = e.stats();
+    assert_eq!(
+        (s.packets, s.heaps, s.chunks, s.chunks_incomplete),
+        (9, 9, 3, 1)
+    );
+    assert_eq!(s.bytes, 9 * SLOT as u64);
+}
+
+#[test]
+fn lost_messages_show_in_the_presence_bitmap() {
+    let mut e = engine(2);
+    let lost = [1u64, 6, 7, 9];
+    let packets: Vec<_> = (0..12).filter(|i| !lost.contains(i)).map(whole).collect();
+    let out = run(&mut e, &packets);
+    assert_eq!(ids(&out), [0, 1, 2]);
+    assert_eq!(missing(&out[0]), [1]);
+    assert_eq!(missing(&out[1]), [2, 3]);
+    assert_eq!(missing(&out[2]), [1]);
+    assert_eq!(out[1].info.slots_present, 2);
+    assert_eq!(e.stats().chunks_incomplete, 3);
+}
+
+#[test]
+fn a_wholly_lost_chunk_is_not_emitted() {
+    let mut e = engine(2);
+    let out = run(&mut e, &[whole(0), whole(9)]);
+    assert_eq!(ids(&out), [0, 2]);
+}
+
+#[test]
+fn reordering_within_the_window_is_placed_and_older_is_too_old() {
+    let mut e = engine(3);
+    // Chunk 2 opens before chunks 0 and 1 (also reordering at the very start).
+    let order = [8u64, 0, 4, 9, 1, 5];
+    let mut packets: Vec<_> = order.iter().map(|&i| whole(i)).collect();
+    packets.push(whole(12)); // chunk 3: chunk 0 leaves
+    packets.push(whole(2)); // chunk 0: too old now
+    let out = run(&mut e, &packets);
+    assert_eq!(ids(&out), [0, 1, 2, 3]);
+    assert_eq!(missing(&out[0]), [2, 3], "message 2 came too late");
+    assert_eq!(missing(&out[1]), [2, 3]);
+    let s = e.stats();
+    assert_eq!((s.too_old, s.packets), (1, 7));
+    assert_eq!(s.packets_seen(), packets.len() as u64);
+}
+
+#[test]
+fn a_big_jump_emits_the_whole_window() {
+    let mut e = engine(3);
+    let mut out = Vec::new();
+    for id in [0, 4, 8] {
+        e.push(&whole(id), &mut out);
+    }
+    e.push(&whole(4000), &mut out);
+    assert_eq!(ids(&out), [0, 1, 2]);
+    e.push(&whole(4), &mut out);
+    assert_eq!(e.stats().too_old, 1);
+}
+
+#[test]
+fn a_restarted_sender_resyncs_after_a_window_of_too_old_messages() {
+    let mut e = engine(2);
+    let mut packets: Vec<_> = (100..108).map(whole).collect(); // chunks 25, 26
+    packets.extend((0..12).map(whole)); // the sender starts again from 0
+    let out = run(&mut e, &packets);
+    // Messages 0..7 are too old; the 8th too-old one (a window: 2 × 4) restarts.
+    assert_eq!(ids(&out), [25, 26, 1, 2]);
+    assert_eq!(missing(&out[2]), [0, 1, 2]);
+    assert!(out[3].info.is_complete());
+    let s = e.stats();
+    assert_eq!((s.too_old, s.resyncs, s.packets), (7, 1, 13));
+}
+
+#[test]
+fn multi_packet_messages_complete_or_end_incomplete() {
+    let mut e = engine(2);
+    let packets = [
+        // Message 0: two halves, out of order.
+        pkt(0, 16, 8, b"BBBBBBBB"),
+        pkt(0, 16, 0, b"AAAAAAAA"),
+        // Message 1: only the first half.
+        pkt(1, 16, 0, b"CCCCCCCC"),
+        // Message 2: length never said; ends only with its chunk.
+        pkt(2, 0xFFFF, 0, b"DDDD"),
+    ];
+    let out = run(&mut e, &packets);
+    assert_eq!(ids(&out), [0]);
+    assert_eq!(slot_bytes(&out[0], 0), b"AAAAAAAABBBBBBBB");
+    assert_eq!(missing(&out[0]), [1, 2, 3]);
+    let s = e.stats();
+    assert_eq!((s.heaps, s.heaps_incomplete, s.packets), (1, 2, 4));
+}
+
+#[test]
+fn completion_decides_presence() {
+    let mut e = engine_with(config(2), 4, true);
+    let out = run(&mut e, &[pkt(1, 16, 0, b"half")]);
+    assert!(
+        out[0].info.is_present(1),
+        "the handler keeps partial messages"
+    );
+    assert_eq!(e.stats().heaps_incomplete, 1);
+}
+
+#[test]
+fn overflowing_payloads_are_malformed_and_never_written() {
+    let mut e = engine(2);
+    let packets = [
+        whole(1),
+        // 8 bytes at offset 12 of a 16-byte slot would spill into slot 1.
+        pkt(0, 0xFFFF, 12, b"XXXXXXXX"),
+        // Beyond the message's own length.
+        pkt(2, 8, 4, b"YYYYYYYY"),
+        // A message longer than a slot.
+        pkt(3, 17, 0, b"Z"),
+        // Too short to parse.
+        vec![1, 2, 3],
+    ];
+    let out = run(&mut e, &packets);
+    assert_eq!(slot_bytes(&out[0], 1), &[1u8; SLOT], "slot 1 untouched");
+    assert!(!slot_bytes(&out[0], 0).contains(&b'X'));
+    let s = e.stats();
+    assert_eq!((s.malformed, s.packets), (4, 1));
+}
+
+#[test]
+fn handler_drops_and_duplicates_are_counted() {
+    let mut e = engine(2);
+    let packets = [
+        pkt(900, 16, 0, b"dropped"),
+        pkt(900, 16, 7, b"again"),
+        whole(0),
+        whole(0),
+        pkt(1, 4, 0, b"ab"),
+        pkt(1, 4, 0, b"ab"),
+        pkt(1, 4, 2, b"cd"),
+    ];
+    let out = run(&mut e, &packets);
+    // Without per-packet presence, "ab" twice reaches the length: the message is
+    // complete early and "cd" comes after its end.
+    assert_eq!(&slot_bytes(&out[0], 1)[..2], b"ab");
+    let s = e.stats();
+    assert_eq!((s.drops_handler, s.duplicated, s.packets), (2, 2, 3));
+    assert_eq!(s.packets_seen(), packets.len() as u64);
+    assert_eq!(s.heaps, 2);
+}
+
+#[test]
+fn packet_presence_catches_a_repeated_packet() {
+    let mut cfg = config(2);
+    cfg.packet_payload_size = 2;
+    let mut e = engine_with(cfg, 4, false);
+    let packets = [
+        pkt(1, 4, 0, b"ab"),
+        pkt(1, 4, 0, b"ab"),
+        pkt(1, 4, 2, b"cd"),
+    ];
+    let out = run(&mut e, &packets);
+    assert_eq!(&slot_bytes(&out[0], 1)[..4], b"abcd");
+    assert!(out[0].info.is_present(1));
+    let s = e.stats();
+    assert_eq!((s.duplicated, s.packets, s.heaps), (1, 2, 1));
+}
+
+#[test]
+fn slot_collisions_and_bad_indices_are_malformed() {
+    struct Colliding;
+    impl PacketHandler for Colliding {
+        fn parse(&mut self, p: &[u8]) -> Option<PacketFacts> {
+            Some(PacketFacts {
+                message_id: p[0].into(),
+                payload: 1..p.len(),
+                message_offset: 0,
+                message_len: Some(p.len() - 1),
+            })
+        }
+        fn header(&mut self, p: &[u8], _: &PacketFacts) -> Placement {
+            // Every message to slot p[0] % 2, or to slot 99 for id 7.
+            let index = if p[0] == 7 { 99 } else { usize::from(p[0] % 2) };
+            Placement::Place { chunk_id: 0, index }
+        }
+    }
+    let cfg = config(2);
+    let pool = SlotPool::new(&cfg.pool_config(2, HugepagePolicy::Off)).unwrap();
+    let mut e = ChunkAssembler::new(cfg, Box::new(Colliding), pool).unwrap();
+    let out = run(&mut e, &[vec![0, 1], vec![2, 2], vec![7, 7], vec![1, 3]]);
+    assert_eq!(
+        &slot_bytes(&out[0], 0)[..1],
+        &[1],
+        "the first message keeps slot 0"
+    );
+    let s = e.stats();
+    assert_eq!((s.malformed, s.packets), (2, 2));
+}
+
+#[test]
+fn end_flushes_and_stops() {
+    let mut e = engine(2);
+    let mut out = Vec::new();
+    e.push(&whole(0), &mut out);
+    e.push(&whole(5), &mut out);
+    assert_eq!(e.push(&pkt(1000, 1, 0, &[0]), &mut out), Flow::End);
+    assert_eq!(ids(&out), [0, 1]);
+    assert_eq!(e.push(&whole(6), &mut out), Flow::End);
+    assert_eq!(e.stats().packets, 2);
+    assert_eq!(
+        e.stats().drops_handler,
+        2,
+        "the end packet and the one after"
+    );
+    e.reset();
+    assert_eq!(e.push(&whole(6), &mut out), Flow::Continue);
+}
+
+#[test]
+fn an_empty_pool_drops_the_chunk_and_counts_every_packet() {
+    let mut e = engine_with(config(2), 1, false);
+    let mut out = Vec::new();
+    e.push(&whole(0), &mut out);
+    for id in [4, 5, 6] {
+        e.push(&whole(id), &mut out);
+    }
+    assert_eq!(e.stats().drops_pool, 3);
+    e.flush(&mut out);
+    assert_eq!(ids(&out), [0]);
+    drop(out);
+    // The slot is back: the next chunk gets memory.
+    let out = run(&mut e, &[whole(8)]);
+    assert_eq!(ids(&out), [2]);
+    assert_eq!(
+        e.pool().stats().exhausted,
+        1,
+        "one lock per chunk, not per packet"
+    );
+}
+
+#[test]
+fn too_many_messages_in_flight_end_the_oldest() {
+    let mut cfg = config(2);
+    cfg.max_messages = 2;
+    let mut e = engine_with(cfg, 4, false);
+    let packets = [
+        pkt(0, 16, 0, b"a"),
+        pkt(1, 16, 0, b"b"),
+        pkt(2, 16, 0, b"c"), // message 0 ends incomplete here
+        pkt(0, 16, 1, b"a"), // too late for it
+        pkt(1, 16, 1, b"b"),
+    ];
+    let out = run(&mut e, &packets);
+    let s = e.stats();
+    assert_eq!((s.heaps_incomplete, s.too_old, s.packets), (3, 1, 4));
+    assert_eq!(&slot_bytes(&out[0], 1)[..2], b"bb");
+}
+
+#[test]
+fn packet_presence_marks_each_packet() {
+    let mut cfg = config(2);
+    cfg.packet_payload_size = 4; // 4 packets per 16-byte slot
+    let mut e = engine_with(cfg, 4, false);
+    let packets = [
+        pkt(0, 16, 0, b"0000"),
+        pkt(0, 16, 8, b"2222"),
+        pkt(0, 16, 12, b"3333"),
+        pkt(3, 8, 4, b"1111"),
+    ];
+    let out = run(&mut e, &packets);
+    let info = &out[0].info;
+    assert_eq!(info.packets_per_slot, 4);
+    let got: Vec<(usize, usize)> = (0..SPC)
+        .flat_map(|i| (0..4).map(move |k| (i, k)))
+        .filter(|&(i, k)| info.is_packet_present(i, k))
+        .collect();
+    assert_eq!(got, [(0, 0), (0, 2), (0, 3), (3, 1)]);
+    assert!(!info.is_present(0) && !info.is_present(3));
+}
+
+#[test]
+fn reset_and_drop_return_every_slot() {
+    let mut e = engine(3);
+    let mut out = Vec::new();
+    for id in [0, 4, 8, 12] {
+        e.push(&whole(id), &mut out);
+    }
+    let pool = e.pool().clone();
+    assert_eq!(pool.stats().in_use, 4, "3 open, 1 emitted");
+    e.reset();
+    assert_eq!(pool.stats().in_use, 1);
+    drop(out);
+    e.push(&whole(0), &mut Vec::new());
+    drop(e);
+    assert_eq!(pool.stats().in_use, 0);
+}
+
+#[test]
+fn bad_configs_are_refused() {
+    let pool = SlotPool::new(&config(2).pool_config(1, HugepagePolicy::Off)).unwrap();
+    let mut big = config(2);
+    big.slot_size = 1 << 20;
+    let err = ChunkAssembler::new(
+        big,
+        Box::new(Toy {
+            keep_partial: false,
+        }),
+        pool,
+    )
+    .unwrap_err();
+    assert!(err.contains("cannot hold"), "{err}");
+    let mut zero = config(2);
+    zero.max_chunks = 0;
+    assert!(zero.validate().is_err());
+}
+
+#[test]
+fn a_finished_chunk_becomes_a_buffer_with_its_meta() {
+    gst::init().unwrap();
+    let mut e = engine(2);
+    e.set_clock(Some(42));
+    let mut out = run(&mut e, &[whole(0), whole(2)]);
+    let chunk = out.pop().unwrap();
+    let ptr = chunk.slot.as_ref().as_ptr();
+    let buf = chunk.into_buffer();
+    assert_eq!(buf.pts(), Some(gst::ClockTime::from_nseconds(42)));
+    assert_eq!(buf.size(), SPC * SLOT);
+    assert_eq!(buf.map_readable().unwrap().as_ptr(), ptr, "no copy");
+    let copy = buf.copy();
+    let info = copy.meta::<ChunkMeta>().unwrap().info().clone();
+    assert_eq!(missing_of(&info), [1, 3]);
+    assert_eq!(info.packets, 2);
+}
+
+fn missing_of(info: &ChunkInfo) -> Vec<usize> {
+    info.missing().collect()
+}

@@ -1,0 +1,411 @@
+//! `fhdepay` implementation: a thin adapter from packet buffers to a
+//! [`ChunkAssembler`], and from its finished chunks to buffers.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::time::Instant;
+
+use firehose_core::chunk::{ChunkAssembler, ChunkStats, FinishedChunk, Flow};
+use firehose_core::props::WhenFull;
+use firehose_core::stats::{self, names, Counter, StatsTimer};
+use firehose_core::{caps as fcaps, handler, PacketBatchMeta, SlotPool};
+use gst::glib;
+use gst::prelude::*;
+use gst::subclass::prelude::*;
+
+use super::settings::{self, Settings};
+
+static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+    gst::DebugCategory::new(
+        "fhdepay",
+        gst::DebugColorFlags::empty(),
+        Some("Firehose depacketizer"),
+    )
+});
+
+struct State {
+    engine: ChunkAssembler,
+    caps: gst::Caps,
+    timer: StatsTimer,
+    /// The handler ended the stream; EOS has been sent downstream.
+    ended: bool,
+}
+
+pub struct FhDepay {
+    sinkpad: gst::Pad,
+    srcpad: gst::Pad,
+    settings: Mutex<Settings>,
+    state: Mutex<Option<State>>,
+    /// Kept after stop for the final `stats` read; slots held downstream keep its
+    /// memory alive.
+    pool: Mutex<Option<SlotPool>>,
+    /// Mirrors of the engine's counters, so `stats` never waits for the streaming thread.
+    counters: [Counter; ChunkStats::COUNT],
+    /// Set while flushing or stopping: cuts short a wait for a pool chunk.
+    flushing: Arc<AtomicBool>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl FhDepay {
+    fn stats(&self) -> gst::Structure {
+        let names = ChunkStats::default().fields().map(|(n, _)| n);
+        let mut fields: Vec<(&str, u64)> = names
+            .iter()
+            .zip(&self.counters)
+            .map(|(n, c)| (*n, c.get()))
+            .collect();
+        let pool = lock(&self.pool).clone();
+        let p = pool.as_ref().map(|p| p.stats()).unwrap_or_default();
+        fields.extend([
+            (names::POOL_SLOTS, p.slots as u64),
+            (names::POOL_IN_USE, p.in_use as u64),
+            (names::POOL_HIGH_WATER, p.high_water as u64),
+            (names::POOL_EXHAUSTED, p.exhausted),
+        ]);
+        let mut s = stats::structure(&fields);
+        if let Some(p) = pool {
+            s.set("memory", p.kind().as_str());
+        }
+        s
+    }
+
+    /// Copies the engine's counters to the atomics (once per buffer) and posts the
+    /// stats when due.
+    fn publish(&self, state: &mut State, force: bool) {
+        for (c, (_, v)) in self.counters.iter().zip(state.engine.stats().fields()) {
+            c.set(v);
+        }
+        if state.timer.due(Instant::now()) || force {
+            stats::post(self.obj().upcast_ref(), self.stats());
+        }
+    }
+
+    /// Feeds every packet of `buf` to the engine.
+    fn feed(state: &mut State, buf: &gst::BufferRef, out: &mut Vec<FinishedChunk>) -> Flow {
+        let engine = &mut state.engine;
+        engine.set_clock(buf.pts().map(gst::ClockTime::nseconds));
+        let Ok(map) = buf.map_readable() else {
+            engine.count_malformed(1);
+            return Flow::Continue;
+        };
+        let data = map.as_slice();
+        let Some(meta) = buf.meta::<PacketBatchMeta>() else {
+            return engine.push(data, out);
+        };
+        for p in meta.packets() {
+            let Some(packet) = data.get(p.range()) else {
+                engine.count_malformed(1);
+                continue;
+            };
+            if engine.push(packet, out) == Flow::End {
+                return Flow::End;
+            }
+        }
+        Flow::Continue
+    }
+
+    /// Runs `buffers` through the engine under one lock, then pushes what left the
+    /// window outside it (a slow downstream must not block `stats` or a state change).
+    fn process<'a>(
+        &self,
+        buffers: impl Iterator<Item = &'a gst::BufferRef>,
+    ) -> Result<gst::FlowSuccess, gst::FlowError> {
+        let mut out = Vec::new();
+        let flow = {
+            let mut guard = lock(&self.state);
+            let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+            if state.ended {
+                return Err(gst::FlowError::Eos);
+            }
+            let mut flow = Flow::Continue;
+            for buf in buffers {
+                flow = Self::feed(state, buf, &mut out);
+                if flow == Flow::End {
+                    state.ended = true;
+                    break;
+                }
+            }
+            self.publish(state, flow == Flow::End);
+            flow
+        };
+        self.push_chunks(out)?;
+        if flow == Flow::End {
+            gst::info!(CAT, imp = self, "the handler ended the stream");
+            self.srcpad.push_event(gst::event::Eos::new());
+            return Err(gst::FlowError::Eos);
+        }
+        if self.flushing.load(Ordering::Acquire) {
+            return Err(gst::FlowError::Flushing);
+        }
+        Ok(gst::FlowSuccess::Ok)
+    }
+
+    fn push_chunks(&self, out: Vec<FinishedChunk>) -> Result<gst::FlowSuccess, gst::FlowError> {
+        for chunk in out {
+            self.srcpad.push(chunk.into_buffer())?;
+        }
+        Ok(gst::FlowSuccess::Ok)
+    }
+
+    fn chain(&self, buffer: gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
+        self.process(std::iter::once(buffer.as_ref()))
+    }
+
+    fn chain_list(&self, list: gst::BufferList) -> Result<gst::FlowSuccess, gst::FlowError> {
+        self.process(list.iter())
+    }
+
+    fn sink_event(&self, pad: &gst::Pad, event: gst::Event) -> bool {
+        use gst::EventView;
+        match event.view() {
+            // The output caps depend on the settings only.
+            EventView::Caps(_) => {
+                let caps = lock(&self.state).as_ref().map(|s| s.caps.clone());
+                match caps {
+                    Some(caps) => self.srcpad.push_event(gst::event::Caps::new(&caps)),
+                    None => false,
+                }
+            }
+            // Chunk PTS are input PTS: a time segment carries over, any other becomes one.
+            EventView::Segment(s) if s.segment().format() != gst::Format::Time => {
+                let seg = gst::FormattedSegment::<gst::ClockTime>::new();
+                self.srcpad.push_event(gst::event::Segment::new(&seg))
+            }
+            EventView::Eos(_) => {
+                let mut out = Vec::new();
+                let ended = {
+                    let mut guard = lock(&self.state);
+                    match guard.as_mut() {
+                        Some(state) if !state.ended => {
+                            state.engine.flush(&mut out);
+                            self.publish(state, true);
+                            false
+                        }
+                        Some(_) => true,
+                        None => false,
+                    }
+                };
+                if ended {
+                    // EOS went downstream when the handler ended the stream.
+                    return true;
+                }
+                if let Err(e) = self.push_chunks(out) {
+                    gst::debug!(CAT, imp = self, "chunks at EOS not delivered: {e:?}");
+                }
+                self.srcpad.push_event(event)
+            }
+            EventView::FlushStart(_) => {
+                self.flushing.store(true, Ordering::Release);
+                if let Some(p) = lock(&self.pool).as_ref() {
+                    p.wake_waiters();
+                }
+                self.srcpad.push_event(event)
+            }
+            EventView::FlushStop(_) => {
+                if let Some(state) = lock(&self.state).as_mut() {
+                    state.engine.reset();
+                    state.ended = false;
+                }
+                self.flushing.store(false, Ordering::Release);
+                self.srcpad.push_event(event)
+            }
+            _ => gst::Pad::event_default(pad, Some(&*self.obj()), event),
+        }
+    }
+
+    fn start(&self) -> Result<(), gst::ErrorMessage> {
+        let s = lock(&self.settings).clone();
+        let settings_error = |e: String| gst::error_msg!(gst::LibraryError::Settings, ("{}", e));
+        let cfg = s.chunk_config();
+        cfg.validate().map_err(settings_error)?;
+        let (name, config) = s.handler_config().map_err(settings_error)?;
+        let handler = handler::create_handler(&name, &config).map_err(settings_error)?;
+        let chunks = s.pool_chunks();
+        if chunks <= cfg.max_chunks {
+            // One more than the window: a chunk on its way out still holds its slot while
+            // the next one opens (with when-full=block, waiting on it would never end).
+            return Err(settings_error(format!(
+                "pool-chunks ({chunks}) must be more than max-chunks ({}): every open chunk needs one, and one more is on its way out",
+                cfg.max_chunks
+            )));
+        }
+        let pool = SlotPool::new(&cfg.pool_config(chunks, s.hugepages.into()))
+            .map_err(|e| gst::error_msg!(gst::ResourceError::NoSpaceLeft, ("{}", e)))?;
+        if let Some(reason) = pool.fallback_reason() {
+            gst::element_imp_warning!(self, gst::ResourceError::Settings, ("{}", reason));
+        }
+        gst::info!(
+            CAT,
+            imp = self,
+            "handler {config}; {} chunks of {} × {} B ({})",
+            chunks,
+            cfg.slots_per_chunk,
+            cfg.slot_size,
+            pool.kind().as_str()
+        );
+        let caps = fcaps::chunk_caps(cfg.slots_per_chunk, cfg.slot_size);
+        let mut engine = ChunkAssembler::new(cfg, handler, pool.clone()).map_err(settings_error)?;
+        if s.when_full == WhenFull::Block {
+            engine.set_blocking(Some(self.flushing.clone()));
+        }
+        for c in &self.counters {
+            c.reset();
+        }
+        self.flushing.store(false, Ordering::Release);
+        *lock(&self.pool) = Some(pool);
+        *lock(&self.state) = Some(State {
+            engine,
+            caps,
+            timer: StatsTimer::new(s.stats_interval),
+            ended: false,
+        });
+        Ok(())
+    }
+}
+
+#[glib::object_subclass]
+impl ObjectSubclass for FhDepay {
+    const NAME: &'static str = "GstFhDepay";
+    type Type = super::FhDepay;
+    type ParentType = gst::Element;
+
+    fn with_class(klass: &Self::Class) -> Self {
+        let templ = klass.pad_template("sink").expect("sink template");
+        let sinkpad = gst::Pad::builder_from_template(&templ)
+            .chain_function(|_pad, parent, buffer| {
+                FhDepay::catch_panic_pad_function(
+                    parent,
+                    || Err(gst::FlowError::Error),
+                    |this| this.chain(buffer),
+                )
+            })
+            .chain_list_function(|_pad, parent, list| {
+                FhDepay::catch_panic_pad_function(
+                    parent,
+                    || Err(gst::FlowError::Error),
+                    |this| this.chain_list(list),
+                )
+            })
+            .event_function(|pad, parent, event| {
+                FhDepay::catch_panic_pad_function(
+                    parent,
+                    || false,
+                    |this| this.sink_event(pad, event),
+                )
+            })
+            .query_function(|pad, parent, query| {
+                // Downstream's allocation answer is for chunks, not for our input: an
+                // upstream element must not size its packet buffers by it.
+                if let gst::QueryViewMut::Allocation(_) = query.view_mut() {
+                    return false;
+                }
+                gst::Pad::query_default(pad, parent, query)
+            })
+            .build();
+        let templ = klass.pad_template("src").expect("src template");
+        let srcpad = gst::Pad::builder_from_template(&templ).build();
+        Self {
+            sinkpad,
+            srcpad,
+            settings: Mutex::default(),
+            state: Mutex::default(),
+            pool: Mutex::default(),
+            counters: Default::default(),
+            flushing: Arc::default(),
+        }
+    }
+}
+
+impl ObjectImpl for FhDepay {
+    fn properties() -> &'static [glib::ParamSpec] {
+        settings::properties()
+    }
+
+    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        lock(&self.settings).set(value, pspec);
+    }
+
+    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        if pspec.name() == "stats" {
+            return self.stats().to_value();
+        }
+        lock(&self.settings).get(pspec)
+    }
+
+    fn constructed(&self) {
+        self.parent_constructed();
+        let obj = self.obj();
+        obj.add_pad(&self.sinkpad).expect("add sink pad");
+        obj.add_pad(&self.srcpad).expect("add src pad");
+    }
+}
+
+impl GstObjectImpl for FhDepay {}
+
+impl ElementImpl for FhDepay {
+    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
+        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
+            gst::subclass::ElementMetadata::new(
+                "Firehose depacketizer",
+                "Codec/Depayloader/Network",
+                "Places the messages of a packet stream by index into pooled chunks with a named packet handler (seq, spead, or your own)",
+                "Firehose developers",
+            )
+        });
+        Some(&*META)
+    }
+
+    fn pad_templates() -> &'static [gst::PadTemplate] {
+        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
+            vec![
+                gst::PadTemplate::new(
+                    "sink",
+                    gst::PadDirection::Sink,
+                    gst::PadPresence::Always,
+                    &gst::Caps::new_any(),
+                )
+                .unwrap(),
+                gst::PadTemplate::new(
+                    "src",
+                    gst::PadDirection::Src,
+                    gst::PadPresence::Always,
+                    &gst::Caps::new_empty_simple(fcaps::CHUNK),
+                )
+                .unwrap(),
+            ]
+        });
+        TEMPLATES.as_ref()
+    }
+
+    fn change_state(
+        &self,
+        transition: gst::StateChange,
+    ) -> Result<gst::StateChangeSuccess, gst::StateChangeError> {
+        match transition {
+            gst::StateChange::ReadyToPaused => {
+                if let Err(e) = self.start() {
+                    self.post_error_message(e);
+                    return Err(gst::StateChangeError);
+                }
+            }
+            gst::StateChange::PausedToReady => {
+                // Wake a streaming thread waiting for a pool chunk, so pad deactivation
+                // can take the stream lock.
+                self.flushing.store(true, Ordering::Release);
+                if let Some(p) = lock(&self.pool).as_ref() {
+                    p.wake_waiters();
+                }
+            }
+            _ => {}
+        }
+        let ret = self.parent_change_state(transition)?;
+        if transition == gst::StateChange::PausedToReady {
+            // Open chunks go back to the pool with the engine.
+            *lock(&self.state) = None;
+        }
+        Ok(ret)
+    }
+}
