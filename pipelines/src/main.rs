@@ -6,6 +6,7 @@
 mod args;
 mod bench;
 mod benchrecv;
+mod benchspead;
 mod demo;
 mod launch;
 mod pipelinefile;
@@ -30,6 +31,8 @@ USAGE:
     firehose launch [OPTIONS] -f <FILE.pipeline> [KEY=VALUE]...
     firehose demo [--seconds S] [--rate BITS]
     firehose bench udp [--seconds S] [--sizes 8972,1472] [--rates R,R,...] [--out FILE.md] [--quick]
+    firehose bench spead [--seconds S] [--sizes 8972,1472] [--rates R,...] [--heap-size B]
+                         [--receivers spead2,speaddepay,chunk] [--python PY] [--out FILE.md] [--quick]
     firehose help | --version
 
 launch: runs a gst-launch style pipeline (Firehose and stock elements), prints a
@@ -58,6 +61,20 @@ receiver in its own process; prints a markdown report (raises net.core.rmem_max 
                          0.5,1,2,3,4,5,6G otherwise)
     --out FILE.md        also write the report to FILE.md
     --quick              two rates per size, 1 s steps (about 15 s in all)
+
+bench spead: SPEAD receivers on loopback at stepped offered rates — spead2 4.5.1's own
+receiver (Python, memory pool), fhudpsrc ! speaddepay, and chunk mode (fhudpsrc !
+fhdepay handler=spead) — each in its own process, fed by fakesrc ! speadpay ! fhudpsink
+(1 MiB heaps, byte-identical to spead2's sender). Reports the highest lossless heap rate
+and receiver CPU per GB as markdown. spead2 comes from .venv (see README).
+    --sizes LIST         packet sizes (default 8972,1472)
+    --rates LIST         offered rates in bits/s (default 1,2,4,6,8,10G for 8972,
+                         0.5,1,2,3,4G for 1472; --quick: two of them)
+    --heap-size B        heap payload in bytes (default 1048576)
+    --receivers LIST     which receivers (default all; chunk is left out, with a note,
+                         when this build has no fhdepay)
+    --python PY          Python with spead2 4.5.1 (default <repo>/.venv/bin/python3)
+    --seconds, --out, --quick   as for bench udp
 ";
 
 fn usage_error(msg: &str) -> i32 {
@@ -94,6 +111,7 @@ fn main() -> ExitCode {
         "demo" => cmd_demo(args),
         "bench" => cmd_bench(args),
         "bench-recv" => cmd_bench_recv(args),
+        "bench-spead-recv" => benchspead::cmd_recv(args),
         other => usage_error(&format!("unknown command '{other}'")),
     };
     ExitCode::from(status as u8)
@@ -202,7 +220,12 @@ fn cmd_demo(mut args: Args) -> i32 {
 fn cmd_bench(mut args: Args) -> i32 {
     match args.next_flag().map(|f| f.name) {
         Some(kind) if kind == "udp" => {}
-        Some(kind) => return usage_error(&format!("unknown benchmark '{kind}' (known: udp)")),
+        Some(kind) if kind == "spead" => return benchspead::cmd(args),
+        Some(kind) => {
+            return usage_error(&format!(
+                "unknown benchmark '{kind}' (known: udp, spead)"
+            ))
+        }
         None => return usage_error("bench needs a benchmark name: firehose bench udp"),
     }
     let mut opts = bench::BenchOptions::default();

@@ -1,0 +1,460 @@
+//! `speaddepay` implementation: a thin adapter from [`Reassembler`] to GStreamer pads.
+//!
+//! A plain `gst::Element` with `chain` and `chain_list`, not a BaseTransform, which
+//! would split buffer lists into single buffers. The engine lock is taken once per
+//! buffer or list, never held while pushing.
+
+use std::sync::{LazyLock, Mutex};
+use std::time::Instant;
+
+use firehose_core::batch::for_each_packet;
+use firehose_core::caps as fcaps;
+use firehose_core::stats::{self, names, Counter, StatsTimer};
+use firehose_core::RegionError;
+use gst::glib;
+use gst::prelude::*;
+use gst::subclass::prelude::*;
+
+use super::settings::Settings;
+use crate::heap::HeapMeta;
+use crate::reassembly::{Config, Counts, Heap, Reassembler};
+use crate::wire::ctrl;
+
+static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+    gst::DebugCategory::new(
+        "speaddepay",
+        gst::DebugColorFlags::empty(),
+        Some("SPEAD heap reassembly"),
+    )
+});
+
+/// The engine's counts and pool accounting, mirrored once per buffer for the `stats`
+/// property, which may be read from any thread.
+#[derive(Default)]
+struct Mirror {
+    packets: Counter,
+    heaps: Counter,
+    bytes: Counter,
+    heaps_incomplete: Counter,
+    malformed: Counter,
+    too_large: Counter,
+    out_of_order_dropped: Counter,
+    duplicates: Counter,
+    drops_pool: Counter,
+    pool_slots: Counter,
+    pool_in_use: Counter,
+    pool_high_water: Counter,
+    pool_exhausted: Counter,
+    descriptors: Counter,
+}
+
+impl Mirror {
+    fn update(&self, engine: &Reassembler) {
+        let c: &Counts = engine.counts();
+        self.packets.set(c.packets);
+        self.heaps.set(c.heaps);
+        self.bytes.set(c.bytes);
+        self.heaps_incomplete.set(c.heaps_incomplete);
+        self.malformed.set(c.malformed);
+        self.too_large.set(c.too_large);
+        self.out_of_order_dropped.set(c.out_of_order_dropped);
+        self.duplicates.set(c.duplicates);
+        self.drops_pool.set(c.drops_pool);
+        let p = engine.pool_stats();
+        self.pool_slots.set(p.slots as u64);
+        self.pool_in_use.set(p.in_use as u64);
+        self.pool_high_water.set(p.high_water as u64);
+        self.pool_exhausted.set(p.exhausted);
+        self.descriptors.set(engine.descriptors().len() as u64);
+    }
+
+    fn reset(&self) {
+        for c in [
+            &self.packets,
+            &self.heaps,
+            &self.bytes,
+            &self.heaps_incomplete,
+            &self.malformed,
+            &self.too_large,
+            &self.out_of_order_dropped,
+            &self.duplicates,
+            &self.drops_pool,
+            &self.pool_slots,
+            &self.pool_in_use,
+            &self.pool_high_water,
+            &self.pool_exhausted,
+            &self.descriptors,
+        ] {
+            c.reset();
+        }
+    }
+}
+
+struct State {
+    engine: Reassembler,
+    timer: StatsTimer,
+    stop_is_eos: bool,
+    /// A stop heap became EOS: refuse input until a flush.
+    ended: bool,
+    memory: &'static str,
+}
+
+/// What one chain call produced, pushed after the engine lock is released.
+#[derive(Default)]
+struct Output {
+    buffers: Vec<gst::Buffer>,
+    /// The stream stopped (stop heap with `stop-is-eos`): push EOS after `buffers`.
+    eos: bool,
+    stats_due: bool,
+}
+
+pub struct SpeadDepay {
+    sinkpad: gst::Pad,
+    srcpad: gst::Pad,
+    settings: Mutex<Settings>,
+    state: Mutex<Option<State>>,
+    mirror: Mirror,
+    memory: Mutex<Option<&'static str>>,
+}
+
+/// The heap as a buffer: its payload memory (no copy), the meta, the first packet's PTS.
+fn heap_buffer(h: Heap) -> gst::Buffer {
+    let mut buf = gst::Buffer::new();
+    let b = buf.get_mut().expect("a new buffer is writable");
+    b.append_memory(h.payload);
+    b.set_pts(h.stamp.map(gst::ClockTime::from_nseconds));
+    HeapMeta::add(b, h.info);
+    buf
+}
+
+impl SpeadDepay {
+    fn stats(&self) -> gst::Structure {
+        let m = &self.mirror;
+        let mut s = stats::structure(&[
+            (names::PACKETS, m.packets.get()),
+            (names::HEAPS, m.heaps.get()),
+            (names::BYTES, m.bytes.get()),
+            (names::HEAPS_INCOMPLETE, m.heaps_incomplete.get()),
+            (names::MALFORMED, m.malformed.get()),
+            (names::TOO_LARGE, m.too_large.get()),
+            (names::OUT_OF_ORDER_DROPPED, m.out_of_order_dropped.get()),
+            (names::DUPLICATED, m.duplicates.get()),
+            (names::DROPS_POOL, m.drops_pool.get()),
+            (names::POOL_SLOTS, m.pool_slots.get()),
+            (names::POOL_IN_USE, m.pool_in_use.get()),
+            (names::POOL_HIGH_WATER, m.pool_high_water.get()),
+            (names::POOL_EXHAUSTED, m.pool_exhausted.get()),
+            ("descriptors", m.descriptors.get()),
+        ]);
+        if let Some(kind) = *self.memory.lock().unwrap() {
+            s.set("memory", kind);
+        }
+        s
+    }
+
+    /// Feeds buffers to the engine under one lock and collects the heap buffers.
+    fn process<'a>(
+        &self,
+        buffers: impl IntoIterator<Item = &'a gst::BufferRef>,
+    ) -> Result<Output, gst::FlowError> {
+        let mut guard = self.state.lock().unwrap();
+        let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+        if state.ended {
+            return Err(gst::FlowError::Eos);
+        }
+        let mut out = Output::default();
+        let stop_is_eos = state.stop_is_eos;
+        let mut emit = |h: Heap| {
+            if out.eos {
+                // The stream ended earlier in this batch: what follows is not part of it.
+                return;
+            }
+            if stop_is_eos && h.info.stream_ctrl == Some(ctrl::STOP) {
+                out.eos = true;
+                return;
+            }
+            out.buffers.push(heap_buffer(h));
+        };
+        for buf in buffers {
+            let stamp = buf.pts().map(gst::ClockTime::nseconds);
+            let engine = &mut state.engine;
+            let batch = for_each_packet(buf, |_, packet| engine.push(packet, stamp, &mut emit));
+            if batch.is_none() {
+                match buf.map_readable() {
+                    Ok(map) => engine.push(map.as_slice(), stamp, &mut emit),
+                    Err(_) => gst::warning!(CAT, imp = self, "could not map an input buffer"),
+                }
+            }
+        }
+        state.ended = out.eos;
+        self.mirror.update(&state.engine);
+        out.stats_due = state.timer.due(Instant::now());
+        Ok(out)
+    }
+
+    /// Pushes what [`Self::process`] produced: one buffer, or one list for several.
+    fn push(&self, out: Output) -> Result<gst::FlowSuccess, gst::FlowError> {
+        if out.stats_due {
+            stats::post(self.obj().upcast_ref(), self.stats());
+        }
+        let mut res = Ok(gst::FlowSuccess::Ok);
+        let mut buffers = out.buffers;
+        if buffers.len() == 1 {
+            res = self.srcpad.push(buffers.pop().expect("one buffer"));
+        } else if !buffers.is_empty() {
+            let mut list = gst::BufferList::new_sized(buffers.len());
+            let l = list.get_mut().expect("a new list is writable");
+            for b in buffers {
+                l.add(b);
+            }
+            res = self.srcpad.push_list(list);
+        }
+        if out.eos {
+            gst::info!(CAT, imp = self, "stop heap: end of stream");
+            self.srcpad.push_event(gst::event::Eos::new());
+            return res.and(Err(gst::FlowError::Eos));
+        }
+        res
+    }
+
+    fn chain(&self, buffer: gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
+        let out = self.process([buffer.as_ref()])?;
+        self.push(out)
+    }
+
+    fn chain_list(&self, list: gst::BufferList) -> Result<gst::FlowSuccess, gst::FlowError> {
+        let out = self.process(list.iter())?;
+        self.push(out)
+    }
+
+    /// End of input: every heap under construction goes through the incomplete policy.
+    fn drain(&self) -> bool {
+        let mut out = Output::default();
+        {
+            let mut guard = self.state.lock().unwrap();
+            let Some(state) = guard.as_mut() else {
+                return false;
+            };
+            if state.ended {
+                // EOS already went downstream with the stop heap.
+                return true;
+            }
+            state
+                .engine
+                .flush(&mut |h| out.buffers.push(heap_buffer(h)));
+            self.mirror.update(&state.engine);
+        }
+        let _ = self.push(out);
+        false
+    }
+
+    fn sink_event(&self, pad: &gst::Pad, event: gst::Event) -> bool {
+        gst::log!(CAT, obj = pad, "event {:?}", event.type_());
+        match event.view() {
+            gst::EventView::Caps(_) => {
+                self.srcpad
+                    .push_event(gst::event::Caps::new(&gst::Caps::new_empty_simple(
+                        fcaps::SPEAD_HEAP,
+                    )))
+            }
+            gst::EventView::Segment(s) if s.segment().format() != gst::Format::Time => {
+                // Heaps carry the PTS of their packets: a time segment whatever came in.
+                self.srcpad
+                    .push_event(gst::event::Segment::new(&gst::FormattedSegment::<
+                        gst::ClockTime,
+                    >::new()))
+            }
+            gst::EventView::Eos(_) => {
+                if self.drain() {
+                    return true;
+                }
+                self.srcpad.push_event(event)
+            }
+            gst::EventView::FlushStop(_) => {
+                if let Some(state) = self.state.lock().unwrap().as_mut() {
+                    state.engine.reset();
+                    state.ended = false;
+                    self.mirror.update(&state.engine);
+                }
+                self.srcpad.push_event(event)
+            }
+            _ => gst::Pad::event_default(pad, Some(&*self.obj()), event),
+        }
+    }
+
+    fn start(&self) -> Result<(), gst::ErrorMessage> {
+        let s = self.settings.lock().unwrap().clone();
+        let config = Config {
+            max_heaps: s.max_heaps as usize,
+            substreams: s.substreams as usize,
+            allow_out_of_order: s.allow_out_of_order,
+            incomplete: s.incomplete.into(),
+            max_heap_size: s.max_heap_size as usize,
+            pool_size: s.pool_size,
+            hugepages: s.hugepages.into(),
+        };
+        let engine = Reassembler::new(&config).map_err(|e| match e {
+            // Already says how to reserve hugepages.
+            RegionError::NoHugepages { .. } => {
+                gst::error_msg!(gst::ResourceError::NoSpaceLeft, ("{}", e))
+            }
+            _ => gst::error_msg!(
+                gst::ResourceError::NoSpaceLeft,
+                (
+                    "{}; lower max-heap-size, max-heaps, substreams or pool-size",
+                    e
+                )
+            ),
+        })?;
+        if let Some(reason) = engine.fallback_reason() {
+            gst::element_imp_warning!(self, gst::ResourceError::Settings, ("{}", reason));
+        }
+        gst::info!(
+            CAT,
+            imp = self,
+            "{} bytes of {} payload memory for heaps up to {} bytes, window {} x {}",
+            engine.pool_bytes(),
+            engine.memory_kind().as_str(),
+            s.max_heap_size,
+            s.max_heaps,
+            s.substreams
+        );
+        let memory = engine.memory_kind().as_str();
+        self.mirror.reset();
+        self.mirror.update(&engine);
+        *self.memory.lock().unwrap() = Some(memory);
+        *self.state.lock().unwrap() = Some(State {
+            engine,
+            timer: StatsTimer::new(s.stats_interval),
+            stop_is_eos: s.stop_is_eos,
+            ended: false,
+            memory,
+        });
+        Ok(())
+    }
+
+    fn stop(&self) {
+        if let Some(state) = self.state.lock().unwrap().take() {
+            // Heaps still queued downstream keep their pool memory alive until dropped.
+            self.mirror.update(&state.engine);
+            gst::debug!(CAT, imp = self, "stopped ({} memory)", state.memory);
+        }
+    }
+}
+
+#[glib::object_subclass]
+impl ObjectSubclass for SpeadDepay {
+    const NAME: &'static str = "GstSpeadDepay";
+    type Type = super::SpeadDepay;
+    type ParentType = gst::Element;
+
+    fn with_class(klass: &Self::Class) -> Self {
+        let sinkpad = gst::Pad::builder_from_template(&klass.pad_template("sink").unwrap())
+            .chain_function(|_pad, parent, buffer| {
+                SpeadDepay::catch_panic_pad_function(
+                    parent,
+                    || Err(gst::FlowError::Error),
+                    |d| d.chain(buffer),
+                )
+            })
+            .chain_list_function(|_pad, parent, list| {
+                SpeadDepay::catch_panic_pad_function(
+                    parent,
+                    || Err(gst::FlowError::Error),
+                    |d| d.chain_list(list),
+                )
+            })
+            .event_function(|pad, parent, event| {
+                SpeadDepay::catch_panic_pad_function(parent, || false, |d| d.sink_event(pad, event))
+            })
+            .build();
+        let srcpad = gst::Pad::builder_from_template(&klass.pad_template("src").unwrap()).build();
+        Self {
+            sinkpad,
+            srcpad,
+            settings: Mutex::new(Settings::default()),
+            state: Mutex::new(None),
+            mirror: Mirror::default(),
+            memory: Mutex::new(None),
+        }
+    }
+}
+
+impl ObjectImpl for SpeadDepay {
+    fn properties() -> &'static [glib::ParamSpec] {
+        super::settings::properties()
+    }
+
+    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        self.settings.lock().unwrap().set(pspec.name(), value);
+    }
+
+    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        if pspec.name() == "stats" {
+            return self.stats().to_value();
+        }
+        self.settings.lock().unwrap().get(pspec.name())
+    }
+
+    fn constructed(&self) {
+        self.parent_constructed();
+        let obj = self.obj();
+        obj.add_pad(&self.sinkpad).unwrap();
+        obj.add_pad(&self.srcpad).unwrap();
+    }
+}
+
+impl GstObjectImpl for SpeadDepay {}
+
+impl ElementImpl for SpeadDepay {
+    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
+        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
+            gst::subclass::ElementMetadata::new(
+                "SPEAD depayloader",
+                "Codec/Depayloader/Network",
+                "Reassembles SPEAD packets into heaps (one buffer each, in pool memory, with a heap meta), interoperating with spead2",
+                "Firehose developers",
+            )
+        });
+        Some(&*META)
+    }
+
+    fn pad_templates() -> &'static [gst::PadTemplate] {
+        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
+            vec![
+                gst::PadTemplate::new(
+                    "sink",
+                    gst::PadDirection::Sink,
+                    gst::PadPresence::Always,
+                    &gst::Caps::new_any(),
+                )
+                .unwrap(),
+                gst::PadTemplate::new(
+                    "src",
+                    gst::PadDirection::Src,
+                    gst::PadPresence::Always,
+                    &gst::Caps::new_empty_simple(fcaps::SPEAD_HEAP),
+                )
+                .unwrap(),
+            ]
+        });
+        TEMPLATES.as_ref()
+    }
+
+    fn change_state(
+        &self,
+        transition: gst::StateChange,
+    ) -> Result<gst::StateChangeSuccess, gst::StateChangeError> {
+        if transition == gst::StateChange::ReadyToPaused {
+            self.start().map_err(|e| {
+                self.post_error_message(e);
+                gst::StateChangeError
+            })?;
+        }
+        let res = self.parent_change_state(transition)?;
+        if transition == gst::StateChange::PausedToReady {
+            self.stop();
+        }
+        Ok(res)
+    }
+}

@@ -1,0 +1,75 @@
+//! `speaddepay`: SPEAD packets in, one buffer per reassembled heap out, as spead2's
+//! receiver makes them.
+//!
+//! Input: `application/x-firehose-packets` batches (every packet of the batch, one map
+//! per buffer) or any other buffers, one packet each. Output:
+//! `application/x-spead-heap`, one buffer per heap whose memory is the heap payload in
+//! pool memory (no copy after reassembly) with a [`crate::heap::HeapMeta`] saying what
+//! is in it, and the PTS of the buffer that brought the heap's first packet. Heaps of a
+//! batch (or buffer list) are pushed together as one buffer list.
+//!
+//! The rules (window, order, duplicates, incomplete heaps, bounds, descriptors, stop)
+//! are the engine's, see [`crate::reassembly`]. The element adds:
+//! - a stop heap becomes EOS (`stop-is-eos`, the default), and later input is refused
+//!   with `GST_FLOW_EOS` until a flush; with `stop-is-eos=false` the stop heap is pushed
+//!   like any heap (its meta has `stream_ctrl` = stop) and the stream goes on;
+//! - at EOS, heaps under construction are flushed through the `incomplete` policy;
+//! - a flush (FLUSH_STOP) discards heaps under construction;
+//! - the read-only `stats` structure and periodic `firehose-stats` messages.
+//!
+//! Memory: everything is allocated and pre-faulted at start (READY → PAUSED). Payload
+//! memory comes in size classes of 16 KiB ×4 up to `max-heap-size` (a heap takes one
+//! slot of the smallest class that holds it, or of a larger one when that class is in
+//! use), plus an arena for single-packet heaps. With the automatic `pool-size` (0)
+//! every class holds `max-heaps × substreams + 4` heaps: about 8 × 1.33 ×
+//! `max-heap-size` + 8 MiB, ≈ 180 MiB with the defaults. Set `max-heap-size` to the
+//! largest heap the stream really has to need less. When no slot is free a packet that
+//! would start a heap is dropped and counted (`drops-pool`).
+
+use gst::glib;
+use gst::prelude::*;
+
+mod imp;
+mod settings;
+
+/// `incomplete=drop|deliver`: what happens to heaps that end incomplete.
+#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
+#[repr(u32)]
+#[enum_type(name = "GstSpeadDepayIncomplete")]
+pub enum IncompletePolicy {
+    /// Drop them and count them (`heaps-incomplete`), as spead2 does by default.
+    #[default]
+    #[enum_value(name = "Drop: count as heaps-incomplete", nick = "drop")]
+    Drop = 0,
+    /// Push them with `complete = false` and the byte ranges that arrived in the meta
+    /// (the rest of the payload is zeroed).
+    #[enum_value(
+        name = "Deliver: push with complete=false and the ranges received",
+        nick = "deliver"
+    )]
+    Deliver = 1,
+}
+
+impl From<IncompletePolicy> for crate::reassembly::Incomplete {
+    fn from(p: IncompletePolicy) -> Self {
+        match p {
+            IncompletePolicy::Drop => Self::Drop,
+            IncompletePolicy::Deliver => Self::Deliver,
+        }
+    }
+}
+
+glib::wrapper! {
+    /// The `speaddepay` element.
+    pub struct SpeadDepay(ObjectSubclass<imp::SpeadDepay>) @extends gst::Element, gst::Object;
+}
+
+/// Registers `speaddepay` with `plugin`.
+pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+    gst::Element::register(
+        Some(plugin),
+        "speaddepay",
+        gst::Rank::NONE,
+        SpeadDepay::static_type(),
+    )
+}

@@ -1,0 +1,136 @@
+//! Turning a heap's pointers and payload into a [`HeapInfo`], and the stream's
+//! descriptors.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::items::{extents, Extent};
+use crate::descriptor::{self, Descriptor};
+use crate::heap::{HeapInfo, HeapItem, ItemValue};
+use crate::wire::{ids, Flavour, ItemPointer};
+
+/// Every descriptor seen on the stream, latest version of each id, in order of first
+/// appearance; handed to heaps as a shared snapshot rebuilt only when something changed
+/// (senders repeat descriptors every few heaps).
+#[derive(Debug)]
+pub(crate) struct Descriptors {
+    list: Vec<Descriptor>,
+    snapshot: Arc<[Descriptor]>,
+}
+
+impl Default for Descriptors {
+    fn default() -> Self {
+        Self {
+            list: Vec::new(),
+            snapshot: Arc::from(Vec::new()),
+        }
+    }
+}
+
+impl Descriptors {
+    /// Adds or replaces `d`; true if that changed anything.
+    fn upsert(&mut self, d: Descriptor) -> bool {
+        match self.list.iter_mut().find(|x| x.id == d.id) {
+            Some(x) if *x == d => false,
+            Some(x) => {
+                *x = d;
+                true
+            }
+            None => {
+                self.list.push(d);
+                true
+            }
+        }
+    }
+
+    /// The current snapshot.
+    pub fn snapshot(&self) -> &Arc<[Descriptor]> {
+        &self.snapshot
+    }
+}
+
+/// What [`build`] needs to know about a heap besides its bytes.
+pub(crate) struct Parts<'a> {
+    pub heap_cnt: u64,
+    pub flavour: Flavour,
+    /// The heap's distinct pointers, per-packet ones excluded.
+    pub pointers: &'a [u64],
+    /// The payload (heap length bytes; unreceived bytes zeroed).
+    pub payload: &'a [u8],
+    pub complete: bool,
+    pub received: Vec<Range<usize>>,
+    pub stream_ctrl: Option<u64>,
+}
+
+/// Builds the heap's description, learning any descriptor it carries (only from bytes
+/// that arrived). Returns it and the number of descriptors that did not parse.
+pub(crate) fn build(parts: Parts<'_>, descriptors: &mut Descriptors) -> (HeapInfo, u64) {
+    let f = parts.flavour;
+    let len = parts.payload.len();
+    let arrived = |r: &Range<usize>| {
+        parts.complete
+            || parts
+                .received
+                .iter()
+                .any(|x| x.start <= r.start && r.end <= x.end)
+    };
+    let mut items = Vec::with_capacity(parts.pointers.len());
+    let mut bad = 0;
+    let mut changed = false;
+    for (&p, extent) in parts.pointers.iter().zip(extents(f, parts.pointers, len)) {
+        let ip = ItemPointer(p);
+        let id = ip.id(f);
+        if id == ids::NULL {
+            continue;
+        }
+        let value = match extent {
+            Extent::Immediate => ItemValue::Immediate(ip.value(f)),
+            // spead2 lists no empty item; an item beyond an incomplete heap's end has
+            // no bytes to show.
+            Extent::Bytes(r) if r.is_empty() => continue,
+            Extent::Beyond => continue,
+            Extent::Bytes(r) => {
+                if id == ids::DESCRIPTOR && arrived(&r) {
+                    match descriptor::parse(&parts.payload[r.clone()]) {
+                        Ok(d) => changed |= descriptors.upsert(d),
+                        Err(_) => bad += 1,
+                    }
+                }
+                ItemValue::Bytes(r)
+            }
+        };
+        items.push(HeapItem { id, value });
+    }
+    if changed {
+        descriptors.snapshot = Arc::from(descriptors.list.as_slice());
+    }
+    let info = HeapInfo {
+        heap_cnt: parts.heap_cnt,
+        flavour: f,
+        items,
+        descriptors: descriptors.snapshot.clone(),
+        complete: parts.complete,
+        received: parts.received,
+        stream_ctrl: parts.stream_ctrl,
+    };
+    (info, bad)
+}
+
+/// The received ranges of a complete heap of `len` bytes.
+pub(crate) fn whole(len: usize) -> Vec<std::ops::Range<usize>> {
+    std::iter::once(0..len).collect()
+}
+
+/// Zeroes the bytes of `buf` outside `received` (sorted, disjoint), so an incomplete
+/// heap shows no stale bytes of an earlier heap.
+pub(crate) fn zero_gaps(buf: &mut [u8], received: &[std::ops::Range<usize>]) {
+    let mut at = 0;
+    for r in received {
+        let start = r.start.min(buf.len());
+        buf[at.min(start)..start].fill(0);
+        at = at.max(r.end);
+    }
+    if at < buf.len() {
+        buf[at..].fill(0);
+    }
+}

@@ -1,0 +1,506 @@
+//! Heap reassembly: SPEAD packets in, heaps out, as spead2's receiver does it.
+//!
+//! [`Reassembler::push`] takes one packet (a datagram, or one packet of a batch) and
+//! calls back with every heap that it completes or pushes out of the window. A heap's
+//! payload is pool memory wrapped as a `gst::Memory` with no further copy; its
+//! [`HeapInfo`] says what is in it. No GStreamer type is used besides that memory.
+//!
+//! Behaviour (spead2's unless noted):
+//! - **Window.** At most `max_heaps` heaps are under construction per substream
+//!   (`substreams` = N: heap cnt mod N picks the substream, one per interleaved sender).
+//!   A packet of a new heap, when the window is full, evicts the heap whose first packet
+//!   arrived first; an evicted heap is incomplete.
+//! - **Order.** By default a packet must continue its heap where the previous one ended
+//!   (the first packet of a heap must be at offset 0); any other is dropped and counted
+//!   in `out_of_order_dropped`. With `allow_out_of_order` the received byte ranges are
+//!   tracked and packets may come in any order.
+//! - **Duplicates and overlaps.** A packet whose bytes all arrived already is a
+//!   duplicate (`duplicates`); one that overlaps received bytes only in part cannot come
+//!   from a correct sender and is `malformed` (ours: spead2 drops both without telling
+//!   them apart, and in order mode calls both out of order). Either way the packet is
+//!   dropped and the bytes first received stay. A packet for a heap that recently
+//!   completed counts as a duplicate (ours: spead2 would start the heap again); a late
+//!   packet for a heap recently evicted counts in `out_of_order_dropped`.
+//! - **Incomplete heaps** are dropped and counted in `heaps_incomplete`, or with
+//!   [`Incomplete::Deliver`] delivered with `complete = false` and the ranges that
+//!   arrived (the rest of the payload is zeroed). A heap without HEAP_LENGTH ends only
+//!   when evicted or flushed; it is complete if it has no gap (spead2's "contiguous").
+//! - **Size bound.** A HEAP_LENGTH above `max_heap_size` drops every packet of that heap
+//!   (`too_large`); nothing is ever sized from an untrusted length beyond the bound. A
+//!   heap without HEAP_LENGTH grows (moved to a larger slot) up to the bound, then is
+//!   given up the same way.
+//! - **Malformed** (`malformed`): anything [`Packet::parse`] rejects; HEAP_LENGTH or
+//!   flavour changing within a heap; PAYLOAD_OFFSET + PAYLOAD_LENGTH or an item address
+//!   beyond HEAP_LENGTH; partial overlaps; more than 32768 item pointers in a heap; a
+//!   DESCRIPTOR whose value does not parse (the heap itself is still delivered).
+//! - **Single-packet heaps** (HEAP_LENGTH = the packet's payload) skip the window: the
+//!   payload is copied into an arena slot shared with other small heaps.
+//! - **Descriptors** in DESCRIPTOR items are parsed and accumulated (latest per id);
+//!   every heap carries a shared snapshot of all of them.
+//! - **Stop.** A packet with STREAM_CTRL = stop ends the stream at once: every heap
+//!   under construction is flushed (oldest first), then the stop heap is reported
+//!   (`stream_ctrl = Some(STOP)`, built from that packet alone), and the record of
+//!   recent heaps is forgotten so a restarted sender's heaps are not taken for
+//!   duplicates.
+//! - **No allocation per packet.** Payload memory comes from pools allocated by
+//!   [`Reassembler::new`]; window entries and their lists are reused. A heap allocates
+//!   only its description (items, ranges). When no pool slot is free the packet is
+//!   dropped and counted in `drops_pool`.
+
+mod entry;
+mod finish;
+pub(crate) mod items;
+mod pools;
+mod ranges;
+#[cfg(test)]
+mod tests;
+mod window;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use firehose_core::gstmem::slot_into_memory;
+use firehose_core::{HugepagePolicy, MemoryKind, PoolStats, RegionError};
+
+use self::entry::{per_packet, Limits, MAX_HEAP_ITEMS};
+use self::finish::{whole, zero_gaps, Descriptors, Parts};
+use self::pools::Pools;
+use self::window::Substream;
+use crate::descriptor::Descriptor;
+use crate::heap::HeapInfo;
+use crate::wire::{ctrl, Packet};
+
+pub use self::pools::{class_sizes, ARENA_SLOT, ARENA_SLOTS, SMALLEST_CLASS};
+
+/// What to do with heaps that end incomplete.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Incomplete {
+    /// Drop them (counted in `heaps_incomplete`): spead2's default.
+    #[default]
+    Drop,
+    /// Deliver them with `complete = false` and the byte ranges that arrived.
+    Deliver,
+}
+
+/// How to reassemble.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Heaps under construction per substream (spead2's `max_heaps`; at least 1).
+    pub max_heaps: usize,
+    /// Windows, one per `heap cnt mod substreams` (at least 1).
+    pub substreams: usize,
+    /// Accept a heap's packets in any order.
+    pub allow_out_of_order: bool,
+    /// What happens to incomplete heaps.
+    pub incomplete: Incomplete,
+    /// Largest heap payload accepted, in bytes.
+    pub max_heap_size: usize,
+    /// Bytes of payload memory (0 = automatic). See [`Reassembler::new`].
+    pub pool_size: u64,
+    /// Hugepages for the payload memory.
+    pub hugepages: HugepagePolicy,
+}
+
+/// The default `max_heap_size`: 16 MiB.
+pub const DEFAULT_MAX_HEAP_SIZE: usize = 16 << 20;
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            max_heaps: 4,
+            substreams: 1,
+            allow_out_of_order: false,
+            incomplete: Incomplete::Drop,
+            max_heap_size: DEFAULT_MAX_HEAP_SIZE,
+            pool_size: 0,
+            hugepages: HugepagePolicy::Auto,
+        }
+    }
+}
+
+/// What happened to the packets and heaps so far (see the module doc for each case).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Packets pushed.
+    pub packets: u64,
+    /// Heaps delivered (complete ones, and incomplete ones under `Deliver`; the stop
+    /// heap, which carries no data, is not counted).
+    pub heaps: u64,
+    /// Payload bytes of the heaps counted in `heaps`.
+    pub bytes: u64,
+    /// Heaps that ended incomplete (dropped or delivered).
+    pub heaps_incomplete: u64,
+    /// Packets (or descriptors) that were malformed.
+    pub malformed: u64,
+    /// Packets of heaps above `max_heap_size`.
+    pub too_large: u64,
+    /// Packets not at their heap's next offset (in-order mode), or too late.
+    pub out_of_order_dropped: u64,
+    /// Packets whose bytes had all arrived already.
+    pub duplicates: u64,
+    /// Packets dropped because no pool slot was free.
+    pub drops_pool: u64,
+}
+
+/// A finished heap.
+#[derive(Debug)]
+pub struct Heap {
+    /// The payload (HEAP_LENGTH bytes; for a heap without it, the bytes up to the
+    /// furthest one received), in pool memory.
+    pub payload: gst::Memory,
+    /// What is in it.
+    pub info: HeapInfo,
+    /// The stamp given with the heap's first packet (e.g. its buffer's PTS).
+    pub stamp: Option<u64>,
+}
+
+/// The reassembly engine (see the module documentation).
+pub struct Reassembler {
+    incomplete: Incomplete,
+    limits: Limits,
+    pools: Pools,
+    subs: Vec<Substream>,
+    seq: u64,
+    counts: Counts,
+    descriptors: Descriptors,
+    /// Pointers of a single-packet heap (reused).
+    scratch: Vec<u64>,
+    scratch_seen: HashSet<u64>,
+}
+
+impl Reassembler {
+    /// Builds the engine and allocates (pre-faults) its payload memory: size classes
+    /// 16 KiB ×4 … up to `max_heap_size`, each holding the same number of heaps, and
+    /// arena slots of [`ARENA_SLOT`] bytes for single-packet heaps. With `pool_size` 0,
+    /// every class holds `max_heaps × substreams + 4` heaps and the arena has
+    /// [`ARENA_SLOTS`] slots; otherwise an eighth of `pool_size` (2 to [`ARENA_SLOTS`]
+    /// slots) is arena and the rest is split over the classes (at least 2 heaps each).
+    pub fn new(config: &Config) -> Result<Self, RegionError> {
+        let max_heaps = config.max_heaps.max(1);
+        let substreams = config.substreams.max(1);
+        let max_heap_size = config.max_heap_size.max(1);
+        let layout = pools::layout(max_heap_size, max_heaps * substreams, config.pool_size);
+        Ok(Self {
+            incomplete: config.incomplete,
+            limits: Limits {
+                max_heap_size,
+                allow_out_of_order: config.allow_out_of_order,
+            },
+            pools: Pools::new(max_heap_size, layout, config.hugepages)?,
+            subs: (0..substreams).map(|_| Substream::new(max_heaps)).collect(),
+            seq: 0,
+            counts: Counts::default(),
+            descriptors: Descriptors::default(),
+            scratch: Vec::new(),
+            scratch_seen: HashSet::new(),
+        })
+    }
+
+    /// The counts so far.
+    pub fn counts(&self) -> &Counts {
+        &self.counts
+    }
+
+    /// Every descriptor seen so far.
+    pub fn descriptors(&self) -> &Arc<[Descriptor]> {
+        self.descriptors.snapshot()
+    }
+
+    /// The payload pools' accounting, added up over every pool.
+    pub fn pool_stats(&self) -> PoolStats {
+        self.pools.stats()
+    }
+
+    /// Bytes of payload memory allocated.
+    pub fn pool_bytes(&self) -> u64 {
+        self.pools.bytes()
+    }
+
+    /// What backs the payload memory.
+    pub fn memory_kind(&self) -> MemoryKind {
+        self.pools.kind()
+    }
+
+    /// Why hugepages were not used under [`HugepagePolicy::Auto`], if they were not.
+    pub fn fallback_reason(&self) -> Option<&str> {
+        self.pools.fallback_reason()
+    }
+
+    /// Heaps under construction now.
+    pub fn in_progress(&self) -> usize {
+        self.subs
+            .iter()
+            .map(|s| s.entries.iter().filter(|e| e.active).count())
+            .sum()
+    }
+
+    /// Takes one packet (`data` is exactly one packet); `stamp` is remembered for the
+    /// heap it starts. Calls `emit` with every heap this completes or evicts.
+    pub fn push(&mut self, data: &[u8], stamp: Option<u64>, emit: &mut impl FnMut(Heap)) {
+        self.counts.packets += 1;
+        let Ok(p) = Packet::parse(data) else {
+            self.counts.malformed += 1;
+            return;
+        };
+        if p.heap_length
+            .is_some_and(|l| l > self.limits.max_heap_size as u64)
+        {
+            self.counts.too_large += 1;
+            return;
+        }
+        if p.stream_ctrl == Some(ctrl::STOP) {
+            self.stop(&p, stamp, emit);
+            return;
+        }
+        let s = (p.heap_cnt % self.subs.len() as u64) as usize;
+        if let Some(i) = self.subs[s].find(p.heap_cnt) {
+            let e = &mut self.subs[s].entries[i];
+            e.add(&p, &self.limits, &self.pools, &mut self.counts);
+            if e.is_complete() {
+                self.end(s, i, emit);
+            }
+            return;
+        }
+        match self.subs[s].recently(p.heap_cnt) {
+            Some(true) => {
+                self.counts.duplicates += 1;
+                return;
+            }
+            Some(false) => {
+                self.counts.out_of_order_dropped += 1;
+                return;
+            }
+            None => {}
+        }
+        let end = p.payload_offset.saturating_add(p.payload.len() as u64);
+        if p.heap_length.is_none() && end > self.limits.max_heap_size as u64 {
+            self.counts.too_large += 1;
+            return;
+        }
+        if !self.limits.allow_out_of_order && p.payload_offset != 0 {
+            self.counts.out_of_order_dropped += 1;
+            return;
+        }
+        if p.heap_length == Some(p.payload.len() as u64) {
+            self.single(&p, stamp, emit);
+            return;
+        }
+        // Bounded by max_heap_size: either HEAP_LENGTH (checked above) or `end`.
+        let need = p.heap_length.unwrap_or(end).max(1) as usize;
+        let i = self.free_entry(s, emit);
+        let Some(slot) = self.pools.slot(need) else {
+            self.counts.drops_pool += 1;
+            return;
+        };
+        self.seq += 1;
+        let e = &mut self.subs[s].entries[i];
+        e.start(&p, self.seq, stamp, slot);
+        e.add(&p, &self.limits, &self.pools, &mut self.counts);
+        if e.is_complete() {
+            self.end(s, i, emit);
+        } else if e.received == 0 && e.pointers.is_empty() && !e.too_large {
+            // The packet was rejected: do not keep an empty heap in the window.
+            e.active = false;
+            e.slot = None;
+        }
+    }
+
+    /// Ends every heap under construction (end of stream), oldest first, through the
+    /// incomplete policy.
+    pub fn flush(&mut self, emit: &mut impl FnMut(Heap)) {
+        let mut open: Vec<(u64, usize, usize)> = Vec::new();
+        for (s, sub) in self.subs.iter().enumerate() {
+            for (i, e) in sub.entries.iter().enumerate() {
+                if e.active {
+                    open.push((e.seq, s, i));
+                }
+            }
+        }
+        open.sort_unstable();
+        for (_, s, i) in open {
+            self.end(s, i, emit);
+        }
+    }
+
+    /// Discards every heap under construction (counted as incomplete) and the record
+    /// of recent heaps, as after a flush or seek. Descriptors are kept: they describe
+    /// the stream, not its position.
+    pub fn reset(&mut self) {
+        for sub in &mut self.subs {
+            for e in sub.entries.iter_mut().filter(|e| e.active) {
+                e.active = false;
+                e.slot = None;
+                if !e.too_large {
+                    self.counts.heaps_incomplete += 1;
+                }
+            }
+            sub.forget();
+        }
+    }
+
+    /// An entry of window `s` for a new heap: a free one, or the oldest heap's after
+    /// evicting it (before its memory is sought, since eviction may free some).
+    fn free_entry(&mut self, s: usize, emit: &mut impl FnMut(Heap)) -> usize {
+        let entries = &self.subs[s].entries;
+        if let Some(i) = entries.iter().position(|e| !e.active) {
+            return i;
+        }
+        let i = (0..entries.len())
+            .min_by_key(|&i| entries[i].seq)
+            .expect("a window has at least one entry");
+        self.end(s, i, emit);
+        i
+    }
+
+    /// Ends the heap in entry `i` of window `s`: delivers it if complete (or under
+    /// `Deliver`), else drops it; counts either way.
+    fn end(&mut self, s: usize, i: usize, emit: &mut impl FnMut(Heap)) {
+        let sub = &mut self.subs[s];
+        let e = &mut sub.entries[i];
+        e.active = false;
+        if e.too_large {
+            // Counted packet by packet already; nothing to deliver.
+            let cnt = e.cnt;
+            sub.remember(cnt, false);
+            return;
+        }
+        let len = e.heap_length.unwrap_or(e.extent);
+        let complete = e.received == len && e.max_address <= len as u64;
+        let cnt = e.cnt;
+        sub.remember(cnt, complete);
+        let e = &mut sub.entries[i];
+        if !complete {
+            self.counts.heaps_incomplete += 1;
+            if self.incomplete == Incomplete::Drop {
+                e.slot = None;
+                return;
+            }
+        }
+        let Some(mut slot) = e.slot.take() else {
+            return;
+        };
+        if !complete {
+            zero_gaps(&mut slot.as_mut_full()[..len], e.ranges.as_slice());
+        }
+        slot.set_len(len);
+        let received = if complete {
+            whole(len)
+        } else {
+            e.ranges.as_slice().to_vec()
+        };
+        let (info, bad) = finish::build(
+            Parts {
+                heap_cnt: cnt,
+                flavour: e.flavour.expect("an active entry has a flavour"),
+                pointers: &e.pointers,
+                payload: slot.as_ref(),
+                complete,
+                received,
+                stream_ctrl: e.stream_ctrl,
+            },
+            &mut self.descriptors,
+        );
+        self.counts.malformed += bad;
+        self.counts.heaps += 1;
+        self.counts.bytes += len as u64;
+        emit(Heap {
+            payload: slot_into_memory(slot),
+            info,
+            stamp: e.stamp,
+        });
+    }
+
+    /// A heap that is whole in one packet: no window entry, payload into the arena.
+    fn single(&mut self, p: &Packet<'_>, stamp: Option<u64>, emit: &mut impl FnMut(Heap)) {
+        let len = p.payload.len();
+        let f = p.flavour;
+        if p.n_items() > MAX_HEAP_ITEMS
+            || p.items()
+                .any(|ip| !ip.is_immediate() && ip.value(f) > len as u64)
+        {
+            self.counts.malformed += 1;
+            return;
+        }
+        let Some(payload) = self.pools.copy(p.payload) else {
+            self.counts.drops_pool += 1;
+            return;
+        };
+        self.collect_pointers(p);
+        let (info, bad) = finish::build(
+            Parts {
+                heap_cnt: p.heap_cnt,
+                flavour: f,
+                pointers: &self.scratch,
+                payload: p.payload,
+                complete: true,
+                received: whole(len),
+                stream_ctrl: p.stream_ctrl,
+            },
+            &mut self.descriptors,
+        );
+        self.counts.malformed += bad;
+        self.counts.heaps += 1;
+        self.counts.bytes += len as u64;
+        let s = (p.heap_cnt % self.subs.len() as u64) as usize;
+        self.subs[s].remember(p.heap_cnt, true);
+        emit(Heap {
+            payload,
+            info,
+            stamp,
+        });
+    }
+
+    /// The stream ends: flush, then report the stop heap (this packet's payload).
+    fn stop(&mut self, p: &Packet<'_>, stamp: Option<u64>, emit: &mut impl FnMut(Heap)) {
+        let s = (p.heap_cnt % self.subs.len() as u64) as usize;
+        if let Some(i) = self.subs[s].find(p.heap_cnt) {
+            // Earlier packets of the stop heap itself: superseded by this report.
+            let e = &mut self.subs[s].entries[i];
+            e.active = false;
+            e.slot = None;
+        }
+        self.flush(emit);
+        for sub in &mut self.subs {
+            sub.forget();
+        }
+        let len = p.payload.len();
+        let complete = p.heap_length == Some(len as u64);
+        // The stop heap must be reported even with every pool slot in use: it is one
+        // tiny allocation per stream.
+        let payload = self
+            .pools
+            .copy(p.payload)
+            .unwrap_or_else(|| gst::Memory::from_slice(p.payload.to_vec()));
+        self.collect_pointers(p);
+        let (info, bad) = finish::build(
+            Parts {
+                heap_cnt: p.heap_cnt,
+                flavour: p.flavour,
+                pointers: &self.scratch,
+                payload: p.payload,
+                complete,
+                received: if complete { whole(len) } else { Vec::new() },
+                stream_ctrl: p.stream_ctrl,
+            },
+            &mut self.descriptors,
+        );
+        // Not counted in `heaps`: it carries no data, and usually becomes EOS.
+        self.counts.malformed += bad;
+        emit(Heap {
+            payload,
+            info,
+            stamp,
+        });
+    }
+
+    /// The heap pointers of one packet, without repeats, into `scratch`.
+    fn collect_pointers(&mut self, p: &Packet<'_>) {
+        self.scratch.clear();
+        if !self.scratch_seen.is_empty() {
+            self.scratch_seen.clear();
+        }
+        for ip in p.items().filter(|&ip| !per_packet(ip, p.flavour)) {
+            items::push_unique(&mut self.scratch, &mut self.scratch_seen, ip.0);
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! `fhudpsrc ! speaddepay` in a real pipeline over loopback, fed by a Rust sender that
+//! splits heaps as spead2 does: heaps arrive intact in pool memory, stats messages are
+//! posted, and the stop heap ends the pipeline with EOS.
+
+use std::net::UdpSocket;
+use std::sync::mpsc;
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+use firehose_core::gstmem::buffer_memory_kind;
+use firehose_core::stats::{field, is_stats_message, names};
+use firehose_spead::heap::{HeapMeta, ItemValue};
+use firehose_spead::wire;
+use firehose_spead::wire::{ids, Flavour};
+use gst::prelude::*;
+
+#[path = "common/spead.rs"]
+mod spead;
+use spead::*;
+
+fn init() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        gst::init().unwrap();
+        gst::Element::register(
+            None,
+            "fhudpsrc",
+            gst::Rank::NONE,
+            firehose_net::udpsrc::UdpSrc::static_type(),
+        )
+        .unwrap();
+        gst::Element::register(
+            None,
+            "speaddepay",
+            gst::Rank::NONE,
+            firehose_spead::depay::SpeadDepay::static_type(),
+        )
+        .unwrap();
+    });
+}
+
+const HEAPS: u64 = 20;
+const ITEM: usize = 64 << 10;
+
+#[test]
+fn udp_source_to_depay_over_loopback() {
+    init();
+    let pipeline = gst::parse::launch(
+        "fhudpsrc name=src address=127.0.0.1 port=0 hugepages=off \
+         ! speaddepay name=depay max-heap-size=1048576 hugepages=off stats-interval=50 \
+         ! fakesink name=sink signal-handoffs=true sync=false",
+    )
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    let (tx, rx) = mpsc::channel::<gst::Buffer>();
+    let sink = pipeline.by_name("sink").unwrap();
+    sink.connect("handoff", false, move |args| {
+        let _ = tx.send(args[1].get::<gst::Buffer>().unwrap());
+        None
+    });
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let src = pipeline.by_name("src").unwrap();
+    let port = src.property::<i32>("port") as u16;
+    assert_ne!(port, 0);
+
+    let f = Flavour::SPEAD_64_48;
+    let desc = firehose_spead::descriptor::Descriptor {
+        id: 0x1000,
+        name: "data".into(),
+        description: "payload".into(),
+        shape: vec![Some(ITEM as u64)],
+        format: vec![(b'u', 8)],
+        dtype: None,
+    };
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut sent = 0u64;
+    for cnt in 1..=HEAPS {
+        let mut items = vec![
+            (0x1600, Val::Imm(cnt)),
+            (0x1000, Val::Bytes(pattern(cnt, ITEM))),
+        ];
+        if cnt == 1 {
+            let raw = firehose_spead::descriptor::encode(&desc, f);
+            items.push((ids::DESCRIPTOR, Val::Bytes(raw)));
+        }
+        for p in heap_packets(f, cnt, &items, 8192) {
+            sock.send_to(&p, ("127.0.0.1", port)).unwrap();
+            sent += 1;
+        }
+        // Paced so the default socket buffer never overflows.
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    sock.send_to(&stop_packet(f, HEAPS + 1), ("127.0.0.1", port))
+        .unwrap();
+    sent += 1;
+
+    let bus = pipeline.bus().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut stats_messages = 0;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let msg = bus
+            .timed_pop(gst::ClockTime::from_mseconds(left.as_millis() as u64))
+            .expect("EOS from the stop heap within 30 s");
+        match msg.view() {
+            gst::MessageView::Eos(_) => break,
+            gst::MessageView::Error(e) => panic!("{} ({:?})", e.error(), e.debug()),
+            _ if is_stats_message(&msg) && msg.src().is_some_and(|s| s.name() == "depay") => {
+                stats_messages += 1;
+            }
+            _ => {}
+        }
+    }
+    let depay = pipeline.by_name("depay").unwrap();
+    let stats = depay.property::<gst::Structure>("stats");
+    pipeline.set_state(gst::State::Null).unwrap();
+
+    let heaps: Vec<gst::Buffer> = rx.try_iter().collect();
+    assert_eq!(heaps.len() as u64, HEAPS, "stats: {stats}");
+    for (buf, cnt) in heaps.iter().zip(1u64..) {
+        let meta = buf.meta::<HeapMeta>().expect("heap meta");
+        let info = meta.info();
+        assert_eq!(info.heap_cnt, cnt);
+        assert!(info.complete);
+        assert_eq!(info.item(0x1600), Some(&ItemValue::Immediate(cnt)));
+        let map = buf.map_readable().unwrap();
+        match info.item(0x1000) {
+            Some(ItemValue::Bytes(r)) => assert!(map[r.clone()] == pattern(cnt, ITEM)[..]),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(&info.descriptors[..], std::slice::from_ref(&desc));
+        assert!(buf.pts().is_some(), "PTS of the first packet's batch");
+        assert!(buffer_memory_kind(buf).is_some(), "pool memory");
+    }
+    assert_eq!(field(&stats, names::PACKETS), sent);
+    assert_eq!(field(&stats, names::HEAPS), HEAPS);
+    assert_eq!(field(&stats, names::MALFORMED), 0);
+    assert!(stats_messages > 0, "periodic stats messages");
+}

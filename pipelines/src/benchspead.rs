@@ -1,0 +1,939 @@
+//! `firehose bench spead`: SPEAD receivers side by side on loopback — spead2's own
+//! receiver, `fhudpsrc ! speaddepay` (one buffer per heap) and chunk mode
+//! (`fhudpsrc ! fhdepay handler=spead`, heaps placed into chunks).
+//!
+//! The sender runs in this process: `fakesrc ! speadpay ! fhudpsink rate=R`, one heap per
+//! 1 MiB buffer, paced by fhudpsink. It is ours rather than spead2's on purpose: one
+//! sender for every receiver, paced with UDP GSO so that it can offer more than the
+//! receivers take on two cores, and its packets are byte-identical to spead2's sender's
+//! (`elements/spead/tests/interop_engine.rs` checks that against spead2 itself).
+//! Descriptors go in a heap of their own (`descriptors-separate`), as chunk receivers
+//! need.
+//!
+//! Each receiver runs in a child process, so its CPU time (getrusage of the child,
+//! spead2's threads included) is its own: spead2 via `tests/spead2/bench_recv.py`
+//! (memory pool, one thread, the same socket buffer), ours via the hidden
+//! `firehose bench-spead-recv`. For every packet size and offered rate the receivers
+//! get the same step one after the other. Loss = 1 − complete heaps received / data
+//! heaps sent.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use firehose_core::stats::names;
+use gst::prelude::*;
+
+use crate::args::{parse_list, parse_rate, parse_seconds, parse_size, Args};
+use crate::bench::{parse_kv, LOSSLESS};
+use crate::launch::{EXIT_ERROR, EXIT_OK};
+use crate::session::{int_property, stats_property, BusEvent, Session};
+use crate::statsline::counter;
+use crate::{signals, sys, usage_error};
+
+/// Socket receive buffer for every receiver.
+pub const BUFFER_SIZE: u64 = 32 << 20;
+/// What net.core.rmem_max must be for [`BUFFER_SIZE`] to be granted.
+const RMEM_MAX: u64 = 64 << 20;
+/// Time after the sender's EOS for queued datagrams to be read.
+const DRAIN: Duration = Duration::from_millis(300);
+/// Default heap payload: 1 MiB, the size spead2's benchmarks and MeerKAT use.
+pub const DEFAULT_HEAP_SIZE: u32 = 1 << 20;
+/// Heaps per chunk in chunk mode.
+const SLOTS_PER_CHUNK: u32 = 8;
+/// Where the repository (tests/spead2, .venv) was when this binary was built.
+const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+/// How to make the venv the spead2 receiver needs.
+const INSTALL: &str = "python3 -m venv .venv && .venv/bin/pip install spead2==4.5.1 numpy \
+                       (in the repository root; or scripts/setup test)";
+
+/// One receiver under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Receiver {
+    /// spead2 4.5.1's receiver (Python, memory pool).
+    Spead2,
+    /// `fhudpsrc ! speaddepay ! fakesink`.
+    Speaddepay,
+    /// `fhudpsrc ! fhdepay handler=spead ! fakesink`.
+    Chunk,
+}
+
+impl Receiver {
+    /// The name in reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Receiver::Spead2 => "spead2",
+            Receiver::Speaddepay => "speaddepay",
+            Receiver::Chunk => "chunk",
+        }
+    }
+
+    /// Parses `spead2`, `speaddepay` or `chunk`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "spead2" => Ok(Receiver::Spead2),
+            "speaddepay" => Ok(Receiver::Speaddepay),
+            "chunk" => Ok(Receiver::Chunk),
+            _ => Err(format!(
+                "receiver must be spead2, speaddepay or chunk, not '{s}'"
+            )),
+        }
+    }
+}
+
+/// True when the chunk receiver can be built: `fhdepay` and the `spead` handler exist.
+pub fn chunk_available() -> bool {
+    gst::ElementFactory::find("fhdepay").is_some()
+        && firehose_core::handler::handler_names().contains(&"spead")
+}
+
+/// Options of `firehose bench spead`.
+#[derive(Debug, Clone)]
+pub struct SpeadBenchOptions {
+    /// Length of each step.
+    pub seconds: f64,
+    /// Packet sizes (speadpay packet-size), bytes.
+    pub sizes: Vec<u32>,
+    /// Offered rates (bits/s of UDP payload) for every size; `None` = defaults.
+    pub rates: Option<Vec<u64>>,
+    /// Heap payload, bytes.
+    pub heap_size: u32,
+    /// Receivers to run, in this order.
+    pub receivers: Vec<Receiver>,
+    /// Python with spead2 (default: the repository's .venv).
+    pub python: PathBuf,
+    /// Also write the report here.
+    pub out: Option<PathBuf>,
+    /// Fewer, shorter steps.
+    pub quick: bool,
+}
+
+impl Default for SpeadBenchOptions {
+    fn default() -> Self {
+        Self {
+            seconds: 3.0,
+            sizes: vec![8972, 1472],
+            rates: None,
+            heap_size: DEFAULT_HEAP_SIZE,
+            receivers: vec![Receiver::Spead2, Receiver::Speaddepay, Receiver::Chunk],
+            python: PathBuf::from(REPO).join(".venv/bin/python3"),
+            out: None,
+            quick: false,
+        }
+    }
+}
+
+/// Default offered rates: up to and past what a receiver on these VMs keeps up with
+/// (spead2_bench: ≈7 Gb/s with 9000-byte packets; loopback carries ≈4 Gb/s of
+/// 1472-byte packets).
+pub fn default_rates(size: u32, quick: bool) -> Vec<u64> {
+    let g = |x: f64| (x * 1e9) as u64;
+    match (size >= 4000, quick) {
+        (true, false) => vec![g(1.0), g(2.0), g(4.0), g(6.0), g(8.0), g(10.0)],
+        (true, true) => vec![g(1.0), g(4.0)],
+        (false, false) => vec![g(0.5), g(1.0), g(2.0), g(3.0), g(4.0)],
+        (false, true) => vec![g(0.5), g(2.0)],
+    }
+}
+
+/// One measured step.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// Packet size, bytes.
+    pub size: u32,
+    /// Receiver.
+    pub receiver: Receiver,
+    /// Rate asked of the sender, bits/s.
+    pub asked: u64,
+    /// Data heaps and UDP payload bytes the sender sent.
+    pub sent: (u64, u64),
+    /// Sender time from PLAYING to EOS.
+    pub send_secs: f64,
+    /// Complete heaps the receiver delivered.
+    pub heaps: u64,
+    /// Heaps the receiver saw incomplete (dropped or delivered as such).
+    pub incomplete: u64,
+    /// Heap payload bytes per heap.
+    pub heap_size: u32,
+    /// Receiver CPU seconds (user + system).
+    pub cpu_s: f64,
+    /// Kernel UDP InErrors during the step (whole host).
+    pub kernel_drops: u64,
+}
+
+impl Step {
+    /// Achieved sender rate, bits/s of UDP payload.
+    pub fn offered_bps(&self) -> f64 {
+        self.sent.1 as f64 * 8.0 / self.send_secs.max(1e-9)
+    }
+
+    /// Data heaps per second offered.
+    pub fn offered_heaps(&self) -> f64 {
+        self.sent.0 as f64 / self.send_secs.max(1e-9)
+    }
+
+    /// Complete heaps per second received (over the sender's time).
+    pub fn received_heaps(&self) -> f64 {
+        self.heaps as f64 / self.send_secs.max(1e-9)
+    }
+
+    /// 1 − received/sent heaps, clamped to [0, 1].
+    pub fn loss(&self) -> f64 {
+        if self.sent.0 == 0 {
+            return 1.0;
+        }
+        (1.0 - self.heaps as f64 / self.sent.0 as f64).clamp(0.0, 1.0)
+    }
+
+    /// Receiver CPU seconds per GB (1e9 bytes) of heap payload received.
+    pub fn cpu_per_gb(&self) -> f64 {
+        self.cpu_s / (self.heaps as f64 * f64::from(self.heap_size) / 1e9).max(1e-12)
+    }
+
+    /// Loss below [`LOSSLESS`] with something sent.
+    pub fn lossless(&self) -> bool {
+        self.sent.0 > 0 && self.loss() < LOSSLESS
+    }
+}
+
+/// A receiver child process, between `ready` and `result`.
+struct RecvProcess {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    port: u16,
+}
+
+impl RecvProcess {
+    fn spawn(opts: &SpeadBenchOptions, receiver: Receiver) -> Result<Self, String> {
+        let timeout = format!("{}", opts.seconds * 3.0 + 30.0);
+        let heap = opts.heap_size.to_string();
+        let buffer = BUFFER_SIZE.to_string();
+        let mut cmd = match receiver {
+            Receiver::Spead2 => {
+                let script = PathBuf::from(REPO).join("tests/spead2/bench_recv.py");
+                if !opts.python.exists() {
+                    return Err(format!(
+                        "{} not found: the spead2 receiver needs a Python with spead2 4.5.1. \
+                         Run: {INSTALL}; or pass --python, or leave spead2 out of --receivers",
+                        opts.python.display()
+                    ));
+                }
+                let mut c = Command::new(&opts.python);
+                c.arg(script).args([
+                    "--heap-size",
+                    &heap,
+                    "--buffer",
+                    &buffer,
+                    "--timeout",
+                    &timeout,
+                ]);
+                c
+            }
+            _ => {
+                let exe = std::env::current_exe().map_err(|e| {
+                    format!("cannot find the firehose executable to run receivers: {e}")
+                })?;
+                let mut c = Command::new(exe);
+                c.args([
+                    "bench-spead-recv",
+                    "--kind",
+                    receiver.name(),
+                    "--heap-size",
+                    &heap,
+                    "--buffer-size",
+                    &buffer,
+                    "--timeout",
+                    &timeout,
+                ]);
+                c
+            }
+        };
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start the {} receiver: {e}", receiver.name()))?;
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut r = Self {
+            child,
+            stdin,
+            stdout,
+            port: 0,
+        };
+        let kv = r.read_line("ready").map_err(|e| {
+            if receiver == Receiver::Spead2 {
+                format!("{e}\n(spead2 receiver: is spead2 4.5.1 installed? {INSTALL})")
+            } else {
+                e
+            }
+        })?;
+        r.port = kv
+            .get("port")
+            .and_then(|p| p.parse().ok())
+            .ok_or("receiver said ready without a port")?;
+        Ok(r)
+    }
+
+    fn read_line(&mut self, word: &str) -> Result<BTreeMap<String, String>, String> {
+        let mut line = String::new();
+        match self.stdout.read_line(&mut line) {
+            Ok(0) => Err("receiver process exited without a word (see its messages above)".into()),
+            Err(e) => Err(format!("cannot read from the receiver process: {e}")),
+            Ok(_) => {
+                let line = line.trim_end();
+                if let Some(rest) = line.strip_prefix("error ") {
+                    return Err(rest.replace(" | ", "\n"));
+                }
+                match line.strip_prefix(word) {
+                    Some(rest) => Ok(parse_kv(rest)),
+                    None => Err(format!("unexpected line from the receiver: {line}")),
+                }
+            }
+        }
+    }
+
+    fn finish(mut self) -> Result<BTreeMap<String, String>, String> {
+        if let Some(mut stdin) = self.stdin.take() {
+            let _ = stdin.write_all(b"stop\n");
+        }
+        let kv = self.read_line("result");
+        let _ = self.child.wait();
+        kv
+    }
+}
+
+impl Drop for RecvProcess {
+    fn drop(&mut self) {
+        // Only reached with the child still running on an error path.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn num<T: std::str::FromStr + Default>(kv: &BTreeMap<String, String>, key: &str) -> T {
+    kv.get(key).and_then(|v| v.parse().ok()).unwrap_or_default()
+}
+
+/// Why a step did not produce a measurement.
+enum StepError {
+    Interrupted,
+    Failed(String),
+}
+
+impl From<String> for StepError {
+    fn from(s: String) -> Self {
+        StepError::Failed(s)
+    }
+}
+
+/// The sender's description for `heaps` heaps to `port`.
+fn sender_description(
+    opts: &SpeadBenchOptions,
+    size: u32,
+    rate: u64,
+    heaps: u64,
+    port: u16,
+) -> String {
+    format!(
+        "fakesrc num-buffers={heaps} sizetype=fixed sizemax={} filltype=nothing \
+         ! speadpay name=speadpay packet-size={size} descriptors-separate=true \
+         ! fhudpsink name=fhudpsink host=127.0.0.1 port={port} rate={rate}",
+        opts.heap_size
+    )
+}
+
+fn run_step(
+    opts: &SpeadBenchOptions,
+    receiver: Receiver,
+    size: u32,
+    rate: u64,
+) -> Result<Step, StepError> {
+    let rx = RecvProcess::spawn(opts, receiver)?;
+    let heaps = ((rate as f64 * opts.seconds) / (f64::from(opts.heap_size) * 8.0))
+        .round()
+        .max(2.0) as u64;
+    let snmp0 = sys::UdpCounters::read().unwrap_or_default();
+    let mut sender =
+        Session::from_description(&sender_description(opts, size, rate, heaps, rx.port))?;
+    sender.start()?;
+    let cutoff = Instant::now() + Duration::from_secs_f64(opts.seconds * 2.0 + 1.0);
+    loop {
+        match sender.poll(Duration::from_millis(50)) {
+            Some(BusEvent::Eos) => break,
+            Some(BusEvent::Error(e)) => return Err(StepError::Failed(e)),
+            None => {}
+        }
+        if signals::count() > 0 {
+            return Err(StepError::Interrupted);
+        }
+        // A sender that cannot reach the asked rate is stopped after twice the planned
+        // time; what it did send is the offered load.
+        if Instant::now() >= cutoff {
+            sender.send_eos();
+            if let Some(BusEvent::Error(e)) = sender.wait_end(Duration::from_secs(3)) {
+                return Err(StepError::Failed(e));
+            }
+            break;
+        }
+    }
+    let send_secs = sender.elapsed().as_secs_f64();
+    sender.refresh_stats();
+    sender.stop();
+    let field = |element: &str, name: &str| -> Result<u64, String> {
+        sender
+            .board
+            .get(element)
+            .map(|s| counter(s, name))
+            .ok_or_else(|| format!("{element} reported no statistics"))
+    };
+    let sent = (
+        field("speadpay", names::HEAPS)?,
+        field("fhudpsink", names::BYTES_SENT)?,
+    );
+    std::thread::sleep(DRAIN);
+    let kv = rx.finish()?;
+    let snmp = sys::UdpCounters::read().unwrap_or_default().since(&snmp0);
+    Ok(Step {
+        size,
+        receiver,
+        asked: rate,
+        sent,
+        send_secs,
+        heaps: num(&kv, "heaps"),
+        incomplete: num(&kv, "incomplete"),
+        heap_size: opts.heap_size,
+        cpu_s: num(&kv, "cpu_s"),
+        kernel_drops: snmp.in_errors,
+    })
+}
+
+/// `firehose bench spead …`: parses the options and runs.
+pub fn cmd(mut args: Args) -> i32 {
+    let mut opts = SpeadBenchOptions::default();
+    let mut seconds = None;
+    let mut receivers_given = false;
+    while let Some(flag) = args.next_flag() {
+        let v = |args: &mut Args| args.value(&flag);
+        let r = match flag.name.as_str() {
+            "--seconds" => v(&mut args)
+                .and_then(|x| parse_seconds(&x))
+                .map(|x| seconds = Some(x)),
+            "--sizes" => v(&mut args)
+                .and_then(|x| parse_list(&x, parse_size))
+                .map(|x| opts.sizes = x),
+            "--rates" => v(&mut args)
+                .and_then(|x| parse_list(&x, parse_rate))
+                .map(|x| opts.rates = Some(x)),
+            "--heap-size" => v(&mut args).and_then(|x| {
+                x.parse::<u32>()
+                    .ok()
+                    .filter(|&n| (1..=1 << 30).contains(&n))
+                    .map(|n| opts.heap_size = n)
+                    .ok_or_else(|| format!("--heap-size '{x}' must be 1 to 2^30 bytes"))
+            }),
+            "--receivers" => v(&mut args)
+                .and_then(|x| parse_list(&x, Receiver::parse))
+                .map(|x| {
+                    receivers_given = true;
+                    opts.receivers = x
+                }),
+            "--python" => v(&mut args).map(|x| opts.python = PathBuf::from(x)),
+            "--out" => v(&mut args).map(|x| opts.out = Some(PathBuf::from(x))),
+            "--quick" => {
+                opts.quick = true;
+                Ok(())
+            }
+            other => Err(format!("unknown bench spead option '{other}'")),
+        };
+        if let Err(e) = r {
+            return usage_error(&e);
+        }
+    }
+    if let Some(&bad) = opts.sizes.iter().find(|&&s| s < 64) {
+        return usage_error(&format!("packet size {bad} is below SPEAD's minimum of 64"));
+    }
+    opts.seconds = seconds.unwrap_or(if opts.quick { 1.0 } else { 3.0 });
+    run(&opts, receivers_given)
+}
+
+/// Runs the benchmark; returns the exit status. Without `--receivers`, chunk mode is
+/// left out (and said so) when `fhdepay` or its `spead` handler is missing.
+pub fn run(opts: &SpeadBenchOptions, receivers_given: bool) -> i32 {
+    let _ = signals::install();
+    let rmem = sys::ensure_sysctl_at_least("net.core.rmem_max", RMEM_MAX);
+    eprintln!("bench: {rmem}");
+    let mut opts = opts.clone();
+    let mut notes = Vec::new();
+    if opts.receivers.contains(&Receiver::Chunk) && !chunk_available() {
+        if receivers_given {
+            eprintln!(
+                "bench: chunk mode needs fhdepay with the spead handler, which this build lacks"
+            );
+            return EXIT_ERROR;
+        }
+        opts.receivers.retain(|&r| r != Receiver::Chunk);
+        notes.push("chunk mode left out: this build has no fhdepay / spead handler".to_string());
+    }
+    let started = Instant::now();
+    let mut steps = Vec::new();
+    let mut failure = None;
+    'all: for &size in &opts.sizes {
+        let rates = opts
+            .rates
+            .clone()
+            .unwrap_or_else(|| default_rates(size, opts.quick));
+        for &rate in &rates {
+            for &receiver in &opts.receivers {
+                match run_step(&opts, receiver, size, rate) {
+                    Ok(step) => {
+                        eprintln!(
+                            "bench: {size} B, {:>10} asked {:.2} Gb/s: offered {:.2} Gb/s = {:.0} heaps/s, received {:.0} heaps/s, loss {:.4} %, incomplete {}, kernel drops {}, {:.2} CPU s/GB",
+                            receiver.name(),
+                            rate as f64 / 1e9,
+                            step.offered_bps() / 1e9,
+                            step.offered_heaps(),
+                            step.received_heaps(),
+                            step.loss() * 100.0,
+                            step.incomplete,
+                            step.kernel_drops,
+                            step.cpu_per_gb()
+                        );
+                        steps.push(step);
+                    }
+                    Err(StepError::Interrupted) => {
+                        failure = Some("interrupted".to_string());
+                        break 'all;
+                    }
+                    Err(StepError::Failed(e)) => {
+                        failure = Some(format!(
+                            "{} at {size} B, {:.2} Gb/s failed:\n{e}",
+                            receiver.name(),
+                            rate as f64 / 1e9
+                        ));
+                        break 'all;
+                    }
+                }
+            }
+        }
+    }
+    let report = report(
+        &opts,
+        &steps,
+        &rmem,
+        &notes,
+        started.elapsed(),
+        failure.as_deref(),
+    );
+    println!("{report}");
+    if let Some(path) = &opts.out {
+        if let Err(e) = std::fs::write(path, &report) {
+            eprintln!("bench: cannot write {}: {e}", path.display());
+            return EXIT_ERROR;
+        }
+        eprintln!("bench: report written to {}", path.display());
+    }
+    match failure {
+        Some(f) => {
+            eprintln!("bench: stopped early: {f}");
+            EXIT_ERROR
+        }
+        None => EXIT_OK,
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=,:+".contains(c))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+fn gbps(bps: f64) -> String {
+    format!("{:.2}", bps / 1e9)
+}
+
+/// The receivers' descriptions, for the report.
+fn receiver_text(r: Receiver, heap_size: u32) -> String {
+    match r {
+        Receiver::Spead2 => format!(
+            "spead2: `tests/spead2/bench_recv.py` (spead2 4.5.1 recv.Stream, 1 thread, \
+             MemoryPool of {heap_size}-byte buffers, max_heaps=4, Python loop counting heaps)"
+        ),
+        _ => format!(
+            "{}: `{}`",
+            r.name(),
+            recv_description(r, heap_size, BUFFER_SIZE)
+        ),
+    }
+}
+
+/// The markdown report.
+pub fn report(
+    opts: &SpeadBenchOptions,
+    steps: &[Step],
+    rmem: &str,
+    notes: &[String],
+    took: Duration,
+    failure: Option<&str>,
+) -> String {
+    let mut r = String::new();
+    let cmd: Vec<String> = std::env::args().map(|a| shell_quote(&a)).collect();
+    let _ = writeln!(r, "## firehose bench spead — {}\n", sys::utc_now());
+    let _ = writeln!(r, "- command: `{}`", cmd.join(" "));
+    let _ = writeln!(
+        r,
+        "- host: Linux {}, {} CPUs, {}; loopback 127.0.0.1; took {:.0} s",
+        sys::kernel_release(),
+        sys::cpus(),
+        gst::version_string(),
+        took.as_secs_f64()
+    );
+    let _ = writeln!(
+        r,
+        "- sender (this process): `fakesrc num-buffers=N sizetype=fixed sizemax={} filltype=nothing ! speadpay packet-size=S descriptors-separate=true ! fhudpsink rate=R` — SPEAD-64-40 heaps of {} bytes (one item), packets byte-identical to spead2's sender; {:.1} s per step",
+        opts.heap_size, opts.heap_size, opts.seconds
+    );
+    let _ = writeln!(
+        r,
+        "- receivers (one child process each, one after the other, socket buffer {BUFFER_SIZE} bytes; {rmem}):"
+    );
+    for &rx in &opts.receivers {
+        let _ = writeln!(r, "  - {}", receiver_text(rx, opts.heap_size));
+    }
+    for n in notes {
+        let _ = writeln!(r, "- note: {n}");
+    }
+    let _ = writeln!(
+        r,
+        "- loss = 1 − complete heaps received / data heaps sent; incomplete = heaps the receiver saw but could not complete; kernel drops = Δ Udp InErrors (host-wide); CPU = receiver user+sys per GB (1e9 bytes) of heap payload received; lossless = loss < {} %\n",
+        LOSSLESS * 100.0
+    );
+    if let Some(f) = failure {
+        let _ = writeln!(r, "**Incomplete: {}**\n", f.replace('\n', " "));
+    }
+    let _ = writeln!(
+        r,
+        "| packet | receiver | asked Gb/s | offered Gb/s | offered heaps/s | received heaps/s | loss % | incomplete | kernel drops | CPU s/GB |"
+    );
+    let _ = writeln!(r, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for s in steps {
+        let _ = writeln!(
+            r,
+            "| {} B | {} | {} | {} | {:.0} | {:.0} | {:.4} | {} | {} | {:.2} |",
+            s.size,
+            s.receiver.name(),
+            gbps(s.asked as f64),
+            gbps(s.offered_bps()),
+            s.offered_heaps(),
+            s.received_heaps(),
+            s.loss() * 100.0,
+            s.incomplete,
+            s.kernel_drops,
+            s.cpu_per_gb()
+        );
+    }
+    r.push('\n');
+    r.push_str(&summary(opts, steps));
+    r
+}
+
+/// Per packet size and receiver: the highest lossless offered heap rate and the CPU
+/// per GB at the highest asked rate every receiver was lossless at.
+fn summary(opts: &SpeadBenchOptions, steps: &[Step]) -> String {
+    let mut r = String::new();
+    let _ = writeln!(
+        r,
+        "| packet | receiver | highest lossless heaps/s (Gb/s offered) | CPU s/GB at common rate |"
+    );
+    let _ = writeln!(r, "|---:|---|---:|---:|");
+    for &size in &opts.sizes {
+        let at: Vec<&Step> = steps.iter().filter(|s| s.size == size).collect();
+        if at.is_empty() {
+            continue;
+        }
+        let rates: Vec<u64> = {
+            let mut v: Vec<u64> = at.iter().map(|s| s.asked).collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        // The highest asked rate at which every receiver that ran it was lossless; else
+        // the lowest rate (marked lossy).
+        let common = rates
+            .iter()
+            .rev()
+            .find(|&&rate| at.iter().filter(|s| s.asked == rate).all(|s| s.lossless()))
+            .map(|&rate| (rate, true))
+            .or_else(|| rates.first().map(|&rate| (rate, false)));
+        for &rx in &opts.receivers {
+            let mine: Vec<&&Step> = at.iter().filter(|s| s.receiver == rx).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let best = mine
+                .iter()
+                .filter(|s| s.lossless())
+                .max_by(|a, b| a.offered_heaps().total_cmp(&b.offered_heaps()));
+            let top_lossless = mine
+                .iter()
+                .max_by_key(|s| s.asked)
+                .is_some_and(|s| s.lossless());
+            let rate_text = match best {
+                Some(b) => format!(
+                    "{}{:.0} ({})",
+                    if top_lossless { "≥ " } else { "" },
+                    b.offered_heaps(),
+                    gbps(b.offered_bps())
+                ),
+                None => "none".into(),
+            };
+            let cpu_text = common
+                .and_then(|(rate, lossless)| {
+                    let s = mine.iter().find(|s| s.asked == rate)?;
+                    Some(format!(
+                        "{:.2} at {} Gb/s{}",
+                        s.cpu_per_gb(),
+                        gbps(rate as f64),
+                        if lossless { "" } else { " (lossy)" }
+                    ))
+                })
+                .unwrap_or_else(|| "-".into());
+            let _ = writeln!(r, "| {size} B | {} | {rate_text} | {cpu_text} |", rx.name());
+        }
+    }
+    r
+}
+
+/// The pipeline of one of our receivers.
+pub fn recv_description(kind: Receiver, heap_size: u32, buffer_size: u64) -> String {
+    let src = format!("fhudpsrc name=src address=127.0.0.1 port=0 buffer-size={buffer_size}");
+    let sink = "fakesink name=sink sync=false async=false enable-last-sample=false";
+    match kind {
+        Receiver::Chunk => format!(
+            "{src} ! fhdepay name=depay handler=spead handler-config=spead,offset=1 \
+             slot-size={heap_size} slots-per-chunk={SLOTS_PER_CHUNK} ! {sink}"
+        ),
+        _ => format!("{src} ! speaddepay name=depay ! {sink}"),
+    }
+}
+
+/// `firehose bench-spead-recv` (hidden): one of our receivers in its own process.
+///
+/// Protocol on stdout: `ready port=P` once bound; after `stop` on stdin (or EOF, or
+/// `--timeout`): `result heaps=H bytes=B incomplete=I packets=P cpu_s=C wall_s=W`;
+/// `error <text>` instead when something fails (exit status 1).
+pub fn cmd_recv(mut args: Args) -> i32 {
+    let mut kind = None;
+    let mut heap_size = DEFAULT_HEAP_SIZE;
+    let mut buffer_size = BUFFER_SIZE;
+    let mut timeout = Duration::from_secs(60);
+    while let Some(flag) = args.next_flag() {
+        let v = args.value(&flag);
+        let r = match flag.name.as_str() {
+            "--kind" => v.and_then(|x| Receiver::parse(&x)).and_then(|k| match k {
+                Receiver::Spead2 => Err("--kind spead2 runs as tests/spead2/bench_recv.py".into()),
+                k => {
+                    kind = Some(k);
+                    Ok(())
+                }
+            }),
+            "--heap-size" => v.and_then(|x| {
+                x.parse()
+                    .map(|n| heap_size = n)
+                    .map_err(|_| format!("--heap-size '{x}' is not a byte count"))
+            }),
+            "--buffer-size" => v.and_then(|x| {
+                x.parse()
+                    .map(|n| buffer_size = n)
+                    .map_err(|_| format!("--buffer-size '{x}' is not a byte count"))
+            }),
+            "--timeout" => v
+                .and_then(|x| parse_seconds(&x))
+                .map(|s| timeout = Duration::from_secs_f64(s)),
+            other => Err(format!("unknown bench-spead-recv option '{other}'")),
+        };
+        if let Err(e) = r {
+            return usage_error(&e);
+        }
+    }
+    let Some(kind) = kind else {
+        return usage_error("bench-spead-recv needs --kind speaddepay|chunk");
+    };
+    // The parent decides when we stop; a terminal Ctrl-C reaches us too, so ignore it.
+    let _ = signals::ignore_interrupt();
+    match recv(kind, heap_size, buffer_size, timeout) {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            println!("error {}", e.replace('\n', " | "));
+            EXIT_ERROR
+        }
+    }
+}
+
+fn recv(kind: Receiver, heap_size: u32, buffer_size: u64, timeout: Duration) -> Result<(), String> {
+    let mut session = Session::from_description(&recv_description(kind, heap_size, buffer_size))?;
+    let src = session.element("src").expect("named in the description");
+    let depay = session.element("depay").expect("named in the description");
+    // speaddepay counts every heap, the descriptor heap too: count the data heaps (the
+    // buffers of exactly one heap payload) where they leave it. fhdepay's `heaps` are
+    // data heaps already (its handler drops descriptor heaps).
+    let data_heaps = Arc::new(AtomicU64::new(0));
+    if kind == Receiver::Speaddepay {
+        let sink = session.element("sink").expect("named in the description");
+        let pad = sink.static_pad("sink").expect("fakesink has a sink pad");
+        let count = data_heaps.clone();
+        let size = heap_size as usize;
+        pad.add_probe(
+            gst::PadProbeType::BUFFER | gst::PadProbeType::BUFFER_LIST,
+            move |_, info| {
+                let n = match (info.buffer(), info.buffer_list()) {
+                    (Some(b), _) => u64::from(b.size() == size),
+                    (_, Some(l)) => l.iter().filter(|b| b.size() == size).count() as u64,
+                    _ => 0,
+                };
+                count.fetch_add(n, Ordering::Relaxed);
+                gst::PadProbeReturn::Ok
+            },
+        );
+    }
+    session.start()?;
+    let cpu0 = sys::cpu_seconds();
+    let t0 = Instant::now();
+    let port = loop {
+        match int_property(&src, "port") {
+            Some(p) if p > 0 => break p,
+            // Generous: a loaded CI machine can take seconds to start a pipeline.
+            _ if t0.elapsed() > Duration::from_secs(20) => {
+                return Err("fhudpsrc did not report the port it bound".into())
+            }
+            _ => {
+                if let Some(BusEvent::Error(e)) = session.poll(Duration::from_millis(20)) {
+                    return Err(e);
+                }
+            }
+        }
+    };
+    println!("ready port={port}");
+    let _ = std::io::stdout().flush();
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            // Any line or EOF means stop: the parent either says so or went away.
+            let mut line = String::new();
+            let _ = std::io::stdin().lock().read_line(&mut line);
+            stop.store(true, Ordering::SeqCst);
+        });
+    }
+    while !stop.load(Ordering::SeqCst) && t0.elapsed() < timeout {
+        // EOS (the stop heap) is expected: keep counting until told to stop.
+        if let Some(BusEvent::Error(e)) = session.poll(Duration::from_millis(50)) {
+            return Err(e);
+        }
+    }
+    let read = || stats_property(&depay);
+    let heaps = |s: &Option<gst::Structure>| match kind {
+        Receiver::Speaddepay => data_heaps.load(Ordering::Relaxed),
+        _ => s.as_ref().map_or(0, |s| counter(s, names::HEAPS)),
+    };
+    // Datagrams still queued in the socket buffer are not lost: wait until the count
+    // stops moving (bounded).
+    let settle = Instant::now() + Duration::from_secs(2);
+    let mut last = heaps(&read());
+    while Instant::now() < settle {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = heaps(&read());
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    let cpu = sys::cpu_seconds() - cpu0;
+    let wall = t0.elapsed().as_secs_f64();
+    let stats = read();
+    let n = heaps(&stats);
+    let s = stats.ok_or("the depayloader has no stats")?;
+    println!(
+        "result heaps={n} bytes={} incomplete={} packets={} cpu_s={cpu:.4} wall_s={wall:.3}",
+        counter(&s, names::BYTES),
+        counter(&s, names::HEAPS_INCOMPLETE),
+        counter(&s, names::PACKETS),
+    );
+    let _ = std::io::stdout().flush();
+    session.stop();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(receiver: Receiver, asked: u64, sent: u64, heaps: u64, cpu: f64) -> Step {
+        Step {
+            size: 8972,
+            receiver,
+            asked,
+            sent: (sent, sent * (1 << 20)),
+            send_secs: 1.0,
+            heaps,
+            incomplete: sent - heaps,
+            heap_size: 1 << 20,
+            cpu_s: cpu,
+            kernel_drops: 0,
+        }
+    }
+
+    #[test]
+    fn figures_and_summary() {
+        let s = step(Receiver::Spead2, 1_000_000_000, 1000, 999, 0.5);
+        assert!(!s.lossless());
+        assert!((s.loss() - 0.001).abs() < 1e-12);
+        assert!((s.cpu_per_gb() - 0.5 / (999.0 * 1048576.0 / 1e9)).abs() < 1e-9);
+        let g = 1_000_000_000;
+        let opts = SpeadBenchOptions {
+            sizes: vec![8972],
+            receivers: vec![Receiver::Spead2, Receiver::Speaddepay],
+            ..Default::default()
+        };
+        let steps = vec![
+            step(Receiver::Spead2, g, 119, 119, 0.2),
+            step(Receiver::Speaddepay, g, 119, 119, 0.1),
+            step(Receiver::Spead2, 4 * g, 477, 300, 0.6),
+            step(Receiver::Speaddepay, 4 * g, 477, 477, 0.3),
+        ];
+        let t = summary(&opts, &steps);
+        assert!(
+            t.contains("| 8972 B | spead2 | 119 (1.00) | 1.60 at 1.00 Gb/s |"),
+            "{t}"
+        );
+        assert!(t.contains("| 8972 B | speaddepay | ≥ 477 (4.00) |"), "{t}");
+    }
+
+    #[test]
+    fn descriptions() {
+        let d = recv_description(Receiver::Chunk, 1 << 20, 1 << 25);
+        assert!(d.contains("fhdepay name=depay handler=spead"), "{d}");
+        assert!(d.contains("slot-size=1048576"), "{d}");
+        let s = sender_description(&SpeadBenchOptions::default(), 1472, 1_000_000_000, 10, 9);
+        assert!(
+            s.contains("packet-size=1472") && s.contains("port=9"),
+            "{s}"
+        );
+        assert_eq!(Receiver::parse("chunk"), Ok(Receiver::Chunk));
+        assert!(Receiver::parse("x").is_err());
+    }
+}

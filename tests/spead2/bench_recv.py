@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""spead2's own receiver for `firehose bench spead`, in its fast configuration: one
+thread, a memory pool sized to the heaps, a socket buffer of --buffer bytes, and a
+Python loop that only counts what arrives.
+
+    bench_recv.py --heap-size 1048576 [--bind 127.0.0.1] [--buffer 33554432]
+                  [--timeout 60]
+
+Protocol (the same as `firehose bench-spead-recv`), one line each on stdout:
+    ready port=P                    bound; send now
+    (the parent writes "stop", or closes stdin)
+    result heaps=H bytes=B incomplete=I packets=P cpu_s=C wall_s=W
+where heaps are complete data heaps (those with item 0x1000: descriptor and stop heaps
+are not counted), bytes their payload,
+incomplete the heaps spead2 evicted or flushed incomplete, and cpu_s the process's
+user + system time (every spead2 thread included) from "ready" to the end.
+"""
+
+import argparse
+import resource
+import socket
+import sys
+import threading
+import time
+
+import spead2
+import spead2.recv
+
+
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bind", default="127.0.0.1")
+    ap.add_argument("--heap-size", type=int, required=True)
+    ap.add_argument("--buffer", type=int, default=32 << 20)
+    ap.add_argument("--max-size", type=int, default=9200)
+    ap.add_argument("--timeout", type=float, default=60.0)
+    args = ap.parse_args()
+    try:
+        run(args)
+    except Exception as e:  # the parent reads this line instead of a result
+        print(f"error {type(e).__name__}: {e}", flush=True)
+        sys.exit(1)
+
+
+def run(args):
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, 33, args.buffer)  # SO_RCVBUFFORCE (root)
+    except OSError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, args.buffer)
+    sock.bind((args.bind, 0))
+    tp = spead2.ThreadPool(1)
+    # Heap payload plus descriptors; max_free/initial as in spead2_bench's receiver.
+    pool = spead2.MemoryPool(args.heap_size, args.heap_size + 4096, 16, 16)
+    config = spead2.recv.StreamConfig(max_heaps=4, memory_allocator=pool)
+    ring = spead2.recv.RingStreamConfig(heaps=16)
+    stream = spead2.recv.Stream(tp, config, ring)
+    stream.add_udp_reader(sock, max_size=args.max_size)
+    counts = {"heaps": 0, "bytes": 0}
+    done = threading.Event()
+
+    def consume():
+        for heap in stream:
+            data = [len(memoryview(i)) for i in heap.get_items() if i.id == 0x1000]
+            if data:
+                counts["heaps"] += 1
+                counts["bytes"] += data[0]
+        done.set()
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    cpu0, t0 = cpu(), time.monotonic()
+    consumer.start()
+    print(f"ready port={sock.getsockname()[1]}", flush=True)
+    waiter = threading.Thread(target=sys.stdin.readline, daemon=True)
+    waiter.start()
+    waiter.join(args.timeout)
+    # Whatever is still queued in the socket buffer is not lost: wait until the count
+    # stops moving (bounded) before stopping.
+    deadline = time.monotonic() + 2.0
+    last = -1
+    while time.monotonic() < deadline and not done.is_set():
+        now = counts["heaps"]
+        if now == last:
+            break
+        last = now
+        time.sleep(0.05)
+    stream.stop()
+    consumer.join(5)
+    c, w = cpu() - cpu0, time.monotonic() - t0
+    stats = stream.stats
+    incomplete = stats["incomplete_heaps_evicted"] + stats["incomplete_heaps_flushed"]
+    print(
+        f"result heaps={counts['heaps']} bytes={counts['bytes']} incomplete={incomplete} "
+        f"packets={stats['packets']} cpu_s={c:.4f} wall_s={w:.3f}",
+        flush=True,
+    )
+    del stream
+    tp.stop()
+    sock.close()
+
+
+if __name__ == "__main__":
+    main()
