@@ -124,7 +124,7 @@ fn run_inner(opts: &RecvOptions) -> Result<(), String> {
     let port = loop {
         match int_property(&src, "port") {
             Some(p) if p > 0 => break p,
-            _ if t0.elapsed() > Duration::from_secs(5) => {
+            _ if t0.elapsed() > Duration::from_secs(20) => {
                 return Err(format!(
                     "{} did not report the port it bound (its port property stayed 0)",
                     opts.kind.name()
