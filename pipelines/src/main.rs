@@ -5,6 +5,7 @@
 
 mod args;
 mod bench;
+mod benchrecord;
 mod benchrecv;
 mod benchspead;
 mod demo;
@@ -31,6 +32,7 @@ USAGE:
     firehose launch [OPTIONS] -f <FILE.pipeline> [KEY=VALUE]...
     firehose demo [--seconds S] [--rate BITS]
     firehose bench udp [--seconds S] [--sizes 8972,1472] [--rates R,R,...] [--out FILE.md] [--quick]
+    firehose bench record [--dir DIR] [--size BYTES] [--block-size BYTES] [--repeat N] [--out FILE.md] [--quick]
     firehose bench spead [--seconds S] [--sizes 8972,1472] [--rates R,...] [--heap-size B]
                          [--receivers spead2,speaddepay,chunk] [--python PY] [--out FILE.md] [--quick]
     firehose help | --version
@@ -61,6 +63,15 @@ receiver in its own process; prints a markdown report (raises net.core.rmem_max 
                          0.5,1,2,3,4,5,6G otherwise)
     --out FILE.md        also write the report to FILE.md
     --quick              two rates per size, 1 s steps (about 15 s in all)
+
+bench record: fhrecordsink (raw and pcap) against fio sequential O_DIRECT writes of the
+same block size and against filesink, on one filesystem; prints a markdown report.
+    --dir DIR            where to write (default the temp dir); the filesystem under test
+    --size BYTES         bytes per run (default 4G, 256M with --quick)
+    --block-size BYTES   fio bs and fhrecordsink block-size (default 4M)
+    --packet-size BYTES  test packet size feeding the GStreamer writers (default 8192)
+    --repeat N           runs per writer, best reported (default 3, 1 with --quick)
+    --out FILE.md        also write the report to FILE.md
 
 bench spead: SPEAD receivers on loopback at stepped offered rates — spead2 4.5.1's own
 receiver (Python, memory pool), fhudpsrc ! speaddepay, and chunk mode (fhudpsrc !
@@ -221,9 +232,10 @@ fn cmd_bench(mut args: Args) -> i32 {
     match args.next_flag().map(|f| f.name) {
         Some(kind) if kind == "udp" => {}
         Some(kind) if kind == "spead" => return benchspead::cmd(args),
+        Some(kind) if kind == "record" => return benchrecord::cmd(args),
         Some(kind) => {
             return usage_error(&format!(
-                "unknown benchmark '{kind}' (known: udp, spead)"
+                "unknown benchmark '{kind}' (known: udp, spead, record)"
             ))
         }
         None => return usage_error("bench needs a benchmark name: firehose bench udp"),

@@ -1,0 +1,509 @@
+//! `fhpcapsrc` implementation: a `PushSrc` filling one pool slot per batch from
+//! [`super::replay::Replay`], paced by [`firehose_core::pace`].
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use firehose_core::pace::{Interrupt, Pacer};
+use firehose_core::props::Hugepages;
+use firehose_core::stats::{self, names, Counter, StatsTimer};
+use firehose_core::{caps, gstmem, PacketBatchMeta, PacketInfo, PoolConfig, SlotPool};
+use gst::glib;
+use gst::prelude::*;
+use gst::subclass::prelude::*;
+use gst_base::prelude::*;
+use gst_base::subclass::base_src::CreateSuccess;
+use gst_base::subclass::prelude::*;
+
+use super::replay::{Filter, Replay};
+use super::Rate;
+
+static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+    gst::DebugCategory::new(
+        "fhpcapsrc",
+        gst::DebugColorFlags::empty(),
+        Some("Firehose pcap replay source"),
+    )
+});
+
+const DEFAULT_BATCH_SIZE: u32 = 64;
+/// Bytes per pool slot: room for a batch of jumbo datagrams, and always for one more
+/// datagram of the largest size.
+const SLOT_SIZE: usize = 2 << 20;
+/// The largest UDP payload: a slot with less room left is pushed.
+const MAX_DATAGRAM: usize = 65535;
+const POOL_SLOTS: usize = 16;
+const POOL_POLL: Duration = Duration::from_millis(100);
+
+#[derive(Debug, Clone)]
+struct Settings {
+    location: Option<String>,
+    port: u32,
+    address: Option<String>,
+    /// As set; parsed at start, so a bad value is a start error, not a silent default.
+    rate: String,
+    loops: u32,
+    batch_size: u32,
+    hugepages: Hugepages,
+    stats_interval: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            location: None,
+            port: 0,
+            address: None,
+            rate: "original".into(),
+            loops: 1,
+            batch_size: DEFAULT_BATCH_SIZE,
+            hugepages: Hugepages::Auto,
+            stats_interval: stats::DEFAULT_INTERVAL_MS,
+        }
+    }
+}
+
+struct State {
+    settings: Settings,
+    rate: Rate,
+    replay: Replay,
+    /// Passes started so far (the first included).
+    pass: u32,
+    /// Datagrams delivered in the current pass: a pass with none ends the stream, so a
+    /// file with no matching datagram cannot loop forever doing nothing.
+    pass_delivered: u64,
+    /// When the stream started.
+    start: Instant,
+    /// Original timing: the capture time and the instant the current pass is anchored
+    /// to (its first datagram's).
+    anchor: Option<(u64, Instant)>,
+    pacer: Pacer,
+    sent: u64,
+    eos: bool,
+    timer: StatsTimer,
+}
+
+#[derive(Default)]
+struct Counters {
+    packets: Counter,
+    bytes: Counter,
+    batches: Counter,
+    malformed: Counter,
+    truncated: Counter,
+    filtered: Counter,
+}
+
+/// The `fhpcapsrc` element.
+#[derive(Default)]
+pub struct PcapSrc {
+    settings: Mutex<Settings>,
+    state: Mutex<Option<State>>,
+    /// Outside `state` so `unlock()` can wake a pool wait.
+    pool: Mutex<Option<SlotPool>>,
+    interrupt: Interrupt,
+    counters: Counters,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl PcapSrc {
+    fn stats(&self) -> gst::Structure {
+        let c = &self.counters;
+        let pool = lock(&self.pool)
+            .as_ref()
+            .map(SlotPool::stats)
+            .unwrap_or_default();
+        stats::structure(&[
+            (names::PACKETS, c.packets.get()),
+            (names::BYTES, c.bytes.get()),
+            (names::BATCHES, c.batches.get()),
+            (names::MALFORMED, c.malformed.get()),
+            (names::TRUNCATED, c.truncated.get()),
+            (names::FILTERED, c.filtered.get()),
+            (names::POOL_SLOTS, pool.slots as u64),
+            (names::POOL_IN_USE, pool.in_use as u64),
+            (names::POOL_HIGH_WATER, pool.high_water as u64),
+            (names::POOL_EXHAUSTED, pool.exhausted),
+        ])
+    }
+
+    fn sync_counts(&self, state: &State) {
+        let r = state.replay.counts();
+        self.counters.malformed.set(r.malformed);
+        self.counters.truncated.set(r.truncated);
+        self.counters.filtered.set(r.filtered);
+    }
+
+    fn read_error(&self, e: &std::io::Error) -> gst::FlowError {
+        let loc = lock(&self.settings).location.clone().unwrap_or_default();
+        gst::element_imp_error!(
+            self,
+            gst::ResourceError::Read,
+            ("Cannot read {}: {}", loc, e)
+        );
+        gst::FlowError::Error
+    }
+
+    /// Fills `data` with a batch; returns its datagrams (empty at the end of the
+    /// stream) or Flushing when a pacing wait was interrupted.
+    fn fill(&self, state: &mut State, data: &mut [u8]) -> Result<Vec<PacketInfo>, gst::FlowError> {
+        let batch = state.settings.batch_size as usize;
+        let mut packets = Vec::with_capacity(batch);
+        let mut fill = 0usize;
+        while packets.len() < batch && data.len() - fill >= MAX_DATAGRAM {
+            let d = match state.replay.next(&mut data[fill..]) {
+                Ok(Some(d)) => d,
+                Ok(None) => {
+                    let loops = state.settings.loops;
+                    if (loops != 0 && state.pass >= loops) || state.pass_delivered == 0 {
+                        state.eos = true;
+                        break;
+                    }
+                    state.pass += 1;
+                    state.pass_delivered = 0;
+                    state.anchor = None;
+                    state.replay.rewind().map_err(|e| self.read_error(&e))?;
+                    continue;
+                }
+                Err(e) => return Err(self.read_error(&e)),
+            };
+            if state.rate == Rate::Original {
+                let (ts0, t0) = *state.anchor.get_or_insert((d.ts_ns, Instant::now()));
+                // A capture going back in time (merged files) plays its packet at once.
+                let due = t0 + Duration::from_nanos(d.ts_ns.saturating_sub(ts0));
+                if due > Instant::now() {
+                    if !packets.is_empty() {
+                        // Not due yet: it starts the next batch, none is sent early.
+                        state.replay.unread(d, &data[fill..fill + d.len]);
+                        break;
+                    }
+                    if !self.interrupt.sleep_until(due) {
+                        state.replay.unread(d, &data[fill..fill + d.len]);
+                        return Err(gst::FlowError::Flushing);
+                    }
+                }
+            }
+            packets.push(PacketInfo {
+                offset: fill as u32,
+                len: d.len as u32,
+                rx_time_ns: d.ts_ns,
+                src: d.src.into(),
+            });
+            fill += d.len;
+            state.pass_delivered += 1;
+        }
+        Ok(packets)
+    }
+}
+
+#[glib::object_subclass]
+impl ObjectSubclass for PcapSrc {
+    const NAME: &'static str = "GstFhPcapSrc";
+    type Type = super::PcapSrc;
+    type ParentType = gst_base::PushSrc;
+}
+
+impl ObjectImpl for PcapSrc {
+    fn properties() -> &'static [glib::ParamSpec] {
+        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
+            let mut v = vec![
+                glib::ParamSpecString::builder("location")
+                    .nick("Location")
+                    .blurb("The pcap or pcapng file to replay")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("port")
+                    .nick("Port")
+                    .blurb("Only UDP datagrams to this destination port (0 = any)")
+                    .maximum(65535)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecString::builder("address")
+                    .nick("Address")
+                    .blurb("Only datagrams to this destination address (empty = any)")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecString::builder("rate")
+                    .nick("Rate")
+                    .blurb("original (the capture's timing), max (as fast as possible), or payload bits/s such as 500M or 2G")
+                    .default_value(Some("original"))
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("loop")
+                    .nick("Loop")
+                    .blurb("Times to play the file (0 = forever)")
+                    .default_value(1)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("batch-size")
+                    .nick("Batch size")
+                    .blurb("Most datagrams per buffer")
+                    .minimum(1)
+                    .maximum(1024)
+                    .default_value(DEFAULT_BATCH_SIZE)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecEnum::builder::<Hugepages>("hugepages")
+                    .nick("Hugepages")
+                    .blurb("Pool memory in hugepages: auto (fall back with a warning), require, off")
+                    .mutable_ready()
+                    .build(),
+            ];
+            v.extend(stats::properties(
+                "packets, bytes, batches, malformed, truncated, filtered, pool-*",
+            ));
+            v
+        });
+        PROPS.as_ref()
+    }
+
+    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        let opt = |v: Option<String>| v.filter(|x| !x.is_empty());
+        let mut s = lock(&self.settings);
+        match pspec.name() {
+            "location" => s.location = opt(value.get().expect("type checked upstream")),
+            "port" => s.port = value.get().expect("type checked upstream"),
+            "address" => s.address = opt(value.get().expect("type checked upstream")),
+            "rate" => {
+                let text: Option<String> = value.get().expect("type checked upstream");
+                s.rate = text.unwrap_or_else(|| "original".into());
+            }
+            "loop" => s.loops = value.get().expect("type checked upstream"),
+            "batch-size" => s.batch_size = value.get().expect("type checked upstream"),
+            "hugepages" => s.hugepages = value.get().expect("type checked upstream"),
+            "stats-interval" => s.stats_interval = value.get().expect("type checked upstream"),
+            other => unreachable!("unknown property {other}"),
+        }
+    }
+
+    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        if pspec.name() == "stats" {
+            return self.stats().to_value();
+        }
+        let s = lock(&self.settings);
+        match pspec.name() {
+            "location" => s.location.to_value(),
+            "port" => s.port.to_value(),
+            "address" => s.address.to_value(),
+            "rate" => s.rate.to_value(),
+            "loop" => s.loops.to_value(),
+            "batch-size" => s.batch_size.to_value(),
+            "hugepages" => s.hugepages.to_value(),
+            "stats-interval" => s.stats_interval.to_value(),
+            other => unreachable!("unknown property {other}"),
+        }
+    }
+
+    fn constructed(&self) {
+        self.parent_constructed();
+        self.obj().set_format(gst::Format::Time);
+    }
+}
+
+impl GstObjectImpl for PcapSrc {}
+
+impl ElementImpl for PcapSrc {
+    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
+        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
+            gst::subclass::ElementMetadata::new(
+                "Firehose pcap replay",
+                "Source/File/Network",
+                "Replays the UDP datagrams of a pcap or pcapng file as packet batches, at the \
+                 original pace, a set rate or as fast as possible",
+                "Firehose developers",
+            )
+        });
+        Some(&*META)
+    }
+
+    fn pad_templates() -> &'static [gst::PadTemplate] {
+        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
+            vec![gst::PadTemplate::new(
+                "src",
+                gst::PadDirection::Src,
+                gst::PadPresence::Always,
+                &caps::packets_caps(),
+            )
+            .expect("valid src template")]
+        });
+        TEMPLATES.as_ref()
+    }
+}
+
+impl BaseSrcImpl for PcapSrc {
+    fn start(&self) -> Result<(), gst::ErrorMessage> {
+        let settings = lock(&self.settings).clone();
+        let rate = Rate::parse(&settings.rate)
+            .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))?;
+        let Some(location) = settings.location.clone() else {
+            return Err(gst::error_msg!(
+                gst::ResourceError::NotFound,
+                ("No location set: give the capture file, e.g. location=capture.pcap")
+            ));
+        };
+        let address = match settings.address.as_deref() {
+            Some(a) => Some(a.trim_matches(['[', ']']).parse::<IpAddr>().map_err(|_| {
+                gst::error_msg!(
+                    gst::ResourceError::Settings,
+                    ("address '{a}' is not an IP address")
+                )
+            })?),
+            None => None,
+        };
+        let filter = Filter {
+            port: (settings.port != 0).then_some(settings.port as u16),
+            address,
+        };
+        let replay = Replay::open(&PathBuf::from(&location), filter).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::InvalidData {
+                gst::error_msg!(
+                    gst::StreamError::WrongType,
+                    ("{location} is {e}: give a capture from tcpdump, Wireshark or fhrecordsink")
+                )
+            } else {
+                gst::error_msg!(
+                    gst::ResourceError::OpenRead,
+                    ("Cannot open {location}: {e}")
+                )
+            }
+        })?;
+        let pool = SlotPool::new(&PoolConfig {
+            slot_size: SLOT_SIZE,
+            slots: POOL_SLOTS,
+            hugepages: settings.hugepages.into(),
+        })
+        .map_err(|e| {
+            gst::error_msg!(
+                gst::ResourceError::NoSpaceLeft,
+                ("Cannot allocate the replay pool: {e}")
+            )
+        })?;
+        if let Some(why) = pool.fallback_reason() {
+            gst::warning!(CAT, imp = self, "not using hugepages: {why}");
+        }
+        *lock(&self.pool) = Some(pool);
+        let pacer = match rate {
+            Rate::Bits(b) => Pacer::new(b),
+            _ => Pacer::new(0),
+        };
+        *lock(&self.state) = Some(State {
+            timer: StatsTimer::new(settings.stats_interval),
+            settings,
+            rate,
+            replay,
+            pass: 1,
+            pass_delivered: 0,
+            start: Instant::now(),
+            anchor: None,
+            pacer,
+            sent: 0,
+            eos: false,
+        });
+        for c in [
+            &self.counters.packets,
+            &self.counters.bytes,
+            &self.counters.batches,
+            &self.counters.malformed,
+            &self.counters.truncated,
+            &self.counters.filtered,
+        ] {
+            c.reset();
+        }
+        Ok(())
+    }
+
+    fn stop(&self) -> Result<(), gst::ErrorMessage> {
+        *lock(&self.state) = None;
+        *lock(&self.pool) = None;
+        Ok(())
+    }
+
+    fn is_seekable(&self) -> bool {
+        false
+    }
+
+    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
+        self.interrupt.raise();
+        if let Some(pool) = lock(&self.pool).as_ref() {
+            pool.wake_waiters();
+        }
+        Ok(())
+    }
+
+    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
+        self.interrupt.clear();
+        Ok(())
+    }
+}
+
+impl PushSrcImpl for PcapSrc {
+    fn create(
+        &self,
+        _buffer: Option<&mut gst::BufferRef>,
+    ) -> Result<CreateSuccess, gst::FlowError> {
+        let mut guard = lock(&self.state);
+        let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+        if state.eos {
+            self.sync_counts(state);
+            drop(guard);
+            stats::post(self.obj().upcast_ref(), self.stats());
+            return Err(gst::FlowError::Eos);
+        }
+        let pool = lock(&self.pool).clone().ok_or(gst::FlowError::Flushing)?;
+        // Replay never drops: wait for downstream to give a slot back.
+        let mut slot = pool
+            .acquire_blocking(self.interrupt.flag(), POOL_POLL)
+            .ok_or(gst::FlowError::Flushing)?;
+        let packets = self.fill(state, slot.as_mut_full())?;
+        self.sync_counts(state);
+        if packets.is_empty() {
+            drop(guard);
+            gst::debug!(CAT, imp = self, "end of the capture");
+            stats::post(self.obj().upcast_ref(), self.stats());
+            return Err(gst::FlowError::Eos);
+        }
+        let bytes: u64 = packets.iter().map(|p| u64::from(p.len)).sum();
+        let n = packets.len() as u64;
+        let pts = match state.rate {
+            Rate::Original => state
+                .anchor
+                .map(|(ts0, t0)| {
+                    let due = t0 + Duration::from_nanos(packets[0].rx_time_ns.saturating_sub(ts0));
+                    due.saturating_duration_since(state.start)
+                })
+                .unwrap_or_default(),
+            Rate::Bits(_) => {
+                if !state.pacer.wait(0, &self.interrupt) {
+                    return Err(gst::FlowError::Flushing);
+                }
+                state.pacer.time_of(state.pacer.sent())
+            }
+            Rate::Max => state.start.elapsed(),
+        };
+        state.pacer.record(bytes);
+        let end = packets.last().map_or(0, |p| (p.offset + p.len) as usize);
+        slot.set_len(end);
+        let mut buf = gstmem::slot_into_buffer(slot);
+        {
+            let b = buf.get_mut().expect("a new buffer is writable");
+            b.set_pts(gst::ClockTime::from_nseconds(pts.as_nanos() as u64));
+            b.set_offset(state.sent);
+            b.set_offset_end(state.sent + n);
+            PacketBatchMeta::add(b, packets);
+        }
+        state.sent += n;
+        self.counters.packets.add(n);
+        self.counters.bytes.add(bytes);
+        self.counters.batches.add(1);
+        let due = state.timer.due(Instant::now());
+        drop(guard);
+        if due {
+            stats::post(self.obj().upcast_ref(), self.stats());
+        }
+        Ok(CreateSuccess::NewBuffer(buf))
+    }
+}

@@ -1,0 +1,318 @@
+//! Turning buffers into file bytes for each format, straight into the staging blocks.
+//!
+//! Per datagram: one record header plus network headers built in a stack array, then
+//! the payload copied once; no allocation, no lock, no `GstBuffer`. One buffer map per
+//! batch.
+
+use std::net::{Ipv4Addr, SocketAddr};
+
+use firehose_core::chunk::{ChunkInfo, ChunkMeta};
+use firehose_core::PacketBatchMeta;
+
+use super::Format;
+use crate::disk::stage::Stage;
+use crate::disk::writer::Writer;
+use crate::format::index::{self, Entry, Kind, NO_PTS};
+use crate::format::net::{self, Destination, MAX_HEADERS};
+use crate::format::pcap::{self, IfStats, EPB_HEADER_LEN, LINKTYPE_ETHERNET};
+
+/// Upper bound of the bytes a format adds to one datagram (pcapng: block header, the
+/// longest network headers, padding and trailing length).
+pub const RECORD_OVERHEAD: usize = EPB_HEADER_LEN + MAX_HEADERS + 3 + 4;
+/// Largest record header plus network headers.
+const HEAD_MAX: usize = EPB_HEADER_LEN + MAX_HEADERS;
+
+/// What one buffer contributed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Written {
+    /// Datagrams (or buffers/heaps) recorded.
+    pub packets: u64,
+    /// Their payload bytes.
+    pub bytes: u64,
+    /// Datagrams cut to the largest UDP payload (pcap formats only).
+    pub truncated: u64,
+}
+
+/// Per-recording encoding state.
+#[derive(Debug)]
+pub struct Encoder {
+    format: Format,
+    snaplen: u32,
+    dst: Destination,
+    ident: u16,
+    /// Next packet number (format=raw, batches).
+    packet_no: u64,
+    /// Next buffer number (format=raw, plain buffers).
+    buffer_no: u64,
+    /// Capture time of the first record, for interface statistics.
+    pub first_ts: Option<u64>,
+}
+
+/// Nanoseconds since the Unix epoch now.
+pub fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+impl Encoder {
+    /// An encoder for `format`, frames addressed to `dst`.
+    pub fn new(format: Format, snaplen: u32, dst: SocketAddr) -> Self {
+        Self {
+            format,
+            snaplen: snaplen.max(64),
+            dst: Destination::new(dst),
+            ident: 0,
+            packet_no: 0,
+            buffer_no: 0,
+            first_ts: None,
+        }
+    }
+
+    /// Changes where synthesized datagrams are addressed (before any is written).
+    pub fn set_destination(&mut self, dst: SocketAddr) {
+        self.dst = Destination::new(dst);
+    }
+
+    /// The bytes that start every file of this format.
+    pub fn file_header(&self) -> Vec<u8> {
+        match self.format {
+            Format::Pcap => pcap::pcap_file_header(self.snaplen, LINKTYPE_ETHERNET).to_vec(),
+            Format::Pcapng => {
+                let mut v = Vec::new();
+                pcap::pcapng_file_header(&mut v, self.snaplen, LINKTYPE_ETHERNET, "firehose");
+                v
+            }
+            Format::Raw => Vec::new(),
+        }
+    }
+
+    /// The index header for a new raw file (`None` for other formats).
+    pub fn index_header(&self) -> Option<Vec<u8>> {
+        (self.format == Format::Raw).then(|| index::header(unix_ns()).to_vec())
+    }
+
+    /// The bytes that end a file (pcapng interface statistics).
+    pub fn file_trailer(&self, stats: &IfStats) -> Vec<u8> {
+        let mut v = Vec::new();
+        if self.format == Format::Pcapng {
+            pcap::isb(&mut v, stats);
+        }
+        v
+    }
+
+    /// Most bytes `buf` can take in the file.
+    pub fn bound(&self, buf: &gst::BufferRef) -> usize {
+        let records = buf
+            .meta::<PacketBatchMeta>()
+            .map_or(1, |m| m.packets().len());
+        match self.format {
+            Format::Raw => buf.size(),
+            _ => buf.size() + records * RECORD_OVERHEAD,
+        }
+    }
+
+    /// Encodes `buf` into `stage` (space for [`Encoder::bound`] bytes reserved).
+    pub fn encode(&mut self, buf: &gst::BufferRef, stage: &mut Stage, writer: &Writer) -> Written {
+        let mut w = Written::default();
+        let Ok(map) = buf.map_readable() else {
+            return w;
+        };
+        let data = map.as_slice();
+        let now = unix_ns();
+        let pts = buf.pts().map_or(NO_PTS, |t| t.nseconds());
+        if let Some(meta) = buf.meta::<PacketBatchMeta>() {
+            for p in meta.packets() {
+                let Some(payload) = data.get(p.range()) else {
+                    continue;
+                };
+                let ts = if p.rx_time_ns != 0 { p.rx_time_ns } else { now };
+                let src = p.src.to_socket_addr();
+                match self.format {
+                    Format::Raw => {
+                        let id = post_inc(&mut self.packet_no);
+                        let rec = RawRecord {
+                            id,
+                            kind: Kind::Packet,
+                            complete: true,
+                            ts,
+                            pts,
+                        };
+                        self.raw(stage, writer, payload, rec);
+                        w.bytes += payload.len() as u64;
+                    }
+                    _ => {
+                        w.truncated += u64::from(self.frame(stage, writer, src, payload, ts));
+                        w.bytes += payload.len() as u64;
+                    }
+                }
+                w.packets += 1;
+                self.first_ts.get_or_insert(ts);
+            }
+            return w;
+        }
+        self.first_ts.get_or_insert(now);
+        w.packets = 1;
+        w.bytes = data.len() as u64;
+        match self.format {
+            Format::Raw if buf.meta::<ChunkMeta>().is_some() => {
+                let meta = buf.meta::<ChunkMeta>().expect("checked");
+                self.chunk(stage, writer, data, meta.info(), now, pts);
+            }
+            Format::Raw => {
+                let (kind, complete, id) = match heap_info(buf) {
+                    Some((complete, heap_cnt)) => (Kind::Heap, complete, heap_cnt),
+                    None => (Kind::Buffer, true, post_inc(&mut self.buffer_no)),
+                };
+                let rec = RawRecord {
+                    id,
+                    kind,
+                    complete,
+                    ts: now,
+                    pts,
+                };
+                self.raw(stage, writer, data, rec);
+            }
+            _ => {
+                let unknown = SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0);
+                w.truncated += u64::from(self.frame(stage, writer, unknown, data, now));
+            }
+        }
+        w
+    }
+
+    /// One datagram as a pcap record or pcapng EPB; true if it had to be cut.
+    fn frame(
+        &mut self,
+        stage: &mut Stage,
+        writer: &Writer,
+        src: SocketAddr,
+        payload: &[u8],
+        ts: u64,
+    ) -> bool {
+        let max = net::max_payload(src, &self.dst);
+        let cut = payload.len() > max;
+        let payload = &payload[..payload.len().min(max)];
+        let mut hdr = [0u8; MAX_HEADERS];
+        self.ident = self.ident.wrapping_add(1);
+        let hl = net::write_headers(&mut hdr, src, &self.dst, payload, self.ident);
+        let frame_len = hl + payload.len();
+        let caplen = frame_len.min(self.snaplen as usize);
+        let mut head = [0u8; HEAD_MAX];
+        let rh = match self.format {
+            Format::Pcapng => {
+                head[..EPB_HEADER_LEN].copy_from_slice(&pcap::epb_header(
+                    ts,
+                    caplen as u32,
+                    frame_len as u32,
+                ));
+                EPB_HEADER_LEN
+            }
+            _ => {
+                head[..16].copy_from_slice(&pcap::pcap_record_header(
+                    ts,
+                    caplen as u32,
+                    frame_len as u32,
+                ));
+                16
+            }
+        };
+        let hcap = hl.min(caplen);
+        head[rh..rh + hcap].copy_from_slice(&hdr[..hcap]);
+        stage.put(&head[..rh + hcap], writer);
+        stage.put(&payload[..caplen - hcap], writer);
+        if self.format == Format::Pcapng {
+            let (t, n) = pcap::epb_trailer(caplen);
+            stage.put(&t[..n], writer);
+        }
+        cut
+    }
+
+    /// A chunk: its bytes, an index entry for it and one per slot, so a reader finds
+    /// each heap (and whether it arrived) without the meta.
+    fn chunk(
+        &mut self,
+        stage: &mut Stage,
+        writer: &Writer,
+        data: &[u8],
+        info: &ChunkInfo,
+        ts: u64,
+        pts: u64,
+    ) {
+        let base = stage.file_bytes();
+        let entry = |id: u64, offset: u64, len: usize, complete: bool, kind: Kind| Entry {
+            id,
+            offset,
+            len: len as u32,
+            complete,
+            kind: Some(kind),
+            time_ns: ts,
+            pts_ns: pts,
+        };
+        let whole = entry(
+            info.chunk_id,
+            base,
+            data.len(),
+            info.is_complete(),
+            Kind::Chunk,
+        );
+        stage.put_index(&whole.encode());
+        for i in 0..info.slots {
+            let r = info.slot_range(i);
+            if r.end <= data.len() {
+                let e = entry(
+                    i as u64,
+                    base + r.start as u64,
+                    r.len(),
+                    info.is_present(i),
+                    Kind::Slot,
+                );
+                stage.put_index(&e.encode());
+            }
+        }
+        stage.put(data, writer);
+    }
+
+    /// One raw record and its index entry.
+    fn raw(&mut self, stage: &mut Stage, writer: &Writer, payload: &[u8], rec: RawRecord) {
+        let entry = Entry {
+            id: rec.id,
+            offset: stage.file_bytes(),
+            len: payload.len() as u32,
+            complete: rec.complete,
+            kind: Some(rec.kind),
+            time_ns: rec.ts,
+            pts_ns: rec.pts,
+        };
+        stage.put_index(&entry.encode());
+        stage.put(payload, writer);
+    }
+}
+
+/// What the index says about one raw record.
+struct RawRecord {
+    id: u64,
+    kind: Kind,
+    complete: bool,
+    ts: u64,
+    pts: u64,
+}
+
+fn post_inc(v: &mut u64) -> u64 {
+    let r = *v;
+    *v += 1;
+    r
+}
+
+/// A SPEAD heap buffer's completeness and heap counter.
+#[cfg(feature = "spead")]
+fn heap_info(buf: &gst::BufferRef) -> Option<(bool, u64)> {
+    let meta = buf.meta::<firehose_spead::heap::HeapMeta>()?;
+    let info = meta.info();
+    Some((info.complete, info.heap_cnt))
+}
+
+#[cfg(not(feature = "spead"))]
+fn heap_info(_buf: &gst::BufferRef) -> Option<(bool, u64)> {
+    None
+}

@@ -1,0 +1,275 @@
+//! fhpcapsrc: every container variant, filters, damage, pacing and loops.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::{batch, classic_pcap, frame, payload, record, replay, stat, TempDir};
+use firehose_core::stats::names;
+
+const T0: u64 = 1_700_000_000_000_000_000;
+
+#[test]
+fn replays_what_fhrecordsink_wrote_in_both_formats() {
+    let dir = TempDir::new("src-own");
+    let src: SocketAddr = "10.9.8.7:4000".parse().unwrap();
+    let src6: SocketAddr = "[2001:db8::1]:4001".parse().unwrap();
+    let a: Vec<Vec<u8>> = (0..200)
+        .map(|i| payload(i, 1 + (i as usize * 53) % 9000))
+        .collect();
+    let b: Vec<Vec<u8>> = (0..20).map(|i| payload(500 + i, 64)).collect();
+    for format in ["pcap", "pcapng"] {
+        let path = dir.join(&format!("own.{format}"));
+        record(
+            &[
+                ("location", path.to_str().unwrap()),
+                ("format", format),
+                ("destination", "10.0.0.1:7148"),
+                ("when-full", "block"),
+            ],
+            vec![batch(&a, src, T0), batch(&b, src6, T0 + 1_000_000)],
+        );
+        let (got, el, r) = replay(
+            &format!("location={} rate=max", path.display()),
+            Duration::from_secs(30),
+        );
+        r.unwrap();
+        assert_eq!(got.len(), 220, "{format}");
+        for (i, g) in got.iter().enumerate() {
+            let (want, from, ts) = if i < 200 {
+                (&a[i], src, T0 + i as u64)
+            } else {
+                (&b[i - 200], src6, T0 + 1_000_000 + (i - 200) as u64)
+            };
+            assert_eq!(&g.payload, want, "{format} datagram {i}");
+            assert_eq!(g.src, from);
+            assert_eq!(g.ts_ns, ts, "{format}: nanosecond times survive");
+        }
+        assert_eq!(stat(&el, names::PACKETS), 220);
+        assert_eq!(stat(&el, names::MALFORMED), 0);
+    }
+}
+
+#[test]
+fn reads_microsecond_and_nanosecond_pcap_in_both_byte_orders() {
+    let dir = TempDir::new("src-variants");
+    let frames: Vec<(u64, Vec<u8>)> = (0..10u64)
+        .map(|i| {
+            (
+                T0 + i * 1_000_123_000,
+                frame(
+                    "192.168.1.2:999",
+                    "192.168.1.3:7148",
+                    &payload(i, 100 + i as usize),
+                ),
+            )
+        })
+        .collect();
+    for nanos in [false, true] {
+        for big in [false, true] {
+            let path = dir.join(&format!("v-{nanos}-{big}.pcap"));
+            std::fs::write(&path, classic_pcap(&frames, nanos, big)).unwrap();
+            let (got, _, r) = replay(
+                &format!("location={} rate=max", path.display()),
+                Duration::from_secs(30),
+            );
+            r.unwrap();
+            assert_eq!(got.len(), 10, "nanos={nanos} big={big}");
+            for (i, g) in got.iter().enumerate() {
+                assert_eq!(g.payload, payload(i as u64, 100 + i));
+                assert_eq!(g.ts_ns, frames[i].0, "nanos={nanos} big={big}");
+                assert_eq!(g.src, "192.168.1.2:999".parse().unwrap());
+            }
+        }
+    }
+}
+
+#[test]
+fn filters_by_destination_port_and_address_and_counts_the_rest() {
+    let dir = TempDir::new("src-filter");
+    let mut frames = Vec::new();
+    for i in 0..30u64 {
+        let dst = match i % 3 {
+            0 => "10.0.0.1:7148",
+            1 => "10.0.0.1:7149",
+            _ => "10.0.0.2:7148",
+        };
+        frames.push((T0 + i, frame("10.0.0.9:1", dst, &payload(i, 50))));
+    }
+    let mut arp = frame("10.0.0.9:1", "10.0.0.1:7148", b"x");
+    arp[12] = 0x08;
+    arp[13] = 0x06;
+    frames.push((T0 + 99, arp));
+    let path = dir.join("f.pcap");
+    std::fs::write(&path, classic_pcap(&frames, true, false)).unwrap();
+    let (got, el, r) = replay(
+        &format!(
+            "location={} rate=max port=7148 address=10.0.0.1",
+            path.display()
+        ),
+        Duration::from_secs(30),
+    );
+    r.unwrap();
+    let want: Vec<Vec<u8>> = (0..30u64)
+        .filter(|i| i % 3 == 0)
+        .map(|i| payload(i, 50))
+        .collect();
+    assert_eq!(
+        got.iter().map(|g| g.payload.clone()).collect::<Vec<_>>(),
+        want
+    );
+    assert_eq!(
+        stat(&el, names::FILTERED),
+        21,
+        "20 other datagrams and the ARP frame"
+    );
+    let (got, _, _) = replay(
+        &format!("location={} rate=max port=7149", path.display()),
+        Duration::from_secs(30),
+    );
+    assert_eq!(got.len(), 10);
+}
+
+#[test]
+fn damaged_frames_are_counted_and_skipped_and_a_cut_last_record_ends_cleanly() {
+    let dir = TempDir::new("src-damage");
+    let good = |i: u64| (T0 + i, frame("1.1.1.1:1", "2.2.2.2:2", &payload(i, 80)));
+    let mut bad_ip = good(1);
+    bad_ip.1[14] = 0x43; // IHL 3: shorter than an IPv4 header
+    let mut bad_udp = good(2);
+    bad_udp.1[38] = 0xff; // UDP length beyond the IP datagram
+    let frames = vec![good(0), bad_ip, bad_udp, good(3)];
+    let mut bytes = classic_pcap(&frames, false, false);
+    let full = classic_pcap(&[good(4)], false, false);
+    bytes.extend_from_slice(&full[24..24 + 16 + 30]); // a last record cut short
+    let path = dir.join("d.pcap");
+    std::fs::write(&path, &bytes).unwrap();
+    let (got, el, r) = replay(
+        &format!("location={} rate=max", path.display()),
+        Duration::from_secs(30),
+    );
+    r.unwrap();
+    let want = vec![payload(0, 80), payload(3, 80)];
+    assert_eq!(
+        got.iter().map(|g| g.payload.clone()).collect::<Vec<_>>(),
+        want
+    );
+    assert_eq!(stat(&el, names::MALFORMED), 2);
+    assert_eq!(stat(&el, names::TRUNCATED), 1);
+}
+
+#[test]
+fn original_rate_reproduces_the_capture_timing() {
+    let dir = TempDir::new("src-timing");
+    let frames: Vec<(u64, Vec<u8>)> = (0..5u64)
+        .map(|i| {
+            (
+                T0 + i * 150_000_000,
+                frame("1.1.1.1:1", "2.2.2.2:2", &payload(i, 10)),
+            )
+        })
+        .collect();
+    let path = dir.join("t.pcap");
+    std::fs::write(&path, classic_pcap(&frames, true, false)).unwrap();
+    let t = Instant::now();
+    let (got, _, r) = replay(
+        &format!("location={}", path.display()),
+        Duration::from_secs(30),
+    );
+    r.unwrap();
+    let took = t.elapsed();
+    assert_eq!(got.len(), 5);
+    assert!(took >= Duration::from_millis(600), "took {took:?}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    for (i, g) in got.iter().enumerate() {
+        // Each datagram is its own batch here, PTS on the capture's schedule.
+        let pts = g.pts.unwrap().nseconds();
+        let want = i as u64 * 150_000_000;
+        assert!(
+            pts.abs_diff(want) < 1_000_000,
+            "datagram {i}: pts {pts}, want {want}"
+        );
+    }
+    // As fast as possible: no waiting.
+    let t = Instant::now();
+    replay(
+        &format!("location={} rate=max", path.display()),
+        Duration::from_secs(30),
+    )
+    .2
+    .unwrap();
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "rate=max took {:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn bit_rate_paces_and_loop_repeats() {
+    let dir = TempDir::new("src-rate");
+    let frames: Vec<(u64, Vec<u8>)> = (0..50u64)
+        .map(|i| (T0 + i, frame("1.1.1.1:1", "2.2.2.2:2", &payload(i, 1000))))
+        .collect();
+    let path = dir.join("r.pcap");
+    std::fs::write(&path, classic_pcap(&frames, true, false)).unwrap();
+    // 3 loops x 50 kB at 4 Mbit/s (0.5 MB/s): about 0.3 s.
+    let t = Instant::now();
+    let (got, el, r) = replay(
+        &format!("location={} rate=4M loop=3 batch-size=10", path.display()),
+        Duration::from_secs(30),
+    );
+    r.unwrap();
+    assert_eq!(got.len(), 150);
+    assert_eq!(
+        got[100].payload,
+        payload(0, 1000),
+        "the third pass starts over"
+    );
+    assert_eq!(stat(&el, names::BATCHES), 15);
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(250), "took {took:?}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+}
+
+#[test]
+fn missing_and_foreign_files_fail_at_start_with_the_reason() {
+    let dir = TempDir::new("src-errors");
+    let (_, _, r) = replay(
+        &format!("location={}", dir.join("nope.pcap").display()),
+        Duration::from_secs(10),
+    );
+    let e = r.unwrap_err();
+    assert!(e.contains("Cannot open") && e.contains("nope.pcap"), "{e}");
+    let text = dir.join("text.pcap");
+    std::fs::write(&text, b"hello, this is not a capture").unwrap();
+    let (_, _, r) = replay(
+        &format!("location={}", text.display()),
+        Duration::from_secs(10),
+    );
+    let e = r.unwrap_err();
+    assert!(e.contains("not a pcap or pcapng file"), "{e}");
+}
+
+#[test]
+fn a_bad_rate_fails_at_start_and_an_empty_match_never_spins() {
+    let dir = TempDir::new("src-rate-errors");
+    let path = dir.join("x.pcap");
+    let frames = vec![(T0, frame("1.1.1.1:1", "2.2.2.2:2", b"abc"))];
+    std::fs::write(&path, classic_pcap(&frames, true, false)).unwrap();
+    let (_, _, r) = replay(
+        &format!("location={} rate=fast", path.display()),
+        Duration::from_secs(10),
+    );
+    let e = r.unwrap_err();
+    assert!(e.contains("rate 'fast'"), "{e}");
+    // loop=0 (forever) on a file where nothing matches: EOS, not a busy loop.
+    let (got, el, r) = replay(
+        &format!("location={} port=9 loop=0 rate=max", path.display()),
+        Duration::from_secs(10),
+    );
+    r.unwrap();
+    assert!(got.is_empty());
+    assert_eq!(stat(&el, names::FILTERED), 1);
+}

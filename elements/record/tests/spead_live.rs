@@ -1,0 +1,147 @@
+//! A SPEAD stream on loopback, received live by `fhudpsrc ! speaddepay` while tcpdump
+//! captures it; the capture replayed by `fhpcapsrc ! speaddepay` gives the same heaps.
+
+mod common;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{require_tool, TempDir};
+use firehose_spead::heap::HeapMeta;
+use gst::prelude::*;
+
+/// (heap counter, complete, payload) of every heap reaching the `sink` element.
+type Heaps = Arc<Mutex<Vec<(u64, bool, Vec<u8>)>>>;
+
+fn collect_heaps(pipeline: &gst::Pipeline) -> Heaps {
+    let heaps: Heaps = Arc::default();
+    let h = heaps.clone();
+    let pad = pipeline
+        .by_name("sink")
+        .unwrap()
+        .static_pad("sink")
+        .unwrap();
+    pad.add_probe(
+        gst::PadProbeType::BUFFER | gst::PadProbeType::BUFFER_LIST,
+        move |_, info| {
+            let mut v = h.lock().unwrap();
+            let mut take = |b: &gst::BufferRef| {
+                if let Some(m) = b.meta::<HeapMeta>() {
+                    let data = b.map_readable().unwrap().to_vec();
+                    v.push((m.info().heap_cnt, m.info().complete, data));
+                }
+            };
+            if let Some(b) = info.buffer() {
+                take(b);
+            } else if let Some(list) = info.buffer_list() {
+                list.iter().for_each(take);
+            }
+            gst::PadProbeReturn::Ok
+        },
+    );
+    heaps
+}
+
+fn pipeline(desc: &str) -> gst::Pipeline {
+    gst::parse::launch(desc)
+        .unwrap()
+        .downcast::<gst::Pipeline>()
+        .unwrap()
+}
+
+#[test]
+fn replayed_capture_gives_the_same_heaps_as_the_live_receiver() {
+    require_tool("tcpdump", "tcpdump");
+    common::init();
+    let dir = TempDir::new("spead-live");
+    let path = dir.join("spead.pcap");
+
+    let rx = pipeline(
+        "fhudpsrc name=udp address=127.0.0.1 port=0 ! speaddepay ! fakesink name=sink sync=false",
+    );
+    let live = collect_heaps(&rx);
+    rx.set_state(gst::State::Paused).unwrap();
+    let udp = rx.by_name("udp").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let port = loop {
+        let p = udp.property::<i32>("port");
+        if p > 0 {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "fhudpsrc did not bind");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+
+    let mut dump = Command::new("tcpdump")
+        .args([
+            "-i",
+            "lo",
+            "-Z",
+            "root",
+            "-U",
+            "--immediate-mode",
+            "-B",
+            "65536",
+            "-w",
+        ])
+        .arg(&path)
+        .args(["udp", "port", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = dump.stderr.take().unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 256];
+    while !seen.contains("listening on") {
+        let n = err.read(&mut buf).unwrap();
+        assert!(n > 0, "tcpdump exited: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    rx.set_state(gst::State::Playing).unwrap();
+
+    // 40 heaps of 100 kB, paced so that nothing is lost on the way. No UDP GSO: on the
+    // sending host tcpdump sees a GSO send as one large datagram (the kernel segments
+    // it after the capture point), which no capture reader can split again.
+    let (_, r) = common::run_pipeline(
+        &format!(
+            "fakesrc num-buffers=40 sizetype=fixed sizemax=100000 filltype=pattern-span ! \
+             speadpay ! fhudpsink host=127.0.0.1 port={port} rate=100000000 gso=false"
+        ),
+        Duration::from_secs(60),
+    );
+    r.unwrap();
+    // The stop heap ends the live receiver.
+    let r = common::wait_end(&rx.bus().unwrap(), Duration::from_secs(20));
+    rx.set_state(gst::State::Null).unwrap();
+    r.unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: kill() on our own child's pid, not yet reaped.
+    unsafe { libc::kill(dump.id() as libc::pid_t, libc::SIGINT) };
+    assert!(dump.wait().unwrap().success());
+    err.read_to_string(&mut seen).unwrap();
+    assert!(
+        seen.contains("\n0 packets dropped by kernel"),
+        "tcpdump lost packets: {seen}"
+    );
+
+    let replay = pipeline(&format!(
+        "fhpcapsrc location={} port={port} rate=max ! speaddepay ! fakesink name=sink sync=false",
+        path.display()
+    ));
+    let replayed = collect_heaps(&replay);
+    common::play_to_end(&replay, Duration::from_secs(30)).unwrap();
+
+    let live = live.lock().unwrap();
+    let replayed = replayed.lock().unwrap();
+    // Heaps 1..=40, all complete (the first also carries the descriptors).
+    let counters: Vec<(u64, bool)> = live.iter().map(|h| (h.0, h.1)).collect();
+    assert_eq!(counters, (1..=40).map(|c| (c, true)).collect::<Vec<_>>());
+    assert_eq!(replayed.len(), live.len());
+    for (i, (a, b)) in live.iter().zip(replayed.iter()).enumerate() {
+        assert_eq!((a.0, a.1), (b.0, b.1), "heap {i}");
+        assert!(a.2 == b.2, "heap {i}: payloads differ");
+    }
+}

@@ -1,0 +1,89 @@
+//! Recording a live fhudpsrc capture: the destination of synthesized headers is the
+//! source's own address and port, and the source's kernel drops land in the pcapng
+//! interface statistics.
+
+mod common;
+
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
+
+use common::{isb_counters, read_capture, stat, TempDir};
+use firehose_core::stats::names;
+use gst::prelude::*;
+
+#[test]
+fn pcapng_statistics_carry_the_sources_kernel_drops() {
+    common::init();
+    let dir = TempDir::new("upstream");
+    let path = dir.join("live.pcapng");
+    let pipeline = gst::parse::launch(&format!(
+        "fhudpsrc name=udp address=127.0.0.1 port=0 buffer-size=65536 gro=false stats-interval=10 ! \
+         fhrecordsink name=rec format=pcapng location={} when-full=block",
+        path.display()
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    // PAUSED: the socket is bound but nothing reads it, so a burst overflows it.
+    pipeline.set_state(gst::State::Paused).unwrap();
+    let udp = pipeline.by_name("udp").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let port = loop {
+        let p = udp.property::<i32>("port");
+        if p > 0 {
+            break p as u16;
+        }
+        assert!(Instant::now() < deadline, "fhudpsrc did not bind");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for i in 0..3000u32 {
+        let mut p = vec![0u8; 1000];
+        p[..4].copy_from_slice(&i.to_be_bytes());
+        tx.send_to(&p, ("127.0.0.1", port)).unwrap();
+    }
+    pipeline.set_state(gst::State::Playing).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // Datagrams received after the overflow report it (SO_RXQ_OVFL), and fhudpsrc
+    // refreshes its drops-kernel counter with each stats message (every 10 ms here).
+    for _ in 0..10 {
+        tx.send_to(&[9u8; 100], ("127.0.0.1", port)).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    pipeline.send_event(gst::event::Eos::new());
+    let r = common::wait_end(&pipeline.bus().unwrap(), Duration::from_secs(20));
+    let (got, kernel_drops) = (stat(&udp, names::PACKETS), stat(&udp, names::DROPS_KERNEL));
+    let pool_drops = stat(&udp, names::DROPS_POOL);
+    let rec = pipeline.by_name("rec").unwrap();
+    let recorded = stat(&rec, names::PACKETS);
+    pipeline.set_state(gst::State::Null).unwrap();
+    r.unwrap();
+
+    assert!(
+        kernel_drops > 0,
+        "the burst did not overflow the socket buffer"
+    );
+    assert_eq!(recorded, got);
+    assert_eq!(
+        got + kernel_drops + pool_drops,
+        3010,
+        "every datagram is accounted for"
+    );
+    assert_eq!(
+        isb_counters(&path),
+        (3010, kernel_drops + pool_drops, 0, got),
+        "(ifrecv, ifdrop, osdrop, usrdeliv)"
+    );
+    let (read, _) = read_capture(&path);
+    assert_eq!(read.len() as u64, got);
+    let dst = format!("127.0.0.1:{port}").parse().unwrap();
+    assert!(
+        read.iter().all(|r| r.dst == dst),
+        "destination from fhudpsrc"
+    );
+    assert!(
+        read.iter().all(|r| r.src == tx.local_addr().unwrap()),
+        "source from the meta"
+    );
+}

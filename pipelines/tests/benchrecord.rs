@@ -1,0 +1,75 @@
+//! `firehose bench record --quick`: fio, fhrecordsink (raw, pcap) and filesink all run
+//! on one filesystem and the report has their rows, ratios and verdicts.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{run, temp_path};
+
+#[test]
+fn quick_record_bench_produces_a_table() {
+    let dir = temp_path("bench-record");
+    std::fs::create_dir_all(&dir).unwrap();
+    let md = dir.join("report.md");
+    let out = run(
+        &[
+            "bench",
+            "record",
+            "--quick",
+            "--size",
+            "64M",
+            "--dir",
+            dir.to_str().unwrap(),
+            "--out",
+            md.to_str().unwrap(),
+        ],
+        Duration::from_secs(300),
+    );
+    assert_eq!(
+        out.code,
+        Some(0),
+        "(fio missing? apt-get install -y fio, or scripts/setup)\n{}",
+        out.all()
+    );
+    let report = std::fs::read_to_string(&md).expect("--out file written");
+    assert!(out.stdout.contains(report.trim()), "{}", out.all());
+    assert!(report.contains("- command: `"), "{report}");
+    assert!(report.contains("bench record --quick"), "{report}");
+    for writer in [
+        "fio",
+        "fio --refill_buffers",
+        "fhrecordsink format=raw",
+        "fhrecordsink format=pcap",
+        "filesink",
+    ] {
+        let row = report
+            .lines()
+            .find(|l| l.starts_with(&format!("| {writer} |")))
+            .unwrap_or_else(|| panic!("no {writer} row\n{report}"));
+        let cols: Vec<&str> = row.split('|').map(str::trim).collect();
+        assert_eq!(cols[2], "64", "{row}");
+        let gbps: f64 = cols[5].parse().unwrap();
+        assert!(gbps > 0.0, "{row}");
+    }
+    assert!(report.contains("format=raw: ≥ 90 % of fio"), "{report}");
+    // Every file the bench wrote is gone: only the report is left.
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn record_bench_usage_errors() {
+    let out = run(
+        &["bench", "record", "--block-size", "1000"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.code, Some(2), "{}", out.all());
+    assert!(out.stderr.contains("multiple of 4096"), "{}", out.all());
+    let out = run(
+        &["bench", "record", "--frobnicate"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.code, Some(2), "{}", out.all());
+}
