@@ -31,6 +31,7 @@
 //! `duplicated`, `drops-handler` and `drops-pool`.
 
 mod config;
+mod host;
 mod meta;
 mod table;
 #[cfg(test)]
@@ -41,6 +42,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use config::{ChunkConfig, ChunkStats, Flow};
+pub use host::{feed_buffer, ChunkHost, StatsMirror};
 pub use meta::{ChunkInfo, ChunkMeta, FinishedChunk};
 
 use crate::handler::{MessageEnd, PacketFacts, PacketHandler, Placement};

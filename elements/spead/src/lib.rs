@@ -1,8 +1,16 @@
 //! SPEAD for Firehose.
 //!
-//! The engine (no GStreamer types except the heap meta): [`wire`] decodes and encodes
-//! SPEAD-64-* packets without allocating; [`descriptor`] handles item descriptors;
-//! [`heap`] is what a reassembled heap carries downstream.
+//! The engine (no GStreamer types except the metas):
+//! - [`wire`]: decode and encode SPEAD-64-* packets without allocating;
+//! - [`descriptor`]: item descriptors, byte-identical to spead2's;
+//! - [`reassembly`]: heaps from packets (windows per substream, out-of-order, bounds,
+//!   incomplete-heap policy), payloads in pooled memory;
+//! - [`send`]: heaps into packets, as spead2's sender cuts them;
+//! - [`chunk`]: the `spead` packet handler, placing heaps into chunks;
+//! - [`heap`]: what a reassembled heap carries downstream.
+//!
+//! Elements: `speaddepay` ([`depay`]: heaps, or chunks with `mode=chunks`) and
+//! `speadpay` ([`pay`]).
 
 use gst::glib;
 
@@ -10,8 +18,8 @@ pub mod chunk;
 pub mod depay;
 pub mod descriptor;
 pub mod heap;
-pub mod reassembly;
 pub mod pay;
+pub mod reassembly;
 pub mod send;
 pub mod wire;
 

@@ -6,7 +6,7 @@
 //! heap becomes EOS. Then the relay: `speaddepay ! speadpay` re-sends the stream to
 //! spead2's receiver, which decodes the same values.
 //!
-//! Hook for chunk mode: see `interop_common` (same sender, same expected files).
+//! Chunk mode against spead2's chunk stream: `interop_chunks.rs`.
 
 mod interop_common;
 

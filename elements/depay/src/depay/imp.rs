@@ -5,10 +5,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::Instant;
 
-use firehose_core::chunk::{ChunkAssembler, ChunkStats, FinishedChunk, Flow};
+use firehose_core::chunk::{
+    feed_buffer, ChunkAssembler, ChunkHost, FinishedChunk, Flow, StatsMirror,
+};
 use firehose_core::props::WhenFull;
-use firehose_core::stats::{self, names, Counter, StatsTimer};
-use firehose_core::{caps as fcaps, handler, PacketBatchMeta, SlotPool};
+use firehose_core::stats::{self, StatsTimer};
+use firehose_core::{caps as fcaps, SlotPool};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
@@ -40,7 +42,7 @@ pub struct FhDepay {
     /// memory alive.
     pool: Mutex<Option<SlotPool>>,
     /// Mirrors of the engine's counters, so `stats` never waits for the streaming thread.
-    counters: [Counter; ChunkStats::COUNT],
+    counters: StatsMirror,
     /// Set while flushing or stopping: cuts short a wait for a pool chunk.
     flushing: Arc<AtomicBool>,
 }
@@ -51,60 +53,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl FhDepay {
     fn stats(&self) -> gst::Structure {
-        let names = ChunkStats::default().fields().map(|(n, _)| n);
-        let mut fields: Vec<(&str, u64)> = names
-            .iter()
-            .zip(&self.counters)
-            .map(|(n, c)| (*n, c.get()))
-            .collect();
         let pool = lock(&self.pool).clone();
-        let p = pool.as_ref().map(|p| p.stats()).unwrap_or_default();
-        fields.extend([
-            (names::POOL_SLOTS, p.slots as u64),
-            (names::POOL_IN_USE, p.in_use as u64),
-            (names::POOL_HIGH_WATER, p.high_water as u64),
-            (names::POOL_EXHAUSTED, p.exhausted),
-        ]);
-        let mut s = stats::structure(&fields);
-        if let Some(p) = pool {
-            s.set("memory", p.kind().as_str());
-        }
-        s
+        self.counters.structure(pool.as_ref())
     }
 
     /// Copies the engine's counters to the atomics (once per buffer) and posts the
     /// stats when due.
     fn publish(&self, state: &mut State, force: bool) {
-        for (c, (_, v)) in self.counters.iter().zip(state.engine.stats().fields()) {
-            c.set(v);
-        }
+        self.counters.update(&state.engine.stats());
         if state.timer.due(Instant::now()) || force {
             stats::post(self.obj().upcast_ref(), self.stats());
         }
-    }
-
-    /// Feeds every packet of `buf` to the engine.
-    fn feed(state: &mut State, buf: &gst::BufferRef, out: &mut Vec<FinishedChunk>) -> Flow {
-        let engine = &mut state.engine;
-        engine.set_clock(buf.pts().map(gst::ClockTime::nseconds));
-        let Ok(map) = buf.map_readable() else {
-            engine.count_malformed(1);
-            return Flow::Continue;
-        };
-        let data = map.as_slice();
-        let Some(meta) = buf.meta::<PacketBatchMeta>() else {
-            return engine.push(data, out);
-        };
-        for p in meta.packets() {
-            let Some(packet) = data.get(p.range()) else {
-                engine.count_malformed(1);
-                continue;
-            };
-            if engine.push(packet, out) == Flow::End {
-                return Flow::End;
-            }
-        }
-        Flow::Continue
     }
 
     /// Runs `buffers` through the engine under one lock, then pushes what left the
@@ -122,7 +81,7 @@ impl FhDepay {
             }
             let mut flow = Flow::Continue;
             for buf in buffers {
-                flow = Self::feed(state, buf, &mut out);
+                flow = feed_buffer(&mut state.engine, buf, &mut out, true);
                 if flow == Flow::End {
                     state.ended = true;
                     break;
@@ -220,20 +179,14 @@ impl FhDepay {
         let s = lock(&self.settings).clone();
         let settings_error = |e: String| gst::error_msg!(gst::LibraryError::Settings, ("{}", e));
         let cfg = s.chunk_config();
-        cfg.validate().map_err(settings_error)?;
-        let (name, config) = s.handler_config().map_err(settings_error)?;
-        let handler = handler::create_handler(&name, &config).map_err(settings_error)?;
+        let (_, config) = s.handler_config().map_err(settings_error)?;
+        let (slots, slot_size) = (cfg.slots_per_chunk, cfg.slot_size);
         let chunks = s.pool_chunks();
-        if chunks <= cfg.max_chunks {
-            // One more than the window: a chunk on its way out still holds its slot while
-            // the next one opens (with when-full=block, waiting on it would never end).
-            return Err(settings_error(format!(
-                "pool-chunks ({chunks}) must be more than max-chunks ({}): every open chunk needs one, and one more is on its way out",
-                cfg.max_chunks
-            )));
-        }
-        let pool = SlotPool::new(&cfg.pool_config(chunks, s.hugepages.into()))
-            .map_err(|e| gst::error_msg!(gst::ResourceError::NoSpaceLeft, ("{}", e)))?;
+        let ChunkHost {
+            mut engine,
+            pool,
+            caps,
+        } = ChunkHost::new(cfg, config.clone(), chunks, s.hugepages.into())?;
         if let Some(reason) = pool.fallback_reason() {
             gst::element_imp_warning!(self, gst::ResourceError::Settings, ("{}", reason));
         }
@@ -242,18 +195,14 @@ impl FhDepay {
             imp = self,
             "handler {config}; {} chunks of {} × {} B ({})",
             chunks,
-            cfg.slots_per_chunk,
-            cfg.slot_size,
+            slots,
+            slot_size,
             pool.kind().as_str()
         );
-        let caps = fcaps::chunk_caps(cfg.slots_per_chunk, cfg.slot_size);
-        let mut engine = ChunkAssembler::new(cfg, handler, pool.clone()).map_err(settings_error)?;
         if s.when_full == WhenFull::Block {
             engine.set_blocking(Some(self.flushing.clone()));
         }
-        for c in &self.counters {
-            c.reset();
-        }
+        self.counters.reset();
         self.flushing.store(false, Ordering::Release);
         *lock(&self.pool) = Some(pool);
         *lock(&self.state) = Some(State {

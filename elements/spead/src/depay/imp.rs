@@ -1,4 +1,5 @@
-//! `speaddepay` implementation: a thin adapter from [`Reassembler`] to GStreamer pads.
+//! `speaddepay` implementation: a thin adapter from [`Reassembler`] (heaps mode) or
+//! the core [`ChunkAssembler`] with the `spead` handler (chunks mode) to GStreamer pads.
 //!
 //! A plain `gst::Element` with `chain` and `chain_list`, not a BaseTransform, which
 //! would split buffer lists into single buffers. The engine lock is taken once per
@@ -9,13 +10,15 @@ use std::time::Instant;
 
 use firehose_core::batch::for_each_packet;
 use firehose_core::caps as fcaps;
+use firehose_core::chunk::{feed_buffer, ChunkAssembler, ChunkHost, Flow, StatsMirror};
 use firehose_core::stats::{self, names, Counter, StatsTimer};
-use firehose_core::RegionError;
+use firehose_core::{RegionError, SlotPool};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
 
 use super::settings::Settings;
+use super::Mode;
 use crate::heap::HeapMeta;
 use crate::reassembly::{Config, Counts, Heap, Reassembler};
 use crate::wire::ctrl;
@@ -90,8 +93,16 @@ impl Mirror {
     }
 }
 
+/// The engine of the mode chosen at start.
+enum Engine {
+    Heaps(Reassembler),
+    Chunks(ChunkAssembler),
+}
+
 struct State {
-    engine: Reassembler,
+    engine: Engine,
+    /// The output caps.
+    caps: gst::Caps,
     timer: StatsTimer,
     stop_is_eos: bool,
     /// A stop heap became EOS: refuse input until a flush.
@@ -115,6 +126,11 @@ pub struct SpeadDepay {
     state: Mutex<Option<State>>,
     mirror: Mirror,
     memory: Mutex<Option<&'static str>>,
+    /// The mode of the last start (`stats` reads its counters after stop too).
+    mode: Mutex<Mode>,
+    /// Chunks mode: the engine's counters, and its pool (kept after stop for `stats`).
+    chunk_mirror: StatsMirror,
+    chunk_pool: Mutex<Option<SlotPool>>,
 }
 
 /// The heap as a buffer: its payload memory (no copy), the meta, the first packet's PTS.
@@ -129,6 +145,10 @@ fn heap_buffer(h: Heap) -> gst::Buffer {
 
 impl SpeadDepay {
     fn stats(&self) -> gst::Structure {
+        if *self.mode.lock().unwrap() == Mode::Chunks {
+            let pool = self.chunk_pool.lock().unwrap().clone();
+            return self.chunk_mirror.structure(pool.as_ref());
+        }
         let m = &self.mirror;
         let mut s = stats::structure(&[
             (names::PACKETS, m.packets.get()),
@@ -164,6 +184,24 @@ impl SpeadDepay {
         }
         let mut out = Output::default();
         let stop_is_eos = state.stop_is_eos;
+        let engine = match &mut state.engine {
+            Engine::Heaps(engine) => engine,
+            Engine::Chunks(engine) => {
+                let mut chunks = Vec::new();
+                for buf in buffers {
+                    if feed_buffer(engine, buf, &mut chunks, stop_is_eos) == Flow::End {
+                        out.eos = true;
+                        break;
+                    }
+                }
+                out.buffers
+                    .extend(chunks.into_iter().map(|c| c.into_buffer()));
+                state.ended = out.eos;
+                self.chunk_mirror.update(&engine.stats());
+                out.stats_due = state.timer.due(Instant::now()) || out.eos;
+                return Ok(out);
+            }
+        };
         let mut emit = |h: Heap| {
             if out.eos {
                 // The stream ended earlier in this batch: what follows is not part of it.
@@ -177,7 +215,6 @@ impl SpeadDepay {
         };
         for buf in buffers {
             let stamp = buf.pts().map(gst::ClockTime::nseconds);
-            let engine = &mut state.engine;
             let batch = for_each_packet(buf, |_, packet| engine.push(packet, stamp, &mut emit));
             if batch.is_none() {
                 match buf.map_readable() {
@@ -187,7 +224,7 @@ impl SpeadDepay {
             }
         }
         state.ended = out.eos;
-        self.mirror.update(&state.engine);
+        self.mirror.update(engine);
         out.stats_due = state.timer.due(Instant::now());
         Ok(out)
     }
@@ -239,10 +276,20 @@ impl SpeadDepay {
                 // EOS already went downstream with the stop heap.
                 return true;
             }
-            state
-                .engine
-                .flush(&mut |h| out.buffers.push(heap_buffer(h)));
-            self.mirror.update(&state.engine);
+            match &mut state.engine {
+                Engine::Heaps(engine) => {
+                    engine.flush(&mut |h| out.buffers.push(heap_buffer(h)));
+                    self.mirror.update(engine);
+                }
+                Engine::Chunks(engine) => {
+                    let mut chunks = Vec::new();
+                    engine.flush(&mut chunks);
+                    out.buffers
+                        .extend(chunks.into_iter().map(|c| c.into_buffer()));
+                    self.chunk_mirror.update(&engine.stats());
+                    out.stats_due = true;
+                }
+            }
         }
         let _ = self.push(out);
         false
@@ -251,11 +298,13 @@ impl SpeadDepay {
     fn sink_event(&self, pad: &gst::Pad, event: gst::Event) -> bool {
         gst::log!(CAT, obj = pad, "event {:?}", event.type_());
         match event.view() {
+            // The output caps depend on the settings only.
             gst::EventView::Caps(_) => {
-                self.srcpad
-                    .push_event(gst::event::Caps::new(&gst::Caps::new_empty_simple(
-                        fcaps::SPEAD_HEAP,
-                    )))
+                let caps = self.state.lock().unwrap().as_ref().map(|s| s.caps.clone());
+                match caps {
+                    Some(caps) => self.srcpad.push_event(gst::event::Caps::new(&caps)),
+                    None => false,
+                }
             }
             gst::EventView::Segment(s) if s.segment().format() != gst::Format::Time => {
                 // Heaps carry the PTS of their packets: a time segment whatever came in.
@@ -272,9 +321,14 @@ impl SpeadDepay {
             }
             gst::EventView::FlushStop(_) => {
                 if let Some(state) = self.state.lock().unwrap().as_mut() {
-                    state.engine.reset();
+                    match &mut state.engine {
+                        Engine::Heaps(engine) => {
+                            engine.reset();
+                            self.mirror.update(engine);
+                        }
+                        Engine::Chunks(engine) => engine.reset(),
+                    }
                     state.ended = false;
-                    self.mirror.update(&state.engine);
                 }
                 self.srcpad.push_event(event)
             }
@@ -284,6 +338,10 @@ impl SpeadDepay {
 
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = self.settings.lock().unwrap().clone();
+        *self.mode.lock().unwrap() = s.mode;
+        if s.mode == Mode::Chunks {
+            return self.start_chunks(&s);
+        }
         let config = Config {
             max_heaps: s.max_heaps as usize,
             substreams: s.substreams as usize,
@@ -324,7 +382,41 @@ impl SpeadDepay {
         self.mirror.update(&engine);
         *self.memory.lock().unwrap() = Some(memory);
         *self.state.lock().unwrap() = Some(State {
-            engine,
+            engine: Engine::Heaps(engine),
+            caps: gst::Caps::new_empty_simple(fcaps::SPEAD_HEAP),
+            timer: StatsTimer::new(s.stats_interval),
+            stop_is_eos: s.stop_is_eos,
+            ended: false,
+            memory,
+        });
+        Ok(())
+    }
+
+    /// `mode=chunks`: the chunk engine with the `spead` handler, as `fhdepay` builds it.
+    fn start_chunks(&self, s: &Settings) -> Result<(), gst::ErrorMessage> {
+        // The handler is this crate's: make sure the registry has it, whoever registered
+        // the element (idempotent).
+        firehose_core::handler::register_handler(crate::chunk::NAME, crate::chunk::factory);
+        let cfg = s.chunk_config();
+        let (slots, slot_size) = (cfg.slots_per_chunk, cfg.slot_size);
+        let chunks = s.pool_chunks();
+        let host = ChunkHost::new(cfg, s.handler_config(), chunks, s.hugepages.into())?;
+        if let Some(reason) = host.pool.fallback_reason() {
+            gst::element_imp_warning!(self, gst::ResourceError::Settings, ("{}", reason));
+        }
+        let memory = host.pool.kind().as_str();
+        gst::info!(
+            CAT,
+            imp = self,
+            "chunks of {slots} heaps × {slot_size} B, {chunks} in the pool ({memory}); {}",
+            s.handler_config()
+        );
+        self.chunk_mirror.reset();
+        *self.chunk_pool.lock().unwrap() = Some(host.pool);
+        *self.memory.lock().unwrap() = Some(memory);
+        *self.state.lock().unwrap() = Some(State {
+            engine: Engine::Chunks(host.engine),
+            caps: host.caps,
             timer: StatsTimer::new(s.stats_interval),
             stop_is_eos: s.stop_is_eos,
             ended: false,
@@ -335,8 +427,12 @@ impl SpeadDepay {
 
     fn stop(&self) {
         if let Some(state) = self.state.lock().unwrap().take() {
-            // Heaps still queued downstream keep their pool memory alive until dropped.
-            self.mirror.update(&state.engine);
+            // Heaps and chunks still queued downstream keep their pool memory alive
+            // until dropped.
+            match &state.engine {
+                Engine::Heaps(engine) => self.mirror.update(engine),
+                Engine::Chunks(engine) => self.chunk_mirror.update(&engine.stats()),
+            }
             gst::debug!(CAT, imp = self, "stopped ({} memory)", state.memory);
         }
     }
@@ -367,6 +463,21 @@ impl ObjectSubclass for SpeadDepay {
             .event_function(|pad, parent, event| {
                 SpeadDepay::catch_panic_pad_function(parent, || false, |d| d.sink_event(pad, event))
             })
+            .query_function(|pad, parent, query| {
+                // In chunks mode downstream's allocation answer is for chunks, not for
+                // our input: an upstream element must not size its packet buffers by it.
+                if let gst::QueryViewMut::Allocation(_) = query.view_mut() {
+                    let chunks = SpeadDepay::catch_panic_pad_function(
+                        parent,
+                        || false,
+                        |d| *d.mode.lock().unwrap() == Mode::Chunks,
+                    );
+                    if chunks {
+                        return false;
+                    }
+                }
+                gst::Pad::query_default(pad, parent, query)
+            })
             .build();
         let srcpad = gst::Pad::builder_from_template(&klass.pad_template("src").unwrap()).build();
         Self {
@@ -376,6 +487,9 @@ impl ObjectSubclass for SpeadDepay {
             state: Mutex::new(None),
             mirror: Mirror::default(),
             memory: Mutex::new(None),
+            mode: Mutex::new(Mode::Heaps),
+            chunk_mirror: StatsMirror::default(),
+            chunk_pool: Mutex::new(None),
         }
     }
 }
@@ -412,7 +526,7 @@ impl ElementImpl for SpeadDepay {
             gst::subclass::ElementMetadata::new(
                 "SPEAD depayloader",
                 "Codec/Depayloader/Network",
-                "Reassembles SPEAD packets into heaps (one buffer each, in pool memory, with a heap meta), interoperating with spead2",
+                "Reassembles SPEAD packets into heaps (one buffer each, in pool memory, with a heap meta), or with mode=chunks places them into chunks as spead2's chunk stream does; interoperates with spead2",
                 "Firehose developers",
             )
         });
@@ -433,7 +547,10 @@ impl ElementImpl for SpeadDepay {
                     "src",
                     gst::PadDirection::Src,
                     gst::PadPresence::Always,
-                    &gst::Caps::new_empty_simple(fcaps::SPEAD_HEAP),
+                    &[fcaps::SPEAD_HEAP, fcaps::CHUNK]
+                        .into_iter()
+                        .map(gst::Caps::new_empty_simple)
+                        .collect::<gst::Caps>(),
                 )
                 .unwrap(),
             ]

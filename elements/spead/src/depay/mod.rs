@@ -25,12 +25,51 @@
 //! `max-heap-size` + 8 MiB, ≈ 180 MiB with the defaults. Set `max-heap-size` to the
 //! largest heap the stream really has to need less. When no slot is free a packet that
 //! would start a heap is dropped and counted (`drops-pool`).
+//!
+//! ## `mode=chunks`
+//!
+//! Instead of one buffer per heap, heaps are placed into large chunks as spead2's chunk
+//! stream does: the core [`firehose_core::chunk::ChunkAssembler`] runs the `spead`
+//! packet handler ([`crate::chunk`]), exactly as `fhdepay handler=spead` does (same
+//! bytes, same meta). Output: `application/x-firehose-chunk`, one buffer per chunk of
+//! `heaps-per-chunk × heap-size` bytes (one pool chunk, no copy) with a
+//! [`firehose_core::chunk::ChunkMeta`] (chunk id, heap presence bitmap and, with
+//! `packet-presence-size`, per-packet presence), and the PTS of the buffer that opened
+//! the chunk. A heap is placed by HEAP_CNT (`place-item=0`) or by the value of an
+//! immediate item (`place-item=0x1600`, a timestamp): with `n = (value − place-offset)
+//! / place-step` it goes to chunk `n / heaps-per-chunk`, slot `n mod heaps-per-chunk`.
+//! `max-chunks` chunks are open at once; `max-heaps × substreams` heaps are assembled at
+//! once. A stop heap emits every open chunk and becomes EOS (with `stop-is-eos=false`
+//! the stream goes on). The pool holds twice `max-chunks` chunks, or as many as fit in
+//! `pool-size` (which must be more than `max-chunks`). `max-heap-size`,
+//! `allow-out-of-order` (chunks take packets in any order) and `incomplete` (incomplete
+//! heaps are left absent in the bitmap) do not apply. `stats` are the engine's:
+//! `chunks`, `chunks-incomplete`, `heaps`, `heaps-incomplete`, `too-old`,
+//! `drops-handler`, … (see `docs/handlers.md`).
 
 use gst::glib;
 use gst::prelude::*;
 
 mod imp;
 mod settings;
+
+/// `mode=heaps|chunks`: what `speaddepay` outputs.
+#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
+#[repr(u32)]
+#[enum_type(name = "GstSpeadDepayMode")]
+pub enum Mode {
+    /// One `application/x-spead-heap` buffer per heap, with a heap meta.
+    #[default]
+    #[enum_value(name = "Heaps: one buffer per heap", nick = "heaps")]
+    Heaps = 0,
+    /// `application/x-firehose-chunk`: heaps placed into chunks of `heaps-per-chunk`
+    /// slots, as spead2's chunk stream does.
+    #[enum_value(
+        name = "Chunks: heaps placed into chunks (spead2 chunk stream)",
+        nick = "chunks"
+    )]
+    Chunks = 1,
+}
 
 /// `incomplete=drop|deliver`: what happens to heaps that end incomplete.
 #[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]

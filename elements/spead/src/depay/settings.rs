@@ -2,13 +2,15 @@
 
 use std::sync::LazyLock;
 
+use firehose_core::chunk::ChunkConfig;
 use firehose_core::props::Hugepages;
 use firehose_core::stats;
 use gst::glib;
 use gst::prelude::*;
 
-use super::IncompletePolicy;
+use super::{IncompletePolicy, Mode};
 use crate::reassembly::DEFAULT_MAX_HEAP_SIZE;
+use crate::wire::ids;
 
 const DEFAULT_MAX_HEAPS: u32 = 4;
 const DEFAULT_SUBSTREAMS: u32 = 1;
@@ -16,6 +18,9 @@ const DEFAULT_SUBSTREAMS: u32 = 1;
 const MAX_WINDOW: u32 = 1024;
 /// Heaps above 1 GiB are not heaps a receive pipeline should hold in memory.
 const MAX_MAX_HEAP_SIZE: u64 = 1 << 30;
+const DEFAULT_HEAPS_PER_CHUNK: u32 = 64;
+const DEFAULT_HEAP_SIZE: u32 = 8192;
+const DEFAULT_MAX_CHUNKS: u32 = 4;
 
 #[derive(Debug, Clone)]
 /// What the properties say; read at start.
@@ -29,6 +34,14 @@ pub(super) struct Settings {
     pub hugepages: Hugepages,
     pub pool_size: u64,
     pub stats_interval: u32,
+    pub mode: Mode,
+    pub heaps_per_chunk: u32,
+    pub heap_size: u32,
+    pub max_chunks: u32,
+    pub place_item: u64,
+    pub place_step: u64,
+    pub place_offset: u64,
+    pub packet_presence_size: u32,
 }
 
 impl Default for Settings {
@@ -43,6 +56,14 @@ impl Default for Settings {
             hugepages: Hugepages::Auto,
             pool_size: 0,
             stats_interval: stats::DEFAULT_INTERVAL_MS,
+            mode: Mode::Heaps,
+            heaps_per_chunk: DEFAULT_HEAPS_PER_CHUNK,
+            heap_size: DEFAULT_HEAP_SIZE,
+            max_chunks: DEFAULT_MAX_CHUNKS,
+            place_item: 0,
+            place_step: 1,
+            place_offset: 0,
+            packet_presence_size: 0,
         }
     }
 }
@@ -60,6 +81,14 @@ impl Settings {
             "hugepages" => self.hugepages = value.get().unwrap(),
             "pool-size" => self.pool_size = value.get().unwrap(),
             "stats-interval" => self.stats_interval = value.get().unwrap(),
+            "mode" => self.mode = value.get().unwrap(),
+            "heaps-per-chunk" => self.heaps_per_chunk = value.get().unwrap(),
+            "heap-size" => self.heap_size = value.get().unwrap(),
+            "max-chunks" => self.max_chunks = value.get().unwrap(),
+            "place-item" => self.place_item = value.get().unwrap(),
+            "place-step" => self.place_step = value.get().unwrap(),
+            "place-offset" => self.place_offset = value.get().unwrap(),
+            "packet-presence-size" => self.packet_presence_size = value.get().unwrap(),
             other => unreachable!("unknown property {other}"),
         }
     }
@@ -76,7 +105,51 @@ impl Settings {
             "hugepages" => self.hugepages.to_value(),
             "pool-size" => self.pool_size.to_value(),
             "stats-interval" => self.stats_interval.to_value(),
+            "mode" => self.mode.to_value(),
+            "heaps-per-chunk" => self.heaps_per_chunk.to_value(),
+            "heap-size" => self.heap_size.to_value(),
+            "max-chunks" => self.max_chunks.to_value(),
+            "place-item" => self.place_item.to_value(),
+            "place-step" => self.place_step.to_value(),
+            "place-offset" => self.place_offset.to_value(),
+            "packet-presence-size" => self.packet_presence_size.to_value(),
             other => unreachable!("unknown property {other}"),
+        }
+    }
+}
+
+impl Settings {
+    /// The chunk engine's configuration (`mode=chunks`).
+    pub fn chunk_config(&self) -> ChunkConfig {
+        ChunkConfig {
+            slots_per_chunk: self.heaps_per_chunk as usize,
+            slot_size: self.heap_size as usize,
+            max_chunks: self.max_chunks as usize,
+            max_messages: (self.max_heaps as usize).saturating_mul(self.substreams as usize),
+            packet_payload_size: self.packet_presence_size as usize,
+        }
+    }
+
+    /// The `spead` handler's configuration (`mode=chunks`).
+    pub fn handler_config(&self) -> gst::Structure {
+        let place_item = match self.place_item {
+            0 => ids::HEAP_CNT,
+            id => id,
+        };
+        gst::Structure::builder(crate::chunk::NAME)
+            .field("place-item", place_item)
+            .field("step", self.place_step)
+            .field("offset", self.place_offset)
+            .build()
+    }
+
+    /// Chunks in the pool (`mode=chunks`): as many as fit in `pool-size`, or twice
+    /// `max-chunks` when it is 0.
+    pub fn pool_chunks(&self) -> usize {
+        let chunk = self.chunk_config().chunk_bytes().max(1) as u64;
+        match self.pool_size {
+            0 => 2 * self.max_chunks.max(1) as usize,
+            bytes => usize::try_from(bytes / chunk).unwrap_or(usize::MAX),
         }
     }
 }
@@ -133,13 +206,67 @@ pub(super) fn properties() -> &'static [glib::ParamSpec] {
                 .build(),
             glib::ParamSpecUInt64::builder("pool-size")
                 .nick("Pool size")
-                .blurb("Bytes of preallocated heap memory: an eighth (up to 8 MiB) for single-packet heaps, the rest split so every size class (16 KiB x4 ... max-heap-size) holds as many heaps (at least 2); 0 = max-heaps x substreams + 4 heaps per class, plus 8 MiB")
+                .blurb("Bytes of preallocated heap memory: an eighth (up to 8 MiB) for single-packet heaps, the rest split so every size class (16 KiB x4 ... max-heap-size) holds as many heaps (at least 2); 0 = max-heaps x substreams + 4 heaps per class, plus 8 MiB. mode=chunks: as many chunks as fit (more than max-chunks); 0 = twice max-chunks")
+                .default_value(0)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecEnum::builder::<Mode>("mode")
+                .nick("Mode")
+                .blurb("heaps: one buffer per heap (application/x-spead-heap); chunks: heaps placed into chunks (application/x-firehose-chunk), as spead2's chunk stream")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("heaps-per-chunk")
+                .nick("Heaps per chunk")
+                .blurb("mode=chunks: heap slots per chunk (spead2: heaps_per_chunk)")
+                .minimum(1)
+                .maximum(1 << 24)
+                .default_value(DEFAULT_HEAPS_PER_CHUNK)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("heap-size")
+                .nick("Heap size")
+                .blurb("mode=chunks: bytes per heap slot, the largest heap payload; larger heaps are dropped as malformed")
+                .minimum(1)
+                .maximum(1 << 30)
+                .default_value(DEFAULT_HEAP_SIZE)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("max-chunks")
+                .nick("Maximum chunks")
+                .blurb("mode=chunks: chunks open at once; heaps for older chunks are dropped as too-old (spead2: max_chunks)")
+                .minimum(1)
+                .maximum(MAX_WINDOW)
+                .default_value(DEFAULT_MAX_CHUNKS)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt64::builder("place-item")
+                .nick("Placement item")
+                .blurb("mode=chunks: 0 places heaps by HEAP_CNT, else the id of an immediate item whose value places them (e.g. a timestamp, 0x1600)")
+                .default_value(0)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt64::builder("place-step")
+                .nick("Placement step")
+                .blurb("mode=chunks: value increment from one heap to the next (heap n = (value - place-offset) / place-step)")
+                .minimum(1)
+                .default_value(1)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt64::builder("place-offset")
+                .nick("Placement offset")
+                .blurb("mode=chunks: value of slot 0 of chunk 0; smaller values are dropped")
+                .default_value(0)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("packet-presence-size")
+                .nick("Packet presence size")
+                .blurb("mode=chunks: per-packet presence, payload bytes per packet (packet k of a heap at offset k x this); 0 = per-heap presence only (spead2: packet_presence_payload_size)")
                 .default_value(0)
                 .mutable_ready()
                 .build(),
         ];
         v.extend(stats::properties(
-            "packets, heaps, bytes, heaps-incomplete, malformed, too-large, out-of-order-dropped, duplicated, drops-pool, pool-*, descriptors",
+            "heaps mode: packets, heaps, bytes, heaps-incomplete, malformed, too-large, out-of-order-dropped, duplicated, drops-pool, pool-*, descriptors; chunks mode: packets, bytes, chunks, chunks-incomplete, heaps, heaps-incomplete, malformed, too-old, duplicated, drops-handler, drops-pool, resyncs, pool-*",
         ));
         v
     });

@@ -2,10 +2,8 @@
 //! the helper scripts under `tests/spead2/` with deadlines, reading their line
 //! protocol, and registering the elements a pipeline needs.
 //!
-//! Hook for more comparisons (e.g. chunk mode, `fhudpsrc ! fhdepay handler=spead`):
-//! start [`Script::spawn`] on `send.py` exactly as `interop_recv.rs` does, point it at
-//! the chunk pipeline's port, and compare the chunks against the files `send.py`
-//! writes to `--expect-dir` (one per heap and item).
+//! Chunk mode is compared with spead2's own chunk stream in `interop_chunks.rs`
+//! (`chunk_recv.py`, which also needs numba and scipy: [`require_chunk_modules`]).
 
 #![allow(dead_code)] // each test file uses a different subset
 
@@ -46,6 +44,29 @@ pub fn python() -> PathBuf {
         "{} cannot import spead2 4.5.1 and numpy (got: {} {}). Run:\n  {INSTALL}",
         py.display(),
         out.stdout.trim(),
+        out.stderr.trim()
+    );
+    py
+}
+
+/// The command that adds what `chunk_recv.py` needs (spead2's chunk stream takes its
+/// place callback as a `scipy.LowLevelCallable` from a numba `cfunc`).
+pub const INSTALL_CHUNKS: &str =
+    ".venv/bin/pip install numba==0.68.1 scipy==1.17.1   (or: scripts/setup test)";
+
+/// [`python`], checked to import numba and scipy too (for `chunk_recv.py`). Panics with
+/// the install command when it cannot.
+pub fn require_chunk_modules() -> PathBuf {
+    let py = python();
+    let out = run_with_timeout(
+        Command::new(&py).args(["-c", "import numba, scipy; print(numba.__version__)"]),
+        None,
+        Duration::from_secs(120),
+    );
+    assert!(
+        out.status == Some(0),
+        "{} cannot import numba and scipy ({}). Run:\n  {INSTALL_CHUNKS}",
+        py.display(),
         out.stderr.trim()
     );
     py
