@@ -8,11 +8,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::benchproc::{self_command, ReceiverProcess};
 use crate::benchrecv::Kind;
 use crate::launch::{EXIT_ERROR, EXIT_OK};
 use crate::session::{BusEvent, Session};
@@ -123,96 +122,21 @@ impl Step {
     }
 }
 
-/// A receiver child process, between `ready` and `result`.
-struct Receiver {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
-    port: u16,
-}
-
-impl Receiver {
-    fn spawn(kind: Kind, size: u32, seconds: f64) -> Result<Self, String> {
-        let exe = std::env::current_exe()
-            .map_err(|e| format!("cannot find the firehose executable to run receivers: {e}"))?;
-        let mut child = Command::new(exe)
-            .args([
-                "bench-recv",
-                "--kind",
-                kind.name(),
-                "--size",
-                &size.to_string(),
-                "--buffer-size",
-                &BUFFER_SIZE.to_string(),
-                "--timeout",
-                &format!("{}", seconds * 3.0 + 30.0),
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start the receiver process: {e}"))?;
-        let stdin = child.stdin.take();
-        let stdout = BufReader::new(child.stdout.take().expect("piped"));
-        let mut r = Self {
-            child,
-            stdin,
-            stdout,
-            port: 0,
-        };
-        let kv = r.read_line("ready")?;
-        r.port = kv
-            .get("port")
-            .and_then(|p| p.parse().ok())
-            .ok_or("receiver said ready without a port")?;
-        Ok(r)
-    }
-
-    /// Reads the next protocol line, which must start with `word`.
-    fn read_line(&mut self, word: &str) -> Result<BTreeMap<String, String>, String> {
-        let mut line = String::new();
-        match self.stdout.read_line(&mut line) {
-            Ok(0) => Err("receiver process exited without a word (see its messages above)".into()),
-            Err(e) => Err(format!("cannot read from the receiver process: {e}")),
-            Ok(_) => {
-                let line = line.trim_end();
-                if let Some(rest) = line.strip_prefix("error ") {
-                    return Err(rest.replace(" | ", "\n"));
-                }
-                match line.strip_prefix(word) {
-                    Some(rest) => Ok(parse_kv(rest)),
-                    None => Err(format!("unexpected line from the receiver: {line}")),
-                }
-            }
-        }
-    }
-
-    fn finish(mut self) -> Result<BTreeMap<String, String>, String> {
-        if let Some(mut stdin) = self.stdin.take() {
-            let _ = stdin.write_all(b"stop\n");
-        }
-        let kv = self.read_line("result");
-        let _ = self.child.wait();
-        kv
-    }
-}
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        // Only reached with the child still running on an error path.
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// Parses `key=value key=value`.
-pub fn parse_kv(text: &str) -> BTreeMap<String, String> {
-    text.split_whitespace()
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
+/// Starts a `bench-recv` child for `kind` and waits until it is bound.
+fn spawn_receiver(kind: Kind, size: u32, seconds: f64) -> Result<ReceiverProcess, String> {
+    let mut cmd = self_command()?;
+    cmd.args([
+        "bench-recv",
+        "--kind",
+        kind.name(),
+        "--size",
+        &size.to_string(),
+        "--buffer-size",
+        &BUFFER_SIZE.to_string(),
+        "--timeout",
+        &format!("{}", seconds * 3.0 + 30.0),
+    ]);
+    ReceiverProcess::spawn(cmd, kind.name())
 }
 
 fn num<T: std::str::FromStr + Default>(kv: &BTreeMap<String, String>, key: &str) -> T {
@@ -232,7 +156,7 @@ impl From<String> for StepError {
 }
 
 fn run_step(kind: Kind, size: u32, rate: u64, seconds: f64) -> Result<Step, StepError> {
-    let receiver = Receiver::spawn(kind, size, seconds)?;
+    let receiver = spawn_receiver(kind, size, seconds)?;
     let packets = ((rate as f64 * seconds) / (f64::from(size) * 8.0))
         .round()
         .max(1.0) as u64;
@@ -542,6 +466,7 @@ fn summary(opts: &BenchOptions, steps: &[Step]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::benchproc::parse_kv;
 
     fn step(kind: Kind, asked: u64, sent: u64, received: u64, cpu: f64) -> Step {
         Step {

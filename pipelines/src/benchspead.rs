@@ -19,9 +19,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,7 +30,8 @@ use firehose_core::stats::names;
 use gst::prelude::*;
 
 use crate::args::{parse_list, parse_rate, parse_seconds, parse_size, Args};
-use crate::bench::{parse_kv, LOSSLESS};
+use crate::bench::LOSSLESS;
+use crate::benchproc::{self_command, ReceiverProcess};
 use crate::launch::{EXIT_ERROR, EXIT_OK};
 use crate::session::{int_property, stats_property, BusEvent, Session};
 use crate::statsline::counter;
@@ -201,123 +202,55 @@ impl Step {
     }
 }
 
-/// A receiver child process, between `ready` and `result`.
-struct RecvProcess {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
-    port: u16,
-}
-
-impl RecvProcess {
-    fn spawn(opts: &SpeadBenchOptions, receiver: Receiver) -> Result<Self, String> {
-        let timeout = format!("{}", opts.seconds * 3.0 + 30.0);
-        let heap = opts.heap_size.to_string();
-        let buffer = BUFFER_SIZE.to_string();
-        let mut cmd = match receiver {
-            Receiver::Spead2 => {
-                let script = PathBuf::from(REPO).join("tests/spead2/bench_recv.py");
-                if !opts.python.exists() {
-                    return Err(format!(
-                        "{} not found: the spead2 receiver needs a Python with spead2 4.5.1. \
+/// Starts the child process for `receiver` and waits until it is bound.
+fn spawn_receiver(opts: &SpeadBenchOptions, receiver: Receiver) -> Result<ReceiverProcess, String> {
+    let timeout = format!("{}", opts.seconds * 3.0 + 30.0);
+    let heap = opts.heap_size.to_string();
+    let buffer = BUFFER_SIZE.to_string();
+    let cmd = match receiver {
+        Receiver::Spead2 => {
+            let script = PathBuf::from(REPO).join("tests/spead2/bench_recv.py");
+            if !opts.python.exists() {
+                return Err(format!(
+                    "{} not found: the spead2 receiver needs a Python with spead2 4.5.1. \
                          Run: {INSTALL}; or pass --python, or leave spead2 out of --receivers",
-                        opts.python.display()
-                    ));
-                }
-                let mut c = Command::new(&opts.python);
-                c.arg(script).args([
-                    "--heap-size",
-                    &heap,
-                    "--buffer",
-                    &buffer,
-                    "--timeout",
-                    &timeout,
-                ]);
-                c
+                    opts.python.display()
+                ));
             }
-            _ => {
-                let exe = std::env::current_exe().map_err(|e| {
-                    format!("cannot find the firehose executable to run receivers: {e}")
-                })?;
-                let mut c = Command::new(exe);
-                c.args([
-                    "bench-spead-recv",
-                    "--kind",
-                    receiver.name(),
-                    "--heap-size",
-                    &heap,
-                    "--buffer-size",
-                    &buffer,
-                    "--timeout",
-                    &timeout,
-                ]);
-                c
-            }
-        };
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start the {} receiver: {e}", receiver.name()))?;
-        let stdin = child.stdin.take();
-        let stdout = BufReader::new(child.stdout.take().expect("piped"));
-        let mut r = Self {
-            child,
-            stdin,
-            stdout,
-            port: 0,
-        };
-        let kv = r.read_line("ready").map_err(|e| {
-            if receiver == Receiver::Spead2 {
-                format!("{e}\n(spead2 receiver: is spead2 4.5.1 installed? {INSTALL})")
-            } else {
-                e
-            }
-        })?;
-        r.port = kv
-            .get("port")
-            .and_then(|p| p.parse().ok())
-            .ok_or("receiver said ready without a port")?;
-        Ok(r)
-    }
-
-    fn read_line(&mut self, word: &str) -> Result<BTreeMap<String, String>, String> {
-        let mut line = String::new();
-        match self.stdout.read_line(&mut line) {
-            Ok(0) => Err("receiver process exited without a word (see its messages above)".into()),
-            Err(e) => Err(format!("cannot read from the receiver process: {e}")),
-            Ok(_) => {
-                let line = line.trim_end();
-                if let Some(rest) = line.strip_prefix("error ") {
-                    return Err(rest.replace(" | ", "\n"));
-                }
-                match line.strip_prefix(word) {
-                    Some(rest) => Ok(parse_kv(rest)),
-                    None => Err(format!("unexpected line from the receiver: {line}")),
-                }
-            }
+            let mut c = Command::new(&opts.python);
+            c.arg(script).args([
+                "--heap-size",
+                &heap,
+                "--buffer",
+                &buffer,
+                "--timeout",
+                &timeout,
+            ]);
+            c
         }
-    }
-
-    fn finish(mut self) -> Result<BTreeMap<String, String>, String> {
-        if let Some(mut stdin) = self.stdin.take() {
-            let _ = stdin.write_all(b"stop\n");
+        _ => {
+            let mut c = self_command()?;
+            c.args([
+                "bench-spead-recv",
+                "--kind",
+                receiver.name(),
+                "--heap-size",
+                &heap,
+                "--buffer-size",
+                &buffer,
+                "--timeout",
+                &timeout,
+            ]);
+            c
         }
-        let kv = self.read_line("result");
-        let _ = self.child.wait();
-        kv
-    }
-}
-
-impl Drop for RecvProcess {
-    fn drop(&mut self) {
-        // Only reached with the child still running on an error path.
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+    };
+    ReceiverProcess::spawn(cmd, receiver.name()).map_err(|e| {
+        if receiver == Receiver::Spead2 {
+            format!("{e}\n(spead2 receiver: is spead2 4.5.1 installed? {INSTALL})")
+        } else {
+            e
         }
-    }
+    })
 }
 
 fn num<T: std::str::FromStr + Default>(kv: &BTreeMap<String, String>, key: &str) -> T {
@@ -358,7 +291,7 @@ fn run_step(
     size: u32,
     rate: u64,
 ) -> Result<Step, StepError> {
-    let rx = RecvProcess::spawn(opts, receiver)?;
+    let rx = spawn_receiver(opts, receiver)?;
     let heaps = ((rate as f64 * opts.seconds) / (f64::from(opts.heap_size) * 8.0))
         .round()
         .max(2.0) as u64;

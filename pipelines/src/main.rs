@@ -5,6 +5,7 @@
 
 mod args;
 mod bench;
+mod benchproc;
 mod benchrecord;
 mod benchrecv;
 mod benchspead;

@@ -1,0 +1,111 @@
+//! A benchmark receiver running in a child process, so that its CPU time is its own.
+//!
+//! The child speaks a line protocol on stdout: `ready port=P` once its socket is bound,
+//! then, after any line (e.g. `stop`) on its stdin, `result key=value …`; or
+//! `error message` (lines joined with ` | `) at any point.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+/// Splits `key=value key=value …` into a map.
+pub fn parse_kv(text: &str) -> BTreeMap<String, String> {
+    text.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The `firehose` executable itself, to run a hidden receiver subcommand.
+pub fn self_command() -> Result<Command, String> {
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("cannot find the firehose executable to run receivers: {e}"))?;
+    Ok(Command::new(exe))
+}
+
+/// A receiver child process, between `ready` and `result`.
+pub struct ReceiverProcess {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    /// The UDP port it bound.
+    pub port: u16,
+}
+
+impl ReceiverProcess {
+    /// Starts `cmd` (`what` names it in errors) and waits for its `ready` line.
+    pub fn spawn(mut cmd: Command, what: &str) -> Result<Self, String> {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start the {what} receiver: {e}"))?;
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut r = Self {
+            child,
+            stdin,
+            stdout,
+            port: 0,
+        };
+        let kv = r.read_line("ready")?;
+        r.port = kv
+            .get("port")
+            .and_then(|p| p.parse().ok())
+            .ok_or("receiver said ready without a port")?;
+        Ok(r)
+    }
+
+    /// Reads the next protocol line, which must start with `word`.
+    fn read_line(&mut self, word: &str) -> Result<BTreeMap<String, String>, String> {
+        let mut line = String::new();
+        match self.stdout.read_line(&mut line) {
+            Ok(0) => Err("receiver process exited without a word (see its messages above)".into()),
+            Err(e) => Err(format!("cannot read from the receiver process: {e}")),
+            Ok(_) => {
+                let line = line.trim_end();
+                if let Some(rest) = line.strip_prefix("error ") {
+                    return Err(rest.replace(" | ", "\n"));
+                }
+                match line.strip_prefix(word) {
+                    Some(rest) => Ok(parse_kv(rest)),
+                    None => Err(format!("unexpected line from the receiver: {line}")),
+                }
+            }
+        }
+    }
+
+    /// Tells the receiver to stop and returns the fields of its `result` line.
+    pub fn finish(mut self) -> Result<BTreeMap<String, String>, String> {
+        if let Some(mut stdin) = self.stdin.take() {
+            let _ = stdin.write_all(b"stop\n");
+        }
+        let kv = self.read_line("result");
+        let _ = self.child.wait();
+        kv
+    }
+}
+
+impl Drop for ReceiverProcess {
+    fn drop(&mut self) {
+        // Only reached with the child still running on an error path.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kv_lines_parse() {
+        let kv = parse_kv(" packets=5 bytes=10 junk memory=system");
+        assert_eq!(kv.get("packets").map(String::as_str), Some("5"));
+        assert_eq!(kv.get("memory").map(String::as_str), Some("system"));
+        assert!(!kv.contains_key("junk"));
+    }
+}
