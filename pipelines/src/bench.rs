@@ -11,9 +11,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::benchproc::{self_command, ReceiverProcess};
+use crate::benchproc::{command_line, gbps, publish_report, self_command, ReceiverProcess};
 use crate::benchrecv::Kind;
-use crate::launch::{EXIT_ERROR, EXIT_OK};
 use crate::session::{BusEvent, Session};
 use crate::statsline::throughput;
 use crate::{signals, sys};
@@ -259,37 +258,7 @@ pub fn run(opts: &BenchOptions) -> i32 {
         }
     }
     let report = report(opts, &steps, &rmem, started.elapsed(), failure.as_deref());
-    println!("{report}");
-    if let Some(path) = &opts.out {
-        if let Err(e) = std::fs::write(path, &report) {
-            eprintln!("bench: cannot write {}: {e}", path.display());
-            return EXIT_ERROR;
-        }
-        eprintln!("bench: report written to {}", path.display());
-    }
-    match failure {
-        Some(f) => {
-            eprintln!("bench: stopped early: {f}");
-            EXIT_ERROR
-        }
-        None => EXIT_OK,
-    }
-}
-
-/// Quotes a command-line argument for display when it needs it.
-fn shell_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=,:+".contains(c))
-    {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
-}
-
-fn gbps(bps: f64) -> String {
-    format!("{:.2}", bps / 1e9)
+    publish_report(&report, opts.out.as_deref(), failure.as_deref())
 }
 
 /// The markdown report.
@@ -301,9 +270,8 @@ pub fn report(
     failure: Option<&str>,
 ) -> String {
     let mut r = String::new();
-    let cmd: Vec<String> = std::env::args().map(|a| shell_quote(&a)).collect();
     let _ = writeln!(r, "## firehose bench udp — {}\n", sys::utc_now());
-    let _ = writeln!(r, "- command: `{}`", cmd.join(" "));
+    let _ = writeln!(r, "- command: `{}`", command_line());
     let _ = writeln!(
         r,
         "- host: Linux {}, {} CPUs, {}; loopback 127.0.0.1; took {:.0} s",
@@ -522,7 +490,5 @@ mod tests {
         assert_eq!(num::<u64>(&kv, "packets"), 10);
         assert_eq!(num::<f64>(&kv, "cpu_s"), 0.5);
         assert_eq!(num::<u64>(&kv, "missing"), 0);
-        assert_eq!(shell_quote("a b"), "'a b'");
-        assert_eq!(shell_quote("--sizes=1472,8972"), "--sizes=1472,8972");
     }
 }

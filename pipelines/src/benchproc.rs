@@ -97,6 +97,52 @@ impl Drop for ReceiverProcess {
     }
 }
 
+/// Prints `report`, writes it to `out` when given, and returns the exit status: an
+/// error when writing failed or the run stopped early (`failure`).
+pub fn publish_report(report: &str, out: Option<&std::path::Path>, failure: Option<&str>) -> i32 {
+    use crate::launch::{EXIT_ERROR, EXIT_OK};
+    println!("{report}");
+    if let Some(path) = out {
+        if let Err(e) = std::fs::write(path, report) {
+            eprintln!("bench: cannot write {}: {e}", path.display());
+            return EXIT_ERROR;
+        }
+        eprintln!("bench: report written to {}", path.display());
+    }
+    match failure {
+        Some(f) => {
+            eprintln!("bench: stopped early: {f}");
+            EXIT_ERROR
+        }
+        None => EXIT_OK,
+    }
+}
+
+/// The command line that is running, quoted for copying into a shell (for reports).
+pub fn command_line() -> String {
+    std::env::args()
+        .map(|a| shell_quote(&a))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Quotes a command-line argument for display when it needs it.
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=,:+".contains(c))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// Bits/s as Gb/s with two decimals.
+pub fn gbps(bps: f64) -> String {
+    format!("{:.2}", bps / 1e9)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,5 +153,13 @@ mod tests {
         assert_eq!(kv.get("packets").map(String::as_str), Some("5"));
         assert_eq!(kv.get("memory").map(String::as_str), Some("system"));
         assert!(!kv.contains_key("junk"));
+    }
+
+    #[test]
+    fn quoting_and_rates() {
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("--sizes=1472,8972"), "--sizes=1472,8972");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(gbps(1.5e9), "1.50");
     }
 }

@@ -31,7 +31,7 @@ use gst::prelude::*;
 
 use crate::args::{parse_list, parse_rate, parse_seconds, parse_size, Args};
 use crate::bench::LOSSLESS;
-use crate::benchproc::{self_command, ReceiverProcess};
+use crate::benchproc::{command_line, gbps, publish_report, self_command, ReceiverProcess};
 use crate::launch::{EXIT_ERROR, EXIT_OK};
 use crate::session::{int_property, stats_property, BusEvent, Session};
 use crate::statsline::counter;
@@ -467,36 +467,7 @@ pub fn run(opts: &SpeadBenchOptions, receivers_given: bool) -> i32 {
         started.elapsed(),
         failure.as_deref(),
     );
-    println!("{report}");
-    if let Some(path) = &opts.out {
-        if let Err(e) = std::fs::write(path, &report) {
-            eprintln!("bench: cannot write {}: {e}", path.display());
-            return EXIT_ERROR;
-        }
-        eprintln!("bench: report written to {}", path.display());
-    }
-    match failure {
-        Some(f) => {
-            eprintln!("bench: stopped early: {f}");
-            EXIT_ERROR
-        }
-        None => EXIT_OK,
-    }
-}
-
-fn shell_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=,:+".contains(c))
-    {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
-}
-
-fn gbps(bps: f64) -> String {
-    format!("{:.2}", bps / 1e9)
+    publish_report(&report, opts.out.as_deref(), failure.as_deref())
 }
 
 /// The receivers' descriptions, for the report.
@@ -524,9 +495,8 @@ pub fn report(
     failure: Option<&str>,
 ) -> String {
     let mut r = String::new();
-    let cmd: Vec<String> = std::env::args().map(|a| shell_quote(&a)).collect();
     let _ = writeln!(r, "## firehose bench spead — {}\n", sys::utc_now());
-    let _ = writeln!(r, "- command: `{}`", cmd.join(" "));
+    let _ = writeln!(r, "- command: `{}`", command_line());
     let _ = writeln!(
         r,
         "- host: Linux {}, {} CPUs, {}; loopback 127.0.0.1; took {:.0} s",
