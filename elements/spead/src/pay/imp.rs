@@ -1,21 +1,28 @@
 //! `speadpay` implementation: a plain element (`chain` + `chain_list`, no BaseTransform,
 //! so buffer lists stay lists) over the [`crate::send`] engine.
+//!
+//! This file is the GStreamer side (pads, events, states, properties); what the heaps
+//! hold comes from [`super::plain`] and [`super::relay`], the output slabs from
+//! [`super::batch`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use firehose_core::props::Hugepages;
 use firehose_core::stats::{self, names, Counter, StatsTimer};
-use firehose_core::{caps, gstmem, PacketBatchMeta, PacketInfo, PoolConfig, Slot, SlotPool};
+use firehose_core::{caps, PoolConfig, SlotPool};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
 
+use super::batch::{self, Pending};
+use super::plain::PlainSpec;
+use super::relay::heap_items;
+use super::settings::{self, Settings};
 use crate::descriptor::{self, Descriptor};
-use crate::heap::{HeapInfo, HeapMeta, ItemValue};
-use crate::send::{self, HeapPackets, Item, PacketConfig};
-use crate::wire::{ctrl, ids, Flavour};
+use crate::heap::HeapMeta;
+use crate::send::{HeapPackets, Item, PacketConfig};
+use crate::wire::Flavour;
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -25,367 +32,9 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     )
 });
 
-const DEFAULT_FLAVOUR: &str = "64-40";
-const DEFAULT_PACKET_SIZE: u32 = send::DEFAULT_PACKET_SIZE as u32;
-const DEFAULT_ITEM_ID: u64 = 0x1000;
-const DEFAULT_ITEM_NAME: &str = "data";
-/// Two heaps of 1 MiB in 8972-byte packets fit, and one 2 MiB hugepage holds a slab.
-const DEFAULT_BATCH_BYTES: u32 = 2 << 20;
 /// Slabs in flight: one being filled, one being sent by the sink, and room for a short
 /// queue between them.
 const POOL_SLOTS: usize = 8;
-/// How often a pool wait re-checks the flushing flag if a wake-up were ever missed.
-const POOL_POLL: Duration = Duration::from_millis(100);
-
-#[derive(Clone, Debug)]
-struct Settings {
-    flavour: String,
-    packet_size: u32,
-    heap_cnt_start: u64,
-    heap_cnt_step: u64,
-    descriptors_every: u32,
-    descriptors_separate: bool,
-    item_id: u64,
-    item_name: String,
-    item_description: String,
-    item_dtype: String,
-    item_shape: String,
-    immediates: String,
-    timestamp_id: u64,
-    timestamp_step: u64,
-    stop_at_eos: bool,
-    batch_bytes: u32,
-    hugepages: Hugepages,
-    stats_interval: u32,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            flavour: DEFAULT_FLAVOUR.into(),
-            packet_size: DEFAULT_PACKET_SIZE,
-            heap_cnt_start: 1,
-            heap_cnt_step: 1,
-            descriptors_every: 0,
-            descriptors_separate: false,
-            item_id: DEFAULT_ITEM_ID,
-            item_name: DEFAULT_ITEM_NAME.into(),
-            item_description: String::new(),
-            item_dtype: String::new(),
-            item_shape: String::new(),
-            immediates: String::new(),
-            timestamp_id: 0,
-            timestamp_step: 1,
-            stop_at_eos: true,
-            batch_bytes: DEFAULT_BATCH_BYTES,
-            hugepages: Hugepages::default(),
-            stats_interval: stats::DEFAULT_INTERVAL_MS,
-        }
-    }
-}
-
-/// One static immediate of `immediates`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Immediate {
-    id: u64,
-    value: u64,
-    name: String,
-}
-
-/// A numpy dtype as spead2 writes it in a descriptor (`'<i2'`), and its element size.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Dtype {
-    descr: String,
-    itemsize: u64,
-}
-
-/// What plain (non-heap) buffers become, from the properties.
-#[derive(Clone, Debug)]
-struct PlainSpec {
-    item_id: u64,
-    name: String,
-    description: String,
-    dtype: Option<Dtype>,
-    /// From `item-shape`; `None` = derived from the first buffer.
-    shape: Option<Vec<Option<u64>>>,
-    immediates: Vec<Immediate>,
-    /// `timestamp-id` and `timestamp-step`: an immediate counting `k·step` in heap k.
-    timestamp: Option<(u64, u64)>,
-}
-
-/// Parses `item-dtype`: a numpy type string such as `u1`, `<i2`, `>f4`, `c8`.
-fn parse_dtype(s: &str) -> Result<Dtype, String> {
-    let bad = || {
-        format!(
-            "item-dtype '{s}' is not a numpy type: write an optional byte order (< > |) then \
-             u, i, f or c and the size in bytes, e.g. <i2, >f4, u1, <c8"
-        )
-    };
-    let s = s.trim();
-    let (order, rest) = match s.as_bytes().first() {
-        Some(b'<' | b'>' | b'|' | b'=') => (Some(&s[..1]), &s[1..]),
-        _ => (None, s),
-    };
-    let kind = rest.chars().next().ok_or_else(bad)?;
-    let size: u64 = rest[1..].parse().map_err(|_| bad())?;
-    let ok = match kind {
-        'u' | 'i' => matches!(size, 1 | 2 | 4 | 8),
-        'f' => matches!(size, 2 | 4 | 8),
-        'c' => matches!(size, 8 | 16),
-        _ => false,
-    };
-    if !ok {
-        return Err(bad());
-    }
-    // As numpy prints it: '|' for single bytes, the machine's order when none is given.
-    let native = if cfg!(target_endian = "little") {
-        "<"
-    } else {
-        ">"
-    };
-    let order = match (size, order) {
-        (1, _) => "|",
-        (_, None | Some("=") | Some("|")) => native,
-        (_, Some(o)) => o,
-    };
-    Ok(Dtype {
-        descr: format!("{order}{kind}{size}"),
-        itemsize: size,
-    })
-}
-
-/// Parses `item-shape`: dimensions separated by commas (`1024`, `4,256`, `(4, 256)`);
-/// `None` or `?` marks the one variable dimension (only without `item-dtype`).
-fn parse_shape(s: &str) -> Result<Option<Vec<Option<u64>>>, String> {
-    let t = s.trim().trim_start_matches('(').trim_end_matches(')');
-    if t.trim().is_empty() {
-        return Ok(None);
-    }
-    let dims: Vec<Option<u64>> = t
-        .split(',')
-        .map(str::trim)
-        .filter(|d| !d.is_empty())
-        .map(|d| match d {
-            "None" | "?" => Ok(None),
-            n => n.parse().map(Some).map_err(|_| {
-                format!("item-shape '{s}': '{n}' is not a dimension (a number, or None)")
-            }),
-        })
-        .collect::<Result<_, _>>()?;
-    if dims.iter().filter(|d| d.is_none()).count() > 1 {
-        return Err(format!(
-            "item-shape '{s}' has more than one variable (None) dimension"
-        ));
-    }
-    Ok(Some(dims))
-}
-
-fn parse_number(s: &str) -> Option<u64> {
-    let s = s.trim();
-    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(hex) => u64::from_str_radix(hex, 16).ok(),
-        None => s.parse().ok(),
-    }
-}
-
-/// Parses `immediates`: `ID=VALUE` or `NAME:ID=VALUE`, separated by commas; ids and
-/// values in decimal or 0x-hex.
-fn parse_immediates(s: &str) -> Result<Vec<Immediate>, String> {
-    s.split(',')
-        .map(str::trim)
-        .filter(|e| !e.is_empty())
-        .map(|entry| {
-            let bad = || {
-                format!(
-                    "immediates entry '{entry}' is not ID=VALUE or NAME:ID=VALUE \
-                     (e.g. 0x1600=5 or timestamp:0x1600=5)"
-                )
-            };
-            let (name, rest) = match entry.split_once(':') {
-                Some((n, r)) => (Some(n.trim()), r),
-                None => (None, entry),
-            };
-            let (id, value) = rest.split_once('=').ok_or_else(bad)?;
-            let id = parse_number(id).ok_or_else(bad)?;
-            let value = parse_number(value).ok_or_else(bad)?;
-            Ok(Immediate {
-                id,
-                value,
-                name: name
-                    .filter(|n| !n.is_empty())
-                    .map_or_else(|| format!("item_{id:#x}"), str::to_owned),
-            })
-        })
-        .collect()
-}
-
-/// Python's repr of a tuple of dimensions: `()`, `(5,)`, `(4, 8)`.
-fn py_tuple(dims: &[u64]) -> String {
-    match dims {
-        [] => "()".into(),
-        [d] => format!("({d},)"),
-        _ => format!(
-            "({})",
-            dims.iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    }
-}
-
-impl PlainSpec {
-    fn from_settings(s: &Settings, flavour: Flavour) -> Result<Self, String> {
-        let dtype = match s.item_dtype.trim() {
-            "" => None,
-            d => Some(parse_dtype(d)?),
-        };
-        let shape = parse_shape(&s.item_shape)?;
-        if dtype.is_some() && shape.as_ref().is_some_and(|d| d.contains(&None)) {
-            return Err(
-                "item-shape has a variable (None) dimension, which a numpy item-dtype \
-                 cannot describe: give every dimension or leave item-dtype empty"
-                    .into(),
-            );
-        }
-        let immediates = parse_immediates(&s.immediates)?;
-        // spead2 decodes names and descriptions as ASCII and fails on anything else.
-        for text in [&s.item_name, &s.item_description]
-            .into_iter()
-            .chain(immediates.iter().map(|i| &i.name))
-        {
-            if !text.is_ascii() {
-                return Err(format!(
-                    "'{text}' is not ASCII: spead2 receivers cannot decode descriptor names \
-                     and descriptions that are not"
-                ));
-            }
-        }
-        let timestamp = (s.timestamp_id != 0).then_some((s.timestamp_id, s.timestamp_step));
-        let ids: Vec<u64> = immediates
-            .iter()
-            .map(|i| i.id)
-            .chain(timestamp.map(|t| t.0))
-            .chain([s.item_id])
-            .collect();
-        if let Some(dup) = ids
-            .iter()
-            .enumerate()
-            .find_map(|(k, id)| ids[..k].contains(id).then_some(id))
-        {
-            return Err(format!(
-                "item id {dup:#x} is used twice (immediates, timestamp-id, item-id)"
-            ));
-        }
-        for &id in &ids {
-            if id > flavour.max_id() || id <= ids::DESCRIPTOR_DTYPE {
-                return Err(format!(
-                    "item id {id:#x} is reserved or does not fit SPEAD-{flavour} \
-                     (user ids are {:#x}..={:#x}; spead2 starts at 0x1000)",
-                    ids::DESCRIPTOR_DTYPE + 1,
-                    flavour.max_id()
-                ));
-            }
-        }
-        for imm in &immediates {
-            if imm.value > flavour.max_value() {
-                return Err(format!(
-                    "immediate {:#x}={} does not fit the {} address bits of SPEAD-{flavour}",
-                    imm.id,
-                    imm.value,
-                    flavour.heap_address_bits()
-                ));
-            }
-        }
-        Ok(Self {
-            item_id: s.item_id,
-            name: s.item_name.clone(),
-            description: s.item_description.clone(),
-            dtype,
-            shape,
-            immediates,
-            timestamp,
-        })
-    }
-
-    /// The descriptors, immediates first then the data item (the order of the items),
-    /// for buffers of `len` bytes (the shape, when not given, comes from it).
-    fn descriptors(&self, flavour: Flavour, len: usize) -> Result<Vec<Descriptor>, String> {
-        let scalar = |id: u64, name: &str, description: &str| Descriptor {
-            id,
-            name: name.into(),
-            description: description.into(),
-            shape: Vec::new(),
-            format: vec![(b'u', u32::from(flavour.heap_address_bits()))],
-            dtype: None,
-        };
-        let mut out: Vec<Descriptor> = self
-            .immediates
-            .iter()
-            .map(|imm| scalar(imm.id, &imm.name, ""))
-            .collect();
-        if let Some((id, step)) = self.timestamp {
-            out.push(scalar(id, "timestamp", &format!("heap number * {step}")));
-        }
-        let data = match &self.dtype {
-            None => Descriptor {
-                id: self.item_id,
-                name: self.name.clone(),
-                description: self.description.clone(),
-                // Bytes of any length unless a shape is given.
-                shape: self.shape.clone().unwrap_or_else(|| vec![None]),
-                format: vec![(b'u', 8)],
-                dtype: None,
-            },
-            Some(dt) => {
-                let dims: Vec<u64> = match &self.shape {
-                    Some(d) => d.iter().map(|x| x.unwrap_or(0)).collect(),
-                    None if (len as u64).is_multiple_of(dt.itemsize) => {
-                        vec![len as u64 / dt.itemsize]
-                    }
-                    None => {
-                        return Err(format!(
-                            "the first buffer has {len} bytes, not a whole number of \
-                             {}-byte {} elements: set item-shape or fix the buffer size",
-                            dt.itemsize, dt.descr
-                        ))
-                    }
-                };
-                Descriptor {
-                    id: self.item_id,
-                    name: self.name.clone(),
-                    description: self.description.clone(),
-                    shape: dims.iter().copied().map(Some).collect(),
-                    format: Vec::new(),
-                    dtype: Some(format!(
-                        "{{'descr': '{}', 'fortran_order': False, 'shape': {}}}",
-                        dt.descr,
-                        py_tuple(&dims)
-                    )),
-                }
-            }
-        };
-        out.push(data);
-        Ok(out)
-    }
-
-    /// Bytes every buffer must have, when the descriptor fixes it.
-    fn fixed_len(&self, descriptor: &Descriptor) -> Option<u64> {
-        let size = self.dtype.as_ref().map_or(1, |d| d.itemsize);
-        descriptor
-            .shape
-            .iter()
-            .try_fold(size, |acc, d| d.map(|d| acc * d))
-    }
-}
-
-/// The slab being filled.
-struct Pending {
-    slot: Slot,
-    used: usize,
-    packets: Vec<PacketInfo>,
-    pts: Option<gst::ClockTime>,
-}
 
 /// A descriptor list as upstream shares it, and its encoding in the output flavour.
 type KnownDescriptors = (Arc<[Descriptor]>, Vec<Vec<u8>>);
@@ -643,19 +292,7 @@ impl SpeadPay {
                 if due {
                     descs.extend(encoded.iter().map(|d| Item::descriptor(d)));
                 }
-                items.extend(
-                    state
-                        .plain
-                        .immediates
-                        .iter()
-                        .map(|imm| Item::immediate(imm.id, imm.value)),
-                );
-                if let Some((id, step)) = state.plain.timestamp {
-                    // Wraps like a hardware counter of the flavour's width.
-                    let value = state.sent.wrapping_mul(step) & flavour.max_value();
-                    items.push(Item::immediate(id, value));
-                }
-                items.push(Item::bytes(state.plain.item_id, data));
+                state.plain.items(data, state.sent, flavour, &mut items);
             }
         }
         let separate = state.descriptors_separate && !descs.is_empty();
@@ -700,75 +337,25 @@ impl SpeadPay {
         heap: &mut HeapPackets<'_>,
         pts: Option<gst::ClockTime>,
     ) -> Result<(), gst::FlowError> {
-        loop {
-            if pending.is_none() {
-                let slot = pool
-                    .acquire_blocking(&self.flushing, POOL_POLL)
-                    .ok_or(gst::FlowError::Flushing)?;
-                let estimate = slot.capacity() / heap.next_len().unwrap_or(1).max(1) + 1;
-                *pending = Some(Pending {
-                    slot,
-                    used: 0,
-                    packets: Vec::with_capacity(estimate),
-                    pts,
-                });
-            }
-            let p = pending.as_mut().expect("set above");
-            let Pending {
-                slot,
-                used,
-                packets,
-                ..
-            } = p;
-            let base = *used;
-            let written = heap.fill(&mut slot.as_mut_full()[base..], |offset, len| {
-                packets.push(PacketInfo {
-                    offset: (base + offset) as u32,
-                    len: len as u32,
-                    rx_time_ns: 0,
-                    src: Default::default(),
-                })
-            });
-            *used += written;
-            if heap.is_done() {
-                return Ok(());
-            }
-            // The slab is full (a slab always holds at least one packet).
-            self.push_pending(pending)?;
-        }
+        batch::write_heap(pending, pool, &self.flushing, heap, pts, |p| {
+            self.push_pending(p)
+        })
     }
 
     /// Pushes the pending slab, if it holds any packet.
     fn push_pending(&self, pending: &mut Option<Pending>) -> Result<(), gst::FlowError> {
-        let Some(Pending {
-            mut slot,
-            used,
-            packets,
-            pts,
-        }) = pending.take()
-        else {
+        let Some(batch) = pending.take().and_then(Pending::finish) else {
             return Ok(());
         };
-        if packets.is_empty() {
-            return Ok(());
-        }
-        slot.set_len(used);
-        let n = packets.len() as u64;
-        let mut buf = gstmem::slot_into_buffer(slot);
-        {
-            let b = buf.get_mut().expect("a new buffer is writable");
-            b.set_pts(pts);
-            PacketBatchMeta::add(b, packets);
-        }
-        self.counters.packets.add(n);
-        self.counters.bytes.add(used as u64);
+        self.counters.packets.add(batch.packets);
+        self.counters.bytes.add(batch.bytes);
         self.counters.batches.add(1);
         if self.srcpad.current_caps().is_none() {
             // Upstream sent no caps (e.g. appsrc without caps): ours are fixed anyway.
             self.srcpad
                 .push_event(gst::event::Caps::new(&caps::packets_caps()));
         }
-        self.srcpad.push(buf).map(|_| ())
+        self.srcpad.push(batch.buffer).map(|_| ())
     }
 
     fn post_stats_if_due(&self) {
@@ -870,52 +457,6 @@ impl SpeadPay {
     }
 }
 
-/// The items of a heap from `speaddepay`; returns how many were skipped, if any.
-///
-/// DESCRIPTOR items pass through byte for byte when the flavour is unchanged. In
-/// another flavour their nested packets would be wrong, so they are replaced by the
-/// heap's known descriptors, encoded anew. The known descriptors are also added
-/// when descriptors are due and the heap carries none.
-fn heap_items<'a>(
-    info: &HeapInfo,
-    data: &'a [u8],
-    known: Option<&'a [Vec<u8>]>,
-    same_flavour: bool,
-    due: bool,
-    descs: &mut Vec<Item<'a>>,
-    items: &mut Vec<Item<'a>>,
-) -> Option<usize> {
-    let carries = info.items.iter().any(|i| i.id == ids::DESCRIPTOR);
-    if (due && !carries) || (carries && !same_flavour) {
-        if let Some(encoded) = known {
-            descs.extend(encoded.iter().map(|d| Item::descriptor(d)));
-        }
-    }
-    let mut skipped = 0;
-    let mut has_ctrl = false;
-    for it in &info.items {
-        match &it.value {
-            ItemValue::Immediate(v) => {
-                has_ctrl |= it.id == ids::STREAM_CTRL;
-                items.push(Item::immediate(it.id, *v));
-            }
-            ItemValue::Bytes(_) if it.id == ids::DESCRIPTOR && !same_flavour => {}
-            ItemValue::Bytes(r) => match data.get(r.clone()) {
-                Some(bytes) if it.id == ids::DESCRIPTOR => descs.push(Item::descriptor(bytes)),
-                Some(bytes) => items.push(Item::bytes(it.id, bytes)),
-                None => skipped += 1,
-            },
-        }
-    }
-    // A start or descriptor-reissue marker travels on; a stop does not: this
-    // element sends its own at EOS.
-    match info.stream_ctrl {
-        Some(c) if c != ctrl::STOP && !has_ctrl => items.push(Item::immediate(ids::STREAM_CTRL, c)),
-        _ => {}
-    }
-    (skipped > 0).then_some(skipped)
-}
-
 #[glib::object_subclass]
 impl ObjectSubclass for SpeadPay {
     const NAME: &'static str = "GstSpeadPay";
@@ -963,212 +504,18 @@ impl ObjectSubclass for SpeadPay {
 
 impl ObjectImpl for SpeadPay {
     fn properties() -> &'static [glib::ParamSpec] {
-        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            let mut v = vec![
-                glib::ParamSpecString::builder("flavour")
-                    .nick("Flavour")
-                    .blurb("SPEAD flavour 64-A: 64-40 (spead2's default), 64-48 (MeerKAT), …")
-                    .default_value(Some(DEFAULT_FLAVOUR))
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("packet-size")
-                    .nick("Packet size")
-                    .blurb(
-                        "Largest packet (UDP payload) in bytes, rounded down to a multiple \
-                         of 8 as spead2 does; 1472 fits a 1500-byte MTU, 8972 a 9000-byte one",
-                    )
-                    .minimum(send::MIN_PACKET_SIZE as u32)
-                    .maximum(65507)
-                    .default_value(DEFAULT_PACKET_SIZE)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt64::builder("heap-cnt-start")
-                    .nick("First heap counter")
-                    .blurb("HEAP_CNT of the first heap")
-                    .default_value(1)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt64::builder("heap-cnt-step")
-                    .nick("Heap counter step")
-                    .blurb(
-                        "HEAP_CNT increment between heaps (N interleaved senders: step N, \
-                         starts 1..N)",
-                    )
-                    .minimum(1)
-                    .default_value(1)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("descriptors-every")
-                    .nick("Descriptors every")
-                    .blurb(
-                        "Send the descriptors with the first heap and then every N heaps \
-                         (0 = with the first heap only)",
-                    )
-                    .default_value(0)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecBoolean::builder("descriptors-separate")
-                    .nick("Descriptors separate")
-                    .blurb(
-                        "Send descriptors in a heap of their own just before the data heap \
-                         they are due with (as spead2's get_heap(descriptors='all', \
-                         data='none')), so every data heap holds data only: chunk \
-                         receivers drop heaps that mix the two",
-                    )
-                    .default_value(false)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt64::builder("item-id")
-                    .nick("Item id")
-                    .blurb("Plain buffers: id of the item holding the buffer's bytes")
-                    .minimum(ids::DESCRIPTOR_DTYPE + 1)
-                    .default_value(DEFAULT_ITEM_ID)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("item-name")
-                    .nick("Item name")
-                    .blurb("Plain buffers: the item's name in its descriptor")
-                    .default_value(Some(DEFAULT_ITEM_NAME))
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("item-description")
-                    .nick("Item description")
-                    .blurb("Plain buffers: the item's description in its descriptor")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("item-dtype")
-                    .nick("Item dtype")
-                    .blurb(
-                        "Plain buffers: numpy element type (u1, <i2, >f4, <c8…); empty = \
-                         bytes (format u8, shape from item-shape or variable)",
-                    )
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("item-shape")
-                    .nick("Item shape")
-                    .blurb(
-                        "Plain buffers: dimensions, e.g. 1024 or 4,256; empty = one \
-                         dimension from the first buffer's size (with item-dtype) or \
-                         variable (without)",
-                    )
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("immediates")
-                    .nick("Immediates")
-                    .blurb(
-                        "Plain buffers: constant immediate items sent in every heap, \
-                         ID=VALUE or NAME:ID=VALUE separated by commas (e.g. \
-                         sync_time:0x1027=1700000000); described as unsigned integers",
-                    )
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt64::builder("timestamp-id")
-                    .nick("Timestamp item id")
-                    .blurb(
-                        "Plain buffers: id of an immediate item counting timestamp-step per \
-                         heap (0, step, 2·step…; described as 'timestamp'), e.g. for \
-                         fhdepay handler-config=spead,place-item=ID,step=STEP (0 = none)",
-                    )
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt64::builder("timestamp-step")
-                    .nick("Timestamp step")
-                    .blurb("Plain buffers: timestamp increment from one heap to the next")
-                    .default_value(1)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecBoolean::builder("stop-at-eos")
-                    .nick("Stop at EOS")
-                    .blurb("Send the stop heap (STREAM_CTRL = 2) at end of stream")
-                    .default_value(true)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("batch-bytes")
-                    .nick("Batch bytes")
-                    .blurb(
-                        "Size of each output buffer's pool slab: most packet bytes per \
-                         batch (a larger heap spans several batches)",
-                    )
-                    .minimum(send::MAX_PACKET_SIZE as u32)
-                    .maximum(256 << 20)
-                    .default_value(DEFAULT_BATCH_BYTES)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecEnum::builder::<Hugepages>("hugepages")
-                    .nick("Hugepages")
-                    .blurb(
-                        "Pool memory in hugepages: auto (fall back with a warning), require, off",
-                    )
-                    .mutable_ready()
-                    .build(),
-            ];
-            v.extend(stats::properties("heaps, packets, bytes, batches, pool-*"));
-            v
-        });
-        PROPS.as_ref()
+        settings::properties()
     }
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        let mut s = lock(&self.settings);
-        let string = || {
-            value
-                .get::<Option<String>>()
-                .expect("type checked upstream")
-                .unwrap_or_default()
-        };
-        match pspec.name() {
-            "flavour" => s.flavour = string(),
-            "packet-size" => s.packet_size = value.get().expect("type checked upstream"),
-            "heap-cnt-start" => s.heap_cnt_start = value.get().expect("type checked upstream"),
-            "heap-cnt-step" => s.heap_cnt_step = value.get().expect("type checked upstream"),
-            "descriptors-every" => {
-                s.descriptors_every = value.get().expect("type checked upstream")
-            }
-            "descriptors-separate" => {
-                s.descriptors_separate = value.get().expect("type checked upstream")
-            }
-            "item-id" => s.item_id = value.get().expect("type checked upstream"),
-            "item-name" => s.item_name = string(),
-            "item-description" => s.item_description = string(),
-            "item-dtype" => s.item_dtype = string(),
-            "item-shape" => s.item_shape = string(),
-            "immediates" => s.immediates = string(),
-            "timestamp-id" => s.timestamp_id = value.get().expect("type checked upstream"),
-            "timestamp-step" => s.timestamp_step = value.get().expect("type checked upstream"),
-            "stop-at-eos" => s.stop_at_eos = value.get().expect("type checked upstream"),
-            "batch-bytes" => s.batch_bytes = value.get().expect("type checked upstream"),
-            "hugepages" => s.hugepages = value.get().expect("type checked upstream"),
-            "stats-interval" => s.stats_interval = value.get().expect("type checked upstream"),
-            other => unreachable!("unknown property {other}"),
-        }
+        lock(&self.settings).set(pspec.name(), value);
     }
 
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
         if pspec.name() == "stats" {
             return self.stats().to_value();
         }
-        let s = lock(&self.settings);
-        match pspec.name() {
-            "flavour" => s.flavour.to_value(),
-            "packet-size" => s.packet_size.to_value(),
-            "heap-cnt-start" => s.heap_cnt_start.to_value(),
-            "heap-cnt-step" => s.heap_cnt_step.to_value(),
-            "descriptors-every" => s.descriptors_every.to_value(),
-            "descriptors-separate" => s.descriptors_separate.to_value(),
-            "item-id" => s.item_id.to_value(),
-            "item-name" => s.item_name.to_value(),
-            "item-description" => s.item_description.to_value(),
-            "item-dtype" => s.item_dtype.to_value(),
-            "item-shape" => s.item_shape.to_value(),
-            "immediates" => s.immediates.to_value(),
-            "timestamp-id" => s.timestamp_id.to_value(),
-            "timestamp-step" => s.timestamp_step.to_value(),
-            "stop-at-eos" => s.stop_at_eos.to_value(),
-            "batch-bytes" => s.batch_bytes.to_value(),
-            "hugepages" => s.hugepages.to_value(),
-            "stats-interval" => s.stats_interval.to_value(),
-            other => unreachable!("unknown property {other}"),
-        }
+        lock(&self.settings).get(pspec.name())
     }
 
     fn constructed(&self) {
@@ -1237,123 +584,5 @@ impl ElementImpl for SpeadPay {
             self.stop();
         }
         Ok(ret)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dtypes_as_numpy_writes_them() {
-        let d = |s: &str| parse_dtype(s).map(|d| (d.descr, d.itemsize));
-        assert_eq!(d("u1"), Ok(("|u1".into(), 1)));
-        assert_eq!(d("<i2"), Ok(("<i2".into(), 2)));
-        assert_eq!(d(">f4"), Ok((">f4".into(), 4)));
-        assert_eq!(d("c8"), Ok(("<c8".into(), 8)));
-        assert_eq!(d("|i1"), Ok(("|i1".into(), 1)));
-        for bad in ["", "x4", "u3", "<f1", "c4", "i", "<"] {
-            assert!(parse_dtype(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn shapes_and_immediates() {
-        assert_eq!(parse_shape(""), Ok(None));
-        assert_eq!(parse_shape("1024"), Ok(Some(vec![Some(1024)])));
-        assert_eq!(parse_shape("(4, 256)"), Ok(Some(vec![Some(4), Some(256)])));
-        assert_eq!(parse_shape("None,8"), Ok(Some(vec![None, Some(8)])));
-        assert!(parse_shape("None,None").is_err());
-        assert!(parse_shape("4,x").is_err());
-        assert_eq!(
-            parse_immediates("0x1600=5, sync:4097=0x10"),
-            Ok(vec![
-                Immediate {
-                    id: 0x1600,
-                    value: 5,
-                    name: "item_0x1600".into()
-                },
-                Immediate {
-                    id: 4097,
-                    value: 16,
-                    name: "sync".into()
-                }
-            ])
-        );
-        assert!(parse_immediates("0x1600").is_err());
-        assert!(parse_immediates("a:b=c").is_err());
-        assert_eq!(py_tuple(&[]), "()");
-        assert_eq!(py_tuple(&[5]), "(5,)");
-        assert_eq!(py_tuple(&[4, 8]), "(4, 8)");
-    }
-
-    #[test]
-    fn plain_descriptors_follow_the_properties() {
-        let f = Flavour::SPEAD_64_48;
-        let mut s = Settings {
-            immediates: "ts:0x1600=7".into(),
-            ..Settings::default()
-        };
-        let spec = PlainSpec::from_settings(&s, f).unwrap();
-        let d = spec.descriptors(f, 100).unwrap();
-        assert_eq!(d.len(), 2);
-        assert_eq!((d[0].id, d[0].name.as_str()), (0x1600, "ts"));
-        assert_eq!(d[0].format, vec![(b'u', 48)]);
-        assert!(d[0].shape.is_empty());
-        assert_eq!((d[1].id, d[1].name.as_str()), (0x1000, "data"));
-        assert_eq!(
-            (d[1].shape.clone(), d[1].format.clone()),
-            (vec![None], vec![(b'u', 8)])
-        );
-        assert_eq!(spec.fixed_len(&d[1]), None);
-
-        s.item_dtype = "<i2".into();
-        let spec = PlainSpec::from_settings(&s, f).unwrap();
-        let d = spec.descriptors(f, 100).unwrap();
-        assert_eq!(
-            d[1].dtype.as_deref(),
-            Some("{'descr': '<i2', 'fortran_order': False, 'shape': (50,)}")
-        );
-        assert_eq!(d[1].shape, vec![Some(50)]);
-        assert_eq!(spec.fixed_len(&d[1]), Some(100));
-        assert!(spec.descriptors(f, 101).is_err());
-
-        s.item_shape = "5,10".into();
-        let spec = PlainSpec::from_settings(&s, f).unwrap();
-        let d = spec.descriptors(f, 7).unwrap();
-        assert_eq!(
-            d[1].dtype.as_deref(),
-            Some("{'descr': '<i2', 'fortran_order': False, 'shape': (5, 10)}")
-        );
-        assert_eq!(spec.fixed_len(&d[1]), Some(100));
-
-        s.timestamp_id = 0x1601;
-        s.timestamp_step = 2048;
-        let spec = PlainSpec::from_settings(&s, f).unwrap();
-        let d = spec.descriptors(f, 100).unwrap();
-        assert_eq!((d[1].id, d[1].name.as_str()), (0x1601, "timestamp"));
-        assert_eq!(
-            d.last().unwrap().id,
-            0x1000,
-            "the data item's descriptor stays last"
-        );
-        s.timestamp_id = 0x1600;
-        let e = PlainSpec::from_settings(&s, f).unwrap_err();
-        assert!(e.contains("used twice"), "{e}");
-        s.timestamp_id = 0;
-
-        s.item_description = "µs".into();
-        let e = PlainSpec::from_settings(&s, f).unwrap_err();
-        assert!(e.contains("ASCII"), "{e}");
-        s.item_description.clear();
-
-        s.item_shape = "None".into();
-        assert!(PlainSpec::from_settings(&s, f).is_err());
-        s.item_dtype.clear();
-        s.item_id = 3;
-        assert!(PlainSpec::from_settings(&s, f).is_err());
-        s.item_id = 0x1000;
-        s.immediates = "0x1600=281474976710656".into(); // 2^48
-        assert!(PlainSpec::from_settings(&s, f).is_err());
     }
 }

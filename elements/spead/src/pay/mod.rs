@@ -27,7 +27,11 @@
 use gst::glib;
 use gst::prelude::*;
 
+mod batch;
 mod imp;
+mod plain;
+mod relay;
+mod settings;
 
 glib::wrapper! {
     /// The `speadpay` element.

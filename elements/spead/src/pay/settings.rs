@@ -1,0 +1,421 @@
+//! `speadpay` settings: the properties, their values, and the parsers of the
+//! string-valued ones (`item-dtype`, `item-shape`, `immediates`).
+
+use std::sync::LazyLock;
+
+use firehose_core::props::Hugepages;
+use firehose_core::stats;
+use gst::glib;
+use gst::prelude::*;
+
+use crate::send;
+use crate::wire::ids;
+
+/// spead2's default flavour.
+const DEFAULT_FLAVOUR: &str = "64-40";
+const DEFAULT_PACKET_SIZE: u32 = send::DEFAULT_PACKET_SIZE as u32;
+const DEFAULT_ITEM_ID: u64 = 0x1000;
+const DEFAULT_ITEM_NAME: &str = "data";
+/// Two heaps of 1 MiB in 8972-byte packets fit, and one 2 MiB hugepage holds a slab.
+const DEFAULT_BATCH_BYTES: u32 = 2 << 20;
+
+/// What the properties say. Read at start (all are `mutable_ready`), so the
+/// string-valued ones are validated there, where an error can fail the state change.
+#[derive(Clone, Debug)]
+pub(super) struct Settings {
+    /// `flavour`, kept as text until start, where a bad one fails the state change.
+    pub flavour: String,
+    /// `packet-size`.
+    pub packet_size: u32,
+    /// `heap-cnt-start`.
+    pub heap_cnt_start: u64,
+    /// `heap-cnt-step`.
+    pub heap_cnt_step: u64,
+    /// `descriptors-every`.
+    pub descriptors_every: u32,
+    /// `descriptors-separate`.
+    pub descriptors_separate: bool,
+    /// `item-id` (plain buffers).
+    pub item_id: u64,
+    /// `item-name` (plain buffers).
+    pub item_name: String,
+    /// `item-description` (plain buffers).
+    pub item_description: String,
+    /// `item-dtype` (plain buffers), kept as text until start: see [`parse_dtype`].
+    pub item_dtype: String,
+    /// `item-shape` (plain buffers), kept as text until start: see [`parse_shape`].
+    pub item_shape: String,
+    /// `immediates` (plain buffers), kept as text until start: see [`parse_immediates`].
+    pub immediates: String,
+    /// `timestamp-id` (plain buffers; 0 = none).
+    pub timestamp_id: u64,
+    /// `timestamp-step` (plain buffers).
+    pub timestamp_step: u64,
+    /// `stop-at-eos`.
+    pub stop_at_eos: bool,
+    /// `batch-bytes`: the pool's slab size.
+    pub batch_bytes: u32,
+    /// `hugepages`: the pool's memory.
+    pub hugepages: Hugepages,
+    /// `stats-interval`.
+    pub stats_interval: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            flavour: DEFAULT_FLAVOUR.into(),
+            packet_size: DEFAULT_PACKET_SIZE,
+            heap_cnt_start: 1,
+            heap_cnt_step: 1,
+            descriptors_every: 0,
+            descriptors_separate: false,
+            item_id: DEFAULT_ITEM_ID,
+            item_name: DEFAULT_ITEM_NAME.into(),
+            item_description: String::new(),
+            item_dtype: String::new(),
+            item_shape: String::new(),
+            immediates: String::new(),
+            timestamp_id: 0,
+            timestamp_step: 1,
+            stop_at_eos: true,
+            batch_bytes: DEFAULT_BATCH_BYTES,
+            hugepages: Hugepages::default(),
+            stats_interval: stats::DEFAULT_INTERVAL_MS,
+        }
+    }
+}
+
+impl Settings {
+    /// Sets the property `name` (not `stats`, which is read-only).
+    pub fn set(&mut self, name: &str, value: &glib::Value) {
+        let string = || {
+            value
+                .get::<Option<String>>()
+                .expect("type checked upstream")
+                .unwrap_or_default()
+        };
+        match name {
+            "flavour" => self.flavour = string(),
+            "packet-size" => self.packet_size = value.get().expect("type checked upstream"),
+            "heap-cnt-start" => self.heap_cnt_start = value.get().expect("type checked upstream"),
+            "heap-cnt-step" => self.heap_cnt_step = value.get().expect("type checked upstream"),
+            "descriptors-every" => {
+                self.descriptors_every = value.get().expect("type checked upstream")
+            }
+            "descriptors-separate" => {
+                self.descriptors_separate = value.get().expect("type checked upstream")
+            }
+            "item-id" => self.item_id = value.get().expect("type checked upstream"),
+            "item-name" => self.item_name = string(),
+            "item-description" => self.item_description = string(),
+            "item-dtype" => self.item_dtype = string(),
+            "item-shape" => self.item_shape = string(),
+            "immediates" => self.immediates = string(),
+            "timestamp-id" => self.timestamp_id = value.get().expect("type checked upstream"),
+            "timestamp-step" => self.timestamp_step = value.get().expect("type checked upstream"),
+            "stop-at-eos" => self.stop_at_eos = value.get().expect("type checked upstream"),
+            "batch-bytes" => self.batch_bytes = value.get().expect("type checked upstream"),
+            "hugepages" => self.hugepages = value.get().expect("type checked upstream"),
+            "stats-interval" => self.stats_interval = value.get().expect("type checked upstream"),
+            other => unreachable!("unknown property {other}"),
+        }
+    }
+
+    /// The value of the property `name` (not `stats`, which the element computes).
+    pub fn get(&self, name: &str) -> glib::Value {
+        match name {
+            "flavour" => self.flavour.to_value(),
+            "packet-size" => self.packet_size.to_value(),
+            "heap-cnt-start" => self.heap_cnt_start.to_value(),
+            "heap-cnt-step" => self.heap_cnt_step.to_value(),
+            "descriptors-every" => self.descriptors_every.to_value(),
+            "descriptors-separate" => self.descriptors_separate.to_value(),
+            "item-id" => self.item_id.to_value(),
+            "item-name" => self.item_name.to_value(),
+            "item-description" => self.item_description.to_value(),
+            "item-dtype" => self.item_dtype.to_value(),
+            "item-shape" => self.item_shape.to_value(),
+            "immediates" => self.immediates.to_value(),
+            "timestamp-id" => self.timestamp_id.to_value(),
+            "timestamp-step" => self.timestamp_step.to_value(),
+            "stop-at-eos" => self.stop_at_eos.to_value(),
+            "batch-bytes" => self.batch_bytes.to_value(),
+            "hugepages" => self.hugepages.to_value(),
+            "stats-interval" => self.stats_interval.to_value(),
+            other => unreachable!("unknown property {other}"),
+        }
+    }
+}
+
+/// The element's properties.
+pub(super) fn properties() -> &'static [glib::ParamSpec] {
+    static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
+        let mut v = vec![
+            glib::ParamSpecString::builder("flavour")
+                .nick("Flavour")
+                .blurb("SPEAD flavour 64-A: 64-40 (spead2's default), 64-48 (MeerKAT), …")
+                .default_value(Some(DEFAULT_FLAVOUR))
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("packet-size")
+                .nick("Packet size")
+                .blurb(
+                    "Largest packet (UDP payload) in bytes, rounded down to a multiple \
+                     of 8 as spead2 does; 1472 fits a 1500-byte MTU, 8972 a 9000-byte one",
+                )
+                .minimum(send::MIN_PACKET_SIZE as u32)
+                .maximum(65507)
+                .default_value(DEFAULT_PACKET_SIZE)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt64::builder("heap-cnt-start")
+                .nick("First heap counter")
+                .blurb("HEAP_CNT of the first heap")
+                .default_value(1)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt64::builder("heap-cnt-step")
+                .nick("Heap counter step")
+                .blurb(
+                    "HEAP_CNT increment between heaps (N interleaved senders: step N, \
+                     starts 1..N)",
+                )
+                .minimum(1)
+                .default_value(1)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("descriptors-every")
+                .nick("Descriptors every")
+                .blurb(
+                    "Send the descriptors with the first heap and then every N heaps \
+                     (0 = with the first heap only)",
+                )
+                .default_value(0)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecBoolean::builder("descriptors-separate")
+                .nick("Descriptors separate")
+                .blurb(
+                    "Send descriptors in a heap of their own just before the data heap \
+                     they are due with (as spead2's get_heap(descriptors='all', \
+                     data='none')), so every data heap holds data only: chunk \
+                     receivers drop heaps that mix the two",
+                )
+                .default_value(false)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt64::builder("item-id")
+                .nick("Item id")
+                .blurb("Plain buffers: id of the item holding the buffer's bytes")
+                .minimum(ids::DESCRIPTOR_DTYPE + 1)
+                .default_value(DEFAULT_ITEM_ID)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecString::builder("item-name")
+                .nick("Item name")
+                .blurb("Plain buffers: the item's name in its descriptor")
+                .default_value(Some(DEFAULT_ITEM_NAME))
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecString::builder("item-description")
+                .nick("Item description")
+                .blurb("Plain buffers: the item's description in its descriptor")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecString::builder("item-dtype")
+                .nick("Item dtype")
+                .blurb(
+                    "Plain buffers: numpy element type (u1, <i2, >f4, <c8…); empty = \
+                     bytes (format u8, shape from item-shape or variable)",
+                )
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecString::builder("item-shape")
+                .nick("Item shape")
+                .blurb(
+                    "Plain buffers: dimensions, e.g. 1024 or 4,256; empty = one \
+                     dimension from the first buffer's size (with item-dtype) or \
+                     variable (without)",
+                )
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecString::builder("immediates")
+                .nick("Immediates")
+                .blurb(
+                    "Plain buffers: constant immediate items sent in every heap, \
+                     ID=VALUE or NAME:ID=VALUE separated by commas (e.g. \
+                     sync_time:0x1027=1700000000); described as unsigned integers",
+                )
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt64::builder("timestamp-id")
+                .nick("Timestamp item id")
+                .blurb(
+                    "Plain buffers: id of an immediate item counting timestamp-step per \
+                     heap (0, step, 2·step…; described as 'timestamp'), e.g. for \
+                     fhdepay handler-config=spead,place-item=ID,step=STEP (0 = none)",
+                )
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt64::builder("timestamp-step")
+                .nick("Timestamp step")
+                .blurb("Plain buffers: timestamp increment from one heap to the next")
+                .default_value(1)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecBoolean::builder("stop-at-eos")
+                .nick("Stop at EOS")
+                .blurb("Send the stop heap (STREAM_CTRL = 2) at end of stream")
+                .default_value(true)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("batch-bytes")
+                .nick("Batch bytes")
+                .blurb(
+                    "Size of each output buffer's pool slab: most packet bytes per \
+                     batch (a larger heap spans several batches)",
+                )
+                .minimum(send::MAX_PACKET_SIZE as u32)
+                .maximum(256 << 20)
+                .default_value(DEFAULT_BATCH_BYTES)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecEnum::builder::<Hugepages>("hugepages")
+                .nick("Hugepages")
+                .blurb("Pool memory in hugepages: auto (fall back with a warning), require, off")
+                .mutable_ready()
+                .build(),
+        ];
+        v.extend(stats::properties("heaps, packets, bytes, batches, pool-*"));
+        v
+    });
+    PROPS.as_ref()
+}
+
+/// One static immediate of `immediates`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Immediate {
+    /// The item id.
+    pub id: u64,
+    /// The value, sent in every heap.
+    pub value: u64,
+    /// The name in its descriptor (`item_0x…` when none is given).
+    pub name: String,
+}
+
+/// A numpy dtype as spead2 writes it in a descriptor (`'<i2'`), and its element size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Dtype {
+    /// The descr as numpy writes it, byte order included.
+    pub descr: String,
+    /// Bytes per element.
+    pub itemsize: u64,
+}
+
+/// Parses `item-dtype`: a numpy type string such as `u1`, `<i2`, `>f4`, `c8`.
+pub(super) fn parse_dtype(s: &str) -> Result<Dtype, String> {
+    let bad = || {
+        format!(
+            "item-dtype '{s}' is not a numpy type: write an optional byte order (< > |) then \
+             u, i, f or c and the size in bytes, e.g. <i2, >f4, u1, <c8"
+        )
+    };
+    let s = s.trim();
+    let (order, rest) = match s.as_bytes().first() {
+        Some(b'<' | b'>' | b'|' | b'=') => (Some(&s[..1]), &s[1..]),
+        _ => (None, s),
+    };
+    let kind = rest.chars().next().ok_or_else(bad)?;
+    let size: u64 = rest[1..].parse().map_err(|_| bad())?;
+    let ok = match kind {
+        'u' | 'i' => matches!(size, 1 | 2 | 4 | 8),
+        'f' => matches!(size, 2 | 4 | 8),
+        'c' => matches!(size, 8 | 16),
+        _ => false,
+    };
+    if !ok {
+        return Err(bad());
+    }
+    // As numpy prints it: '|' for single bytes, the machine's order when none is given.
+    let native = if cfg!(target_endian = "little") {
+        "<"
+    } else {
+        ">"
+    };
+    let order = match (size, order) {
+        (1, _) => "|",
+        (_, None | Some("=") | Some("|")) => native,
+        (_, Some(o)) => o,
+    };
+    Ok(Dtype {
+        descr: format!("{order}{kind}{size}"),
+        itemsize: size,
+    })
+}
+
+/// Parses `item-shape`: dimensions separated by commas (`1024`, `4,256`, `(4, 256)`);
+/// `None` or `?` marks the one variable dimension (only without `item-dtype`).
+pub(super) fn parse_shape(s: &str) -> Result<Option<Vec<Option<u64>>>, String> {
+    let t = s.trim().trim_start_matches('(').trim_end_matches(')');
+    if t.trim().is_empty() {
+        return Ok(None);
+    }
+    let dims: Vec<Option<u64>> = t
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(|d| match d {
+            "None" | "?" => Ok(None),
+            n => n.parse().map(Some).map_err(|_| {
+                format!("item-shape '{s}': '{n}' is not a dimension (a number, or None)")
+            }),
+        })
+        .collect::<Result<_, _>>()?;
+    if dims.iter().filter(|d| d.is_none()).count() > 1 {
+        return Err(format!(
+            "item-shape '{s}' has more than one variable (None) dimension"
+        ));
+    }
+    Ok(Some(dims))
+}
+
+/// A number in decimal or 0x-hex, as ids are usually written in hex.
+fn parse_number(s: &str) -> Option<u64> {
+    let s = s.trim();
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// Parses `immediates`: `ID=VALUE` or `NAME:ID=VALUE`, separated by commas; ids and
+/// values in decimal or 0x-hex.
+pub(super) fn parse_immediates(s: &str) -> Result<Vec<Immediate>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|entry| {
+            let bad = || {
+                format!(
+                    "immediates entry '{entry}' is not ID=VALUE or NAME:ID=VALUE \
+                     (e.g. 0x1600=5 or timestamp:0x1600=5)"
+                )
+            };
+            let (name, rest) = match entry.split_once(':') {
+                Some((n, r)) => (Some(n.trim()), r),
+                None => (None, entry),
+            };
+            let (id, value) = rest.split_once('=').ok_or_else(bad)?;
+            let id = parse_number(id).ok_or_else(bad)?;
+            let value = parse_number(value).ok_or_else(bad)?;
+            Ok(Immediate {
+                id,
+                value,
+                name: name
+                    .filter(|n| !n.is_empty())
+                    .map_or_else(|| format!("item_{id:#x}"), str::to_owned),
+            })
+        })
+        .collect()
+}
