@@ -10,6 +10,7 @@
 //! - [`pace`]: drift-free rate pacing, the nominal time of each byte of a paced stream,
 //!   and the interruptible sleep an element's `unlock()` cuts short;
 //! - [`caps`]: caps names;
+//! - [`frame`]: decoding the UDP datagram in an Ethernet / cooked / raw-IP frame;
 //! - [`handler`] and [`chunk`]: packet handlers (the sPIN model) and the chunk engine
 //!   that drives them, placing messages by index into pooled chunks.
 //!
@@ -20,6 +21,7 @@ pub mod arena;
 pub mod batch;
 pub mod caps;
 pub mod chunk;
+pub mod frame;
 pub mod gstmem;
 pub mod handler;
 pub mod memory;

@@ -12,6 +12,7 @@ fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     firehose_spead::register(plugin)?;
     firehose_depay::register(plugin)?;
     firehose_record::register(plugin)?;
+    firehose_ibverbs::register(plugin)?;
     Ok(())
 }
 
