@@ -105,10 +105,7 @@ static REGISTRY: LazyLock<Mutex<HashMap<&'static str, HandlerFactory>>> =
 
 /// Makes a handler available under `name` (idempotent: the last registration wins).
 pub fn register_handler(name: &'static str, factory: HandlerFactory) {
-    REGISTRY
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(name, factory);
+    crate::sync::lock(&REGISTRY).insert(name, factory);
 }
 
 /// Creates the handler registered as `name` with `config`.
@@ -117,11 +114,7 @@ pub fn create_handler(
     config: &gst::StructureRef,
 ) -> Result<Box<dyn PacketHandler>, String> {
     // Look up in its own statement: the error path lists the names, which locks again.
-    let factory = REGISTRY
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(name)
-        .copied();
+    let factory = crate::sync::lock(&REGISTRY).get(name).copied();
     let factory = factory.ok_or_else(|| {
         format!(
             "no packet handler named '{name}' (registered: {})",
@@ -133,12 +126,7 @@ pub fn create_handler(
 
 /// The names of the registered handlers, sorted.
 pub fn handler_names() -> Vec<&'static str> {
-    let mut v: Vec<_> = REGISTRY
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .keys()
-        .copied()
-        .collect();
+    let mut v: Vec<_> = crate::sync::lock(&REGISTRY).keys().copied().collect();
     v.sort_unstable();
     v
 }

@@ -30,6 +30,7 @@ pub mod pace;
 pub mod pool;
 pub mod props;
 pub mod stats;
+pub mod sync;
 
 #[doc(hidden)]
 pub use gst as __gst;

@@ -102,12 +102,7 @@ impl SlotPool {
 
     /// Takes a free slot, or `None` (counted as `exhausted`) when all are in use.
     pub fn try_acquire(&self) -> Option<Slot> {
-        let idx = self
-            .inner
-            .free
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop();
+        let idx = crate::sync::lock(&self.inner.free).pop();
         match idx {
             Some(i) => Some(self.hand_out(i)),
             None => {
@@ -122,7 +117,7 @@ impl SlotPool {
     /// The wait re-checks `cancel` at least every `poll` even if nobody calls
     /// [`SlotPool::wake_waiters`], so a lost wake-up can delay but never hang a caller.
     pub fn acquire_blocking(&self, cancel: &AtomicBool, poll: Duration) -> Option<Slot> {
-        let mut free = self.inner.free.lock().unwrap_or_else(|e| e.into_inner());
+        let mut free = crate::sync::lock(&self.inner.free);
         let mut counted = false;
         loop {
             if let Some(i) = free.pop() {
@@ -148,7 +143,7 @@ impl SlotPool {
     /// Wakes every thread blocked in [`SlotPool::acquire_blocking`] so it can see its
     /// cancel flag.
     pub fn wake_waiters(&self) {
-        let _guard = self.inner.free.lock().unwrap_or_else(|e| e.into_inner());
+        let _guard = crate::sync::lock(&self.inner.free);
         self.inner.returned.notify_all();
     }
 
@@ -259,7 +254,7 @@ impl AsMut<[u8]> for Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut free = self.inner.free.lock().unwrap_or_else(|e| e.into_inner());
+        let mut free = crate::sync::lock(&self.inner.free);
         free.push(self.index);
         self.inner.in_use.fetch_sub(1, Ordering::Relaxed);
         drop(free);

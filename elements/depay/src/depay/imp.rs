@@ -1,8 +1,9 @@
 //! `fhdepay` implementation: a thin adapter from packet buffers to a
 //! [`ChunkAssembler`], and from its finished chunks to buffers.
 
+use firehose_core::sync::lock;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
 use firehose_core::chunk::{
@@ -45,10 +46,6 @@ pub struct FhDepay {
     counters: StatsMirror,
     /// Set while flushing or stopping: cuts short a wait for a pool chunk.
     flushing: Arc<AtomicBool>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl FhDepay {

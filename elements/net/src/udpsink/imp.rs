@@ -1,7 +1,8 @@
 //! `fhudpsink` implementation: a thin `BaseSink` over [`crate::send::UdpSender`].
 
+use firehose_core::sync::lock;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
 use firehose_core::stats::{self, names, Counter, StatsTimer};
@@ -84,10 +85,6 @@ pub struct UdpSink {
     stats: Arc<SendStats>,
     batches: Counter,
     interrupt: Interrupt,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A batch buffer's datagrams: slices of one mapped buffer.

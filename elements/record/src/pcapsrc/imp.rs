@@ -1,9 +1,10 @@
 //! `fhpcapsrc` implementation: a `PushSrc` filling one pool slot per batch from
 //! [`super::replay::Replay`], paced by [`firehose_core::pace`].
 
+use firehose_core::sync::lock;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use firehose_core::pace::{Interrupt, Pacer};
@@ -104,10 +105,6 @@ pub struct PcapSrc {
     pool: Mutex<Option<SlotPool>>,
     interrupt: Interrupt,
     counters: Counters,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl PcapSrc {

@@ -1,10 +1,11 @@
 //! `fhrecordsink` implementation: a `BaseSink` that formats each buffer into staging
 //! blocks ([`crate::disk::stage`]) written by a writer thread ([`crate::disk::writer`]).
 
+use firehose_core::sync::lock;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use firehose_core::props::{Hugepages, WhenFull};
@@ -126,10 +127,6 @@ pub struct RecordSink {
     shared: Mutex<Option<Arc<WriterShared>>>,
     flushing: AtomicBool,
     counters: Counters,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Waits never end early: headers and trailers must be written whole.

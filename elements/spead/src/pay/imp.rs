@@ -5,8 +5,9 @@
 //! hold comes from [`super::plain`] and [`super::relay`], the output slabs from
 //! [`super::batch`].
 
+use firehose_core::sync::lock;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
 use firehose_core::stats::{self, names, Counter, StatsTimer};
@@ -98,10 +99,6 @@ pub struct SpeadPay {
     pool: Mutex<Option<SlotPool>>,
     flushing: AtomicBool,
     counters: Counters,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl SpeadPay {

@@ -1,6 +1,7 @@
 //! `fhcheck` implementation: a `BaseSink` feeding every packet to a [`SeqChecker`].
 
-use std::sync::{LazyLock, Mutex, MutexGuard};
+use firehose_core::sync::lock;
+use std::sync::{LazyLock, Mutex};
 use std::time::Instant;
 
 use firehose_core::batch::{for_each_packet, PacketBatchMeta};
@@ -83,10 +84,6 @@ pub struct FhCheck {
     settings: Mutex<Settings>,
     state: Mutex<State>,
     counters: Counters,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl FhCheck {

@@ -1,6 +1,7 @@
 //! `fhtestsrc` implementation: a `PushSrc` that fills one pool slot per batch.
 
-use std::sync::{LazyLock, Mutex, MutexGuard};
+use firehose_core::sync::lock;
+use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use firehose_core::pace::{Interrupt, Pacer};
@@ -102,10 +103,6 @@ pub struct FhTestSrc {
     pool: Mutex<Option<SlotPool>>,
     interrupt: Interrupt,
     counters: Counters,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn unix_ns() -> u64 {
