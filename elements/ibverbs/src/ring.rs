@@ -14,6 +14,7 @@
 //! hands out free slots only once at least a batch of them has gathered (or the NIC is
 //! about to run dry), so one `ibv_post_recv` chain covers many slots.
 
+use firehose_core::sync::lock;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
@@ -214,7 +215,7 @@ pub struct HeldSlot {
 impl HeldSlot {
     /// Records the completion of `slot` and returns the guard that releases it.
     pub fn complete(ring: &SharedRing, slot: u32) -> Result<Self, RingError> {
-        ring.lock().unwrap().complete(slot)?;
+        lock(ring).complete(slot)?;
         Ok(Self {
             ring: ring.clone(),
             slot,
@@ -229,12 +230,10 @@ impl HeldSlot {
 
 impl Drop for HeldSlot {
     fn drop(&mut self) {
-        // Cannot fail: the guard is the only way this slot leaves `Downstream`.
-        let r = self.ring.lock().map(|mut r| r.release(self.slot));
-        debug_assert!(
-            matches!(r, Ok(Ok(()))),
-            "release of held slot failed: {r:?}"
-        );
+        // Cannot fail: the guard is the only way this slot leaves `Downstream`. A
+        // poisoned lock still releases it, or the slot would leak.
+        let r = lock(&self.ring).release(self.slot);
+        debug_assert!(r.is_ok(), "release of held slot failed: {r:?}");
     }
 }
 

@@ -1,5 +1,6 @@
 //! `fhibvsrc` implementation: settings, the device probe at start, stats.
 
+use firehose_core::sync::lock;
 use std::net::IpAddr;
 use std::sync::{LazyLock, Mutex};
 
@@ -79,7 +80,7 @@ pub struct IbvSrc {
 impl IbvSrc {
     fn stats(&self) -> gst::Structure {
         let c = &self.counters;
-        let s = self.settings.lock().unwrap();
+        let s = lock(&self.settings);
         stats::structure(&[
             (names::PACKETS, c.packets.get()),
             (names::BYTES, c.bytes.get()),
@@ -167,7 +168,7 @@ impl ObjectImpl for IbvSrc {
     }
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        let mut s = self.settings.lock().unwrap();
+        let mut s = lock(&self.settings);
         let opt = |v: Option<String>| v.filter(|x| !x.is_empty());
         match pspec.name() {
             "address" => {
@@ -192,7 +193,7 @@ impl ObjectImpl for IbvSrc {
         if pspec.name() == "stats" {
             return self.stats().to_value();
         }
-        let s = self.settings.lock().unwrap();
+        let s = lock(&self.settings);
         match pspec.name() {
             "address" => s.address.to_value(),
             "port" => (s.port as i32).to_value(),
@@ -246,7 +247,7 @@ impl ElementImpl for IbvSrc {
 
 impl BaseSrcImpl for IbvSrc {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
-        let s = self.settings.lock().unwrap().clone();
+        let s = lock(&self.settings).clone();
         let _address: IpAddr = s.address.parse().map_err(|_| {
             gst::error_msg!(
                 gst::ResourceError::Settings,

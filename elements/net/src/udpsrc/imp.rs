@@ -1,6 +1,7 @@
 //! `fhudpsrc` implementation: a thin adapter from [`crate::recv::UdpReceiver`] to a
 //! GStreamer live push source.
 
+use firehose_core::sync::lock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
@@ -147,7 +148,7 @@ impl UdpSrc {
             (names::POOL_HIGH_WATER, pool.high_water as u64),
             (names::POOL_EXHAUSTED, pool.exhausted),
         ]);
-        if let Some(p) = self.pool.lock().unwrap().as_ref() {
+        if let Some(p) = lock(&self.pool).as_ref() {
             s.set("memory", p.kind().as_str());
         }
         s
@@ -354,7 +355,7 @@ impl ObjectImpl for UdpSrc {
     }
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        let mut s = self.settings.lock().unwrap();
+        let mut s = lock(&self.settings);
         let opt = |v: Option<String>| v.filter(|x| !x.is_empty());
         match pspec.name() {
             "address" => {
@@ -386,7 +387,7 @@ impl ObjectImpl for UdpSrc {
         if pspec.name() == "stats" {
             return self.stats().to_value();
         }
-        let s = self.settings.lock().unwrap();
+        let s = lock(&self.settings);
         match pspec.name() {
             "address" => s.address.to_value(),
             "port" => (s.port as i32).to_value(),
@@ -447,7 +448,7 @@ impl ElementImpl for UdpSrc {
 
 impl BaseSrcImpl for UdpSrc {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
-        let s = self.settings.lock().unwrap().clone();
+        let s = lock(&self.settings).clone();
         let port = u16::try_from(s.port).unwrap_or(0);
         let cfg = SocketConfig {
             address: s.address.clone(),
@@ -503,7 +504,7 @@ impl BaseSrcImpl for UdpSrc {
         );
         let bound_port = report.local.map(|a| a.port()).unwrap_or(port);
         let port_changed = {
-            let mut st = self.settings.lock().unwrap();
+            let mut st = lock(&self.settings);
             let changed = st.port != u32::from(bound_port);
             st.port = u32::from(bound_port);
             changed
@@ -520,9 +521,9 @@ impl BaseSrcImpl for UdpSrc {
             c.reset();
         }
         self.flushing.store(false, Ordering::Release);
-        *self.waker.lock().unwrap() = Some(rx.waker());
-        *self.pool.lock().unwrap() = Some(pool.clone());
-        *self.state.lock().unwrap() = Some(State {
+        *lock(&self.waker) = Some(rx.waker());
+        *lock(&self.pool) = Some(pool.clone());
+        *lock(&self.state) = Some(State {
             arena: None,
             scratch: vec![0u8; slab],
             lost: Vec::with_capacity(s.batch_size as usize * 8),
@@ -540,10 +541,10 @@ impl BaseSrcImpl for UdpSrc {
     }
 
     fn stop(&self) -> Result<(), gst::ErrorMessage> {
-        if let Some(state) = self.state.lock().unwrap().take() {
+        if let Some(state) = lock(&self.state).take() {
             self.kernel_drops.set(state.rx.kernel_drops());
         }
-        *self.waker.lock().unwrap() = None;
+        *lock(&self.waker) = None;
         // The pool stays reachable for the final `stats` read; slots still held
         // downstream keep its memory alive until they are dropped.
         Ok(())
@@ -554,7 +555,7 @@ impl BaseSrcImpl for UdpSrc {
     }
 
     fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
-        let s = self.settings.lock().unwrap();
+        let s = lock(&self.settings);
         let caps = match s.output {
             Output::Batch => fcaps::packets_caps(),
             Output::List => s.caps.clone().unwrap_or_else(gst::Caps::new_any),
@@ -567,17 +568,17 @@ impl BaseSrcImpl for UdpSrc {
 
     fn unlock(&self) -> Result<(), gst::ErrorMessage> {
         self.flushing.store(true, Ordering::Release);
-        if let Some(w) = self.waker.lock().unwrap().as_ref() {
+        if let Some(w) = lock(&self.waker).as_ref() {
             w.wake();
         }
-        if let Some(p) = self.pool.lock().unwrap().as_ref() {
+        if let Some(p) = lock(&self.pool).as_ref() {
             p.wake_waiters();
         }
         Ok(())
     }
 
     fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        if let Some(w) = self.waker.lock().unwrap().as_ref() {
+        if let Some(w) = lock(&self.waker).as_ref() {
             w.clear();
         }
         self.flushing.store(false, Ordering::Release);
@@ -590,7 +591,7 @@ impl PushSrcImpl for UdpSrc {
         &self,
         _buffer: Option<&mut gst::BufferRef>,
     ) -> Result<CreateSuccess, gst::FlowError> {
-        let mut guard = self.state.lock().unwrap();
+        let mut guard = lock(&self.state);
         let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
         let (mem, packets) = self.receive(state)?;
         // One clock read per batch: the running time at which the batch was complete.

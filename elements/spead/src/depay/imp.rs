@@ -5,6 +5,7 @@
 //! would split buffer lists into single buffers. The engine lock is taken once per
 //! buffer or list, never held while pushing.
 
+use firehose_core::sync::lock;
 use std::sync::{LazyLock, Mutex};
 use std::time::Instant;
 
@@ -145,8 +146,8 @@ fn heap_buffer(h: Heap) -> gst::Buffer {
 
 impl SpeadDepay {
     fn stats(&self) -> gst::Structure {
-        if *self.mode.lock().unwrap() == Mode::Chunks {
-            let pool = self.chunk_pool.lock().unwrap().clone();
+        if *lock(&self.mode) == Mode::Chunks {
+            let pool = lock(&self.chunk_pool).clone();
             return self.chunk_mirror.structure(pool.as_ref());
         }
         let m = &self.mirror;
@@ -166,7 +167,7 @@ impl SpeadDepay {
             (names::POOL_EXHAUSTED, m.pool_exhausted.get()),
             ("descriptors", m.descriptors.get()),
         ]);
-        if let Some(kind) = *self.memory.lock().unwrap() {
+        if let Some(kind) = *lock(&self.memory) {
             s.set("memory", kind);
         }
         s
@@ -177,7 +178,7 @@ impl SpeadDepay {
         &self,
         buffers: impl IntoIterator<Item = &'a gst::BufferRef>,
     ) -> Result<Output, gst::FlowError> {
-        let mut guard = self.state.lock().unwrap();
+        let mut guard = lock(&self.state);
         let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
         if state.ended {
             return Err(gst::FlowError::Eos);
@@ -268,7 +269,7 @@ impl SpeadDepay {
     fn drain(&self) -> bool {
         let mut out = Output::default();
         {
-            let mut guard = self.state.lock().unwrap();
+            let mut guard = lock(&self.state);
             let Some(state) = guard.as_mut() else {
                 return false;
             };
@@ -300,7 +301,7 @@ impl SpeadDepay {
         match event.view() {
             // The output caps depend on the settings only.
             gst::EventView::Caps(_) => {
-                let caps = self.state.lock().unwrap().as_ref().map(|s| s.caps.clone());
+                let caps = lock(&self.state).as_ref().map(|s| s.caps.clone());
                 match caps {
                     Some(caps) => self.srcpad.push_event(gst::event::Caps::new(&caps)),
                     None => false,
@@ -320,7 +321,7 @@ impl SpeadDepay {
                 self.srcpad.push_event(event)
             }
             gst::EventView::FlushStop(_) => {
-                if let Some(state) = self.state.lock().unwrap().as_mut() {
+                if let Some(state) = lock(&self.state).as_mut() {
                     match &mut state.engine {
                         Engine::Heaps(engine) => {
                             engine.reset();
@@ -337,8 +338,8 @@ impl SpeadDepay {
     }
 
     fn start(&self) -> Result<(), gst::ErrorMessage> {
-        let s = self.settings.lock().unwrap().clone();
-        *self.mode.lock().unwrap() = s.mode;
+        let s = lock(&self.settings).clone();
+        *lock(&self.mode) = s.mode;
         if s.mode == Mode::Chunks {
             return self.start_chunks(&s);
         }
@@ -380,8 +381,8 @@ impl SpeadDepay {
         let memory = engine.memory_kind().as_str();
         self.mirror.reset();
         self.mirror.update(&engine);
-        *self.memory.lock().unwrap() = Some(memory);
-        *self.state.lock().unwrap() = Some(State {
+        *lock(&self.memory) = Some(memory);
+        *lock(&self.state) = Some(State {
             engine: Engine::Heaps(engine),
             caps: gst::Caps::new_empty_simple(fcaps::SPEAD_HEAP),
             timer: StatsTimer::new(s.stats_interval),
@@ -412,9 +413,9 @@ impl SpeadDepay {
             s.handler_config()
         );
         self.chunk_mirror.reset();
-        *self.chunk_pool.lock().unwrap() = Some(host.pool);
-        *self.memory.lock().unwrap() = Some(memory);
-        *self.state.lock().unwrap() = Some(State {
+        *lock(&self.chunk_pool) = Some(host.pool);
+        *lock(&self.memory) = Some(memory);
+        *lock(&self.state) = Some(State {
             engine: Engine::Chunks(host.engine),
             caps: host.caps,
             timer: StatsTimer::new(s.stats_interval),
@@ -426,7 +427,7 @@ impl SpeadDepay {
     }
 
     fn stop(&self) {
-        if let Some(state) = self.state.lock().unwrap().take() {
+        if let Some(state) = lock(&self.state).take() {
             // Heaps and chunks still queued downstream keep their pool memory alive
             // until dropped.
             match &state.engine {
@@ -470,7 +471,7 @@ impl ObjectSubclass for SpeadDepay {
                     let chunks = SpeadDepay::catch_panic_pad_function(
                         parent,
                         || false,
-                        |d| *d.mode.lock().unwrap() == Mode::Chunks,
+                        |d| *lock(&d.mode) == Mode::Chunks,
                     );
                     if chunks {
                         return false;
@@ -500,14 +501,14 @@ impl ObjectImpl for SpeadDepay {
     }
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        self.settings.lock().unwrap().set(pspec.name(), value);
+        lock(&self.settings).set(pspec.name(), value);
     }
 
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
         if pspec.name() == "stats" {
             return self.stats().to_value();
         }
-        self.settings.lock().unwrap().get(pspec.name())
+        lock(&self.settings).get(pspec.name())
     }
 
     fn constructed(&self) {
