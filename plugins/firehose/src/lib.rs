@@ -13,6 +13,7 @@ fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     firehose_depay::register(plugin)?;
     firehose_record::register(plugin)?;
     firehose_ibverbs::register(plugin)?;
+    firehose_xdp::register(plugin)?;
     Ok(())
 }
 
