@@ -29,6 +29,7 @@ pub mod meta;
 pub mod pace;
 pub mod pool;
 pub mod props;
+pub mod ring;
 pub mod stats;
 pub mod sync;
 

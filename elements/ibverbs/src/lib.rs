@@ -5,7 +5,7 @@
 //! "no RDMA device" and gives the cause and the fix ([`probe`]).
 //!
 //! The GStreamer-free parts are tested without hardware: the device decision
-//! ([`probe::decide`]), the receive ring's slot accounting ([`ring`]) and the frame →
+//! ([`probe::decide`]), the receive ring's slot accounting ([`firehose_core::ring`]) and the frame →
 //! packet-entry parsing ([`rx`], over the shared [`firehose_core::frame`] parser).
 //! The raw-packet QP receive path itself is not implemented yet (see
 //! `docs/kernel-bypass.md`): on a machine with a device, start fails saying so.
@@ -14,7 +14,6 @@ use gst::glib;
 
 pub mod ibvsrc;
 pub mod probe;
-pub mod ring;
 pub mod rx;
 pub mod verbs;
 

@@ -8,7 +8,7 @@
 //!
 //! Not yet implemented: the receive path itself (raw-packet QP, one flow-steering rule
 //! per destination MAC/IP/UDP port, multicast join through a kernel socket, a hugepage
-//! region registered as one MR and cut into [`crate::ring`] slots, batched completion
+//! region registered as one MR and cut into [`firehose_core::ring`] slots, batched completion
 //! polling). With a device present, start fails saying so. Nothing here has run on RDMA
 //! hardware.
 

@@ -1,6 +1,9 @@
-//! The receive ring's slot accounting, without GStreamer or verbs.
+//! A receive ring's slot accounting, for sources whose device writes into memory we
+//! lend it: RDMA receive work requests (`fhibvsrc`), the AF_XDP fill ring (`fhxdpsrc`).
+//! No GStreamer types except [`lend_batch`], which wraps a batch as one `gst::Memory`.
 //!
-//! One registered memory region is cut into `N` equal receive slots. Each slot is in
+//! One registered memory region (an RDMA memory region, an AF_XDP UMEM) is cut into `N`
+//! equal receive slots. Each slot is in
 //! exactly one of three hands:
 //! - **free**: owned by the host, neither posted nor referenced — the only slots that may
 //!   be posted;
@@ -14,7 +17,8 @@
 //! hands out free slots only once at least a batch of them has gathered (or the NIC is
 //! about to run dry), so one `ibv_post_recv` chain covers many slots.
 
-use firehose_core::sync::lock;
+use crate::memory::MemoryRegion;
+use crate::sync::lock;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
@@ -237,6 +241,61 @@ impl Drop for HeldSlot {
     }
 }
 
+/// Completed slots lent downstream as one `gst::Memory` (see [`lend_batch`]); all of
+/// them go back to the ring under one lock when the last reference goes.
+struct LentBatch {
+    ring: SharedRing,
+    region: Arc<MemoryRegion>,
+    range: std::ops::Range<usize>,
+    slots: Vec<u32>,
+}
+
+impl AsRef<[u8]> for LentBatch {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `range` lies inside `region` (checked in `lend_batch`), which this
+        // value keeps alive; the slots in it are `Downstream`, so the device does not
+        // write them while this shared view exists.
+        unsafe {
+            std::slice::from_raw_parts(self.region.as_ptr().add(self.range.start), self.range.len())
+        }
+    }
+}
+
+impl Drop for LentBatch {
+    fn drop(&mut self) {
+        // One lock for the whole batch. A poisoned lock still releases, or slots leak.
+        let mut ring = lock(&self.ring);
+        for &s in &self.slots {
+            let r = ring.release(s);
+            debug_assert!(r.is_ok(), "release of lent slot failed: {r:?}");
+        }
+    }
+}
+
+/// Wraps the completed `slots` (already [`ReceiveRing::complete`]d) as one read-only
+/// `gst::Memory` over `region[range]`, without a copy. Packet offsets in the batch meta
+/// are then relative to `range.start`. The slots are released to `ring`, all under one
+/// lock, when the last reference to the memory (or to any memory shared from it) is
+/// dropped; `region` stays mapped until then. Choose `range` to cover the batch's slots
+/// (e.g. from the lowest to the end of the highest) so that the memory's size stays
+/// close to the data it carries.
+///
+/// Panics if `range` is not inside `region`.
+pub fn lend_batch(
+    ring: &SharedRing,
+    region: &Arc<MemoryRegion>,
+    range: std::ops::Range<usize>,
+    slots: Vec<u32>,
+) -> gst::Memory {
+    assert!(range.start <= range.end && range.end <= region.len());
+    gst::Memory::from_slice(LentBatch {
+        ring: ring.clone(),
+        region: region.clone(),
+        range,
+        slots,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,5 +452,34 @@ mod tests {
             assert_eq!((c.posted, c.held), (posted.len(), held.len()));
         }
         check(&r);
+    }
+
+    #[test]
+    fn a_lent_batch_releases_every_slot_when_its_last_reference_goes() {
+        gst::init().unwrap();
+        let region =
+            Arc::new(MemoryRegion::allocate(8 * 2048, crate::memory::HugepagePolicy::Off).unwrap());
+        // SAFETY: the region is freshly allocated and not shared yet.
+        unsafe { region.as_ptr().add(2 * 2048).write(0xab) };
+        let ring: SharedRing = Arc::new(Mutex::new(ReceiveRing::new(8, 2048, 8)));
+        let mut posted = vec![];
+        lock(&ring).take_for_post(&mut posted);
+        assert_eq!(posted.len(), 8);
+        for s in [2, 3] {
+            lock(&ring).complete(s).unwrap();
+        }
+        let mem = lend_batch(&ring, &region, 2 * 2048..4 * 2048, vec![2, 3]);
+        assert_eq!(mem.size(), 2 * 2048);
+        assert_eq!(mem.map_readable().unwrap()[0], 0xab);
+        let shared = mem.share(10..20);
+        drop(mem);
+        assert_eq!(
+            lock(&ring).counts().held,
+            2,
+            "a shared part keeps the batch"
+        );
+        drop(shared);
+        let c = lock(&ring).counts();
+        assert_eq!((c.free, c.posted, c.held), (2, 6, 0));
     }
 }
