@@ -115,14 +115,51 @@ impl Step {
         self.cpu_s / (self.received.1 as f64 / 1e9).max(1e-12)
     }
 
+    /// Cores the receiver kept busy while the stream flowed: its CPU seconds over the
+    /// sender's seconds, at most 1 (every receiver is one streaming thread; a busy-polling
+    /// one also burns CPU before and after the stream, which must not count above 1).
+    pub fn cores(&self) -> f64 {
+        (self.cpu_s / self.send_secs.max(1e-9)).min(1.0)
+    }
+
     /// True when loss is below [`LOSSLESS`] and something was sent.
     pub fn lossless(&self) -> bool {
         self.sent.0 > 0 && self.loss() < LOSSLESS
     }
 }
 
+/// Where a step's datagrams travel: over loopback (`bench udp`) or from a network
+/// namespace across a veth pair (`bench bypass`).
+pub struct Route<'a> {
+    /// Destination address of the sender.
+    pub dest: std::net::IpAddr,
+    /// The pair whose namespace the sender runs in; `None` = this namespace.
+    pub sender_ns: Option<&'a firehose_testkit::netns::VethPair>,
+    /// Extra `bench-recv` arguments for a receiver kind (interface, port, EAL args).
+    pub recv_args: &'a dyn Fn(Kind) -> Vec<String>,
+    /// Extra environment of the receiver process (e.g. `GST_PLUGIN_PATH`).
+    pub recv_env: Vec<(String, String)>,
+}
+
+impl Route<'_> {
+    /// `bench udp`'s route: loopback, any free port, no extra arguments.
+    pub fn loopback() -> Route<'static> {
+        Route {
+            dest: std::net::Ipv4Addr::LOCALHOST.into(),
+            sender_ns: None,
+            recv_args: &|_| Vec::new(),
+            recv_env: Vec::new(),
+        }
+    }
+}
+
 /// Starts a `bench-recv` child for `kind` and waits until it is bound.
-fn spawn_receiver(kind: Kind, size: u32, seconds: f64) -> Result<ReceiverProcess, String> {
+fn spawn_receiver(
+    route: &Route,
+    kind: Kind,
+    size: u32,
+    seconds: f64,
+) -> Result<ReceiverProcess, String> {
     let mut cmd = self_command()?;
     cmd.args([
         "bench-recv",
@@ -135,6 +172,8 @@ fn spawn_receiver(kind: Kind, size: u32, seconds: f64) -> Result<ReceiverProcess
         "--timeout",
         &format!("{}", seconds * 3.0 + 30.0),
     ]);
+    cmd.args((route.recv_args)(kind));
+    cmd.envs(route.recv_env.iter().map(|(k, v)| (k, v)));
     ReceiverProcess::spawn(cmd, kind.name())
 }
 
@@ -143,8 +182,10 @@ fn num<T: std::str::FromStr + Default>(kv: &BTreeMap<String, String>, key: &str)
 }
 
 /// Why a step did not produce a measurement.
-enum StepError {
+pub enum StepError {
+    /// Ctrl-C.
     Interrupted,
+    /// Anything else, with the reason.
     Failed(String),
 }
 
@@ -154,17 +195,16 @@ impl From<String> for StepError {
     }
 }
 
-fn run_step(kind: Kind, size: u32, rate: u64, seconds: f64) -> Result<Step, StepError> {
-    let receiver = spawn_receiver(kind, size, seconds)?;
-    let packets = ((rate as f64 * seconds) / (f64::from(size) * 8.0))
-        .round()
-        .max(1.0) as u64;
-    let snmp0 = sys::UdpCounters::read().unwrap_or_default();
-    let mut sender = Session::from_description(&format!(
-        "fhtestsrc name=fhtestsrc packet-size={size} num-packets={packets} \
-         ! fhudpsink name=fhudpsink host=127.0.0.1 port={} rate={rate}",
-        receiver.port
-    ))?;
+/// What the sender of one step did: packets, bytes, seconds from PLAYING to EOS.
+struct Sent {
+    packets: u64,
+    bytes: u64,
+    secs: f64,
+}
+
+/// Runs the paced sender of one step to the end (in the calling thread's namespace).
+fn send(description: &str, seconds: f64) -> Result<Sent, StepError> {
+    let mut sender = Session::from_description(description)?;
     sender.start()?;
     // A sender that cannot reach the asked rate is stopped after twice the planned time;
     // what it did send is still the offered load.
@@ -186,7 +226,7 @@ fn run_step(kind: Kind, size: u32, rate: u64, seconds: f64) -> Result<Step, Step
             break;
         }
     }
-    let send_secs = sender.elapsed().as_secs_f64();
+    let secs = sender.elapsed().as_secs_f64();
     sender.refresh_stats();
     sender.stop();
     let sink = sender
@@ -194,7 +234,39 @@ fn run_step(kind: Kind, size: u32, rate: u64, seconds: f64) -> Result<Step, Step
         .get("fhudpsink")
         .map(|s| s.to_owned())
         .ok_or_else(|| "fhudpsink reported no statistics".to_string())?;
-    let (sent_bytes, sent_packets) = throughput(&sink);
+    let (bytes, packets) = throughput(&sink);
+    Ok(Sent {
+        packets,
+        bytes,
+        secs,
+    })
+}
+
+/// One step: a receiver child for `kind`, then `fhtestsrc ! fhudpsink rate=R` along
+/// `route` for about `seconds`.
+pub fn run_step(
+    route: &Route,
+    kind: Kind,
+    size: u32,
+    rate: u64,
+    seconds: f64,
+) -> Result<Step, StepError> {
+    let receiver = spawn_receiver(route, kind, size, seconds)?;
+    let packets = ((rate as f64 * seconds) / (f64::from(size) * 8.0))
+        .round()
+        .max(1.0) as u64;
+    let snmp0 = sys::UdpCounters::read().unwrap_or_default();
+    let description = format!(
+        "fhtestsrc name=fhtestsrc packet-size={size} num-packets={packets} \
+         ! fhudpsink name=fhudpsink host={} port={} rate={rate}",
+        route.dest, receiver.port
+    );
+    let sent = match route.sender_ns {
+        None => send(&description, seconds)?,
+        Some(pair) => pair
+            .in_ns(move || send(&description, seconds))
+            .map_err(|e| StepError::Failed(format!("sender in namespace: {e}")))??,
+    };
     std::thread::sleep(DRAIN);
     let kv = receiver.finish()?;
     let snmp = sys::UdpCounters::read().unwrap_or_default().since(&snmp0);
@@ -202,14 +274,29 @@ fn run_step(kind: Kind, size: u32, rate: u64, seconds: f64) -> Result<Step, Step
         size,
         kind,
         asked: rate,
-        sent: (sent_packets, sent_bytes),
-        send_secs,
+        sent: (sent.packets, sent.bytes),
+        send_secs: sent.secs,
         received: (num(&kv, "packets"), num(&kv, "bytes")),
         cpu_s: num(&kv, "cpu_s"),
         kernel_drops: snmp.in_errors,
         element_drops: num::<u64>(&kv, "drops_pool") + num::<u64>(&kv, "truncated"),
         memory: kv.get("memory").cloned().unwrap_or_else(|| "-".into()),
     })
+}
+
+/// One line of progress on stderr for a finished step.
+pub fn log_step(step: &Step) {
+    eprintln!(
+        "bench: {} B, {:>9} asked {:.2} Gb/s: sent {:.2} Gb/s, received {:.2} Gb/s, loss {:.4} %, kernel drops {}, {:.2} CPU s/GB",
+        step.size,
+        step.kind.name(),
+        step.asked as f64 / 1e9,
+        step.offered_bps() / 1e9,
+        step.received_bps() / 1e9,
+        step.loss() * 100.0,
+        step.kernel_drops,
+        step.cpu_per_gb()
+    );
 }
 
 /// Runs the benchmark; returns the exit status.
@@ -227,18 +314,9 @@ pub fn run(opts: &BenchOptions) -> i32 {
             .unwrap_or_else(|| default_rates(size, opts.quick));
         for &rate in &rates {
             for kind in [Kind::Udpsrc, Kind::Fhudpsrc] {
-                match run_step(kind, size, rate, opts.seconds) {
+                match run_step(&Route::loopback(), kind, size, rate, opts.seconds) {
                     Ok(step) => {
-                        eprintln!(
-                            "bench: {size} B, {:>8} asked {:.2} Gb/s: sent {:.2} Gb/s, received {:.2} Gb/s, loss {:.4} %, kernel drops {}, {:.2} CPU s/GB",
-                            kind.name(),
-                            rate as f64 / 1e9,
-                            step.offered_bps() / 1e9,
-                            step.received_bps() / 1e9,
-                            step.loss() * 100.0,
-                            step.kernel_drops,
-                            step.cpu_per_gb()
-                        );
+                        log_step(&step);
                         steps.push(step);
                     }
                     Err(StepError::Interrupted) => {
@@ -328,54 +406,67 @@ pub fn report(
         );
     }
     r.push('\n');
-    r.push_str(&summary(opts, steps));
+    r.push_str(&summary(
+        &opts.sizes,
+        steps,
+        &[Kind::Udpsrc, Kind::Fhudpsrc],
+    ));
     r
 }
 
-/// Per size: each receiver's highest lossless offered rate, CPU per GB at the highest
-/// asked rate both were lossless at, and the fhudpsrc/udpsrc ratios.
-fn summary(opts: &BenchOptions, steps: &[Step]) -> String {
+/// Per size: each receiver's highest lossless offered rate, that rate per receiver core,
+/// CPU per GB at the highest asked rate every receiver was lossless at, and the ratios
+/// of each receiver to the first of `kinds` (the baseline).
+pub fn summary(sizes: &[u32], steps: &[Step], kinds: &[Kind]) -> String {
     let mut r = String::new();
     let _ = writeln!(
         r,
-        "| payload | receiver | highest lossless offered Gb/s | CPU s/GB at common rate |"
+        "| payload | receiver | highest lossless offered Gb/s | lossless Gb/s per receiver core | CPU s/GB at common rate |"
     );
-    let _ = writeln!(r, "|---:|---|---:|---:|");
-    for &size in &opts.sizes {
+    let _ = writeln!(r, "|---:|---|---:|---:|---:|");
+    for &size in sizes {
         let of = |kind: Kind| -> Vec<&Step> {
             steps
                 .iter()
                 .filter(|s| s.size == size && s.kind == kind)
                 .collect()
         };
-        let (u, f) = (of(Kind::Udpsrc), of(Kind::Fhudpsrc));
-        if u.is_empty() && f.is_empty() {
+        let runs: Vec<(Kind, Vec<&Step>)> = kinds
+            .iter()
+            .map(|&k| (k, of(k)))
+            .filter(|(_, v)| !v.is_empty())
+            .collect();
+        if runs.is_empty() {
             continue;
         }
-        let best = |v: &[&Step]| -> Option<f64> {
+        // The lossless step with the highest offered rate.
+        let best_step = |v: &[&Step]| -> Option<Step> {
             v.iter()
                 .filter(|s| s.lossless())
-                .map(|s| s.offered_bps())
-                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+                .max_by(|a, b| a.offered_bps().total_cmp(&b.offered_bps()))
+                .map(|s| (*s).clone())
         };
-        // The highest asked rate at which both receivers were lossless; else the lowest
-        // asked rate both ran at (marked lossy).
+        let best = |v: &[&Step]| best_step(v).map(|s| s.offered_bps());
+        let per_core = |v: &[&Step]| best_step(v).map(|s| s.offered_bps() / s.cores().max(1e-3));
+        // The highest asked rate at which every receiver was lossless; else the lowest
+        // asked rate all ran at (marked lossy).
         let common: Option<(u64, bool)> = {
-            let both: Vec<u64> = u
+            let all: Vec<u64> = runs[0]
+                .1
                 .iter()
-                .filter(|a| f.iter().any(|b| b.asked == a.asked))
                 .map(|a| a.asked)
+                .filter(|&rate| runs.iter().all(|(_, v)| v.iter().any(|s| s.asked == rate)))
                 .collect();
-            let lossless = both.iter().copied().filter(|&rate| {
-                u.iter()
-                    .chain(f.iter())
+            let lossless = all.iter().copied().filter(|&rate| {
+                runs.iter()
+                    .flat_map(|(_, v)| v.iter())
                     .filter(|s| s.asked == rate)
                     .all(|s| s.lossless())
             });
             lossless
                 .max()
                 .map(|r| (r, true))
-                .or_else(|| both.iter().copied().min().map(|r| (r, false)))
+                .or_else(|| all.iter().copied().min().map(|r| (r, false)))
         };
         let cpu_at = |v: &[&Step]| -> Option<f64> {
             let (rate, _) = common?;
@@ -392,8 +483,8 @@ fn summary(opts: &BenchOptions, steps: &[Step]) -> String {
                 .max_by_key(|s| s.asked)
                 .is_some_and(|s| s.lossless())
         };
-        let rate_text = |v: &[&Step]| -> String {
-            match best(v) {
+        let bound = |v: &[&Step], x: Option<f64>| -> String {
+            match x {
                 Some(b) if top_lossless(v) => format!("≥ {}", gbps(b)),
                 Some(b) => gbps(b),
                 None => "none".into(),
@@ -401,12 +492,13 @@ fn summary(opts: &BenchOptions, steps: &[Step]) -> String {
         };
         let cpu_text =
             |c: Option<f64>| c.map_or("-".to_string(), |c| format!("{c:.2}{common_text}"));
-        for (kind, v) in [(Kind::Udpsrc, &u), (Kind::Fhudpsrc, &f)] {
+        for (kind, v) in &runs {
             let _ = writeln!(
                 r,
-                "| {size} B | {} | {} | {} |",
+                "| {size} B | {} | {} | {} | {} |",
                 kind.name(),
-                rate_text(v),
+                bound(v, best(v)),
+                bound(v, per_core(v)),
                 cpu_text(cpu_at(v))
             );
         }
@@ -414,19 +506,27 @@ fn summary(opts: &BenchOptions, steps: &[Step]) -> String {
             (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
             _ => "-".into(),
         };
-        // A rate ratio is only a bound when a receiver never lost anything: "≥" when
-        // only fhudpsrc's limit lies beyond the bench, unknown when both do.
-        let rate_ratio = match (top_lossless(&f), top_lossless(&u)) {
-            (true, true) => "- (both lossless at every step)".to_string(),
-            (true, false) => format!("≥ {}", ratio(best(&f), best(&u))),
-            (false, true) => format!("≤ {}", ratio(best(&f), best(&u))),
-            (false, false) => ratio(best(&f), best(&u)),
-        };
-        let _ = writeln!(
-            r,
-            "| {size} B | fhudpsrc/udpsrc | {rate_ratio} | {} |",
-            ratio(cpu_at(&f), cpu_at(&u))
-        );
+        let (base_kind, base) = &runs[0];
+        for (kind, v) in &runs[1..] {
+            // A rate ratio is only a bound when a receiver never lost anything: "≥" when
+            // only this receiver's limit lies beyond the bench, unknown when both do.
+            let bounded =
+                |a: Option<f64>, b: Option<f64>| match (top_lossless(v), top_lossless(base)) {
+                    (true, true) => "- (both lossless at every step)".to_string(),
+                    (true, false) => format!("≥ {}", ratio(a, b)),
+                    (false, true) => format!("≤ {}", ratio(a, b)),
+                    (false, false) => ratio(a, b),
+                };
+            let _ = writeln!(
+                r,
+                "| {size} B | {}/{} | {} | {} | {} |",
+                kind.name(),
+                base_kind.name(),
+                bounded(best(v), best(base)),
+                bounded(per_core(v), per_core(base)),
+                ratio(cpu_at(v), cpu_at(base))
+            );
+        }
     }
     r
 }
@@ -463,10 +563,6 @@ mod tests {
 
     #[test]
     fn summary_picks_common_lossless_rate_and_ratios() {
-        let opts = BenchOptions {
-            sizes: vec![1472],
-            ..Default::default()
-        };
         let g = 1_000_000_000;
         let steps = vec![
             step(Kind::Udpsrc, g, 84_918, 84_918, 0.4),
@@ -474,12 +570,16 @@ mod tests {
             step(Kind::Udpsrc, 2 * g, 169_836, 150_000, 0.8),
             step(Kind::Fhudpsrc, 2 * g, 169_836, 169_836, 0.2),
         ];
-        let s = summary(&opts, &steps);
-        assert!(s.contains("| 1472 B | udpsrc | 1.00 |"), "{s}");
-        assert!(s.contains("| 1472 B | fhudpsrc | ≥ 2.00 |"), "{s}");
+        let s = summary(&[1472], &steps, &[Kind::Udpsrc, Kind::Fhudpsrc]);
+        // udpsrc's best is 1 Gb/s at 0.4 cores; fhudpsrc's 2 Gb/s at 0.2 cores.
+        assert!(s.contains("| 1472 B | udpsrc | 1.00 | 2.50 |"), "{s}");
+        assert!(
+            s.contains("| 1472 B | fhudpsrc | ≥ 2.00 | ≥ 10.00 |"),
+            "{s}"
+        );
         assert!(s.contains("at 1.00 Gb/s |"), "{s}");
         assert!(
-            s.contains("| 1472 B | fhudpsrc/udpsrc | ≥ 2.00× | 0.25× |"),
+            s.contains("| 1472 B | fhudpsrc/udpsrc | ≥ 2.00× | ≥ 4.00× | 0.25× |"),
             "{s}"
         );
     }

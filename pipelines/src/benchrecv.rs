@@ -27,6 +27,10 @@ pub enum Kind {
     Udpsrc,
     /// Firehose `fhudpsrc` (batches).
     Fhudpsrc,
+    /// Firehose `fhxdpsrc` (AF_XDP on an interface).
+    Fhxdpsrc,
+    /// Firehose `fhdpdksrc` (DPDK; its plugin is loaded from `GST_PLUGIN_PATH`).
+    Fhdpdksrc,
 }
 
 impl Kind {
@@ -35,16 +39,22 @@ impl Kind {
         match self {
             Kind::Udpsrc => "udpsrc",
             Kind::Fhudpsrc => "fhudpsrc",
+            Kind::Fhxdpsrc => "fhxdpsrc",
+            Kind::Fhdpdksrc => "fhdpdksrc",
         }
     }
 
-    /// Parses `udpsrc` / `fhudpsrc`.
+    /// Parses an element name ([`Self::name`]).
     pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "udpsrc" => Ok(Kind::Udpsrc),
-            "fhudpsrc" => Ok(Kind::Fhudpsrc),
-            _ => Err(format!("--kind must be udpsrc or fhudpsrc, not '{s}'")),
-        }
+        [
+            Kind::Udpsrc,
+            Kind::Fhudpsrc,
+            Kind::Fhxdpsrc,
+            Kind::Fhdpdksrc,
+        ]
+        .into_iter()
+        .find(|k| k.name() == s)
+        .ok_or_else(|| format!("--kind must be udpsrc, fhudpsrc, fhxdpsrc or fhdpdksrc, not '{s}'"))
     }
 }
 
@@ -59,6 +69,30 @@ pub struct RecvOptions {
     pub buffer_size: u64,
     /// Stop on our own after this long, in case the parent vanished without closing stdin.
     pub timeout: Duration,
+    /// Address to receive on (kernel sources) or to filter on.
+    pub address: String,
+    /// UDP port; 0 = any free one (kernel sources only).
+    pub port: u16,
+    /// Network interface (`fhxdpsrc`).
+    pub interface: Option<String>,
+    /// `fhdpdksrc`'s `eal-args` and `dpdk-port`.
+    pub dpdk: Option<(String, String)>,
+}
+
+impl RecvOptions {
+    /// Loopback, any free port: the `bench udp` receiver.
+    pub fn loopback(kind: Kind, size: u32, buffer_size: u64, timeout: Duration) -> Self {
+        Self {
+            kind,
+            size,
+            buffer_size,
+            timeout,
+            address: "127.0.0.1".into(),
+            port: 0,
+            interface: None,
+            dpdk: None,
+        }
+    }
 }
 
 /// The receiver pipeline for `opts`. Both end in the same cheapest sink.
@@ -68,15 +102,29 @@ pub fn description(opts: &RecvOptions) -> String {
         // Stock udpsrc in its best configuration: a buffer pool sized to the payload
         // (mtu) and no sender-address meta.
         Kind::Udpsrc => format!(
-            "udpsrc name=src address=127.0.0.1 port=0 buffer-size={} mtu={} \
+            "udpsrc name=src address={} port={} buffer-size={} mtu={} \
              retrieve-sender-address=false ! {sink}",
+            opts.address,
+            opts.port,
             opts.buffer_size,
             opts.size.max(1492)
         ),
         Kind::Fhudpsrc => format!(
-            "fhudpsrc name=src address=127.0.0.1 port=0 buffer-size={} ! {sink}",
-            opts.buffer_size
+            "fhudpsrc name=src address={} port={} buffer-size={} ! {sink}",
+            opts.address, opts.port, opts.buffer_size
         ),
+        Kind::Fhxdpsrc => format!(
+            "fhxdpsrc name=src interface={} port={} ! {sink}",
+            opts.interface.as_deref().unwrap_or("lo"),
+            opts.port
+        ),
+        Kind::Fhdpdksrc => {
+            let (eal, dev) = opts.dpdk.clone().unwrap_or_default();
+            format!(
+                "fhdpdksrc name=src eal-args=\"{eal}\" dpdk-port={dev} port={} ! {sink}",
+                opts.port
+            )
+        }
     }
 }
 
@@ -158,7 +206,7 @@ fn run_inner(opts: &RecvOptions) -> Result<(), String> {
                 counts.1.load(Ordering::Relaxed),
                 None,
             ),
-            Kind::Fhudpsrc => {
+            Kind::Fhudpsrc | Kind::Fhxdpsrc | Kind::Fhdpdksrc => {
                 let s = stats_property(&src);
                 let (p, b) = s
                     .as_ref()

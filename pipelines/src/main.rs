@@ -5,6 +5,7 @@
 
 mod args;
 mod bench;
+mod benchbypass;
 mod benchproc;
 mod benchrecord;
 mod benchrecv;
@@ -36,6 +37,8 @@ USAGE:
     firehose bench record [--dir DIR] [--size BYTES] [--block-size BYTES] [--repeat N] [--out FILE.md] [--quick]
     firehose bench spead [--seconds S] [--sizes 8972,1472] [--rates R,...] [--heap-size B]
                          [--receivers spead2,speaddepay,chunk] [--python PY] [--out FILE.md] [--quick]
+    firehose bench bypass [--seconds S] [--sizes 1472] [--rates R,...] [--pmd af_xdp|af_packet]
+                          [--receivers fhudpsrc,fhxdpsrc,fhdpdksrc] [--dpdk-plugin PATH] [--out FILE.md] [--quick]
     firehose help | --version
 
 launch: runs a gst-launch style pipeline (Firehose and stock elements), prints a
@@ -86,6 +89,20 @@ and receiver CPU per GB as markdown. spead2 comes from .venv (see README).
     --receivers LIST     which receivers (default all; chunk is left out, with a note,
                          when this build has no fhdepay)
     --python PY          Python with spead2 4.5.1 (default <repo>/.venv/bin/python3)
+    --seconds, --out, --quick   as for bench udp
+
+bench bypass: fhudpsrc, fhxdpsrc (AF_XDP) and fhdpdksrc (DPDK) on the same stream across
+a veth pair that the benchmark creates (sender in a private network namespace, removed
+at the end); each receiver in its own process. Reports the highest lossless rate, that
+rate per receiver core and CPU per GB as markdown; a veth is not a NIC, so the figures
+compare the receivers, they are not line rates. Needs root.
+    --sizes LIST         payload sizes, at most 1472 (default 1472)
+    --rates LIST         offered rates (default 0.5,1,2,3,4,6G; --quick: 0.5,2G)
+    --receivers LIST     which receivers, the first is the ratios' baseline
+                         (default fhudpsrc,fhxdpsrc,fhdpdksrc)
+    --pmd DRIVER         fhdpdksrc's DPDK driver on the veth: af_xdp (default) or af_packet
+    --dpdk-plugin PATH   libgstfirehosedpdk.so (default: next to the firehose executable;
+                         without it fhdpdksrc is left out, with a note)
     --seconds, --out, --quick   as for bench udp
 ";
 
@@ -234,9 +251,10 @@ fn cmd_bench(mut args: Args) -> i32 {
         Some(kind) if kind == "udp" => {}
         Some(kind) if kind == "spead" => return benchspead::cmd(args),
         Some(kind) if kind == "record" => return benchrecord::cmd(args),
+        Some(kind) if kind == "bypass" => return benchbypass::cmd(args),
         Some(kind) => {
             return usage_error(&format!(
-                "unknown benchmark '{kind}' (known: udp, spead, record)"
+                "unknown benchmark '{kind}' (known: udp, spead, record, bypass)"
             ))
         }
         None => return usage_error("bench needs a benchmark name: firehose bench udp"),
@@ -267,9 +285,24 @@ fn cmd_bench_recv(mut args: Args) -> i32 {
     let mut size = 1472;
     let mut buffer_size = bench::BUFFER_SIZE;
     let mut timeout = Duration::from_secs(60);
+    let mut address = "127.0.0.1".to_string();
+    let mut port = 0u16;
+    let mut interface = None;
+    let mut eal_args = None;
+    let mut dpdk_port = None;
+    let text = |v: &str| Ok::<_, String>(v.to_string());
     while let Some(flag) = args.next_flag() {
         match flag.name.as_str() {
             "--kind" => kind = Some(value!(args, flag, benchrecv::Kind::parse)),
+            "--address" => address = value!(args, flag, text),
+            "--port" => {
+                port = value!(args, flag, |v: &str| v
+                    .parse::<u16>()
+                    .map_err(|_| format!("--port '{v}' is not a UDP port")))
+            }
+            "--interface" => interface = Some(value!(args, flag, text)),
+            "--eal-args" => eal_args = Some(value!(args, flag, text)),
+            "--dpdk-port" => dpdk_port = Some(value!(args, flag, text)),
             "--size" => size = value!(args, flag, parse_size),
             "--buffer-size" => {
                 buffer_size = value!(args, flag, |v: &str| v
@@ -281,12 +314,12 @@ fn cmd_bench_recv(mut args: Args) -> i32 {
         }
     }
     let Some(kind) = kind else {
-        return usage_error("bench-recv needs --kind udpsrc|fhudpsrc");
+        return usage_error("bench-recv needs --kind udpsrc|fhudpsrc|fhxdpsrc|fhdpdksrc");
     };
-    benchrecv::run(&benchrecv::RecvOptions {
-        kind,
-        size,
-        buffer_size,
-        timeout,
-    })
+    let mut opts = benchrecv::RecvOptions::loopback(kind, size, buffer_size, timeout);
+    opts.address = address;
+    opts.port = port;
+    opts.interface = interface;
+    opts.dpdk = eal_args.zip(dpdk_port);
+    benchrecv::run(&opts)
 }
