@@ -1,20 +1,29 @@
 //! Firehose RDMA (ibverbs) capture: `fhibvsrc`.
 //!
 //! libibverbs is loaded at run time ([`verbs`], `dlopen`), so the plugin loads on any
-//! machine; without RDMA, `fhibvsrc` fails at start with an element error that starts
-//! "no RDMA device" and gives the cause and the fix ([`probe`]).
+//! machine and nothing of rdma-core is needed to build it; without RDMA, `fhibvsrc`
+//! fails at start with an element error that starts "no RDMA device" and gives the
+//! cause and the fix ([`probe`]).
 //!
-//! The GStreamer-free parts are tested without hardware: the device decision
-//! ([`probe::decide`]), the receive ring's slot accounting ([`firehose_core::ring`]) and the frame →
-//! packet-entry parsing ([`rx`], over the shared [`firehose_core::frame`] parser).
-//! The raw-packet QP receive path itself is not implemented yet (see
-//! `docs/kernel-bypass.md`): on a machine with a device, start fails saying so.
+//! The receive path follows spead2's ibverbs receiver: a raw-packet QP ([`device`]),
+//! one flow-steering rule per endpoint ([`flow`]), the multicast group joined through a
+//! kernel socket and the interface found in sysfs ([`netif`]), one registered region
+//! cut into [`firehose_core::ring`] slots, completions polled and slots re-posted in
+//! batches by the [`engine`], which is generic over [`engine::RxDevice`] so that it is
+//! tested end to end with a fake device. The C layouts and the header's inline verbs
+//! are in [`sys`] (checked against `verbs.h` by `tests/layout.rs`). Frame parsing is
+//! [`rx`]. Nothing touching a real device has run yet (see `docs/kernel-bypass.md`).
 
 use gst::glib;
 
+pub mod device;
+pub mod engine;
+pub mod flow;
 pub mod ibvsrc;
+pub mod netif;
 pub mod probe;
 pub mod rx;
+pub mod sys;
 pub mod verbs;
 
 /// Registers `fhibvsrc` with `plugin`.

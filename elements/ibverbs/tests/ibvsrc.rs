@@ -43,10 +43,10 @@ fn first_error(desc: &str) -> (String, String) {
 
 #[test]
 fn start_fails_with_no_rdma_device() {
-    let (text, debug) = first_error("fhibvsrc port=7148 ! fakesink");
-    eprintln!("fhibvsrc error here: {text}\n  debug: {debug}");
     match probe::probe() {
         Err(why) => {
+            let (text, debug) = first_error("fhibvsrc port=7148 ! fakesink");
+            eprintln!("fhibvsrc error here: {text}\n  debug: {debug}");
             assert!(text.starts_with("no RDMA device"), "{text}");
             assert_eq!(
                 text,
@@ -55,9 +55,22 @@ fn start_fails_with_no_rdma_device() {
             );
             assert!(!debug.is_empty());
         }
-        // A machine with an RDMA device: the receive path is not implemented yet.
-        Ok(_) => assert!(text.contains("not implemented"), "{text}"),
+        // A machine with an RDMA device (never run so far): an interface that cannot
+        // exist must fail at start, after the probe, naming the interface.
+        Ok(_) => {
+            let (text, _) = first_error("fhibvsrc port=7148 interface=fh-no-such-if0 ! fakesink");
+            assert!(text.contains("fh-no-such-if0"), "{text}");
+        }
     }
+}
+
+#[test]
+fn ipv6_address_is_refused_before_the_probe() {
+    let (text, _) = first_error("fhibvsrc address=ff02::5 port=7148 ! fakesink");
+    assert!(
+        text.contains("IPv4 only") && text.contains("fhudpsrc"),
+        "{text}"
+    );
 }
 
 #[test]

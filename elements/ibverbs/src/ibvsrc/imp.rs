@@ -1,12 +1,18 @@
-//! `fhibvsrc` implementation: settings, the device probe at start, stats.
+//! `fhibvsrc` implementation: settings; start = probe → interface/device/port →
+//! hugepage region → queue pair, steering rule and registration → post → RTR →
+//! multicast join; create = the engine's poll loop; stats.
 
 use firehose_core::sync::lock;
-use std::net::IpAddr;
-use std::sync::{LazyLock, Mutex};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 use firehose_core::caps as fcaps;
 use firehose_core::props::Hugepages;
-use firehose_core::stats::{self, names, Counter};
+use firehose_core::ring::SharedRing;
+use firehose_core::stats::{self, names, StatsTimer};
+use firehose_core::MemoryRegion;
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
@@ -14,7 +20,11 @@ use gst_base::prelude::*;
 use gst_base::subclass::base_src::CreateSuccess;
 use gst_base::subclass::prelude::*;
 
+use crate::device::{QueueConfig, VerbsDevice};
+use crate::engine::{EngineConfig, RxCounters, RxEngine, Step};
+use crate::netif::{self, Membership, Target};
 use crate::probe::{self, RdmaUnavailable};
+use crate::rx::Filter;
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -29,6 +39,13 @@ const DEFAULT_PORT: u32 = 7148;
 const DEFAULT_SLOTS: u32 = 8192;
 const DEFAULT_SLOT_SIZE: u32 = 9728;
 const DEFAULT_BATCH_SIZE: u32 = 64;
+/// Element-local counter: completions with an error status other than "too long".
+const COMPLETION_ERRORS: &str = "completion-errors";
+/// Empty polls spun before the receive loop starts sleeping between polls.
+const IDLE_SPINS: u32 = 2048;
+/// Sleep between empty polls once idle: bounds the latency added to a quiet stream
+/// and the CPU burnt on it (no completion channel yet, see the docs).
+const IDLE_SLEEP: Duration = Duration::from_micros(50);
 
 #[derive(Debug, Clone)]
 struct Settings {
@@ -59,28 +76,34 @@ impl Default for Settings {
     }
 }
 
-/// Counters read by the `stats` property from any thread.
-#[derive(Default)]
-struct Counters {
-    packets: Counter,
-    bytes: Counter,
-    batches: Counter,
-    drops_pool: Counter,
-    malformed: Counter,
-    truncated: Counter,
-    filtered: Counter,
+/// What exists between start and stop.
+struct State {
+    engine: RxEngine<VerbsDevice>,
+    /// Dropped after the engine (field order), leaving the group last.
+    _membership: Option<Membership>,
+    timer: StatsTimer,
 }
 
+/// The `fhibvsrc` element's state: settings, counters, and the receive engine while
+/// started.
 #[derive(Default)]
 pub struct IbvSrc {
     settings: Mutex<Settings>,
-    counters: Counters,
+    counters: Arc<RxCounters>,
+    /// Held for the whole receive loop: `stats` and `unlock` never take it.
+    state: Mutex<Option<State>>,
+    /// The ring, for `stats` (its own lock is only held briefly).
+    ring: Mutex<Option<SharedRing>>,
+    flushing: AtomicBool,
 }
 
 impl IbvSrc {
     fn stats(&self) -> gst::Structure {
         let c = &self.counters;
-        let s = lock(&self.settings);
+        let slots = u64::from(lock(&self.settings).slots);
+        let held = lock(&self.ring)
+            .as_ref()
+            .map_or(0, |r| lock(r).counts().held as u64);
         stats::structure(&[
             (names::PACKETS, c.packets.get()),
             (names::BYTES, c.bytes.get()),
@@ -89,8 +112,98 @@ impl IbvSrc {
             (names::MALFORMED, c.malformed.get()),
             (names::TRUNCATED, c.truncated.get()),
             (names::FILTERED, c.filtered.get()),
-            (names::POOL_SLOTS, u64::from(s.slots)),
+            (COMPLETION_ERRORS, c.completion_errors.get()),
+            (names::POOL_IN_USE, held),
+            (names::POOL_SLOTS, slots),
         ])
+    }
+
+    /// Sets up everything between the probe and the first poll.
+    fn open(
+        &self,
+        s: &Settings,
+        address: Ipv4Addr,
+        target: &Target,
+    ) -> Result<State, gst::ErrorMessage> {
+        let bytes = s.slots as usize * s.slot_size as usize;
+        let region = MemoryRegion::allocate(bytes, s.hugepages.into()).map_err(|e| {
+            gst::error_msg!(gst::ResourceError::NoSpaceLeft, ("{}", e), ["{:?}", e])
+        })?;
+        if let Some(why) = region.fallback_reason() {
+            gst::warning!(CAT, imp = self, "receive region in normal pages: {}", why);
+        }
+        let region = Arc::new(region);
+        let port = s.port as u16;
+        let rule = crate::flow::flow_rule(address, port, target.mac, target.port);
+        let dev = VerbsDevice::open(
+            &QueueConfig {
+                device: target.device.clone(),
+                port: target.port,
+                slots: s.slots,
+                batch: s.batch_size,
+            },
+            region.clone(),
+            &[rule],
+        )
+        .map_err(|e| gst::error_msg!(gst::ResourceError::OpenRead, ("{}", e), ["{:?}", e]))?;
+        gst::info!(
+            CAT,
+            imp = self,
+            "raw-packet QP {} on {} port {} ({}), steering {}:{}",
+            dev.qp_num(),
+            target.device,
+            target.port,
+            target.interface,
+            address,
+            port
+        );
+        let base = dev.base();
+        let cfg = EngineConfig {
+            slots: s.slots,
+            slot_size: s.slot_size,
+            batch: s.batch_size,
+            reserve: EngineConfig::default_reserve(s.slots, s.batch_size),
+            filter: Filter {
+                port,
+                address: (!address.is_unspecified()).then_some(IpAddr::V4(address)),
+            },
+        };
+        let mut engine = RxEngine::new(dev, region, base, cfg, self.counters.clone())
+            .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))?;
+        engine.fill().map_err(|e| {
+            gst::error_msg!(
+                gst::ResourceError::OpenRead,
+                (
+                    "posting the first receives failed: {}; check ibv_devinfo and the kernel log",
+                    e
+                )
+            )
+        })?;
+        engine
+            .device_mut()
+            .ready_to_receive()
+            .map_err(|e| gst::error_msg!(gst::ResourceError::OpenRead, ("{}", e), ["{:?}", e]))?;
+        let membership = if address.is_multicast() {
+            Some(netif::join_multicast(address, &target.interface).map_err(|e| {
+                gst::error_msg!(
+                    gst::ResourceError::OpenRead,
+                    (
+                        "joining multicast group {} on {} failed: {}; check that the interface is up and has an IPv4 address",
+                        address,
+                        target.interface,
+                        e
+                    )
+                )
+            })?)
+        } else {
+            None
+        };
+        *lock(&self.ring) = Some(engine.ring().clone());
+        Ok(State {
+            engine,
+            _membership: membership,
+            timer: StatsTimer::new(s.stats_interval),
+        })
     }
 }
 
@@ -160,7 +273,7 @@ impl ObjectImpl for IbvSrc {
                     .build(),
             ];
             v.extend(stats::properties(
-                "packets, bytes, batches, drops-pool, malformed, truncated, filtered, pool-slots",
+                "packets, bytes, batches, drops-pool, malformed, truncated, filtered, completion-errors, pool-in-use, pool-slots",
             ));
             v
         });
@@ -248,7 +361,7 @@ impl ElementImpl for IbvSrc {
 impl BaseSrcImpl for IbvSrc {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
-        let _address: IpAddr = s.address.parse().map_err(|_| {
+        let address: IpAddr = s.address.parse().map_err(|_| {
             gst::error_msg!(
                 gst::ResourceError::Settings,
                 (
@@ -257,41 +370,55 @@ impl BaseSrcImpl for IbvSrc {
                 )
             )
         })?;
+        let IpAddr::V4(address) = address else {
+            return Err(gst::error_msg!(
+                gst::ResourceError::Settings,
+                (
+                    "address {} is IPv6, but fhibvsrc steers IPv4 only (as spead2's ibverbs receiver); use fhudpsrc for IPv6",
+                    address
+                )
+            ));
+        };
         let devices = probe::probe().map_err(|e: RdmaUnavailable| {
             gst::error_msg!(gst::ResourceError::NotFound, ("{}", e), ["{:?}", e])
         })?;
-        let device = probe::select(&devices, s.device.as_deref())
-            .map_err(|e| gst::error_msg!(gst::ResourceError::NotFound, ("{}", e)))?;
+        let target = netif::resolve(
+            std::path::Path::new(netif::SYSFS),
+            &devices,
+            s.interface.as_deref(),
+            s.device.as_deref(),
+        )
+        .map_err(|e| gst::error_msg!(gst::ResourceError::NotFound, ("{}", e)))?;
         gst::info!(
             CAT,
             imp = self,
-            "RDMA devices {:?}, using {}",
+            "RDMA devices {:?}, using {:?}",
             devices,
-            device
+            target
         );
-        for c in [
-            &self.counters.packets,
-            &self.counters.bytes,
-            &self.counters.batches,
-            &self.counters.drops_pool,
-            &self.counters.malformed,
-            &self.counters.truncated,
-            &self.counters.filtered,
-        ] {
-            c.reset();
-        }
-        // The raw-packet QP receive path is not implemented (and has never run on
-        // hardware): refuse rather than pretend to capture.
-        Err(gst::error_msg!(
-            gst::CoreError::NotImplemented,
-            (
-                "RDMA device {} found, but the fhibvsrc receive path (raw-packet QP, flow steering) is not implemented yet; use fhudpsrc",
-                device
-            )
-        ))
+        self.counters.reset();
+        self.flushing.store(false, Ordering::Release);
+        let state = self.open(&s, address, &target)?;
+        *lock(&self.state) = Some(state);
+        Ok(())
     }
 
     fn stop(&self) -> Result<(), gst::ErrorMessage> {
+        // Dropping the state destroys the QP, flows and MR, reclaims the posted slots
+        // and leaves the multicast group; slots held downstream return when their
+        // buffers go (the region stays mapped until then).
+        *lock(&self.state) = None;
+        *lock(&self.ring) = None;
+        Ok(())
+    }
+
+    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
+        self.flushing.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
+        self.flushing.store(false, Ordering::Release);
         Ok(())
     }
 
@@ -313,7 +440,50 @@ impl PushSrcImpl for IbvSrc {
         &self,
         _buffer: Option<&mut gst::BufferRef>,
     ) -> Result<CreateSuccess, gst::FlowError> {
-        // start() never succeeds until the receive path exists.
-        Err(gst::FlowError::NotNegotiated)
+        let mut guard = lock(&self.state);
+        let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+        let mut idle = 0u32;
+        loop {
+            if self.flushing.load(Ordering::Acquire) {
+                return Err(gst::FlowError::Flushing);
+            }
+            let step = state.engine.fill().and_then(|_| {
+                // One clock read per poll, stamped on every packet of its batch.
+                let now = SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64);
+                state.engine.step(now)
+            });
+            match step {
+                Ok(Step::Batch(batch)) => {
+                    let pts = self.obj().current_running_time();
+                    if state.timer.due(Instant::now()) {
+                        stats::post(self.obj().upcast_ref(), self.stats());
+                    }
+                    return Ok(CreateSuccess::NewBuffer(batch.into_buffer(pts)));
+                }
+                Ok(Step::Busy) => idle = 0,
+                Ok(Step::Idle) => {
+                    idle = idle.saturating_add(1);
+                    if idle < IDLE_SPINS {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::sleep(IDLE_SLEEP);
+                        if state.timer.due(Instant::now()) {
+                            stats::post(self.obj().upcast_ref(), self.stats());
+                        }
+                    }
+                }
+                Err(e) => {
+                    gst::element_imp_error!(
+                        self,
+                        gst::ResourceError::Read,
+                        ("RDMA receive failed: {}; check the device with ibv_devinfo and the kernel log (dmesg)", e),
+                        ["{:?}", e]
+                    );
+                    return Err(gst::FlowError::Error);
+                }
+            }
+        }
     }
 }
