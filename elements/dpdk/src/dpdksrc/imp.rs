@@ -1,0 +1,681 @@
+//! `fhdpdksrc` implementation: a live `PushSrc` polling one DPDK receive queue.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use firehose_core::frame::{self, Skip, LINKTYPE_ETHERNET};
+use firehose_core::stats::{self, names, Counter, StatsTimer};
+use firehose_core::sync::lock;
+use firehose_core::{caps as fcaps, PacketAddr, PacketBatchMeta, PacketInfo};
+use gst::glib;
+use gst::prelude::*;
+use gst::subclass::prelude::*;
+use gst_base::prelude::*;
+use gst_base::subclass::base_src::CreateSuccess;
+use gst_base::subclass::prelude::*;
+
+use crate::dpdk::{self, Pool, Port, PortConfig, Session};
+use crate::sys;
+
+static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+    gst::DebugCategory::new(
+        "fhdpdksrc",
+        gst::DebugColorFlags::empty(),
+        Some("Firehose DPDK source"),
+    )
+});
+
+const DEFAULT_DPDK_PORT: &str = "0";
+const DEFAULT_PORT: i32 = 5004;
+const DEFAULT_MBUFS: u32 = 8192;
+const DEFAULT_MBUF_CACHE: u32 = 256;
+/// RTE_MBUF_DEFAULT_BUF_SIZE: 2048 bytes of frame plus the 128-byte headroom.
+const DEFAULT_MBUF_SIZE: u32 = 2048 + sys::RTE_PKTMBUF_HEADROOM;
+const DEFAULT_RX_DESC: u32 = 1024;
+const DEFAULT_BATCH: u32 = 64;
+/// Largest burst: bounds the per-element arrays allocated at start.
+const MAX_BATCH: u32 = 512;
+const DEFAULT_POLL_US: u32 = 20;
+
+#[derive(Debug, Clone)]
+struct Settings {
+    eal_args: String,
+    dpdk_port: String,
+    queue: u32,
+    port: i32,
+    address: Option<String>,
+    mbufs: u32,
+    mbuf_cache: u32,
+    mbuf_size: u32,
+    rx_descriptors: u32,
+    batch_size: u32,
+    promiscuous: bool,
+    poll_interval: u32,
+    stats_interval: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            eal_args: String::new(),
+            dpdk_port: DEFAULT_DPDK_PORT.into(),
+            queue: 0,
+            port: DEFAULT_PORT,
+            address: None,
+            mbufs: DEFAULT_MBUFS,
+            mbuf_cache: DEFAULT_MBUF_CACHE,
+            mbuf_size: DEFAULT_MBUF_SIZE,
+            rx_descriptors: DEFAULT_RX_DESC,
+            batch_size: DEFAULT_BATCH,
+            promiscuous: false,
+            poll_interval: DEFAULT_POLL_US,
+            stats_interval: stats::DEFAULT_INTERVAL_MS,
+        }
+    }
+}
+
+/// Counters read by the `stats` property from any thread.
+#[derive(Default)]
+struct Counters {
+    packets: Counter,
+    bytes: Counter,
+    batches: Counter,
+    filtered: Counter,
+    malformed: Counter,
+    empty: Counter,
+    imissed: Counter,
+    ierrors: Counter,
+    rx_nombuf: Counter,
+}
+
+/// Which datagrams to keep.
+#[derive(Clone, Copy, Debug)]
+struct Filter {
+    /// UDP destination port; 0 keeps any.
+    port: u16,
+    /// Destination address; `None` keeps any.
+    address: Option<IpAddr>,
+}
+
+/// The mbufs of one batch, lent downstream as one memory over the part of the pool they
+/// span; dropping it gives them all back to DPDK in one call.
+struct LentMbufs {
+    /// Keeps the pool (and so the memory `ptr` points into) alive.
+    _pool: Arc<Pool>,
+    ptr: usize,
+    len: usize,
+    mbufs: Vec<*mut sys::rte_mbuf>,
+}
+
+// SAFETY: the mbufs are owned by this value alone (taken from the receive burst and
+// handed to no one else); freeing them from another thread is allowed, since the pool's
+// ring is multi-producer and non-EAL threads bypass the per-lcore caches.
+unsafe impl Send for LentMbufs {}
+
+impl AsRef<[u8]> for LentMbufs {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: [ptr, ptr+len) lies inside the pool's one contiguous, mapped range
+        // (checked by `Pool::new`), which `_pool` keeps alive. The payload ranges listed
+        // in the batch meta are in mbufs this value owns, so nothing writes them while it
+        // exists; bytes between them belong to other mbufs and may be rewritten by the
+        // device, which is why downstream reads only the listed ranges (GStreamer reads
+        // through the raw pointer; no Rust reference to those bytes is kept here).
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+    }
+}
+
+impl Drop for LentMbufs {
+    fn drop(&mut self) {
+        // SAFETY: each mbuf is owned by this value and freed exactly once, here, into a
+        // pool that `_pool` keeps alive.
+        unsafe { sys::rte_pktmbuf_free_bulk(self.mbufs.as_mut_ptr(), self.mbufs.len() as u32) };
+    }
+}
+
+struct State {
+    /// Declared before `pool` and `session`: the port is closed first (its queues give
+    /// their mbufs back), then the pool reference and the devices go.
+    port: Port,
+    pool: Arc<Pool>,
+    _session: Session,
+    queue: u16,
+    burst: u16,
+    filter: Filter,
+    poll: Duration,
+    /// The receive burst, reused.
+    rx: Vec<*mut sys::rte_mbuf>,
+    /// Mbufs rejected by the filter in this burst, freed together.
+    rejected: Vec<*mut sys::rte_mbuf>,
+    /// Absolute payload address of each kept packet, parallel to the batch's infos.
+    addrs: Vec<usize>,
+    timer: StatsTimer,
+}
+
+// SAFETY: the raw mbuf pointers in the scratch arrays are only used by the thread that
+// holds the state lock.
+unsafe impl Send for State {}
+
+/// The `fhdpdksrc` element.
+#[derive(Default)]
+pub struct DpdkSrc {
+    settings: Mutex<Settings>,
+    state: Mutex<Option<State>>,
+    /// The open port's id, for `stats` reads from other threads; cleared (under this
+    /// lock) before the port is closed.
+    nic: Mutex<Option<u16>>,
+    flushing: AtomicBool,
+    counters: Counters,
+}
+
+fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// What to do with one received frame.
+enum Verdict {
+    /// Deliver: payload address, length, sender.
+    Keep(usize, u32, PacketAddr),
+    Filtered,
+    Malformed,
+    Empty,
+}
+
+/// Parses the frame in `m` and applies the filter.
+///
+/// # Safety
+/// `m` must be a valid mbuf from a receive burst, owned by the caller.
+unsafe fn classify(m: *mut sys::rte_mbuf, filter: Filter) -> Verdict {
+    // SAFETY: per the function contract; the frame lies at buf_addr + data_off for
+    // data_len bytes (one segment, checked first).
+    let frame = unsafe {
+        let mb = &*m;
+        if mb.nb_segs != 1 {
+            // Scattered receive is never enabled; a chained frame is not ours to parse.
+            return Verdict::Malformed;
+        }
+        std::slice::from_raw_parts(
+            (mb.buf_addr as *const u8).add(usize::from(mb.data_off)),
+            usize::from(mb.data_len),
+        )
+    };
+    match frame::datagram(LINKTYPE_ETHERNET, frame) {
+        Ok(d) => {
+            if (filter.port != 0 && d.dst.port() != filter.port)
+                || filter.address.is_some_and(|a| a != d.dst.ip())
+            {
+                Verdict::Filtered
+            } else if d.payload.is_empty() {
+                Verdict::Empty
+            } else {
+                Verdict::Keep(
+                    d.payload.as_ptr() as usize,
+                    d.payload.len() as u32,
+                    d.src.into(),
+                )
+            }
+        }
+        Err(Skip::NotUdp) => Verdict::Filtered,
+        Err(Skip::Malformed | Skip::Truncated) => Verdict::Malformed,
+    }
+}
+
+impl DpdkSrc {
+    fn stats(&self) -> gst::Structure {
+        self.refresh_nic();
+        let c = &self.counters;
+        let drops = c.imissed.get() + c.ierrors.get() + c.rx_nombuf.get();
+        stats::structure(&[
+            (names::PACKETS, c.packets.get()),
+            (names::BYTES, c.bytes.get()),
+            (names::BATCHES, c.batches.get()),
+            (names::FILTERED, c.filtered.get()),
+            (names::MALFORMED, c.malformed.get()),
+            (names::EMPTY, c.empty.get()),
+            ("drops-nic", drops),
+            ("imissed", c.imissed.get()),
+            ("ierrors", c.ierrors.get()),
+            ("rx-nombuf", c.rx_nombuf.get()),
+        ])
+    }
+
+    /// Mirrors the port's drop counters while it is open.
+    fn refresh_nic(&self) {
+        let nic = lock(&self.nic);
+        if let Some(id) = *nic {
+            let s = dpdk::port_stats(id);
+            self.counters.imissed.set(s.imissed);
+            self.counters.ierrors.set(s.ierrors);
+            self.counters.rx_nombuf.set(s.rx_nombuf);
+        }
+    }
+
+    /// Polls until a burst yields at least one datagram for us, or flushing.
+    fn receive(&self, st: &mut State) -> Result<(gst::Memory, Vec<PacketInfo>), gst::FlowError> {
+        let id = st.port.id();
+        loop {
+            if self.flushing.load(Ordering::Acquire) {
+                return Err(gst::FlowError::Flushing);
+            }
+            // SAFETY: a started port and set-up queue; `rx` has room for `burst` pointers.
+            let n = usize::from(unsafe {
+                sys::rte_eth_rx_burst(id, st.queue, st.rx.as_mut_ptr(), st.burst)
+            });
+            if n == 0 {
+                if st.poll.is_zero() {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::sleep(st.poll);
+                }
+                continue;
+            }
+            let rx_time_ns = realtime_ns();
+            st.rejected.clear();
+            st.addrs.clear();
+            let mut packets = Vec::with_capacity(n);
+            let mut kept = Vec::with_capacity(n);
+            let (mut lo, mut hi, mut bytes) = (usize::MAX, 0usize, 0u64);
+            let (mut filtered, mut malformed, mut empty) = (0u64, 0u64, 0u64);
+            for &m in &st.rx[..n] {
+                // SAFETY: `m` came from this burst and is owned here.
+                match unsafe { classify(m, st.filter) } {
+                    Verdict::Keep(addr, len, src) => {
+                        lo = lo.min(addr);
+                        hi = hi.max(addr + len as usize);
+                        bytes += u64::from(len);
+                        st.addrs.push(addr);
+                        packets.push(PacketInfo {
+                            offset: 0,
+                            len,
+                            rx_time_ns,
+                            src,
+                        });
+                        kept.push(m);
+                    }
+                    Verdict::Filtered => {
+                        filtered += 1;
+                        st.rejected.push(m);
+                    }
+                    Verdict::Malformed => {
+                        malformed += 1;
+                        st.rejected.push(m);
+                    }
+                    Verdict::Empty => {
+                        empty += 1;
+                        st.rejected.push(m);
+                    }
+                }
+            }
+            if !st.rejected.is_empty() {
+                // SAFETY: these mbufs are owned here and referenced nowhere else.
+                unsafe {
+                    sys::rte_pktmbuf_free_bulk(st.rejected.as_mut_ptr(), st.rejected.len() as u32)
+                };
+            }
+            let c = &self.counters;
+            c.filtered.add(filtered);
+            c.malformed.add(malformed);
+            c.empty.add(empty);
+            if kept.is_empty() {
+                continue;
+            }
+            for (p, &addr) in packets.iter_mut().zip(&st.addrs) {
+                // The pool span is checked to fit in u32 at start.
+                p.offset = (addr - lo) as u32;
+            }
+            c.packets.add(packets.len() as u64);
+            c.bytes.add(bytes);
+            let mem = gst::Memory::from_slice(LentMbufs {
+                _pool: st.pool.clone(),
+                ptr: lo,
+                len: hi - lo,
+                mbufs: kept,
+            });
+            return Ok((mem, packets));
+        }
+    }
+}
+
+#[glib::object_subclass]
+impl ObjectSubclass for DpdkSrc {
+    const NAME: &'static str = "GstFhDpdkSrc";
+    type Type = super::DpdkSrc;
+    type ParentType = gst_base::PushSrc;
+}
+
+impl ObjectImpl for DpdkSrc {
+    fn properties() -> &'static [glib::ParamSpec] {
+        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
+            let mut v = vec![
+                glib::ParamSpecString::builder("eal-args")
+                    .nick("EAL arguments")
+                    .blurb(
+                        "DPDK EAL arguments, e.g. \"--no-huge --vdev=net_af_packet0,iface=eth1,\
+                         framecnt=4096\". The EAL starts once per process: later elements must \
+                         give the same arguments apart from --vdev (devices are hot-plugged)",
+                    )
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecString::builder("dpdk-port")
+                    .nick("DPDK port")
+                    .blurb("Port index or device name (e.g. net_af_packet0)")
+                    .default_value(Some(DEFAULT_DPDK_PORT))
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("queue")
+                    .nick("Queue")
+                    .blurb("Receive queue to poll (queues below it are set up but not read)")
+                    .maximum(1023)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecInt::builder("port")
+                    .nick("UDP port")
+                    .blurb("UDP destination port to accept (0 = any); others count as filtered")
+                    .minimum(0)
+                    .maximum(65535)
+                    .default_value(DEFAULT_PORT)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecString::builder("address")
+                    .nick("Address")
+                    .blurb("Destination IP address to accept (unset = any); others count as filtered")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("mbufs")
+                    .nick("Mbufs")
+                    .blurb(
+                        "Mbufs in the receive pool: the receive descriptors plus every batch \
+                         held downstream",
+                    )
+                    .minimum(64)
+                    .default_value(DEFAULT_MBUFS)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("mbuf-cache")
+                    .nick("Mbuf cache")
+                    .blurb("Per-lcore mbuf cache (used by EAL threads only; 0 = none)")
+                    .maximum(512)
+                    .default_value(DEFAULT_MBUF_CACHE)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("mbuf-size")
+                    .nick("Mbuf size")
+                    .blurb("Data room per mbuf in bytes, 128 bytes of headroom included (frames must fit)")
+                    .minimum(512)
+                    .maximum(65535)
+                    .default_value(DEFAULT_MBUF_SIZE)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("rx-descriptors")
+                    .nick("Receive descriptors")
+                    .blurb("Receive ring size (adjusted to the device's limits)")
+                    .minimum(32)
+                    .maximum(32768)
+                    .default_value(DEFAULT_RX_DESC)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("batch-size")
+                    .nick("Batch size")
+                    .blurb("Most frames per rte_eth_rx_burst, pushed as one buffer")
+                    .minimum(1)
+                    .maximum(MAX_BATCH)
+                    .default_value(DEFAULT_BATCH)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecBoolean::builder("promiscuous")
+                    .nick("Promiscuous")
+                    .blurb("Receive frames for any MAC address")
+                    .default_value(false)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("poll-interval")
+                    .nick("Poll interval")
+                    .blurb(
+                        "Microseconds to sleep after an empty burst (0 = busy-poll a whole \
+                         core; the device ring must hold what arrives meanwhile)",
+                    )
+                    .maximum(100_000)
+                    .default_value(DEFAULT_POLL_US)
+                    .mutable_ready()
+                    .build(),
+            ];
+            v.extend(stats::properties(
+                "packets, bytes, batches, filtered, malformed, empty, drops-nic \
+                 (imissed + ierrors + rx-nombuf from rte_eth_stats), imissed, ierrors, rx-nombuf",
+            ));
+            v
+        });
+        PROPS.as_ref()
+    }
+
+    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        let mut s = lock(&self.settings);
+        let string = || {
+            value
+                .get::<Option<String>>()
+                .expect("type checked upstream")
+                .filter(|x| !x.trim().is_empty())
+        };
+        match pspec.name() {
+            "eal-args" => s.eal_args = string().unwrap_or_default(),
+            "dpdk-port" => s.dpdk_port = string().unwrap_or_else(|| DEFAULT_DPDK_PORT.into()),
+            "queue" => s.queue = value.get().expect("type checked upstream"),
+            "port" => s.port = value.get().expect("type checked upstream"),
+            "address" => s.address = string(),
+            "mbufs" => s.mbufs = value.get().expect("type checked upstream"),
+            "mbuf-cache" => s.mbuf_cache = value.get().expect("type checked upstream"),
+            "mbuf-size" => s.mbuf_size = value.get().expect("type checked upstream"),
+            "rx-descriptors" => s.rx_descriptors = value.get().expect("type checked upstream"),
+            "batch-size" => s.batch_size = value.get().expect("type checked upstream"),
+            "promiscuous" => s.promiscuous = value.get().expect("type checked upstream"),
+            "poll-interval" => s.poll_interval = value.get().expect("type checked upstream"),
+            "stats-interval" => s.stats_interval = value.get().expect("type checked upstream"),
+            other => unreachable!("unknown property {other}"),
+        }
+    }
+
+    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        if pspec.name() == "stats" {
+            return self.stats().to_value();
+        }
+        let s = lock(&self.settings);
+        match pspec.name() {
+            "eal-args" => s.eal_args.to_value(),
+            "dpdk-port" => s.dpdk_port.to_value(),
+            "queue" => s.queue.to_value(),
+            "port" => s.port.to_value(),
+            "address" => s.address.to_value(),
+            "mbufs" => s.mbufs.to_value(),
+            "mbuf-cache" => s.mbuf_cache.to_value(),
+            "mbuf-size" => s.mbuf_size.to_value(),
+            "rx-descriptors" => s.rx_descriptors.to_value(),
+            "batch-size" => s.batch_size.to_value(),
+            "promiscuous" => s.promiscuous.to_value(),
+            "poll-interval" => s.poll_interval.to_value(),
+            "stats-interval" => s.stats_interval.to_value(),
+            other => unreachable!("unknown property {other}"),
+        }
+    }
+
+    fn constructed(&self) {
+        self.parent_constructed();
+        let obj = self.obj();
+        obj.set_live(true);
+        obj.set_format(gst::Format::Time);
+    }
+}
+
+impl GstObjectImpl for DpdkSrc {}
+
+impl ElementImpl for DpdkSrc {
+    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
+        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
+            gst::subclass::ElementMetadata::new(
+                "Firehose DPDK source",
+                "Source/Network",
+                "Receives UDP from a DPDK port (kernel bypass), one buffer per burst, \
+                 the mbufs lent downstream without a copy",
+                "Firehose developers",
+            )
+        });
+        Some(&*META)
+    }
+
+    fn pad_templates() -> &'static [gst::PadTemplate] {
+        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
+            vec![gst::PadTemplate::new(
+                "src",
+                gst::PadDirection::Src,
+                gst::PadPresence::Always,
+                &fcaps::packets_caps(),
+            )
+            .expect("valid pad template")]
+        });
+        TEMPLATES.as_ref()
+    }
+}
+
+impl BaseSrcImpl for DpdkSrc {
+    fn start(&self) -> Result<(), gst::ErrorMessage> {
+        let s = lock(&self.settings).clone();
+        let address = match s.address.as_deref() {
+            None => None,
+            Some(a) => Some(a.trim_matches(['[', ']']).parse::<IpAddr>().map_err(|_| {
+                gst::error_msg!(
+                    gst::ResourceError::Settings,
+                    (
+                        "address '{}' is not an IP address: give the destination address to \
+                      accept (e.g. the interface's or a multicast group), or leave it unset",
+                        a
+                    )
+                )
+            })?),
+        };
+        let session = Session::open(&s.eal_args).map_err(|e| e.to_gst())?;
+        let data_room = u16::try_from(s.mbuf_size).unwrap_or(u16::MAX);
+        let mut port = Port::claim(&s.dpdk_port).map_err(|e| e.to_gst())?;
+        let pool = Pool::new("rx", s.mbufs, s.mbuf_cache, data_room, port.is_virtual())
+            .map_err(|e| e.to_gst())?;
+        if pool.span().len() > u32::MAX as usize {
+            return Err(gst::error_msg!(
+                gst::ResourceError::Settings,
+                ("The receive pool spans more than 4 GiB, beyond the batch meta's offsets: \
+                  lower mbufs or mbuf-size")
+            ));
+        }
+        let cfg = PortConfig {
+            queue: s.queue as u16,
+            rx_desc: s.rx_descriptors as u16,
+            tx_desc: 512,
+            promiscuous: s.promiscuous,
+        };
+        port.start(&cfg, &pool).map_err(|e| e.to_gst())?;
+        gst::info!(
+            CAT,
+            imp = self,
+            "receiving on {:?} (bus {}) queue {}, {} mbufs of {} B, devices {:?}",
+            port,
+            port.bus(),
+            s.queue,
+            s.mbufs,
+            data_room,
+            session.vdevs()
+        );
+        let c = &self.counters;
+        for k in [
+            &c.packets,
+            &c.bytes,
+            &c.batches,
+            &c.filtered,
+            &c.malformed,
+            &c.empty,
+            &c.imissed,
+            &c.ierrors,
+            &c.rx_nombuf,
+        ] {
+            k.reset();
+        }
+        let burst = s.batch_size.min(MAX_BATCH) as usize;
+        *lock(&self.nic) = Some(port.id());
+        self.flushing.store(false, Ordering::Release);
+        *lock(&self.state) = Some(State {
+            port,
+            pool,
+            _session: session,
+            queue: s.queue as u16,
+            burst: burst as u16,
+            filter: Filter {
+                port: s.port as u16,
+                address,
+            },
+            poll: Duration::from_micros(s.poll_interval.into()),
+            rx: vec![std::ptr::null_mut(); burst],
+            rejected: Vec::with_capacity(burst),
+            addrs: Vec::with_capacity(burst),
+            timer: StatsTimer::new(s.stats_interval),
+        });
+        Ok(())
+    }
+
+    fn stop(&self) -> Result<(), gst::ErrorMessage> {
+        self.refresh_nic();
+        let state = {
+            let mut nic = lock(&self.nic);
+            *nic = None;
+            lock(&self.state).take()
+        };
+        // Port stop + close, then the pool reference and the hot-plugged devices.
+        drop(state);
+        Ok(())
+    }
+
+    fn is_seekable(&self) -> bool {
+        false
+    }
+
+    fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
+        let caps = fcaps::packets_caps();
+        Some(match filter {
+            Some(f) => f.intersect_with_mode(&caps, gst::CapsIntersectMode::First),
+            None => caps,
+        })
+    }
+
+    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
+        self.flushing.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
+        self.flushing.store(false, Ordering::Release);
+        Ok(())
+    }
+}
+
+impl PushSrcImpl for DpdkSrc {
+    fn create(
+        &self,
+        _buffer: Option<&mut gst::BufferRef>,
+    ) -> Result<CreateSuccess, gst::FlowError> {
+        let mut guard = lock(&self.state);
+        let st = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+        let (mem, packets) = self.receive(st)?;
+        let pts = self.obj().current_running_time();
+        self.counters.batches.add(1);
+        let post = st.timer.due(Instant::now());
+        drop(guard);
+        if post {
+            stats::post(self.obj().upcast_ref(), self.stats());
+        }
+        let mut buffer = gst::Buffer::new();
+        let b = buffer.get_mut().expect("new buffer is writable");
+        b.append_memory(mem);
+        b.set_pts(pts);
+        PacketBatchMeta::add(b, packets);
+        Ok(CreateSuccess::NewBuffer(buffer))
+    }
+}

@@ -1,0 +1,176 @@
+//! Shared helpers of the DPDK tests. Every test file is its own process, because the
+//! DPDK EAL starts once per process; inside a file, tests that start the EAL run one
+//! at a time behind [`serial`].
+
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::{Mutex, MutexGuard, Once};
+use std::time::{Duration, Instant};
+
+use firehose_testkit::netns::{ip, VethPair};
+use firehose_testkit::pattern;
+use gst::prelude::*;
+
+/// Initialises GStreamer and registers the DPDK elements statically.
+pub fn init() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        gst::init().unwrap();
+        firehose_dpdk::register_static().unwrap();
+    });
+}
+
+/// One test at a time in a process: they share the EAL and its devices.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A veth pair whose peer (in the namespace) knows the host end's MAC statically: a
+/// PMD that takes frames off the host interface leaves no kernel there to answer ARP.
+pub fn veth(tag: &str) -> VethPair {
+    let pair = VethPair::create(tag).expect("needs root and iproute2");
+    let mac = pair
+        .host_mac
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    ip(&[
+        "-n",
+        &pair.ns,
+        "neigh",
+        "replace",
+        &pair.host_ip.to_string(),
+        "lladdr",
+        &mac,
+        "dev",
+        &pair.peer_if,
+    ])
+    .unwrap();
+    pair
+}
+
+/// The MAC address as `aa:bb:…`.
+pub fn mac_str(mac: [u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// Payload length of test packet `seq`: from 16 to 1472 bytes, varied.
+pub fn len_of(seq: u64) -> usize {
+    16 + (seq as usize * 331) % (1472 - 16 + 1)
+}
+
+/// Sends test packets `0..count` from inside the namespace to `dst`, from a socket bound
+/// to `src_ip`, at about `pps` packets per second (runs on its own thread).
+pub fn send_paced(
+    pair: &VethPair,
+    dst: SocketAddr,
+    count: u64,
+    pps: u64,
+) -> std::thread::JoinHandle<()> {
+    let ns = pair.ns.clone();
+    let src = pair.peer_ip;
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
+        // SAFETY: joins this new thread (only) to the namespace.
+        let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+        let sock = UdpSocket::bind((src, 0)).unwrap();
+        let start = Instant::now();
+        let mut buf = vec![0u8; 1472];
+        for seq in 0..count {
+            let due = start + Duration::from_nanos(seq * 1_000_000_000 / pps);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            let p = &mut buf[..len_of(seq)];
+            pattern::fill(seq, p);
+            sock.send_to(p, dst).unwrap();
+        }
+    })
+}
+
+/// Sends `packets` in order from inside the namespace to `dst` at about `pps` packets
+/// per second (runs on its own thread).
+pub fn send_packets(
+    pair: &VethPair,
+    dst: SocketAddr,
+    packets: Vec<Vec<u8>>,
+    pps: u64,
+) -> std::thread::JoinHandle<()> {
+    let ns = pair.ns.clone();
+    let src = pair.peer_ip;
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
+        // SAFETY: joins this new thread (only) to the namespace.
+        let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+        let sock = UdpSocket::bind((src, 0)).unwrap();
+        let start = Instant::now();
+        for (i, p) in packets.iter().enumerate() {
+            let due = start + Duration::from_nanos(i as u64 * 1_000_000_000 / pps);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            sock.send_to(p, dst).unwrap();
+        }
+    })
+}
+
+/// A harness around `fhdpdksrc` with `props`, playing.
+pub fn src_harness(props: &[(&str, &str)]) -> gst_check::Harness {
+    init();
+    let mut h = gst_check::Harness::new("fhdpdksrc");
+    let el = h.element().unwrap();
+    for (k, v) in props {
+        el.set_property_from_str(k, v);
+    }
+    h.play();
+    h
+}
+
+/// Pulls batches until `count` test packets have arrived (or `timeout` passes); checks
+/// every byte of each, that each batch is one memory, and returns how often each
+/// sequence number was seen.
+pub fn pull_test_packets(h: &mut gst_check::Harness, count: u64, timeout: Duration) -> Vec<u32> {
+    let mut seen = vec![0u32; count as usize];
+    let mut got = 0u64;
+    let end = Instant::now() + timeout;
+    while got < count && Instant::now() < end {
+        let Some(buf) = h.try_pull() else {
+            std::thread::sleep(Duration::from_millis(2));
+            continue;
+        };
+        assert_eq!(
+            buf.n_memory(),
+            1,
+            "a batch is one memory (no merge copy downstream)"
+        );
+        firehose_core::batch::for_each_packet(&buf, |p, bytes| {
+            let seq = pattern::verify(bytes).unwrap_or_else(|e| panic!("corrupt packet: {e:?}"));
+            assert_eq!(bytes.len(), len_of(seq), "length of packet {seq}");
+            assert_ne!(p.rx_time_ns, 0);
+            seen[seq as usize] += 1;
+            got += 1;
+        })
+        .expect("batch meta");
+    }
+    seen
+}
+
+/// The element's stats structure.
+pub fn stats(el: &gst::Element) -> gst::Structure {
+    el.property::<gst::Structure>("stats")
+}
+
+/// Whether any namespace or interface made by this process is left.
+pub fn leftovers(pair_ns: &str, host_if: &str) -> bool {
+    std::path::Path::new(&format!("/var/run/netns/{pair_ns}")).exists()
+        || std::path::Path::new(&format!("/sys/class/net/{host_if}")).exists()
+}
