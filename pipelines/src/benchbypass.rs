@@ -22,6 +22,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use firehose_core::frame::build::format_mac;
 use firehose_testkit::netns::{self, VethPair};
 
 use crate::args::{parse_si, Args};
@@ -264,7 +265,7 @@ pub fn run(o: &Options) -> i32 {
         "replace",
         &pair.host_ip.to_string(),
         "lladdr",
-        &mac_text(&pair.host_mac),
+        &format_mac(&pair.host_mac),
         "dev",
         &pair.peer_if,
         "nud",
@@ -323,13 +324,6 @@ pub fn run(o: &Options) -> i32 {
         failure.as_deref(),
     );
     publish_report(&r, o.out.as_deref(), failure.as_deref())
-}
-
-fn mac_text(mac: &[u8; 6]) -> String {
-    mac.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
 }
 
 /// The markdown report.
@@ -428,14 +422,6 @@ mod tests {
         assert!(
             e.contains("cargo build --release -p gstfirehosedpdk"),
             "{e}"
-        );
-    }
-
-    #[test]
-    fn mac_is_colon_hex() {
-        assert_eq!(
-            mac_text(&[0, 0x1b, 0x21, 0xa, 0xff, 1]),
-            "00:1b:21:0a:ff:01"
         );
     }
 }

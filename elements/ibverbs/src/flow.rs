@@ -5,6 +5,8 @@
 
 use std::net::Ipv4Addr;
 
+use firehose_core::frame::build::multicast_mac;
+
 use crate::sys::{
     ibv_flow_attr, ibv_flow_eth_filter, ibv_flow_ipv4_filter, ibv_flow_spec_eth,
     ibv_flow_spec_ipv4, ibv_flow_spec_tcp_udp, ibv_flow_tcp_udp_filter, IBV_FLOW_ATTR_NORMAL,
@@ -40,13 +42,6 @@ impl FlowRule {
             )
         }
     }
-}
-
-/// The Ethernet address an IPv4 multicast group is sent to (RFC 1112 / RFC 7042):
-/// `01:00:5e` followed by the low 23 bits of the group.
-pub fn multicast_mac(group: Ipv4Addr) -> [u8; 6] {
-    let o = group.octets();
-    [0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]]
 }
 
 /// The rule steering UDP datagrams for `dst:port` arriving on `ib_port` to the QP.
@@ -122,24 +117,6 @@ mod tests {
     use super::*;
 
     const IF_MAC: [u8; 6] = [0x02, 0x11, 0x22, 0x33, 0x44, 0x55];
-
-    #[test]
-    fn multicast_mac_keeps_the_low_23_bits() {
-        assert_eq!(
-            multicast_mac("239.1.2.3".parse().unwrap()),
-            [0x01, 0x00, 0x5e, 0x01, 0x02, 0x03]
-        );
-        // The top bit of the second octet is dropped: 239.129.2.3 and 239.1.2.3 share
-        // a MAC (which is why the IP is matched too).
-        assert_eq!(
-            multicast_mac("239.129.2.3".parse().unwrap()),
-            multicast_mac("239.1.2.3".parse().unwrap())
-        );
-        assert_eq!(
-            multicast_mac("224.255.255.255".parse().unwrap()),
-            [0x01, 0x00, 0x5e, 0x7f, 0xff, 0xff]
-        );
-    }
 
     /// The exact bytes for a multicast endpoint: offsets 0 (attr, 20 bytes), 20 (eth,
     /// 40), 60 (ipv4, 24), 84 (udp, 16); 100 in all.

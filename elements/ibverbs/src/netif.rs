@@ -14,6 +14,7 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 
 use crate::probe::DeviceName;
+use firehose_core::frame::build::parse_mac;
 
 /// The sysfs mount point.
 pub const SYSFS: &str = "/sys";
@@ -42,16 +43,6 @@ fn entries(dir: &Path) -> Vec<String> {
         .unwrap_or_default();
     v.sort();
     v
-}
-
-/// Parses `aa:bb:cc:dd:ee:ff`.
-pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let mut mac = [0u8; 6];
-    let mut parts = s.trim().split(':');
-    for b in &mut mac {
-        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
-    }
-    parts.next().is_none().then_some(mac)
 }
 
 /// Works out the device, interface, port and MAC from the `interface` and `device`
@@ -247,17 +238,6 @@ mod tests {
         sys.nic("ib1", "mlx4_0", 1, "00:02:c9:00:00:09");
         let t = resolve(&sys.0, &devs(&["mlx4_0"]), Some("ib1"), None).unwrap();
         assert_eq!(t.port, 2);
-    }
-
-    #[test]
-    fn mac_parsing() {
-        assert_eq!(
-            parse_mac("0c:42:a1:de:ad:0f\n"),
-            Some([0x0c, 0x42, 0xa1, 0xde, 0xad, 0x0f])
-        );
-        assert_eq!(parse_mac("0c:42:a1:de:ad"), None);
-        assert_eq!(parse_mac("0c:42:a1:de:ad:0f:00"), None);
-        assert_eq!(parse_mac("zz:42:a1:de:ad:0f"), None);
     }
 
     /// The real join, on loopback: the kernel lists the group on `lo` in

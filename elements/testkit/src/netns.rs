@@ -65,15 +65,8 @@ fn mac_of(ns: Option<&str>, ifname: &str) -> io::Result<[u8; 6]> {
         .skip_while(|w| *w != "link/ether")
         .nth(1)
         .ok_or_else(|| io::Error::other(format!("no MAC for {ifname}: {text:?}")))?;
-    let mut mac = [0u8; 6];
-    let parts: Vec<&str> = hex.split(':').collect();
-    if parts.len() != 6 {
-        return Err(io::Error::other(format!("bad MAC {hex:?} for {ifname}")));
-    }
-    for (m, p) in mac.iter_mut().zip(parts) {
-        *m = u8::from_str_radix(p, 16).map_err(io::Error::other)?;
-    }
-    Ok(mac)
+    firehose_core::frame::build::parse_mac(hex)
+        .ok_or_else(|| io::Error::other(format!("bad MAC {hex:?} for {ifname}")))
 }
 
 impl VethPair {

@@ -16,9 +16,10 @@ use gst::subclass::prelude::*;
 use gst_base::prelude::*;
 use gst_base::subclass::prelude::*;
 
-use super::frame::{self, Header, HEADER_LEN};
+use super::frame::{Header, HEADER_LEN};
 use crate::dpdk::{Pool, Port, PortConfig, Session};
 use crate::sys;
+use firehose_core::frame::build;
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -272,12 +273,12 @@ impl DpdkSink {
         let dst_ip = ipv4("host", s.host.as_deref())?;
         let src_ip = ipv4("src-ip", s.src_ip.as_deref())?;
         let dst_mac = match s.dst_mac.as_deref() {
-            Some(m) => frame::parse_mac(m).ok_or_else(|| {
+            Some(m) => build::parse_mac(m).ok_or_else(|| {
                 settings_error(format!(
                     "dst-mac '{m}' is not a MAC address (aa:bb:cc:dd:ee:ff)"
                 ))
             })?,
-            None if dst_ip.is_multicast() => frame::multicast_mac(dst_ip),
+            None if dst_ip.is_multicast() => build::multicast_mac(dst_ip),
             None => {
                 return Err(settings_error(format!(
                     "dst-mac is not set: DPDK does no ARP, so give the MAC address of {dst_ip} \
@@ -287,7 +288,7 @@ impl DpdkSink {
             }
         };
         let src_mac = match s.src_mac.as_deref() {
-            Some(m) => Some(frame::parse_mac(m).ok_or_else(|| {
+            Some(m) => Some(build::parse_mac(m).ok_or_else(|| {
                 settings_error(format!(
                     "src-mac '{m}' is not a MAC address (aa:bb:cc:dd:ee:ff)"
                 ))

@@ -3,9 +3,12 @@
 //! (with extension headers), then UDP.
 //!
 //! Shared by replay (`fhpcapsrc`, frames from capture files) and kernel-bypass sources
-//! (`fhibvsrc`, raw Ethernet frames from the NIC). No GStreamer types.
+//! (`fhibvsrc`, `fhxdpsrc`, `fhdpdksrc`: raw Ethernet frames from the NIC). The writing
+//! direction, and MAC helpers, are in [`build`]. No GStreamer types.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+pub mod build;
 
 /// LINKTYPE_NULL (BSD loopback, host-order family).
 pub const LINKTYPE_NULL: u16 = 0;
