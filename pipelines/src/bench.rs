@@ -83,6 +83,9 @@ pub struct Step {
     pub received: (u64, u64),
     /// Receiver CPU seconds (user + system).
     pub cpu_s: f64,
+    /// Busy CPU seconds of the whole machine while the sender ran (sender, receiver,
+    /// softirq work no process is charged for, and anything else running).
+    pub host_cpu_s: f64,
     /// Kernel UDP InErrors during the step (whole host).
     pub kernel_drops: u64,
     /// Drops counted by the element itself (fhudpsrc: pool, truncated).
@@ -120,6 +123,11 @@ impl Step {
     /// one also burns CPU before and after the stream, which must not count above 1).
     pub fn cores(&self) -> f64 {
         (self.cpu_s / self.send_secs.max(1e-9)).min(1.0)
+    }
+
+    /// Cores the whole machine kept busy while the stream flowed.
+    pub fn host_cores(&self) -> f64 {
+        self.host_cpu_s / self.send_secs.max(1e-9)
     }
 
     /// True when loss is below [`LOSSLESS`] and something was sent.
@@ -261,12 +269,14 @@ pub fn run_step(
          ! fhudpsink name=fhudpsink host={} port={} rate={rate}",
         route.dest, receiver.port
     );
+    let host0 = sys::host_busy_seconds();
     let sent = match route.sender_ns {
         None => send(&description, seconds)?,
         Some(pair) => pair
             .in_ns(move || send(&description, seconds))
             .map_err(|e| StepError::Failed(format!("sender in namespace: {e}")))??,
     };
+    let host_cpu_s = sys::host_busy_seconds() - host0;
     std::thread::sleep(DRAIN);
     let kv = receiver.finish()?;
     let snmp = sys::UdpCounters::read().unwrap_or_default().since(&snmp0);
@@ -278,6 +288,7 @@ pub fn run_step(
         send_secs: sent.secs,
         received: (num(&kv, "packets"), num(&kv, "bytes")),
         cpu_s: num(&kv, "cpu_s"),
+        host_cpu_s,
         kernel_drops: snmp.in_errors,
         element_drops: num::<u64>(&kv, "drops_pool") + num::<u64>(&kv, "truncated"),
         memory: kv.get("memory").cloned().unwrap_or_else(|| "-".into()),
@@ -410,18 +421,32 @@ pub fn report(
         &opts.sizes,
         steps,
         &[Kind::Udpsrc, Kind::Fhudpsrc],
+        PerCore::Receiver,
     ));
     r
 }
 
-/// Per size: each receiver's highest lossless offered rate, that rate per receiver core,
-/// CPU per GB at the highest asked rate every receiver was lossless at, and the ratios
-/// of each receiver to the first of `kinds` (the baseline).
-pub fn summary(sizes: &[u32], steps: &[Step], kinds: &[Kind]) -> String {
+/// How `summary` counts cores for its "per core" column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PerCore {
+    /// The receiver process's own CPU ([`Step::cores`]).
+    Receiver,
+    /// The whole machine's busy CPU ([`Step::host_cores`]).
+    Host,
+}
+
+/// Per size: each receiver's highest lossless offered rate, that rate per core (counted
+/// as `per_core` says), CPU per GB at the highest asked rate every receiver was lossless
+/// at, and the ratios of each receiver to the first of `kinds` (the baseline).
+pub fn summary(sizes: &[u32], steps: &[Step], kinds: &[Kind], per_core: PerCore) -> String {
     let mut r = String::new();
     let _ = writeln!(
         r,
-        "| payload | receiver | highest lossless offered Gb/s | lossless Gb/s per receiver core | CPU s/GB at common rate |"
+        "| payload | receiver | highest lossless offered Gb/s | lossless Gb/s per {} | CPU s/GB at common rate |",
+        match per_core {
+            PerCore::Receiver => "receiver core",
+            PerCore::Host => "busy host core",
+        }
     );
     let _ = writeln!(r, "|---:|---|---:|---:|---:|");
     for &size in sizes {
@@ -447,7 +472,11 @@ pub fn summary(sizes: &[u32], steps: &[Step], kinds: &[Kind]) -> String {
                 .map(|s| (*s).clone())
         };
         let best = |v: &[&Step]| best_step(v).map(|s| s.offered_bps());
-        let per_core = |v: &[&Step]| best_step(v).map(|s| s.offered_bps() / s.cores().max(1e-3));
+        let cores = |s: &Step| match per_core {
+            PerCore::Receiver => s.cores(),
+            PerCore::Host => s.host_cores(),
+        };
+        let per_core = |v: &[&Step]| best_step(v).map(|s| s.offered_bps() / cores(&s).max(1e-3));
         // The highest asked rate at which every receiver was lossless; else the lowest
         // asked rate all ran at (marked lossy).
         let common: Option<(u64, bool)> = {
@@ -545,6 +574,7 @@ mod tests {
             send_secs: 1.0,
             received: (received, received * 1472),
             cpu_s: cpu,
+            host_cpu_s: 1.0,
             kernel_drops: sent - received,
             element_drops: 0,
             memory: "-".into(),
@@ -570,7 +600,12 @@ mod tests {
             step(Kind::Udpsrc, 2 * g, 169_836, 150_000, 0.8),
             step(Kind::Fhudpsrc, 2 * g, 169_836, 169_836, 0.2),
         ];
-        let s = summary(&[1472], &steps, &[Kind::Udpsrc, Kind::Fhudpsrc]);
+        let s = summary(
+            &[1472],
+            &steps,
+            &[Kind::Udpsrc, Kind::Fhudpsrc],
+            PerCore::Receiver,
+        );
         // udpsrc's best is 1 Gb/s at 0.4 cores; fhudpsrc's 2 Gb/s at 0.2 cores.
         assert!(s.contains("| 1472 B | udpsrc | 1.00 | 2.50 |"), "{s}");
         assert!(

@@ -26,7 +26,7 @@ use firehose_core::frame::build::format_mac;
 use firehose_testkit::netns::{self, VethPair};
 
 use crate::args::{parse_si, Args};
-use crate::bench::{log_step, run_step, summary, Route, Step, StepError};
+use crate::bench::{log_step, run_step, summary, PerCore, Route, Step, StepError};
 use crate::benchproc::{command_line, gbps, publish_report};
 use crate::benchrecv::Kind;
 use crate::launch::EXIT_USAGE;
@@ -361,7 +361,7 @@ pub fn report(
     );
     let _ = writeln!(
         r,
-        "- loss = 1 − received/sent (sent = fhudpsink packets-sent); CPU = receiver getrusage user+sys, per GB (1e9 bytes) received; receiver cores = receiver CPU seconds / sender seconds, at most 1 (one streaming thread each); per core = highest lossless offered rate / receiver cores at that step; lossless = loss < {} %",
+        "- loss = 1 − received/sent (sent = fhudpsink packets-sent); CPU = receiver getrusage user+sys, per GB (1e9 bytes) received; receiver cores = receiver CPU seconds / sender seconds, at most 1 (one streaming thread each); busy host cores = the whole machine's busy CPU seconds (/proc/stat: sender, receiver, softirq packet work no process is charged for) / sender seconds; per busy host core = highest lossless offered rate / busy host cores at that step — on a veth much of the receive path runs in softirq on the sender's CPU, so only the whole machine's CPU compares kernel and bypass receivers fairly; lossless = loss < {} %",
         crate::bench::LOSSLESS * 100.0
     );
     let _ = writeln!(
@@ -376,13 +376,13 @@ pub fn report(
     }
     let _ = writeln!(
         r,
-        "| payload | receiver | asked Gb/s | offered Gb/s | received Gb/s | loss % | element drops | receiver cores | CPU s/GB |"
+        "| payload | receiver | asked Gb/s | offered Gb/s | received Gb/s | loss % | element drops | receiver cores | busy host cores | receiver CPU s/GB | host CPU s/GB |"
     );
-    let _ = writeln!(r, "|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(r, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for s in steps {
         let _ = writeln!(
             r,
-            "| {} B | {} | {} | {} | {} | {:.4} | {} | {:.2} | {:.2} |",
+            "| {} B | {} | {} | {} | {} | {:.4} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
             s.size,
             s.kind.name(),
             gbps(s.asked as f64),
@@ -391,11 +391,13 @@ pub fn report(
             s.loss() * 100.0,
             s.element_drops,
             s.cores(),
-            s.cpu_per_gb()
+            s.host_cores(),
+            s.cpu_per_gb(),
+            s.host_cpu_s / (s.received.1 as f64 / 1e9).max(1e-12)
         );
     }
     r.push('\n');
-    r.push_str(&summary(&o.sizes, steps, receivers));
+    r.push_str(&summary(&o.sizes, steps, receivers, PerCore::Host));
     r
 }
 

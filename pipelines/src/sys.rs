@@ -18,6 +18,37 @@ pub fn cpu_seconds() -> f64 {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
+/// Busy CPU seconds of the whole machine so far, all CPUs together (user, nice,
+/// system, irq, softirq, steal from `/proc/stat`; not idle or iowait). Counts kernel work
+/// that no process is charged for, such as packet processing in softirq context.
+pub fn host_busy_seconds() -> f64 {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    parse_host_busy(&text).unwrap_or(0.0) / clock_ticks()
+}
+
+/// Busy jiffies from the `cpu` line of `/proc/stat` text.
+fn parse_host_busy(text: &str) -> Option<f64> {
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is inside user).
+    let field = |i: usize| v.get(i).copied().unwrap_or(0.0);
+    Some(field(0) + field(1) + field(2) + field(5) + field(6) + field(7))
+}
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
 /// True when running as root (then sysctls can be raised).
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -179,5 +210,15 @@ mod tests {
             x = std::hint::black_box(x.wrapping_add(1));
         }
         assert!(cpu_seconds() > a);
+    }
+
+    #[test]
+    fn host_busy_adds_the_busy_columns() {
+        let text = "cpu  100 5 50 1000 7 3 11 2 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n";
+        assert_eq!(
+            super::parse_host_busy(text),
+            Some(100.0 + 5.0 + 50.0 + 3.0 + 11.0 + 2.0)
+        );
+        assert!(super::host_busy_seconds() > 0.0);
     }
 }
