@@ -16,6 +16,7 @@ use gst::glib;
 
 pub mod check;
 pub mod checker;
+pub mod elementdoc;
 pub mod netns;
 pub mod pattern;
 pub mod testsrc;
