@@ -1,8 +1,20 @@
 //! Firehose AF_XDP capture: `fhxdpsrc`.
+//!
+//! The element loads its own XDP program, hand-assembled in Rust ([`bpf`], [`prog`]),
+//! with plain `bpf(2)` calls ([`sys`]) — no clang, libbpf or libxdp — and receives
+//! through an AF_XDP socket ([`xsk`]) whose frames are lent downstream without a copy
+//! ([`xdpsrc`]). Frames are parsed by the shared [`firehose_core::frame`] parser ([`rx`]).
 
 use gst::glib;
 
+pub mod bpf;
+pub mod prog;
+pub mod rx;
+pub mod sys;
+pub mod xdpsrc;
+pub mod xsk;
+
 /// Registers `fhxdpsrc` with `plugin`.
-pub fn register(_plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
-    Ok(())
+pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+    xdpsrc::register(plugin)
 }

@@ -1,0 +1,1012 @@
+//! `fhxdpsrc` implementation: start-up (program, socket, UMEM, link), the batch receive
+//! loop, stats and teardown.
+
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use firehose_core::props::Hugepages;
+use firehose_core::ring::{lend_batch, ReceiveRing, SharedRing, SlotOwner};
+use firehose_core::stats::{self, names, Counter, StatsTimer};
+use firehose_core::sync::lock;
+use firehose_core::{caps as fcaps, MemoryRegion, PacketBatchMeta, PacketInfo};
+use gst::glib;
+use gst::prelude::*;
+use gst::subclass::prelude::*;
+use gst_base::prelude::*;
+use gst_base::subclass::base_src::CreateSuccess;
+use gst_base::subclass::prelude::*;
+
+use super::{XdpMode, ZeroCopy};
+use crate::prog::{self, Match};
+use crate::rx::{parse_frame, Filter, Rejected};
+use crate::sys::{self, action};
+use crate::xsk::{self, FillRing, Waker, XskSocket};
+
+static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+    gst::DebugCategory::new(
+        "fhxdpsrc",
+        gst::DebugColorFlags::empty(),
+        Some("Firehose AF_XDP source"),
+    )
+});
+
+const DEFAULT_ADDRESS: &str = "0.0.0.0";
+const DEFAULT_PORT: u32 = 7148;
+const DEFAULT_FRAMES: u32 = 4096;
+const DEFAULT_FRAME_SIZE: u32 = 4096;
+const DEFAULT_BATCH_SIZE: u32 = 64;
+const DEFAULT_BUSY_POLL_BUDGET: u32 = 64;
+/// Poll timeout while the kernel has frames to receive into: long, since a packet
+/// wakes us anyway.
+const IDLE_WAIT_MS: i32 = 100;
+/// Poll timeout while few frames are posted: a dry fill ring makes the kernel drop
+/// without waking us, so look again soon for frames released downstream.
+const STARVED_WAIT_MS: i32 = 1;
+
+const PRIVILEGE_FIX: &str = "run as root, or give the program CAP_NET_ADMIN, CAP_BPF and \
+     CAP_NET_RAW (e.g. setcap cap_net_admin,cap_bpf,cap_net_raw+ep <program>)";
+
+#[derive(Debug, Clone)]
+struct Settings {
+    interface: Option<String>,
+    queue: u32,
+    port: u32,
+    extra_ports: Option<String>,
+    address: String,
+    mode: XdpMode,
+    zero_copy: ZeroCopy,
+    busy_poll: u32,
+    busy_poll_budget: u32,
+    frames: u32,
+    frame_size: u32,
+    batch_size: u32,
+    hugepages: Hugepages,
+    stats_interval: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            interface: None,
+            queue: 0,
+            port: DEFAULT_PORT,
+            extra_ports: None,
+            address: DEFAULT_ADDRESS.into(),
+            mode: XdpMode::Auto,
+            zero_copy: ZeroCopy::Auto,
+            busy_poll: 0,
+            busy_poll_budget: DEFAULT_BUSY_POLL_BUDGET,
+            frames: DEFAULT_FRAMES,
+            frame_size: DEFAULT_FRAME_SIZE,
+            batch_size: DEFAULT_BATCH_SIZE,
+            hugepages: Hugepages::Auto,
+            stats_interval: stats::DEFAULT_INTERVAL_MS,
+        }
+    }
+}
+
+/// Counters read by the `stats` property from any thread.
+#[derive(Default)]
+struct Counters {
+    packets: Counter,
+    bytes: Counter,
+    batches: Counter,
+    malformed: Counter,
+    truncated: Counter,
+    filtered: Counter,
+    empty: Counter,
+    high_water: Counter,
+    // Mirrored from getsockopt(XDP_STATISTICS).
+    rx_dropped: Counter,
+    rx_invalid_descs: Counter,
+    rx_ring_full: Counter,
+    rx_fill_ring_empty: Counter,
+}
+
+impl Counters {
+    fn all(&self) -> [&Counter; 12] {
+        [
+            &self.packets,
+            &self.bytes,
+            &self.batches,
+            &self.malformed,
+            &self.truncated,
+            &self.filtered,
+            &self.empty,
+            &self.high_water,
+            &self.rx_dropped,
+            &self.rx_invalid_descs,
+            &self.rx_ring_full,
+            &self.rx_fill_ring_empty,
+        ]
+    }
+}
+
+/// Per-batch tallies, added to the shared counters once per batch.
+#[derive(Default)]
+struct Tally {
+    packets: u64,
+    bytes: u64,
+    malformed: u64,
+    truncated: u64,
+    filtered: u64,
+    empty: u64,
+}
+
+/// How the running capture ended up configured, for stats and logs.
+#[derive(Clone, Debug)]
+struct Mode {
+    xdp: &'static str,
+    bind: &'static str,
+    memory: &'static str,
+}
+
+struct State {
+    // Field order is drop order: the link goes first, so the program is detached
+    // before the socket it redirects to is closed.
+    link: Option<OwnedFd>,
+    sock: XskSocket,
+    _prog: OwnedFd,
+    _map: OwnedFd,
+    region: Arc<MemoryRegion>,
+    ring: SharedRing,
+    filter: Filter,
+    frames: u32,
+    frame_size: usize,
+    batch: u32,
+    busy_poll: bool,
+    /// Reused list of slots taken for the fill ring.
+    post: Vec<u32>,
+    /// Also in `XdpSrc::waker`; here so the receive loop takes no extra lock.
+    waker: Arc<Waker>,
+    timer: StatsTimer,
+}
+
+#[derive(Default)]
+pub struct XdpSrc {
+    settings: Mutex<Settings>,
+    state: Mutex<Option<State>>,
+    /// Kept outside `state`, which the streaming thread holds while it waits.
+    waker: Mutex<Option<Arc<Waker>>>,
+    /// The slot accounting, kept after stop for the final `stats` read.
+    ring: Mutex<Option<SharedRing>>,
+    mode: Mutex<Option<Mode>>,
+    flushing: AtomicBool,
+    counters: Counters,
+}
+
+fn error(kind: gst::ResourceError, msg: String) -> gst::ErrorMessage {
+    gst::error_msg!(kind, ("{}", msg))
+}
+
+fn is_permission(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES))
+}
+
+/// Receive queues of `iface` per sysfs, or `None` if sysfs does not say.
+fn rx_queues(iface: &str) -> Option<u32> {
+    let dir = std::fs::read_dir(format!("/sys/class/net/{iface}/queues")).ok()?;
+    let n = dir
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+        .count();
+    (n > 0).then_some(n as u32)
+}
+
+fn ifindex(iface: &str) -> Option<u32> {
+    let c = std::ffi::CString::new(iface).ok()?;
+    // SAFETY: `c` is a NUL-terminated string that outlives the call.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    (i != 0).then_some(i)
+}
+
+/// `port` plus the comma-separated `extra`, deduplicated.
+fn parse_ports(port: u32, extra: Option<&str>) -> Result<Vec<u16>, String> {
+    let mut ports = vec![];
+    let words = std::iter::once(port.to_string())
+        .chain(extra.unwrap_or("").split(',').map(|w| w.trim().to_string()))
+        .filter(|w| !w.is_empty());
+    for w in words {
+        match w.parse::<u16>() {
+            Ok(p) if p != 0 => {
+                if !ports.contains(&p) {
+                    ports.push(p)
+                }
+            }
+            _ => {
+                return Err(format!(
+                    "port {w:?} is not a UDP destination port: set port (and extra-ports) \
+                     to ports from 1 to 65535 (port=0 cannot be redirected: fhxdpsrc \
+                     captures the ports of a stream, it does not bind a free one)"
+                ))
+            }
+        }
+    }
+    Ok(ports)
+}
+
+/// Moves free slots to the fill ring, a batch at a time, as long as it has room.
+fn refill(ring: &mut ReceiveRing, fill: &mut FillRing, post: &mut Vec<u32>) {
+    loop {
+        post.clear();
+        if ring.take_for_post(post) == 0 {
+            return;
+        }
+        let pushed = fill.push(post.iter().map(|&s| ring.offset(s) as u64)) as usize;
+        if pushed < post.len() {
+            // Cannot happen (the fill ring has an entry for every frame), but a slot
+            // that is not in the ring must not count as posted.
+            let _ = ring.unpost(&post[pushed..]);
+            return;
+        }
+    }
+}
+
+impl XdpSrc {
+    fn stats(&self) -> gst::Structure {
+        let c = &self.counters;
+        let counts = lock(&self.ring).as_ref().map(|r| {
+            let r = lock(r);
+            (r.counts(), r.len())
+        });
+        let (counts, slots) = counts.unwrap_or_default();
+        let mut s = stats::structure(&[
+            (names::PACKETS, c.packets.get()),
+            (names::BYTES, c.bytes.get()),
+            (names::BATCHES, c.batches.get()),
+            (names::MALFORMED, c.malformed.get()),
+            (names::TRUNCATED, c.truncated.get()),
+            (names::FILTERED, c.filtered.get()),
+            (names::EMPTY, c.empty.get()),
+            (names::DROPS_POOL, c.rx_dropped.get()),
+            (names::DROPS_KERNEL, c.rx_ring_full.get()),
+            ("rx-dropped", c.rx_dropped.get()),
+            ("rx-invalid-descs", c.rx_invalid_descs.get()),
+            ("rx-ring-full", c.rx_ring_full.get()),
+            ("rx-fill-ring-empty-descs", c.rx_fill_ring_empty.get()),
+            (names::POOL_SLOTS, slots as u64),
+            (names::POOL_IN_USE, counts.held as u64),
+            (names::POOL_HIGH_WATER, c.high_water.get()),
+            ("pool-posted", counts.posted as u64),
+        ]);
+        if let Some(m) = lock(&self.mode).as_ref() {
+            s.set("xdp-mode", m.xdp);
+            s.set("bind-mode", m.bind);
+            s.set("memory", m.memory);
+        }
+        s
+    }
+
+    fn read_kernel_stats(&self, sock: &XskSocket) {
+        match sock.statistics() {
+            Ok(k) => {
+                let c = &self.counters;
+                c.rx_dropped.set(k.rx_dropped);
+                c.rx_invalid_descs.set(k.rx_invalid_descs);
+                c.rx_ring_full.set(k.rx_ring_full);
+                c.rx_fill_ring_empty.set(k.rx_fill_ring_empty_descs);
+            }
+            Err(e) => gst::warning!(CAT, imp = self, "XDP_STATISTICS failed: {e}"),
+        }
+    }
+
+    fn open(&self, s: &Settings) -> Result<(State, Mode), gst::ErrorMessage> {
+        use gst::ResourceError::{NotAuthorized, NotFound, OpenRead, Settings as BadSettings};
+        let iface = s.interface.clone().ok_or_else(|| {
+            error(
+                NotFound,
+                "no interface set: set interface=<name> to the network interface to capture \
+                 on (see ip link)"
+                    .into(),
+            )
+        })?;
+        let ports =
+            parse_ports(s.port, s.extra_ports.as_deref()).map_err(|m| error(BadSettings, m))?;
+        let address = match s.address.trim() {
+            "" | "0.0.0.0" | "::" => None,
+            a => Some(a.parse::<IpAddr>().map_err(|_| {
+                error(
+                    BadSettings,
+                    format!(
+                        "address {a:?} is not an IP address: set address to the stream's \
+                         destination IPv4 or IPv6 address, or 0.0.0.0 for any"
+                    ),
+                )
+            })?),
+        };
+        let ifindex = ifindex(&iface).ok_or_else(|| {
+            error(
+                NotFound,
+                format!(
+                    "no network interface named {iface:?}: set interface to one listed by \
+                     ip link (in this network namespace)"
+                ),
+            )
+        })?;
+        let queues = rx_queues(&iface).unwrap_or(s.queue + 1);
+        if s.queue >= queues {
+            return Err(error(
+                BadSettings,
+                format!(
+                    "queue {} is out of range: {iface} has {queues} receive queue(s), \
+                     0 to {}; set queue to one of them (ethtool -l {iface} shows them)",
+                    s.queue,
+                    queues - 1
+                ),
+            ));
+        }
+        if !s.frames.is_power_of_two() {
+            return Err(error(
+                BadSettings,
+                format!(
+                    "frames={} is not a power of two: AF_XDP rings need one (e.g. 4096)",
+                    s.frames
+                ),
+            ));
+        }
+        if !matches!(s.frame_size, 2048 | 4096) {
+            return Err(error(
+                BadSettings,
+                format!("frame-size={} must be 2048 or 4096", s.frame_size),
+            ));
+        }
+
+        let len = s.frames as usize * s.frame_size as usize;
+        // RegionError's text carries the fix (the nr_hugepages command).
+        let region = MemoryRegion::allocate(len, s.hugepages.into())
+            .map_err(|e| error(gst::ResourceError::NoSpaceLeft, e.to_string()))?;
+        if let Some(reason) = region.fallback_reason() {
+            gst::element_imp_warning!(self, gst::ResourceError::Settings, ("{}", reason));
+        }
+        let region = Arc::new(region);
+
+        let map = sys::create_xskmap(queues.max(s.queue + 1)).map_err(|e| {
+            if is_permission(&e) {
+                error(
+                    NotAuthorized,
+                    format!("not allowed to create a BPF map ({e}): {PRIVILEGE_FIX}"),
+                )
+            } else {
+                error(OpenRead, format!("could not create the XSKMAP: {e}"))
+            }
+        })?;
+        let m = Match {
+            ports: ports.clone(),
+            address,
+        };
+        let insns = prog::redirect_program(&m, map.as_raw_fd(), action::PASS)
+            .map_err(|e| error(BadSettings, e.to_string()))?;
+        let prog_fd = sys::load_xdp(&insns, "fhxdpsrc").map_err(|e| {
+            if is_permission(&e.error) && e.log.is_empty() {
+                error(
+                    NotAuthorized,
+                    format!(
+                        "not allowed to load an XDP program ({}): {PRIVILEGE_FIX}",
+                        e.error
+                    ),
+                )
+            } else {
+                error(
+                    OpenRead,
+                    format!(
+                        "the kernel refused fhxdpsrc's XDP program ({}); please report this \
+                         with the verifier log:\n{}",
+                        e.error, e.log
+                    ),
+                )
+            }
+        })?;
+
+        let cfg = |zero_copy| xsk::Config {
+            ifindex,
+            queue: s.queue,
+            frames: s.frames,
+            frame_size: s.frame_size,
+            zero_copy,
+        };
+        let sock = match s.zero_copy {
+            ZeroCopy::On => XskSocket::open(&cfg(true), &region),
+            ZeroCopy::Off => XskSocket::open(&cfg(false), &region),
+            ZeroCopy::Auto => match XskSocket::open(&cfg(true), &region) {
+                Err(e) if e.step == "bind" => {
+                    gst::debug!(
+                        CAT,
+                        imp = self,
+                        "zero-copy bind on {iface} refused ({}): binding in copy mode",
+                        e.error
+                    );
+                    XskSocket::open(&cfg(false), &region)
+                }
+                other => other,
+            },
+        }
+        .map_err(|e| {
+            let errno = e.error.raw_os_error();
+            if is_permission(&e.error) {
+                error(NotAuthorized, format!("{e}: {PRIVILEGE_FIX}"))
+            } else if e.step == "socket" && errno == Some(libc::EAFNOSUPPORT) {
+                error(
+                    OpenRead,
+                    format!(
+                        "{e}: this kernel has no AF_XDP sockets (CONFIG_XDP_SOCKETS); use fhudpsrc"
+                    ),
+                )
+            } else if e.step == "bind" && errno == Some(libc::EBUSY) {
+                error(
+                    gst::ResourceError::Busy,
+                    format!(
+                        "{e}: queue {} of {iface} is already used by another AF_XDP socket; \
+                         stop it or set another queue",
+                        s.queue
+                    ),
+                )
+            } else if e.step == "bind" && s.zero_copy == ZeroCopy::On {
+                error(
+                    BadSettings,
+                    format!(
+                        "{e}: zero-copy=on, but the driver of {iface} cannot bind AF_XDP in \
+                         zero-copy mode on queue {}; set zero-copy=auto (falls back to copy \
+                         mode) or zero-copy=off",
+                        s.queue
+                    ),
+                )
+            } else {
+                error(
+                    OpenRead,
+                    format!("{e} (interface {iface}, queue {})", s.queue),
+                )
+            }
+        })?;
+        let bind = if sock.zero_copy() {
+            "zero-copy"
+        } else {
+            "copy"
+        };
+        if s.busy_poll > 0 {
+            if let Err(e) = sock.set_busy_poll(s.busy_poll, s.busy_poll_budget) {
+                gst::element_imp_warning!(
+                    self,
+                    gst::ResourceError::Settings,
+                    (
+                        "busy polling not enabled ({}): the element still polls in a loop; \
+                         run as root or with CAP_NET_ADMIN to allow SO_BUSY_POLL",
+                        e
+                    )
+                );
+            }
+        }
+        sys::xskmap_insert(&map, s.queue, &sock).map_err(|e| {
+            error(
+                OpenRead,
+                format!("could not add the socket to the XSKMAP: {e}"),
+            )
+        })?;
+
+        let ring: SharedRing = Arc::new(Mutex::new(ReceiveRing::new(
+            s.frames,
+            s.frame_size as usize,
+            s.batch_size as usize,
+        )));
+        let mut sock = sock;
+        let mut post = Vec::with_capacity(s.frames as usize);
+        refill(&mut lock(&ring), &mut sock.fill, &mut post);
+
+        // Attach last: nothing is redirected before the socket can take it.
+        let attach = |flags| sys::attach_xdp(&prog_fd, ifindex, flags);
+        let attached = match s.mode {
+            XdpMode::Native => attach(sys::XDP_FLAGS_DRV_MODE).map(|l| (l, "native")),
+            XdpMode::Generic => attach(sys::XDP_FLAGS_SKB_MODE).map(|l| (l, "generic")),
+            XdpMode::Auto => match attach(sys::XDP_FLAGS_DRV_MODE) {
+                Ok(l) => Ok((l, "native")),
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
+                    ) =>
+                {
+                    gst::debug!(
+                        CAT,
+                        imp = self,
+                        "native XDP refused on {iface} ({e}): generic"
+                    );
+                    attach(sys::XDP_FLAGS_SKB_MODE).map(|l| (l, "generic"))
+                }
+                Err(e) => Err(e),
+            },
+        };
+        let (link, xdp) = attached.map_err(|e| match e.raw_os_error() {
+            Some(libc::EBUSY) | Some(libc::EEXIST) => error(
+                gst::ResourceError::Busy,
+                format!(
+                    "{iface} already has an XDP program attached ({e}); see ip link show dev \
+                     {iface}, detach it (ip link set dev {iface} xdp off) or capture elsewhere"
+                ),
+            ),
+            _ if is_permission(&e) => error(
+                NotAuthorized,
+                format!("not allowed to attach an XDP program ({e}): {PRIVILEGE_FIX}"),
+            ),
+            Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) if s.mode == XdpMode::Native => error(
+                BadSettings,
+                format!(
+                    "mode=native, but the driver of {iface} cannot run XDP programs ({e}); \
+                     set mode=auto or mode=generic"
+                ),
+            ),
+            _ => error(
+                OpenRead,
+                format!(
+                    "could not attach the XDP program to {iface} ({e}); kernel 5.9 or \
+                         later is needed for BPF links"
+                ),
+            ),
+        })?;
+        let mode = Mode {
+            xdp,
+            bind,
+            memory: region.kind().as_str(),
+        };
+        gst::info!(
+            CAT,
+            imp = self,
+            "capturing UDP ports {ports:?} on {iface} queue {}: XDP {xdp}, AF_XDP {bind} \
+             mode, {} frames of {} B ({})",
+            s.queue,
+            s.frames,
+            s.frame_size,
+            mode.memory
+        );
+        Ok((
+            State {
+                link: Some(link),
+                sock,
+                _prog: prog_fd,
+                _map: map,
+                region,
+                ring,
+                filter: Filter { ports, address },
+                frames: s.frames,
+                frame_size: s.frame_size as usize,
+                batch: s.batch_size,
+                busy_poll: s.busy_poll > 0,
+                post,
+                waker: Arc::new(
+                    Waker::new().map_err(|e| error(OpenRead, format!("eventfd failed: {e}")))?,
+                ),
+                timer: StatsTimer::new(s.stats_interval),
+            },
+            mode,
+        ))
+    }
+
+    /// Receives until one batch with at least one datagram is ready (a memory over its
+    /// frames plus the datagrams), the wait is interrupted, or an error occurs.
+    fn receive(&self, st: &mut State) -> Result<(gst::Memory, Vec<PacketInfo>), gst::FlowError> {
+        loop {
+            if self.flushing.load(Ordering::Acquire) {
+                return Err(gst::FlowError::Flushing);
+            }
+            let (start, n) = st.sock.rx.peek(st.batch);
+            if n == 0 {
+                // Frames released downstream go back to the kernel before we wait:
+                // with the fill ring dry it drops packets without waking us.
+                let posted = {
+                    let mut ring = lock(&st.ring);
+                    refill(&mut ring, &mut st.sock.fill, &mut st.post);
+                    ring.counts().posted
+                };
+                if st.busy_poll || st.sock.fill.needs_wakeup() {
+                    st.sock.kick();
+                }
+                if st.busy_poll {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                let timeout = if posted < st.batch as usize {
+                    STARVED_WAIT_MS
+                } else {
+                    IDLE_WAIT_MS
+                };
+                match xsk::wait_readable(st.sock.as_raw_fd(), &st.waker, timeout) {
+                    Ok(true) => return Err(gst::FlowError::Flushing),
+                    Ok(false) => continue,
+                    Err(e) => {
+                        st.link = None;
+                        gst::element_imp_error!(
+                            self,
+                            gst::ResourceError::Read,
+                            ("poll on the AF_XDP socket failed: {}", e)
+                        );
+                        return Err(gst::FlowError::Error);
+                    }
+                }
+            }
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            let mut packets = Vec::with_capacity(n as usize);
+            let mut slots = Vec::with_capacity(n as usize);
+            let (mut lo, mut hi) = (usize::MAX, 0usize);
+            let mut t = Tally::default();
+            let fs = st.frame_size;
+            {
+                // One lock per batch: completions, releases of rejected frames and
+                // the refill.
+                let mut ring = lock(&st.ring);
+                for i in 0..n {
+                    let d = st.sock.rx.desc(start.wrapping_add(i));
+                    let (addr, len) = (d.addr as usize, d.len as usize);
+                    let slot = addr / fs;
+                    let frame_start = slot * fs;
+                    // A descriptor outside the UMEM or across a frame boundary would
+                    // be a kernel bug; count it rather than trust it.
+                    if slot >= st.frames as usize
+                        || addr + len > frame_start + fs
+                        || ring.complete(slot as u32).is_err()
+                    {
+                        t.malformed += 1;
+                        continue;
+                    }
+                    // SAFETY: addr..addr+len lies inside frame `slot` of the region
+                    // (checked above); the slot was just completed, so the kernel no
+                    // longer writes it and nobody else reads it until it is lent.
+                    let frame = unsafe {
+                        std::slice::from_raw_parts(MemoryRegion::as_ptr(&st.region).add(addr), len)
+                    };
+                    match parse_frame(frame, addr, &st.filter, now) {
+                        Ok(p) => {
+                            lo = lo.min(frame_start);
+                            hi = hi.max(frame_start + fs);
+                            t.packets += 1;
+                            t.bytes += u64::from(p.len);
+                            packets.push(p);
+                            slots.push(slot as u32);
+                        }
+                        Err(r) => {
+                            match r {
+                                Rejected::Malformed => t.malformed += 1,
+                                Rejected::Truncated => t.truncated += 1,
+                                Rejected::Filtered => t.filtered += 1,
+                                Rejected::Empty => t.empty += 1,
+                            }
+                            let _ = ring.release(slot as u32);
+                        }
+                    }
+                }
+                st.sock.rx.release(n);
+                refill(&mut ring, &mut st.sock.fill, &mut st.post);
+                let held = ring.counts().held as u64;
+                if held > self.counters.high_water.get() {
+                    self.counters.high_water.set(held);
+                }
+            }
+            if st.sock.fill.needs_wakeup() {
+                st.sock.kick();
+            }
+            let c = &self.counters;
+            c.packets.add(t.packets);
+            c.bytes.add(t.bytes);
+            c.malformed.add(t.malformed);
+            c.truncated.add(t.truncated);
+            c.filtered.add(t.filtered);
+            c.empty.add(t.empty);
+            if packets.is_empty() {
+                continue;
+            }
+            for p in &mut packets {
+                // Offsets were relative to the UMEM; the memory starts at `lo`.
+                p.offset -= lo as u32;
+            }
+            let mem = lend_batch(&st.ring, &st.region, lo..hi, slots);
+            return Ok((mem, packets));
+        }
+    }
+}
+
+#[glib::object_subclass]
+impl ObjectSubclass for XdpSrc {
+    const NAME: &'static str = "GstFhXdpSrc";
+    type Type = super::XdpSrc;
+    type ParentType = gst_base::PushSrc;
+}
+
+impl ObjectImpl for XdpSrc {
+    fn properties() -> &'static [glib::ParamSpec] {
+        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
+            let mut v = vec![
+                glib::ParamSpecString::builder("interface")
+                    .nick("Interface")
+                    .blurb("Network interface to capture on (required)")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("queue")
+                    .nick("Queue")
+                    .blurb("Receive queue of the interface to bind (steer the stream there, e.g. with ethtool -N)")
+                    .default_value(0)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecInt::builder("port")
+                    .nick("Port")
+                    .blurb("UDP destination port to capture; all other traffic goes to the kernel")
+                    .minimum(0)
+                    .maximum(65535)
+                    .default_value(DEFAULT_PORT as i32)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecString::builder("extra-ports")
+                    .nick("Extra ports")
+                    .blurb("More UDP destination ports to capture, comma-separated")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecString::builder("address")
+                    .nick("Address")
+                    .blurb("Destination IP to capture (IPv4 or IPv6); 0.0.0.0 = any, both families")
+                    .default_value(Some(DEFAULT_ADDRESS))
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecEnum::builder::<XdpMode>("mode")
+                    .nick("XDP mode")
+                    .blurb("Where the XDP program runs: auto, native (in the driver) or generic (on the skb)")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecEnum::builder::<ZeroCopy>("zero-copy")
+                    .nick("Zero-copy")
+                    .blurb("Bind the socket in zero-copy mode: auto (fall back to copy), on, off")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("busy-poll")
+                    .nick("Busy poll")
+                    .blurb("0: sleep in poll() until packets arrive. N: spin on the socket and ask the kernel to busy-poll the queue for N µs per call (SO_PREFER_BUSY_POLL, SO_BUSY_POLL); uses a whole core")
+                    .default_value(0)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("busy-poll-budget")
+                    .nick("Busy poll budget")
+                    .blurb("Packets per busy-poll round (SO_BUSY_POLL_BUDGET)")
+                    .minimum(1)
+                    .maximum(65535)
+                    .default_value(DEFAULT_BUSY_POLL_BUDGET)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("frames")
+                    .nick("Frames")
+                    .blurb("UMEM frames (a power of two): the fill and RX ring sizes and the most frames lent downstream at once")
+                    .minimum(64)
+                    .maximum(1 << 20)
+                    .default_value(DEFAULT_FRAMES)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("frame-size")
+                    .nick("Frame size")
+                    .blurb("Bytes per UMEM frame, 2048 or 4096; frames longer than this less 256 B of headroom are dropped by the kernel")
+                    .minimum(2048)
+                    .maximum(4096)
+                    .default_value(DEFAULT_FRAME_SIZE)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("batch-size")
+                    .nick("Batch size")
+                    .blurb("Most frames taken from the RX ring, and pushed as one buffer, per batch")
+                    .minimum(1)
+                    .maximum(4096)
+                    .default_value(DEFAULT_BATCH_SIZE)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecEnum::builder::<Hugepages>("hugepages")
+                    .nick("Hugepages")
+                    .blurb("UMEM in hugepages: auto (fall back with a warning), require, off")
+                    .mutable_ready()
+                    .build(),
+            ];
+            v.extend(stats::properties(
+                "packets, bytes, batches, malformed, truncated, filtered, empty, drops-pool, \
+                 drops-kernel, rx-dropped, rx-invalid-descs, rx-ring-full, \
+                 rx-fill-ring-empty-descs, pool-*, xdp-mode, bind-mode, memory",
+            ));
+            v
+        });
+        PROPS.as_ref()
+    }
+
+    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        let mut s = lock(&self.settings);
+        let opt = |v: Option<String>| v.filter(|x| !x.is_empty());
+        match pspec.name() {
+            "interface" => s.interface = opt(value.get().unwrap()),
+            "queue" => s.queue = value.get().unwrap(),
+            "port" => s.port = value.get::<i32>().unwrap() as u32,
+            "extra-ports" => s.extra_ports = opt(value.get().unwrap()),
+            "address" => {
+                s.address = value
+                    .get::<Option<String>>()
+                    .unwrap()
+                    .unwrap_or_else(|| DEFAULT_ADDRESS.into())
+            }
+            "mode" => s.mode = value.get().unwrap(),
+            "zero-copy" => s.zero_copy = value.get().unwrap(),
+            "busy-poll" => s.busy_poll = value.get().unwrap(),
+            "busy-poll-budget" => s.busy_poll_budget = value.get().unwrap(),
+            "frames" => s.frames = value.get().unwrap(),
+            "frame-size" => s.frame_size = value.get().unwrap(),
+            "batch-size" => s.batch_size = value.get().unwrap(),
+            "hugepages" => s.hugepages = value.get().unwrap(),
+            "stats-interval" => s.stats_interval = value.get().unwrap(),
+            other => unreachable!("unknown property {other}"),
+        }
+    }
+
+    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        if pspec.name() == "stats" {
+            return self.stats().to_value();
+        }
+        let s = lock(&self.settings);
+        match pspec.name() {
+            "interface" => s.interface.to_value(),
+            "queue" => s.queue.to_value(),
+            "port" => (s.port as i32).to_value(),
+            "extra-ports" => s.extra_ports.to_value(),
+            "address" => s.address.to_value(),
+            "mode" => s.mode.to_value(),
+            "zero-copy" => s.zero_copy.to_value(),
+            "busy-poll" => s.busy_poll.to_value(),
+            "busy-poll-budget" => s.busy_poll_budget.to_value(),
+            "frames" => s.frames.to_value(),
+            "frame-size" => s.frame_size.to_value(),
+            "batch-size" => s.batch_size.to_value(),
+            "hugepages" => s.hugepages.to_value(),
+            "stats-interval" => s.stats_interval.to_value(),
+            other => unreachable!("unknown property {other}"),
+        }
+    }
+
+    fn constructed(&self) {
+        self.parent_constructed();
+        let obj = self.obj();
+        obj.set_live(true);
+        obj.set_format(gst::Format::Time);
+    }
+}
+
+impl GstObjectImpl for XdpSrc {}
+
+impl ElementImpl for XdpSrc {
+    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
+        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
+            gst::subclass::ElementMetadata::new(
+                "Firehose AF_XDP source",
+                "Source/Network",
+                "Captures UDP to chosen ports with its own XDP program and an AF_XDP socket, \
+                 lending UMEM frames downstream, one buffer per batch",
+                "Firehose developers",
+            )
+        });
+        Some(&*META)
+    }
+
+    fn pad_templates() -> &'static [gst::PadTemplate] {
+        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
+            vec![gst::PadTemplate::new(
+                "src",
+                gst::PadDirection::Src,
+                gst::PadPresence::Always,
+                &fcaps::packets_caps(),
+            )
+            .unwrap()]
+        });
+        TEMPLATES.as_ref()
+    }
+}
+
+impl BaseSrcImpl for XdpSrc {
+    fn start(&self) -> Result<(), gst::ErrorMessage> {
+        let s = lock(&self.settings).clone();
+        for c in self.counters.all() {
+            c.reset();
+        }
+        let (state, mode) = self.open(&s)?;
+        self.flushing.store(false, Ordering::Release);
+        *lock(&self.waker) = Some(state.waker.clone());
+        *lock(&self.ring) = Some(state.ring.clone());
+        *lock(&self.mode) = Some(mode);
+        *lock(&self.state) = Some(state);
+        Ok(())
+    }
+
+    fn stop(&self) -> Result<(), gst::ErrorMessage> {
+        if let Some(mut st) = lock(&self.state).take() {
+            self.read_kernel_stats(&st.sock);
+            // Detach first, then close the socket (drop order of State does the same;
+            // explicit here because it matters).
+            st.link = None;
+            let ring = st.ring.clone();
+            drop(st);
+            // The frames the kernel held (fill ring, RX ring) are ours again now that
+            // the socket is closed; frames still lent downstream come back when their
+            // buffers go.
+            let mut r = lock(&ring);
+            let posted: Vec<u32> = (0..r.len() as u32)
+                .filter(|&i| r.owner(i) == Some(SlotOwner::Nic))
+                .collect();
+            let _ = r.unpost(&posted);
+        }
+        *lock(&self.waker) = None;
+        Ok(())
+    }
+
+    fn is_seekable(&self) -> bool {
+        false
+    }
+
+    fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
+        let caps = fcaps::packets_caps();
+        Some(match filter {
+            Some(f) => f.intersect_with_mode(&caps, gst::CapsIntersectMode::First),
+            None => caps,
+        })
+    }
+
+    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
+        self.flushing.store(true, Ordering::Release);
+        if let Some(w) = lock(&self.waker).as_ref() {
+            w.wake();
+        }
+        Ok(())
+    }
+
+    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
+        if let Some(w) = lock(&self.waker).as_ref() {
+            w.clear();
+        }
+        self.flushing.store(false, Ordering::Release);
+        Ok(())
+    }
+}
+
+impl PushSrcImpl for XdpSrc {
+    fn create(
+        &self,
+        _buffer: Option<&mut gst::BufferRef>,
+    ) -> Result<CreateSuccess, gst::FlowError> {
+        let mut guard = lock(&self.state);
+        let st = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+        let (mem, packets) = self.receive(st)?;
+        // One clock read per batch: the running time at which the batch was complete.
+        let pts = self.obj().current_running_time();
+        self.counters.batches.add(1);
+        if st.timer.due(Instant::now()) {
+            self.read_kernel_stats(&st.sock);
+            drop(guard);
+            stats::post(self.obj().upcast_ref(), self.stats());
+        } else {
+            drop(guard);
+        }
+        let mut buffer = gst::Buffer::new();
+        let b = buffer.get_mut().expect("new buffer is writable");
+        b.append_memory(mem);
+        b.set_pts(pts);
+        PacketBatchMeta::add(b, packets);
+        Ok(CreateSuccess::NewBuffer(buffer))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_parsed_deduplicated_and_zero_is_refused() {
+        assert_eq!(parse_ports(7148, None).unwrap(), vec![7148]);
+        assert_eq!(
+            parse_ports(7148, Some("7149, 7148,8000")).unwrap(),
+            vec![7148, 7149, 8000]
+        );
+        let e = parse_ports(0, None).unwrap_err();
+        assert!(e.contains("port=0"), "{e}");
+        assert!(parse_ports(7148, Some("x")).is_err());
+        assert!(parse_ports(7148, Some("70000")).is_err());
+    }
+}

@@ -1,0 +1,482 @@
+//! fhxdpsrc on a real veth pair: a sender in a private network namespace, the element
+//! on the host end. Needs root (namespaces, BPF, AF_XDP); each test makes and removes
+//! its own pair.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::process::Command;
+use std::sync::{mpsc, Once};
+use std::time::{Duration, Instant};
+
+use firehose_core::batch::for_each_packet;
+use firehose_core::stats::{field, names};
+use firehose_spead::heap::{HeapMeta, ItemValue};
+use firehose_spead::send::{Item, PacketConfig};
+use firehose_spead::wire::Flavour;
+use firehose_testkit::netns::VethPair;
+use gst::prelude::*;
+use gst_check::Harness;
+
+fn init() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        gst::init().unwrap();
+        for (name, t) in [
+            ("fhxdpsrc", firehose_xdp::xdpsrc::XdpSrc::static_type()),
+            ("fhudpsrc", firehose_net::udpsrc::UdpSrc::static_type()),
+            (
+                "speaddepay",
+                firehose_spead::depay::SpeadDepay::static_type(),
+            ),
+        ] {
+            gst::Element::register(None, name, gst::Rank::NONE, t).unwrap();
+        }
+    });
+}
+
+/// Whether `ip link show dev ifname` lists an XDP program.
+fn xdp_attached(ifname: &str) -> bool {
+    let out = Command::new("ip")
+        .args(["link", "show", "dev", ifname])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ip link show dev {ifname}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.contains("xdp") || text.contains("prog/xdp")
+}
+
+/// A static neighbour entry for the host end inside the namespace, so the first
+/// datagrams do not wait on ARP.
+fn static_neighbour(pair: &VethPair) {
+    let mac: Vec<String> = pair.host_mac.iter().map(|b| format!("{b:02x}")).collect();
+    firehose_testkit::netns::ip(&[
+        "-n",
+        &pair.ns,
+        "neigh",
+        "replace",
+        &pair.host_ip.to_string(),
+        "lladdr",
+        &mac.join(":"),
+        "dev",
+        &pair.peer_if,
+        "nud",
+        "permanent",
+    ])
+    .unwrap();
+}
+
+fn stats(el: &gst::Element) -> gst::Structure {
+    el.property::<gst::Structure>("stats")
+}
+
+/// The next buffer, failing with the element's stats if none comes within 10 s.
+fn pull(h: &mut Harness) -> gst::Buffer {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(b) = h.try_pull() {
+            return b;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no batch within 10 s: {}",
+            stats(&h.element().unwrap())
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn xdp_harness(pair: &VethPair, port: u16, props: &[(&str, &str)]) -> Harness {
+    init();
+    let mut h = Harness::new("fhxdpsrc");
+    let el = h.element().unwrap();
+    el.set_property("interface", &pair.host_if);
+    el.set_property("port", i32::from(port));
+    el.set_property_from_str("hugepages", "off");
+    for (k, v) in props {
+        el.set_property_from_str(k, v);
+    }
+    h.play();
+    h
+}
+
+/// Datagram `seq` of the paced stream: the sequence number, then a pattern of it.
+fn payload(seq: u32, len: usize) -> Vec<u8> {
+    let mut p: Vec<u8> = (0..len)
+        .map(|i| (seq as usize * 7 + i * 13) as u8)
+        .collect();
+    p[..4].copy_from_slice(&seq.to_le_bytes());
+    p
+}
+
+/// Sends `n` datagrams of `len` bytes from the namespace to `host_ip:port`, paced.
+fn send_stream(pair: &VethPair, port: u16, n: u32, len: usize) {
+    let (from, to) = (pair.peer_ip, pair.host_ip);
+    pair.in_ns(move || {
+        let s = UdpSocket::bind((from, 0)).unwrap();
+        for seq in 0..n {
+            s.send_to(&payload(seq, len), (to, port)).unwrap();
+            if seq % 32 == 31 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    })
+    .unwrap();
+}
+
+fn stream_test(mode: &str, extra: &[(&str, &str)]) {
+    const N: u32 = 3000;
+    const LEN: usize = 1472;
+    let pair = VethPair::create("x").expect("needs root and iproute2");
+    static_neighbour(&pair);
+    let port = 7300;
+    let mut props = vec![("mode", mode), ("stats-interval", "0")];
+    props.extend_from_slice(extra);
+    let mut h = xdp_harness(&pair, port, &props);
+    let el = h.element().unwrap();
+    assert!(
+        xdp_attached(&pair.host_if),
+        "program attached while playing"
+    );
+    send_stream(&pair, port, N, LEN);
+
+    let mut next = 0u32;
+    let mut kept = None;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while next < N {
+        assert!(
+            Instant::now() < deadline,
+            "only {next} of {N}: {}",
+            stats(&el)
+        );
+        let buf = pull(&mut h);
+        assert_eq!(buf.n_memory(), 1, "one memory per batch");
+        let n = for_each_packet(&buf, |p, bytes| {
+            assert_eq!(p.src.to_socket_addr().ip(), pair.peer_ip);
+            assert_eq!(bytes.len(), LEN, "datagram {next}");
+            assert!(bytes == payload(next, LEN), "datagram {next} differs");
+            next += 1;
+        })
+        .expect("batch meta");
+        assert!(n > 0);
+        kept.get_or_insert(buf);
+    }
+    let s = stats(&el);
+    assert_eq!(field(&s, names::PACKETS), u64::from(N), "{s}");
+    assert_eq!(field(&s, names::BYTES), u64::from(N) * LEN as u64, "{s}");
+    assert_eq!(field(&s, names::MALFORMED), 0, "{s}");
+    assert_eq!(field(&s, names::FILTERED), 0, "{s}");
+    assert_eq!(s.get::<&str>("xdp-mode").unwrap(), mode, "{s}");
+    assert_eq!(s.get::<&str>("bind-mode").unwrap(), "copy", "veth: {s}");
+    assert!(field(&s, names::POOL_IN_USE) >= 1, "a buffer is held: {s}");
+
+    // Stop while one batch is still held downstream.
+    el.set_state(gst::State::Null).unwrap();
+    assert!(!xdp_attached(&pair.host_if), "program detached at NULL");
+    let s = stats(&el);
+    assert_eq!(field(&s, "rx-dropped"), 0, "{s}");
+    assert_eq!(field(&s, "rx-ring-full"), 0, "{s}");
+    assert_eq!(field(&s, "rx-invalid-descs"), 0, "{s}");
+    assert_eq!(
+        field(&s, "pool-posted"),
+        0,
+        "frames back from the kernel: {s}"
+    );
+    let kept = kept.unwrap();
+    assert!(field(&s, names::POOL_IN_USE) >= 1);
+    // The held batch stays readable after stop: its UMEM lives until it goes.
+    for_each_packet(&kept, |p, b| assert_eq!(b.len(), p.len as usize)).unwrap();
+    drop(kept);
+    drop(h);
+    let s = stats(&el);
+    assert_eq!(
+        field(&s, names::POOL_IN_USE),
+        0,
+        "every UMEM frame is back: {s}"
+    );
+    assert_eq!(field(&s, names::POOL_SLOTS), 4096);
+}
+
+#[test]
+fn generic_mode_delivers_every_byte_and_detaches_at_stop() {
+    stream_test("generic", &[]);
+}
+
+#[test]
+fn native_mode_delivers_every_byte_and_detaches_at_stop() {
+    stream_test("native", &[]);
+}
+
+/// busy-poll spins on the socket instead of sleeping in poll(); same result.
+#[test]
+fn busy_poll_mode_delivers_every_byte() {
+    stream_test("native", &[("busy-poll", "50"), ("batch-size", "16")]);
+}
+
+/// While the program is attached: UDP to another port, ARP and TCP still reach the
+/// host's kernel, and the captured port reaches the element, not the kernel.
+#[test]
+fn other_traffic_still_reaches_the_kernel() {
+    let pair = VethPair::create("o").expect("needs root and iproute2");
+    let (port, other) = (7310u16, 7311u16);
+    // Kernel sockets on both ports: only `other` may see anything.
+    let kernel_other = UdpSocket::bind((pair.host_ip, other)).unwrap();
+    let kernel_captured = UdpSocket::bind((pair.host_ip, port)).unwrap();
+    kernel_other
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    kernel_captured
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let tcp = TcpListener::bind((pair.host_ip, 0)).unwrap();
+    let tcp_addr = tcp.local_addr().unwrap();
+
+    let mut h = xdp_harness(&pair, port, &[("mode", "auto")]);
+    assert!(xdp_attached(&pair.host_if));
+    let (from, to) = (pair.peer_ip, pair.host_ip);
+    // No static neighbour: the first datagram needs ARP, answered by the host kernel.
+    let echo = std::thread::spawn(move || {
+        let (mut c, _) = tcp.accept().unwrap();
+        let mut b = [0u8; 5];
+        c.read_exact(&mut b).unwrap();
+        c.write_all(&b).unwrap();
+    });
+    pair.in_ns(move || {
+        let s = UdpSocket::bind((from, 0)).unwrap();
+        s.send_to(b"to the kernel", (to, other)).unwrap();
+        s.send_to(b"to fhxdpsrc", (to, port)).unwrap();
+        let mut c = TcpStream::connect_timeout(&tcp_addr, Duration::from_secs(5)).unwrap();
+        c.write_all(b"hello").unwrap();
+        let mut b = [0u8; 5];
+        c.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"hello");
+    })
+    .unwrap();
+    echo.join().unwrap();
+
+    let mut b = [0u8; 64];
+    let (n, src) = kernel_other.recv_from(&mut b).unwrap();
+    assert_eq!(&b[..n], b"to the kernel");
+    assert_eq!(src.ip(), pair.peer_ip);
+    let buf = pull(&mut h);
+    let mut got = vec![];
+    for_each_packet(&buf, |_, d| got.push(d.to_vec())).unwrap();
+    assert_eq!(got, vec![b"to fhxdpsrc".to_vec()]);
+    assert!(
+        kernel_captured.recv_from(&mut b).is_err(),
+        "the captured port must not also reach the kernel"
+    );
+    let out = Command::new("ip")
+        .args(["-n", &pair.ns, "neigh", "show", &pair.host_ip.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("lladdr"),
+        "ARP resolved through the attached program"
+    );
+}
+
+/// Starts a pipeline with a configured fhxdpsrc; returns the start error's message.
+fn start_error(props: &[(&str, &str)]) -> String {
+    init();
+    let src = gst::ElementFactory::make("fhxdpsrc").build().unwrap();
+    src.set_property_from_str("hugepages", "off");
+    for (k, v) in props {
+        src.set_property_from_str(k, v);
+    }
+    let sink = gst::ElementFactory::make("fakesink").build().unwrap();
+    let p = gst::Pipeline::new();
+    p.add_many([&src, &sink]).unwrap();
+    src.link(&sink).unwrap();
+    assert!(
+        p.set_state(gst::State::Playing).is_err(),
+        "start must fail with {props:?}"
+    );
+    let msg = p
+        .bus()
+        .unwrap()
+        .timed_pop_filtered(gst::ClockTime::from_seconds(5), &[gst::MessageType::Error])
+        .expect("an error message");
+    p.set_state(gst::State::Null).unwrap();
+    let text = match msg.view() {
+        gst::MessageView::Error(e) => e.error().to_string(),
+        _ => unreachable!(),
+    };
+    eprintln!("{props:?}: {text}");
+    text
+}
+
+#[test]
+fn start_errors_say_cause_and_fix() {
+    let e = start_error(&[("interface", "fhnosuch0")]);
+    assert!(
+        e.contains("no network interface named") && e.contains("ip link"),
+        "{e}"
+    );
+    let e = start_error(&[]);
+    assert!(e.contains("set interface="), "{e}");
+    let e = start_error(&[("interface", "lo"), ("port", "0")]);
+    assert!(e.contains("port=0"), "{e}");
+    let e = start_error(&[("interface", "lo"), ("queue", "7")]);
+    assert!(e.contains("queue 7 is out of range"), "{e}");
+    let e = start_error(&[
+        ("interface", "lo"),
+        ("hugepages", "require"),
+        ("frames", "1048576"),
+    ]);
+    assert!(e.contains("/proc/sys/vm/nr_hugepages"), "{e}");
+    // lo's driver has no native XDP; nothing may stay attached after the failure.
+    let e = start_error(&[("interface", "lo"), ("mode", "native")]);
+    assert!(
+        e.contains("mode=native") && e.contains("mode=generic"),
+        "{e}"
+    );
+    assert!(!xdp_attached("lo"));
+
+    let pair = VethPair::create("e").expect("needs root and iproute2");
+    let e = start_error(&[("interface", &pair.host_if), ("zero-copy", "on")]);
+    assert!(
+        e.contains("zero-copy=on") && e.contains("zero-copy=auto"),
+        "{e}"
+    );
+    assert!(!xdp_attached(&pair.host_if));
+    // A second capture on the same queue while one runs.
+    let _h = xdp_harness(&pair, 7320, &[("mode", "generic")]);
+    let e = start_error(&[("interface", &pair.host_if), ("mode", "generic")]);
+    assert!(e.contains("already"), "{e}");
+}
+
+/// The heaps of a SPEAD stream as (cnt, [(item id, value bytes)]).
+type Heaps = Vec<(u64, Vec<(u64, Vec<u8>)>)>;
+
+const HEAPS: u64 = 20;
+const ITEM: usize = 32 << 10;
+
+fn spead_packets() -> Vec<Vec<u8>> {
+    let cfg = PacketConfig::new(Flavour::SPEAD_64_48, 1472).unwrap();
+    let mut out = vec![];
+    let mut scratch = vec![0u8; 1472];
+    let data: Vec<Vec<u8>> = (1..=HEAPS)
+        .map(|cnt| {
+            (0..ITEM)
+                .map(|i| (cnt as usize * 31 + i * 7) as u8)
+                .collect()
+        })
+        .collect();
+    for cnt in 1..=HEAPS + 1 {
+        let items = if cnt <= HEAPS {
+            vec![
+                Item::immediate(0x1600, cnt),
+                Item::bytes(0x1000, &data[cnt as usize - 1]),
+            ]
+        } else {
+            vec![Item::stop()]
+        };
+        let mut heap = cfg.heap(cnt, &items).unwrap();
+        while let Some(n) = heap.write_next(&mut scratch) {
+            out.push(scratch[..n].to_vec());
+        }
+    }
+    out
+}
+
+/// Runs `desc` (a source named `src` ! speaddepay ! fakesink name=sink), sends the
+/// SPEAD stream from the namespace to `port`, and collects the heaps up to EOS.
+fn heaps_through(pair: &VethPair, desc: &str, port: u16) -> Heaps {
+    init();
+    let pipeline = gst::parse::launch(&format!(
+        "{desc} ! speaddepay max-heap-size=1048576 hugepages=off \
+         ! fakesink name=sink signal-handoffs=true sync=false"
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    let (tx, rx) = mpsc::channel::<gst::Buffer>();
+    pipeline
+        .by_name("sink")
+        .unwrap()
+        .connect("handoff", false, move |args| {
+            let _ = tx.send(args[1].get::<gst::Buffer>().unwrap());
+            None
+        });
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let packets = spead_packets();
+    let (from, to) = (pair.peer_ip, pair.host_ip);
+    pair.in_ns(move || {
+        let s = UdpSocket::bind((from, 0)).unwrap();
+        for (k, p) in packets.iter().enumerate() {
+            s.send_to(p, (to, port)).unwrap();
+            if k % 32 == 31 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    })
+    .unwrap();
+    let bus = pipeline.bus().unwrap();
+    let msg = bus
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(20),
+            &[gst::MessageType::Eos, gst::MessageType::Error],
+        )
+        .expect("EOS from the stop heap");
+    if let gst::MessageView::Error(e) = msg.view() {
+        panic!("{} ({:?})", e.error(), e.debug());
+    }
+    let stats = pipeline
+        .by_name("src")
+        .unwrap()
+        .property::<gst::Structure>("stats");
+    pipeline.set_state(gst::State::Null).unwrap();
+    assert_eq!(field(&stats, names::MALFORMED), 0, "{stats}");
+    rx.try_iter()
+        .map(|buf| {
+            let info = buf.meta::<HeapMeta>().expect("heap meta").info().clone();
+            assert!(info.complete, "heap {} complete", info.heap_cnt);
+            let map = buf.map_readable().unwrap();
+            let items = info
+                .items
+                .iter()
+                .map(|it| {
+                    let v = match &it.value {
+                        ItemValue::Immediate(v) => v.to_le_bytes().to_vec(),
+                        ItemValue::Bytes(r) => map[r.clone()].to_vec(),
+                    };
+                    (it.id, v)
+                })
+                .collect();
+            (info.heap_cnt, items)
+        })
+        .collect()
+}
+
+#[test]
+fn spead_over_xdp_reassembles_like_fhudpsrc() {
+    let pair = VethPair::create("s").expect("needs root and iproute2");
+    static_neighbour(&pair);
+    let udp = heaps_through(
+        &pair,
+        &format!(
+            "fhudpsrc name=src address={} port=7330 hugepages=off",
+            pair.host_ip
+        ),
+        7330,
+    );
+    let xdp = heaps_through(
+        &pair,
+        &format!(
+            "fhxdpsrc name=src interface={} port=7331 mode=generic hugepages=off",
+            pair.host_if
+        ),
+        7331,
+    );
+    assert_eq!(udp.len() as u64, HEAPS);
+    assert_eq!(
+        udp.iter().map(|h| h.0).collect::<Vec<_>>(),
+        (1..=HEAPS).collect::<Vec<_>>()
+    );
+    assert!(udp[0]
+        .1
+        .iter()
+        .any(|(id, v)| *id == 0x1000 && v.len() == ITEM));
+    assert!(xdp == udp, "fhxdpsrc heaps differ from fhudpsrc heaps");
+    assert!(!xdp_attached(&pair.host_if));
+}
