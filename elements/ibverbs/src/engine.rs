@@ -33,7 +33,7 @@ use firehose_core::stats::Counter;
 use firehose_core::sync::lock;
 use firehose_core::{MemoryRegion, PacketBatchMeta, PacketInfo};
 
-use crate::rx::{self, Filter, Rejected};
+use firehose_core::frame::accept::{packet_entry, Rejected, UdpFilter as Filter};
 
 /// One receive buffer to hand to the device: a receive WR with one SGE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,6 +126,8 @@ pub struct RxCounters {
     pub truncated: Counter,
     /// UDP for another address or port.
     pub filtered: Counter,
+    /// UDP datagrams with no payload.
+    pub empty: Counter,
     /// Completions with an error status other than "too long".
     pub completion_errors: Counter,
 }
@@ -141,6 +143,7 @@ impl RxCounters {
             &self.malformed,
             &self.truncated,
             &self.filtered,
+            &self.empty,
             &self.completion_errors,
         ] {
             c.reset();
@@ -149,7 +152,7 @@ impl RxCounters {
 }
 
 /// Engine settings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EngineConfig {
     /// Receive slots in the region.
     pub slots: u32,
@@ -392,7 +395,7 @@ impl<D: RxDevice> RxEngine<D> {
                             wc.byte_len as usize,
                         )
                     };
-                    rx::parse_frame(frame, 0, &self.filter, rx_time_ns)
+                    packet_entry(frame, 0, &self.filter, rx_time_ns)
                 }
                 CompletionStatus::TooLong => Err(Rejected::Truncated),
                 CompletionStatus::Error(_) => {
@@ -416,9 +419,11 @@ impl<D: RxDevice> RxEngine<D> {
                 }
                 Err(r) => {
                     match r {
-                        Rejected::Malformed => c.malformed.add(1),
+                        // The flow rule admits UDP only: anything else is malformed.
+                        Rejected::Malformed | Rejected::NotUdp => c.malformed.add(1),
                         Rejected::Truncated => c.truncated.add(1),
                         Rejected::Filtered => c.filtered.add(1),
+                        Rejected::Empty => c.empty.add(1),
                     }
                     ring.release(wc.slot)?;
                     if !slots.is_empty() {

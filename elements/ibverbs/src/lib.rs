@@ -11,8 +11,8 @@
 //! cut into [`firehose_core::ring`] slots, completions polled and slots re-posted in
 //! batches by the [`engine`], which is generic over [`engine::RxDevice`] so that it is
 //! tested end to end with a fake device. The C layouts and the header's inline verbs
-//! are in [`sys`] (checked against `verbs.h` by `tests/layout.rs`). Frame parsing is
-//! [`rx`]. Nothing touching a real device has run yet (see `docs/kernel-bypass.md`).
+//! are in [`sys`] (checked against `verbs.h` by `tests/layout.rs`). Frame parsing and filtering
+//! are the shared [`firehose_core::frame::accept`]. Nothing touching a real device has run yet (see `docs/kernel-bypass.md`).
 
 use gst::glib;
 
@@ -22,7 +22,6 @@ pub mod flow;
 pub mod ibvsrc;
 pub mod netif;
 pub mod probe;
-pub mod rx;
 pub mod sys;
 pub mod verbs;
 

@@ -11,6 +11,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use firehose_core::batch::for_each_packet;
+use firehose_core::frame::accept::UdpFilter as Filter;
 use firehose_core::ring::SlotOwner;
 use firehose_core::sync::lock;
 use firehose_core::{HugepagePolicy, MemoryRegion, PacketBatchMeta};
@@ -18,7 +19,6 @@ use firehose_ibverbs::engine::{
     Completion, CompletionStatus, DeviceError, EngineConfig, EngineError, PostError, PostSlot,
     RxCounters, RxDevice, RxEngine, Step,
 };
-use firehose_ibverbs::rx::Filter;
 
 const SLOT: u32 = 2048;
 const PORT: u16 = 7148;
@@ -198,10 +198,7 @@ fn rig(slots: u32, batch: u32, reserve: u32) -> Rig {
             slot_size: SLOT,
             batch,
             reserve,
-            filter: Filter {
-                port: PORT,
-                address: Some(Ipv4Addr::from(GROUP).into()),
-            },
+            filter: Filter::port(PORT, Some(Ipv4Addr::from(GROUP).into())),
         },
         counters.clone(),
     )
@@ -515,10 +512,7 @@ fn a_region_too_small_for_the_ring_is_refused() {
         slot_size: SLOT,
         batch: 8,
         reserve: 8,
-        filter: Filter {
-            port: PORT,
-            address: None,
-        },
+        filter: Filter::port(PORT, None),
     };
     let e = RxEngine::new(dev, region, 0, cfg, Default::default())
         .err()

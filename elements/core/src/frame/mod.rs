@@ -8,6 +8,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+pub mod accept;
 pub mod build;
 
 /// LINKTYPE_NULL (BSD loopback, host-order family).

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
-use firehose_core::frame::{self, Skip, LINKTYPE_ETHERNET};
+use firehose_core::frame::accept::{accept, Rejected, UdpFilter as Filter};
 use firehose_core::stats::{self, names, Counter, StatsTimer};
 use firehose_core::sync::lock;
 use firehose_core::{caps as fcaps, PacketAddr, PacketBatchMeta, PacketInfo};
@@ -88,15 +88,6 @@ struct Counters {
     imissed: Counter,
     ierrors: Counter,
     rx_nombuf: Counter,
-}
-
-/// Which datagrams to keep.
-#[derive(Clone, Copy, Debug)]
-struct Filter {
-    /// UDP destination port; 0 keeps any.
-    port: u16,
-    /// Destination address; `None` keeps any.
-    address: Option<IpAddr>,
 }
 
 /// The mbufs of one batch, lent downstream as one memory over the part of the pool they
@@ -189,7 +180,7 @@ enum Verdict {
 ///
 /// # Safety
 /// `m` must be a valid mbuf from a receive burst, owned by the caller.
-unsafe fn classify(m: *mut sys::rte_mbuf, filter: Filter) -> Verdict {
+unsafe fn classify(m: *mut sys::rte_mbuf, filter: &Filter) -> Verdict {
     // SAFETY: per the function contract; the frame lies at buf_addr + data_off for
     // data_len bytes (one segment, checked first).
     let frame = unsafe {
@@ -203,24 +194,13 @@ unsafe fn classify(m: *mut sys::rte_mbuf, filter: Filter) -> Verdict {
             usize::from(mb.data_len),
         )
     };
-    match frame::datagram(LINKTYPE_ETHERNET, frame) {
-        Ok(d) => {
-            if (filter.port != 0 && d.dst.port() != filter.port)
-                || filter.address.is_some_and(|a| a != d.dst.ip())
-            {
-                Verdict::Filtered
-            } else if d.payload.is_empty() {
-                Verdict::Empty
-            } else {
-                Verdict::Keep(
-                    d.payload.as_ptr() as usize,
-                    d.payload.len() as u32,
-                    d.src.into(),
-                )
-            }
-        }
-        Err(Skip::NotUdp) => Verdict::Filtered,
-        Err(Skip::Malformed | Skip::Truncated) => Verdict::Malformed,
+    match accept(frame, filter) {
+        Ok(a) => Verdict::Keep(frame.as_ptr() as usize + a.payload_offset, a.len, a.src),
+        // A DPDK port takes all of the interface's traffic: ARP and the like are
+        // expected, not errors.
+        Err(Rejected::NotUdp | Rejected::Filtered) => Verdict::Filtered,
+        Err(Rejected::Malformed | Rejected::Truncated) => Verdict::Malformed,
+        Err(Rejected::Empty) => Verdict::Empty,
     }
 }
 
@@ -282,7 +262,7 @@ impl DpdkSrc {
             let (mut filtered, mut malformed, mut empty) = (0u64, 0u64, 0u64);
             for &m in &st.rx[..n] {
                 // SAFETY: `m` came from this burst and is owned here.
-                match unsafe { classify(m, st.filter) } {
+                match unsafe { classify(m, &st.filter) } {
                     Verdict::Keep(addr, len, src) => {
                         lo = lo.min(addr);
                         hi = hi.max(addr + len as usize);
@@ -608,10 +588,7 @@ impl BaseSrcImpl for DpdkSrc {
             _session: session,
             queue: s.queue as u16,
             burst: burst as u16,
-            filter: Filter {
-                port: s.port as u16,
-                address,
-            },
+            filter: Filter::port(s.port as u16, address),
             poll: Duration::from_micros(s.poll_interval.into()),
             rx: vec![std::ptr::null_mut(); burst],
             rejected: Vec::with_capacity(burst),

@@ -24,7 +24,7 @@ use crate::device::{QueueConfig, VerbsDevice};
 use crate::engine::{EngineConfig, RxCounters, RxEngine, Step};
 use crate::netif::{self, Membership, Target};
 use crate::probe::{self, RdmaUnavailable};
-use crate::rx::Filter;
+use firehose_core::frame::accept::UdpFilter;
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -112,6 +112,7 @@ impl IbvSrc {
             (names::MALFORMED, c.malformed.get()),
             (names::TRUNCATED, c.truncated.get()),
             (names::FILTERED, c.filtered.get()),
+            (names::EMPTY, c.empty.get()),
             (COMPLETION_ERRORS, c.completion_errors.get()),
             (names::POOL_IN_USE, held),
             (names::POOL_SLOTS, slots),
@@ -163,10 +164,10 @@ impl IbvSrc {
             slot_size: s.slot_size,
             batch: s.batch_size,
             reserve: EngineConfig::default_reserve(s.slots, s.batch_size),
-            filter: Filter {
+            filter: UdpFilter::port(
                 port,
-                address: (!address.is_unspecified()).then_some(IpAddr::V4(address)),
-            },
+                (!address.is_unspecified()).then_some(IpAddr::V4(address)),
+            ),
         };
         let mut engine = RxEngine::new(dev, region, base, cfg, self.counters.clone())
             .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))?;
@@ -273,7 +274,7 @@ impl ObjectImpl for IbvSrc {
                     .build(),
             ];
             v.extend(stats::properties(
-                "packets, bytes, batches, drops-pool, malformed, truncated, filtered, completion-errors, pool-in-use, pool-slots",
+                "packets, bytes, batches, drops-pool, malformed, truncated, filtered, empty, completion-errors, pool-in-use, pool-slots",
             ));
             v
         });

@@ -22,9 +22,9 @@ use gst_base::subclass::prelude::*;
 
 use super::{XdpMode, ZeroCopy};
 use crate::prog::{self, Match};
-use crate::rx::{parse_frame, Filter, Rejected};
 use crate::sys::{self, action};
 use crate::xsk::{self, FillRing, Waker, XskSocket};
+use firehose_core::frame::accept::{packet_entry, Rejected, UdpFilter as Filter};
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -657,7 +657,7 @@ impl XdpSrc {
                     let frame = unsafe {
                         std::slice::from_raw_parts(MemoryRegion::as_ptr(&st.region).add(addr), len)
                     };
-                    match parse_frame(frame, addr, &st.filter, now) {
+                    match packet_entry(frame, addr, &st.filter, now) {
                         Ok(p) => {
                             lo = lo.min(frame_start);
                             hi = hi.max(frame_start + fs);
@@ -668,7 +668,8 @@ impl XdpSrc {
                         }
                         Err(r) => {
                             match r {
-                                Rejected::Malformed => t.malformed += 1,
+                                // The XDP program redirects UDP only.
+                                Rejected::Malformed | Rejected::NotUdp => t.malformed += 1,
                                 Rejected::Truncated => t.truncated += 1,
                                 Rejected::Filtered => t.filtered += 1,
                                 Rejected::Empty => t.empty += 1,
