@@ -29,11 +29,11 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
 
 const DEFAULT_DPDK_PORT: &str = "0";
 const DEFAULT_PORT: i32 = 5004;
-const DEFAULT_MBUFS: u32 = 8192;
+const DEFAULT_MBUFS: u32 = 16384;
 const DEFAULT_MBUF_CACHE: u32 = 256;
 /// RTE_MBUF_DEFAULT_BUF_SIZE: 2048 bytes of frame plus the 128-byte headroom.
 const DEFAULT_MBUF_SIZE: u32 = 2048 + sys::RTE_PKTMBUF_HEADROOM;
-const DEFAULT_RX_DESC: u32 = 1024;
+const DEFAULT_RX_DESC: u32 = 4096;
 const DEFAULT_BATCH: u32 = 64;
 /// Largest burst: bounds the per-element arrays allocated at start.
 const MAX_BATCH: u32 = 512;

@@ -36,7 +36,7 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
 
 const DEFAULT_ADDRESS: &str = "0.0.0.0";
 const DEFAULT_PORT: u32 = 7148;
-const DEFAULT_FRAMES: u32 = 4096;
+const DEFAULT_FRAMES: u32 = 16384;
 const DEFAULT_FRAME_SIZE: u32 = 4096;
 const DEFAULT_BATCH_SIZE: u32 = 64;
 const DEFAULT_BUSY_POLL_BUDGET: u32 = 64;
