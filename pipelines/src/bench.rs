@@ -147,6 +147,8 @@ pub struct Route<'a> {
     pub recv_args: &'a dyn Fn(Kind) -> Vec<String>,
     /// Extra environment of the receiver process (e.g. `GST_PLUGIN_PATH`).
     pub recv_env: Vec<(String, String)>,
+    /// Extra `fhudpsink` properties of the sender (e.g. `gso=false`).
+    pub sink_props: &'a str,
 }
 
 impl Route<'_> {
@@ -157,6 +159,7 @@ impl Route<'_> {
             sender_ns: None,
             recv_args: &|_| Vec::new(),
             recv_env: Vec::new(),
+            sink_props: "",
         }
     }
 }
@@ -266,8 +269,8 @@ pub fn run_step(
     let snmp0 = sys::UdpCounters::read().unwrap_or_default();
     let description = format!(
         "fhtestsrc name=fhtestsrc packet-size={size} num-packets={packets} \
-         ! fhudpsink name=fhudpsink host={} port={} rate={rate}",
-        route.dest, receiver.port
+         ! fhudpsink name=fhudpsink host={} port={} rate={rate} {}",
+        route.dest, receiver.port, route.sink_props
     );
     let host0 = sys::host_busy_seconds();
     let sent = match route.sender_ns {
@@ -499,7 +502,10 @@ pub fn summary(sizes: &[u32], steps: &[Step], kinds: &[Kind], per_core: PerCore)
         };
         let cpu_at = |v: &[&Step]| -> Option<f64> {
             let (rate, _) = common?;
-            v.iter().find(|s| s.asked == rate).map(|s| s.cpu_per_gb())
+            // Nothing received: no CPU per GB to speak of.
+            v.iter()
+                .find(|s| s.asked == rate && s.received.1 > 0)
+                .map(|s| s.cpu_per_gb())
         };
         let common_text = match common {
             Some((rate, true)) => format!(" at {} Gb/s", gbps(rate as f64)),

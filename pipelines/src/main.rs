@@ -38,7 +38,7 @@ USAGE:
     firehose bench spead [--seconds S] [--sizes 8972,1472] [--rates R,...] [--heap-size B]
                          [--receivers spead2,speaddepay,chunk] [--python PY] [--out FILE.md] [--quick]
     firehose bench bypass [--seconds S] [--sizes 1472] [--rates R,...] [--pmd af_xdp|af_packet]
-                          [--receivers fhudpsrc,fhxdpsrc,fhdpdksrc] [--dpdk-plugin PATH] [--out FILE.md] [--quick]
+                          [--receivers fhudpsrc,fhxdpsrc,fhdpdksrc] [--dpdk-plugin PATH] [--gso] [--out FILE.md] [--quick]
     firehose help | --version
 
 launch: runs a gst-launch style pipeline (Firehose and stock elements), prints a
@@ -103,6 +103,9 @@ compare the receivers, they are not line rates. Needs root.
     --pmd DRIVER         fhdpdksrc's DPDK driver on the veth: af_xdp (default) or af_packet
     --dpdk-plugin PATH   libgstfirehosedpdk.so (default: next to the firehose executable;
                          without it fhdpdksrc is left out, with a note)
+    --gso                sender uses UDP GSO: 64 KiB super-packets cross the veth whole
+                         (default: wire-sized frames, as a NIC delivers them; af_packet
+                         cannot capture GSO super-packets)
     --seconds, --out, --quick   as for bench udp
 ";
 
