@@ -88,7 +88,7 @@ pub struct Step {
     pub host_cpu_s: f64,
     /// Kernel UDP InErrors during the step (whole host).
     pub kernel_drops: u64,
-    /// Drops counted by the element itself (fhudpsrc: pool, truncated).
+    /// Drops counted by the element itself (pool, truncated; fhdpdksrc: the port's).
     pub element_drops: u64,
     /// Pool memory the receiver used ("hugepage", "system"; "-" for udpsrc).
     pub memory: String,
@@ -293,7 +293,9 @@ pub fn run_step(
         cpu_s: num(&kv, "cpu_s"),
         host_cpu_s,
         kernel_drops: snmp.in_errors,
-        element_drops: num::<u64>(&kv, "drops_pool") + num::<u64>(&kv, "truncated"),
+        element_drops: num::<u64>(&kv, "drops_pool")
+            + num::<u64>(&kv, "drops_nic")
+            + num::<u64>(&kv, "truncated"),
         memory: kv.get("memory").cloned().unwrap_or_else(|| "-".into()),
     })
 }

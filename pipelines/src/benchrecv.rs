@@ -4,7 +4,7 @@
 //! Protocol with the parent (`bench`), one line each on stdout:
 //! - `ready port=P` once the pipeline is PLAYING and bound;
 //! - then, after the parent writes `stop` (or closes stdin, or `--timeout` passes):
-//!   `result packets=… bytes=… cpu_s=… wall_s=… drops_kernel=… drops_pool=… truncated=… memory=…`;
+//!   `result packets=… bytes=… cpu_s=… wall_s=… drops_kernel=… drops_pool=… drops_nic=… truncated=… memory=…`;
 //! - `error <text>` instead, when something fails (exit status 1).
 
 use std::io::{BufRead, Write};
@@ -244,9 +244,11 @@ fn run_inner(opts: &RecvOptions) -> Result<(), String> {
         .unwrap_or_else(|| "-".into());
     println!(
         "result packets={packets} bytes={bytes} cpu_s={cpu:.4} wall_s={wall:.3} \
-         drops_kernel={} drops_pool={} truncated={} memory={}",
+         drops_kernel={} drops_pool={} drops_nic={} truncated={} memory={}",
         field(names::DROPS_KERNEL),
         field(names::DROPS_POOL),
+        // fhdpdksrc: imissed + ierrors + rx_nombuf of the DPDK port.
+        field("drops-nic"),
         field(names::TRUNCATED),
         memory.replace(char::is_whitespace, "_")
     );

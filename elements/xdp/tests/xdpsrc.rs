@@ -215,6 +215,13 @@ fn busy_poll_mode_delivers_every_byte() {
     stream_test("native", &[("busy-poll", "50"), ("batch-size", "16")]);
 }
 
+/// `poll-interval=0`: the thread blocks in poll() and the kernel wakes it per packet
+/// (the default naps instead).
+#[test]
+fn blocking_wait_mode_delivers_every_byte() {
+    stream_test("native", &[("poll-interval", "0")]);
+}
+
 /// While the program is attached: UDP to another port, ARP and TCP still reach the
 /// host's kernel, and the captured port reaches the element, not the kernel.
 #[test]

@@ -37,7 +37,7 @@ const DEFAULT_RX_DESC: u32 = 4096;
 const DEFAULT_BATCH: u32 = 64;
 /// Largest burst: bounds the per-element arrays allocated at start.
 const MAX_BATCH: u32 = 512;
-const DEFAULT_POLL_US: u32 = 100;
+const DEFAULT_POLL_US: u32 = 20;
 
 #[derive(Debug, Clone)]
 struct Settings {

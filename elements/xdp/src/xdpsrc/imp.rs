@@ -40,6 +40,10 @@ const DEFAULT_FRAMES: u32 = 16384;
 const DEFAULT_FRAME_SIZE: u32 = 4096;
 const DEFAULT_BATCH_SIZE: u32 = 64;
 const DEFAULT_BUSY_POLL_BUDGET: u32 = 64;
+/// Sleep after an empty RX ring instead of blocking in poll() (0 = block). Measured in
+/// `firehose bench bypass`: 100 µs took the receiver from 0.62× to 0.36× of fhudpsrc's CPU
+/// per GB, because the kernel then wakes no one per packet.
+const DEFAULT_POLL_US: u32 = 100;
 /// Poll timeout while the kernel has frames to receive into: long, since a packet
 /// wakes us anyway.
 const IDLE_WAIT_MS: i32 = 100;
@@ -60,6 +64,7 @@ struct Settings {
     mode: XdpMode,
     zero_copy: ZeroCopy,
     busy_poll: u32,
+    poll_interval: u32,
     busy_poll_budget: u32,
     frames: u32,
     frame_size: u32,
@@ -79,6 +84,7 @@ impl Default for Settings {
             mode: XdpMode::Auto,
             zero_copy: ZeroCopy::Auto,
             busy_poll: 0,
+            poll_interval: DEFAULT_POLL_US,
             busy_poll_budget: DEFAULT_BUSY_POLL_BUDGET,
             frames: DEFAULT_FRAMES,
             frame_size: DEFAULT_FRAME_SIZE,
@@ -159,6 +165,8 @@ struct State {
     frame_size: usize,
     batch: u32,
     busy_poll: bool,
+    /// Sleep this long after an empty RX ring instead of blocking (`None` = block).
+    poll_interval: Option<std::time::Duration>,
     /// Reused list of slots taken for the fill ring.
     post: Vec<u32>,
     /// Also in `XdpSrc::waker`; here so the receive loop takes no extra lock.
@@ -573,6 +581,8 @@ impl XdpSrc {
                 frame_size: s.frame_size as usize,
                 batch: s.batch_size,
                 busy_poll: s.busy_poll > 0,
+                poll_interval: (s.poll_interval > 0)
+                    .then(|| std::time::Duration::from_micros(s.poll_interval.into())),
                 post,
                 waker: Arc::new(
                     Waker::new().map_err(|e| error(OpenRead, format!("eventfd failed: {e}")))?,
@@ -604,6 +614,13 @@ impl XdpSrc {
                 }
                 if st.busy_poll {
                     std::hint::spin_loop();
+                    continue;
+                }
+                if let Some(nap) = st.poll_interval {
+                    // Nobody waits on the socket, so the kernel wakes no one per
+                    // packet; the RX ring holds what arrives meanwhile. Stop and
+                    // unlock are seen within one nap.
+                    std::thread::sleep(nap);
                     continue;
                 }
                 let timeout = if posted < st.batch as usize {
@@ -765,6 +782,13 @@ impl ObjectImpl for XdpSrc {
                     .default_value(0)
                     .mutable_ready()
                     .build(),
+                glib::ParamSpecUInt::builder("poll-interval")
+                    .nick("Poll interval")
+                    .blurb("Microseconds to sleep after an empty RX ring instead of blocking in poll() (0 = block until packets arrive); the RX ring must hold what arrives meanwhile")
+                    .maximum(100_000)
+                    .default_value(DEFAULT_POLL_US)
+                    .mutable_ready()
+                    .build(),
                 glib::ParamSpecUInt::builder("busy-poll-budget")
                     .nick("Busy poll budget")
                     .blurb("Packets per busy-poll round (SO_BUSY_POLL_BUDGET)")
@@ -830,6 +854,7 @@ impl ObjectImpl for XdpSrc {
             "mode" => s.mode = value.get().unwrap(),
             "zero-copy" => s.zero_copy = value.get().unwrap(),
             "busy-poll" => s.busy_poll = value.get().unwrap(),
+            "poll-interval" => s.poll_interval = value.get().unwrap(),
             "busy-poll-budget" => s.busy_poll_budget = value.get().unwrap(),
             "frames" => s.frames = value.get().unwrap(),
             "frame-size" => s.frame_size = value.get().unwrap(),
@@ -854,6 +879,7 @@ impl ObjectImpl for XdpSrc {
             "mode" => s.mode.to_value(),
             "zero-copy" => s.zero_copy.to_value(),
             "busy-poll" => s.busy_poll.to_value(),
+            "poll-interval" => s.poll_interval.to_value(),
             "busy-poll-budget" => s.busy_poll_budget.to_value(),
             "frames" => s.frames.to_value(),
             "frame-size" => s.frame_size.to_value(),
