@@ -106,6 +106,24 @@ fn transform_packets(
     })
 }
 
+/// An `application/x-firehose-packets` buffer: `memory` (its only memory, so that
+/// downstream maps it without a merge), the batch meta over `packets`, and `pts`. What
+/// every packet source pushes per batch.
+pub fn batch_buffer(
+    memory: gst::Memory,
+    packets: Vec<PacketInfo>,
+    pts: Option<gst::ClockTime>,
+) -> gst::Buffer {
+    let mut buffer = gst::Buffer::new();
+    {
+        let b = buffer.get_mut().expect("a new buffer is writable");
+        b.append_memory(memory);
+        b.set_pts(pts);
+        PacketBatchMeta::add(b, packets);
+    }
+    buffer
+}
+
 /// Calls `f` with each datagram's bytes of a batch buffer (one map for the batch).
 /// Returns the number of datagrams, or `None` if the buffer has no batch meta.
 pub fn for_each_packet(

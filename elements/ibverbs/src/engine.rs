@@ -28,10 +28,11 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
+use firehose_core::batch::batch_buffer;
 use firehose_core::ring::{lend_batch, ReceiveRing, RingError, SharedRing, SlotOwner};
 use firehose_core::stats::Counter;
 use firehose_core::sync::lock;
-use firehose_core::{MemoryRegion, PacketBatchMeta, PacketInfo};
+use firehose_core::{MemoryRegion, PacketInfo};
 
 use firehose_core::frame::accept::{packet_entry, Rejected, UdpFilter as Filter};
 
@@ -224,14 +225,7 @@ pub struct Batch {
 impl Batch {
     /// The batch as an `application/x-firehose-packets` buffer.
     pub fn into_buffer(self, pts: Option<gst::ClockTime>) -> gst::Buffer {
-        let mut buffer = gst::Buffer::new();
-        {
-            let b = buffer.get_mut().expect("a new buffer is writable");
-            b.append_memory(self.memory);
-            b.set_pts(pts);
-            PacketBatchMeta::add(b, self.packets);
-        }
-        buffer
+        batch_buffer(self.memory, self.packets, pts)
     }
 }
 

@@ -5,10 +5,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
+use firehose_core::batch::batch_buffer;
 use firehose_core::frame::accept::{accept, Rejected, UdpFilter as Filter};
 use firehose_core::stats::{self, names, Counter, StatsTimer};
 use firehose_core::sync::lock;
-use firehose_core::{caps as fcaps, PacketAddr, PacketBatchMeta, PacketInfo};
+use firehose_core::{caps as fcaps, PacketAddr, PacketInfo};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
@@ -648,11 +649,6 @@ impl PushSrcImpl for DpdkSrc {
         if post {
             stats::post(self.obj().upcast_ref(), self.stats());
         }
-        let mut buffer = gst::Buffer::new();
-        let b = buffer.get_mut().expect("new buffer is writable");
-        b.append_memory(mem);
-        b.set_pts(pts);
-        PacketBatchMeta::add(b, packets);
-        Ok(CreateSuccess::NewBuffer(buffer))
+        Ok(CreateSuccess::NewBuffer(batch_buffer(mem, packets, pts)))
     }
 }

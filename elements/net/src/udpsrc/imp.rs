@@ -1,6 +1,7 @@
 //! `fhudpsrc` implementation: a thin adapter from [`crate::recv::UdpReceiver`] to a
 //! GStreamer live push source.
 
+use firehose_core::batch::batch_buffer;
 use firehose_core::sync::lock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use firehose_core::props::{Hugepages, WhenFull};
 use firehose_core::stats::{self, names, Counter, StatsTimer};
-use firehose_core::{caps as fcaps, PacketBatchMeta, PacketInfo, PoolConfig, SlotArena, SlotPool};
+use firehose_core::{caps as fcaps, PacketInfo, PoolConfig, SlotArena, SlotPool};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
@@ -604,14 +605,7 @@ impl PushSrcImpl for UdpSrc {
         drop(guard);
 
         match output {
-            Output::Batch => {
-                let mut buffer = gst::Buffer::new();
-                let b = buffer.get_mut().expect("new buffer is writable");
-                b.append_memory(mem);
-                b.set_pts(pts);
-                PacketBatchMeta::add(b, packets);
-                Ok(CreateSuccess::NewBuffer(buffer))
-            }
+            Output::Batch => Ok(CreateSuccess::NewBuffer(batch_buffer(mem, packets, pts))),
             Output::List => {
                 // One GstBuffer per datagram, each a sub-memory of the one slot: no copy,
                 // but the per-buffer cost that stock elements need.

@@ -8,11 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use firehose_core::batch::batch_buffer;
 use firehose_core::props::Hugepages;
 use firehose_core::ring::{lend_batch, ReceiveRing, SharedRing, SlotOwner};
 use firehose_core::stats::{self, names, Counter, StatsTimer};
 use firehose_core::sync::lock;
-use firehose_core::{caps as fcaps, MemoryRegion, PacketBatchMeta, PacketInfo};
+use firehose_core::{caps as fcaps, MemoryRegion, PacketInfo};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
@@ -1011,12 +1012,7 @@ impl PushSrcImpl for XdpSrc {
         } else {
             drop(guard);
         }
-        let mut buffer = gst::Buffer::new();
-        let b = buffer.get_mut().expect("new buffer is writable");
-        b.append_memory(mem);
-        b.set_pts(pts);
-        PacketBatchMeta::add(b, packets);
-        Ok(CreateSuccess::NewBuffer(buffer))
+        Ok(CreateSuccess::NewBuffer(batch_buffer(mem, packets, pts)))
     }
 }
 
