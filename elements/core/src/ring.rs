@@ -11,7 +11,7 @@
 //!   write it at any time;
 //! - **held**: a completion delivered a frame into it and a downstream buffer refers to
 //!   it; it becomes free only when that buffer lets go ([`ReceiveRing::release`], or
-//!   dropping a [`HeldSlot`]).
+//!   dropping the memory made by [`lend_batch`]).
 //!
 //! Completions are polled and slots re-posted in batches: [`ReceiveRing::take_for_post`]
 //! hands out free slots only once at least a batch of them has gathered (or the NIC is
@@ -209,38 +209,6 @@ impl ReceiveRing {
 /// A ring shared between the receive thread and the buffers it pushed.
 pub type SharedRing = Arc<Mutex<ReceiveRing>>;
 
-/// A completed slot referenced downstream; dropping it releases the slot to the ring.
-#[derive(Debug)]
-pub struct HeldSlot {
-    ring: SharedRing,
-    slot: u32,
-}
-
-impl HeldSlot {
-    /// Records the completion of `slot` and returns the guard that releases it.
-    pub fn complete(ring: &SharedRing, slot: u32) -> Result<Self, RingError> {
-        lock(ring).complete(slot)?;
-        Ok(Self {
-            ring: ring.clone(),
-            slot,
-        })
-    }
-
-    /// The slot index.
-    pub fn slot(&self) -> u32 {
-        self.slot
-    }
-}
-
-impl Drop for HeldSlot {
-    fn drop(&mut self) {
-        // Cannot fail: the guard is the only way this slot leaves `Downstream`. A
-        // poisoned lock still releases it, or the slot would leak.
-        let r = lock(&self.ring).release(self.slot);
-        debug_assert!(r.is_ok(), "release of held slot failed: {r:?}");
-    }
-}
-
 /// Completed slots lent downstream as one `gst::Memory` (see [`lend_batch`]); all of
 /// them go back to the ring under one lock when the last reference goes.
 struct LentBatch {
@@ -396,20 +364,23 @@ mod tests {
     }
 
     #[test]
-    fn held_slot_releases_on_drop() {
+    fn lent_slots_release_on_drop() {
+        gst::init().unwrap();
+        let region =
+            Arc::new(MemoryRegion::allocate(2 * 64, crate::memory::HugepagePolicy::Off).unwrap());
         let ring: SharedRing = Arc::new(Mutex::new(ReceiveRing::new(2, 64, 2)));
         let mut out = vec![];
         ring.lock().unwrap().take_for_post(&mut out);
-        let a = HeldSlot::complete(&ring, 0).unwrap();
-        let b = HeldSlot::complete(&ring, 1).unwrap();
-        assert!(HeldSlot::complete(&ring, 1).is_err());
+        for s in [0, 1] {
+            ring.lock().unwrap().complete(s).unwrap();
+        }
+        assert!(ring.lock().unwrap().complete(1).is_err());
+        let a = lend_batch(&ring, &region, 0..64, vec![0]);
+        let b = lend_batch(&ring, &region, 64..128, vec![1]);
         assert_eq!(ring.lock().unwrap().counts().held, 2);
         drop(a);
         assert_eq!(ring.lock().unwrap().owner(0), Some(SlotOwner::Free));
-        assert_eq!(
-            ring.lock().unwrap().owner(b.slot()),
-            Some(SlotOwner::Downstream)
-        );
+        assert_eq!(ring.lock().unwrap().owner(1), Some(SlotOwner::Downstream));
         drop(b);
         assert_eq!(ring.lock().unwrap().counts().free, 2);
     }
