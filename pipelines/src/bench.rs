@@ -185,7 +185,7 @@ fn spawn_receiver(
     ]);
     cmd.args((route.recv_args)(kind));
     cmd.envs(route.recv_env.iter().map(|(k, v)| (k, v)));
-    ReceiverProcess::spawn(cmd, kind.name())
+    ReceiverProcess::spawn(cmd, kind.name(), None)
 }
 
 fn num<T: std::str::FromStr + Default>(kv: &BTreeMap<String, String>, key: &str) -> T {

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
+use crate::cpulimit::CpuLimit;
+
 /// Splits `key=value key=value …` into a map.
 pub fn parse_kv(text: &str) -> BTreeMap<String, String> {
     text.split_whitespace()
@@ -33,14 +35,22 @@ pub struct ReceiverProcess {
 }
 
 impl ReceiverProcess {
-    /// Starts `cmd` (`what` names it in errors) and waits for its `ready` line.
-    pub fn spawn(mut cmd: Command, what: &str) -> Result<Self, String> {
+    /// Starts `cmd` (`what` names it in errors), moves it into `limit`'s CPU budget if
+    /// given (before it binds or receives anything), and waits for its `ready` line.
+    pub fn spawn(mut cmd: Command, what: &str, limit: Option<&CpuLimit>) -> Result<Self, String> {
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .map_err(|e| format!("cannot start the {what} receiver: {e}"))?;
+        if let Some(limit) = limit {
+            if let Err(e) = limit.add(child.id()) {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
+        }
         let stdin = child.stdin.take();
         let stdout = BufReader::new(child.stdout.take().expect("piped"));
         let mut r = Self {

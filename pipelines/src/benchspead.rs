@@ -32,6 +32,7 @@ use gst::prelude::*;
 use crate::args::{parse_list, parse_rate, parse_seconds, parse_size, Args};
 use crate::bench::LOSSLESS;
 use crate::benchproc::{command_line, gbps, publish_report, self_command, ReceiverProcess};
+use crate::cpulimit::{parse_cores, CpuLimit};
 use crate::launch::{EXIT_ERROR, EXIT_OK};
 use crate::session::{int_property, stats_property, BusEvent, Session};
 use crate::statsline::counter;
@@ -112,6 +113,8 @@ pub struct SpeadBenchOptions {
     pub out: Option<PathBuf>,
     /// Fewer, shorter steps.
     pub quick: bool,
+    /// Each receiver process held to this many cores (cgroup quota); `None` = unlimited.
+    pub cpu_limit: Option<f64>,
 }
 
 impl Default for SpeadBenchOptions {
@@ -125,6 +128,7 @@ impl Default for SpeadBenchOptions {
             python: PathBuf::from(REPO).join(".venv/bin/python3"),
             out: None,
             quick: false,
+            cpu_limit: None,
         }
     }
 }
@@ -203,7 +207,11 @@ impl Step {
 }
 
 /// Starts the child process for `receiver` and waits until it is bound.
-fn spawn_receiver(opts: &SpeadBenchOptions, receiver: Receiver) -> Result<ReceiverProcess, String> {
+fn spawn_receiver(
+    opts: &SpeadBenchOptions,
+    receiver: Receiver,
+    limit: Option<&CpuLimit>,
+) -> Result<ReceiverProcess, String> {
     let timeout = format!("{}", opts.seconds * 3.0 + 30.0);
     let heap = opts.heap_size.to_string();
     let buffer = BUFFER_SIZE.to_string();
@@ -244,7 +252,7 @@ fn spawn_receiver(opts: &SpeadBenchOptions, receiver: Receiver) -> Result<Receiv
             c
         }
     };
-    ReceiverProcess::spawn(cmd, receiver.name()).map_err(|e| {
+    ReceiverProcess::spawn(cmd, receiver.name(), limit).map_err(|e| {
         if receiver == Receiver::Spead2 {
             format!("{e}\n(spead2 receiver: is spead2 4.5.1 installed? {INSTALL})")
         } else {
@@ -287,11 +295,12 @@ fn sender_description(
 
 fn run_step(
     opts: &SpeadBenchOptions,
+    limit: Option<&CpuLimit>,
     receiver: Receiver,
     size: u32,
     rate: u64,
 ) -> Result<Step, StepError> {
-    let rx = spawn_receiver(opts, receiver)?;
+    let rx = spawn_receiver(opts, receiver, limit)?;
     let heaps = ((rate as f64 * opts.seconds) / (f64::from(opts.heap_size) * 8.0))
         .round()
         .max(2.0) as u64;
@@ -386,6 +395,9 @@ pub fn cmd(mut args: Args) -> i32 {
                 opts.quick = true;
                 Ok(())
             }
+            "--cpu-limit" => v(&mut args)
+                .and_then(|x| parse_cores(&x))
+                .map(|x| opts.cpu_limit = Some(x)),
             other => Err(format!("unknown bench spead option '{other}'")),
         };
         if let Err(e) = r {
@@ -417,6 +429,16 @@ pub fn run(opts: &SpeadBenchOptions, receivers_given: bool) -> i32 {
         opts.receivers.retain(|&r| r != Receiver::Chunk);
         notes.push("chunk mode left out: this build has no fhdepay / spead handler".to_string());
     }
+    let limit = match opts.cpu_limit.map(CpuLimit::create).transpose() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    if let Some(l) = &limit {
+        notes.push(format!("CPU budget: {}", l.describe()));
+    }
     let started = Instant::now();
     let mut steps = Vec::new();
     let mut failure = None;
@@ -427,7 +449,7 @@ pub fn run(opts: &SpeadBenchOptions, receivers_given: bool) -> i32 {
             .unwrap_or_else(|| default_rates(size, opts.quick));
         for &rate in &rates {
             for &receiver in &opts.receivers {
-                match run_step(&opts, receiver, size, rate) {
+                match run_step(&opts, limit.as_ref(), receiver, size, rate) {
                     Ok(step) => {
                         eprintln!(
                             "bench: {size} B, {:>10} asked {:.2} Gb/s: offered {:.2} Gb/s = {:.0} heaps/s, received {:.0} heaps/s, loss {:.4} %, incomplete {}, kernel drops {}, {:.2} CPU s/GB",
@@ -554,8 +576,19 @@ pub fn report(
     r
 }
 
+/// One receiver's figures at one packet size.
+struct Figures {
+    /// Highest lossless offered heap rate (and its step), if any step was lossless.
+    best: Option<(f64, f64)>,
+    /// Lossless at the highest rate it was offered: `best` is a lower bound.
+    top_lossless: bool,
+    /// CPU s/GB at the common rate.
+    cpu: Option<f64>,
+}
+
 /// Per packet size and receiver: the highest lossless offered heap rate and the CPU
-/// per GB at the highest asked rate every receiver was lossless at.
+/// per GB at the highest asked rate every receiver was lossless at; then each of our
+/// receivers against spead2 when it ran.
 fn summary(opts: &SpeadBenchOptions, steps: &[Step]) -> String {
     let mut r = String::new();
     let _ = writeln!(
@@ -563,6 +596,7 @@ fn summary(opts: &SpeadBenchOptions, steps: &[Step]) -> String {
         "| packet | receiver | highest lossless heaps/s (Gb/s offered) | CPU s/GB at common rate |"
     );
     let _ = writeln!(r, "|---:|---|---:|---:|");
+    let mut ratios = String::new();
     for &size in &opts.sizes {
         let at: Vec<&Step> = steps.iter().filter(|s| s.size == size).collect();
         if at.is_empty() {
@@ -582,6 +616,7 @@ fn summary(opts: &SpeadBenchOptions, steps: &[Step]) -> String {
             .find(|&&rate| at.iter().filter(|s| s.asked == rate).all(|s| s.lossless()))
             .map(|&rate| (rate, true))
             .or_else(|| rates.first().map(|&rate| (rate, false)));
+        let mut figures = Vec::new();
         for &rx in &opts.receivers {
             let mine: Vec<&&Step> = at.iter().filter(|s| s.receiver == rx).collect();
             if mine.is_empty() {
@@ -604,21 +639,74 @@ fn summary(opts: &SpeadBenchOptions, steps: &[Step]) -> String {
                 ),
                 None => "none".into(),
             };
-            let cpu_text = common
-                .and_then(|(rate, lossless)| {
-                    let s = mine.iter().find(|s| s.asked == rate)?;
-                    Some(format!(
-                        "{:.2} at {} Gb/s{}",
-                        s.cpu_per_gb(),
+            let at_common = common.and_then(|(rate, lossless)| {
+                mine.iter()
+                    .find(|s| s.asked == rate)
+                    .map(|s| (s.cpu_per_gb(), rate, lossless))
+            });
+            let cpu_text = at_common
+                .map(|(cpu, rate, lossless)| {
+                    format!(
+                        "{cpu:.2} at {} Gb/s{}",
                         gbps(rate as f64),
                         if lossless { "" } else { " (lossy)" }
-                    ))
+                    )
                 })
                 .unwrap_or_else(|| "-".into());
             let _ = writeln!(r, "| {size} B | {} | {rate_text} | {cpu_text} |", rx.name());
+            figures.push((
+                rx,
+                Figures {
+                    best: best.map(|b| (b.offered_heaps(), b.offered_bps())),
+                    top_lossless,
+                    cpu: at_common.map(|c| c.0),
+                },
+            ));
+        }
+        let Some((_, base)) = figures.iter().find(|(rx, _)| *rx == Receiver::Spead2) else {
+            continue;
+        };
+        for (rx, f) in figures.iter().filter(|(rx, _)| *rx != Receiver::Spead2) {
+            let _ = writeln!(
+                ratios,
+                "| {size} B | {} / spead2 | {} | {} |",
+                rx.name(),
+                rate_ratio(f, base),
+                match (f.cpu, base.cpu) {
+                    (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
+                    _ => "-".into(),
+                }
+            );
         }
     }
+    if !ratios.is_empty() {
+        let _ = writeln!(
+            r,
+            "\n| packet | against spead2 | highest lossless rate | CPU per GB at common rate |"
+        );
+        let _ = writeln!(r, "|---:|---|---:|---:|");
+        r.push_str(&ratios);
+    }
     r
+}
+
+/// `ours`'s highest lossless rate over `base`'s, with "≥" or "≤" where a receiver was
+/// lossless at the highest rate offered (its own limit was not reached).
+fn rate_ratio(ours: &Figures, base: &Figures) -> String {
+    match (ours.best, base.best) {
+        (Some((a, _)), Some((b, _))) if b > 0.0 => {
+            let bound = match (ours.top_lossless, base.top_lossless) {
+                (true, false) => "≥ ",
+                (false, true) => "≤ ",
+                // Both capped by the sender: the ratio says nothing.
+                (true, true) => return "- (both lossless at every rate)".into(),
+                (false, false) => "",
+            };
+            format!("{bound}{:.2}×", a / b)
+        }
+        (Some(_), None) => "spead2 lost heaps at every rate".into(),
+        _ => "-".into(),
+    }
 }
 
 /// The pipeline of one of our receivers.
@@ -824,6 +912,35 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("| 8972 B | speaddepay | ≥ 477 (4.00) |"), "{t}");
+        // speaddepay kept up at 4 Gb/s where spead2 did not: a lower bound; CPU at the
+        // common rate (1 Gb/s): 0.1 / 0.2.
+        assert!(
+            t.contains("| 8972 B | speaddepay / spead2 | ≥ 4.01× | 0.50× |"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn rate_ratio_bounds() {
+        let f = |best: Option<f64>, top_lossless| Figures {
+            best: best.map(|b| (b, b)),
+            top_lossless,
+            cpu: None,
+        };
+        assert_eq!(
+            rate_ratio(&f(Some(300.0), false), &f(Some(200.0), false)),
+            "1.50×"
+        );
+        assert_eq!(
+            rate_ratio(&f(Some(300.0), true), &f(Some(200.0), false)),
+            "≥ 1.50×"
+        );
+        assert_eq!(
+            rate_ratio(&f(Some(100.0), false), &f(Some(200.0), true)),
+            "≤ 0.50×"
+        );
+        assert!(rate_ratio(&f(Some(1.0), true), &f(Some(1.0), true)).starts_with("- "));
+        assert_eq!(rate_ratio(&f(None, false), &f(Some(1.0), false)), "-");
     }
 
     #[test]

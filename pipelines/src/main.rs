@@ -10,6 +10,7 @@ mod benchproc;
 mod benchrecord;
 mod benchrecv;
 mod benchspead;
+mod cpulimit;
 mod demo;
 mod launch;
 mod pipelinefile;
@@ -36,7 +37,8 @@ USAGE:
     firehose bench udp [--seconds S] [--sizes 8972,1472] [--rates R,R,...] [--out FILE.md] [--quick]
     firehose bench record [--dir DIR] [--size BYTES] [--block-size BYTES] [--repeat N] [--out FILE.md] [--quick]
     firehose bench spead [--seconds S] [--sizes 8972,1472] [--rates R,...] [--heap-size B]
-                         [--receivers spead2,speaddepay,chunk] [--python PY] [--out FILE.md] [--quick]
+                         [--receivers spead2,speaddepay,chunk] [--python PY] [--cpu-limit CORES]
+                         [--out FILE.md] [--quick]
     firehose bench bypass [--seconds S] [--sizes 1472] [--rates R,...] [--pmd af_xdp|af_packet]
                           [--receivers fhudpsrc,fhxdpsrc,fhdpdksrc] [--dpdk-plugin PATH] [--gso] [--out FILE.md] [--quick]
     firehose help | --version
@@ -89,6 +91,10 @@ and receiver CPU per GB as markdown. spead2 comes from .venv (see README).
     --receivers LIST     which receivers (default all; chunk is left out, with a note,
                          when this build has no fhdepay)
     --python PY          Python with spead2 4.5.1 (default <repo>/.venv/bin/python3)
+    --cpu-limit CORES    hold every receiver process to CORES of one CPU (cgroup quota,
+                         10 ms period; needs root), e.g. 0.25: brings the receivers'
+                         own limits below the sender's, so that the highest lossless
+                         rates can be compared on a small machine
     --seconds, --out, --quick   as for bench udp
 
 bench bypass: fhudpsrc, fhxdpsrc (AF_XDP) and fhdpdksrc (DPDK) on the same stream across

@@ -1,6 +1,8 @@
 //! `firehose bench spead --quick`: every receiver runs at every step (spead2's own
 //! receiver included: this fails, never skips, without the venv), the report has the
-//! step table and the summary, and at the lowest rates nothing is lost.
+//! step table and the summary, and at the lowest rates nothing is lost. The run holds
+//! each receiver to one core (`--cpu-limit 1`, as root), so the cgroup path is exercised
+//! without changing what the lowest rates need.
 
 mod common;
 
@@ -12,7 +14,15 @@ use common::{run, temp_path};
 fn quick_spead_bench_produces_a_table() {
     let md = temp_path("benchspead.md");
     let out = run(
-        &["bench", "spead", "--quick", "--out", md.to_str().unwrap()],
+        &[
+            "bench",
+            "spead",
+            "--quick",
+            "--cpu-limit",
+            "1",
+            "--out",
+            md.to_str().unwrap(),
+        ],
         Duration::from_secs(300),
     );
     assert_eq!(
@@ -28,7 +38,15 @@ fn quick_spead_bench_produces_a_table() {
         "stdout and --out differ\n{}",
         out.all()
     );
-    assert!(report.contains("bench spead --quick --out"), "{report}");
+    assert!(
+        report.contains("bench spead --quick --cpu-limit 1 --out"),
+        "{report}"
+    );
+    assert!(
+        report.contains("- note: CPU budget: 1 of one core per receiver process"),
+        "{report}"
+    );
+    assert!(report.contains("| speaddepay / spead2 |"), "{report}");
     // spead2 and speaddepay always; chunk mode whenever this build has fhdepay (it
     // does once the chunk engine is in) — otherwise the report says it was left out.
     let mut receivers = vec!["spead2", "speaddepay"];
@@ -85,6 +103,12 @@ fn spead_bench_usage_errors() {
         Duration::from_secs(30),
     );
     assert_eq!(out.code, Some(2), "{}", out.all());
+    let out = run(
+        &["bench", "spead", "--cpu-limit", "0"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.code, Some(2), "{}", out.all());
+    assert!(out.stderr.contains("number of cores"), "{}", out.all());
     // A Python without spead2 is a clear failure, with the command that fixes it.
     let out = run(
         &[
