@@ -437,7 +437,12 @@ pub fn run(opts: &SpeadBenchOptions, receivers_given: bool) -> i32 {
         }
     };
     if let Some(l) = &limit {
-        notes.push(format!("CPU budget: {}", l.describe()));
+        notes.push(format!(
+            "CPU budget: {}; compare the highest lossless rates. A receiver using its \
+             whole budget shows CPU s/GB ≈ budget ÷ rate, so compare CPU per GB in a run \
+             without --cpu-limit",
+            l.describe()
+        ));
     }
     let started = Instant::now();
     let mut steps = Vec::new();
