@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use crate::benchproc::{command_line, gbps, publish_report, self_command, ReceiverProcess};
 use crate::benchrecv::Kind;
+use crate::cpulimit::CpuLimit;
+use crate::launch::EXIT_ERROR;
 use crate::session::{BusEvent, Session};
 use crate::statsline::throughput;
 use crate::{signals, sys};
@@ -39,6 +41,8 @@ pub struct BenchOptions {
     pub out: Option<PathBuf>,
     /// Fewer, shorter steps (a smoke test).
     pub quick: bool,
+    /// Each receiver process held to this many cores (cgroup quota); `None` = unlimited.
+    pub cpu_limit: Option<f64>,
 }
 
 impl Default for BenchOptions {
@@ -49,6 +53,7 @@ impl Default for BenchOptions {
             rates: None,
             out: None,
             quick: false,
+            cpu_limit: None,
         }
     }
 }
@@ -149,6 +154,8 @@ pub struct Route<'a> {
     pub recv_env: Vec<(String, String)>,
     /// Extra `fhudpsink` properties of the sender (e.g. `gso=false`).
     pub sink_props: &'a str,
+    /// The CPU budget every receiver process is moved into; `None` = unlimited.
+    pub cpu_limit: Option<&'a CpuLimit>,
 }
 
 impl Route<'_> {
@@ -160,6 +167,7 @@ impl Route<'_> {
             recv_args: &|_| Vec::new(),
             recv_env: Vec::new(),
             sink_props: "",
+            cpu_limit: None,
         }
     }
 }
@@ -185,7 +193,7 @@ fn spawn_receiver(
     ]);
     cmd.args((route.recv_args)(kind));
     cmd.envs(route.recv_env.iter().map(|(k, v)| (k, v)));
-    ReceiverProcess::spawn(cmd, kind.name(), None)
+    ReceiverProcess::spawn(cmd, kind.name(), route.cpu_limit)
 }
 
 fn num<T: std::str::FromStr + Default>(kv: &BTreeMap<String, String>, key: &str) -> T {
@@ -320,6 +328,17 @@ pub fn run(opts: &BenchOptions) -> i32 {
     let _ = signals::install();
     let rmem = sys::ensure_sysctl_at_least("net.core.rmem_max", RMEM_MAX);
     eprintln!("bench: {rmem}");
+    let limit = match opts.cpu_limit.map(CpuLimit::create).transpose() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    let route = Route {
+        cpu_limit: limit.as_ref(),
+        ..Route::loopback()
+    };
     let started = Instant::now();
     let mut steps = Vec::new();
     let mut failure = None;
@@ -330,7 +349,7 @@ pub fn run(opts: &BenchOptions) -> i32 {
             .unwrap_or_else(|| default_rates(size, opts.quick));
         for &rate in &rates {
             for kind in [Kind::Udpsrc, Kind::Fhudpsrc] {
-                match run_step(&Route::loopback(), kind, size, rate, opts.seconds) {
+                match run_step(&route, kind, size, rate, opts.seconds) {
                     Ok(step) => {
                         log_step(&step);
                         steps.push(step);
@@ -351,7 +370,15 @@ pub fn run(opts: &BenchOptions) -> i32 {
             }
         }
     }
-    let report = report(opts, &steps, &rmem, started.elapsed(), failure.as_deref());
+    let budget = limit.as_ref().map(CpuLimit::describe);
+    let report = report(
+        opts,
+        &steps,
+        &rmem,
+        budget.as_deref(),
+        started.elapsed(),
+        failure.as_deref(),
+    );
     publish_report(&report, opts.out.as_deref(), failure.as_deref())
 }
 
@@ -360,6 +387,7 @@ pub fn report(
     opts: &BenchOptions,
     steps: &[Step],
     rmem: &str,
+    budget: Option<&str>,
     took: Duration,
     failure: Option<&str>,
 ) -> String {
@@ -393,6 +421,12 @@ pub fn report(
         "- receivers (one child process each, one after the other): `udpsrc buffer-size={BUFFER_SIZE} mtu=max(S,1492) retrieve-sender-address=false ! fakesink` (buffers counted by a pad probe) and `fhudpsrc buffer-size={BUFFER_SIZE} ! fakesink` (its stats; pool memory: {}); {rmem}",
         if memory.is_empty() { "-".to_string() } else { memory.join(", ") }
     );
+    if let Some(b) = budget {
+        let _ = writeln!(
+            r,
+            "- CPU budget: {b}; compare the highest lossless rates (a receiver using its whole budget shows CPU s/GB ≈ budget ÷ rate)"
+        );
+    }
     let _ = writeln!(
         r,
         "- loss = 1 − received/sent (sent = fhudpsink packets-sent); kernel drops = Δ Udp InErrors in /proc/net/snmp (host-wide, includes RcvbufErrors); CPU = receiver getrusage user+sys from its start to the end, per GB (1e9 bytes) received; lossless = loss < {} %\n",

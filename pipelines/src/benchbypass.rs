@@ -294,6 +294,7 @@ pub fn run(o: &Options) -> i32 {
         // A NIC delivers wire-sized frames. With GSO a veth hands the receiver 64 KiB
         // super-packets instead, which af_packet cannot capture and XDP must split.
         sink_props: if o.gso { "gso=true" } else { "gso=false" },
+        cpu_limit: None,
     };
     let mut steps = Vec::new();
     let mut failure = None;

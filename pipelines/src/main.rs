@@ -34,7 +34,8 @@ USAGE:
     firehose launch [OPTIONS] <PIPELINE DESCRIPTION>...
     firehose launch [OPTIONS] -f <FILE.pipeline> [KEY=VALUE]...
     firehose demo [--seconds S] [--rate BITS]
-    firehose bench udp [--seconds S] [--sizes 8972,1472] [--rates R,R,...] [--out FILE.md] [--quick]
+    firehose bench udp [--seconds S] [--sizes 8972,1472] [--rates R,R,...] [--cpu-limit CORES]
+                       [--out FILE.md] [--quick]
     firehose bench record [--dir DIR] [--size BYTES] [--block-size BYTES] [--repeat N] [--out FILE.md] [--quick]
     firehose bench spead [--seconds S] [--sizes 8972,1472] [--rates R,...] [--heap-size B]
                          [--receivers spead2,speaddepay,chunk] [--python PY] [--cpu-limit CORES]
@@ -67,6 +68,10 @@ receiver in its own process; prints a markdown report (raises net.core.rmem_max 
     --rates LIST         offered rates for every size, e.g. 0.5G,1G,2G
                          (default: 1,2,4,8,12,16,20G for sizes >= 4000 B,
                          0.5,1,2,3,4,5,6G otherwise)
+    --cpu-limit CORES    hold each receiver process to CORES of one CPU (cgroup quota,
+                         10 ms period; needs root), e.g. 0.25, so that the receivers' own
+                         limits fall below what the sender reaches and their highest
+                         lossless rates compare
     --out FILE.md        also write the report to FILE.md
     --quick              two rates per size, 1 s steps (about 15 s in all)
 
@@ -91,11 +96,7 @@ and receiver CPU per GB as markdown. spead2 comes from .venv (see README).
     --receivers LIST     which receivers (default all; chunk is left out, with a note,
                          when this build has no fhdepay)
     --python PY          Python with spead2 4.5.1 (default <repo>/.venv/bin/python3)
-    --cpu-limit CORES    hold every receiver process to CORES of one CPU (cgroup quota,
-                         10 ms period; needs root), e.g. 0.25: brings the receivers'
-                         own limits below the sender's, so that the highest lossless
-                         rates can be compared on a small machine
-    --seconds, --out, --quick   as for bench udp
+    --seconds, --out, --quick, --cpu-limit   as for bench udp
 
 bench bypass: fhudpsrc, fhxdpsrc (AF_XDP) and fhdpdksrc (DPDK) on the same stream across
 a veth pair that the benchmark creates (sender in a private network namespace, removed
@@ -281,6 +282,7 @@ fn cmd_bench(mut args: Args) -> i32 {
                 )))
             }
             "--quick" => opts.quick = true,
+            "--cpu-limit" => opts.cpu_limit = Some(value!(args, flag, cpulimit::parse_cores)),
             other => return usage_error(&format!("unknown bench option '{other}'")),
         }
     }

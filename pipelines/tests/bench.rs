@@ -1,5 +1,7 @@
 //! `firehose bench udp --quick`: both receivers run at every step and the report has
-//! the step table, the summary and the ratios.
+//! the step table, the summary and the ratios. The run holds each receiver to one core
+//! (`--cpu-limit 1`, as root) so the cgroup path is exercised; the lowest rates need far
+//! less.
 
 mod common;
 
@@ -11,7 +13,15 @@ use common::{run, temp_path};
 fn quick_bench_produces_a_table() {
     let md = temp_path("bench.md");
     let out = run(
-        &["bench", "udp", "--quick", "--out", md.to_str().unwrap()],
+        &[
+            "bench",
+            "udp",
+            "--quick",
+            "--cpu-limit",
+            "1",
+            "--out",
+            md.to_str().unwrap(),
+        ],
         Duration::from_secs(180),
     );
     assert_eq!(out.code, Some(0), "{}", out.all());
@@ -22,7 +32,14 @@ fn quick_bench_produces_a_table() {
         out.all()
     );
     assert!(report.contains("- command: `"), "{report}");
-    assert!(report.contains("bench udp --quick --out"), "{report}");
+    assert!(
+        report.contains("bench udp --quick --cpu-limit 1 --out"),
+        "{report}"
+    );
+    assert!(
+        report.contains("- CPU budget: 1 of one core per receiver process"),
+        "{report}"
+    );
     for size in ["8972 B", "1472 B"] {
         for receiver in ["udpsrc", "fhudpsrc", "fhudpsrc/udpsrc"] {
             assert!(
@@ -71,4 +88,10 @@ fn bench_usage_errors() {
     );
     assert_eq!(out.code, Some(2), "{}", out.all());
     assert!(out.stderr.contains("65507"), "{}", out.all());
+    let out = run(
+        &["bench", "udp", "--cpu-limit", "lots"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.code, Some(2), "{}", out.all());
+    assert!(out.stderr.contains("number of cores"), "{}", out.all());
 }
