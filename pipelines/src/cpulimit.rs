@@ -62,7 +62,7 @@ impl CpuLimit {
     /// As [`CpuLimit::create`], under `root` (tests use a plain directory).
     fn create_in(root: &Path, cores: f64) -> Result<Self, String> {
         let quota_us = ((cores * PERIOD_US as f64).round() as u64).max(1000);
-        let name = format!("firehose-bench-{}", std::process::id());
+        let name = format!("{PREFIX}{}", std::process::id());
         let fail = |what: &str, path: &Path, e: io::Error| {
             let hint = if e.kind() == io::ErrorKind::PermissionDenied {
                 " (--cpu-limit needs root)"
@@ -99,6 +99,9 @@ impl CpuLimit {
                 root.display()
             ));
         };
+        if let Some(parent) = dir.parent() {
+            remove_stale(parent);
+        }
         match fs::create_dir(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -146,6 +149,30 @@ impl CpuLimit {
             "{} of one core per receiver process ({how}: {} µs per {PERIOD_US} µs)",
             self.cores, self.quota_us
         )
+    }
+}
+
+/// Prefix of the cgroups this module makes; the rest of the name is the owner's pid.
+const PREFIX: &str = "firehose-bench-";
+
+/// Removes cgroups left by benchmark runs that were killed before they could clean up
+/// (their pid is gone). A cgroup that still has processes refuses rmdir and stays.
+fn remove_stale(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(PREFIX))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_dir(e.path());
+        }
     }
 }
 
@@ -233,6 +260,24 @@ mod tests {
             fs::read_to_string(l.dir.join("cpu.cfs_quota_us")).unwrap(),
             "15000"
         );
+        drop(l);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn stale_cgroups_of_dead_runs_are_removed() {
+        let root = scratch("stale");
+        fs::create_dir(root.join("cpu")).unwrap();
+        fs::write(root.join("cpu/cpu.cfs_quota_us"), "-1\n").unwrap();
+        // pid_max is at most 2^22, so this pid cannot be alive.
+        let dead = root.join("cpu/firehose-bench-4294967");
+        let other = root.join("cpu/someone-else-1");
+        fs::create_dir(&dead).unwrap();
+        fs::create_dir(&other).unwrap();
+        let l = CpuLimit::create_in(&root, 0.5).unwrap();
+        assert!(!dead.exists(), "a dead run's cgroup stayed");
+        assert!(other.exists(), "a cgroup that is not ours was removed");
+        assert!(l.dir.exists());
         drop(l);
         fs::remove_dir_all(&root).unwrap();
     }
