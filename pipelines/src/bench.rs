@@ -11,7 +11,9 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::benchproc::{command_line, gbps, publish_report, self_command, ReceiverProcess};
+use crate::benchproc::{
+    command_line, gbps, highest_sustained, publish_report, self_command, ReceiverProcess,
+};
 use crate::benchrecv::Kind;
 use crate::cpulimit::CpuLimit;
 use crate::launch::EXIT_ERROR;
@@ -429,7 +431,7 @@ pub fn report(
     }
     let _ = writeln!(
         r,
-        "- loss = 1 − received/sent (sent = fhudpsink packets-sent); kernel drops = Δ Udp InErrors in /proc/net/snmp (host-wide, includes RcvbufErrors); CPU = receiver getrusage user+sys from its start to the end, per GB (1e9 bytes) received; lossless = loss < {} %\n",
+        "- loss = 1 − received/sent (sent = fhudpsink packets-sent); kernel drops = Δ Udp InErrors in /proc/net/snmp (host-wide, includes RcvbufErrors); CPU = receiver getrusage user+sys from its start to the end, per GB (1e9 bytes) received; lossless = loss < {} %; highest lossless = the highest rate with every lower step lossless too\n",
         LOSSLESS * 100.0
     );
     if let Some(f) = failure {
@@ -503,12 +505,9 @@ pub fn summary(sizes: &[u32], steps: &[Step], kinds: &[Kind], per_core: PerCore)
         if runs.is_empty() {
             continue;
         }
-        // The lossless step with the highest offered rate.
+        // The highest step with every step up to it lossless.
         let best_step = |v: &[&Step]| -> Option<Step> {
-            v.iter()
-                .filter(|s| s.lossless())
-                .max_by(|a, b| a.offered_bps().total_cmp(&b.offered_bps()))
-                .map(|s| (*s).clone())
+            highest_sustained(v.iter().copied(), |s| s.asked, Step::lossless).cloned()
         };
         let best = |v: &[&Step]| best_step(v).map(|s| s.offered_bps());
         let cores = |s: &Step| match per_core {

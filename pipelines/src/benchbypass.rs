@@ -387,7 +387,7 @@ pub fn report(
     );
     let _ = writeln!(
         r,
-        "- loss = 1 − received/sent (sent = fhudpsink packets-sent); CPU = receiver getrusage user+sys, per GB (1e9 bytes) received; receiver cores = receiver CPU seconds / sender seconds, at most 1 (one streaming thread each); busy host cores = the whole machine's busy CPU seconds (/proc/stat: sender, receiver, softirq packet work no process is charged for) / sender seconds; per busy host core = highest lossless offered rate / busy host cores at that step — on a veth much of the receive path runs in softirq on the sender's CPU, so only the whole machine's CPU compares kernel and bypass receivers fairly; lossless = loss < {} %",
+        "- loss = 1 − received/sent (sent = fhudpsink packets-sent); CPU = receiver getrusage user+sys, per GB (1e9 bytes) received; receiver cores = receiver CPU seconds / sender seconds, at most 1 (one streaming thread each); busy host cores = the whole machine's busy CPU seconds (/proc/stat: sender, receiver, softirq packet work no process is charged for) / sender seconds; per busy host core = highest lossless offered rate / busy host cores at that step — on a veth much of the receive path runs in softirq on the sender's CPU, so only the whole machine's CPU compares kernel and bypass receivers fairly; lossless = loss < {} %; highest lossless = the highest rate with every lower step lossless too",
         crate::bench::LOSSLESS * 100.0
     );
     let _ = writeln!(

@@ -107,6 +107,20 @@ impl Drop for ReceiverProcess {
     }
 }
 
+/// The step with the highest asked rate up to which every step was lossless, or `None`
+/// if the lowest already lost. The first loss ends the climb: a lucky lossless step
+/// above a lossy one does not count, because a capture must keep up at every rate
+/// below the one quoted.
+pub fn highest_sustained<'a, T>(
+    steps: impl IntoIterator<Item = &'a T>,
+    asked: impl Fn(&T) -> u64,
+    lossless: impl Fn(&T) -> bool,
+) -> Option<&'a T> {
+    let mut v: Vec<&T> = steps.into_iter().collect();
+    v.sort_by_key(|s| asked(s));
+    v.into_iter().take_while(|s| lossless(s)).last()
+}
+
 /// Prints `report`, writes it to `out` when given, and returns the exit status: an
 /// error when writing failed or the run stopped early (`failure`).
 pub fn publish_report(report: &str, out: Option<&std::path::Path>, failure: Option<&str>) -> i32 {
@@ -171,5 +185,20 @@ mod tests {
         assert_eq!(shell_quote("--sizes=1472,8972"), "--sizes=1472,8972");
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
         assert_eq!(gbps(1.5e9), "1.50");
+    }
+
+    #[test]
+    fn highest_sustained_stops_at_the_first_loss() {
+        // (asked rate, lossless), out of order as a caller may hold them.
+        let steps = [(3, true), (1, true), (2, false), (4, true)];
+        let best = |v: &[(u64, bool)]| highest_sustained(v, |s| s.0, |s| s.1).map(|s| s.0);
+        assert_eq!(
+            best(&steps),
+            Some(1),
+            "a lossless step above a loss must not count"
+        );
+        assert_eq!(best(&[(1, true), (2, true)]), Some(2));
+        assert_eq!(best(&[(1, false), (2, true)]), None);
+        assert_eq!(best(&[]), None);
     }
 }

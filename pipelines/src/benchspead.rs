@@ -31,7 +31,9 @@ use gst::prelude::*;
 
 use crate::args::{parse_list, parse_rate, parse_seconds, parse_size, Args};
 use crate::bench::LOSSLESS;
-use crate::benchproc::{command_line, gbps, publish_report, self_command, ReceiverProcess};
+use crate::benchproc::{
+    command_line, gbps, highest_sustained, publish_report, self_command, ReceiverProcess,
+};
 use crate::cpulimit::{parse_cores, CpuLimit};
 use crate::launch::{EXIT_ERROR, EXIT_OK};
 use crate::session::{int_property, stats_property, BusEvent, Session};
@@ -549,7 +551,7 @@ pub fn report(
     }
     let _ = writeln!(
         r,
-        "- loss = 1 − complete heaps received / data heaps sent; incomplete = heaps the receiver saw but could not complete; kernel drops = Δ Udp InErrors (host-wide); CPU = receiver user+sys per GB (1e9 bytes) of heap payload received; lossless = loss < {} %\n",
+        "- loss = 1 − complete heaps received / data heaps sent; incomplete = heaps the receiver saw but could not complete; kernel drops = Δ Udp InErrors (host-wide); CPU = receiver user+sys per GB (1e9 bytes) of heap payload received; lossless = loss < {} %; highest lossless = the highest rate with every lower step lossless too\n",
         LOSSLESS * 100.0
     );
     if let Some(f) = failure {
@@ -627,10 +629,8 @@ fn summary(opts: &SpeadBenchOptions, steps: &[Step]) -> String {
             if mine.is_empty() {
                 continue;
             }
-            let best = mine
-                .iter()
-                .filter(|s| s.lossless())
-                .max_by(|a, b| a.offered_heaps().total_cmp(&b.offered_heaps()));
+            let best =
+                highest_sustained(mine.iter().copied().copied(), |s| s.asked, Step::lossless);
             let top_lossless = mine
                 .iter()
                 .max_by_key(|s| s.asked)
