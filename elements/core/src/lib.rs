@@ -32,6 +32,7 @@ pub mod props;
 pub mod ring;
 pub mod stats;
 pub mod sync;
+pub mod wake;
 
 #[doc(hidden)]
 pub use gst as __gst;

@@ -7,8 +7,9 @@
 use std::io;
 use std::mem;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 
+use firehose_core::wake::{wait_readable, Waker};
 use firehose_core::{PacketAddr, PacketInfo};
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -89,44 +90,6 @@ pub enum Recv {
     },
     /// [`Waker::wake`] was called while waiting.
     Woken,
-}
-
-/// Wakes a receiver blocked in [`UdpReceiver::recv_batch`] (an eventfd).
-#[derive(Debug)]
-pub struct Waker {
-    fd: OwnedFd,
-}
-
-impl Waker {
-    fn new() -> io::Result<Self> {
-        // SAFETY: eventfd has no memory arguments; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd is a fresh descriptor we own.
-        Ok(Self {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
-    }
-
-    /// Makes the current or next wait return [`Recv::Woken`] until [`Waker::clear`].
-    pub fn wake(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
-        unsafe {
-            libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8);
-        }
-    }
-
-    /// Consumes pending wake-ups.
-    pub fn clear(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: reads 8 bytes into a valid u64 from our non-blocking eventfd.
-        unsafe {
-            libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8);
-        }
-    }
 }
 
 /// A bound UDP socket plus preallocated `recvmmsg` state.
@@ -584,31 +547,10 @@ impl UdpReceiver {
         Ok(Recv::Batch { used, counts })
     }
 
-    /// Waits until the socket is readable (false) or the waker fired (true).
+    /// Waits until the socket is readable (false) or the waker fired (true); a signal
+    /// also returns false, and the caller's next read finds out.
     fn wait_readable(&self) -> io::Result<bool> {
-        let mut fds = [
-            libc::pollfd {
-                fd: self.sock.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: self.waker.fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        loop {
-            // SAFETY: fds is a valid array of two pollfd.
-            let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-            if r >= 0 {
-                return Ok(fds[1].revents & libc::POLLIN != 0);
-            }
-            let err = io::Error::last_os_error();
-            if err.raw_os_error() != Some(libc::EINTR) {
-                return Err(err);
-            }
-        }
+        wait_readable(self.sock.as_raw_fd(), &self.waker, -1)
     }
 
     /// Receive time (ns since the epoch, 0 if absent) and GRO segment size (0 if none)

@@ -18,7 +18,8 @@ use gst_base::subclass::base_src::CreateSuccess;
 use gst_base::subclass::prelude::*;
 
 use super::Output;
-use crate::recv::{Recv, RecvCounts, SocketConfig, UdpReceiver, Waker};
+use crate::recv::{Recv, RecvCounts, SocketConfig, UdpReceiver};
+use firehose_core::wake::Waker;
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(

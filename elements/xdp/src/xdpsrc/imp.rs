@@ -24,8 +24,9 @@ use gst_base::subclass::prelude::*;
 use super::{XdpMode, ZeroCopy};
 use crate::prog::{self, Match};
 use crate::sys::{self, action};
-use crate::xsk::{self, FillRing, Waker, XskSocket};
+use crate::xsk::{self, FillRing, XskSocket};
 use firehose_core::frame::accept::{packet_entry, Rejected, UdpFilter as Filter};
+use firehose_core::wake::{wait_readable, Waker};
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -629,7 +630,7 @@ impl XdpSrc {
                 } else {
                     IDLE_WAIT_MS
                 };
-                match xsk::wait_readable(st.sock.as_raw_fd(), &st.waker, timeout) {
+                match wait_readable(st.sock.as_raw_fd(), &st.waker, timeout) {
                     Ok(true) => return Err(gst::FlowError::Flushing),
                     Ok(false) => continue,
                     Err(e) => {
