@@ -244,9 +244,10 @@ impl Drop for LentBatch {
 /// `gst::Memory` over `region[range]`, without a copy. Packet offsets in the batch meta
 /// are then relative to `range.start`. The slots are released to `ring`, all under one
 /// lock, when the last reference to the memory (or to any memory shared from it) is
-/// dropped; `region` stays mapped until then. Choose `range` to cover the batch's slots
-/// (e.g. from the lowest to the end of the highest) so that the memory's size stays
-/// close to the data it carries.
+/// dropped; `region` stays mapped until then. `range` must hold only the batch's own
+/// slots (a run of adjacent slots, from the lowest to the end of the highest): a slot
+/// inside it that the NIC or kernel still owns would be written while downstream maps
+/// the memory.
 ///
 /// Panics if `range` is not inside `region`.
 pub fn lend_batch(

@@ -653,13 +653,23 @@ impl XdpSrc {
             let mut t = Tally::default();
             let fs = st.frame_size;
             {
-                // One lock per batch: completions, releases of rejected frames and
-                // the refill.
+                // One lock per batch: completions, the release of an all-rejected run
+                // and the refill.
                 let mut ring = lock(&st.ring);
+                // Descriptors consumed; the rest stay in the RX ring for the next call.
+                let mut used = 0;
                 for i in 0..n {
                     let d = st.sock.rx.desc(start.wrapping_add(i));
                     let (addr, len) = (d.addr as usize, d.len as usize);
                     let slot = addr / fs;
+                    // The lent memory covers lo..hi, so it may hold only this batch's
+                    // own frames: a frame that does not continue the run of adjacent
+                    // slots ends the batch (the fill ring's order wraps at the end of
+                    // the UMEM, and frames between two of ours may be the kernel's).
+                    if slots.last().is_some_and(|&l: &u32| l as usize + 1 != slot) {
+                        break;
+                    }
+                    used = i + 1;
                     let frame_start = slot * fs;
                     // A descriptor outside the UMEM or across a frame boundary would
                     // be a kernel bug; count it rather than trust it.
@@ -670,6 +680,12 @@ impl XdpSrc {
                         t.malformed += 1;
                         continue;
                     }
+                    // A completed frame belongs to the run whether its datagram is kept
+                    // or rejected: a rejected one goes back with the batch, so no frame
+                    // inside lo..hi returns to the kernel while the memory is lent.
+                    lo = lo.min(frame_start);
+                    hi = hi.max(frame_start + fs);
+                    slots.push(slot as u32);
                     // SAFETY: addr..addr+len lies inside frame `slot` of the region
                     // (checked above); the slot was just completed, so the kernel no
                     // longer writes it and nobody else reads it until it is lent.
@@ -678,26 +694,26 @@ impl XdpSrc {
                     };
                     match packet_entry(frame, addr, &st.filter, now) {
                         Ok(p) => {
-                            lo = lo.min(frame_start);
-                            hi = hi.max(frame_start + fs);
                             t.packets += 1;
                             t.bytes += u64::from(p.len);
                             packets.push(p);
-                            slots.push(slot as u32);
                         }
-                        Err(r) => {
-                            match r {
-                                // The XDP program redirects UDP only.
-                                Rejected::Malformed | Rejected::NotUdp => t.malformed += 1,
-                                Rejected::Truncated => t.truncated += 1,
-                                Rejected::Filtered => t.filtered += 1,
-                                Rejected::Empty => t.empty += 1,
-                            }
-                            let _ = ring.release(slot as u32);
-                        }
+                        Err(r) => match r {
+                            // The XDP program redirects UDP only.
+                            Rejected::Malformed | Rejected::NotUdp => t.malformed += 1,
+                            Rejected::Truncated => t.truncated += 1,
+                            Rejected::Filtered => t.filtered += 1,
+                            Rejected::Empty => t.empty += 1,
+                        },
                     }
                 }
-                st.sock.rx.release(n);
+                st.sock.rx.release(used);
+                if packets.is_empty() {
+                    // Nothing to lend: the rejected frames go straight back.
+                    for s in slots.drain(..) {
+                        let _ = ring.release(s);
+                    }
+                }
                 refill(&mut ring, &mut st.sock.fill, &mut st.post);
                 let held = ring.counts().held as u64;
                 if held > self.counters.high_water.get() {
