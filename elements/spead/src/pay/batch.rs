@@ -4,7 +4,8 @@
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use firehose_core::{gstmem, PacketBatchMeta, PacketInfo, Slot, SlotPool};
+use firehose_core::batch::batch_buffer;
+use firehose_core::{gstmem, PacketInfo, Slot, SlotPool};
 
 use crate::send::HeapPackets;
 
@@ -44,12 +45,7 @@ impl Pending {
         }
         slot.set_len(used);
         let n = packets.len() as u64;
-        let mut buf = gstmem::slot_into_buffer(slot);
-        {
-            let b = buf.get_mut().expect("a new buffer is writable");
-            b.set_pts(pts);
-            PacketBatchMeta::add(b, packets);
-        }
+        let buf = batch_buffer(gstmem::slot_into_memory(slot), packets, pts);
         Some(Batch {
             buffer: buf,
             packets: n,

@@ -1,14 +1,13 @@
 //! `fhtestsrc` implementation: a `PushSrc` that fills one pool slot per batch.
 
+use firehose_core::batch::batch_buffer;
 use firehose_core::sync::lock;
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use firehose_core::pace::{Interrupt, Pacer};
 use firehose_core::stats::{self, names, Counter, StatsTimer};
-use firehose_core::{
-    caps, gstmem, HugepagePolicy, PacketBatchMeta, PacketInfo, PoolConfig, SlotPool,
-};
+use firehose_core::{caps, gstmem, HugepagePolicy, PacketInfo, PoolConfig, SlotPool};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
@@ -154,9 +153,7 @@ impl FhTestSrc {
             });
         }
         slot.set_len(n * packet_size);
-        let mut buf = gstmem::slot_into_buffer(slot);
-        PacketBatchMeta::add(buf.get_mut().expect("a new buffer is writable"), packets);
-        buf
+        batch_buffer(gstmem::slot_into_memory(slot), packets, None)
     }
 }
 
