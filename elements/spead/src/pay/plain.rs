@@ -217,7 +217,7 @@ mod tests {
         assert_eq!(d(">f4"), Ok((">f4".into(), 4)));
         assert_eq!(d("c8"), Ok(("<c8".into(), 8)));
         assert_eq!(d("|i1"), Ok(("|i1".into(), 1)));
-        for bad in ["", "x4", "u3", "<f1", "c4", "i", "<"] {
+        for bad in ["", "x4", "u3", "<f1", "c4", "i", "<", "µ4", "<é2"] {
             assert!(parse_dtype(bad).is_err(), "{bad}");
         }
     }

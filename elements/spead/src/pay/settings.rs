@@ -327,7 +327,8 @@ pub(super) fn parse_dtype(s: &str) -> Result<Dtype, String> {
         _ => (None, s),
     };
     let kind = rest.chars().next().ok_or_else(bad)?;
-    let size: u64 = rest[1..].parse().map_err(|_| bad())?;
+    // Past the first character, not byte: `µ4` must be an error, not a panic.
+    let size: u64 = rest[kind.len_utf8()..].parse().map_err(|_| bad())?;
     let ok = match kind {
         'u' | 'i' => matches!(size, 1 | 2 | 4 | 8),
         'f' => matches!(size, 2 | 4 | 8),
