@@ -686,16 +686,6 @@ impl Port {
         self.id
     }
 
-    /// The device name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The driver (PMD) name.
-    pub fn driver(&self) -> &str {
-        &self.driver
-    }
-
     /// The bus of the port's device ("vdev", "pci"…).
     pub fn bus(&self) -> &str {
         &self.bus
@@ -704,11 +694,6 @@ impl Port {
     /// The port's MAC address.
     pub fn mac(&self) -> [u8; 6] {
         self.mac
-    }
-
-    /// The device's counters.
-    pub fn stats(&self) -> sys::rte_eth_stats {
-        port_stats(self.id)
     }
 }
 
@@ -739,7 +724,6 @@ impl Drop for Port {
 pub struct Pool {
     mp: *mut sys::rte_mempool,
     span: std::ops::Range<usize>,
-    data_room: u16,
 }
 
 // SAFETY: an rte_mempool is made for use from many threads (the default ring ops are
@@ -843,11 +827,7 @@ impl Pool {
                 ));
             }
         };
-        Ok(Arc::new(Self {
-            mp,
-            span,
-            data_room,
-        }))
+        Ok(Arc::new(Self { mp, span }))
     }
 
     /// The raw pool.
@@ -858,17 +838,6 @@ impl Pool {
     /// The pool's memory, as addresses: every mbuf lies inside.
     pub fn span(&self) -> std::ops::Range<usize> {
         self.span.clone()
-    }
-
-    /// Bytes of data room per mbuf, headroom included.
-    pub fn data_room(&self) -> u16 {
-        self.data_room
-    }
-
-    /// Mbufs currently handed out (to the device or downstream).
-    pub fn in_use(&self) -> u32 {
-        // SAFETY: a live pool.
-        unsafe { sys::rte_mempool_in_use_count(self.mp) }
     }
 }
 
