@@ -373,11 +373,6 @@ impl VerbsDevice {
             Err(rc)
         }
     }
-
-    /// `ibv_wc_status_str` for a failed completion's code.
-    pub fn status_str(&self, status: u32) -> String {
-        self.v.status_str(status)
-    }
 }
 
 impl RxDevice for VerbsDevice {

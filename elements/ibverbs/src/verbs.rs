@@ -47,7 +47,6 @@ type DestroyCq = unsafe extern "C" fn(*mut ibv_cq) -> c_int;
 type CreateQp = unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp;
 type DestroyQp = unsafe extern "C" fn(*mut ibv_qp) -> c_int;
 type ModifyQp = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int;
-type WcStatusStr = unsafe extern "C" fn(u32) -> *const c_char;
 
 /// The resolved entry points of one loaded libibverbs. Each field is the verb of the
 /// same name, with the C signature from `verbs.h` quoted on it.
@@ -80,8 +79,6 @@ pub struct Verbs {
     pub destroy_qp: DestroyQp,
     /// `int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask);`
     pub modify_qp: ModifyQp,
-    /// `const char *ibv_wc_status_str(enum ibv_wc_status status);`
-    pub wc_status_str: WcStatusStr,
 }
 
 /// The last `dlerror()` text, or `fallback`.
@@ -151,7 +148,6 @@ fn load(library: &CStr) -> Result<Verbs, RawOutcome> {
         create_qp: resolve!(c"ibv_create_qp", CreateQp),
         destroy_qp: resolve!(c"ibv_destroy_qp", DestroyQp),
         modify_qp: resolve!(c"ibv_modify_qp", ModifyQp),
-        wc_status_str: resolve!(c"ibv_wc_status_str", WcStatusStr),
     })
 }
 
@@ -247,17 +243,6 @@ impl Verbs {
         // SAFETY: `list` came from ibv_get_device_list and is freed exactly once.
         unsafe { (self.free_device_list)(list) };
         result
-    }
-
-    /// `ibv_wc_status_str(status)`, copied.
-    pub fn status_str(&self, status: u32) -> String {
-        // SAFETY: ibv_wc_status_str accepts any value and returns a static string.
-        let p = unsafe { (self.wc_status_str)(status) };
-        if p.is_null() {
-            return format!("status {status}");
-        }
-        // SAFETY: non-NULL: a static NUL-terminated string.
-        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
     }
 }
 
