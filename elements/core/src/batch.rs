@@ -124,6 +124,14 @@ pub fn batch_buffer(
     buffer
 }
 
+/// Nanoseconds since the Unix epoch now (0 if the clock is before it): the wall-clock
+/// receive time sources stamp on a batch's packets, and recorders on what they write.
+pub fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
 /// Calls `f` with each datagram's bytes of a batch buffer (one map for the batch).
 /// Returns the number of datagrams, or `None` if the buffer has no batch meta.
 pub fn for_each_packet(

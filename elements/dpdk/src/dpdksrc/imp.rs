@@ -161,13 +161,6 @@ pub struct DpdkSrc {
     counters: Counters,
 }
 
-fn realtime_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-}
-
 /// What to do with one received frame.
 enum Verdict {
     /// Deliver: payload address, length, sender.
@@ -254,7 +247,7 @@ impl DpdkSrc {
                 }
                 continue;
             }
-            let rx_time_ns = realtime_ns();
+            let rx_time_ns = firehose_core::batch::unix_ns();
             st.rejected.clear();
             st.addrs.clear();
             let mut packets = Vec::with_capacity(n);

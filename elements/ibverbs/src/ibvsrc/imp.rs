@@ -6,7 +6,7 @@ use firehose_core::sync::lock;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use firehose_core::caps as fcaps;
 use firehose_core::props::Hugepages;
@@ -450,10 +450,7 @@ impl PushSrcImpl for IbvSrc {
             }
             let step = state.engine.fill().and_then(|_| {
                 // One clock read per poll, stamped on every packet of its batch.
-                let now = SystemTime::now()
-                    .duration_since(SystemTime::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64);
-                state.engine.step(now)
+                state.engine.step(firehose_core::batch::unix_ns())
             });
             match step {
                 Ok(Step::Batch(batch)) => {

@@ -48,12 +48,7 @@ pub struct Encoder {
     pub first_ts: Option<u64>,
 }
 
-/// Nanoseconds since the Unix epoch now.
-pub fn unix_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
+pub use firehose_core::batch::unix_ns;
 
 impl Encoder {
     /// An encoder for `format`, frames addressed to `dst`.

@@ -3,7 +3,7 @@
 use firehose_core::batch::batch_buffer;
 use firehose_core::sync::lock;
 use std::sync::{LazyLock, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use firehose_core::pace::{Interrupt, Pacer};
 use firehose_core::stats::{self, names, Counter, StatsTimer};
@@ -104,12 +104,6 @@ pub struct FhTestSrc {
     counters: Counters,
 }
 
-fn unix_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
 impl FhTestSrc {
     fn stats(&self) -> gst::Structure {
         let c = &self.counters;
@@ -140,7 +134,7 @@ impl FhTestSrc {
         n: usize,
         packet_size: usize,
     ) -> gst::Buffer {
-        let rx_time_ns = unix_ns();
+        let rx_time_ns = firehose_core::batch::unix_ns();
         let mut packets = Vec::with_capacity(n);
         let full = slot.as_mut_full();
         for (i, pkt) in full.chunks_exact_mut(packet_size).take(n).enumerate() {

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use firehose_core::batch::batch_buffer;
 use firehose_core::props::Hugepages;
@@ -644,9 +644,7 @@ impl XdpSrc {
                     }
                 }
             }
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64);
+            let now = firehose_core::batch::unix_ns();
             let mut packets = Vec::with_capacity(n as usize);
             let mut slots = Vec::with_capacity(n as usize);
             let (mut lo, mut hi) = (usize::MAX, 0usize);
