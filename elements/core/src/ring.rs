@@ -169,6 +169,19 @@ impl ReceiveRing {
         Ok(())
     }
 
+    /// Takes back every slot the device holds, once it can no longer write them (its
+    /// queue pair or socket is gone): they become free, at the front, lowest first, as
+    /// [`ReceiveRing::unpost`] leaves them. No allocation: it runs at stop and drop.
+    pub fn reclaim_posted(&mut self) {
+        for s in (0..self.owner.len()).rev() {
+            if self.owner[s] == SlotOwner::Nic {
+                self.owner[s] = SlotOwner::Free;
+                self.free.push_front(s as u32);
+            }
+        }
+        self.posted = 0;
+    }
+
     /// A completion for `slot` (its `wr_id`): the NIC is done with it and it is now
     /// held downstream until released.
     pub fn complete(&mut self, slot: u32) -> Result<(), RingError> {
@@ -362,6 +375,29 @@ mod tests {
         let mut again = vec![];
         r.take_for_post(&mut again);
         assert_eq!(again, vec![2, 3], "failed posts are retried first");
+    }
+
+    #[test]
+    fn reclaim_takes_back_only_what_the_device_holds() {
+        let mut r = ReceiveRing::new(6, 64, 2);
+        let mut out = vec![];
+        r.take_for_post(&mut out);
+        r.take_for_post(&mut out);
+        r.complete(out[1]).unwrap(); // held downstream: stays held
+        r.reclaim_posted();
+        assert_eq!(r.counts().posted, 0);
+        assert_eq!(r.owner(out[1]), Some(SlotOwner::Downstream));
+        for &s in out.iter().filter(|&&s| s != out[1]) {
+            assert_eq!(r.owner(s), Some(SlotOwner::Free), "slot {s}");
+        }
+        check(&r);
+        let mut again = vec![];
+        r.take_for_post(&mut again);
+        assert_eq!(
+            again,
+            vec![0, 2],
+            "reclaimed slots come first, lowest first"
+        );
     }
 
     #[test]

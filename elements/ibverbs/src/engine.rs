@@ -29,7 +29,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use firehose_core::batch::batch_buffer;
-use firehose_core::ring::{lend_batch, ReceiveRing, RingError, SharedRing, SlotOwner};
+use firehose_core::ring::{lend_batch, ReceiveRing, RingError, SharedRing};
 use firehose_core::stats::Counter;
 use firehose_core::sync::lock;
 use firehose_core::{MemoryRegion, PacketInfo};
@@ -455,11 +455,6 @@ impl<D: RxDevice> Drop for RxEngine<D> {
         // the slots the ring still marks posted (including completions polled but not
         // handled) can be reclaimed.
         drop(self.dev.take());
-        let mut ring = lock(&self.ring);
-        let posted: Vec<u32> = (0..ring.len() as u32)
-            .filter(|&s| ring.owner(s) == Some(SlotOwner::Nic))
-            .collect();
-        let r = ring.unpost(&posted);
-        debug_assert!(r.is_ok(), "reclaiming posted slots failed: {r:?}");
+        lock(&self.ring).reclaim_posted();
     }
 }

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use firehose_core::batch::batch_buffer;
 use firehose_core::props::Hugepages;
-use firehose_core::ring::{lend_batch, ReceiveRing, SharedRing, SlotOwner};
+use firehose_core::ring::{lend_batch, ReceiveRing, SharedRing};
 use firehose_core::stats::{self, names, Counter, StatsTimer};
 use firehose_core::sync::lock;
 use firehose_core::{caps as fcaps, MemoryRegion, PacketInfo};
@@ -970,11 +970,7 @@ impl BaseSrcImpl for XdpSrc {
             // The frames the kernel held (fill ring, RX ring) are ours again now that
             // the socket is closed; frames still lent downstream come back when their
             // buffers go.
-            let mut r = lock(&ring);
-            let posted: Vec<u32> = (0..r.len() as u32)
-                .filter(|&i| r.owner(i) == Some(SlotOwner::Nic))
-                .collect();
-            let _ = r.unpost(&posted);
+            lock(&ring).reclaim_posted();
         }
         *lock(&self.waker) = None;
         Ok(())
