@@ -117,6 +117,8 @@ pub struct SpeadBenchOptions {
     pub quick: bool,
     /// Each receiver process held to this many cores (cgroup quota); `None` = unlimited.
     pub cpu_limit: Option<f64>,
+    /// `fhudpsrc coalesce-us` for our receivers; `None` = the element's default.
+    pub coalesce_us: Option<u32>,
 }
 
 impl Default for SpeadBenchOptions {
@@ -131,6 +133,7 @@ impl Default for SpeadBenchOptions {
             out: None,
             quick: false,
             cpu_limit: None,
+            coalesce_us: None,
         }
     }
 }
@@ -217,6 +220,7 @@ fn spawn_receiver(
     let timeout = format!("{}", opts.seconds * 3.0 + 30.0);
     let heap = opts.heap_size.to_string();
     let buffer = BUFFER_SIZE.to_string();
+    let coalesce = opts.coalesce_us.map(|n| n.to_string());
     let cmd = match receiver {
         Receiver::Spead2 => {
             let script = PathBuf::from(REPO).join("tests/spead2/bench_recv.py");
@@ -251,6 +255,9 @@ fn spawn_receiver(
                 "--timeout",
                 &timeout,
             ]);
+            if let Some(n) = &coalesce {
+                c.args(["--coalesce-us", n]);
+            }
             c
         }
     };
@@ -400,6 +407,9 @@ pub fn cmd(mut args: Args) -> i32 {
             "--cpu-limit" => v(&mut args)
                 .and_then(|x| parse_cores(&x))
                 .map(|x| opts.cpu_limit = Some(x)),
+            "--coalesce-us" => v(&mut args)
+                .and_then(|x| parse_coalesce(&x))
+                .map(|n| opts.coalesce_us = Some(n)),
             other => Err(format!("unknown bench spead option '{other}'")),
         };
         if let Err(e) = r {
@@ -499,8 +509,16 @@ pub fn run(opts: &SpeadBenchOptions, receivers_given: bool) -> i32 {
     publish_report(&report, opts.out.as_deref(), failure.as_deref())
 }
 
+/// Parses `--coalesce-us` (the `fhudpsrc` property's range).
+fn parse_coalesce(x: &str) -> Result<u32, String> {
+    x.parse::<u32>()
+        .ok()
+        .filter(|&n| n <= 100_000)
+        .ok_or_else(|| format!("--coalesce-us '{x}' must be 0 to 100000 microseconds"))
+}
+
 /// The receivers' descriptions, for the report.
-fn receiver_text(r: Receiver, heap_size: u32) -> String {
+fn receiver_text(r: Receiver, heap_size: u32, coalesce_us: Option<u32>) -> String {
     match r {
         Receiver::Spead2 => format!(
             "spead2: `tests/spead2/bench_recv.py` (spead2 4.5.1 recv.Stream, 1 thread, \
@@ -509,7 +527,7 @@ fn receiver_text(r: Receiver, heap_size: u32) -> String {
         _ => format!(
             "{}: `{}`",
             r.name(),
-            recv_description(r, heap_size, BUFFER_SIZE)
+            recv_description(r, heap_size, BUFFER_SIZE, coalesce_us)
         ),
     }
 }
@@ -544,7 +562,11 @@ pub fn report(
         "- receivers (one child process each, one after the other, socket buffer {BUFFER_SIZE} bytes; {rmem}):"
     );
     for &rx in &opts.receivers {
-        let _ = writeln!(r, "  - {}", receiver_text(rx, opts.heap_size));
+        let _ = writeln!(
+            r,
+            "  - {}",
+            receiver_text(rx, opts.heap_size, opts.coalesce_us)
+        );
     }
     for n in notes {
         let _ = writeln!(r, "- note: {n}");
@@ -714,9 +736,18 @@ fn rate_ratio(ours: &Figures, base: &Figures) -> String {
     }
 }
 
-/// The pipeline of one of our receivers.
-pub fn recv_description(kind: Receiver, heap_size: u32, buffer_size: u64) -> String {
-    let src = format!("fhudpsrc name=src address=127.0.0.1 port=0 buffer-size={buffer_size}");
+/// The pipeline of one of our receivers (`coalesce_us`: `fhudpsrc coalesce-us`, if not
+/// the default).
+pub fn recv_description(
+    kind: Receiver,
+    heap_size: u32,
+    buffer_size: u64,
+    coalesce_us: Option<u32>,
+) -> String {
+    let mut src = format!("fhudpsrc name=src address=127.0.0.1 port=0 buffer-size={buffer_size}");
+    if let Some(n) = coalesce_us {
+        src.push_str(&format!(" coalesce-us={n}"));
+    }
     let sink = "fakesink name=sink sync=false async=false enable-last-sample=false";
     match kind {
         Receiver::Chunk => format!(
@@ -736,6 +767,7 @@ pub fn cmd_recv(mut args: Args) -> i32 {
     let mut kind = None;
     let mut heap_size = DEFAULT_HEAP_SIZE;
     let mut buffer_size = BUFFER_SIZE;
+    let mut coalesce_us = None;
     let mut timeout = Duration::from_secs(60);
     while let Some(flag) = args.next_flag() {
         let v = args.value(&flag);
@@ -760,6 +792,9 @@ pub fn cmd_recv(mut args: Args) -> i32 {
             "--timeout" => v
                 .and_then(|x| parse_seconds(&x))
                 .map(|s| timeout = Duration::from_secs_f64(s)),
+            "--coalesce-us" => v
+                .and_then(|x| parse_coalesce(&x))
+                .map(|n| coalesce_us = Some(n)),
             other => Err(format!("unknown bench-spead-recv option '{other}'")),
         };
         if let Err(e) = r {
@@ -771,7 +806,7 @@ pub fn cmd_recv(mut args: Args) -> i32 {
     };
     // The parent decides when we stop; a terminal Ctrl-C reaches us too, so ignore it.
     let _ = signals::ignore_interrupt();
-    match recv(kind, heap_size, buffer_size, timeout) {
+    match recv(kind, heap_size, buffer_size, coalesce_us, timeout) {
         Ok(()) => EXIT_OK,
         Err(e) => {
             println!("error {}", e.replace('\n', " | "));
@@ -780,8 +815,15 @@ pub fn cmd_recv(mut args: Args) -> i32 {
     }
 }
 
-fn recv(kind: Receiver, heap_size: u32, buffer_size: u64, timeout: Duration) -> Result<(), String> {
-    let mut session = Session::from_description(&recv_description(kind, heap_size, buffer_size))?;
+fn recv(
+    kind: Receiver,
+    heap_size: u32,
+    buffer_size: u64,
+    coalesce_us: Option<u32>,
+    timeout: Duration,
+) -> Result<(), String> {
+    let mut session =
+        Session::from_description(&recv_description(kind, heap_size, buffer_size, coalesce_us))?;
     let src = session.element("src").expect("named in the description");
     let depay = session.element("depay").expect("named in the description");
     // speaddepay counts every heap, the descriptor heap too: count the data heaps (the
@@ -950,9 +992,19 @@ mod tests {
 
     #[test]
     fn descriptions() {
-        let d = recv_description(Receiver::Chunk, 1 << 20, 1 << 25);
+        let d = recv_description(Receiver::Chunk, 1 << 20, 1 << 25, None);
         assert!(d.contains("fhdepay name=depay handler=spead"), "{d}");
         assert!(d.contains("slot-size=1048576"), "{d}");
+        assert!(!d.contains("coalesce-us"), "{d}");
+        let d = recv_description(Receiver::Speaddepay, 1 << 20, 1 << 25, Some(0));
+        assert!(
+            d.contains("fhudpsrc name=src") && d.contains(" coalesce-us=0 "),
+            "{d}"
+        );
+        assert_eq!(parse_coalesce("250"), Ok(250));
+        assert!(parse_coalesce("100001")
+            .unwrap_err()
+            .contains("0 to 100000"));
         let s = sender_description(&SpeadBenchOptions::default(), 1472, 1_000_000_000, 10, 9);
         assert!(
             s.contains("packet-size=1472") && s.contains("port=9"),
