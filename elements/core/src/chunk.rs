@@ -24,6 +24,14 @@
 //! Chunks get their pool slot when their first message is placed (so a wholly lost
 //! chunk is never emitted: its id is missing downstream) and are emitted as
 //! [`FinishedChunk`]s, which become `gst::Buffer`s with a [`ChunkMeta`] without a copy.
+//! A chunk is emitted as soon as the message of every one of its slots has ended
+//! (complete, or ended early), since nothing more can be written to it, and every older
+//! chunk in the window has been emitted (chunks leave in id order, and one that
+//! arrives late within the window is still placed); otherwise when it leaves the
+//! window. Emitting early only saves latency (a
+//! complete chunk no longer waits for `max_chunks` newer ones).
+//! An emitted chunk stays in the window, so late packets of its messages still count
+//! as `duplicated` or `too-old`.
 //!
 //! Nothing on the per-packet path allocates or locks: the table, the slot states and the
 //! presence bits are allocated once; the pool lock is taken once per chunk. Every packet
@@ -75,11 +83,18 @@ const EMPTY_SLOT: SlotState = SlotState {
 /// A chunk in the window.
 struct OpenChunk {
     id: u64,
-    /// `None` when the pool had no free slot: its packets count as `drops-pool`.
+    /// `None` when the pool had no free slot (its packets count as `drops-pool`) or
+    /// when the chunk was emitted early (`emitted`).
     slot: Option<Slot>,
     opened_at: Option<u64>,
     packets: u64,
     bytes: u64,
+    /// Slots whose message has ended: at `slots_per_chunk` nothing more can be
+    /// written, so the chunk is emitted without waiting to leave the window.
+    ended: usize,
+    /// Emitted already; stays in the window so that late packets of its messages are
+    /// still told apart (duplicates, too old) until it leaves.
+    emitted: bool,
 }
 
 /// Why a placement did not give a slot.
@@ -226,7 +241,7 @@ impl ChunkAssembler {
                 }
             },
         };
-        self.write(pos, packet, &facts);
+        self.write(pos, packet, &facts, out);
         Flow::Continue
     }
 
@@ -336,6 +351,7 @@ impl ChunkAssembler {
             if let Some((Route::Slot(p), s)) = self.table.get(key) {
                 if s == stamp {
                     self.end_message(p as usize, false);
+                    self.emit_ready(out);
                 }
             }
         }
@@ -368,7 +384,9 @@ impl ChunkAssembler {
                 }
                 if let Some(open) = &self.window[w] {
                     debug_assert_eq!(open.id, chunk_id, "window ids are consecutive");
-                    return if open.slot.is_some() {
+                    // An emitted chunk's slots have all ended: `place` tells a late
+                    // packet's message apart by its slot state.
+                    return if open.slot.is_some() || open.emitted {
                         Ok(w)
                     } else {
                         Err(DropReason::Pool)
@@ -383,6 +401,8 @@ impl ChunkAssembler {
                     self.retire(id, Some(&mut *out));
                 }
                 self.head = Some(chunk_id);
+                // Complete chunks that waited for an older one that just left.
+                self.emit_ready(out);
             }
             None => self.head = Some(chunk_id),
         }
@@ -403,6 +423,8 @@ impl ChunkAssembler {
             opened_at: self.clock,
             packets: 0,
             bytes: 0,
+            ended: 0,
+            emitted: false,
         });
         if ok {
             Ok(w)
@@ -412,42 +434,73 @@ impl ChunkAssembler {
     }
 
     /// Takes chunk `id` out of the window (if open): ends its open messages, then emits
-    /// it into `out` (or drops it with `None`).
+    /// it into `out` (or drops it with `None`) unless it was emitted already.
     fn retire(&mut self, id: u64, out: Option<&mut Vec<FinishedChunk>>) {
         let w = (id % self.cfg.max_chunks as u64) as usize;
         if self.window[w].as_ref().is_none_or(|c| c.id != id) {
             return;
         }
         let spc = self.cfg.slots_per_chunk;
-        let mut present = vec![0u64; spc.div_ceil(64)];
-        let mut slots_present = 0;
-        for i in 0..spc {
-            let pos = w * spc + i;
+        for pos in w * spc..(w + 1) * spc {
             if self.states[pos].status == SlotStatus::Open {
                 self.end_message(pos, false);
             }
-            if let SlotStatus::Ended { present: true, .. } = self.states[pos].status {
+        }
+        if let Some(out) = out {
+            out.extend(self.finish(w));
+        }
+        self.states[w * spc..(w + 1) * spc].fill(EMPTY_SLOT);
+        self.packet_bits[w * self.words_per_chunk..(w + 1) * self.words_per_chunk].fill(0);
+        self.window[w] = None;
+    }
+
+    /// Emits, oldest first, the chunks at the old end of the window whose slots have all
+    /// ended; stops at the first chunk that may still get data, opened or not, so that
+    /// chunks leave in id order and a chunk arriving late within the window is still
+    /// placed.
+    fn emit_ready(&mut self, out: &mut Vec<FinishedChunk>) {
+        let Some(head) = self.head else {
+            return;
+        };
+        let max = self.cfg.max_chunks as u64;
+        for id in head.saturating_sub(max - 1)..=head {
+            let w = (id % max) as usize;
+            match &self.window[w] {
+                Some(c) if c.emitted => {}
+                Some(c) if c.slot.is_some() && c.ended == self.cfg.slots_per_chunk => {
+                    out.extend(self.finish(w));
+                }
+                _ => return,
+            }
+        }
+    }
+
+    /// The chunk at window entry `w` as a [`FinishedChunk`], its memory taken from the
+    /// window; `None` if it has no memory (pool) or was emitted already.
+    fn finish(&mut self, w: usize) -> Option<FinishedChunk> {
+        let open = self.window[w].as_mut()?;
+        let mut slot = open.slot.take()?;
+        open.emitted = true;
+        let spc = self.cfg.slots_per_chunk;
+        let mut present = vec![0u64; spc.div_ceil(64)];
+        let mut slots_present = 0;
+        for i in 0..spc {
+            if let SlotStatus::Ended { present: true, .. } = self.states[w * spc + i].status {
                 present[i / 64] |= 1 << (i % 64);
                 slots_present += 1;
             }
-            self.states[pos] = EMPTY_SLOT;
         }
-        let bits = &mut self.packet_bits[w * self.words_per_chunk..(w + 1) * self.words_per_chunk];
-        let packet_present = bits.to_vec();
-        bits.fill(0);
-        let open = self.window[w].take().expect("checked above");
-        let (Some(mut slot), Some(out)) = (open.slot, out) else {
-            return;
-        };
+        let packet_present =
+            self.packet_bits[w * self.words_per_chunk..(w + 1) * self.words_per_chunk].to_vec();
         slot.set_len(self.cfg.chunk_bytes());
         self.stats.chunks += 1;
         if slots_present < spc {
             self.stats.chunks_incomplete += 1;
         }
-        out.push(FinishedChunk {
+        Some(FinishedChunk {
             slot,
             info: ChunkInfo {
-                chunk_id: id,
+                chunk_id: open.id,
                 slots: spc,
                 slot_size: self.cfg.slot_size,
                 present,
@@ -458,11 +511,17 @@ impl ChunkAssembler {
                 bytes: open.bytes,
             },
             opened_at: open.opened_at,
-        });
+        })
     }
 
     /// Writes one packet of the open message at `pos`.
-    fn write(&mut self, pos: usize, packet: &[u8], facts: &PacketFacts) {
+    fn write(
+        &mut self,
+        pos: usize,
+        packet: &[u8],
+        facts: &PacketFacts,
+        out: &mut Vec<FinishedChunk>,
+    ) {
         let spc = self.cfg.slots_per_chunk;
         let (w, index) = (pos / spc, pos % spc);
         let st = &mut self.states[pos];
@@ -512,6 +571,7 @@ impl ChunkAssembler {
         }
         if st.len.is_some_and(|l| st.bytes >= l) {
             self.end_message(pos, true);
+            self.emit_ready(out);
         }
     }
 
@@ -529,6 +589,9 @@ impl ChunkAssembler {
             complete,
         });
         self.states[pos].status = SlotStatus::Ended { present, complete };
+        if let Some(c) = self.window[pos / spc].as_mut() {
+            c.ended += 1;
+        }
         self.table.remove(st.message_id);
         if complete {
             self.stats.heaps += 1;

@@ -123,16 +123,17 @@ fn injected_loss_shows_exactly_in_the_presence_bitmap() {
 }
 
 #[test]
-fn chunks_leave_when_the_window_moves_on() {
+fn complete_chunks_leave_at_once_others_when_the_window_moves_on() {
     let mut h = depay(&[("max-chunks", &2u32)]);
     h.push(batch(&(0..16).collect::<Vec<_>>())).unwrap();
-    assert!(drain(&mut h).is_empty(), "chunks 0 and 1 fit the window");
-    h.push(batch(&[16])).unwrap();
     let out = drain(&mut h);
-    assert_eq!(ids(&out), [0]);
-    assert!(out[0].1.is_complete());
-    h.push(batch(&[40])).unwrap(); // chunk 5: chunks 1 and 2 leave, oldest first
-    assert_eq!(ids(&drain(&mut h)), [1, 2]);
+    assert_eq!(ids(&out), [0, 1], "complete: no need to wait");
+    assert!(out[0].1.is_complete() && out[1].1.is_complete());
+    drop(out); // back to the pool of 4 chunks
+    h.push(batch(&[16, 24])).unwrap();
+    assert!(drain(&mut h).is_empty(), "chunks 2 and 3 fit the window");
+    h.push(batch(&[40])).unwrap(); // chunk 5: chunks 2 and 3 leave, oldest first
+    assert_eq!(ids(&drain(&mut h)), [2, 3]);
     eos(&mut h);
     assert_eq!(ids(&drain(&mut h)), [5]);
 }

@@ -105,15 +105,17 @@ fn slot_bytes(c: &FinishedChunk, index: usize) -> &[u8] {
 fn messages_land_in_their_slots_and_chunks_leave_in_order() {
     let mut e = engine(2);
     let mut out = Vec::new();
-    for id in 0..8 {
+    // Message 3 before 2: chunk 0 is emitted when its last slot ends, not before.
+    for id in [0, 1, 3] {
         e.push(&whole(id), &mut out);
     }
-    assert!(
-        out.is_empty(),
-        "chunks 0 and 1 are both in a 2-chunk window"
-    );
+    assert!(out.is_empty(), "slot 2 of chunk 0 is still empty");
+    for id in 2..8 {
+        e.push(&whole(id), &mut out);
+    }
+    assert_eq!(ids(&out), [0, 1], "complete chunks leave at once");
     e.push(&whole(8), &mut out);
-    assert_eq!(ids(&out), [0], "chunk 2 pushes chunk 0 out");
+    assert_eq!(ids(&out), [0, 1], "chunk 2 waits for its other slots");
     e.flush(&mut out);
     assert_eq!(ids(&out), [0, 1, 2]);
     for (c, chunk) in out.iter().enumerate() {
@@ -134,6 +136,85 @@ fn messages_land_in_their_slots_and_chunks_leave_in_order() {
         (9, 9, 3, 1)
     );
     assert_eq!(s.bytes, 9 * SLOT as u64);
+}
+
+#[test]
+fn an_emitted_chunk_still_tells_late_packets_apart() {
+    let mut e = engine(2);
+    let mut out = Vec::new();
+    for id in 0..4 {
+        e.push(&whole(id), &mut out);
+    }
+    assert_eq!(ids(&out), [0]);
+    // Message 2 again: a duplicate, not a new chunk 0 nor a message in a fresh slot.
+    e.push(&whole(2), &mut out);
+    // Chunk 1 with message 4 still open (its second half lost): not emitted until
+    // it leaves the window (here: the flush).
+    e.push(&pkt(4, SLOT as u16, 0, &[4; SLOT / 2]), &mut out);
+    for id in 5..8 {
+        e.push(&whole(id), &mut out);
+    }
+    assert_eq!(ids(&out), [0], "message 4 is still open");
+    let s = e.stats();
+    assert_eq!((s.duplicated, s.chunks), (1, 1));
+    e.flush(&mut out);
+    assert_eq!(ids(&out), [0, 1]);
+    assert_eq!(missing(&out[1]), [0]);
+    // Nothing was emitted twice, and every pool slot came back.
+    drop(out);
+    assert_eq!(e.pool().stats().in_use, 0);
+}
+
+#[test]
+fn a_chunk_leaves_at_once_when_its_last_open_message_is_ended_early() {
+    let mut e = engine(4);
+    let mut out = Vec::new();
+    let half = |id: u64| pkt(id, SLOT as u16, 0, &[id as u8; SLOT / 2]);
+    e.push(&half(0), &mut out);
+    for id in 1..4 {
+        e.push(&whole(id), &mut out);
+    }
+    // Messages 4..7 (chunk 1) are in flight beside message 0: 8 = max-messages.
+    for id in 4..8 {
+        e.push(&half(id), &mut out);
+    }
+    assert!(out.is_empty());
+    // One more ends message 0 incomplete: chunk 0 has nothing open left.
+    e.push(&half(8), &mut out);
+    assert_eq!(ids(&out), [0]);
+    assert_eq!(missing(&out[0]), [0]);
+    // Its second half now is too old, not a new message.
+    e.push(&pkt(0, SLOT as u16, 8, &[0; SLOT / 2]), &mut out);
+    assert_eq!(e.stats().too_old, 1);
+    assert_eq!(ids(&out), [0]);
+}
+
+#[test]
+fn complete_chunks_leave_in_id_order() {
+    let mut e = engine(4);
+    let mut out = Vec::new();
+    // Chunk 0 lacks message 3; chunk 1 is complete but must not overtake it.
+    for id in [0, 1, 2, 4, 5, 6, 7] {
+        e.push(&whole(id), &mut out);
+    }
+    assert!(out.is_empty());
+    e.push(&whole(3), &mut out);
+    assert_eq!(
+        ids(&out),
+        [0, 1],
+        "chunk 1 follows as soon as chunk 0 is done"
+    );
+    // Chunk 3 completes before chunk 2 has anything: it waits, and chunk 2 is still
+    // placed when it comes late.
+    for id in 12..16 {
+        e.push(&whole(id), &mut out);
+    }
+    assert_eq!(ids(&out), [0, 1]);
+    for id in 8..12 {
+        e.push(&whole(id), &mut out);
+    }
+    assert_eq!(ids(&out), [0, 1, 2, 3]);
+    assert_eq!(e.stats().too_old, 0);
 }
 
 #[test]
