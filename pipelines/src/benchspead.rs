@@ -48,8 +48,8 @@ const RMEM_MAX: u64 = 64 << 20;
 const DRAIN: Duration = Duration::from_millis(300);
 /// Default heap payload: 1 MiB, the size spead2's benchmarks and MeerKAT use.
 pub const DEFAULT_HEAP_SIZE: u32 = 1 << 20;
-/// Heaps per chunk in chunk mode.
-const SLOTS_PER_CHUNK: u32 = 8;
+/// Default heaps per chunk in chunk mode: 8 MiB chunks of 1 MiB heaps.
+pub const DEFAULT_HEAPS_PER_CHUNK: u32 = 8;
 /// Where the repository (tests/spead2, .venv) was when this binary was built.
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 /// How to make the venv the spead2 receiver needs.
@@ -119,6 +119,8 @@ pub struct SpeadBenchOptions {
     pub cpu_limit: Option<f64>,
     /// `fhudpsrc coalesce-us` for our receivers; `None` = the element's default.
     pub coalesce_us: Option<u32>,
+    /// Heaps per chunk in chunk mode.
+    pub heaps_per_chunk: u32,
 }
 
 impl Default for SpeadBenchOptions {
@@ -134,6 +136,7 @@ impl Default for SpeadBenchOptions {
             quick: false,
             cpu_limit: None,
             coalesce_us: None,
+            heaps_per_chunk: DEFAULT_HEAPS_PER_CHUNK,
         }
     }
 }
@@ -221,6 +224,7 @@ fn spawn_receiver(
     let heap = opts.heap_size.to_string();
     let buffer = BUFFER_SIZE.to_string();
     let coalesce = opts.coalesce_us.map(|n| n.to_string());
+    let per_chunk = opts.heaps_per_chunk.to_string();
     let cmd = match receiver {
         Receiver::Spead2 => {
             let script = PathBuf::from(REPO).join("tests/spead2/bench_recv.py");
@@ -252,6 +256,8 @@ fn spawn_receiver(
                 &heap,
                 "--buffer-size",
                 &buffer,
+                "--heaps-per-chunk",
+                &per_chunk,
                 "--timeout",
                 &timeout,
             ]);
@@ -410,6 +416,9 @@ pub fn cmd(mut args: Args) -> i32 {
             "--coalesce-us" => v(&mut args)
                 .and_then(|x| parse_coalesce(&x))
                 .map(|n| opts.coalesce_us = Some(n)),
+            "--heaps-per-chunk" => v(&mut args)
+                .and_then(|x| parse_heaps_per_chunk(&x))
+                .map(|n| opts.heaps_per_chunk = n),
             other => Err(format!("unknown bench spead option '{other}'")),
         };
         if let Err(e) = r {
@@ -517,18 +526,23 @@ fn parse_coalesce(x: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("--coalesce-us '{x}' must be 0 to 100000 microseconds"))
 }
 
+/// Parses `--heaps-per-chunk`.
+fn parse_heaps_per_chunk(x: &str) -> Result<u32, String> {
+    x.parse::<u32>()
+        .ok()
+        .filter(|n| (1..=4096).contains(n))
+        .ok_or_else(|| format!("--heaps-per-chunk '{x}' must be 1 to 4096"))
+}
+
 /// The receivers' descriptions, for the report.
-fn receiver_text(r: Receiver, heap_size: u32, coalesce_us: Option<u32>) -> String {
+fn receiver_text(r: Receiver, setup: &RecvSetup) -> String {
+    let heap_size = setup.heap_size;
     match r {
         Receiver::Spead2 => format!(
             "spead2: `tests/spead2/bench_recv.py` (spead2 4.5.1 recv.Stream, 1 thread, \
              MemoryPool of {heap_size}-byte buffers, max_heaps=4, Python loop counting heaps)"
         ),
-        _ => format!(
-            "{}: `{}`",
-            r.name(),
-            recv_description(r, heap_size, BUFFER_SIZE, coalesce_us)
-        ),
+        _ => format!("{}: `{}`", r.name(), recv_description(r, setup)),
     }
 }
 
@@ -562,11 +576,7 @@ pub fn report(
         "- receivers (one child process each, one after the other, socket buffer {BUFFER_SIZE} bytes; {rmem}):"
     );
     for &rx in &opts.receivers {
-        let _ = writeln!(
-            r,
-            "  - {}",
-            receiver_text(rx, opts.heap_size, opts.coalesce_us)
-        );
+        let _ = writeln!(r, "  - {}", receiver_text(rx, &RecvSetup::of(opts)));
     }
     for n in notes {
         let _ = writeln!(r, "- note: {n}");
@@ -736,14 +746,39 @@ fn rate_ratio(ours: &Figures, base: &Figures) -> String {
     }
 }
 
-/// The pipeline of one of our receivers (`coalesce_us`: `fhudpsrc coalesce-us`, if not
-/// the default).
-pub fn recv_description(
-    kind: Receiver,
-    heap_size: u32,
-    buffer_size: u64,
-    coalesce_us: Option<u32>,
-) -> String {
+/// How one of our receivers is set up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecvSetup {
+    /// Heap payload, bytes (chunk mode's slot size).
+    pub heap_size: u32,
+    /// `fhudpsrc buffer-size`.
+    pub buffer_size: u64,
+    /// `fhudpsrc coalesce-us`, if not the default.
+    pub coalesce_us: Option<u32>,
+    /// Chunk mode's `slots-per-chunk`.
+    pub heaps_per_chunk: u32,
+}
+
+impl RecvSetup {
+    /// The setup `opts` asks for.
+    pub fn of(opts: &SpeadBenchOptions) -> Self {
+        Self {
+            heap_size: opts.heap_size,
+            buffer_size: BUFFER_SIZE,
+            coalesce_us: opts.coalesce_us,
+            heaps_per_chunk: opts.heaps_per_chunk,
+        }
+    }
+}
+
+/// The pipeline of one of our receivers.
+pub fn recv_description(kind: Receiver, setup: &RecvSetup) -> String {
+    let RecvSetup {
+        heap_size,
+        buffer_size,
+        coalesce_us,
+        heaps_per_chunk,
+    } = setup;
     let mut src = format!("fhudpsrc name=src address=127.0.0.1 port=0 buffer-size={buffer_size}");
     if let Some(n) = coalesce_us {
         src.push_str(&format!(" coalesce-us={n}"));
@@ -752,7 +787,7 @@ pub fn recv_description(
     match kind {
         Receiver::Chunk => format!(
             "{src} ! fhdepay name=depay handler=spead handler-config=spead,offset=1 \
-             slot-size={heap_size} slots-per-chunk={SLOTS_PER_CHUNK} ! {sink}"
+             slot-size={heap_size} slots-per-chunk={heaps_per_chunk} ! {sink}"
         ),
         _ => format!("{src} ! speaddepay name=depay ! {sink}"),
     }
@@ -765,9 +800,7 @@ pub fn recv_description(
 /// `error <text>` instead when something fails (exit status 1).
 pub fn cmd_recv(mut args: Args) -> i32 {
     let mut kind = None;
-    let mut heap_size = DEFAULT_HEAP_SIZE;
-    let mut buffer_size = BUFFER_SIZE;
-    let mut coalesce_us = None;
+    let mut setup = RecvSetup::of(&SpeadBenchOptions::default());
     let mut timeout = Duration::from_secs(60);
     while let Some(flag) = args.next_flag() {
         let v = args.value(&flag);
@@ -781,12 +814,12 @@ pub fn cmd_recv(mut args: Args) -> i32 {
             }),
             "--heap-size" => v.and_then(|x| {
                 x.parse()
-                    .map(|n| heap_size = n)
+                    .map(|n| setup.heap_size = n)
                     .map_err(|_| format!("--heap-size '{x}' is not a byte count"))
             }),
             "--buffer-size" => v.and_then(|x| {
                 x.parse()
-                    .map(|n| buffer_size = n)
+                    .map(|n| setup.buffer_size = n)
                     .map_err(|_| format!("--buffer-size '{x}' is not a byte count"))
             }),
             "--timeout" => v
@@ -794,7 +827,10 @@ pub fn cmd_recv(mut args: Args) -> i32 {
                 .map(|s| timeout = Duration::from_secs_f64(s)),
             "--coalesce-us" => v
                 .and_then(|x| parse_coalesce(&x))
-                .map(|n| coalesce_us = Some(n)),
+                .map(|n| setup.coalesce_us = Some(n)),
+            "--heaps-per-chunk" => v
+                .and_then(|x| parse_heaps_per_chunk(&x))
+                .map(|n| setup.heaps_per_chunk = n),
             other => Err(format!("unknown bench-spead-recv option '{other}'")),
         };
         if let Err(e) = r {
@@ -806,7 +842,7 @@ pub fn cmd_recv(mut args: Args) -> i32 {
     };
     // The parent decides when we stop; a terminal Ctrl-C reaches us too, so ignore it.
     let _ = signals::ignore_interrupt();
-    match recv(kind, heap_size, buffer_size, coalesce_us, timeout) {
+    match recv(kind, &setup, timeout) {
         Ok(()) => EXIT_OK,
         Err(e) => {
             println!("error {}", e.replace('\n', " | "));
@@ -815,15 +851,9 @@ pub fn cmd_recv(mut args: Args) -> i32 {
     }
 }
 
-fn recv(
-    kind: Receiver,
-    heap_size: u32,
-    buffer_size: u64,
-    coalesce_us: Option<u32>,
-    timeout: Duration,
-) -> Result<(), String> {
-    let mut session =
-        Session::from_description(&recv_description(kind, heap_size, buffer_size, coalesce_us))?;
+fn recv(kind: Receiver, setup: &RecvSetup, timeout: Duration) -> Result<(), String> {
+    let heap_size = setup.heap_size;
+    let mut session = Session::from_description(&recv_description(kind, setup))?;
     let src = session.element("src").expect("named in the description");
     let depay = session.element("depay").expect("named in the description");
     // speaddepay counts every heap, the descriptor heap too: count the data heaps (the
@@ -992,11 +1022,17 @@ mod tests {
 
     #[test]
     fn descriptions() {
-        let d = recv_description(Receiver::Chunk, 1 << 20, 1 << 25, None);
+        let mut setup = RecvSetup::of(&SpeadBenchOptions::default());
+        let d = recv_description(Receiver::Chunk, &setup);
         assert!(d.contains("fhdepay name=depay handler=spead"), "{d}");
-        assert!(d.contains("slot-size=1048576"), "{d}");
+        assert!(d.contains("slot-size=1048576 slots-per-chunk=8"), "{d}");
         assert!(!d.contains("coalesce-us"), "{d}");
-        let d = recv_description(Receiver::Speaddepay, 1 << 20, 1 << 25, Some(0));
+        setup.coalesce_us = Some(0);
+        setup.heaps_per_chunk = 1;
+        let d = recv_description(Receiver::Chunk, &setup);
+        assert!(d.contains("slots-per-chunk=1 "), "{d}");
+        assert!(parse_heaps_per_chunk("0").is_err());
+        let d = recv_description(Receiver::Speaddepay, &setup);
         assert!(
             d.contains("fhudpsrc name=src") && d.contains(" coalesce-us=0 "),
             "{d}"
