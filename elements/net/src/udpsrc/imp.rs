@@ -41,7 +41,7 @@ const DEFAULT_BATCH_BYTES: u32 = 256 << 10;
 /// `firehose_core::wake::Coalescer`). Why 2 ms: at 10 Gb/s that is about 500 wake-ups
 /// a second, a few per cent of the receive cost, where waking per datagram cost a third
 /// of it (`firehose bench spead`: speaddepay 0.34–0.35 s/GB with 0, 0.21–0.22 with
-/// 1 ms, 0.19 with 2 ms, 0.17–0.18 with 4 ms, at 8972 B and 10 Gb/s). It adds at most
+/// 1 ms, 0.17–0.19 with 2 ms, 0.17–0.18 with 4 ms, at 8972 B and 10 Gb/s). It adds at most
 /// 2 ms before a batch is read.
 const DEFAULT_COALESCE_US: u32 = 2000;
 const DEFAULT_MAX_PACKET_SIZE: u32 = 9216;
