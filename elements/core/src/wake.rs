@@ -35,6 +35,15 @@ impl Waker {
         }
     }
 
+    /// A `poll` entry that becomes readable when the waker fires.
+    fn pollfd(&self) -> libc::pollfd {
+        libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }
+    }
+
     /// Consumes pending wake-ups.
     pub fn clear(&self) {
         let mut v: u64 = 0;
@@ -55,39 +64,38 @@ pub fn wait_readable(fd: RawFd, waker: &Waker, timeout_ms: i32) -> io::Result<bo
             events: libc::POLLIN,
             revents: 0,
         },
-        libc::pollfd {
-            fd: waker.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
+        waker.pollfd(),
     ];
-    // SAFETY: `fds` is a live array of two pollfds.
-    let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::Interrupted {
-            Ok(false)
-        } else {
-            Err(e)
-        };
-    }
-    Ok(fds[1].revents & libc::POLLIN != 0)
+    let timeout = u64::try_from(timeout_ms).ok().map(|ms| ms * 1_000_000);
+    poll_with_waker(&mut fds, timeout)
 }
 
 /// Sleeps `ns` nanoseconds unless `waker` fires first (`Ok(true)`); a signal ends the
 /// nap early (`Ok(false)`).
 pub fn nap(waker: &Waker, ns: u64) -> io::Result<bool> {
-    let mut fds = [libc::pollfd {
-        fd: waker.fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    }];
-    let ts = libc::timespec {
+    poll_with_waker(&mut [waker.pollfd()], Some(ns))
+}
+
+/// `ppoll` on `fds`, the last of which is a waker's, for at most `timeout_ns` (`None`:
+/// no limit): whether the waker fired. A signal counts as a plain wake-up.
+fn poll_with_waker(fds: &mut [libc::pollfd], timeout_ns: Option<u64>) -> io::Result<bool> {
+    let ts = timeout_ns.map(|ns| libc::timespec {
         tv_sec: (ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    });
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `fds` is a live slice of pollfds and `ts_ptr` null or a live timespec; no
+    // signal mask is passed.
+    let r = unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            ts_ptr,
+            std::ptr::null(),
+        )
     };
-    // SAFETY: a live array of one pollfd and a live timespec; no signal mask is passed.
-    let r = unsafe { libc::ppoll(fds.as_mut_ptr(), 1, &ts, std::ptr::null()) };
     if r < 0 {
         let e = io::Error::last_os_error();
         return if e.kind() == io::ErrorKind::Interrupted {
@@ -96,7 +104,7 @@ pub fn nap(waker: &Waker, ns: u64) -> io::Result<bool> {
             Err(e)
         };
     }
-    Ok(fds[0].revents & libc::POLLIN != 0)
+    Ok(fds.last().is_some_and(|w| w.revents & libc::POLLIN != 0))
 }
 
 /// Receive-buffer bytes assumed per datagram (or GRO message) beyond its payload: the

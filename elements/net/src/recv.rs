@@ -640,8 +640,9 @@ mod tests {
     use std::net::UdpSocket;
     use std::time::Duration;
 
-    fn open(gro: bool, max: usize) -> UdpReceiver {
-        let cfg = SocketConfig {
+    /// A loopback socket on any port, with a 1 MiB receive buffer.
+    fn loopback(gro: bool, timestamps: bool) -> SocketConfig {
+        SocketConfig {
             address: "127.0.0.1".into(),
             port: 0,
             multicast_iface: None,
@@ -649,23 +650,19 @@ mod tests {
             buffer_size: 1 << 20,
             reuse: false,
             gro,
-            timestamps: true,
-        };
-        UdpReceiver::open(&cfg, max, 8, 0).unwrap().0
+            timestamps,
+        }
+    }
+
+    fn open(gro: bool, max: usize) -> UdpReceiver {
+        UdpReceiver::open(&loopback(gro, true), max, 8, 0)
+            .unwrap()
+            .0
     }
 
     #[test]
     fn batch_bytes_caps_the_batch_at_whole_messages() {
-        let cfg = |gro| SocketConfig {
-            address: "127.0.0.1".into(),
-            port: 0,
-            multicast_iface: None,
-            multicast_sources: vec![],
-            buffer_size: 1 << 20,
-            reuse: false,
-            gro,
-            timestamps: false,
-        };
+        let cfg = |gro| loopback(gro, false);
         // GRO messages take a whole datagram's room each: 256 KiB holds 4 of 64 KiB.
         let (rx, report) = UdpReceiver::open(&cfg(true), 9000, 64, 256 << 10).unwrap();
         assert!(report.gro, "loopback grants UDP_GRO");
