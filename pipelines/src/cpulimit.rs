@@ -196,6 +196,14 @@ mod tests {
         d
     }
 
+    /// A scratch cgroup v1 tree: a `cpu` hierarchy with no quota set.
+    fn v1_scratch(tag: &str) -> PathBuf {
+        let root = scratch(tag);
+        fs::create_dir(root.join("cpu")).unwrap();
+        fs::write(root.join("cpu/cpu.cfs_quota_us"), "-1\n").unwrap();
+        root
+    }
+
     #[test]
     fn parses_cores_and_refuses_nonsense() {
         assert_eq!(parse_cores("0.25"), Ok(0.25));
@@ -247,9 +255,7 @@ mod tests {
 
     #[test]
     fn v1_writes_period_then_quota() {
-        let root = scratch("v1");
-        fs::create_dir(root.join("cpu")).unwrap();
-        fs::write(root.join("cpu/cpu.cfs_quota_us"), "-1\n").unwrap();
+        let root = v1_scratch("v1");
         let l = CpuLimit::create_in(&root, 1.5).unwrap();
         assert_eq!(l.version, Version::V1);
         assert_eq!(
@@ -266,9 +272,7 @@ mod tests {
 
     #[test]
     fn stale_cgroups_of_dead_runs_are_removed() {
-        let root = scratch("stale");
-        fs::create_dir(root.join("cpu")).unwrap();
-        fs::write(root.join("cpu/cpu.cfs_quota_us"), "-1\n").unwrap();
+        let root = v1_scratch("stale");
         // pid_max is at most 2^22, so this pid cannot be alive.
         let dead = root.join("cpu/firehose-bench-4294967");
         let other = root.join("cpu/someone-else-1");

@@ -28,8 +28,8 @@
 //! (complete, or ended early), since nothing more can be written to it, and every older
 //! chunk in the window has been emitted (chunks leave in id order, and one that
 //! arrives late within the window is still placed); otherwise when it leaves the
-//! window. Emitting early only saves latency (a
-//! complete chunk no longer waits for `max_chunks` newer ones).
+//! window. Emitting early only saves latency (a complete chunk no longer waits for
+//! `max_chunks` newer ones).
 //! An emitted chunk stays in the window, so late packets of its messages still count
 //! as `duplicated` or `too-old`.
 //!
