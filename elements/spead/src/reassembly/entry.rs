@@ -160,7 +160,12 @@ impl Entry {
                 }
             }
             let slot = self.slot.as_mut().expect("reserve() left a slot");
-            slot.as_mut_full()[range.clone()].copy_from_slice(p.payload);
+            let heap = slot.as_mut_full();
+            heap[range.clone()].copy_from_slice(p.payload);
+            // The heap's next packet most likely lands right after this one: start
+            // loading those lines now (see `memory::prefetch`).
+            let ahead = heap.len().min(range.end + len);
+            firehose_core::memory::prefetch(&heap[range.end.min(ahead)..ahead]);
             self.received += len;
             self.extent = self.extent.max(range.end);
         }
