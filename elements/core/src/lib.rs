@@ -11,6 +11,7 @@
 //!   and the interruptible sleep an element's `unlock()` cuts short;
 //! - [`caps`]: caps names;
 //! - [`frame`]: decoding the UDP datagram in an Ethernet / cooked / raw-IP frame;
+//! - [`netif`]: network interface indexes by name;
 //! - [`handler`] and [`chunk`]: packet handlers (the sPIN model) and the chunk engine
 //!   that drives them, placing messages by index into pooled chunks.
 //!
@@ -26,6 +27,7 @@ pub mod gstmem;
 pub mod handler;
 pub mod memory;
 pub mod meta;
+pub mod netif;
 pub mod pace;
 pub mod pool;
 pub mod props;

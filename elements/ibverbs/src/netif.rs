@@ -7,14 +7,14 @@
 //! back, `/sys/class/infiniband/<dev>/device/net/<if>`. The port is
 //! `/sys/class/net/<if>/dev_port` + 1 (1 for single-port functions such as mlx5).
 
-use std::ffi::CString;
 use std::io;
-use std::net::{Ipv4Addr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 
 use crate::probe::DeviceName;
 use firehose_core::frame::build::parse_mac;
+use firehose_core::netif::iface_index;
+use socket2::{Domain, InterfaceIndexOrAddress, Protocol, Socket, Type};
 
 /// The sysfs mount point.
 pub const SYSFS: &str = "/sys";
@@ -124,41 +124,16 @@ pub fn resolve(
 /// ephemeral port, so it receives nothing itself); dropping it leaves the group.
 #[derive(Debug)]
 pub struct Membership {
-    _socket: UdpSocket,
+    _socket: Socket,
 }
 
 /// Joins `group` on `interface` with `IP_ADD_MEMBERSHIP`, so the kernel sends the IGMP
 /// report that makes switches forward the group to this port.
 pub fn join_multicast(group: Ipv4Addr, interface: &str) -> io::Result<Membership> {
-    let name = CString::new(interface)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in interface name"))?;
-    // SAFETY: `name` is NUL-terminated.
-    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    if index == 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let socket = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
-    let mreq = libc::ip_mreqn {
-        imr_multiaddr: libc::in_addr {
-            s_addr: u32::from_ne_bytes(group.octets()),
-        },
-        imr_address: libc::in_addr { s_addr: 0 },
-        imr_ifindex: index as libc::c_int,
-    };
-    // SAFETY: the fd is open (owned by `socket`); `mreq` is a valid ip_mreqn of the
-    // size passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_IP,
-            libc::IP_ADD_MEMBERSHIP,
-            (&mreq as *const libc::ip_mreqn).cast(),
-            std::mem::size_of::<libc::ip_mreqn>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let index = iface_index(interface).map_err(|e| io::Error::new(io::ErrorKind::NotFound, e))?;
+    let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    socket.bind(&SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)).into())?;
+    socket.join_multicast_v4_n(&group, &InterfaceIndexOrAddress::Index(index))?;
     Ok(Membership { _socket: socket })
 }
 

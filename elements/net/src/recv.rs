@@ -10,6 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
+use firehose_core::netif::iface_index;
 use firehose_core::wake::{nap, wait_readable, Coalescer, Waker};
 use firehose_core::{PacketAddr, PacketInfo};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -184,7 +185,7 @@ fn parse_ip(what: &str, s: &str) -> Result<IpAddr, OpenError> {
 
 fn join_multicast(sock: &Socket, group: IpAddr, cfg: &SocketConfig) -> Result<(), OpenError> {
     let ifindex = match &cfg.multicast_iface {
-        Some(name) => sockaddr::iface_index(name).map_err(OpenError)?,
+        Some(name) => iface_index(name).map_err(OpenError)?,
         None => 0,
     };
     let sources: Vec<IpAddr> = cfg
@@ -328,7 +329,7 @@ impl UdpReceiver {
             )));
         }
         if let Some(name) = &cfg.multicast_iface {
-            sockaddr::iface_index(name).map_err(OpenError)?;
+            iface_index(name).map_err(OpenError)?;
         }
         let bind = SocketAddr::new(ip, cfg.port);
         let sock = Socket::new(Domain::for_address(bind), Type::DGRAM, Some(Protocol::UDP))

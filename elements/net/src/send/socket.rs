@@ -8,7 +8,8 @@ use std::os::fd::AsRawFd;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use super::SenderConfig;
-use crate::sockaddr::{iface_index, iface_ipv4};
+use crate::sockaddr::iface_ipv4;
+use firehose_core::netif::iface_index;
 
 /// Opens a non-blocking UDP socket configured by `cfg`; returns it with the
 /// destinations as addresses of its family (IPv4 ones v4-mapped on an IPv6 socket).

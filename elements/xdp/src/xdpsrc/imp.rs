@@ -9,6 +9,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
 use firehose_core::batch::batch_buffer;
+use firehose_core::netif::iface_index;
 use firehose_core::props::Hugepages;
 use firehose_core::ring::{lend_batch, ReceiveRing, SharedRing};
 use firehose_core::stats::{self, names, Counter, StatsTimer};
@@ -207,13 +208,6 @@ fn rx_queues(iface: &str) -> Option<u32> {
     (n > 0).then_some(n as u32)
 }
 
-fn ifindex(iface: &str) -> Option<u32> {
-    let c = std::ffi::CString::new(iface).ok()?;
-    // SAFETY: `c` is a NUL-terminated string that outlives the call.
-    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    (i != 0).then_some(i)
-}
-
 /// `port` plus the comma-separated `extra`, deduplicated.
 fn parse_ports(port: u32, extra: Option<&str>) -> Result<Vec<u16>, String> {
     let mut ports = vec![];
@@ -328,7 +322,7 @@ impl XdpSrc {
                 )
             })?),
         };
-        let ifindex = ifindex(&iface).ok_or_else(|| {
+        let ifindex = iface_index(&iface).map_err(|_| {
             error(
                 NotFound,
                 format!(
