@@ -54,6 +54,7 @@ pub use host::{feed_buffer, ChunkHost, StatsMirror};
 pub use meta::{ChunkInfo, ChunkMeta, FinishedChunk};
 
 use crate::handler::{MessageEnd, PacketFacts, PacketHandler, Placement};
+use crate::memory;
 use crate::pool::{Slot, SlotPool};
 use table::{DropReason, FifoRing, MessageTable, Route};
 
@@ -128,8 +129,25 @@ pub struct ChunkAssembler {
     ended: bool,
     /// Messages placed too old in a row (see [`ChunkStats::resyncs`]).
     stale_run: usize,
+    /// Copy payloads with streaming stores ([`STREAMING_MIN_CHUNK_BYTES`]).
+    streaming: bool,
     stats: ChunkStats,
 }
+
+/// Chunks larger than this are filled with streaming stores ([`memory::copy_streaming`])
+/// when the handler copies payloads unchanged
+/// ([`PacketHandler::copies_payload_unchanged`]). Such a chunk has left the caches by the
+/// time its slot is filled again, so a cached copy first reads every destination line
+/// from memory. On the development VM the cost per byte jumped between 4 and 6 MiB
+/// chunks; up to this size a cached copy costs no more, and leaves the chunk in cache
+/// for a consumer that reads it soon. Figures in docs/benchmarks.md.
+pub const STREAMING_MIN_CHUNK_BYTES: usize = 4 << 20;
+
+/// Payloads shorter than this are copied as usual even into large chunks: the partial
+/// lines at their ends (cached stores, so read from memory first) weigh more, and with
+/// 1424-byte payloads streaming stores were slower than a cached copy with a prefetch
+/// on the development VM, while with 8928-byte ones they were faster.
+pub const STREAMING_MIN_PAYLOAD_BYTES: usize = 4096;
 
 impl std::fmt::Debug for ChunkAssembler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -173,6 +191,8 @@ impl ChunkAssembler {
             clock: None,
             ended: false,
             stale_run: 0,
+            streaming: handler.copies_payload_unchanged()
+                && cfg.chunk_bytes() > STREAMING_MIN_CHUNK_BYTES,
             stats: ChunkStats::default(),
             block: None,
             handler,
@@ -480,6 +500,10 @@ impl ChunkAssembler {
     fn finish(&mut self, w: usize) -> Option<FinishedChunk> {
         let open = self.window[w].as_mut()?;
         let mut slot = open.slot.take()?;
+        if self.streaming {
+            // Streaming stores are weakly ordered: all of them before the chunk leaves.
+            memory::store_fence();
+        }
         open.emitted = true;
         let spc = self.cfg.slots_per_chunk;
         let mut present = vec![0u64; spc.div_ceil(64)];
@@ -560,13 +584,18 @@ impl ChunkAssembler {
         };
         let at = index * self.cfg.slot_size + facts.message_offset;
         let chunk = slot.as_mut_full();
-        self.handler.payload(packet, facts, &mut chunk[at..at + n]);
-        // The next packet most likely lands right after this one: later in the message,
-        // or at the start of the next slot when this one is full. A chunk larger than this
-        // core's share of the caches has left them by the time its slot is filled again,
-        // and without this each copy waits on memory line by line.
-        let ahead = chunk.len().min(at + 2 * n);
-        crate::memory::prefetch(&chunk[(at + n).min(ahead)..ahead]);
+        let dest = &mut chunk[at..at + n];
+        let stream = self.streaming && n >= STREAMING_MIN_PAYLOAD_BYTES;
+        if !(stream && memory::copy_streaming(dest, &packet[facts.payload.clone()])) {
+            self.handler.payload(packet, facts, dest);
+            // The next packet most likely lands right after this one: later in the
+            // message, or at the start of the next slot when this one is full. A chunk
+            // larger than this core's share of the caches has left them by the time its
+            // slot is filled again, and without this each copy waits on memory line by
+            // line.
+            let ahead = chunk.len().min(at + 2 * n);
+            memory::prefetch(&chunk[(at + n).min(ahead)..ahead]);
+        }
         open.packets += 1;
         open.bytes += n as u64;
         st.bytes += n;

@@ -83,6 +83,14 @@ pub trait PacketHandler: Send + 'static {
         dest.copy_from_slice(&packet[facts.payload.clone()]);
     }
 
+    /// True when this handler keeps the default [`Self::payload`], an unchanged copy. The
+    /// engine may then copy whole 64-byte lines itself with streaming stores, for chunks
+    /// too large to stay in cache (`payload` is not called for those packets). The
+    /// default, false, always calls `payload`: leave it so if you override `payload`.
+    fn copies_payload_unchanged(&self) -> bool {
+        false
+    }
+
     /// Decides whether an ended message is marked present. The default: when complete.
     fn completion(&mut self, end: &MessageEnd) -> bool {
         end.complete

@@ -292,6 +292,64 @@ pub fn prefetch(bytes: &[u8]) {
     let _ = bytes;
 }
 
+/// Copies `src` into `dest` (the same length) with streaming (non-temporal) stores for
+/// the whole 64-byte lines of `dest`, which go to memory without being read first or kept
+/// in the cache; the partial lines at either end are copied as usual. Only for memory
+/// nothing reads soon: the chunk engine uses it for chunks too large to stay in cache.
+/// Returns false and copies nothing where the CPU lacks AVX-512F (checked at run time).
+/// Call [`store_fence`] before another thread reads `dest`.
+///
+/// Panics if the lengths differ.
+pub fn copy_streaming(dest: &mut [u8], src: &[u8]) -> bool {
+    assert_eq!(dest.len(), src.len(), "copy_streaming: lengths differ");
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f") {
+        let head = dest.as_ptr().align_offset(64).min(dest.len());
+        let lines = (dest.len() - head) / 64;
+        let tail = head + lines * 64;
+        dest[..head].copy_from_slice(&src[..head]);
+        // SAFETY: AVX-512F is present (checked above); `dest[head..tail]` and
+        // `src[head..tail]` hold `lines` whole lines and `dest + head` is 64-byte aligned.
+        unsafe { stream_lines(dest[head..].as_mut_ptr(), src[head..].as_ptr(), lines) };
+        dest[tail..].copy_from_slice(&src[tail..]);
+        return true;
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (dest, src);
+    false
+}
+
+/// One 64-byte load and one 64-byte streaming store per line: a whole line per store,
+/// so each write-combining buffer leaves complete (with 16-byte stores this was no faster
+/// than cached copies on the development VM; see docs/benchmarks.md).
+///
+/// # Safety
+/// The CPU has AVX-512F; `dest` (64-byte aligned) and `src` hold `lines × 64` bytes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn stream_lines(dest: *mut u8, src: *const u8, lines: usize) {
+    use core::arch::x86_64::{_mm512_loadu_si512, _mm512_stream_si512};
+    for i in 0..lines {
+        // SAFETY: per the function contract, line `i` is inside both buffers and the
+        // store address is 64-byte aligned, as `_mm512_stream_si512` requires.
+        unsafe {
+            let v = _mm512_loadu_si512(src.add(i * 64).cast());
+            _mm512_stream_si512(dest.add(i * 64).cast(), v);
+        }
+    }
+}
+
+/// Orders every earlier store, streaming ones included, before any later one: streaming
+/// stores are weakly ordered, so memory written by [`copy_streaming`] must pass through
+/// this before it is handed to another thread.
+pub fn store_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `sfence` has no operands and no preconditions; SSE is part of x86-64.
+    unsafe {
+        core::arch::x86_64::_mm_sfence()
+    };
+}
+
 fn meminfo_field(name: &str) -> Option<usize> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     text.lines()
@@ -318,6 +376,30 @@ pub fn hugepages_total() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streaming_copy_copies_every_byte_and_no_other() {
+        let src: Vec<u8> = (0..8192u32).map(|i| (i * 13 + 5) as u8).collect();
+        let mut buf = vec![0u8; 16384 + 64];
+        let at = buf.as_ptr().align_offset(64);
+        let dest = &mut buf[at..at + 16384];
+        #[cfg(target_arch = "x86_64")]
+        let avx512 = std::is_x86_feature_detected!("avx512f");
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx512 = false;
+        // Aligned whole lines, a ragged start and end, shorter than a line, empty.
+        for (at, n) in [(64, 8192), (67, 8000), (130, 50), (5, 0)] {
+            dest.fill(0);
+            let done = copy_streaming(&mut dest[at..at + n], &src[..n]);
+            store_fence();
+            assert_eq!(done, avx512);
+            if done {
+                assert_eq!(&dest[at..at + n], &src[..n], "at {at} n {n}");
+                assert!(dest[..at].iter().all(|&b| b == 0));
+                assert!(dest[at + n..].iter().all(|&b| b == 0));
+            }
+        }
+    }
 
     #[test]
     fn prefetch_takes_any_range_and_changes_nothing() {

@@ -168,6 +168,10 @@ impl SeqHandler {
 }
 
 impl PacketHandler for SeqHandler {
+    fn copies_payload_unchanged(&self) -> bool {
+        true
+    }
+
     fn parse(&mut self, packet: &[u8]) -> Option<PacketFacts> {
         let c = &self.cfg;
         let bytes = packet.get(c.offset..c.offset.checked_add(c.width)?)?;

@@ -82,6 +82,10 @@ impl SpeadChunkHandler {
 }
 
 impl PacketHandler for SpeadChunkHandler {
+    fn copies_payload_unchanged(&self) -> bool {
+        true
+    }
+
     fn parse(&mut self, packet: &[u8]) -> Option<PacketFacts> {
         let p = Packet::parse(packet).ok()?;
         // Packet::parse checks the payload ends the packet exactly.

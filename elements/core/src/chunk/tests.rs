@@ -542,3 +542,82 @@ fn a_finished_chunk_becomes_a_buffer_with_its_meta() {
 fn missing_of(info: &ChunkInfo) -> Vec<usize> {
     info.missing().collect()
 }
+
+/// Toy's format in chunks larger than [`STREAMING_MIN_CHUNK_BYTES`]: payloads copied
+/// unchanged (streaming stores allowed) or, with `add`, each byte plus `add` by the
+/// handler's own `payload`.
+struct Large {
+    add: u8,
+}
+
+impl PacketHandler for Large {
+    fn parse(&mut self, p: &[u8]) -> Option<PacketFacts> {
+        Toy {
+            keep_partial: false,
+        }
+        .parse(p)
+    }
+
+    fn header(&mut self, _: &[u8], f: &PacketFacts) -> Placement {
+        Placement::Place {
+            chunk_id: f.message_id / 2,
+            index: (f.message_id % 2) as usize,
+        }
+    }
+
+    fn payload(&mut self, p: &[u8], f: &PacketFacts, dest: &mut [u8]) {
+        for (d, s) in dest.iter_mut().zip(&p[f.payload.clone()]) {
+            *d = s.wrapping_add(self.add);
+        }
+    }
+
+    fn copies_payload_unchanged(&self) -> bool {
+        self.add == 0
+    }
+}
+
+#[test]
+fn large_chunks_get_every_byte_whether_streamed_or_handed_to_payload() {
+    const SLOT_BYTES: usize = 4 << 20;
+    let cfg = ChunkConfig {
+        slots_per_chunk: 2,
+        slot_size: SLOT_BYTES,
+        max_chunks: 1,
+        max_messages: 8,
+        packet_payload_size: 0,
+    };
+    assert!(cfg.chunk_bytes() > STREAMING_MIN_CHUNK_BYTES);
+    let fill = |seed: u8, n: usize| -> Vec<u8> {
+        (0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
+    };
+    // Whole aligned lines (streamed where the CPU can), then a ragged tail and a
+    // misaligned packet (always copied by `payload`); the other slot too.
+    let parts = [
+        (0u64, 0u16, fill(1, 4096)),
+        (0, 4096, fill(2, 4096)),
+        (0, 8192, fill(3, 100)),
+        (0, 8292, fill(4, 640)),
+        (1, 0, fill(5, 8192)),
+    ];
+    for add in [0u8, 1] {
+        let pool = SlotPool::new(&cfg.pool_config(2, HugepagePolicy::Off)).unwrap();
+        let mut e = ChunkAssembler::new(cfg.clone(), Box::new(Large { add }), pool).unwrap();
+        let packets: Vec<Vec<u8>> = parts
+            .iter()
+            .map(|(id, off, data)| pkt(*id, 0xFFFF, *off, data))
+            .collect();
+        let out = run(&mut e, &packets);
+        assert_eq!(ids(&out), [0]);
+        for (id, off, data) in &parts {
+            let slot = slot_bytes(&out[0], *id as usize);
+            let at = usize::from(*off);
+            let want: Vec<u8> = data.iter().map(|b| b.wrapping_add(add)).collect();
+            assert_eq!(
+                &slot[at..at + data.len()],
+                &want[..],
+                "id {id} offset {off} add {add}"
+            );
+        }
+        assert_eq!(e.stats().bytes, 4096 * 2 + 100 + 640 + 8192);
+    }
+}
