@@ -144,9 +144,9 @@ pub struct ChunkAssembler {
 pub const STREAMING_MIN_CHUNK_BYTES: usize = 4 << 20;
 
 /// Payloads shorter than this are copied as usual even into large chunks: the partial
-/// lines at their ends (cached stores, so read from memory first) weigh more, and with
-/// 1424-byte payloads streaming stores were slower than a cached copy with a prefetch
-/// on the development VM, while with 8928-byte ones they were faster.
+/// lines at their ends (cached stores, so read from memory first) weigh more: on the
+/// development VM, streaming stores were slower than a cached copy with a prefetch for
+/// the payloads of 1472-byte SPEAD packets and faster for those of 8972-byte ones.
 pub const STREAMING_MIN_PAYLOAD_BYTES: usize = 4096;
 
 impl std::fmt::Debug for ChunkAssembler {

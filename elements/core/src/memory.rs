@@ -277,9 +277,9 @@ pub fn page_size() -> usize {
 ///
 /// The chunk engine and the SPEAD reassembler call it for where the next packet of a
 /// message will most likely land, so that copy finds its cache lines on hand instead of
-/// waiting on memory for each. On the development VM it cut each 8960-byte copy into 8 MiB
-/// chunks from about 1 100 to about 420 cycles (docs/benchmarks.md has the receiver-level
-/// figures).
+/// waiting on memory for each. On the development VM it cut the copy of each payload of
+/// an 8972-byte packet into 8 MiB chunks from about 1 100 to about 420 cycles
+/// (docs/benchmarks.md has the receiver-level figures).
 pub fn prefetch(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     for line in bytes.chunks(64) {
