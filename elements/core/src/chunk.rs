@@ -593,8 +593,7 @@ impl ChunkAssembler {
             // larger than this core's share of the caches has left them by the time its
             // slot is filled again, and without this each copy waits on memory line by
             // line.
-            let ahead = chunk.len().min(at + 2 * n);
-            memory::prefetch(&chunk[(at + n).min(ahead)..ahead]);
+            memory::prefetch_following(chunk, at + n, n);
         }
         open.packets += 1;
         open.bytes += n as u64;

@@ -292,6 +292,14 @@ pub fn prefetch(bytes: &[u8]) {
     let _ = bytes;
 }
 
+/// [`prefetch`] of up to `len` bytes of `buf` from `from`, cut at the end of `buf`: where
+/// the next packet of a message lands when it follows the one just written at
+/// `from - len .. from`.
+pub fn prefetch_following(buf: &[u8], from: usize, len: usize) {
+    let end = buf.len().min(from.saturating_add(len));
+    prefetch(&buf[from.min(end)..end]);
+}
+
 /// Copies `src` into `dest` (the same length) with streaming (non-temporal) stores for
 /// the whole 64-byte lines of `dest`, which go to memory without being read first or kept
 /// in the cache; the partial lines at either end are copied as usual. Only for memory
@@ -407,6 +415,9 @@ mod tests {
         let before = bytes.clone();
         for (from, to) in [(0, 0), (0, 1), (3, 64), (63, 65), (1, 9_999), (0, 10_000)] {
             prefetch(&bytes[from..to]);
+            // Past the end and over it: cut, never a panic.
+            prefetch_following(&bytes, from, to);
+            prefetch_following(&bytes, 10_000 + from, to);
         }
         assert_eq!(bytes, before);
     }

@@ -164,8 +164,7 @@ impl Entry {
             heap[range.clone()].copy_from_slice(p.payload);
             // The heap's next packet most likely lands right after this one: start
             // loading those lines now (see `memory::prefetch`).
-            let ahead = heap.len().min(range.end + len);
-            firehose_core::memory::prefetch(&heap[range.end.min(ahead)..ahead]);
+            firehose_core::memory::prefetch_following(heap, range.end, len);
             self.received += len;
             self.extent = self.extent.max(range.end);
         }
