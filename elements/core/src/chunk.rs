@@ -40,7 +40,11 @@
 
 mod config;
 mod host;
+mod landing;
+#[cfg(test)]
+mod landing_tests;
 mod meta;
+pub mod settings;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -51,6 +55,7 @@ use std::time::Duration;
 
 pub use config::{ChunkConfig, ChunkStats, Flow};
 pub use host::{feed_buffer, ChunkHost, StatsMirror};
+pub use landing::{Landed, Landing, MAX_HEADER as MAX_LANDING_HEADER};
 pub use meta::{ChunkInfo, ChunkMeta, FinishedChunk};
 
 use crate::handler::{MessageEnd, PacketFacts, PacketHandler, Placement};
@@ -71,6 +76,9 @@ struct SlotState {
     status: SlotStatus,
     message_id: u64,
     bytes: usize,
+    /// The furthest end of a payload written so far: nothing beyond it has been
+    /// written, so a receive may land a payload there on a guess.
+    end: usize,
     len: Option<usize>,
 }
 
@@ -78,6 +86,7 @@ const EMPTY_SLOT: SlotState = SlotState {
     status: SlotStatus::Empty,
     message_id: 0,
     bytes: 0,
+    end: 0,
     len: None,
 };
 
@@ -131,7 +140,26 @@ pub struct ChunkAssembler {
     stale_run: usize,
     /// Copy payloads with streaming stores ([`STREAMING_MIN_CHUNK_BYTES`]).
     streaming: bool,
+    /// The handler allows receiving straight into chunks ([`ChunkAssembler::plan`]).
+    can_land: bool,
+    /// Receiving straight into chunks is on (see [`ChunkAssembler::set_landing`]).
+    direct: bool,
+    /// What the stream looked like so far, for [`ChunkAssembler::plan`].
+    shape: landing::Shape,
+    /// A pool slot taken ahead for the chunk after the newest (its id), so payloads
+    /// of that chunk's first messages can land in it before it opens.
+    reserved: Option<(u64, Slot)>,
     stats: ChunkStats,
+}
+
+/// Where an accepted payload goes in a chunk, found by [`ChunkAssembler::check`].
+struct Target {
+    /// Byte offset in the chunk.
+    at: usize,
+    /// Payload bytes.
+    n: usize,
+    /// Its per-packet presence bit, if tracked.
+    bit: Option<usize>,
 }
 
 /// Chunks larger than this are filled with streaming stores ([`memory::copy_streaming`])
@@ -141,6 +169,12 @@ pub struct ChunkAssembler {
 /// from memory. On the development VM the cost per byte jumped between 4 and 6 MiB
 /// chunks; up to this size a cached copy costs no more, and leaves the chunk in cache
 /// for a consumer that reads it soon. Figures in docs/benchmarks.md.
+///
+/// For the same reason receiving straight into chunks ([`ChunkAssembler::plan`]) is on
+/// by default only up to this size: the kernel's copy cannot use streaming stores, and
+/// into 8 MiB chunks it cost more than a copy into a cached batch plus a streamed copy
+/// into the chunk (0.20–0.22 against 0.17–0.18 s/GB), where into 4 MiB and smaller
+/// chunks it cost less (0.13–0.14 against 0.15–0.17).
 pub const STREAMING_MIN_CHUNK_BYTES: usize = 4 << 20;
 
 /// Payloads shorter than this are copied as usual even into large chunks: the partial
@@ -193,6 +227,12 @@ impl ChunkAssembler {
             stale_run: 0,
             streaming: handler.copies_payload_unchanged()
                 && cfg.chunk_bytes() > STREAMING_MIN_CHUNK_BYTES,
+            can_land: handler.copies_payload_unchanged() && handler.parses_header_alone(),
+            direct: handler.copies_payload_unchanged()
+                && handler.parses_header_alone()
+                && cfg.chunk_bytes() <= STREAMING_MIN_CHUNK_BYTES,
+            shape: landing::Shape::default(),
+            reserved: None,
             stats: ChunkStats::default(),
             block: None,
             handler,
@@ -239,30 +279,44 @@ impl ChunkAssembler {
             self.stats.malformed += 1;
             return Flow::Continue;
         };
-        let pos = match self.table.get(facts.message_id) {
-            Some((Route::Slot(pos), _)) => pos as usize,
+        let pos = match self.route(packet, &facts, out) {
+            Ok(pos) => pos,
+            Err(flow) => return flow,
+        };
+        self.write(pos, packet, &facts, out);
+        Flow::Continue
+    }
+
+    /// The slot position of the packet's message, placing it on its first packet; `Err`
+    /// when the packet is dropped (and counted) or ends the stream.
+    fn route(
+        &mut self,
+        packet: &[u8],
+        facts: &PacketFacts,
+        out: &mut Vec<FinishedChunk>,
+    ) -> Result<usize, Flow> {
+        match self.table.get(facts.message_id) {
+            Some((Route::Slot(pos), _)) => Ok(pos as usize),
             Some((Route::Dropped(reason), _)) => {
                 self.stats.count(reason);
-                return Flow::Continue;
+                Err(Flow::Continue)
             }
-            None => match self.place(packet, &facts, out) {
-                Ok(pos) => pos,
+            None => match self.place(packet, facts, out) {
+                Ok(pos) => Ok(pos),
                 Err(Unplaced::Drop(reason)) => {
                     self.stats.count(reason);
                     self.remember_drop(facts.message_id, reason);
-                    return Flow::Continue;
+                    Err(Flow::Continue)
                 }
                 Err(Unplaced::End) => {
                     // The ending message is the handler's to consume, not data.
                     self.stats.drops_handler += 1;
                     self.flush(out);
                     self.ended = true;
-                    return Flow::End;
+                    Err(Flow::End)
                 }
             },
-        };
-        self.write(pos, packet, &facts, out);
-        Flow::Continue
+        }
     }
 
     /// Counts `n` packets the host could not hand over (e.g. a batch entry outside its
@@ -296,6 +350,8 @@ impl ChunkAssembler {
 
     fn forget(&mut self) {
         self.stale_run = 0;
+        self.reserved = None;
+        self.shape = landing::Shape::default();
         self.table.clear();
         self.in_flight.clear();
         self.dropped.clear();
@@ -361,6 +417,7 @@ impl ChunkAssembler {
             status: SlotStatus::Open,
             message_id: facts.message_id,
             bytes: 0,
+            end: 0,
             len: facts.message_len,
         };
         self.stamp += 1;
@@ -430,7 +487,16 @@ impl ChunkAssembler {
     }
 
     fn open(&mut self, chunk_id: u64, w: usize) -> Result<usize, DropReason> {
+        // The slot taken ahead for this chunk may already hold payloads that landed.
+        let reserved = match self.reserved.take() {
+            Some((id, slot)) if id == chunk_id => Some(slot),
+            other => {
+                self.reserved = other;
+                None
+            }
+        };
         let slot = match &self.block {
+            _ if reserved.is_some() => reserved,
             None => self.pool.try_acquire(),
             Some(cancel) => self
                 .pool
@@ -546,6 +612,38 @@ impl ChunkAssembler {
         facts: &PacketFacts,
         out: &mut Vec<FinishedChunk>,
     ) {
+        if facts.payload.start > facts.payload.end || facts.payload.end > packet.len() {
+            self.stats.malformed += 1;
+            return;
+        }
+        let Some(t) = self.check(pos, facts) else {
+            return;
+        };
+        let spc = self.cfg.slots_per_chunk;
+        let Some(slot) = self.window[pos / spc]
+            .as_mut()
+            .and_then(|c| c.slot.as_mut())
+        else {
+            return;
+        };
+        let chunk = slot.as_mut_full();
+        let dest = &mut chunk[t.at..t.at + t.n];
+        let stream = self.streaming && t.n >= STREAMING_MIN_PAYLOAD_BYTES;
+        if !(stream && memory::copy_streaming(dest, &packet[facts.payload.clone()])) {
+            self.handler.payload(packet, facts, dest);
+            // The next packet most likely lands right after this one: later in the
+            // message, or at the start of the next slot when this one is full. A chunk
+            // larger than this core's share of the caches has left them by the time its
+            // slot is filled again, and without this each copy waits on memory line by
+            // line.
+            memory::prefetch_following(chunk, t.at + t.n, t.n);
+        }
+        self.account(pos, facts, &t, out);
+    }
+
+    /// Checks that a packet of the open message at `pos` fits its slot, is not a
+    /// duplicate and has chunk memory to go to; counts it where not.
+    fn check(&mut self, pos: usize, facts: &PacketFacts) -> Option<Target> {
         let spc = self.cfg.slots_per_chunk;
         let (w, index) = (pos / spc, pos % spc);
         let st = &mut self.states[pos];
@@ -554,12 +652,10 @@ impl ChunkAssembler {
             st.len = facts.message_len.filter(|&l| l <= self.cfg.slot_size);
         }
         let end = facts.message_offset.checked_add(n);
-        let fits = facts.payload.start <= facts.payload.end
-            && facts.payload.end <= packet.len()
-            && end.is_some_and(|e| e <= self.cfg.slot_size && st.len.is_none_or(|l| e <= l));
+        let fits = end.is_some_and(|e| e <= self.cfg.slot_size && st.len.is_none_or(|l| e <= l));
         if !fits {
             self.stats.malformed += 1;
-            return;
+            return None;
         }
         // A packet seen twice: its presence bit is already set, or (without per-packet
         // presence) it brings more bytes than the message holds. Without per-packet
@@ -572,38 +668,52 @@ impl ChunkAssembler {
         let seen = bit.is_some_and(|b| self.packet_bits[b / 64] >> (b % 64) & 1 == 1);
         if seen || st.len.is_some_and(|l| st.bytes + n > l) {
             self.stats.duplicated += 1;
-            return;
+            return None;
         }
-        let Some(open) = self.window[w].as_mut() else {
-            self.stats.malformed += 1;
-            return;
-        };
-        let Some(slot) = open.slot.as_mut() else {
-            self.stats.drops_pool += 1;
-            return;
-        };
-        let at = index * self.cfg.slot_size + facts.message_offset;
-        let chunk = slot.as_mut_full();
-        let dest = &mut chunk[at..at + n];
-        let stream = self.streaming && n >= STREAMING_MIN_PAYLOAD_BYTES;
-        if !(stream && memory::copy_streaming(dest, &packet[facts.payload.clone()])) {
-            self.handler.payload(packet, facts, dest);
-            // The next packet most likely lands right after this one: later in the
-            // message, or at the start of the next slot when this one is full. A chunk
-            // larger than this core's share of the caches has left them by the time its
-            // slot is filled again, and without this each copy waits on memory line by
-            // line.
-            memory::prefetch_following(chunk, at + n, n);
+        match self.window[w].as_ref() {
+            None => {
+                self.stats.malformed += 1;
+                None
+            }
+            Some(open) if open.slot.is_none() => {
+                self.stats.drops_pool += 1;
+                None
+            }
+            Some(_) => Some(Target {
+                at: index * self.cfg.slot_size + facts.message_offset,
+                n,
+                bit,
+            }),
         }
-        open.packets += 1;
-        open.bytes += n as u64;
-        st.bytes += n;
+    }
+
+    /// Counts a payload now in place (copied, or landed there), and ends its message
+    /// when complete.
+    fn account(
+        &mut self,
+        pos: usize,
+        facts: &PacketFacts,
+        t: &Target,
+        out: &mut Vec<FinishedChunk>,
+    ) {
+        let spc = self.cfg.slots_per_chunk;
+        if let Some(open) = self.window[pos / spc].as_mut() {
+            open.packets += 1;
+            open.bytes += t.n as u64;
+        }
+        let st = &mut self.states[pos];
+        st.bytes += t.n;
+        st.end = st.end.max(facts.message_offset + t.n);
+        let (len, bytes) = (st.len, st.bytes);
         self.stats.packets += 1;
-        self.stats.bytes += n as u64;
-        if let Some(b) = bit {
+        self.stats.bytes += t.n as u64;
+        if let Some(b) = t.bit {
             self.packet_bits[b / 64] |= 1 << (b % 64);
         }
-        if st.len.is_some_and(|l| st.bytes >= l) {
+        if self.direct {
+            self.shape.learn(facts, len);
+        }
+        if len.is_some_and(|l| bytes >= l) {
             self.end_message(pos, true);
             self.emit_ready(out);
         }

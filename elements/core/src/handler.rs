@@ -91,6 +91,38 @@ pub trait PacketHandler: Send + 'static {
         false
     }
 
+    /// True when [`Self::parse_header`] reads packets from their header alone and
+    /// [`Self::header`] places from it. A host that receives straight into chunk memory
+    /// (`fhudpchunksrc`) then has the kernel put each header into scratch and each
+    /// payload where the engine predicts it goes, and copies nothing when it was right.
+    /// It also needs [`Self::copies_payload_unchanged`]. The default, false, keeps every
+    /// packet whole and calls [`Self::parse`].
+    fn parses_header_alone(&self) -> bool {
+        false
+    }
+
+    /// Reads a packet from its first bytes, `header`, the packet being `packet_len` bytes
+    /// long. Returns `None` when the packet's payload does not start exactly at
+    /// `header.len()` (the host guessed the header's length wrong), or when the header is
+    /// malformed: either way the host gathers the whole packet and calls
+    /// [`Self::parse`], which decides. The facts' payload range must be
+    /// `header.len()..packet_len`. Only called when [`Self::parses_header_alone`]; the
+    /// following [`Self::header`] call, if any, is then given the header bytes alone.
+    fn parse_header(&mut self, header: &[u8], packet_len: usize) -> Option<PacketFacts> {
+        let _ = (header, packet_len);
+        None
+    }
+
+    /// The placement [`Self::header`] would give message `message_id`, when it follows
+    /// from the id alone (SPEAD placed by HEAP_CNT, numbered packets); `None` (the
+    /// default) when it depends on the packet. Lets a host predict where the first packet
+    /// of the next message lands; it must never differ from what `header` then says for
+    /// a message of that id that is placed at all.
+    fn predict_placement(&self, message_id: u64) -> Option<Placement> {
+        let _ = message_id;
+        None
+    }
+
     /// Decides whether an ended message is marked present. The default: when complete.
     fn completion(&mut self, end: &MessageEnd) -> bool {
         end.complete

@@ -17,8 +17,18 @@ pub mod names {
     pub const PACKETS: &str = "packets";
     /// Payload bytes delivered downstream.
     pub const BYTES: &str = "bytes";
-    /// Buffers (batches) pushed.
+    /// Buffers (batches) pushed; for a source that pushes chunks, receive calls that
+    /// returned data.
     pub const BATCHES: &str = "batches";
+    /// Datagrams received, before any verdict on them (a chunk source's `packets` are
+    /// those written into chunks).
+    pub const DATAGRAMS: &str = "datagrams";
+    /// Packets whose payload the kernel received straight into its chunk: no copy.
+    pub const PACKETS_LANDED: &str = "packets-landed";
+    /// Packets received into scratch and handed to the chunk engine, which copies their
+    /// payload once (the prediction of where it goes missed, or the handler does not
+    /// allow receiving into chunks).
+    pub const PACKETS_COPIED: &str = "packets-copied";
     /// Datagrams the kernel dropped on a full socket buffer (SO_RXQ_OVFL).
     pub const DROPS_KERNEL: &str = "drops-kernel";
     /// Datagrams received but dropped because no pool slot was free.

@@ -94,6 +94,19 @@ pub enum Recv {
     Woken,
 }
 
+/// One message of a [`UdpReceiver::recv_vectored`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Message {
+    /// Bytes received (all GRO segments).
+    pub len: usize,
+    /// GRO segment size (0: one datagram).
+    pub gso: usize,
+    /// Kernel receive time, ns since the epoch (0: none).
+    pub rx_time_ns: u64,
+    /// The datagram did not fit the scatter list.
+    pub truncated: bool,
+}
+
 /// A bound UDP socket plus preallocated `recvmmsg` state.
 pub struct UdpReceiver {
     sock: Socket,
@@ -489,48 +502,16 @@ impl UdpReceiver {
             h.msg_flags = 0;
             self.msgs[i].msg_len = 0;
         }
-        let n = loop {
-            // SAFETY: msgs[..vlen] point at live iovecs into `slab` and at our own name
-            // and control buffers, all of the declared sizes.
-            let r = unsafe {
-                libc::recvmmsg(
-                    self.sock.as_raw_fd(),
-                    self.msgs.as_mut_ptr(),
-                    vlen as u32,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null_mut(),
-                )
-            };
-            if r > 0 {
-                break r as usize;
-            }
-            let err = io::Error::last_os_error();
-            match err.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::EAGAIN) => {
-                    if !wait {
-                        return Ok(Recv::Batch {
-                            used: 0,
-                            counts: RecvCounts::default(),
-                        });
-                    }
-                    if let Some(ns) = self.coalesce.on_empty(Instant::now()) {
-                        if nap(&self.waker, ns)? {
-                            return Ok(Recv::Woken);
-                        }
-                        continue;
-                    }
-                    if self.wait_readable()? {
-                        return Ok(Recv::Woken);
-                    }
-                    self.coalesce.woke(Instant::now());
-                }
-                // An ICMP error queued on the socket (e.g. from a connected peer): the
-                // datagrams themselves are fine, try again.
-                Some(libc::ECONNREFUSED) => continue,
-                _ => return Err(err),
-            }
+        let n = match self.recvmmsg_wait(vlen, wait)? {
+            Some(n) => n,
+            None => return Ok(Recv::Woken),
         };
+        if n == 0 {
+            return Ok(Recv::Batch {
+                used: 0,
+                counts: RecvCounts::default(),
+            });
+        }
         let mut counts = RecvCounts::default();
         let mut used = 0;
         for i in 0..n {
@@ -568,6 +549,122 @@ impl UdpReceiver {
         }
         self.coalesce.received(counts.bytes, n as u64);
         Ok(Recv::Batch { used, counts })
+    }
+
+    /// Runs `recvmmsg` on `msgs[..vlen]` (set up by the caller): the number of messages
+    /// received, 0 when none is queued and `wait` is false, `None` when the waker fired.
+    fn recvmmsg_wait(&mut self, vlen: usize, wait: bool) -> io::Result<Option<usize>> {
+        loop {
+            // SAFETY: the caller set msgs[..vlen] to point at live iovecs of the declared
+            // lengths and at our own name and control buffers, all of the declared sizes.
+            let r = unsafe {
+                libc::recvmmsg(
+                    self.sock.as_raw_fd(),
+                    self.msgs.as_mut_ptr(),
+                    vlen as u32,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            if r > 0 {
+                return Ok(Some(r as usize));
+            }
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN) => {
+                    if !wait {
+                        return Ok(Some(0));
+                    }
+                    if self.wait_for_data()? {
+                        return Ok(None);
+                    }
+                }
+                // An ICMP error queued on the socket (e.g. from a connected peer): the
+                // datagrams themselves are fine, try again.
+                Some(libc::ECONNREFUSED) => continue,
+                _ => return Err(err),
+            }
+        }
+    }
+
+    /// Waits after a read found the socket queue empty: a nap of up to `coalesce-us`
+    /// while a stream is coming in (wake-up coalescing, see
+    /// [`UdpReceiver::set_coalesce`]), in `poll` otherwise. True when the waker fired.
+    /// The receive calls wait this way themselves; a caller that receives without
+    /// waiting (to stamp what it receives with the time it was read) waits with this.
+    pub fn wait_for_data(&mut self) -> io::Result<bool> {
+        if let Some(ns) = self.coalesce.on_empty(Instant::now()) {
+            return nap(&self.waker, ns);
+        }
+        let woken = self.wait_readable()?;
+        self.coalesce.woke(Instant::now());
+        Ok(woken)
+    }
+
+    /// Receives up to `vlen` messages (GRO: each up to [`MAX_DATAGRAM`] bytes of
+    /// segments) into caller-provided scatter lists: message `i` fills
+    /// `iovs[i * per_msg_iovs ..][..per_msg_iovs]` in order. Waits like
+    /// [`UdpReceiver::recv_batch`]. Returns the number of messages (0: none queued and
+    /// `wait` false; `None`: woken); read each with [`UdpReceiver::message`].
+    ///
+    /// The iovecs must point at memory that stays valid and unaliased for the call; the
+    /// lists must be long enough for a whole message, or it is flagged truncated.
+    pub fn recv_vectored(
+        &mut self,
+        iovs: &mut [libc::iovec],
+        per_msg_iovs: usize,
+        vlen: usize,
+        wait: bool,
+    ) -> io::Result<Option<usize>> {
+        let vlen = vlen
+            .min(self.msgs.len())
+            .min(iovs.len() / per_msg_iovs.max(1));
+        if vlen == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no scatter list to receive into",
+            ));
+        }
+        for i in 0..vlen {
+            let h = &mut self.msgs[i].msg_hdr;
+            h.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_iov = iovs[i * per_msg_iovs..].as_mut_ptr();
+            h.msg_iovlen = per_msg_iovs;
+            h.msg_control = self.cmsgs[i].as_mut_ptr().cast();
+            h.msg_controllen = CMSG_SPACE;
+            h.msg_flags = 0;
+            self.msgs[i].msg_len = 0;
+        }
+        let n = self.recvmmsg_wait(vlen, wait)?;
+        if let Some(n) = n {
+            let bytes = (0..n).map(|i| u64::from(self.msgs[i].msg_len)).sum();
+            self.coalesce.received(bytes, n as u64);
+        }
+        Ok(n)
+    }
+
+    /// Message `i` of the last [`UdpReceiver::recv_vectored`]: its length, GRO segment
+    /// size, receive time and whether the kernel truncated it.
+    pub fn message(&mut self, i: usize) -> Message {
+        let (rx_time_ns, gso) = self.parse_cmsgs(i);
+        Message {
+            len: self.msgs[i].msg_len as usize,
+            gso,
+            rx_time_ns,
+            truncated: self.msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+        }
+    }
+
+    /// The largest datagram accepted (`max_packet_size`).
+    pub fn max_packet(&self) -> usize {
+        self.max_packet
+    }
+
+    /// Whether UDP GRO is on: a message may carry many datagrams.
+    pub fn gro(&self) -> bool {
+        self.gro
     }
 
     /// Waits until the socket is readable (false) or the waker fired (true); a signal

@@ -89,21 +89,31 @@ impl PacketHandler for SpeadChunkHandler {
     fn parse(&mut self, packet: &[u8]) -> Option<PacketFacts> {
         let p = Packet::parse(packet).ok()?;
         // Packet::parse checks the payload ends the packet exactly.
-        let start = packet.len() - p.payload.len();
-        Some(PacketFacts {
-            message_id: p.heap_cnt,
-            payload: start..packet.len(),
-            message_offset: usize::try_from(p.payload_offset).ok()?,
-            message_len: match p.heap_length {
-                Some(l) => Some(usize::try_from(l).ok()?),
-                None => None,
-            },
-        })
+        facts(&p, packet.len() - p.payload.len(), packet.len())
     }
 
-    fn header(&mut self, packet: &[u8], _facts: &PacketFacts) -> Placement {
-        // Parsed again (it validated in `parse`): only a heap's first packet pays for it.
-        let Ok(p) = Packet::parse(packet) else {
+    fn parses_header_alone(&self) -> bool {
+        // Everything a packet is placed by (HEAP_CNT, PAYLOAD_OFFSET, HEAP_LENGTH, the
+        // place-item immediate, STREAM_CTRL, DESCRIPTOR pointers) is in its header.
+        true
+    }
+
+    fn parse_header(&mut self, header: &[u8], packet_len: usize) -> Option<PacketFacts> {
+        let (p, payload_start) = Packet::parse_head(header, packet_len).ok()?;
+        // The payload must start right after `header`, where the host put it apart.
+        (payload_start == header.len()).then_some(())?;
+        facts(&p, payload_start, packet_len)
+    }
+
+    fn predict_placement(&self, message_id: u64) -> Option<Placement> {
+        // Only placement by HEAP_CNT follows from the id; an item's value is in the packet.
+        (self.cfg.place_item == ids::HEAP_CNT).then(|| self.place(message_id))
+    }
+
+    fn header(&mut self, packet: &[u8], facts: &PacketFacts) -> Placement {
+        // Parsed again (it validated in `parse` or `parse_header`): only a heap's first
+        // packet pays for it. `packet` may be the header alone, so only that is read.
+        let Ok((p, _)) = Packet::parse_head(packet, facts.payload.end) else {
             return Placement::Drop;
         };
         match p.stream_ctrl {
@@ -120,8 +130,18 @@ impl PacketHandler for SpeadChunkHandler {
         } else {
             p.immediate(self.cfg.place_item)
         };
+        match value {
+            Some(v) => self.place(v),
+            None => Placement::Drop,
+        }
+    }
+}
+
+impl SpeadChunkHandler {
+    /// Where a heap whose placing value is `value` goes.
+    fn place(&self, value: u64) -> Placement {
         let c = &self.cfg;
-        let Some(delta) = value.and_then(|v| v.checked_sub(c.offset)) else {
+        let Some(delta) = value.checked_sub(c.offset) else {
             return Placement::Drop;
         };
         if !delta.is_multiple_of(c.step) {
@@ -133,6 +153,19 @@ impl PacketHandler for SpeadChunkHandler {
             index: (n % c.slots_per_chunk) as usize,
         }
     }
+}
+
+/// The engine's facts of a validated packet whose payload is `start..end` of it.
+fn facts(p: &Packet<'_>, start: usize, end: usize) -> Option<PacketFacts> {
+    Some(PacketFacts {
+        message_id: p.heap_cnt,
+        payload: start..end,
+        message_offset: usize::try_from(p.payload_offset).ok()?,
+        message_len: match p.heap_length {
+            Some(l) => Some(usize::try_from(l).ok()?),
+            None => None,
+        },
+    })
 }
 
 /// The registry factory for `spead`.
@@ -246,6 +279,42 @@ mod tests {
             &[ItemPointer::addressed(F, ids::DESCRIPTOR, 0)],
         );
         assert_eq!(place(&mut h, &desc), Placement::Drop);
+    }
+
+    #[test]
+    fn a_header_alone_gives_the_same_facts_and_placement() {
+        let mut h = handler("spead,offset=1,slots-per-chunk=4");
+        assert!(h.parses_header_alone() && h.copies_payload_unchanged());
+        let ts = [ItemPointer::immediate(F, TS, 9)];
+        let p = packet(6, 48, 16, b"0123456789abcdef", &ts);
+        let whole = h.parse(&p).unwrap();
+        let head = &p[..whole.payload.start];
+        assert_eq!(h.parse_header(head, p.len()), Some(whole.clone()));
+        assert_eq!(h.header(head, &whole), h.header(&p, &whole));
+        assert_eq!(h.header(head, &whole), at(1, 1));
+        // A header guessed one item short or long, or the wrong packet length: None, so
+        // the host gathers the packet and `parse` decides.
+        assert_eq!(h.parse_header(&p[..head.len() - 8], p.len()), None);
+        assert_eq!(h.parse_header(&p[..head.len() + 8], p.len()), None);
+        assert_eq!(h.parse_header(head, p.len() + 1), None);
+        assert_eq!(h.parse_header(b"not spead", 100), None);
+    }
+
+    #[test]
+    fn placement_is_predicted_from_heap_cnt_only() {
+        let h = handler("spead,offset=1,step=2,slots-per-chunk=4");
+        assert_eq!(h.predict_placement(1 + 2 * 5), Some(at(1, 1)));
+        assert_eq!(
+            h.predict_placement(2),
+            Some(Placement::Drop),
+            "off the step grid"
+        );
+        let h = handler("spead,place-item=0x1600,slots-per-chunk=4");
+        assert_eq!(
+            h.predict_placement(7),
+            None,
+            "an item's value is in the packet"
+        );
     }
 
     #[test]

@@ -223,6 +223,27 @@ impl<'a> Packet<'a> {
     /// Validates the packet at the start of `buf` (packets concatenated in a file or a
     /// TCP stream) and returns it with its length.
     pub fn parse_prefix(buf: &'a [u8]) -> Result<(Self, usize), DecodeError> {
+        let (mut p, items_end, end) = Self::decode_head(buf, buf.len())?;
+        p.payload = &buf[items_end..end];
+        Ok((p, end))
+    }
+
+    /// Validates a packet of `packet_len` bytes from its first bytes alone, `head`,
+    /// which must hold its header and item pointers; the packet returned has an empty
+    /// `payload`. Also returns where its payload starts. For receives that put the
+    /// header and the payload in different places.
+    pub fn parse_head(head: &'a [u8], packet_len: usize) -> Result<(Self, usize), DecodeError> {
+        let (p, items_end, end) = Self::decode_head(head, packet_len)?;
+        if end != packet_len {
+            return Err(DecodeError::LengthMismatch);
+        }
+        Ok((p, items_end))
+    }
+
+    /// Validates the header and item pointers at the start of `buf`, whose packet is
+    /// `total` bytes long (its payload may lie elsewhere). Returns the packet with an
+    /// empty payload, where its payload starts and where it ends.
+    fn decode_head(buf: &'a [u8], total: usize) -> Result<(Self, usize, usize), DecodeError> {
         if buf.len() < HEADER_LEN {
             return Err(DecodeError::Truncated);
         }
@@ -265,7 +286,7 @@ impl<'a> Packet<'a> {
         let payload_length = length.ok_or(DecodeError::MissingItem(ids::PAYLOAD_LENGTH))?;
         let end = (items_end as u64)
             .checked_add(payload_length)
-            .filter(|&e| e <= buf.len() as u64)
+            .filter(|&e| e <= total as u64)
             .ok_or(DecodeError::LengthMismatch)? as usize;
         if let Some(hl) = heap_length {
             if payload_offset
@@ -283,8 +304,9 @@ impl<'a> Packet<'a> {
                 payload_offset,
                 stream_ctrl: ctrl,
                 items,
-                payload: &buf[items_end..end],
+                payload: &[],
             },
+            items_end,
             end,
         ))
     }
@@ -475,6 +497,43 @@ mod tests {
             (1, &b"ab"[..], 2, &b"cde"[..])
         );
         assert_eq!(la + lb, s.len());
+    }
+
+    #[test]
+    fn a_packet_validates_from_its_header_and_length() {
+        let p = basic(Flavour::SPEAD_64_48, 7, 16, 4, b"abcd");
+        let whole = Packet::parse(&p).unwrap();
+        let start = p.len() - 4;
+        let (head, at) = Packet::parse_head(&p[..start], p.len()).unwrap();
+        assert_eq!(at, start);
+        assert_eq!(
+            (
+                head.heap_cnt,
+                head.heap_length,
+                head.payload_offset,
+                head.payload
+            ),
+            (
+                whole.heap_cnt,
+                whole.heap_length,
+                whole.payload_offset,
+                &b""[..]
+            )
+        );
+        // The whole packet works too; a wrong length or a cut item does not.
+        assert_eq!(Packet::parse_head(&p, p.len()).unwrap().1, start);
+        assert_eq!(
+            Packet::parse_head(&p[..start], p.len() - 1).unwrap_err(),
+            DecodeError::LengthMismatch
+        );
+        assert_eq!(
+            Packet::parse_head(&p[..start], p.len() + 1).unwrap_err(),
+            DecodeError::LengthMismatch
+        );
+        assert_eq!(
+            Packet::parse_head(&p[..start - 1], p.len()).unwrap_err(),
+            DecodeError::TooManyItems
+        );
     }
 
     #[test]

@@ -7,10 +7,13 @@
 use gst::glib;
 
 fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
-    firehose_net::register(plugin)?;
-    firehose_testkit::register(plugin)?;
+    // The crates that bring packet handlers come first: the elements that host handlers
+    // (`fhdepay`, `fhudpchunksrc`) name the registered ones in the description of their
+    // `handler` property, which is written when the element's class is made.
     firehose_spead::register(plugin)?;
     firehose_depay::register(plugin)?;
+    firehose_net::register(plugin)?;
+    firehose_testkit::register(plugin)?;
     firehose_record::register(plugin)?;
     firehose_ibverbs::register(plugin)?;
     firehose_xdp::register(plugin)?;

@@ -1,5 +1,5 @@
 //! What an element hosting a [`ChunkAssembler`] shares with every other host (`fhdepay`,
-//! `speaddepay mode=chunks`): building the handler, the pool and the engine at start,
+//! `fhudpchunksrc`, `speaddepay mode=chunks`): building the handler, the pool and the engine at start,
 //! feeding it the packets of a buffer, and the `stats` structure.
 
 use crate::batch::PacketBatchMeta;
@@ -113,6 +113,10 @@ pub struct StatsMirror {
 }
 
 impl StatsMirror {
+    /// The fields of [`StatsMirror::structure`], for the description of a host's
+    /// `stats` property.
+    pub const COUNTERS: &'static str = "packets, bytes, chunks, chunks-incomplete, heaps, heaps-incomplete, malformed, too-old, duplicated, drops-handler, drops-pool, resyncs, pool-*";
+
     /// Copies the engine's counters (once per buffer).
     pub fn update(&self, s: &ChunkStats) {
         for (c, (_, v)) in self.counters.iter().zip(s.fields()) {

@@ -10,7 +10,9 @@ use crate::pool::Slot;
 ///
 /// The chunk's memory is `slots × slot_size` bytes; slot `i` starts at `i × slot_size`.
 /// The bytes of a slot whose presence bit is clear are undefined (they are not zeroed:
-/// that would cost a second pass over memory that is mostly overwritten anyway).
+/// that would cost a second pass over memory that is mostly overwritten anyway), and so
+/// are those of a present slot past its message's end, and, with per-packet presence,
+/// those of a packet whose bit is clear.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChunkInfo {
     /// The chunk's number, as the handler placed it.

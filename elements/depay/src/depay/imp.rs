@@ -9,14 +9,13 @@ use std::time::Instant;
 use firehose_core::chunk::{
     feed_buffer, ChunkAssembler, ChunkHost, FinishedChunk, Flow, StatsMirror,
 };
-use firehose_core::props::WhenFull;
 use firehose_core::stats::{self, StatsTimer};
 use firehose_core::{caps as fcaps, SlotPool};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
 
-use super::settings::{self, Settings};
+use firehose_core::chunk::settings::ChunkSettings;
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -25,6 +24,22 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
         Some("Firehose depacketizer"),
     )
 });
+
+/// The chunk engine's properties, and how often to post stats.
+#[derive(Clone, Debug)]
+struct Settings {
+    chunk: ChunkSettings,
+    stats_interval: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            chunk: ChunkSettings::default(),
+            stats_interval: stats::DEFAULT_INTERVAL_MS,
+        }
+    }
+}
 
 struct State {
     engine: ChunkAssembler,
@@ -174,31 +189,9 @@ impl FhDepay {
 
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
-        let settings_error = |e: String| gst::error_msg!(gst::LibraryError::Settings, ("{}", e));
-        let cfg = s.chunk_config();
-        let (_, config) = s.handler_config().map_err(settings_error)?;
-        let (slots, slot_size) = (cfg.slots_per_chunk, cfg.slot_size);
-        let chunks = s.pool_chunks();
-        let ChunkHost {
-            mut engine,
-            pool,
-            caps,
-        } = ChunkHost::new(cfg, config.clone(), chunks, s.hugepages.into())?;
-        if let Some(reason) = pool.fallback_reason() {
-            gst::element_imp_warning!(self, gst::ResourceError::Settings, ("{}", reason));
-        }
-        gst::info!(
-            CAT,
-            imp = self,
-            "handler {config}; {} chunks of {} × {} B ({})",
-            chunks,
-            slots,
-            slot_size,
-            pool.kind().as_str()
-        );
-        if s.when_full == WhenFull::Block {
-            engine.set_blocking(Some(self.flushing.clone()));
-        }
+        let ChunkHost { engine, pool, caps } =
+            s.chunk
+                .host(self.obj().upcast_ref(), *CAT, &self.flushing)?;
         self.counters.reset();
         self.flushing.store(false, Ordering::Release);
         *lock(&self.pool) = Some(pool);
@@ -267,18 +260,37 @@ impl ObjectSubclass for FhDepay {
 
 impl ObjectImpl for FhDepay {
     fn properties() -> &'static [glib::ParamSpec] {
-        settings::properties()
+        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
+            let mut props = ChunkSettings::properties();
+            props.extend(stats::properties(StatsMirror::COUNTERS));
+            props
+        });
+        PROPS.as_ref()
     }
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        lock(&self.settings).set(value, pspec);
+        let mut s = lock(&self.settings);
+        if s.chunk.set(value, pspec) {
+            return;
+        }
+        match pspec.name() {
+            "stats-interval" => s.stats_interval = value.get().unwrap(),
+            other => unreachable!("unknown property {other}"),
+        }
     }
 
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
         if pspec.name() == "stats" {
             return self.stats().to_value();
         }
-        lock(&self.settings).get(pspec)
+        let s = lock(&self.settings);
+        if let Some(v) = s.chunk.get(pspec) {
+            return v;
+        }
+        match pspec.name() {
+            "stats-interval" => s.stats_interval.to_value(),
+            other => unreachable!("unknown property {other}"),
+        }
     }
 
     fn constructed(&self) {

@@ -19,7 +19,6 @@ use gst::glib;
 use gst::prelude::*;
 
 mod imp;
-mod settings;
 
 glib::wrapper! {
     /// The `fhdepay` element.

@@ -18,7 +18,8 @@ use gst_base::subclass::base_src::CreateSuccess;
 use gst_base::subclass::prelude::*;
 
 use super::Output;
-use crate::recv::{Recv, RecvCounts, SocketConfig, UdpReceiver};
+use crate::recv::{Recv, RecvCounts, UdpReceiver};
+use crate::socket_settings::{insert_after, SocketSettings};
 use firehose_core::wake::Waker;
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
@@ -29,38 +30,19 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     )
 });
 
-const DEFAULT_ADDRESS: &str = "0.0.0.0";
-const DEFAULT_PORT: u32 = 5004;
-const DEFAULT_BUFFER_SIZE: u32 = 8 << 20;
 const DEFAULT_BATCH_SIZE: u32 = 64;
 /// Slab bytes per batch: small enough to stay in a CPU's L2 cache until downstream reads
 /// it (in `firehose bench spead` under a quarter core, 4 MiB batches lost 15–27 % at
 /// 8 Gb/s of 8972-byte packets where 256–512 KiB ones lost nothing).
 const DEFAULT_BATCH_BYTES: u32 = 256 << 10;
-/// Longest nap, in µs, after a read finds the socket queue empty (see
-/// `firehose_core::wake::Coalescer`). Why 2 ms: at 10 Gb/s that is about 500 wake-ups
-/// a second, a few per cent of the receive cost, where waking per datagram cost a third
-/// of it (`firehose bench spead`: speaddepay 0.34–0.35 s/GB with 0, 0.21–0.22 with
-/// 1 ms, 0.17–0.19 with 2 ms, 0.17–0.18 with 4 ms, at 8972 B and 10 Gb/s). It adds at most
-/// 2 ms before a batch is read.
-const DEFAULT_COALESCE_US: u32 = 2000;
-const DEFAULT_MAX_PACKET_SIZE: u32 = 9216;
 const DEFAULT_POOL_SIZE: u64 = 64 << 20;
 
 #[derive(Debug, Clone)]
 struct Settings {
-    address: String,
-    port: u32,
-    multicast_iface: Option<String>,
-    multicast_source: Option<String>,
-    buffer_size: u32,
+    socket: SocketSettings,
     batch_size: u32,
     batch_bytes: u32,
-    coalesce_us: u32,
-    max_packet_size: u32,
-    gro: bool,
     timestamps: bool,
-    reuse: bool,
     output: Output,
     caps: Option<gst::Caps>,
     when_full: WhenFull,
@@ -72,18 +54,10 @@ struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            address: DEFAULT_ADDRESS.into(),
-            port: DEFAULT_PORT,
-            multicast_iface: None,
-            multicast_source: None,
-            buffer_size: DEFAULT_BUFFER_SIZE,
+            socket: SocketSettings::default(),
             batch_size: DEFAULT_BATCH_SIZE,
             batch_bytes: DEFAULT_BATCH_BYTES,
-            coalesce_us: DEFAULT_COALESCE_US,
-            max_packet_size: DEFAULT_MAX_PACKET_SIZE,
-            gro: true,
             timestamps: true,
-            reuse: false,
             output: Output::Batch,
             caps: None,
             when_full: WhenFull::Drop,
@@ -269,86 +243,39 @@ impl ObjectSubclass for UdpSrc {
 impl ObjectImpl for UdpSrc {
     fn properties() -> &'static [glib::ParamSpec] {
         static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            let mut v = vec![
-                glib::ParamSpecString::builder("address")
-                    .nick("Address")
-                    .blurb("Local address or multicast group to receive on (IPv4 or IPv6)")
-                    .default_value(Some(DEFAULT_ADDRESS))
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecInt::builder("port")
-                    .nick("Port")
-                    .blurb("UDP port (0 = any free port; the bound port is readable after start)")
-                    .minimum(0)
-                    .maximum(65535)
-                    .default_value(DEFAULT_PORT as i32)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("multicast-iface")
-                    .nick("Multicast interface")
-                    .blurb("Network interface on which to join the multicast group")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("multicast-source")
-                    .nick("Multicast sources")
-                    .blurb("Comma-separated source addresses for source-specific multicast (SSM)")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecInt::builder("buffer-size")
-                    .nick("Buffer size")
-                    .blurb("Kernel receive buffer (SO_RCVBUF) in bytes (0 = kernel default)")
-                    .minimum(0)
-                    .default_value(DEFAULT_BUFFER_SIZE as i32)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("batch-size")
-                    .nick("Batch size")
-                    .blurb("Most datagrams received by one recvmmsg and pushed as one buffer")
-                    .minimum(1)
-                    .maximum(1024)
-                    .default_value(DEFAULT_BATCH_SIZE)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("batch-bytes")
-                    .nick("Batch bytes")
-                    .blurb("Most buffer bytes one batch may fill (0 = no limit): lowers batch-size so that a batch stays in the CPU cache until downstream reads it; with GRO each message takes 64 KiB")
-                    .maximum(64 << 20)
-                    .default_value(DEFAULT_BATCH_BYTES)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("coalesce-us")
-                    .nick("Wake-up coalescing")
-                    .blurb("When a read finds the socket queue empty after data, wait up to this many microseconds before reading again, so that one wake-up takes many datagrams (less CPU); cut short so the socket buffer never fills past a quarter. Adds at most this much latency. 0 = read as soon as anything arrives")
-                    .maximum(100_000)
-                    .default_value(DEFAULT_COALESCE_US)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("max-packet-size")
-                    .nick("Maximum packet size")
-                    .blurb("Longest datagram payload accepted in bytes; longer ones are dropped and counted as truncated")
-                    .minimum(1)
-                    .maximum(65535)
-                    .default_value(DEFAULT_MAX_PACKET_SIZE)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecBoolean::builder("gro")
-                    .nick("GRO")
-                    .blurb("Ask the kernel for UDP GRO (coalesced datagrams, split here by segment size)")
-                    .default_value(true)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecBoolean::builder("timestamps")
+            let mut v = SocketSettings::properties();
+            insert_after(
+                &mut v,
+                "buffer-size",
+                [
+                    glib::ParamSpecUInt::builder("batch-size")
+                        .nick("Batch size")
+                        .blurb("Most datagrams received by one recvmmsg and pushed as one buffer")
+                        .minimum(1)
+                        .maximum(1024)
+                        .default_value(DEFAULT_BATCH_SIZE)
+                        .mutable_ready()
+                        .build(),
+                    glib::ParamSpecUInt::builder("batch-bytes")
+                        .nick("Batch bytes")
+                        .blurb("Most buffer bytes one batch may fill (0 = no limit): lowers batch-size so that a batch stays in the CPU cache until downstream reads it; with GRO each message takes 64 KiB")
+                        .maximum(64 << 20)
+                        .default_value(DEFAULT_BATCH_BYTES)
+                        .mutable_ready()
+                        .build(),
+                ],
+            );
+            insert_after(
+                &mut v,
+                "gro",
+                [glib::ParamSpecBoolean::builder("timestamps")
                     .nick("Kernel timestamps")
                     .blurb("Record each datagram's kernel receive time (SO_TIMESTAMPNS) in the batch meta")
                     .default_value(true)
                     .mutable_ready()
-                    .build(),
-                glib::ParamSpecBoolean::builder("reuse")
-                    .nick("Reuse")
-                    .blurb("Allow other sockets to bind the same port (SO_REUSEADDR); off so a busy port is an error, not silent sharing")
-                    .default_value(false)
-                    .mutable_ready()
-                    .build(),
+                    .build()],
+            );
+            v.extend([
                 glib::ParamSpecEnum::builder::<Output>("output")
                     .nick("Output")
                     .blurb("batch: one buffer per batch (fast); list: one buffer per datagram in a buffer list (for stock elements)")
@@ -376,7 +303,7 @@ impl ObjectImpl for UdpSrc {
                     .default_value(DEFAULT_POOL_SIZE)
                     .mutable_ready()
                     .build(),
-            ];
+            ]);
             v.extend(firehose_core::stats::properties(
                 "packets, bytes, batches, drops-kernel, drops-pool, truncated, empty, pool-*",
             ));
@@ -387,25 +314,13 @@ impl ObjectImpl for UdpSrc {
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = lock(&self.settings);
-        let opt = |v: Option<String>| v.filter(|x| !x.is_empty());
+        if s.socket.set(value, pspec) {
+            return;
+        }
         match pspec.name() {
-            "address" => {
-                s.address = value
-                    .get::<Option<String>>()
-                    .unwrap()
-                    .unwrap_or_else(|| DEFAULT_ADDRESS.into())
-            }
-            "port" => s.port = value.get::<i32>().unwrap() as u32,
-            "multicast-iface" => s.multicast_iface = opt(value.get().unwrap()),
-            "multicast-source" => s.multicast_source = opt(value.get().unwrap()),
-            "buffer-size" => s.buffer_size = value.get::<i32>().unwrap() as u32,
             "batch-size" => s.batch_size = value.get().unwrap(),
             "batch-bytes" => s.batch_bytes = value.get().unwrap(),
-            "coalesce-us" => s.coalesce_us = value.get().unwrap(),
-            "max-packet-size" => s.max_packet_size = value.get().unwrap(),
-            "gro" => s.gro = value.get().unwrap(),
             "timestamps" => s.timestamps = value.get().unwrap(),
-            "reuse" => s.reuse = value.get().unwrap(),
             "output" => s.output = value.get().unwrap(),
             "caps" => s.caps = value.get().unwrap(),
             "when-full" => s.when_full = value.get().unwrap(),
@@ -421,19 +336,13 @@ impl ObjectImpl for UdpSrc {
             return self.stats().to_value();
         }
         let s = lock(&self.settings);
+        if let Some(v) = s.socket.get(pspec) {
+            return v;
+        }
         match pspec.name() {
-            "address" => s.address.to_value(),
-            "port" => (s.port as i32).to_value(),
-            "multicast-iface" => s.multicast_iface.to_value(),
-            "multicast-source" => s.multicast_source.to_value(),
-            "buffer-size" => (s.buffer_size as i32).to_value(),
             "batch-size" => s.batch_size.to_value(),
             "batch-bytes" => s.batch_bytes.to_value(),
-            "coalesce-us" => s.coalesce_us.to_value(),
-            "max-packet-size" => s.max_packet_size.to_value(),
-            "gro" => s.gro.to_value(),
             "timestamps" => s.timestamps.to_value(),
-            "reuse" => s.reuse.to_value(),
             "output" => s.output.to_value(),
             "caps" => s.caps.to_value(),
             "when-full" => s.when_full.to_value(),
@@ -484,42 +393,13 @@ impl ElementImpl for UdpSrc {
 impl BaseSrcImpl for UdpSrc {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
-        let port = u16::try_from(s.port).unwrap_or(0);
-        let cfg = SocketConfig {
-            address: s.address.clone(),
-            port,
-            multicast_iface: s.multicast_iface.clone(),
-            multicast_sources: s
-                .multicast_source
-                .as_deref()
-                .unwrap_or("")
-                .split(',')
-                .map(|x| x.trim().to_string())
-                .filter(|x| !x.is_empty())
-                .collect(),
-            buffer_size: s.buffer_size as usize,
-            reuse: s.reuse,
-            gro: s.gro,
-            timestamps: s.timestamps,
-        };
-        let (mut rx, report) = UdpReceiver::open(
-            &cfg,
-            s.max_packet_size as usize,
+        let (rx, report) = s.socket.open(
+            self.obj().upcast_ref(),
+            *CAT,
+            s.timestamps,
             s.batch_size as usize,
             s.batch_bytes as usize,
-        )
-        .map_err(|e| gst::error_msg!(gst::ResourceError::OpenRead, ("{}", e)))?;
-        rx.set_coalesce(u64::from(s.coalesce_us) * 1000);
-        if let Some(w) = &report.buffer_warning {
-            gst::element_imp_warning!(self, gst::ResourceError::Settings, ("{}", w));
-        }
-        if s.gro && !report.gro {
-            gst::warning!(
-                CAT,
-                imp = self,
-                "the kernel refused UDP_GRO; receiving one datagram per message"
-            );
-        }
+        )?;
         let slab = rx.slab_size();
         let slots = (s.pool_size as usize / slab).max(2);
         let pool = SlotPool::new(&PoolConfig {
@@ -543,13 +423,7 @@ impl BaseSrcImpl for UdpSrc {
             pool.slot_size(),
             pool.kind().as_str()
         );
-        let bound_port = report.local.map(|a| a.port()).unwrap_or(port);
-        let port_changed = {
-            let mut st = lock(&self.settings);
-            let changed = st.port != u32::from(bound_port);
-            st.port = u32::from(bound_port);
-            changed
-        };
+        let port_changed = lock(&self.settings).socket.set_bound_port(&report);
         for c in [
             &self.counters.packets,
             &self.counters.bytes,

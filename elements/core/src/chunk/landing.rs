@@ -1,0 +1,331 @@
+//! Receiving straight into chunks: the engine predicts where the next packets' payloads
+//! go ([`ChunkAssembler::plan`]), a host has the kernel (or a NIC) put each header into
+//! scratch and each payload there, and the engine then accounts every payload that
+//! landed where it belongs without copying it ([`ChunkAssembler::land`]).
+//!
+//! Why it is safe to guess: a prediction only ever points at chunk memory nothing has
+//! been written to yet in this use of the chunk — past the furthest payload of an open
+//! message, into a slot no message holds, or into a pool slot reserved for the next
+//! chunk — and each place is predicted for one (message, offset) only. A wrong guess
+//! therefore overwrites no accepted byte; it leaves bytes in a place whose presence is
+//! clear (undefined, as the [`super::ChunkMeta`] says), and the host gathers that
+//! packet and hands it to [`ChunkAssembler::push`] like any other.
+//!
+//! The guess is the stream's recent shape: the message of the last packet continues
+//! with payloads as long as its last full ones, and the next message is the last one's
+//! id plus the step seen between messages, placed where
+//! [`crate::handler::PacketHandler::predict_placement`] says. Header and payload lengths
+//! are learnt apart for a message's first packet, which often carries more items (as
+//! spead2 sends them).
+
+use crate::handler::{PacketFacts, Placement};
+
+use super::table::Route;
+use super::{ChunkAssembler, FinishedChunk, Flow, SlotStatus};
+
+/// Headers longer than this are not predicted (scratch stays small and fixed).
+pub const MAX_HEADER: usize = 256;
+
+/// Where a host should have one expected packet received: its first
+/// [`Landing::header_len`] bytes into scratch, the next [`Landing::len`] at
+/// [`Landing::dest`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Landing {
+    /// Bytes expected before the payload.
+    pub header_len: usize,
+    /// Where the payload belongs, in chunk memory owned by the engine's pool (valid
+    /// until the engine next emits, flushes or resets).
+    pub dest: *mut u8,
+    /// Payload bytes expected; a shorter payload (a message's last packet) still lands.
+    pub len: usize,
+    /// Shorter than the stream's full packets (a message's last): UDP GRO ends a
+    /// coalesced message after such a datagram.
+    pub short: bool,
+    message_id: u64,
+    message_offset: usize,
+}
+
+/// What [`ChunkAssembler::land`] did with a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Landed {
+    /// Accounted: in place without a copy, or dropped and counted. What to do next.
+    Done(Flow),
+    /// Not where it was predicted: gather the packet and [`ChunkAssembler::push`] it.
+    Missed,
+}
+
+/// What the stream looked like so far.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Shape {
+    /// The message of the last packet accounted.
+    last_id: Option<u64>,
+    /// Id increment from one message to the next (0: not seen yet, guessed 1).
+    step: u64,
+    /// Length of the last message that said it.
+    message_len: usize,
+    /// Header and payload lengths of a message's first packet and of later full ones
+    /// (0: not seen yet).
+    first: (usize, usize),
+    next: (usize, usize),
+}
+
+impl Shape {
+    /// Learns from a packet just accounted (`len`: its message's length, if known).
+    pub(super) fn learn(&mut self, facts: &PacketFacts, len: Option<usize>) {
+        let id = facts.message_id;
+        match self.last_id {
+            Some(last) if id > last => self.step = id - last,
+            _ => {}
+        }
+        self.last_id = Some(id);
+        let lengths = (facts.payload.start, facts.payload.len());
+        let end = facts.message_offset + facts.payload.len();
+        if let Some(l) = len {
+            self.message_len = l;
+        }
+        if facts.message_offset == 0 {
+            self.first = lengths;
+        } else if len.is_some_and(|l| end < l) {
+            // Only a message's full packets say how long the next ones are: its last
+            // is usually shorter.
+            self.next = lengths;
+        }
+    }
+}
+
+/// The next prediction's position: a slot's memory and how far it is filled.
+#[derive(Clone, Copy)]
+struct Cursor {
+    message_id: u64,
+    /// Start of the slot in chunk memory.
+    base: *mut u8,
+    /// Bytes of the message predicted or written so far.
+    frontier: usize,
+    len: usize,
+}
+
+impl ChunkAssembler {
+    /// True when payloads are received straight into chunks: the handler allows it
+    /// ([`ChunkAssembler::can_land`]) and it is on — by default for chunks of at most
+    /// [`super::STREAMING_MIN_CHUNK_BYTES`], see [`ChunkAssembler::set_landing`].
+    pub fn lands_directly(&self) -> bool {
+        self.direct
+    }
+
+    /// True when the handler lets payloads be received straight into chunks
+    /// ([`crate::handler::PacketHandler::parses_header_alone`] and
+    /// [`crate::handler::PacketHandler::copies_payload_unchanged`]).
+    pub fn can_land(&self) -> bool {
+        self.can_land
+    }
+
+    /// Turns receiving straight into chunks on or off (on only if the handler allows
+    /// it), overriding the default by chunk size. Off, [`ChunkAssembler::plan`] predicts
+    /// nothing and every packet is pushed.
+    pub fn set_landing(&mut self, on: bool) {
+        self.direct = on && self.can_land;
+        self.reserved = None;
+    }
+
+    /// Predicts where up to `max` next packets go, in arrival order, into `plan`
+    /// (cleared first). It stops early where it cannot guess (nothing seen yet, a
+    /// message placed from its contents, no memory): those packets the host receives
+    /// into scratch and hands to [`ChunkAssembler::push`].
+    pub fn plan(&mut self, max: usize, plan: &mut Vec<Landing>) {
+        plan.clear();
+        if !self.direct || self.ended {
+            return;
+        }
+        let shape = self.shape;
+        let Some(last) = shape.last_id else {
+            return;
+        };
+        let mut cur = self.open_cursor(last);
+        while plan.len() < max {
+            let c = match cur {
+                Some(c) if c.frontier < c.len => c,
+                _ => {
+                    let prev = cur.map_or(last, |c| c.message_id);
+                    let Some(c) = self.next_cursor(prev, &shape) else {
+                        break;
+                    };
+                    c
+                }
+            };
+            // Until both kinds of packet have been seen, guess one like the other.
+            let (header_len, payload) = match (c.frontier == 0, shape.first, shape.next) {
+                (true, (0, _), next) => next,
+                (true, first, _) => first,
+                (false, first, (0, _)) => first,
+                (false, _, next) => next,
+            };
+            if header_len == 0 || header_len > MAX_HEADER || payload == 0 {
+                break;
+            }
+            let len = payload.min(c.len - c.frontier);
+            plan.push(Landing {
+                header_len,
+                // In bounds: frontier < len <= slot size, and the slot is in its chunk.
+                dest: c.base.wrapping_add(c.frontier),
+                len,
+                short: len < payload,
+                message_id: c.message_id,
+                message_offset: c.frontier,
+            });
+            cur = Some(Cursor {
+                frontier: c.frontier + len,
+                ..c
+            });
+        }
+    }
+
+    /// The open message `id`'s slot, if it is still being received.
+    fn open_cursor(&mut self, id: u64) -> Option<Cursor> {
+        let Some((Route::Slot(pos), _)) = self.table.get(id) else {
+            return None;
+        };
+        let pos = pos as usize;
+        let st = self.states[pos];
+        if st.status != SlotStatus::Open || st.message_id != id {
+            return None;
+        }
+        let spc = self.cfg.slots_per_chunk;
+        let slot = self.window[pos / spc].as_mut()?.slot.as_mut()?;
+        let base = slot
+            .as_mut_full()
+            .as_mut_ptr()
+            .wrapping_add((pos % spc) * self.cfg.slot_size);
+        Some(Cursor {
+            message_id: id,
+            base,
+            frontier: st.end,
+            len: st.len?,
+        })
+    }
+
+    /// The message after `prev`, if its placement follows from its id and its slot is
+    /// free memory.
+    fn next_cursor(&mut self, prev: u64, shape: &Shape) -> Option<Cursor> {
+        if shape.message_len == 0 || shape.message_len > self.cfg.slot_size {
+            return None;
+        }
+        // One message seen so far: guess the next id is one more.
+        let id = prev.checked_add(shape.step.max(1))?;
+        let Some(Placement::Place { chunk_id, index }) = self.handler.predict_placement(id) else {
+            return None;
+        };
+        if index >= self.cfg.slots_per_chunk || self.table.get(id).is_some() {
+            return None;
+        }
+        let chunk = self.free_chunk_memory(chunk_id, index)?;
+        Some(Cursor {
+            message_id: id,
+            base: chunk.wrapping_add(index * self.cfg.slot_size),
+            frontier: 0,
+            len: shape.message_len,
+        })
+    }
+
+    /// The memory of chunk `chunk_id` when its slot `index` is unwritten: an open chunk
+    /// whose slot no message holds yet, or the chunk after the newest, in a pool slot
+    /// taken ahead for it.
+    fn free_chunk_memory(&mut self, chunk_id: u64, index: usize) -> Option<*mut u8> {
+        let head = self.head?;
+        let max = self.cfg.max_chunks as u64;
+        if chunk_id <= head {
+            if head - chunk_id >= max {
+                return None;
+            }
+            let w = (chunk_id % max) as usize;
+            let spc = self.cfg.slots_per_chunk;
+            if self.states[w * spc + index].status != SlotStatus::Empty {
+                return None;
+            }
+            let open = self.window[w].as_mut()?;
+            if open.id != chunk_id || open.emitted {
+                return None;
+            }
+            return Some(open.slot.as_mut()?.as_mut_full().as_mut_ptr());
+        }
+        if chunk_id != head + 1 {
+            return None;
+        }
+        if self.reserved.as_ref().is_none_or(|(id, _)| *id != chunk_id) {
+            // A slot reserved for another chunk goes back first: it may have received
+            // guesses, but nothing accepted.
+            self.reserved = None;
+            self.reserved = Some((chunk_id, self.pool.try_acquire()?));
+        }
+        let (_, slot) = self.reserved.as_mut()?;
+        Some(slot.as_mut_full().as_mut_ptr())
+    }
+
+    /// True when the packet whose first `header.len()` bytes are `header` and whose
+    /// length is `packet_len` is the one `landing` predicted: then its payload, if the
+    /// receive put it at the landing's place, is where it belongs, and
+    /// [`ChunkAssembler::land`] accounts it. Changes nothing; a host asks it of every
+    /// packet of a receive before it lands or pushes any, since a push may write where
+    /// another packet's payload landed on a wrong guess.
+    pub fn is_predicted(&mut self, header: &[u8], packet_len: usize, landing: &Landing) -> bool {
+        header.len() == landing.header_len
+            && packet_len - header.len().min(packet_len) <= landing.len
+            && self
+                .handler
+                .parse_header(header, packet_len)
+                .is_some_and(|f| {
+                    f.message_id == landing.message_id
+                        && f.message_offset == landing.message_offset
+                        && f.payload == (header.len()..packet_len)
+                })
+    }
+
+    /// Accounts a packet whose header is `header` (scratch), whose length is
+    /// `packet_len`, and whose payload the receive put at `landing.dest`. Placement,
+    /// duplicates and bounds are checked as in [`ChunkAssembler::push`], and drops are
+    /// counted; a packet accepted where the landing put it is accounted with no copy.
+    /// Otherwise it is [`Landed::Missed`]: gather it and push it.
+    pub fn land(
+        &mut self,
+        header: &[u8],
+        packet_len: usize,
+        landing: &Landing,
+        out: &mut Vec<FinishedChunk>,
+    ) -> Landed {
+        if self.ended {
+            self.stats.drops_handler += 1;
+            return Landed::Done(Flow::End);
+        }
+        if !self.direct {
+            return Landed::Missed;
+        }
+        let Some(facts) = self.handler.parse_header(header, packet_len) else {
+            return Landed::Missed;
+        };
+        if facts.payload != (header.len()..packet_len)
+            || facts.message_id != landing.message_id
+            || facts.message_offset != landing.message_offset
+            || facts.payload.len() > landing.len
+        {
+            return Landed::Missed;
+        }
+        let pos = match self.route(header, &facts, out) {
+            Ok(pos) => pos,
+            Err(flow) => return Landed::Done(flow),
+        };
+        let Some(t) = self.check(pos, &facts) else {
+            return Landed::Done(Flow::Continue);
+        };
+        let spc = self.cfg.slots_per_chunk;
+        let Some(slot) = self.window[pos / spc]
+            .as_mut()
+            .and_then(|c| c.slot.as_mut())
+        else {
+            return Landed::Missed;
+        };
+        if slot.as_mut_full().as_mut_ptr().wrapping_add(t.at) != landing.dest {
+            return Landed::Missed;
+        }
+        self.account(pos, &facts, &t, out);
+        Landed::Done(Flow::Continue)
+    }
+}

@@ -1,0 +1,603 @@
+//! `fhudpchunksrc` implementation: a live push source over a [`DirectReceiver`], whose
+//! finished chunks it pushes one per `create`.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Instant;
+
+use firehose_core::chunk::settings::ChunkSettings;
+use firehose_core::chunk::{ChunkHost, FinishedChunk, Flow, StatsMirror};
+use firehose_core::stats::{self, names, Counter, StatsTimer};
+use firehose_core::sync::lock;
+use firehose_core::wake::Waker;
+use firehose_core::{caps as fcaps, SlotPool};
+use gst::glib;
+use gst::prelude::*;
+use gst::subclass::prelude::*;
+use gst_base::prelude::*;
+use gst_base::subclass::base_src::CreateSuccess;
+use gst_base::subclass::prelude::*;
+
+use super::Landing;
+use crate::direct::{DirectCounts, DirectReceiver, DirectRecv};
+use crate::socket_settings::{insert_after, SocketSettings};
+
+static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+    gst::DebugCategory::new(
+        "fhudpchunksrc",
+        gst::DebugColorFlags::empty(),
+        Some("Firehose UDP chunk source"),
+    )
+});
+
+/// Default `batch-size`. Why 4: with GRO each message carries up to 64 KiB, so a
+/// receive takes up to 256 KiB, the batch that `fhudpsrc`'s `batch-bytes` keeps within a
+/// CPU's L2 cache; the packets copied from scratch are still there when the engine
+/// reads them.
+const DEFAULT_BATCH_SIZE: u32 = 4;
+/// Most messages per receive: the receiver keeps two 64 KiB scratch buffers per message.
+const MAX_BATCH_SIZE: u32 = 256;
+
+#[derive(Clone, Debug)]
+struct Settings {
+    socket: SocketSettings,
+    chunk: ChunkSettings,
+    batch_size: u32,
+    landing: Landing,
+    stats_interval: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            socket: SocketSettings::default(),
+            chunk: ChunkSettings::default(),
+            batch_size: DEFAULT_BATCH_SIZE,
+            landing: Landing::Auto,
+            stats_interval: stats::DEFAULT_INTERVAL_MS,
+        }
+    }
+}
+
+/// The receiver's counters, mirrored for `stats` as [`StatsMirror`] mirrors the
+/// engine's.
+#[derive(Debug, Default)]
+struct RecvCounters {
+    datagrams: Counter,
+    landed: Counter,
+    copied: Counter,
+    truncated: Counter,
+    empty: Counter,
+    batches: Counter,
+    /// Read from the kernel (a system call) only when stats are posted, and at stop.
+    kernel_drops: Counter,
+}
+
+impl RecvCounters {
+    /// Copies the receiver's counts (once per receive).
+    fn update(&self, c: &DirectCounts) {
+        self.datagrams.set(c.datagrams);
+        self.landed.set(c.landed);
+        self.copied.set(c.copied);
+        self.truncated.set(c.truncated);
+        self.empty.set(c.empty);
+        self.batches.set(c.batches);
+    }
+
+    fn fields(&self) -> [(&'static str, u64); 7] {
+        [
+            (names::DATAGRAMS, self.datagrams.get()),
+            (names::PACKETS_LANDED, self.landed.get()),
+            (names::PACKETS_COPIED, self.copied.get()),
+            (names::TRUNCATED, self.truncated.get()),
+            (names::EMPTY, self.empty.get()),
+            (names::BATCHES, self.batches.get()),
+            (names::DROPS_KERNEL, self.kernel_drops.get()),
+        ]
+    }
+
+    fn reset(&self) {
+        for c in [
+            &self.datagrams,
+            &self.landed,
+            &self.copied,
+            &self.truncated,
+            &self.empty,
+            &self.batches,
+            &self.kernel_drops,
+        ] {
+            c.reset();
+        }
+    }
+}
+
+struct State {
+    rx: DirectReceiver,
+    /// Chunks out of the engine, pushed one per `create`.
+    pending: VecDeque<FinishedChunk>,
+    /// Where a receive puts the chunks it finished (kept for its capacity).
+    out: Vec<FinishedChunk>,
+    /// Socket buffer the kernel granted, in bytes: at the application's EOS, what is read
+    /// beyond this much arrived after it.
+    buffer_bytes: u64,
+    timer: StatsTimer,
+    /// No chunk will be added to `pending`: the handler ended the stream, or the
+    /// application's EOS flushed the engine.
+    ended: bool,
+}
+
+#[derive(Default)]
+pub struct UdpChunkSrc {
+    settings: Mutex<Settings>,
+    state: Mutex<Option<State>>,
+    /// Kept outside `state`, which the streaming thread holds while it waits.
+    waker: Mutex<Option<Arc<Waker>>>,
+    /// Kept after stop for the final `stats` read; chunks held downstream keep its
+    /// memory alive.
+    pool: Mutex<Option<SlotPool>>,
+    /// The output caps while started; outside `state` so a caps query never waits for
+    /// a receive.
+    caps: Mutex<Option<gst::Caps>>,
+    engine_counters: StatsMirror,
+    recv_counters: RecvCounters,
+    /// Set by unlock: cuts short a wait for data or (`when-full=block`) for a pool chunk.
+    flushing: Arc<AtomicBool>,
+    /// The application sent EOS: push what was received, then end the stream.
+    eos: AtomicBool,
+}
+
+impl UdpChunkSrc {
+    fn stats(&self) -> gst::Structure {
+        let pool = lock(&self.pool).clone();
+        let mut s = self.engine_counters.structure(pool.as_ref());
+        for (name, value) in self.recv_counters.fields() {
+            s.set(name, value);
+        }
+        s
+    }
+
+    /// Copies the engine's and the receiver's counters to the atomics `stats` reads.
+    fn mirror(&self, state: &State) {
+        self.engine_counters.update(&state.rx.engine().stats());
+        self.recv_counters.update(&state.rx.counts());
+    }
+
+    /// Mirrors the counters (once per receive) and posts the stats when due or `force`.
+    fn publish(&self, state: &mut State, force: bool) {
+        self.mirror(state);
+        if state.timer.due(Instant::now()) || force {
+            let drops = state.rx.receiver().kernel_drops();
+            self.recv_counters.kernel_drops.set(drops);
+            stats::post(self.obj().upcast_ref(), self.stats());
+        }
+    }
+
+    /// One receive that does not wait, the engine's clock set to the running time now
+    /// (the time chunks opened by it record); the chunks it finished go to `pending`.
+    /// True when datagrams came.
+    fn receive(&self, state: &mut State) -> Result<bool, gst::FlowError> {
+        let now = self.obj().current_running_time();
+        state
+            .rx
+            .engine_mut()
+            .set_clock(now.map(gst::ClockTime::nseconds));
+        let before = state.rx.counts().batches;
+        let flow = match state.rx.recv(&mut state.out, false) {
+            Ok(DirectRecv::Batch(flow)) => flow,
+            // Only a waiting receive is woken.
+            Ok(DirectRecv::Woken) => Flow::Continue,
+            Err(e) => {
+                gst::element_imp_error!(self, gst::ResourceError::Read, ("recvmmsg failed: {}", e));
+                return Err(gst::FlowError::Error);
+            }
+        };
+        state.pending.extend(state.out.drain(..));
+        let got = state.rx.counts().batches > before;
+        if flow == Flow::End {
+            gst::info!(CAT, imp = self, "the handler ended the stream");
+            state.ended = true;
+        }
+        if got || state.ended {
+            self.publish(state, state.ended);
+        }
+        Ok(got)
+    }
+
+    /// Waits for data (or the waker): a nap while a stream is coming in (wake-up
+    /// coalescing), in `poll` otherwise.
+    fn wait(&self, state: &mut State) -> Result<(), gst::FlowError> {
+        state.rx.wait().map(|_woken| ()).map_err(|e| {
+            gst::element_imp_error!(
+                self,
+                gst::ResourceError::Read,
+                ("waiting for datagrams failed: {}", e)
+            );
+            gst::FlowError::Error
+        })
+    }
+
+    /// The application's EOS: takes what the socket had already queued (at most a socket
+    /// buffer's worth: anything beyond came after the EOS), then every chunk still open.
+    fn finish(&self, state: &mut State) -> Result<(), gst::FlowError> {
+        let start = state.rx.counts().bytes;
+        while !state.ended
+            && state.rx.counts().bytes - start < state.buffer_bytes
+            && self.receive(state)?
+        {}
+        if !state.ended {
+            state.rx.engine_mut().flush(&mut state.out);
+            state.pending.extend(state.out.drain(..));
+            state.ended = true;
+            self.publish(state, true);
+        }
+        Ok(())
+    }
+
+    /// Receives until a chunk is pending or the stream has ended.
+    ///
+    /// Why this loop waits itself rather than in [`DirectReceiver::recv`]: the engine's
+    /// clock is set before a receive and a chunk records it when it opens, so a receive
+    /// that waited for a stream to resume would stamp its chunks with the time the wait
+    /// began. Here every receive reads what is queued at once, and the clock is read
+    /// after the wait.
+    fn fill(&self, state: &mut State) -> Result<(), gst::FlowError> {
+        while state.pending.is_empty() && !state.ended {
+            // The waker fires only after one of these flags is set, so a wake that
+            // ends a wait is seen here.
+            if self.flushing.load(Ordering::Acquire) {
+                return Err(gst::FlowError::Flushing);
+            }
+            if self.eos.load(Ordering::Acquire) {
+                self.finish(state)?;
+                continue;
+            }
+            if !self.receive(state)? && !state.ended {
+                self.wait(state)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[glib::object_subclass]
+impl ObjectSubclass for UdpChunkSrc {
+    const NAME: &'static str = "GstFhUdpChunkSrc";
+    type Type = super::UdpChunkSrc;
+    type ParentType = gst_base::PushSrc;
+}
+
+impl ObjectImpl for UdpChunkSrc {
+    fn properties() -> &'static [glib::ParamSpec] {
+        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
+            let mut v = SocketSettings::properties();
+            insert_after(
+                &mut v,
+                "buffer-size",
+                [glib::ParamSpecUInt::builder("batch-size")
+                    .nick("Batch size")
+                    .blurb("Messages received by one recvmmsg; with GRO each message carries up to 64 KiB of datagrams")
+                    .minimum(1)
+                    .maximum(MAX_BATCH_SIZE)
+                    .default_value(DEFAULT_BATCH_SIZE)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecEnum::builder::<Landing>("landing")
+                    .nick("Landing")
+                    .blurb("Receive payloads straight into the chunks: auto = for chunks of at most 4 MiB (larger ones are copied with streaming stores, cheaper once a chunk has left the CPU caches), on, off")
+                    .mutable_ready()
+                    .build()],
+            );
+            v.extend(ChunkSettings::properties());
+            v.extend(stats::properties(&format!(
+                "{}, {}, {}, {}, {}, {}, {}, {}",
+                StatsMirror::COUNTERS,
+                names::DATAGRAMS,
+                names::PACKETS_LANDED,
+                names::PACKETS_COPIED,
+                names::TRUNCATED,
+                names::EMPTY,
+                names::BATCHES,
+                names::DROPS_KERNEL
+            )));
+            v
+        });
+        PROPS.as_ref()
+    }
+
+    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        let mut s = lock(&self.settings);
+        if s.socket.set(value, pspec) || s.chunk.set(value, pspec) {
+            return;
+        }
+        match pspec.name() {
+            "batch-size" => s.batch_size = value.get().unwrap(),
+            "landing" => s.landing = value.get().unwrap(),
+            "stats-interval" => s.stats_interval = value.get().unwrap(),
+            other => unreachable!("unknown property {other}"),
+        }
+    }
+
+    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        if pspec.name() == "stats" {
+            return self.stats().to_value();
+        }
+        let s = lock(&self.settings);
+        if let Some(v) = s.socket.get(pspec).or_else(|| s.chunk.get(pspec)) {
+            return v;
+        }
+        match pspec.name() {
+            "batch-size" => s.batch_size.to_value(),
+            "landing" => s.landing.to_value(),
+            "stats-interval" => s.stats_interval.to_value(),
+            other => unreachable!("unknown property {other}"),
+        }
+    }
+
+    fn constructed(&self) {
+        self.parent_constructed();
+        let obj = self.obj();
+        obj.set_live(true);
+        obj.set_format(gst::Format::Time);
+    }
+}
+
+impl GstObjectImpl for UdpChunkSrc {}
+
+impl ElementImpl for UdpChunkSrc {
+    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
+        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
+            gst::subclass::ElementMetadata::new(
+                "Firehose UDP chunk source",
+                "Source/Network",
+                "Receives UDP payloads straight into pooled chunks, placed by a named packet handler; the handler must support it (SPEAD's does: handler=spead), otherwise every packet is copied once as with fhdepay",
+                "Firehose developers",
+            )
+        });
+        Some(&*META)
+    }
+
+    fn pad_templates() -> &'static [gst::PadTemplate] {
+        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
+            vec![gst::PadTemplate::new(
+                "src",
+                gst::PadDirection::Src,
+                gst::PadPresence::Always,
+                &gst::Caps::new_empty_simple(fcaps::CHUNK),
+            )
+            .unwrap()]
+        });
+        TEMPLATES.as_ref()
+    }
+
+    /// An application's EOS (`gst_element_send_event`, which a bin forwards to its
+    /// sources). GstBaseSrc's own handling unlocks `create` and then ends the stream
+    /// without calling it again, which would lose the chunks still open; instead
+    /// `create` is woken with the `eos` flag, pushes them, and returns EOS, which
+    /// GstBaseSrc sends downstream.
+    fn send_event(&self, event: gst::Event) -> bool {
+        if event.type_() == gst::EventType::Eos {
+            // Started: a receive can take it (the waker is set from start to stop).
+            if let Some(w) = lock(&self.waker).as_ref() {
+                gst::debug!(CAT, imp = self, "EOS: pushing the open chunks first");
+                self.eos.store(true, Ordering::Release);
+                w.wake();
+                return true;
+            }
+        }
+        self.parent_send_event(event)
+    }
+}
+
+impl BaseSrcImpl for UdpChunkSrc {
+    fn start(&self) -> Result<(), gst::ErrorMessage> {
+        let s = lock(&self.settings).clone();
+        let element = self.obj();
+        let element = element.upcast_ref::<gst::Element>();
+        // Chunks carry no per-datagram receive times: no kernel timestamps. No byte
+        // limit on a batch either: payloads go to chunks, not to a slab.
+        let (rx, report) = s
+            .socket
+            .open(element, *CAT, false, s.batch_size as usize, 0)?;
+        let ChunkHost {
+            mut engine,
+            pool,
+            caps,
+        } = s.chunk.host(element, *CAT, &self.flushing)?;
+        match s.landing {
+            Landing::Auto => {}
+            Landing::On => engine.set_landing(true),
+            Landing::Off => engine.set_landing(false),
+        }
+        let rx = DirectReceiver::new(rx, engine, s.batch_size as usize);
+        gst::info!(
+            CAT,
+            imp = self,
+            "bound {:?}, rcvbuf {} B, gro {}, {} messages per receive",
+            report.local,
+            report.buffer_granted,
+            report.gro,
+            rx.receiver().batch_len()
+        );
+        if !rx.engine().can_land() {
+            gst::info!(
+                CAT,
+                imp = self,
+                "the handler cannot be received into chunks directly: every packet is copied once, as with fhdepay"
+            );
+        } else if !rx.engine().lands_directly() {
+            gst::info!(
+                CAT,
+                imp = self,
+                "landing={:?}, chunks of {} bytes: every packet is copied once, as with fhdepay",
+                s.landing,
+                rx.engine().config().chunk_bytes()
+            );
+        }
+        let port_changed = lock(&self.settings).socket.set_bound_port(&report);
+        self.engine_counters.reset();
+        self.recv_counters.reset();
+        self.flushing.store(false, Ordering::Release);
+        self.eos.store(false, Ordering::Release);
+        let waker = rx.receiver().waker();
+        *lock(&self.waker) = Some(waker);
+        *lock(&self.pool) = Some(pool);
+        *lock(&self.caps) = Some(caps);
+        *lock(&self.state) = Some(State {
+            rx,
+            pending: VecDeque::new(),
+            out: Vec::new(),
+            buffer_bytes: report.buffer_granted as u64,
+            timer: StatsTimer::new(s.stats_interval),
+            ended: false,
+        });
+        if port_changed {
+            self.obj().notify("port");
+        }
+        Ok(())
+    }
+
+    fn stop(&self) -> Result<(), gst::ErrorMessage> {
+        // Chunks still open go back to the pool with the engine.
+        if let Some(state) = lock(&self.state).take() {
+            self.mirror(&state);
+            let drops = state.rx.receiver().kernel_drops();
+            self.recv_counters.kernel_drops.set(drops);
+        }
+        *lock(&self.waker) = None;
+        *lock(&self.caps) = None;
+        Ok(())
+    }
+
+    fn is_seekable(&self) -> bool {
+        false
+    }
+
+    fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
+        let caps = lock(&self.caps)
+            .clone()
+            .unwrap_or_else(|| gst::Caps::new_empty_simple(fcaps::CHUNK));
+        Some(match filter {
+            Some(f) => f.intersect_with_mode(&caps, gst::CapsIntersectMode::First),
+            None => caps,
+        })
+    }
+
+    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
+        self.flushing.store(true, Ordering::Release);
+        if let Some(w) = lock(&self.waker).as_ref() {
+            w.wake();
+        }
+        if let Some(p) = lock(&self.pool).as_ref() {
+            p.wake_waiters();
+        }
+        Ok(())
+    }
+
+    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
+        if let Some(w) = lock(&self.waker).as_ref() {
+            w.clear();
+        }
+        self.flushing.store(false, Ordering::Release);
+        Ok(())
+    }
+}
+
+impl PushSrcImpl for UdpChunkSrc {
+    fn create(
+        &self,
+        _buffer: Option<&mut gst::BufferRef>,
+    ) -> Result<CreateSuccess, gst::FlowError> {
+        let mut guard = lock(&self.state);
+        let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+        self.fill(state)?;
+        match state.pending.pop_front() {
+            Some(chunk) => Ok(CreateSuccess::NewBuffer(chunk.into_buffer())),
+            // Ended and every chunk pushed: GstBaseSrc sends EOS downstream.
+            None => Err(gst::FlowError::Eos),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn element() -> super::super::UdpChunkSrc {
+        gst::init().unwrap();
+        glib::Object::new()
+    }
+
+    #[test]
+    fn properties_are_the_socket_ones_its_own_and_the_chunk_ones() {
+        let el = element();
+        let own = el.type_();
+        let names: Vec<String> = el
+            .list_properties()
+            .iter()
+            .filter(|p| p.owner_type() == own)
+            .map(|p| p.name().to_string())
+            .collect();
+        let mut want: Vec<String> = SocketSettings::properties()
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect();
+        let at = want.iter().position(|n| n == "buffer-size").unwrap() + 1;
+        want.insert(at, "batch-size".into());
+        want.insert(at + 1, "landing".into());
+        want.extend(
+            ChunkSettings::properties()
+                .iter()
+                .map(|p| p.name().to_string()),
+        );
+        want.extend(["stats".into(), "stats-interval".into()]);
+        assert_eq!(names, want);
+        assert_eq!(el.property::<u32>("batch-size"), DEFAULT_BATCH_SIZE);
+        assert_eq!(el.property::<Landing>("landing"), Landing::Auto);
+        el.set_property("landing", Landing::Off);
+        assert_eq!(el.property::<Landing>("landing"), Landing::Off);
+        assert_eq!(el.property::<i32>("port"), 5004);
+        assert_eq!(el.property::<u32>("slots-per-chunk"), 64);
+    }
+
+    #[test]
+    fn every_setting_reaches_its_group() {
+        let el = element();
+        el.set_property("address", "127.0.0.1");
+        el.set_property("port", 0i32);
+        el.set_property("gro", false);
+        el.set_property("batch-size", 16u32);
+        el.set_property("handler", "spead");
+        el.set_property("slot-size", 65536u32);
+        el.set_property("stats-interval", 0u32);
+        let s = lock(&el.imp().settings).clone();
+        assert_eq!((s.socket.address.as_str(), s.socket.port), ("127.0.0.1", 0));
+        assert!(!s.socket.gro);
+        assert_eq!(s.batch_size, 16);
+        assert_eq!(s.chunk.handler.as_deref(), Some("spead"));
+        assert_eq!(s.chunk.slot_size, 65536);
+        assert_eq!(s.stats_interval, 0);
+        assert_eq!(el.property::<u32>("batch-size"), 16);
+        assert_eq!(
+            el.property::<Option<String>>("handler").as_deref(),
+            Some("spead")
+        );
+    }
+
+    #[test]
+    fn stats_hold_the_engine_and_receive_counters_before_start() {
+        let el = element();
+        let s = el.property::<gst::Structure>("stats");
+        for name in [
+            names::PACKETS,
+            names::CHUNKS,
+            names::DATAGRAMS,
+            names::PACKETS_LANDED,
+            names::PACKETS_COPIED,
+            names::DROPS_KERNEL,
+            names::POOL_SLOTS,
+        ] {
+            assert_eq!(s.get::<u64>(name), Ok(0), "{name}");
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! `fhudpchunksrc`: kernel UDP received straight into chunks.
+//!
+//! `fhudpsrc ! fhdepay handler=…` has the kernel copy each datagram into a batch slab,
+//! and then copies its payload into its chunk. Here the chunk engine predicts where the
+//! next payloads belong and `recvmmsg` puts each one there
+//! ([`crate::direct::DirectReceiver`]), so the kernel's copy is the only one. A packet
+//! that arrives other than predicted (the first of a stream, loss, reordering) is copied
+//! once, as `fhdepay` copies every packet; so is every packet when the handler cannot
+//! read a packet from its header alone (SPEAD's can: `handler=spead`). The `stats` say
+//! which: `packets-landed` and `packets-copied`.
+//!
+//! Whether payloads land straight in the chunks is `landing`: by default (`auto`) only
+//! for chunks of at most 4 MiB. Larger chunks have left the CPU caches by the time their
+//! memory is filled again, and the kernel's copy then reads every destination line
+//! first, where `fhdepay`'s copy uses streaming stores that skip that read: on the
+//! development VM landing cost more than copying for 8 MiB chunks and less up to 4 MiB
+//! (docs/benchmarks.md). `on` and `off` override the size rule.
+//!
+//! The properties are `fhudpsrc`'s socket ones ([`crate::socket_settings`]), `fhdepay`'s
+//! chunk ones ([`firehose_core::chunk::settings`]), `batch-size` and `landing`, read when
+//! the element starts. The output is `fhdepay`'s: `application/x-firehose-chunk` buffers, one
+//! pool chunk each (no copy on the way out), with a [`firehose_core::chunk::ChunkMeta`]
+//! and as PTS the running time of the receive that opened the chunk.
+//!
+//! The stream ends (EOS) after the last chunk when the handler ends it (a SPEAD stop
+//! heap). An EOS sent by the application (Ctrl-C in `firehose launch`) first takes what
+//! the socket had already queued and pushes every chunk still open, so nothing that was
+//! received is lost.
+
+use gst::glib;
+use gst::prelude::*;
+
+mod imp;
+
+/// Whether payloads are received straight into chunks (`landing`).
+#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
+#[repr(u32)]
+#[enum_type(name = "GstFhUdpChunkSrcLanding")]
+pub enum Landing {
+    /// For chunks of at most 4 MiB, which stay in the CPU caches between uses.
+    #[default]
+    #[enum_value(
+        name = "Auto: land payloads in chunks of at most 4 MiB, copy into larger ones",
+        nick = "auto"
+    )]
+    Auto = 0,
+    /// Always, whatever the chunk size (if the handler allows it).
+    #[enum_value(name = "On: land payloads straight in the chunks", nick = "on")]
+    On = 1,
+    /// Never: every packet is copied once, as with fhdepay.
+    #[enum_value(name = "Off: copy every packet once, as fhdepay does", nick = "off")]
+    Off = 2,
+}
+
+glib::wrapper! {
+    /// The `fhudpchunksrc` element.
+    pub struct UdpChunkSrc(ObjectSubclass<imp::UdpChunkSrc>) @extends gst_base::PushSrc, gst_base::BaseSrc, gst::Element, gst::Object;
+}
+
+/// Registers `fhudpchunksrc` with `plugin`.
+pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+    gst::Element::register(
+        Some(plugin),
+        "fhudpchunksrc",
+        gst::Rank::NONE,
+        UdpChunkSrc::static_type(),
+    )
+}

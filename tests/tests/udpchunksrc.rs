@@ -1,0 +1,588 @@
+//! `fhudpchunksrc` against real sockets on loopback: SPEAD heaps sent with a plain UDP
+//! socket and received straight into chunks, checked byte for byte with their presence
+//! bitmaps; the stop heap and the application's EOS (what Ctrl-C in `firehose launch`
+//! sends) ending the stream with every chunk delivered; a handler that cannot receive
+//! into chunks; state changes under traffic; start errors. Each test binds port 0, so
+//! tests run in parallel.
+
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use firehose_core::chunk::{ChunkInfo, ChunkMeta};
+use firehose_core::stats::{field, names};
+use firehose_spead::wire::{ctrl, encode, ids, packet_len, Flavour, ItemPointer};
+use gst::prelude::*;
+use gst_check::Harness;
+
+const F: Flavour = Flavour::SPEAD_64_48;
+/// Heap payload bytes: one slot.
+const HEAP: usize = 64 << 10;
+/// Payload bytes per packet: 8 packets per heap.
+const PAYLOAD: usize = 8192;
+/// Heaps per chunk.
+const SLOTS: u64 = 4;
+
+/// Every test's settings: heaps placed by HEAP_CNT from 1, 4 heaps of 64 KiB per chunk.
+const PROPS: &[(&str, &str)] = &[
+    ("address", "127.0.0.1"),
+    ("port", "0"),
+    ("handler", "spead"),
+    ("handler-config", "spead,offset=1"),
+    ("slots-per-chunk", "4"),
+    ("slot-size", "65536"),
+    ("hugepages", "off"),
+];
+
+fn init() {
+    gst::init().unwrap();
+    gstfirehose::register_static().unwrap();
+}
+
+/// Heap `cnt`'s payload: a byte pattern that differs by heap and by offset, so a payload
+/// in the wrong place shows.
+fn heap_bytes(cnt: u64) -> Vec<u8> {
+    (0..HEAP)
+        .map(|i| (cnt as usize * 131 + i * 7 + i / 4096) as u8)
+        .collect()
+}
+
+/// A SPEAD packet of heap `cnt` (HEAP_LENGTH `len`) carrying `payload` at `offset`, and
+/// the `extra` items.
+fn packet(cnt: u64, len: usize, offset: usize, payload: &[u8], extra: &[ItemPointer]) -> Vec<u8> {
+    let mut items = vec![
+        ItemPointer::immediate(F, ids::HEAP_CNT, cnt),
+        ItemPointer::immediate(F, ids::HEAP_LENGTH, len as u64),
+        ItemPointer::immediate(F, ids::PAYLOAD_OFFSET, offset as u64),
+        ItemPointer::immediate(F, ids::PAYLOAD_LENGTH, payload.len() as u64),
+    ];
+    items.extend_from_slice(extra);
+    let mut out = vec![0u8; packet_len(items.len(), payload.len())];
+    encode(F, &items, payload, &mut out).unwrap();
+    out
+}
+
+/// A UDP socket that sends heaps to `port` on loopback.
+struct Sender {
+    sock: UdpSocket,
+    port: u16,
+}
+
+impl Sender {
+    fn new(port: u16) -> Self {
+        Self {
+            sock: UdpSocket::bind("127.0.0.1:0").unwrap(),
+            port,
+        }
+    }
+
+    fn send(&self, p: &[u8]) {
+        self.sock.send_to(p, ("127.0.0.1", self.port)).unwrap();
+    }
+
+    /// Sends heap `cnt` as 8 packets of 8192 payload bytes.
+    fn heap(&self, cnt: u64) {
+        let data = heap_bytes(cnt);
+        for (k, p) in data.chunks(PAYLOAD).enumerate() {
+            self.send(&packet(cnt, HEAP, k * PAYLOAD, p, &[]));
+        }
+    }
+
+    /// Sends heaps `cnts` with UDP GSO, 7 packets per send (the most that fit 64 KiB):
+    /// on loopback a GRO receiver gets each send back as one coalesced message, as from
+    /// a sender on the network under load.
+    fn heaps_gso(&self, cnts: std::ops::RangeInclusive<u64>) {
+        let mut all = Vec::new();
+        let mut seg = 0;
+        for cnt in cnts {
+            let data = heap_bytes(cnt);
+            for (k, p) in data.chunks(PAYLOAD).enumerate() {
+                let p = packet(cnt, HEAP, k * PAYLOAD, p, &[]);
+                seg = p.len();
+                all.extend(p);
+            }
+        }
+        let size = seg as i32;
+        // SAFETY: a valid int option on our own socket.
+        let r = unsafe {
+            libc::setsockopt(
+                self.sock.as_raw_fd(),
+                libc::SOL_UDP,
+                libc::UDP_SEGMENT,
+                (&size as *const i32).cast(),
+                4,
+            )
+        };
+        assert_eq!(r, 0, "UDP_SEGMENT: {}", std::io::Error::last_os_error());
+        for run in all.chunks(7 * seg) {
+            self.send(run);
+        }
+    }
+
+    /// Sends the stop heap, `cnt`.
+    fn stop(&self, cnt: u64) {
+        let stop = [ItemPointer::immediate(F, ids::STREAM_CTRL, ctrl::STOP)];
+        self.send(&packet(cnt, 1, 0, &[0], &stop));
+    }
+}
+
+/// A harness around `fhudpchunksrc` with [`PROPS`] and `props`, playing, and the port
+/// it bound.
+fn harness(props: &[(&str, &str)]) -> (Harness, u16) {
+    init();
+    let mut h = Harness::new("fhudpchunksrc");
+    let el = h.element().unwrap();
+    for (k, v) in PROPS.iter().chain(props) {
+        el.set_property_from_str(k, v);
+    }
+    h.play();
+    let port = el.property::<i32>("port") as u16;
+    assert_ne!(port, 0, "the bound port is readable after start");
+    (h, port)
+}
+
+fn stats(el: &gst::Element) -> gst::Structure {
+    el.property::<gst::Structure>("stats")
+}
+
+/// A chunk's description, checking on the way that every present heap holds its
+/// bytes (heap `1 + chunk_id × 4 + slot`) in its slot.
+fn check_chunk(buf: &gst::Buffer) -> ChunkInfo {
+    let info = buf
+        .meta::<ChunkMeta>()
+        .expect("a chunk meta")
+        .info()
+        .clone();
+    assert_eq!((info.slots, info.slot_size), (SLOTS as usize, HEAP));
+    assert!(buf.pts().is_some(), "chunk {} has a PTS", info.chunk_id);
+    let map = buf.map_readable().unwrap();
+    assert_eq!(map.len(), SLOTS as usize * HEAP);
+    for slot in (0..info.slots).filter(|&s| info.is_present(s)) {
+        let cnt = 1 + info.chunk_id * SLOTS + slot as u64;
+        assert!(
+            map[info.slot_range(slot)] == heap_bytes(cnt)[..],
+            "chunk {} slot {slot}: heap {cnt}'s bytes",
+            info.chunk_id
+        );
+    }
+    info
+}
+
+/// `(chunk id, missing slots)` of each chunk.
+fn shape(chunks: &[ChunkInfo]) -> Vec<(u64, Vec<usize>)> {
+    chunks
+        .iter()
+        .map(|c| (c.chunk_id, c.missing().collect()))
+        .collect()
+}
+
+/// Pulls `n` chunks, checked.
+fn pull_chunks(h: &mut Harness, n: usize) -> Vec<ChunkInfo> {
+    (0..n)
+        .map(|_| check_chunk(&h.pull().expect("a chunk within the harness timeout")))
+        .collect()
+}
+
+/// Waits until counter `name` reaches `n`.
+fn wait_for(el: &gst::Element, name: &str, n: u64) {
+    let t0 = Instant::now();
+    while field(&stats(el), name) < n {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{name} stayed at {} (want {n})",
+            field(&stats(el), name)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn heaps_arrive_in_chunks_byte_for_byte() {
+    let (mut h, port) = harness(&[]);
+    let tx = Sender::new(port);
+    for cnt in 1..=16 {
+        tx.heap(cnt);
+    }
+    let chunks = pull_chunks(&mut h, 4);
+    assert_eq!(
+        shape(&chunks),
+        [(0, vec![]), (1, vec![]), (2, vec![]), (3, vec![])]
+    );
+    let caps = h.sinkpad().unwrap().current_caps().unwrap();
+    let s = caps.structure(0).unwrap();
+    assert_eq!(s.name(), "application/x-firehose-chunk");
+    assert_eq!(
+        (s.get::<i32>("slots-per-chunk"), s.get::<i32>("slot-size")),
+        (Ok(4), Ok(65536))
+    );
+    let st = stats(&h.element().unwrap());
+    assert_eq!(
+        (field(&st, names::CHUNKS), field(&st, names::HEAPS)),
+        (4, 16)
+    );
+    assert_eq!(field(&st, names::PACKETS), 128);
+    assert_eq!(field(&st, names::DATAGRAMS), 128);
+    assert_eq!(
+        field(&st, names::PACKETS_LANDED) + field(&st, names::PACKETS_COPIED),
+        128,
+        "every datagram either landed or was copied: {st}"
+    );
+    assert!(field(&st, names::BATCHES) > 0);
+    for name in [
+        names::DROPS_KERNEL,
+        names::DROPS_POOL,
+        names::MALFORMED,
+        names::TRUNCATED,
+    ] {
+        assert_eq!(field(&st, name), 0, "{name}: {st}");
+    }
+}
+
+#[test]
+fn payloads_land_in_chunks_without_a_copy_once_the_stream_is_going() {
+    let (mut h, port) = harness(&[]);
+    let tx = Sender::new(port);
+    // The first heap shows the stream's shape; the receiver predicts from there.
+    for cnt in 1..=32 {
+        tx.heap(cnt);
+    }
+    let chunks = pull_chunks(&mut h, 8);
+    assert!(chunks.iter().all(ChunkInfo::is_complete), "{chunks:?}");
+    let st = stats(&h.element().unwrap());
+    assert_eq!(field(&st, names::PACKETS), 256);
+    assert!(
+        field(&st, names::PACKETS_LANDED) > 0,
+        "no payload was received in place: {st}"
+    );
+}
+
+#[test]
+fn gro_coalesced_heaps_land_in_chunks_byte_for_byte() {
+    let (mut h, port) = harness(&[]);
+    Sender::new(port).heaps_gso(1..=32);
+    let chunks = pull_chunks(&mut h, 8);
+    assert!(chunks.iter().all(ChunkInfo::is_complete), "{chunks:?}");
+    let st = stats(&h.element().unwrap());
+    assert_eq!(
+        field(&st, names::DATAGRAMS),
+        256,
+        "GRO segments counted one by one"
+    );
+    assert_eq!(field(&st, names::PACKETS), 256);
+    assert!(
+        field(&st, names::BATCHES) < 64,
+        "coalesced: fewer receives than 4-datagram batches: {st}"
+    );
+    assert!(
+        field(&st, names::PACKETS_LANDED) >= 128,
+        "most payloads received in place: {st}"
+    );
+}
+
+#[test]
+fn a_stop_heap_ends_the_stream_after_every_chunk() {
+    let (mut h, port) = harness(&[]);
+    let tx = Sender::new(port);
+    for cnt in 1..=6 {
+        tx.heap(cnt);
+    }
+    tx.stop(7);
+    // Chunk 1 holds heaps 5 and 6 only: it leaves with the stop heap, not before.
+    let chunks = pull_chunks(&mut h, 2);
+    assert_eq!(shape(&chunks), [(0, vec![]), (1, vec![2, 3])]);
+    let eos = loop {
+        let ev = h.pull_event().expect("EOS after the chunks");
+        if ev.type_() == gst::EventType::Eos {
+            break ev;
+        }
+    };
+    assert_eq!(eos.type_(), gst::EventType::Eos);
+    assert!(h.try_pull().is_none(), "nothing after EOS");
+    let st = stats(&h.element().unwrap());
+    assert_eq!(
+        (field(&st, names::CHUNKS), field(&st, names::HEAPS)),
+        (2, 6)
+    );
+}
+
+/// A pipeline `fhudpchunksrc ! fakesink` whose chunks are checked and collected as they
+/// arrive.
+struct Pipeline {
+    pipeline: gst::Pipeline,
+    src: gst::Element,
+    /// Every chunk that reached the sink, with its PTS.
+    chunks: Arc<Mutex<Vec<(ChunkInfo, gst::ClockTime)>>>,
+}
+
+impl Pipeline {
+    /// With `props` besides [`PROPS`], and `sink` (a `fakesink`'s properties and what
+    /// goes before it).
+    fn new(props: &str, sink: &str) -> Self {
+        init();
+        let mut all: Vec<String> = PROPS.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+        all.push(props.into());
+        let desc = format!(
+            "fhudpchunksrc name=src {} ! {sink} name=sink signal-handoffs=true",
+            all.join(" ")
+        );
+        let pipeline = gst::parse::launch(&desc)
+            .unwrap()
+            .downcast::<gst::Pipeline>()
+            .unwrap();
+        let chunks = Arc::new(Mutex::new(Vec::new()));
+        let sink = pipeline.by_name("sink").unwrap();
+        let c = chunks.clone();
+        sink.connect("handoff", false, move |args| {
+            let buf = args[1].get::<gst::Buffer>().unwrap();
+            let pts = buf.pts().expect("a PTS");
+            c.lock().unwrap().push((check_chunk(&buf), pts));
+            None
+        });
+        let src = pipeline.by_name("src").unwrap();
+        Self {
+            pipeline,
+            src,
+            chunks,
+        }
+    }
+
+    /// The pipeline's next EOS or error message.
+    fn end(&self) -> gst::Message {
+        self.pipeline
+            .bus()
+            .unwrap()
+            .timed_pop_filtered(
+                gst::ClockTime::from_seconds(10),
+                &[gst::MessageType::Eos, gst::MessageType::Error],
+            )
+            .expect("EOS or an error within 10 s")
+    }
+}
+
+#[test]
+fn an_application_eos_pushes_the_open_chunks_and_what_the_socket_holds() {
+    let p = Pipeline::new("", "fakesink sync=false");
+    p.pipeline.set_state(gst::State::Playing).unwrap();
+    let port = p.src.property::<i32>("port") as u16;
+    let tx = Sender::new(port);
+    // Chunk 0 whole, and heaps 5 and 6 received into the open chunk 1.
+    for cnt in 1..=6 {
+        tx.heap(cnt);
+    }
+    wait_for(&p.src, names::PACKETS, 48);
+    // A pause, so that the receiver sleeps until heap 9 opens chunk 2.
+    std::thread::sleep(Duration::from_millis(200));
+    let resumed = p.pipeline.current_running_time().unwrap();
+    // Heap 9 opens chunk 2: the first packet after the pause.
+    tx.heap(9);
+    wait_for(&p.src, names::PACKETS, 56);
+    // Heap 7 is only queued on the socket when EOS comes: it was received (by the
+    // kernel) too.
+    tx.heap(7);
+    p.pipeline.send_event(gst::event::Eos::new());
+    let msg = p.end();
+    assert_eq!(msg.type_(), gst::MessageType::Eos, "{msg:?}");
+    p.pipeline.set_state(gst::State::Null).unwrap();
+    let chunks = p.chunks.lock().unwrap();
+    let infos: Vec<ChunkInfo> = chunks.iter().map(|(c, _)| c.clone()).collect();
+    assert_eq!(
+        shape(&infos),
+        [(0, vec![]), (1, vec![3]), (2, vec![1, 2, 3])]
+    );
+    // The running time when the chunk opened: for chunk 2, after the pause, not when
+    // the receiver began to wait.
+    let pts: Vec<_> = chunks.iter().map(|(_, t)| *t).collect();
+    assert!(pts.windows(2).all(|w| w[0] <= w[1]), "{pts:?}");
+    assert!(pts[2] >= resumed, "chunk 2 at {} < {resumed}", pts[2]);
+    let st = stats(&p.src);
+    assert_eq!(field(&st, names::PACKETS), 64);
+    assert_eq!(field(&st, names::CHUNKS), 3);
+    assert_eq!(field(&st, names::POOL_IN_USE), 0, "every chunk back: {st}");
+}
+
+#[test]
+fn an_application_eos_with_nothing_received_ends_the_stream() {
+    let p = Pipeline::new("", "fakesink sync=false");
+    p.pipeline.set_state(gst::State::Playing).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    p.pipeline.send_event(gst::event::Eos::new());
+    assert_eq!(p.end().type_(), gst::MessageType::Eos);
+    p.pipeline.set_state(gst::State::Null).unwrap();
+    assert!(p.chunks.lock().unwrap().is_empty());
+}
+
+#[test]
+fn a_handler_that_cannot_receive_into_chunks_gets_every_packet_copied() {
+    // seq: a 4-byte counter, then 1000 payload bytes; 8 packets per chunk.
+    let (mut h, port) = harness(&[
+        ("handler", "seq"),
+        ("handler-config", "seq,offset=0,width=4,payload-offset=4"),
+        ("slots-per-chunk", "8"),
+        ("slot-size", "1000"),
+    ]);
+    let tx = Sender::new(port);
+    let payload = |n: u32| vec![(n * 3) as u8; 1000];
+    for n in 0..32u32 {
+        let mut p = n.to_be_bytes().to_vec();
+        p.extend(payload(n));
+        tx.send(&p);
+    }
+    for id in 0..4u64 {
+        let buf = h.pull().unwrap();
+        let info = buf.meta::<ChunkMeta>().unwrap().info().clone();
+        assert_eq!((info.chunk_id, info.is_complete()), (id, true));
+        let map = buf.map_readable().unwrap();
+        for slot in 0..8 {
+            let n = id as u32 * 8 + slot as u32;
+            assert!(map[info.slot_range(slot)] == payload(n)[..], "packet {n}");
+        }
+    }
+    let st = stats(&h.element().unwrap());
+    assert_eq!(field(&st, names::PACKETS_LANDED), 0, "{st}");
+    assert_eq!(field(&st, names::PACKETS_COPIED), 32, "{st}");
+}
+
+/// Fails the test (instead of hanging) if `f` takes longer than `limit`.
+fn within(limit: Duration, what: &str, f: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        f();
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("{what} did not finish within {limit:?}: hang"));
+}
+
+#[test]
+fn state_changes_under_traffic_never_hang_and_return_every_chunk() {
+    within(Duration::from_secs(60), "state cycling", || {
+        for (props, sink) in [
+            ("", "fakesink sync=false"),
+            // Downstream holds the pool's every chunk: the engine waits for one, and the
+            // state change must cut that wait short.
+            (
+                "when-full=block pool-chunks=5 max-chunks=4",
+                "queue max-size-buffers=1 ! fakesink sync=true",
+            ),
+        ] {
+            let p = Pipeline::new(props, sink);
+            p.pipeline.set_state(gst::State::Playing).unwrap();
+            let port = p.src.property::<i32>("port") as u16;
+            let stop = Arc::new(AtomicBool::new(false));
+            let blast = {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let tx = Sender::new(port);
+                    let mut cnt = 1;
+                    while !stop.load(Ordering::Relaxed) {
+                        tx.heap(cnt);
+                        cnt += 1;
+                    }
+                })
+            };
+            for round in 0..4 {
+                std::thread::sleep(Duration::from_millis(100));
+                p.pipeline.set_state(gst::State::Paused).unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+                p.pipeline.set_state(gst::State::Playing).unwrap();
+                if round % 2 == 1 {
+                    p.pipeline.set_state(gst::State::Ready).unwrap();
+                    p.pipeline.set_state(gst::State::Playing).unwrap();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            let received = field(&stats(&p.src), names::DATAGRAMS);
+            p.pipeline.set_state(gst::State::Null).unwrap();
+            stop.store(true, Ordering::Relaxed);
+            blast.join().unwrap();
+            let st = stats(&p.src);
+            assert!(received > 0, "{props}: received nothing: {st}");
+            assert_eq!(field(&st, names::POOL_IN_USE), 0, "{props}: {st}");
+        }
+    });
+}
+
+#[test]
+fn a_trickle_is_taken_in_few_receives_and_loses_nothing() {
+    // One seq packet (a counter, then 100 bytes) every 200 µs, 8 per receive: with 2 ms
+    // naps (10 packets' worth) most receives come full; waking for each packet would
+    // take about one receive per packet.
+    let (mut h, port) = harness(&[
+        ("handler", "seq"),
+        ("handler-config", "seq,offset=0,width=4,payload-offset=4"),
+        ("slots-per-chunk", "8"),
+        ("slot-size", "100"),
+        ("gro", "false"),
+        ("batch-size", "8"),
+        ("coalesce-us", "2000"),
+    ]);
+    let sender = std::thread::spawn(move || {
+        let tx = Sender::new(port);
+        for n in 0..200u32 {
+            let mut p = n.to_be_bytes().to_vec();
+            p.extend([n as u8; 100]);
+            tx.send(&p);
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    });
+    for id in 0..25u64 {
+        let buf = h.pull().unwrap();
+        let info = buf.meta::<ChunkMeta>().unwrap().info().clone();
+        assert_eq!((info.chunk_id, info.is_complete()), (id, true));
+    }
+    sender.join().unwrap();
+    let st = stats(&h.element().unwrap());
+    assert_eq!(field(&st, names::PACKETS), 200);
+    assert!(
+        field(&st, names::BATCHES) <= 200 / 3,
+        "{} receives for 200 packets",
+        field(&st, names::BATCHES)
+    );
+}
+
+/// Starts `fhudpchunksrc` with [`PROPS`] and `props` in a pipeline and returns the
+/// error it posts.
+fn start_error(props: &[(&str, &str)]) -> String {
+    init();
+    let src = gst::ElementFactory::make("fhudpchunksrc").build().unwrap();
+    for (k, v) in PROPS.iter().chain(props) {
+        src.set_property_from_str(k, v);
+    }
+    let sink = gst::ElementFactory::make("fakesink").build().unwrap();
+    let p = gst::Pipeline::new();
+    p.add_many([&src, &sink]).unwrap();
+    src.link(&sink).unwrap();
+    assert!(
+        p.set_state(gst::State::Playing).is_err(),
+        "start must fail with {props:?}"
+    );
+    let msg = p
+        .bus()
+        .unwrap()
+        .timed_pop_filtered(gst::ClockTime::from_seconds(5), &[gst::MessageType::Error])
+        .expect("an error message");
+    let gst::MessageView::Error(e) = msg.view() else {
+        unreachable!()
+    };
+    let text = e.error().to_string();
+    p.set_state(gst::State::Null).unwrap();
+    text
+}
+
+#[test]
+fn bad_settings_are_start_errors_that_say_what_to_fix() {
+    let e = start_error(&[("handler", ""), ("handler-config", "")]);
+    assert!(e.contains("set handler"), "{e}");
+    let e = start_error(&[("handler", "nosuch"), ("handler-config", "")]);
+    assert!(e.contains("no packet handler named 'nosuch'"), "{e}");
+    let e = start_error(&[("handler-config", "spead,step=0")]);
+    assert!(e.contains("step must be at least 1"), "{e}");
+    let e = start_error(&[("pool-chunks", "4")]);
+    assert!(e.contains("more chunks (4) than max-chunks (4)"), "{e}");
+    let busy = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port().to_string();
+    let e = start_error(&[("port", &port)]);
+    assert!(e.contains("in use") && e.contains(&port), "{e}");
+}
