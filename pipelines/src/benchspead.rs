@@ -1,6 +1,7 @@
 //! `firehose bench spead`: SPEAD receivers side by side on loopback — spead2's own
-//! receiver, `fhudpsrc ! speaddepay` (one buffer per heap) and chunk mode
-//! (`fhudpsrc ! fhdepay handler=spead`, heaps placed into chunks).
+//! receiver, `fhudpsrc ! speaddepay` (one buffer per heap), chunk mode
+//! (`fhudpsrc ! fhdepay handler=spead`, heaps placed into chunks) and direct chunk mode
+//! (`fhudpchunksrc handler=spead`, the kernel putting payloads straight into chunks).
 //!
 //! The sender runs in this process: `fakesrc ! speadpay ! fhudpsink rate=R`, one heap per
 //! 1 MiB buffer, paced by fhudpsink. It is ours rather than spead2's on purpose: one
@@ -65,6 +66,9 @@ pub enum Receiver {
     Speaddepay,
     /// `fhudpsrc ! fhdepay handler=spead ! fakesink`.
     Chunk,
+    /// `fhudpchunksrc handler=spead ! fakesink`: chunk mode receiving payloads straight
+    /// into the chunks.
+    Direct,
 }
 
 impl Receiver {
@@ -74,25 +78,38 @@ impl Receiver {
             Receiver::Spead2 => "spead2",
             Receiver::Speaddepay => "speaddepay",
             Receiver::Chunk => "chunk",
+            Receiver::Direct => "direct",
         }
     }
 
-    /// Parses `spead2`, `speaddepay` or `chunk`.
+    /// Parses `spead2`, `speaddepay`, `chunk` or `direct`.
     pub fn parse(s: &str) -> Result<Self, String> {
         match s {
             "spead2" => Ok(Receiver::Spead2),
             "speaddepay" => Ok(Receiver::Speaddepay),
             "chunk" => Ok(Receiver::Chunk),
+            "direct" => Ok(Receiver::Direct),
             _ => Err(format!(
-                "receiver must be spead2, speaddepay or chunk, not '{s}'"
+                "receiver must be spead2, speaddepay, chunk or direct, not '{s}'"
             )),
+        }
+    }
+
+    /// The element this receiver is built around, when it may be missing from a build.
+    fn element(self) -> Option<&'static str> {
+        match self {
+            Receiver::Chunk => Some("fhdepay"),
+            Receiver::Direct => Some("fhudpchunksrc"),
+            _ => None,
         }
     }
 }
 
-/// True when the chunk receiver can be built: `fhdepay` and the `spead` handler exist.
-pub fn chunk_available() -> bool {
-    gst::ElementFactory::find("fhdepay").is_some()
+/// True when a chunk-mode receiver can be built: its element and the `spead` handler
+/// exist.
+pub fn chunk_available(kind: Receiver) -> bool {
+    kind.element()
+        .is_none_or(|e| gst::ElementFactory::find(e).is_some())
         && firehose_core::handler::handler_names().contains(&"spead")
 }
 
@@ -130,7 +147,12 @@ impl Default for SpeadBenchOptions {
             sizes: vec![8972, 1472],
             rates: None,
             heap_size: DEFAULT_HEAP_SIZE,
-            receivers: vec![Receiver::Spead2, Receiver::Speaddepay, Receiver::Chunk],
+            receivers: vec![
+                Receiver::Spead2,
+                Receiver::Speaddepay,
+                Receiver::Chunk,
+                Receiver::Direct,
+            ],
             python: PathBuf::from(REPO).join(".venv/bin/python3"),
             out: None,
             quick: false,
@@ -432,23 +454,32 @@ pub fn cmd(mut args: Args) -> i32 {
     run(&opts, receivers_given)
 }
 
-/// Runs the benchmark; returns the exit status. Without `--receivers`, chunk mode is
-/// left out (and said so) when `fhdepay` or its `spead` handler is missing.
+/// Runs the benchmark; returns the exit status. Without `--receivers`, a chunk-mode
+/// receiver is left out (and said so) when its element or the `spead` handler is
+/// missing.
 pub fn run(opts: &SpeadBenchOptions, receivers_given: bool) -> i32 {
     let _ = signals::install();
     let rmem = sys::ensure_sysctl_at_least("net.core.rmem_max", RMEM_MAX);
     eprintln!("bench: {rmem}");
     let mut opts = opts.clone();
     let mut notes = Vec::new();
-    if opts.receivers.contains(&Receiver::Chunk) && !chunk_available() {
+    for kind in [Receiver::Chunk, Receiver::Direct] {
+        if !opts.receivers.contains(&kind) || chunk_available(kind) {
+            continue;
+        }
+        let element = kind.element().unwrap_or_default();
         if receivers_given {
             eprintln!(
-                "bench: chunk mode needs fhdepay with the spead handler, which this build lacks"
+                "bench: {} needs {element} with the spead handler, which this build lacks",
+                kind.name()
             );
             return EXIT_ERROR;
         }
-        opts.receivers.retain(|&r| r != Receiver::Chunk);
-        notes.push("chunk mode left out: this build has no fhdepay / spead handler".to_string());
+        opts.receivers.retain(|&r| r != kind);
+        notes.push(format!(
+            "{} left out: this build has no {element} / spead handler",
+            kind.name()
+        ));
     }
     let limit = match opts.cpu_limit.map(CpuLimit::create).transpose() {
         Ok(l) => l,
@@ -784,10 +815,16 @@ pub fn recv_description(kind: Receiver, setup: &RecvSetup) -> String {
         src.push_str(&format!(" coalesce-us={n}"));
     }
     let sink = "fakesink name=sink sync=false async=false enable-last-sample=false";
+    let chunks = format!(
+        "handler=spead handler-config=spead,offset=1 slot-size={heap_size} \
+         slots-per-chunk={heaps_per_chunk}"
+    );
     match kind {
-        Receiver::Chunk => format!(
-            "{src} ! fhdepay name=depay handler=spead handler-config=spead,offset=1 \
-             slot-size={heap_size} slots-per-chunk={heaps_per_chunk} ! {sink}"
+        Receiver::Chunk => format!("{src} ! fhdepay name=depay {chunks} ! {sink}"),
+        // One element receives and places: it is both `src` and `depay`.
+        Receiver::Direct => format!(
+            "{} {chunks} ! {sink}",
+            src.replacen("fhudpsrc name=src", "fhudpchunksrc name=src", 1)
         ),
         _ => format!("{src} ! speaddepay name=depay ! {sink}"),
     }
@@ -838,7 +875,7 @@ pub fn cmd_recv(mut args: Args) -> i32 {
         }
     }
     let Some(kind) = kind else {
-        return usage_error("bench-spead-recv needs --kind speaddepay|chunk");
+        return usage_error("bench-spead-recv needs --kind speaddepay|chunk|direct");
     };
     // The parent decides when we stop; a terminal Ctrl-C reaches us too, so ignore it.
     let _ = signals::ignore_interrupt();
@@ -855,7 +892,13 @@ fn recv(kind: Receiver, setup: &RecvSetup, timeout: Duration) -> Result<(), Stri
     let heap_size = setup.heap_size;
     let mut session = Session::from_description(&recv_description(kind, setup))?;
     let src = session.element("src").expect("named in the description");
-    let depay = session.element("depay").expect("named in the description");
+    let depay = session
+        .element(if kind == Receiver::Direct {
+            "src"
+        } else {
+            "depay"
+        })
+        .expect("named in the description");
     // speaddepay counts every heap, the descriptor heap too: count the data heaps (the
     // buffers of exactly one heap payload) where they leave it. fhdepay's `heaps` are
     // data heaps already (its handler drops descriptor heaps).
@@ -1047,6 +1090,14 @@ mod tests {
             "{s}"
         );
         assert_eq!(Receiver::parse("chunk"), Ok(Receiver::Chunk));
+        assert_eq!(Receiver::parse("direct"), Ok(Receiver::Direct));
+        let d = recv_description(Receiver::Direct, &setup);
+        assert!(
+            d.starts_with("fhudpchunksrc name=src address=127.0.0.1 port=0")
+                && d.contains(" handler=spead ")
+                && !d.contains("fhdepay"),
+            "{d}"
+        );
         assert!(Receiver::parse("x").is_err());
     }
 }

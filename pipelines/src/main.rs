@@ -38,7 +38,7 @@ USAGE:
                        [--out FILE.md] [--quick]
     firehose bench record [--dir DIR] [--size BYTES] [--block-size BYTES] [--repeat N] [--out FILE.md] [--quick]
     firehose bench spead [--seconds S] [--sizes 8972,1472] [--rates R,...] [--heap-size B]
-                         [--receivers spead2,speaddepay,chunk] [--python PY] [--cpu-limit CORES]
+                         [--receivers spead2,speaddepay,chunk,direct] [--python PY] [--cpu-limit CORES]
                          [--coalesce-us N] [--heaps-per-chunk N]
                          [--out FILE.md] [--quick]
     firehose bench bypass [--seconds S] [--sizes 1472] [--rates R,...] [--pmd af_xdp|af_packet]
@@ -86,20 +86,21 @@ same block size and against filesink, on one filesystem; prints a markdown repor
     --out FILE.md        also write the report to FILE.md
 
 bench spead: SPEAD receivers on loopback at stepped offered rates — spead2 4.5.1's own
-receiver (Python, memory pool), fhudpsrc ! speaddepay, and chunk mode (fhudpsrc !
-fhdepay handler=spead) — each in its own process, fed by fakesrc ! speadpay ! fhudpsink
+receiver (Python, memory pool), fhudpsrc ! speaddepay, chunk mode (fhudpsrc !
+fhdepay handler=spead) and direct chunk mode (fhudpchunksrc handler=spead, payloads
+received straight into chunks) — each in its own process, fed by fakesrc ! speadpay ! fhudpsink
 (1 MiB heaps, byte-identical to spead2's sender). Reports the highest lossless heap rate
 and receiver CPU per GB as markdown. spead2 comes from .venv (see README).
     --sizes LIST         packet sizes (default 8972,1472)
     --rates LIST         offered rates in bits/s (default 1,2,4,6,8,10G for 8972,
                          0.5,1,2,3,4G for 1472; --quick: two of them)
     --heap-size B        heap payload in bytes (default 1048576)
-    --receivers LIST     which receivers (default all; chunk is left out, with a note,
-                         when this build has no fhdepay)
+    --receivers LIST     which receivers (default all; chunk and direct are left out,
+                         with a note, when this build lacks fhdepay / fhudpchunksrc)
     --python PY          Python with spead2 4.5.1 (default <repo>/.venv/bin/python3)
     --coalesce-us N      fhudpsrc coalesce-us for our receivers (default: the element's,
                          2000; 0 = wake on every datagram)
-    --heaps-per-chunk N  chunk mode's heaps per chunk (default 8: 8 MiB chunks)
+    --heaps-per-chunk N  chunk and direct modes' heaps per chunk (default 8: 8 MiB chunks)
     --seconds, --out, --quick, --cpu-limit   as for bench udp
 
 bench bypass: fhudpsrc, fhxdpsrc (AF_XDP) and fhdpdksrc (DPDK) on the same stream across
