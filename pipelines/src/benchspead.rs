@@ -138,6 +138,8 @@ pub struct SpeadBenchOptions {
     pub coalesce_us: Option<u32>,
     /// Heaps per chunk in chunk mode.
     pub heaps_per_chunk: u32,
+    /// `fhudpchunksrc landing` for the direct receiver; `None` = the element's default.
+    pub landing: Option<String>,
 }
 
 impl Default for SpeadBenchOptions {
@@ -159,6 +161,7 @@ impl Default for SpeadBenchOptions {
             cpu_limit: None,
             coalesce_us: None,
             heaps_per_chunk: DEFAULT_HEAPS_PER_CHUNK,
+            landing: None,
         }
     }
 }
@@ -247,6 +250,7 @@ fn spawn_receiver(
     let buffer = BUFFER_SIZE.to_string();
     let coalesce = opts.coalesce_us.map(|n| n.to_string());
     let per_chunk = opts.heaps_per_chunk.to_string();
+    let landing = opts.landing.clone();
     let cmd = match receiver {
         Receiver::Spead2 => {
             let script = PathBuf::from(REPO).join("tests/spead2/bench_recv.py");
@@ -285,6 +289,9 @@ fn spawn_receiver(
             ]);
             if let Some(n) = &coalesce {
                 c.args(["--coalesce-us", n]);
+            }
+            if let Some(l) = &landing {
+                c.args(["--landing", l]);
             }
             c
         }
@@ -441,6 +448,9 @@ pub fn cmd(mut args: Args) -> i32 {
             "--heaps-per-chunk" => v(&mut args)
                 .and_then(|x| parse_heaps_per_chunk(&x))
                 .map(|n| opts.heaps_per_chunk = n),
+            "--landing" => v(&mut args)
+                .and_then(|x| parse_landing(&x))
+                .map(|l| opts.landing = Some(l)),
             other => Err(format!("unknown bench spead option '{other}'")),
         };
         if let Err(e) = r {
@@ -555,6 +565,14 @@ fn parse_coalesce(x: &str) -> Result<u32, String> {
         .ok()
         .filter(|&n| n <= 100_000)
         .ok_or_else(|| format!("--coalesce-us '{x}' must be 0 to 100000 microseconds"))
+}
+
+/// Parses `--landing` (`fhudpchunksrc landing`).
+fn parse_landing(x: &str) -> Result<String, String> {
+    match x {
+        "auto" | "on" | "off" => Ok(x.to_string()),
+        _ => Err(format!("--landing '{x}' must be auto, on or off")),
+    }
 }
 
 /// Parses `--heaps-per-chunk`.
@@ -788,6 +806,8 @@ pub struct RecvSetup {
     pub coalesce_us: Option<u32>,
     /// Chunk mode's `slots-per-chunk`.
     pub heaps_per_chunk: u32,
+    /// The direct receiver's `landing`, if not the default.
+    pub landing: Option<String>,
 }
 
 impl RecvSetup {
@@ -798,6 +818,7 @@ impl RecvSetup {
             buffer_size: BUFFER_SIZE,
             coalesce_us: opts.coalesce_us,
             heaps_per_chunk: opts.heaps_per_chunk,
+            landing: opts.landing.clone(),
         }
     }
 }
@@ -809,6 +830,7 @@ pub fn recv_description(kind: Receiver, setup: &RecvSetup) -> String {
         buffer_size,
         coalesce_us,
         heaps_per_chunk,
+        landing,
     } = setup;
     let mut src = format!("fhudpsrc name=src address=127.0.0.1 port=0 buffer-size={buffer_size}");
     if let Some(n) = coalesce_us {
@@ -823,8 +845,11 @@ pub fn recv_description(kind: Receiver, setup: &RecvSetup) -> String {
         Receiver::Chunk => format!("{src} ! fhdepay name=depay {chunks} ! {sink}"),
         // One element receives and places: it is both `src` and `depay`.
         Receiver::Direct => format!(
-            "{} {chunks} ! {sink}",
-            src.replacen("fhudpsrc name=src", "fhudpchunksrc name=src", 1)
+            "{} {chunks}{} ! {sink}",
+            src.replacen("fhudpsrc name=src", "fhudpchunksrc name=src", 1),
+            landing
+                .as_ref()
+                .map_or(String::new(), |l| format!(" landing={l}"))
         ),
         _ => format!("{src} ! speaddepay name=depay ! {sink}"),
     }
@@ -868,6 +893,9 @@ pub fn cmd_recv(mut args: Args) -> i32 {
             "--heaps-per-chunk" => v
                 .and_then(|x| parse_heaps_per_chunk(&x))
                 .map(|n| setup.heaps_per_chunk = n),
+            "--landing" => v
+                .and_then(|x| parse_landing(&x))
+                .map(|l| setup.landing = Some(l)),
             other => Err(format!("unknown bench-spead-recv option '{other}'")),
         };
         if let Err(e) = r {
@@ -1091,6 +1119,10 @@ mod tests {
         );
         assert_eq!(Receiver::parse("chunk"), Ok(Receiver::Chunk));
         assert_eq!(Receiver::parse("direct"), Ok(Receiver::Direct));
+        assert!(parse_landing("sometimes").is_err());
+        setup.landing = Some("on".into());
+        assert!(recv_description(Receiver::Direct, &setup).contains(" landing=on !"));
+        setup.landing = None;
         let d = recv_description(Receiver::Direct, &setup);
         assert!(
             d.starts_with("fhudpchunksrc name=src address=127.0.0.1 port=0")

@@ -39,7 +39,7 @@ USAGE:
     firehose bench record [--dir DIR] [--size BYTES] [--block-size BYTES] [--repeat N] [--out FILE.md] [--quick]
     firehose bench spead [--seconds S] [--sizes 8972,1472] [--rates R,...] [--heap-size B]
                          [--receivers spead2,speaddepay,chunk,direct] [--python PY] [--cpu-limit CORES]
-                         [--coalesce-us N] [--heaps-per-chunk N]
+                         [--coalesce-us N] [--heaps-per-chunk N] [--landing auto|on|off]
                          [--out FILE.md] [--quick]
     firehose bench bypass [--seconds S] [--sizes 1472] [--rates R,...] [--pmd af_xdp|af_packet]
                           [--receivers fhudpsrc,fhxdpsrc,fhdpdksrc] [--dpdk-plugin PATH] [--gso] [--out FILE.md] [--quick]
@@ -101,6 +101,8 @@ and receiver CPU per GB as markdown. spead2 comes from .venv (see README).
     --coalesce-us N      fhudpsrc coalesce-us for our receivers (default: the element's,
                          2000; 0 = wake on every datagram)
     --heaps-per-chunk N  chunk and direct modes' heaps per chunk (default 8: 8 MiB chunks)
+    --landing MODE       fhudpchunksrc landing for the direct receiver: auto (default:
+                         lands into chunks of at most 2 MiB), on, off
     --seconds, --out, --quick, --cpu-limit   as for bench udp
 
 bench bypass: fhudpsrc, fhxdpsrc (AF_XDP) and fhdpdksrc (DPDK) on the same stream across

@@ -47,13 +47,15 @@ fn quick_spead_bench_produces_a_table() {
         "{report}"
     );
     assert!(report.contains("| speaddepay / spead2 |"), "{report}");
-    // spead2 and speaddepay always; chunk mode whenever this build has fhdepay (it
-    // does once the chunk engine is in) — otherwise the report says it was left out.
+    // spead2 and speaddepay always; the chunk-mode receivers whenever this build has
+    // their element (fhdepay, fhudpchunksrc) — otherwise the report says it left them out.
     let mut receivers = vec!["spead2", "speaddepay"];
-    if report.contains("- note: chunk mode left out") {
-        eprintln!("chunk mode not in this build; compared spead2 and speaddepay only");
-    } else {
-        receivers.push("chunk");
+    for rx in ["chunk", "direct"] {
+        if report.contains(&format!("- note: {rx} left out")) {
+            eprintln!("{rx} not in this build; left out of the comparison");
+        } else {
+            receivers.push(rx);
+        }
     }
     let rows: Vec<Vec<String>> = report
         .lines()
@@ -94,7 +96,7 @@ fn spead_bench_usage_errors() {
     );
     assert_eq!(out.code, Some(2), "{}", out.all());
     assert!(
-        out.stderr.contains("spead2, speaddepay or chunk"),
+        out.stderr.contains("spead2, speaddepay, chunk or direct"),
         "{}",
         out.all()
     );

@@ -64,10 +64,20 @@ fn packet(cnt: u64, len: usize, offset: usize, payload: &[u8], extra: &[ItemPoin
     out
 }
 
+/// Datagrams a paced [`Sender`] may be ahead of the receiver: about 256 KiB, within the
+/// smallest socket buffer a machine grants (net.core.rmem_max defaults to 208 KiB, and
+/// the kernel doubles it), so a loaded machine drops nothing.
+const AHEAD: u64 = 24;
+
 /// A UDP socket that sends heaps to `port` on loopback.
 struct Sender {
     sock: UdpSocket,
     port: u16,
+    /// When set, the receiving element: sends wait while more than [`AHEAD`] datagrams
+    /// are not yet counted in its `datagrams`.
+    paced_by: Option<gst::Element>,
+    /// Datagrams sent (GSO segments one by one).
+    sent: std::cell::Cell<u64>,
 }
 
 impl Sender {
@@ -75,11 +85,35 @@ impl Sender {
         Self {
             sock: UdpSocket::bind("127.0.0.1:0").unwrap(),
             port,
+            paced_by: None,
+            sent: std::cell::Cell::new(0),
         }
     }
 
-    fn send(&self, p: &[u8]) {
+    /// A sender that never gets more than [`AHEAD`] datagrams ahead of `el`.
+    fn paced(port: u16, el: gst::Element) -> Self {
+        Self {
+            paced_by: Some(el),
+            ..Self::new(port)
+        }
+    }
+
+    /// Sends `p`, `datagrams` datagrams (more than one with GSO).
+    fn send_counted(&self, p: &[u8], datagrams: u64) {
+        if let Some(el) = &self.paced_by {
+            let t0 = Instant::now();
+            while self.sent.get() > field(&stats(el), names::DATAGRAMS) + AHEAD
+                && t0.elapsed() < Duration::from_secs(10)
+            {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
         self.sock.send_to(p, ("127.0.0.1", self.port)).unwrap();
+        self.sent.set(self.sent.get() + datagrams);
+    }
+
+    fn send(&self, p: &[u8]) {
+        self.send_counted(p, 1);
     }
 
     /// Sends heap `cnt` as 8 packets of 8192 payload bytes.
@@ -117,7 +151,7 @@ impl Sender {
         };
         assert_eq!(r, 0, "UDP_SEGMENT: {}", std::io::Error::last_os_error());
         for run in all.chunks(7 * seg) {
-            self.send(run);
+            self.send_counted(run, run.len().div_ceil(seg) as u64);
         }
     }
 
@@ -201,7 +235,7 @@ fn wait_for(el: &gst::Element, name: &str, n: u64) {
 #[test]
 fn heaps_arrive_in_chunks_byte_for_byte() {
     let (mut h, port) = harness(&[]);
-    let tx = Sender::new(port);
+    let tx = Sender::paced(port, h.element().unwrap());
     for cnt in 1..=16 {
         tx.heap(cnt);
     }
@@ -243,7 +277,7 @@ fn heaps_arrive_in_chunks_byte_for_byte() {
 #[test]
 fn payloads_land_in_chunks_without_a_copy_once_the_stream_is_going() {
     let (mut h, port) = harness(&[]);
-    let tx = Sender::new(port);
+    let tx = Sender::paced(port, h.element().unwrap());
     // The first heap shows the stream's shape; the receiver predicts from there.
     for cnt in 1..=32 {
         tx.heap(cnt);
@@ -261,7 +295,7 @@ fn payloads_land_in_chunks_without_a_copy_once_the_stream_is_going() {
 #[test]
 fn gro_coalesced_heaps_land_in_chunks_byte_for_byte() {
     let (mut h, port) = harness(&[]);
-    Sender::new(port).heaps_gso(1..=32);
+    Sender::paced(port, h.element().unwrap()).heaps_gso(1..=32);
     let chunks = pull_chunks(&mut h, 8);
     assert!(chunks.iter().all(ChunkInfo::is_complete), "{chunks:?}");
     let st = stats(&h.element().unwrap());

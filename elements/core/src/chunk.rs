@@ -169,13 +169,17 @@ struct Target {
 /// from memory. On the development VM the cost per byte jumped between 4 and 6 MiB
 /// chunks; up to this size a cached copy costs no more, and leaves the chunk in cache
 /// for a consumer that reads it soon. Figures in docs/benchmarks.md.
-///
-/// For the same reason receiving straight into chunks ([`ChunkAssembler::plan`]) is on
-/// by default only up to this size: the kernel's copy cannot use streaming stores, and
-/// into 8 MiB chunks it cost more than a copy into a cached batch plus a streamed copy
-/// into the chunk (0.20–0.22 against 0.17–0.18 s/GB), where into 4 MiB and smaller
-/// chunks it cost less (0.13–0.14 against 0.15–0.17).
 pub const STREAMING_MIN_CHUNK_BYTES: usize = 4 << 20;
+
+/// Receiving straight into chunks ([`ChunkAssembler::plan`]) is on by default only for
+/// chunks of at most this size: ones that stay in this core's share of the caches (the
+/// development VM's L2 is 2 MiB) between uses of their memory. Into larger chunks the
+/// kernel's copy, which cannot use streaming stores, reads every destination line from
+/// memory first, and costs as much as or more than a copy into a cached batch plus the
+/// engine's copy into the chunk: at 10 Gb/s of 8972-byte packets, 8 MiB chunks 0.20–0.22
+/// against 0.17–0.19 s/GB, 4 MiB chunks anything from better to worse run to run, 1 and
+/// 2 MiB chunks 0.13–0.16 against 0.15–0.20. Figures in docs/benchmarks.md.
+pub const LANDING_MAX_CHUNK_BYTES: usize = 2 << 20;
 
 /// Payloads shorter than this are copied as usual even into large chunks: the partial
 /// lines at their ends (cached stores, so read from memory first) weigh more: on the
@@ -230,7 +234,7 @@ impl ChunkAssembler {
             can_land: handler.copies_payload_unchanged() && handler.parses_header_alone(),
             direct: handler.copies_payload_unchanged()
                 && handler.parses_header_alone()
-                && cfg.chunk_bytes() <= STREAMING_MIN_CHUNK_BYTES,
+                && cfg.chunk_bytes() <= LANDING_MAX_CHUNK_BYTES,
             shape: landing::Shape::default(),
             reserved: None,
             stats: ChunkStats::default(),

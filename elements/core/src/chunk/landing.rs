@@ -107,7 +107,7 @@ struct Cursor {
 impl ChunkAssembler {
     /// True when payloads are received straight into chunks: the handler allows it
     /// ([`ChunkAssembler::can_land`]) and it is on — by default for chunks of at most
-    /// [`super::STREAMING_MIN_CHUNK_BYTES`], see [`ChunkAssembler::set_landing`].
+    /// [`super::LANDING_MAX_CHUNK_BYTES`], see [`ChunkAssembler::set_landing`].
     pub fn lands_directly(&self) -> bool {
         self.direct
     }

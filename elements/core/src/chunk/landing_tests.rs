@@ -382,7 +382,7 @@ fn chunks_too_large_to_stay_in_cache_are_not_landed_in_unless_asked() {
         max_messages: 8,
         packet_payload_size: 0,
     };
-    assert!(big.chunk_bytes() > STREAMING_MIN_CHUNK_BYTES);
+    assert!(big.chunk_bytes() > LANDING_MAX_CHUNK_BYTES);
     let pool = SlotPool::new(&big.pool_config(3, HugepagePolicy::Off)).unwrap();
     let mut e = ChunkAssembler::new(big, Box::new(SplitToy::default()), pool).unwrap();
     assert!(e.can_land() && !e.lands_directly());

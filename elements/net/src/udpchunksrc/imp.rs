@@ -284,7 +284,7 @@ impl ObjectImpl for UdpChunkSrc {
                     .build(),
                 glib::ParamSpecEnum::builder::<Landing>("landing")
                     .nick("Landing")
-                    .blurb("Receive payloads straight into the chunks: auto = for chunks of at most 4 MiB (larger ones are copied with streaming stores, cheaper once a chunk has left the CPU caches), on, off")
+                    .blurb("Receive payloads straight into the chunks: auto = for chunks of at most 2 MiB, which stay in the CPU cache between uses (into larger ones the kernel's copy reads each destination line from memory first: they are copied as by fhdepay), on, off")
                     .mutable_ready()
                     .build()],
             );

@@ -10,11 +10,13 @@
 //! which: `packets-landed` and `packets-copied`.
 //!
 //! Whether payloads land straight in the chunks is `landing`: by default (`auto`) only
-//! for chunks of at most 4 MiB. Larger chunks have left the CPU caches by the time their
-//! memory is filled again, and the kernel's copy then reads every destination line
-//! first, where `fhdepay`'s copy uses streaming stores that skip that read: on the
-//! development VM landing cost more than copying for 8 MiB chunks and less up to 4 MiB
-//! (docs/benchmarks.md). `on` and `off` override the size rule.
+//! for chunks of at most 2 MiB ([`firehose_core::chunk::LANDING_MAX_CHUNK_BYTES`]),
+//! which stay in the CPU caches between uses. A larger chunk has left them by the time
+//! its memory is filled again, and the kernel's copy then reads every destination line
+//! first, where `fhdepay`'s copy into large chunks uses streaming stores that skip that
+//! read: on the development VM landing cost as much or more than copying for 4 and 8 MiB
+//! chunks and less for 1 and 2 MiB ones (docs/benchmarks.md). `on` and `off` override
+//! the size rule.
 //!
 //! The properties are `fhudpsrc`'s socket ones ([`crate::socket_settings`]), `fhdepay`'s
 //! chunk ones ([`firehose_core::chunk::settings`]), `batch-size` and `landing`, read when
@@ -37,10 +39,10 @@ mod imp;
 #[repr(u32)]
 #[enum_type(name = "GstFhUdpChunkSrcLanding")]
 pub enum Landing {
-    /// For chunks of at most 4 MiB, which stay in the CPU caches between uses.
+    /// For chunks of at most 2 MiB, which stay in the CPU caches between uses.
     #[default]
     #[enum_value(
-        name = "Auto: land payloads in chunks of at most 4 MiB, copy into larger ones",
+        name = "Auto: land payloads in chunks of at most 2 MiB, copy into larger ones",
         nick = "auto"
     )]
     Auto = 0,
