@@ -20,11 +20,19 @@ use std::io;
 use std::ops::Range;
 
 use firehose_core::chunk::{ChunkAssembler, FinishedChunk, Flow, Landed, Landing};
+use firehose_core::handler::PacketFacts;
 
 use crate::recv::{UdpReceiver, MAX_DATAGRAM};
 
 /// Most datagrams planned into one GRO message (64 KiB of 1 KiB datagrams).
 pub const MAX_SEGMENTS: usize = 64;
+
+/// Streams whose packets carry less payload than this are not received into chunks:
+/// each landed datagram costs the kernel two scatter entries (header, payload), each a
+/// copy of its own, and for small datagrams that costs more than the copy it saves. With
+/// 1472-byte SPEAD packets (1432-byte payloads) landing cost 0.36–0.41 s/GB against
+/// 0.31–0.36 copied; with 8972-byte ones (8928) it cost 10–25 % less (docs/benchmarks.md).
+pub const LANDING_MIN_PAYLOAD_BYTES: usize = 4096;
 
 /// Headers longer than this are not predicted.
 const MAX_HEADER: usize = firehose_core::chunk::MAX_LANDING_HEADER;
@@ -68,7 +76,7 @@ enum Item {
     Landed {
         landing: usize,
         header: Range<usize>,
-        packet_len: usize,
+        facts: PacketFacts,
         msg: usize,
         from: usize,
     },
@@ -86,6 +94,8 @@ pub struct DirectReceiver {
     plan: Vec<Landing>,
     /// The plan entries given to each message of the current receive.
     assigned: Vec<Range<usize>>,
+    /// The scatter-list length of each message of the current receive.
+    iov_lens: Vec<usize>,
     headers: Vec<u8>,
     overflow: Vec<u8>,
     iovs: Vec<libc::iovec>,
@@ -135,6 +145,7 @@ impl DirectReceiver {
             missed: vec![0; MAX_DATAGRAM],
             plan: Vec::with_capacity(batch * MAX_SEGMENTS),
             assigned: Vec::with_capacity(batch),
+            iov_lens: Vec::with_capacity(batch),
             items: Vec::with_capacity(batch * MAX_SEGMENTS),
             coalesced: MAX_SEGMENTS,
             counts: DirectCounts::default(),
@@ -174,11 +185,19 @@ impl DirectReceiver {
     /// runs it through the engine; chunks that leave its window are appended to `out`.
     pub fn recv(&mut self, out: &mut Vec<FinishedChunk>, wait: bool) -> io::Result<DirectRecv> {
         let per_msg = if self.rx.gro() { self.coalesced } else { 1 };
-        self.engine.plan(self.batch * per_msg, &mut self.plan);
+        if self
+            .engine
+            .expected_payload()
+            .is_some_and(|n| n >= LANDING_MIN_PAYLOAD_BYTES)
+        {
+            self.engine.plan(self.batch * per_msg, &mut self.plan);
+        } else {
+            self.plan.clear();
+        }
         self.lay_out();
         let n = match self
             .rx
-            .recv_vectored(&mut self.iovs, IOVS_PER_MSG, self.batch, wait)?
+            .recv_vectored(&mut self.iovs, IOVS_PER_MSG, &self.iov_lens, wait)?
         {
             Some(n) => n,
             None => return Ok(DirectRecv::Woken),
@@ -195,6 +214,7 @@ impl DirectReceiver {
     /// room for a whole datagram more.
     fn lay_out(&mut self) {
         self.assigned.clear();
+        self.iov_lens.clear();
         let per_msg = if self.rx.gro() { self.coalesced } else { 1 };
         let mut next = 0;
         for i in 0..self.batch {
@@ -232,10 +252,8 @@ impl DirectReceiver {
                 iov_base: self.overflow[i * MAX_DATAGRAM..].as_mut_ptr().cast(),
                 iov_len: MAX_DATAGRAM,
             };
-            for iov in &mut iovs[2 * k + 1..] {
-                iov.iov_len = 0;
-            }
             self.assigned.push(start..next);
+            self.iov_lens.push(2 * k + 1);
         }
     }
 
@@ -284,19 +302,17 @@ impl DirectReceiver {
                     let landing = self.plan[idx];
                     let h = (i * MAX_SEGMENTS + j) * MAX_HEADER;
                     let header = h..h + landing.header_len;
-                    if at == off
-                        && l > landing.header_len
-                        && self
+                    if at == off && l > landing.header_len {
+                        item = self
                             .engine
-                            .is_predicted(&self.headers[header.clone()], l, &landing)
-                    {
-                        item = Some(Item::Landed {
-                            landing: idx,
-                            header,
-                            packet_len: l,
-                            msg: i,
-                            from: off,
-                        });
+                            .predicted(&self.headers[header.clone()], l, &landing)
+                            .map(|facts| Item::Landed {
+                                landing: idx,
+                                header,
+                                facts,
+                                msg: i,
+                                from: off,
+                            });
                     }
                     at += landing.header_len + landing.len;
                     j += 1;
@@ -307,7 +323,7 @@ impl DirectReceiver {
                         return Item::Scratch(from..from + l);
                     }
                     let range = staged..staged + l;
-                    let iovs = &self.iovs[i * IOVS_PER_MSG..(i + 1) * IOVS_PER_MSG];
+                    let iovs = &self.iovs[i * IOVS_PER_MSG..][..self.iov_lens[i]];
                     gather(iovs, off, &mut self.staging[range.clone()]);
                     staged += l;
                     Item::Staged(range)
@@ -326,14 +342,14 @@ impl DirectReceiver {
                 Item::Landed {
                     landing,
                     ref header,
-                    packet_len,
+                    ref facts,
                     msg,
                     from,
                 } => {
                     let header_bytes = &self.headers[header.clone()];
                     match self
                         .engine
-                        .land(header_bytes, packet_len, &self.plan[landing], out)
+                        .land(header_bytes, facts, &self.plan[landing], out)
                     {
                         Landed::Done(f) => {
                             self.counts.landed += 1;
@@ -341,9 +357,9 @@ impl DirectReceiver {
                         }
                         Landed::Missed => {
                             self.counts.copied += 1;
-                            let buf = &mut self.missed[..packet_len];
+                            let buf = &mut self.missed[..facts.payload.end];
                             gather(
-                                &self.iovs[msg * IOVS_PER_MSG..(msg + 1) * IOVS_PER_MSG],
+                                &self.iovs[msg * IOVS_PER_MSG..][..self.iov_lens[msg]],
                                 from,
                                 buf,
                             );

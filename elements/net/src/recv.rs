@@ -602,36 +602,39 @@ impl UdpReceiver {
         Ok(woken)
     }
 
-    /// Receives up to `vlen` messages (GRO: each up to [`MAX_DATAGRAM`] bytes of
+    /// Receives up to `lens.len()` messages (GRO: each up to [`MAX_DATAGRAM`] bytes of
     /// segments) into caller-provided scatter lists: message `i` fills
-    /// `iovs[i * per_msg_iovs ..][..per_msg_iovs]` in order. Waits like
-    /// [`UdpReceiver::recv_batch`]. Returns the number of messages (0: none queued and
-    /// `wait` false; `None`: woken); read each with [`UdpReceiver::message`].
+    /// `iovs[i * stride ..][..lens[i]]` in order. Waits like [`UdpReceiver::recv_batch`].
+    /// Returns the number of messages (0: none queued and `wait` false; `None`: woken);
+    /// read each with [`UdpReceiver::message`].
     ///
     /// The iovecs must point at memory that stays valid and unaliased for the call; the
-    /// lists must be long enough for a whole message, or it is flagged truncated.
+    /// lists must be long enough for a whole message, or it is flagged truncated. Each
+    /// list is as long as it needs to be, not `stride`: the kernel imports every entry.
     pub fn recv_vectored(
         &mut self,
         iovs: &mut [libc::iovec],
-        per_msg_iovs: usize,
-        vlen: usize,
+        stride: usize,
+        lens: &[usize],
         wait: bool,
     ) -> io::Result<Option<usize>> {
-        let vlen = vlen
-            .min(self.msgs.len())
-            .min(iovs.len() / per_msg_iovs.max(1));
-        if vlen == 0 {
+        let vlen = lens.len().min(self.msgs.len());
+        let fits = lens[..vlen]
+            .iter()
+            .enumerate()
+            .all(|(i, &n)| n <= stride && (i + 1) * stride <= iovs.len());
+        if vlen == 0 || !fits {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "no scatter list to receive into",
+                "no scatter list to receive into, or one longer than its room",
             ));
         }
-        for i in 0..vlen {
+        for (i, &n) in lens[..vlen].iter().enumerate() {
             let h = &mut self.msgs[i].msg_hdr;
             h.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
             h.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_iov = iovs[i * per_msg_iovs..].as_mut_ptr();
-            h.msg_iovlen = per_msg_iovs;
+            h.msg_iov = iovs[i * stride..].as_mut_ptr();
+            h.msg_iovlen = n;
             h.msg_control = self.cmsgs[i].as_mut_ptr().cast();
             h.msg_controllen = CMSG_SPACE;
             h.msg_flags = 0;

@@ -175,8 +175,17 @@ fn gro_messages_land_in_their_chunks() {
 
 #[test]
 fn single_datagrams_land_in_their_chunks() {
-    let c = round_trip(false, false, 1472);
+    let c = round_trip(false, false, 8972);
     assert!(c.landed * 10 > c.datagrams * 9, "{c:?}");
+}
+
+#[test]
+fn small_datagrams_are_copied_whole_not_landed() {
+    // 1432-byte payloads: below LANDING_MIN_PAYLOAD_BYTES, landing would cost more.
+    for gro in [false, true] {
+        let c = round_trip(gro, gro, 1472);
+        assert_eq!(c.landed, 0, "{c:?}");
+    }
 }
 
 #[test]

@@ -127,6 +127,15 @@ impl ChunkAssembler {
         self.reserved = None;
     }
 
+    /// The payload length of the stream's full packets as seen so far (those of a
+    /// message's first packet until a later one has been seen), if any: a host may
+    /// judge from it whether landing is worth its cost.
+    pub fn expected_payload(&self) -> Option<usize> {
+        let (_, next) = self.shape.next;
+        let (_, first) = self.shape.first;
+        [next, first].into_iter().find(|&n| n > 0)
+    }
+
     /// Predicts where up to `max` next packets go, in arrival order, into `plan`
     /// (cleared first). It stops early where it cannot guess (nothing seen yet, a
     /// message placed from its contents, no memory): those packets the host receives
@@ -260,34 +269,41 @@ impl ChunkAssembler {
         Some(slot.as_mut_full().as_mut_ptr())
     }
 
-    /// True when the packet whose first `header.len()` bytes are `header` and whose
-    /// length is `packet_len` is the one `landing` predicted: then its payload, if the
-    /// receive put it at the landing's place, is where it belongs, and
-    /// [`ChunkAssembler::land`] accounts it. Changes nothing; a host asks it of every
-    /// packet of a receive before it lands or pushes any, since a push may write where
-    /// another packet's payload landed on a wrong guess.
-    pub fn is_predicted(&mut self, header: &[u8], packet_len: usize, landing: &Landing) -> bool {
-        header.len() == landing.header_len
-            && packet_len - header.len().min(packet_len) <= landing.len
-            && self
-                .handler
-                .parse_header(header, packet_len)
-                .is_some_and(|f| {
-                    f.message_id == landing.message_id
-                        && f.message_offset == landing.message_offset
-                        && f.payload == (header.len()..packet_len)
-                })
-    }
-
-    /// Accounts a packet whose header is `header` (scratch), whose length is
-    /// `packet_len`, and whose payload the receive put at `landing.dest`. Placement,
-    /// duplicates and bounds are checked as in [`ChunkAssembler::push`], and drops are
-    /// counted; a packet accepted where the landing put it is accounted with no copy.
-    /// Otherwise it is [`Landed::Missed`]: gather it and push it.
-    pub fn land(
+    /// The facts of the packet whose first `header.len()` bytes are `header` and whose
+    /// length is `packet_len`, when it is the one `landing` predicted: then its payload,
+    /// if the receive put it at the landing's place, is where it belongs, and
+    /// [`ChunkAssembler::land`] accounts it. `None` otherwise. Changes nothing; a host
+    /// asks it of every packet of a receive before it lands or pushes any, since a push
+    /// may write where another packet's payload landed on a wrong guess.
+    pub fn predicted(
         &mut self,
         header: &[u8],
         packet_len: usize,
+        landing: &Landing,
+    ) -> Option<PacketFacts> {
+        if header.len() != landing.header_len
+            || packet_len < header.len()
+            || packet_len - header.len() > landing.len
+        {
+            return None;
+        }
+        let facts = self.handler.parse_header(header, packet_len)?;
+        (facts.message_id == landing.message_id
+            && facts.message_offset == landing.message_offset
+            && facts.payload == (header.len()..packet_len))
+            .then_some(facts)
+    }
+
+    /// Accounts a packet whose header is `header` (scratch), whose facts
+    /// [`ChunkAssembler::predicted`] gave for `landing`, and whose payload the receive
+    /// put at `landing.dest`. Placement, duplicates and bounds are checked as in
+    /// [`ChunkAssembler::push`], and drops are counted; a packet accepted where the
+    /// landing put it is accounted with no copy. Otherwise it is [`Landed::Missed`]:
+    /// gather it and push it.
+    pub fn land(
+        &mut self,
+        header: &[u8],
+        facts: &PacketFacts,
         landing: &Landing,
         out: &mut Vec<FinishedChunk>,
     ) -> Landed {
@@ -295,24 +311,20 @@ impl ChunkAssembler {
             self.stats.drops_handler += 1;
             return Landed::Done(Flow::End);
         }
-        if !self.direct {
-            return Landed::Missed;
-        }
-        let Some(facts) = self.handler.parse_header(header, packet_len) else {
-            return Landed::Missed;
-        };
-        if facts.payload != (header.len()..packet_len)
+        // Cheap re-checks, so facts of another packet cannot be accounted here.
+        if !self.direct
+            || facts.payload.start != header.len()
             || facts.message_id != landing.message_id
             || facts.message_offset != landing.message_offset
             || facts.payload.len() > landing.len
         {
             return Landed::Missed;
         }
-        let pos = match self.route(header, &facts, out) {
+        let pos = match self.route(header, facts, out) {
             Ok(pos) => pos,
             Err(flow) => return Landed::Done(flow),
         };
-        let Some(t) = self.check(pos, &facts) else {
+        let Some(t) = self.check(pos, facts) else {
             return Landed::Done(Flow::Continue);
         };
         let spc = self.cfg.slots_per_chunk;
@@ -325,7 +337,7 @@ impl ChunkAssembler {
         if slot.as_mut_full().as_mut_ptr().wrapping_add(t.at) != landing.dest {
             return Landed::Missed;
         }
-        self.account(pos, &facts, &t, out);
+        self.account(pos, facts, &t, out);
         Landed::Done(Flow::Continue)
     }
 }

@@ -125,6 +125,17 @@ fn message(id: u64, len: usize, first_extra: u8) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// A packet as the "kernel" left it: header, what went to the landing, the rest.
+fn read_back(head: &[u8], landing: &Option<(Landing, usize)>, rest: &[u8]) -> Vec<u8> {
+    let mut whole = head.to_vec();
+    if let Some((l, n)) = landing {
+        // SAFETY: the landing points at `l.len >= n` bytes of the engine's pool.
+        whole.extend_from_slice(unsafe { std::slice::from_raw_parts(l.dest, *n) });
+    }
+    whole.extend_from_slice(rest);
+    whole
+}
+
 /// Feeds `packets` as a host receiving into landings does, `batch` at a time; returns
 /// the chunks and how many packets landed without a copy.
 fn run_direct(
@@ -157,24 +168,17 @@ fn run_direct(
         for (head, landing, rest) in &received {
             let len = head.len() + landing.map_or(0, |(_, n)| n) + rest.len();
             match landing {
-                Some((l, _)) if rest.is_empty() && e.is_predicted(head, len, l) => {
-                    items.push((head.clone(), len, Some(*l)));
-                }
-                _ => {
-                    let mut whole = head.clone();
-                    if let Some((l, n)) = landing {
-                        // SAFETY: as above; read back what the "kernel" put there.
-                        whole.extend_from_slice(unsafe { std::slice::from_raw_parts(l.dest, *n) });
-                    }
-                    whole.extend_from_slice(rest);
-                    items.push((whole, len, None));
-                }
+                Some((l, _)) if rest.is_empty() => match e.predicted(head, len, l) {
+                    Some(facts) => items.push((head.clone(), len, Some((*l, facts)))),
+                    None => items.push((read_back(head, landing, rest), len, None)),
+                },
+                _ => items.push((read_back(head, landing, rest), len, None)),
             }
         }
         // Pass two, in order.
         for (bytes, len, landing) in items {
             match landing {
-                Some(l) => match e.land(&bytes, len, &l, &mut out) {
+                Some((l, facts)) => match e.land(&bytes, &facts, &l, &mut out) {
                     Landed::Done(_) => landed += 1,
                     Landed::Missed => {
                         let mut whole = bytes.clone();
