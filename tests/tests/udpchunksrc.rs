@@ -584,25 +584,7 @@ fn start_error(props: &[(&str, &str)]) -> String {
     for (k, v) in PROPS.iter().chain(props) {
         src.set_property_from_str(k, v);
     }
-    let sink = gst::ElementFactory::make("fakesink").build().unwrap();
-    let p = gst::Pipeline::new();
-    p.add_many([&src, &sink]).unwrap();
-    src.link(&sink).unwrap();
-    assert!(
-        p.set_state(gst::State::Playing).is_err(),
-        "start must fail with {props:?}"
-    );
-    let msg = p
-        .bus()
-        .unwrap()
-        .timed_pop_filtered(gst::ClockTime::from_seconds(5), &[gst::MessageType::Error])
-        .expect("an error message");
-    let gst::MessageView::Error(e) = msg.view() else {
-        unreachable!()
-    };
-    let text = e.error().to_string();
-    p.set_state(gst::State::Null).unwrap();
-    text
+    firehose_testkit::starterror::source_start_error(&src)
 }
 
 #[test]
