@@ -57,7 +57,9 @@ fn quick_bench_produces_a_table() {
         .count();
     assert_eq!(rows, 8, "{report}");
     // At the lowest quick rate (0.5 Gb/s of 1472 B) both receivers keep up on any machine
-    // that runs this suite; their received rate must show it.
+    // that runs this suite: they must receive nearly all that was offered. Compared with
+    // what the sender managed, not with the rate asked: on a loaded 2-core machine the
+    // sender itself once offered only 0.42 Gb/s, all of it received.
     let low: Vec<&str> = report
         .lines()
         .filter(|l| l.starts_with("| 1472 B |") && l.contains("| 0.50 |"))
@@ -65,8 +67,10 @@ fn quick_bench_produces_a_table() {
     assert_eq!(low.len(), 2, "{report}");
     for l in low {
         let cols: Vec<&str> = l.split('|').map(str::trim).collect();
+        let offered: f64 = cols[4].parse().unwrap();
         let received: f64 = cols[5].parse().unwrap();
-        assert!(received > 0.45, "{l}");
+        assert!(offered > 0.2, "the sender barely ran: {l}");
+        assert!(received >= 0.95 * offered, "{l}");
     }
     let _ = std::fs::remove_file(&md);
 }
