@@ -176,9 +176,10 @@ pub const STREAMING_MIN_CHUNK_BYTES: usize = 4 << 20;
 /// development VM's L2 is 2 MiB) between uses of their memory. Into larger chunks the
 /// kernel's copy, which cannot use streaming stores, reads every destination line from
 /// memory first, and costs as much as or more than a copy into a cached batch plus the
-/// engine's copy into the chunk: at 10 Gb/s of 8972-byte packets, 8 MiB chunks 0.20–0.22
-/// against 0.17–0.19 s/GB, 4 MiB chunks anything from better to worse run to run, 1 and
-/// 2 MiB chunks 0.13–0.16 against 0.15–0.20. Figures in docs/benchmarks.md.
+/// engine's copy into the chunk: at 10 Gb/s of 8972-byte packets, 8 MiB chunks 0.20–0.26
+/// against 0.17–0.22 s/GB, 4 MiB chunks 0.14–0.26 against 0.17–0.21 (mostly worse), 1
+/// and 2 MiB chunks 0.13–0.19 against 0.15–0.21 (cheaper in every run but one, level).
+/// Figures in docs/benchmarks.md.
 pub const LANDING_MAX_CHUNK_BYTES: usize = 2 << 20;
 
 /// Payloads shorter than this are copied as usual even into large chunks: the partial
@@ -214,6 +215,7 @@ impl ChunkAssembler {
             ));
         }
         let packets_per_slot = cfg.packets_per_slot();
+        let can_land = handler.copies_payload_unchanged() && handler.parses_header_alone();
         let words_per_chunk = (cfg.slots_per_chunk * packets_per_slot).div_ceil(64);
         Ok(Self {
             window: (0..cfg.max_chunks).map(|_| None).collect(),
@@ -231,10 +233,8 @@ impl ChunkAssembler {
             stale_run: 0,
             streaming: handler.copies_payload_unchanged()
                 && cfg.chunk_bytes() > STREAMING_MIN_CHUNK_BYTES,
-            can_land: handler.copies_payload_unchanged() && handler.parses_header_alone(),
-            direct: handler.copies_payload_unchanged()
-                && handler.parses_header_alone()
-                && cfg.chunk_bytes() <= LANDING_MAX_CHUNK_BYTES,
+            can_land,
+            direct: can_land && cfg.chunk_bytes() <= LANDING_MAX_CHUNK_BYTES,
             shape: landing::Shape::default(),
             reserved: None,
             stats: ChunkStats::default(),
@@ -499,13 +499,12 @@ impl ChunkAssembler {
                 None
             }
         };
-        let slot = match &self.block {
-            _ if reserved.is_some() => reserved,
+        let slot = reserved.or_else(|| match &self.block {
             None => self.pool.try_acquire(),
             Some(cancel) => self
                 .pool
                 .acquire_blocking(cancel, Duration::from_millis(100)),
-        };
+        });
         let ok = slot.is_some();
         self.window[w] = Some(OpenChunk {
             id: chunk_id,

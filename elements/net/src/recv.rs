@@ -492,15 +492,8 @@ impl UdpReceiver {
                 iov_base: unsafe { slab.as_mut_ptr().add(i * self.per_msg) }.cast(),
                 iov_len: self.per_msg,
             };
-            let h = &mut self.msgs[i].msg_hdr;
-            h.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
-            h.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_iov = &mut self.iovs[i];
-            h.msg_iovlen = 1;
-            h.msg_control = self.cmsgs[i].as_mut_ptr().cast();
-            h.msg_controllen = CMSG_SPACE;
-            h.msg_flags = 0;
-            self.msgs[i].msg_len = 0;
+            let iov: *mut libc::iovec = &mut self.iovs[i];
+            self.prepare(i, iov, 1);
         }
         let n = match self.recvmmsg_wait(vlen, wait)? {
             Some(n) => n,
@@ -549,6 +542,20 @@ impl UdpReceiver {
         }
         self.coalesce.received(counts.bytes, n as u64);
         Ok(Recv::Batch { used, counts })
+    }
+
+    /// Sets up message `i` of the next `recvmmsg`: its scatter list (`iovlen` entries at
+    /// `iov`), and our own name and control buffers.
+    fn prepare(&mut self, i: usize, iov: *mut libc::iovec, iovlen: usize) {
+        let h = &mut self.msgs[i].msg_hdr;
+        h.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
+        h.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        h.msg_iov = iov;
+        h.msg_iovlen = iovlen;
+        h.msg_control = self.cmsgs[i].as_mut_ptr().cast();
+        h.msg_controllen = CMSG_SPACE;
+        h.msg_flags = 0;
+        self.msgs[i].msg_len = 0;
     }
 
     /// Runs `recvmmsg` on `msgs[..vlen]` (set up by the caller): the number of messages
@@ -630,15 +637,7 @@ impl UdpReceiver {
             ));
         }
         for (i, &n) in lens[..vlen].iter().enumerate() {
-            let h = &mut self.msgs[i].msg_hdr;
-            h.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
-            h.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_iov = iovs[i * stride..].as_mut_ptr();
-            h.msg_iovlen = n;
-            h.msg_control = self.cmsgs[i].as_mut_ptr().cast();
-            h.msg_controllen = CMSG_SPACE;
-            h.msg_flags = 0;
-            self.msgs[i].msg_len = 0;
+            self.prepare(i, iovs[i * stride..].as_mut_ptr(), n);
         }
         let n = self.recvmmsg_wait(vlen, wait)?;
         if let Some(n) = n {
