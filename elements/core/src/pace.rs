@@ -103,6 +103,13 @@ impl Pacer {
         self.slip + self.duration_of(bytes)
     }
 
+    /// How far the schedule has moved, in total, since the start (or the last
+    /// [`Pacer::reset`]) because the sender fell behind by more than the lag limit: the
+    /// time by which the stream runs longer than its rate says.
+    pub fn slip(&self) -> Duration {
+        self.slip
+    }
+
     /// The origin of the schedule, once a send has been asked for.
     pub fn origin(&self) -> Option<Instant> {
         self.origin
@@ -300,6 +307,7 @@ mod tests {
         assert_eq!(p.deadline(later, 0), t0 + Duration::from_millis(500));
         assert_eq!(p.origin(), Some(t0));
         assert_eq!(p.time_of(500_000), Duration::from_millis(500));
+        assert_eq!(p.slip(), Duration::ZERO);
     }
 
     #[test]
@@ -311,6 +319,8 @@ mod tests {
         p.record(1000); // was due at t0 + 1 ms
         let now = t0 + Duration::from_secs(1);
         assert_eq!(p.deadline(now, 1000), now - MAX_LAG);
+        // Due at t0 + 2 ms, asked 998 ms later: all but the lag limit is slip.
+        assert_eq!(p.slip(), Duration::from_millis(988));
         p.record(1000);
         let next = p.deadline(now, 1000);
         assert_eq!(next, now - MAX_LAG + Duration::from_millis(1));
@@ -327,10 +337,11 @@ mod tests {
         p.deadline(t0, 100);
         p.record(100);
         p.deadline(t0 + Duration::from_secs(1), 100);
+        assert!(p.slip() > Duration::ZERO);
         p.reset();
         assert_eq!(
-            (p.origin(), p.sent(), p.time_of(0)),
-            (None, 0, Duration::ZERO)
+            (p.origin(), p.sent(), p.time_of(0), p.slip()),
+            (None, 0, Duration::ZERO, Duration::ZERO)
         );
         let t1 = t0 + Duration::from_secs(2);
         assert_eq!(p.deadline(t1, 100), t1, "a full burst again");

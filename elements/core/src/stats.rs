@@ -69,6 +69,10 @@ pub mod names {
     /// Times the kernel refused UDP GSO and the sink fell back to plain sends: 0 or 1,
     /// since the sink stops asking after a refusal (sinks).
     pub const GSO_FALLBACKS: &str = "gso-fallbacks";
+    /// Nanoseconds by which a paced sender fell behind its schedule and did not catch up
+    /// (the schedule moved instead of a long catch-up burst): input that came late, or
+    /// a sending thread the machine stalled. 0 while the rate is kept (sinks).
+    pub const PACING_SLIP_NS: &str = "pacing-slip-ns";
     /// Pool slots in use now.
     pub const POOL_IN_USE: &str = "pool-in-use";
     /// Most pool slots ever in use at once.

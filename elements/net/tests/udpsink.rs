@@ -493,10 +493,51 @@ fn oversize_datagram_is_an_error_and_stats_are_posted() {
     p.set_state(gst::State::Null).unwrap();
 }
 
+/// Input that comes late moves the schedule instead of being caught up in one burst,
+/// and the sink says by how much (`pacing-slip-ns`): 10 ms of lag are caught up, the
+/// rest is slip.
+#[test]
+fn late_input_moves_the_schedule_and_is_reported() {
+    let r = receiver("127.0.0.1:0");
+    // 10 Mb/s: a batch of 10 × 1250 bytes takes 10 ms.
+    let mut h = harness(&[
+        ("host", "127.0.0.1"),
+        ("port", &port(&r)),
+        ("rate", "10000000"),
+        ("burst", "1250"),
+    ]);
+    let batch = batch_buffer(&payloads(&[1250; 10]));
+    h.push(batch.clone()).unwrap();
+    h.push(batch.clone()).unwrap();
+    assert_eq!(field(&stats(&h), "pacing-slip-ns"), 0, "on time so far");
+    // The next batch was due about now; it comes 200 ms late.
+    thread::sleep(Duration::from_millis(200));
+    h.push(batch.clone()).unwrap();
+    let slip = Duration::from_nanos(field(&stats(&h), "pacing-slip-ns"));
+    // 200 ms late less the 10 ms caught up; the upper bound allows for a slow machine.
+    assert!(
+        slip >= Duration::from_millis(180) && slip < Duration::from_millis(400),
+        "slip {slip:?}"
+    );
+    // Sent on the moved schedule: three more batches take about 20 ms (the first goes
+    // at once, on the burst), where catching up the whole 200 ms would send them at once.
+    let t0 = Instant::now();
+    for _ in 0..3 {
+        h.push(batch.clone()).unwrap();
+    }
+    assert!(
+        t0.elapsed() >= Duration::from_millis(15),
+        "{:?}",
+        t0.elapsed()
+    );
+}
+
 /// The long-run accuracy of pacing: 2 s at 1 Gb/s to a local socket. The pacer's
-/// schedule is target-time based (and moves only when the sender falls more than 10 ms
-/// behind), so the achieved rate misses the target by more than 2 % only if the machine
-/// stalls the sender for tens of milliseconds.
+/// schedule is target-time based and moves only when the sender falls more than 10 ms
+/// behind, by what the sink reports in `pacing-slip-ns`: over the time less that, the
+/// rate is the pacer's own and must be within 2 % of the target; with it, never faster.
+/// (A busy machine stalling the sender for tens of milliseconds once made the whole
+/// 2 s miss by more than 2 %; the stall is now measured, not a failure.)
 #[test]
 fn pacing_is_accurate_at_1gbps_over_2s() {
     const RATE: u64 = 1_000_000_000;
@@ -522,13 +563,22 @@ fn pacing_is_accurate_at_1gbps_over_2s() {
     assert_eq!(field(&s, "packets-sent"), (batches * BATCH) as u64);
     assert_eq!(field(&s, "send-errors"), 0);
     let bytes = field(&s, "bytes-sent") as f64;
+    let slip = field(&s, "pacing-slip-ns") as f64 / 1e9;
     let achieved = bytes * 8.0 / sent_in;
+    let paced = bytes * 8.0 / (sent_in - slip);
     println!(
-        "configured {RATE} b/s; sent {bytes} B in {sent_in:.3} s = {achieved:.0} b/s ({:+.2} %)",
+        "configured {RATE} b/s; sent {bytes} B in {sent_in:.3} s = {achieved:.0} b/s ({:+.2} %); \
+         schedule moved {slip:.3} s: {paced:.0} b/s ({:+.2} %) over the rest",
         (achieved / RATE as f64 - 1.0) * 100.0,
+        (paced / RATE as f64 - 1.0) * 100.0,
     );
     assert!(
-        (achieved / RATE as f64 - 1.0).abs() < 0.02,
-        "achieved {achieved:.0} b/s"
+        slip < sent_in / 2.0,
+        "the schedule moved {slip:.3} s of {sent_in:.3}"
     );
+    assert!(
+        (paced / RATE as f64 - 1.0).abs() < 0.02,
+        "{paced:.0} b/s over the time the schedule did not move"
+    );
+    assert!(achieved < RATE as f64 * 1.02, "achieved {achieved:.0} b/s");
 }

@@ -135,6 +135,9 @@ pub struct SendStats {
     pub gso_sends: Counter,
     /// Times the kernel refused GSO and the sender fell back to plain sends (0 or 1).
     pub gso_fallbacks: Counter,
+    /// Nanoseconds the pacer's schedule moved because the sender fell behind it (input
+    /// that came late, or a stalled thread).
+    pub pacing_slip_ns: Counter,
 }
 
 impl SendStats {
@@ -146,6 +149,7 @@ impl SendStats {
             &self.errors,
             &self.gso_sends,
             &self.gso_fallbacks,
+            &self.pacing_slip_ns,
         ] {
             c.reset();
         }
@@ -271,7 +275,11 @@ impl UdpSender {
         while pos < total {
             let end = self.build(data, pos, total);
             let bytes = self.scratch.bytes_of_first(self.scratch.len());
-            if !self.pacer.wait(bytes, interrupt) {
+            let slip = self.pacer.slip();
+            let waited = self.pacer.wait(bytes, interrupt);
+            let moved = self.pacer.slip().saturating_sub(slip);
+            self.stats.pacing_slip_ns.add(moved.as_nanos() as u64);
+            if !waited {
                 return Err(SendError::Interrupted { resume_at: pos });
             }
             let (done, how) = self.flush(interrupt);

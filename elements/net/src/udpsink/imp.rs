@@ -165,6 +165,7 @@ impl UdpSink {
             (names::SEND_ERRORS, st.errors.get()),
             (names::GSO_SENDS, st.gso_sends.get()),
             (names::GSO_FALLBACKS, st.gso_fallbacks.get()),
+            (names::PACING_SLIP_NS, st.pacing_slip_ns.get()),
         ])
     }
 
@@ -361,7 +362,8 @@ impl ObjectImpl for UdpSink {
                     .build(),
             ];
             v.extend(firehose_core::stats::properties(
-                "packets-sent, bytes-sent, batches, send-errors, gso-sends, gso-fallbacks",
+                "packets-sent, bytes-sent, batches, send-errors, gso-sends, gso-fallbacks, \
+                 pacing-slip-ns",
             ));
             v
         });
