@@ -21,6 +21,8 @@ pub const PROBLEM_COUNTERS: &[&str] = &[
     names::TRUNCATED,
     names::MALFORMED,
     names::SEND_ERRORS,
+    // A paced sender that fell behind its rate (late input or a stalled thread).
+    names::PACING_SLIP_NS,
     names::LOST,
     names::DUPLICATED,
     names::REORDERED,
@@ -303,12 +305,20 @@ mod tests {
             (names::BYTES_SENT, 250_000_000),
             (names::BATCHES, 2),
             (names::SEND_ERRORS, 0),
+            (names::PACING_SLIP_NS, 0),
         ]);
         b.update("fhudpsink0", &s, t0);
         let sum = b.summary(Duration::from_secs(2));
         assert!(sum.contains("fhudpsink0  10 packets, 250000000 bytes, avg 1.00 Gb/s"));
         assert!(sum.contains("batches=2"), "{sum}");
         assert!(!sum.contains("send-errors"), "{sum}");
+        assert!(!b.line(t0).unwrap().contains("pacing-slip-ns"));
+        // A sender that fell behind says so on the live line.
+        let mut late = s.clone();
+        late.set(names::PACING_SLIP_NS, 25_000_000u64);
+        b.update("fhudpsink0", &late, t0 + Duration::from_secs(1));
+        let line = b.line(t0 + Duration::from_secs(1)).unwrap();
+        assert!(line.contains("pacing-slip-ns=25000000"), "{line}");
     }
 
     #[test]
