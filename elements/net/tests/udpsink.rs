@@ -102,6 +102,16 @@ fn harness(props: &[(&str, &str)]) -> Harness {
     h
 }
 
+/// [`harness`] sending to `r` on loopback at `rate` bits/s with `burst` bytes of burst.
+fn paced_harness(r: &UdpSocket, rate: u64, burst: u32) -> Harness {
+    harness(&[
+        ("host", "127.0.0.1"),
+        ("port", &port(r)),
+        ("rate", &rate.to_string()),
+        ("burst", &burst.to_string()),
+    ])
+}
+
 fn stats(h: &Harness) -> gst::Structure {
     h.element().unwrap().property::<gst::Structure>("stats")
 }
@@ -229,12 +239,7 @@ fn pacing_follows_the_rate() {
     // measure (the pacer's schedule is target-time based, so only a stalled machine
     // moves it); the receiver's, which a descheduled thread can skew, is checked loosely.
     let r = receiver("127.0.0.1:0");
-    let mut h = harness(&[
-        ("host", "127.0.0.1"),
-        ("port", &port(&r)),
-        ("rate", "10000000"),
-        ("burst", "1250"),
-    ]);
+    let mut h = paced_harness(&r, 10_000_000, 1250);
     let rx = time_datagrams(r, 1000);
     let batch = batch_buffer(&payloads(&[1250; 50]));
     let t0 = Instant::now();
@@ -500,12 +505,7 @@ fn oversize_datagram_is_an_error_and_stats_are_posted() {
 fn late_input_moves_the_schedule_and_is_reported() {
     let r = receiver("127.0.0.1:0");
     // 10 Mb/s: a batch of 10 × 1250 bytes takes 10 ms.
-    let mut h = harness(&[
-        ("host", "127.0.0.1"),
-        ("port", &port(&r)),
-        ("rate", "10000000"),
-        ("burst", "1250"),
-    ]);
+    let mut h = paced_harness(&r, 10_000_000, 1250);
     let batch = batch_buffer(&payloads(&[1250; 10]));
     h.push(batch.clone()).unwrap();
     h.push(batch.clone()).unwrap();
@@ -547,12 +547,7 @@ fn pacing_is_accurate_at_1gbps_over_2s() {
     // A socket that is never read: the kernel drops what overflows it, which the
     // sender cannot see, so only the sender's pacing is measured.
     let r = receiver("127.0.0.1:0");
-    let mut h = harness(&[
-        ("host", "127.0.0.1"),
-        ("port", &port(&r)),
-        ("rate", &RATE.to_string()),
-        ("burst", "65536"),
-    ]);
+    let mut h = paced_harness(&r, RATE, 65536);
     let batch = batch_buffer(&payloads(&[SIZE; BATCH]));
     let t0 = Instant::now();
     for _ in 0..batches {
