@@ -53,9 +53,9 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::landing::{Landed, Landing, LandingEngine, MAX_HEADER as MAX_LANDING_HEADER};
 pub use config::{ChunkConfig, ChunkStats, Flow};
 pub use host::{feed_buffer, ChunkHost, StatsMirror};
-pub use landing::{Landed, Landing, MAX_HEADER as MAX_LANDING_HEADER};
 pub use meta::{ChunkInfo, ChunkMeta, FinishedChunk};
 
 use crate::handler::{MessageEnd, PacketFacts, PacketHandler, Placement};

@@ -25,6 +25,7 @@ pub mod chunk;
 pub mod frame;
 pub mod gstmem;
 pub mod handler;
+pub mod landing;
 pub mod memory;
 pub mod meta;
 pub mod netif;

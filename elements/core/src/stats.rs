@@ -23,11 +23,12 @@ pub mod names {
     /// Datagrams received, before any verdict on them (a chunk source's `packets` are
     /// those written into chunks).
     pub const DATAGRAMS: &str = "datagrams";
-    /// Packets whose payload the kernel received straight into its chunk: no copy.
+    /// Packets whose payload the kernel received straight into its chunk or heap: no
+    /// copy.
     pub const PACKETS_LANDED: &str = "packets-landed";
-    /// Packets received into scratch and handed to the chunk engine, which copies their
-    /// payload once (the prediction of where it goes missed, or the handler does not
-    /// allow receiving into chunks).
+    /// Packets received into scratch and handed to the chunk or heap engine, which
+    /// copies their payload once (the prediction of where it goes missed, or the handler
+    /// does not allow receiving into chunks).
     pub const PACKETS_COPIED: &str = "packets-copied";
     /// Datagrams the kernel dropped on a full socket buffer (SO_RXQ_OVFL).
     pub const DROPS_KERNEL: &str = "drops-kernel";

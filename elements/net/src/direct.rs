@@ -1,25 +1,33 @@
-//! Kernel UDP straight into chunks: `recvmmsg` with a scatter list per message that puts
-//! each expected datagram's header into scratch and its payload where the chunk engine
-//! predicts it belongs ([`ChunkAssembler::plan`]), so that the only copy of a payload is
-//! the kernel's. Packets that arrive other than predicted (the first of a stream, a
-//! message placed from its contents, loss, reordering, a changed header) are gathered
-//! from wherever they landed and pushed through the engine as usual: correctness never
-//! depends on the guess, only the copy saved does.
+//! Kernel UDP straight into an engine's memory: `recvmmsg` with a scatter list per
+//! message that puts each expected datagram's header into scratch and its payload where
+//! the engine predicts it belongs ([`LandingEngine::plan`]), so that the only copy of a
+//! payload is the kernel's. Any [`LandingEngine`] will do: today the chunk engine
+//! ([`ChunkAssembler`], whose chunks the payloads land in). Packets that arrive other
+//! than predicted (the first of a stream, a message placed from its contents, loss,
+//! reordering, a changed header) are gathered from wherever they landed and pushed
+//! through the engine as usual: correctness never depends on the guess, only the copy
+//! saved does.
+//!
+//! The receiver owns neither the socket nor the engine: each [`DirectReceiver::recv`] is
+//! handed both, so that the caller keeps them at hand (to wait, set the engine's clock,
+//! flush it, read their counters) between receives.
 //!
 //! One receive runs in two passes. The first decides, before anything is written, which
-//! packets landed as predicted and copies every other one that (partly) landed in chunk
+//! packets landed as predicted and copies every other one that (partly) landed in engine
 //! memory out to staging: a push may write where another packet's payload landed on a
-//! wrong guess. The second accounts the landed packets ([`ChunkAssembler::land`]) and
-//! pushes the others, in arrival order; a packet received wholly into scratch is pushed
-//! from there. With no prediction at all (a handler that does not allow it, chunks too
-//! large to land in: [`ChunkAssembler::lands_directly`]) that is the same one copy into
-//! a cached batch and one into the chunk as `fhudpsrc ! fhdepay`. No GStreamer types;
-//! the element is `fhudpchunksrc`.
+//! wrong guess. The second accounts the landed packets ([`LandingEngine::land`]) and
+//! pushes the others ([`LandingEngine::push`]), in arrival order; a packet received
+//! wholly into scratch is pushed from there. With no prediction at all (a handler that
+//! does not allow it, chunks too large to land in: [`ChunkAssembler::lands_directly`])
+//! that is the same one copy into a cached batch and one into the chunk as
+//! `fhudpsrc ! fhdepay`. No GStreamer types; the element is `fhudpchunksrc`.
 
 use std::io;
 use std::ops::Range;
 
-use firehose_core::chunk::{ChunkAssembler, FinishedChunk, Flow, Landed, Landing};
+#[cfg(doc)]
+use firehose_core::chunk::ChunkAssembler;
+use firehose_core::chunk::{Flow, Landed, Landing, LandingEngine};
 use firehose_core::handler::PacketFacts;
 
 use crate::recv::{UdpReceiver, MAX_DATAGRAM};
@@ -27,7 +35,7 @@ use crate::recv::{UdpReceiver, MAX_DATAGRAM};
 /// Most datagrams planned into one GRO message (64 KiB of 1 KiB datagrams).
 pub const MAX_SEGMENTS: usize = 64;
 
-/// Streams whose packets carry less payload than this are not received into chunks:
+/// Streams whose packets carry less payload than this are not received into place:
 /// each landed datagram costs the kernel two scatter entries (header, payload), each a
 /// copy of its own, and for small datagrams that costs more than the copy it saves. With
 /// 1472-byte SPEAD packets (1432-byte payloads) landing cost 0.36–0.41 s/GB against
@@ -86,10 +94,9 @@ enum Item {
     Scratch(Range<usize>),
 }
 
-/// A UDP socket feeding a chunk engine, receiving payloads straight into its chunks.
+/// Receives from a UDP socket into a [`LandingEngine`], payloads straight into the
+/// engine's memory; both are passed to each [`DirectReceiver::recv`].
 pub struct DirectReceiver {
-    rx: UdpReceiver,
-    engine: ChunkAssembler,
     batch: usize,
     plan: Vec<Landing>,
     /// The plan entries given to each message of the current receive.
@@ -100,7 +107,8 @@ pub struct DirectReceiver {
     overflow: Vec<u8>,
     iovs: Vec<libc::iovec>,
     staging: Vec<u8>,
-    /// Where a packet predicted right but then refused by its chunk is gathered.
+    /// Where a packet predicted right but then refused by the engine (its chunk) is
+    /// gathered.
     missed: Vec<u8>,
     items: Vec<Item>,
     /// The most datagrams one message of the last receive carried: GRO coalesces only
@@ -112,14 +120,13 @@ pub struct DirectReceiver {
 }
 
 // SAFETY: the raw pointers in `iovs` and `plan` point into this struct's own buffers and
-// into the engine's pool memory, which it owns; the receiver is used by one thread at a
-// time.
+// into the engine's memory, which the engine passed to `recv` owns; the receiver is used
+// by one thread at a time.
 unsafe impl Send for DirectReceiver {}
 
 impl std::fmt::Debug for DirectReceiver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DirectReceiver")
-            .field("rx", &self.rx)
             .field("batch", &self.batch)
             .field("counts", &self.counts)
             .finish_non_exhaustive()
@@ -127,12 +134,14 @@ impl std::fmt::Debug for DirectReceiver {
 }
 
 impl DirectReceiver {
-    /// Receives with `rx` into `engine`'s chunks, up to `batch` messages (GRO: up to
-    /// 64 KiB each) per `recvmmsg`. Without a handler that allows it
-    /// ([`ChunkAssembler::lands_directly`]) every packet is received into scratch and
+    /// A receiver of up to `batch` messages (GRO: up to 64 KiB each) per `recvmmsg`.
+    /// `batch` must already be clamped to `1..=rx.batch_len()` of the [`UdpReceiver`]
+    /// later passed to [`DirectReceiver::recv`] (0 counts as 1). Without a plan from the
+    /// engine (for the chunk engine, a handler that does not allow it:
+    /// [`ChunkAssembler::lands_directly`]) every packet is received into scratch and
     /// pushed.
-    pub fn new(rx: UdpReceiver, engine: ChunkAssembler, batch: usize) -> Self {
-        let batch = batch.clamp(1, rx.batch_len());
+    pub fn new(batch: usize) -> Self {
+        let batch = batch.max(1);
         let null = libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
@@ -149,25 +158,8 @@ impl DirectReceiver {
             items: Vec::with_capacity(batch * MAX_SEGMENTS),
             coalesced: MAX_SEGMENTS,
             counts: DirectCounts::default(),
-            rx,
-            engine,
             batch,
         }
-    }
-
-    /// The engine.
-    pub fn engine(&self) -> &ChunkAssembler {
-        &self.engine
-    }
-
-    /// The engine, e.g. to set its clock or flush it.
-    pub fn engine_mut(&mut self) -> &mut ChunkAssembler {
-        &mut self.engine
-    }
-
-    /// The socket.
-    pub fn receiver(&self) -> &UdpReceiver {
-        &self.rx
     }
 
     /// Counters so far.
@@ -175,47 +167,44 @@ impl DirectReceiver {
         self.counts
     }
 
-    /// Waits, after a receive found nothing, for data (false) or the waker (true), with
-    /// the socket's wake-up coalescing ([`UdpReceiver::wait_for_data`]).
-    pub fn wait(&mut self) -> io::Result<bool> {
-        self.rx.wait_for_data()
-    }
-
-    /// Receives one batch (waiting, interruptibly, when `wait` and none is queued) and
-    /// runs it through the engine; chunks that leave its window are appended to `out`.
-    pub fn recv(&mut self, out: &mut Vec<FinishedChunk>, wait: bool) -> io::Result<DirectRecv> {
-        let per_msg = if self.rx.gro() { self.coalesced } else { 1 };
-        if self
-            .engine
+    /// Receives one batch from `rx` (waiting, interruptibly, when `wait` and none is
+    /// queued) and runs it through `engine`; what the engine finishes (for the chunk
+    /// engine, chunks that leave its window) is appended to `out`.
+    pub fn recv<E: LandingEngine>(
+        &mut self,
+        rx: &mut UdpReceiver,
+        engine: &mut E,
+        out: &mut E::Output,
+        wait: bool,
+    ) -> io::Result<DirectRecv> {
+        let per_msg = if rx.gro() { self.coalesced } else { 1 };
+        if engine
             .expected_payload()
             .is_some_and(|n| n >= LANDING_MIN_PAYLOAD_BYTES)
         {
-            self.engine.plan(self.batch * per_msg, &mut self.plan);
+            engine.plan(self.batch * per_msg, &mut self.plan);
         } else {
             self.plan.clear();
         }
-        self.lay_out();
-        let n = match self
-            .rx
-            .recv_vectored(&mut self.iovs, IOVS_PER_MSG, &self.iov_lens, wait)?
-        {
+        self.lay_out(rx);
+        let n = match rx.recv_vectored(&mut self.iovs, IOVS_PER_MSG, &self.iov_lens, wait)? {
             Some(n) => n,
             None => return Ok(DirectRecv::Woken),
         };
         if n > 0 {
             self.counts.batches += 1;
         }
-        self.sort(n);
-        Ok(DirectRecv::Batch(self.run(out)))
+        self.sort(rx, engine, n);
+        Ok(DirectRecv::Batch(self.run(engine, out)))
     }
 
     /// Gives each message its share of the plan and builds its scatter list: per
     /// predicted datagram its header into scratch and its payload at its place, then
-    /// room for a whole datagram more.
-    fn lay_out(&mut self) {
+    /// room for a whole datagram more. `rx` says whether GRO is on.
+    fn lay_out(&mut self, rx: &UdpReceiver) {
         self.assigned.clear();
         self.iov_lens.clear();
-        let per_msg = if self.rx.gro() { self.coalesced } else { 1 };
+        let per_msg = if rx.gro() { self.coalesced } else { 1 };
         let mut next = 0;
         for i in 0..self.batch {
             let start = next;
@@ -258,15 +247,16 @@ impl DirectReceiver {
     }
 
     /// First pass over `n` received messages: which datagrams landed as predicted; every
-    /// other one is gathered into staging now, before any write.
-    fn sort(&mut self, n: usize) {
+    /// other one is gathered into staging now, before any write. `rx` holds the
+    /// messages; `engine` only says which packets it predicted.
+    fn sort<E: LandingEngine>(&mut self, rx: &mut UdpReceiver, engine: &mut E, n: usize) {
         self.items.clear();
         let mut staged = 0;
         if n > 0 {
             self.coalesced = 1;
         }
         for i in 0..n {
-            let m = self.rx.message(i);
+            let m = rx.message(i);
             if m.truncated {
                 self.counts.truncated += 1;
                 continue;
@@ -277,7 +267,7 @@ impl DirectReceiver {
             }
             let seg = if m.gso > 0 { m.gso } else { m.len };
             let segments = m.len.div_ceil(seg) as u64;
-            if seg > self.rx.max_packet() {
+            if seg > rx.max_packet() {
                 self.counts.truncated += segments;
                 continue;
             }
@@ -303,8 +293,7 @@ impl DirectReceiver {
                     let h = (i * MAX_SEGMENTS + j) * MAX_HEADER;
                     let header = h..h + landing.header_len;
                     if at == off && l > landing.header_len {
-                        item = self
-                            .engine
+                        item = engine
                             .predicted(&self.headers[header.clone()], l, &landing)
                             .map(|facts| Item::Landed {
                                 landing: idx,
@@ -335,7 +324,7 @@ impl DirectReceiver {
     }
 
     /// Second pass: lands or pushes every datagram, in arrival order.
-    fn run(&mut self, out: &mut Vec<FinishedChunk>) -> Flow {
+    fn run<E: LandingEngine>(&mut self, engine: &mut E, out: &mut E::Output) -> Flow {
         let mut flow = Flow::Continue;
         for item in &self.items {
             let f = match *item {
@@ -347,10 +336,7 @@ impl DirectReceiver {
                     from,
                 } => {
                     let header_bytes = &self.headers[header.clone()];
-                    match self
-                        .engine
-                        .land(header_bytes, facts, &self.plan[landing], out)
-                    {
+                    match engine.land(header_bytes, facts, &self.plan[landing], out) {
                         Landed::Done(f) => {
                             self.counts.landed += 1;
                             f
@@ -363,17 +349,17 @@ impl DirectReceiver {
                                 from,
                                 buf,
                             );
-                            self.engine.push(buf, out)
+                            engine.push(buf, out)
                         }
                     }
                 }
                 Item::Staged(ref range) => {
                     self.counts.copied += 1;
-                    self.engine.push(&self.staging[range.clone()], out)
+                    engine.push(&self.staging[range.clone()], out)
                 }
                 Item::Scratch(ref range) => {
                     self.counts.copied += 1;
-                    self.engine.push(&self.overflow[range.clone()], out)
+                    engine.push(&self.overflow[range.clone()], out)
                 }
             };
             if f == Flow::End {
@@ -395,8 +381,8 @@ fn gather(iovs: &[libc::iovec], from: usize, dst: &mut [u8]) {
         let (a, b) = (s.max(want.start), e.min(want.end));
         if a < b {
             // SAFETY: every entry points at `iov_len` bytes of this receiver's scratch or
-            // of the engine's pool memory, both alive while the receiver is; nothing
-            // holds a mutable reference to them during this read.
+            // of the engine's memory, both alive during the receive (the engine is
+            // borrowed by it); nothing holds a mutable reference to them during this read.
             let src = unsafe { std::slice::from_raw_parts(iov.iov_base as *const u8, iov.iov_len) };
             dst[a - want.start..b - want.start].copy_from_slice(&src[a - s..b - s]);
         }

@@ -94,7 +94,8 @@ fn set_segment_size(sock: &UdpSocket, size: usize) {
     assert_eq!(r, 0, "UDP_SEGMENT: {}", std::io::Error::last_os_error());
 }
 
-fn receiver(gro: bool) -> (DirectReceiver, u16) {
+/// The socket, the chunk engine and a direct receiver between them, and the port.
+fn receiver(gro: bool) -> (UdpReceiver, ChunkAssembler, DirectReceiver, u16) {
     gst::init().unwrap();
     let sock = SocketConfig {
         address: "127.0.0.1".into(),
@@ -125,13 +126,14 @@ fn receiver(gro: bool) -> (DirectReceiver, u16) {
     let pool = SlotPool::new(&cfg.pool_config(16, HugepagePolicy::Off)).unwrap();
     let engine = ChunkAssembler::new(cfg, Box::new(handler), pool).unwrap();
     assert!(engine.lands_directly());
-    (DirectReceiver::new(rx, engine, 4), port)
+    let direct = DirectReceiver::new(4.min(rx.batch_len()));
+    (rx, engine, direct, port)
 }
 
 /// Sends heaps 1..=HEAPS (with GSO when `gso`) and receives them (with GRO when
 /// `gro`); checks every byte, returns the counters.
 fn round_trip(gro: bool, gso: bool, packet_size: usize) -> DirectCounts {
-    let (mut rx, port) = receiver(gro);
+    let (mut rx, mut engine, mut direct, port) = receiver(gro);
     let all: Vec<Vec<u8>> = (1..=HEAPS).flat_map(|c| packets(c, packet_size)).collect();
     let n = all.len() as u64;
     let received = Arc::new(AtomicU64::new(0));
@@ -139,16 +141,16 @@ fn round_trip(gro: bool, gso: bool, packet_size: usize) -> DirectCounts {
     let sender = std::thread::spawn(move || send(port, &all, gso, &progress));
     let mut out: Vec<FinishedChunk> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while rx.counts().datagrams < n && Instant::now() < deadline {
-        rx.recv(&mut out, false).unwrap();
-        received.store(rx.counts().datagrams, Ordering::Release);
+    while direct.counts().datagrams < n && Instant::now() < deadline {
+        direct.recv(&mut rx, &mut engine, &mut out, false).unwrap();
+        received.store(direct.counts().datagrams, Ordering::Release);
     }
     sender.join().unwrap();
-    rx.engine_mut().flush(&mut out);
-    let counts = rx.counts();
-    let stats = rx.engine().stats();
+    engine.flush(&mut out);
+    let counts = direct.counts();
+    let stats = engine.stats();
     assert_eq!(counts.datagrams, n, "every datagram received");
-    assert_eq!(rx.receiver().kernel_drops(), 0);
+    assert_eq!(rx.kernel_drops(), 0);
     assert_eq!(stats.heaps, HEAPS, "{stats:?}");
     assert_eq!(stats.packets, n, "{stats:?}");
     assert_eq!(counts.landed + counts.copied, n);

@@ -19,40 +19,10 @@
 //! spead2 sends them).
 
 use crate::handler::{PacketFacts, Placement};
+use crate::landing::{Landed, Landing, LandingEngine, MAX_HEADER};
 
 use super::table::Route;
 use super::{ChunkAssembler, FinishedChunk, Flow, SlotStatus};
-
-/// Headers longer than this are not predicted (scratch stays small and fixed).
-pub const MAX_HEADER: usize = 256;
-
-/// Where a host should have one expected packet received: its first
-/// [`Landing::header_len`] bytes into scratch, the next [`Landing::len`] at
-/// [`Landing::dest`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Landing {
-    /// Bytes expected before the payload.
-    pub header_len: usize,
-    /// Where the payload belongs, in chunk memory owned by the engine's pool (valid
-    /// until the engine next emits, flushes or resets).
-    pub dest: *mut u8,
-    /// Payload bytes expected; a shorter payload (a message's last packet) still lands.
-    pub len: usize,
-    /// Shorter than the stream's full packets (a message's last): UDP GRO ends a
-    /// coalesced message after such a datagram.
-    pub short: bool,
-    message_id: u64,
-    message_offset: usize,
-}
-
-/// What [`ChunkAssembler::land`] did with a packet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Landed {
-    /// Accounted: in place without a copy, or dropped and counted. What to do next.
-    Done(Flow),
-    /// Not where it was predicted: gather the packet and [`ChunkAssembler::push`] it.
-    Missed,
-}
 
 /// What the stream looked like so far.
 #[derive(Clone, Copy, Debug, Default)]
@@ -339,5 +309,40 @@ impl ChunkAssembler {
         }
         self.account(pos, facts, &t, out);
         Landed::Done(Flow::Continue)
+    }
+}
+
+impl LandingEngine for ChunkAssembler {
+    type Output = Vec<FinishedChunk>;
+
+    fn expected_payload(&self) -> Option<usize> {
+        ChunkAssembler::expected_payload(self)
+    }
+
+    fn plan(&mut self, max: usize, plan: &mut Vec<Landing>) {
+        ChunkAssembler::plan(self, max, plan);
+    }
+
+    fn predicted(
+        &mut self,
+        header: &[u8],
+        packet_len: usize,
+        landing: &Landing,
+    ) -> Option<PacketFacts> {
+        ChunkAssembler::predicted(self, header, packet_len, landing)
+    }
+
+    fn land(
+        &mut self,
+        header: &[u8],
+        facts: &PacketFacts,
+        landing: &Landing,
+        out: &mut Vec<FinishedChunk>,
+    ) -> Landed {
+        ChunkAssembler::land(self, header, facts, landing, out)
+    }
+
+    fn push(&mut self, packet: &[u8], out: &mut Vec<FinishedChunk>) -> Flow {
+        ChunkAssembler::push(self, packet, out)
     }
 }

@@ -1,5 +1,6 @@
-//! `fhudpchunksrc` implementation: a live push source over a [`DirectReceiver`], whose
-//! finished chunks it pushes one per `create`.
+//! `fhudpchunksrc` implementation: a live push source that receives with a
+//! [`DirectReceiver`] from its socket into its chunk engine, and pushes the finished
+//! chunks one per `create`.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -7,7 +8,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
 use firehose_core::chunk::settings::ChunkSettings;
-use firehose_core::chunk::{ChunkHost, FinishedChunk, Flow, StatsMirror};
+use firehose_core::chunk::{ChunkAssembler, ChunkHost, FinishedChunk, Flow, StatsMirror};
 use firehose_core::stats::{self, names, Counter, StatsTimer};
 use firehose_core::sync::lock;
 use firehose_core::wake::Waker;
@@ -21,6 +22,7 @@ use gst_base::subclass::prelude::*;
 
 use super::Landing;
 use crate::direct::{DirectCounts, DirectReceiver, DirectRecv};
+use crate::recv::UdpReceiver;
 use crate::socket_settings::{insert_after, SocketSettings};
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
@@ -113,7 +115,12 @@ impl RecvCounters {
 }
 
 struct State {
-    rx: DirectReceiver,
+    /// The socket.
+    rx: UdpReceiver,
+    /// The chunk engine the payloads are received into.
+    engine: ChunkAssembler,
+    /// Receives from `rx` into `engine`.
+    direct: DirectReceiver,
     /// Chunks out of the engine, pushed one per `create`.
     pending: VecDeque<FinishedChunk>,
     /// Where a receive puts the chunks it finished (kept for its capacity).
@@ -159,15 +166,15 @@ impl UdpChunkSrc {
 
     /// Copies the engine's and the receiver's counters to the atomics `stats` reads.
     fn mirror(&self, state: &State) {
-        self.engine_counters.update(&state.rx.engine().stats());
-        self.recv_counters.update(&state.rx.counts());
+        self.engine_counters.update(&state.engine.stats());
+        self.recv_counters.update(&state.direct.counts());
     }
 
     /// Mirrors the counters (once per receive) and posts the stats when due or `force`.
     fn publish(&self, state: &mut State, force: bool) {
         self.mirror(state);
         if state.timer.due(Instant::now()) || force {
-            let drops = state.rx.receiver().kernel_drops();
+            let drops = state.rx.kernel_drops();
             self.recv_counters.kernel_drops.set(drops);
             stats::post(self.obj().upcast_ref(), self.stats());
         }
@@ -178,12 +185,12 @@ impl UdpChunkSrc {
     /// True when datagrams came.
     fn receive(&self, state: &mut State) -> Result<bool, gst::FlowError> {
         let now = self.obj().current_running_time();
-        state
-            .rx
-            .engine_mut()
-            .set_clock(now.map(gst::ClockTime::nseconds));
-        let before = state.rx.counts().batches;
-        let flow = match state.rx.recv(&mut state.out, false) {
+        state.engine.set_clock(now.map(gst::ClockTime::nseconds));
+        let before = state.direct.counts().batches;
+        let flow = match state
+            .direct
+            .recv(&mut state.rx, &mut state.engine, &mut state.out, false)
+        {
             Ok(DirectRecv::Batch(flow)) => flow,
             // Only a waiting receive is woken.
             Ok(DirectRecv::Woken) => Flow::Continue,
@@ -193,7 +200,7 @@ impl UdpChunkSrc {
             }
         };
         state.pending.extend(state.out.drain(..));
-        let got = state.rx.counts().batches > before;
+        let got = state.direct.counts().batches > before;
         if flow == Flow::End {
             gst::info!(CAT, imp = self, "the handler ended the stream");
             state.ended = true;
@@ -205,9 +212,9 @@ impl UdpChunkSrc {
     }
 
     /// Waits for data (or the waker): a nap while a stream is coming in (wake-up
-    /// coalescing), in `poll` otherwise.
+    /// coalescing: [`UdpReceiver::wait_for_data`]), in `poll` otherwise.
     fn wait(&self, state: &mut State) -> Result<(), gst::FlowError> {
-        state.rx.wait().map(|_woken| ()).map_err(|e| {
+        state.rx.wait_for_data().map(|_woken| ()).map_err(|e| {
             gst::element_imp_error!(
                 self,
                 gst::ResourceError::Read,
@@ -220,13 +227,13 @@ impl UdpChunkSrc {
     /// The application's EOS: takes what the socket had already queued (at most a socket
     /// buffer's worth: anything beyond came after the EOS), then every chunk still open.
     fn finish(&self, state: &mut State) -> Result<(), gst::FlowError> {
-        let start = state.rx.counts().bytes;
+        let start = state.direct.counts().bytes;
         while !state.ended
-            && state.rx.counts().bytes - start < state.buffer_bytes
+            && state.direct.counts().bytes - start < state.buffer_bytes
             && self.receive(state)?
         {}
         if !state.ended {
-            state.rx.engine_mut().flush(&mut state.out);
+            state.engine.flush(&mut state.out);
             state.pending.extend(state.out.drain(..));
             state.ended = true;
             self.publish(state, true);
@@ -409,7 +416,7 @@ impl BaseSrcImpl for UdpChunkSrc {
             Landing::On => engine.set_landing(true),
             Landing::Off => engine.set_landing(false),
         }
-        let rx = DirectReceiver::new(rx, engine, s.batch_size as usize);
+        let direct = DirectReceiver::new((s.batch_size as usize).clamp(1, rx.batch_len()));
         gst::info!(
             CAT,
             imp = self,
@@ -417,21 +424,21 @@ impl BaseSrcImpl for UdpChunkSrc {
             report.local,
             report.buffer_granted,
             report.gro,
-            rx.receiver().batch_len()
+            rx.batch_len()
         );
-        if !rx.engine().can_land() {
+        if !engine.can_land() {
             gst::info!(
                 CAT,
                 imp = self,
                 "the handler cannot be received into chunks directly: every packet is copied once, as with fhdepay"
             );
-        } else if !rx.engine().lands_directly() {
+        } else if !engine.lands_directly() {
             gst::info!(
                 CAT,
                 imp = self,
                 "landing={:?}, chunks of {} bytes: every packet is copied once, as with fhdepay",
                 s.landing,
-                rx.engine().config().chunk_bytes()
+                engine.config().chunk_bytes()
             );
         }
         let port_changed = lock(&self.settings).socket.set_bound_port(&report);
@@ -439,12 +446,14 @@ impl BaseSrcImpl for UdpChunkSrc {
         self.recv_counters.reset();
         self.flushing.store(false, Ordering::Release);
         self.eos.store(false, Ordering::Release);
-        let waker = rx.receiver().waker();
+        let waker = rx.waker();
         *lock(&self.waker) = Some(waker);
         *lock(&self.pool) = Some(pool);
         *lock(&self.caps) = Some(caps);
         *lock(&self.state) = Some(State {
             rx,
+            engine,
+            direct,
             pending: VecDeque::new(),
             out: Vec::new(),
             buffer_bytes: report.buffer_granted as u64,
@@ -461,7 +470,7 @@ impl BaseSrcImpl for UdpChunkSrc {
         // Chunks still open go back to the pool with the engine.
         if let Some(state) = lock(&self.state).take() {
             self.mirror(&state);
-            let drops = state.rx.receiver().kernel_drops();
+            let drops = state.rx.kernel_drops();
             self.recv_counters.kernel_drops.set(drops);
         }
         *lock(&self.waker) = None;
