@@ -46,6 +46,36 @@ pub(crate) struct Entry {
     pub stamp: Option<u64>,
 }
 
+/// Where a packet's payload is.
+#[derive(Clone, Copy)]
+pub(crate) enum Payload<'a> {
+    /// In a packet buffer: copied into the heap.
+    Bytes(&'a [u8]),
+    /// Already received into heap memory, at `at` (receiving straight into heaps):
+    /// accounted without a copy if that is where it belongs.
+    Landed { at: *const u8, len: usize },
+}
+
+impl Payload<'_> {
+    pub fn len(&self) -> usize {
+        match *self {
+            Payload::Bytes(b) => b.len(),
+            Payload::Landed { len, .. } => len,
+        }
+    }
+}
+
+/// What [`Entry::add`] did with a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Added {
+    /// Its bytes are in the heap now.
+    Accepted,
+    /// Dropped, and counted.
+    Dropped,
+    /// A landed payload that is not where this packet's bytes belong: nothing changed.
+    Missed,
+}
+
 /// What the window needs from the configuration.
 pub(crate) struct Limits {
     pub max_heap_size: usize,
@@ -79,33 +109,40 @@ impl Entry {
         self.heap_length == Some(self.received)
     }
 
-    /// Adds one packet of this heap, or drops and counts it. The caller has checked
-    /// HEAP_LENGTH against `max_heap_size`.
-    pub fn add(&mut self, p: &Packet<'_>, lim: &Limits, pools: &Pools, counts: &mut Counts) {
+    /// Adds one packet of this heap (its payload in `payload`), or drops and counts it.
+    /// The caller has checked HEAP_LENGTH against `max_heap_size`.
+    pub fn add(
+        &mut self,
+        p: &Packet<'_>,
+        payload: Payload<'_>,
+        lim: &Limits,
+        pools: &Pools,
+        counts: &mut Counts,
+    ) -> Added {
         if self.too_large {
             counts.too_large += 1;
-            return;
+            return Added::Dropped;
         }
         let f = p.flavour;
         if self.flavour != Some(f) {
             counts.malformed += 1;
-            return;
+            return Added::Dropped;
         }
-        let len = p.payload.len();
+        let len = payload.len();
         let end = p.payload_offset.saturating_add(len as u64);
         let mut new_length = None;
         match (self.heap_length, p.heap_length) {
             (Some(a), Some(b)) if a as u64 != b => {
                 counts.malformed += 1;
-                return;
+                return Added::Dropped;
             }
             (Some(a), _) if end > a as u64 => {
                 counts.malformed += 1;
-                return;
+                return Added::Dropped;
             }
             (None, Some(b)) if b < self.extent as u64 => {
                 counts.malformed += 1;
-                return;
+                return Added::Dropped;
             }
             (None, Some(b)) => new_length = Some(b as usize),
             (None, None) if end > lim.max_heap_size as u64 => {
@@ -114,7 +151,7 @@ impl Entry {
                 counts.too_large += 1;
                 self.too_large = true;
                 self.slot = None;
-                return;
+                return Added::Dropped;
             }
             _ => {}
         }
@@ -126,45 +163,57 @@ impl Entry {
                     .any(|ip| !ip.is_immediate() && beyond(ip.value(f)))
             {
                 counts.malformed += 1;
-                return;
+                return Added::Dropped;
             }
         }
         if self.pointers.len() + p.n_items() > MAX_HEAP_ITEMS {
             counts.malformed += 1;
-            return;
+            return Added::Dropped;
         }
         // `end` is at most max_heap_size here (checked against HEAP_LENGTH, or above).
         let range = p.payload_offset as usize..end as usize;
         if len > 0 && !lim.allow_out_of_order && range.start > self.extent {
             counts.out_of_order_dropped += 1;
-            return;
+            return Added::Dropped;
         }
         if !self.reserve(length.unwrap_or(range.end), pools) {
             counts.drops_pool += 1;
-            return;
+            return Added::Dropped;
+        }
+        if let Payload::Landed { at, .. } = payload {
+            let slot = self.slot.as_mut().expect("reserve() left a slot");
+            if len == 0 || slot.as_mut_full()[range.start..].as_ptr() != at {
+                return Added::Missed;
+            }
         }
         if len > 0 {
             match self.ranges.insert(range.clone()) {
                 Insert::New => {}
                 Insert::Duplicate => {
                     counts.duplicates += 1;
-                    return;
+                    return Added::Dropped;
                 }
                 Insert::Overlap => {
                     counts.malformed += 1;
-                    return;
+                    return Added::Dropped;
                 }
                 Insert::TooFragmented => {
                     counts.out_of_order_dropped += 1;
-                    return;
+                    return Added::Dropped;
                 }
             }
             let slot = self.slot.as_mut().expect("reserve() left a slot");
             let heap = slot.as_mut_full();
-            heap[range.clone()].copy_from_slice(p.payload);
-            // The heap's next packet most likely lands right after this one: start
-            // loading those lines now (see `memory::prefetch`).
-            firehose_core::memory::prefetch_following(heap, range.end, len);
+            match payload {
+                Payload::Bytes(bytes) => {
+                    heap[range.clone()].copy_from_slice(bytes);
+                    // The heap's next packet most likely lands right after this one:
+                    // start loading those lines now (see `memory::prefetch`).
+                    firehose_core::memory::prefetch_following(heap, range.end, len);
+                }
+                // Checked before anything changed (above): already where it belongs.
+                Payload::Landed { .. } => {}
+            }
             self.received += len;
             self.extent = self.extent.max(range.end);
         }
@@ -184,6 +233,7 @@ impl Entry {
             }
             push_unique(&mut self.pointers, &mut self.seen, ip.0);
         }
+        Added::Accepted
     }
 
     /// Makes the slot hold at least `need` bytes, moving what arrived into a larger

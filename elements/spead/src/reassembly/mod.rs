@@ -50,6 +50,9 @@
 mod entry;
 mod finish;
 pub(crate) mod items;
+mod landing;
+#[cfg(test)]
+mod landing_tests;
 mod pools;
 mod ranges;
 #[cfg(test)]
@@ -60,16 +63,18 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use firehose_core::gstmem::slot_into_memory;
-use firehose_core::{HugepagePolicy, MemoryKind, PoolStats, RegionError};
+use firehose_core::{HugepagePolicy, MemoryKind, PoolStats, RegionError, Slot};
 
-use self::entry::{per_packet, Limits, MAX_HEAP_ITEMS};
+use self::entry::{per_packet, Added, Limits, Payload, MAX_HEAP_ITEMS};
 use self::finish::{whole, zero_gaps, Descriptors, Parts};
+use self::landing::Shape;
 use self::pools::Pools;
 use self::window::Substream;
 use crate::descriptor::Descriptor;
 use crate::heap::HeapInfo;
 use crate::wire::{ctrl, Packet};
 
+pub use self::landing::Emitted;
 pub use self::pools::{class_sizes, ARENA_SLOT, ARENA_SLOTS, SMALLEST_CLASS};
 
 /// What to do with heaps that end incomplete.
@@ -166,6 +171,15 @@ pub struct Reassembler {
     /// Pointers of a single-packet heap (reused).
     scratch: Vec<u64>,
     scratch_seen: HashSet<u64>,
+    /// Receiving straight into heaps ([`Reassembler::set_landing`]), for heaps of at
+    /// most `landing_max_heap` bytes.
+    landing: bool,
+    landing_max_heap: usize,
+    /// What the stream looked like so far (for [`Reassembler::plan`]).
+    shape: Shape,
+    /// A pool slot taken ahead for the heap expected next, which packets may be
+    /// received into before its first one is taken.
+    reserved: Option<(u64, Slot)>,
 }
 
 impl Reassembler {
@@ -193,6 +207,10 @@ impl Reassembler {
             descriptors: Descriptors::default(),
             scratch: Vec::new(),
             scratch_seen: HashSet::new(),
+            landing: false,
+            landing_max_heap: 0,
+            shape: Shape::default(),
+            reserved: None,
         })
     }
 
@@ -242,60 +260,120 @@ impl Reassembler {
             self.counts.malformed += 1;
             return;
         };
+        let header_len = data.len() - p.payload.len();
+        let taken = self.accept(&p, header_len, Payload::Bytes(p.payload), stamp, emit);
+        debug_assert!(taken, "a packet's own bytes are always taken");
+    }
+
+    /// Takes a parsed packet whose payload is `payload` (its header `header_len` bytes):
+    /// adds it, drops and counts it, or ends the stream. False, with nothing changed,
+    /// when a landed payload is not where the packet belongs (or the packet is one that
+    /// is only ever copied: a single-packet heap, the stop heap).
+    fn accept(
+        &mut self,
+        p: &Packet<'_>,
+        header_len: usize,
+        payload: Payload<'_>,
+        stamp: Option<u64>,
+        emit: &mut impl FnMut(Heap),
+    ) -> bool {
+        let landed = matches!(payload, Payload::Landed { .. });
+        let len = payload.len();
         if p.heap_length
             .is_some_and(|l| l > self.limits.max_heap_size as u64)
         {
             self.counts.too_large += 1;
-            return;
+            return true;
         }
         if p.stream_ctrl == Some(ctrl::STOP) {
-            self.stop(&p, stamp, emit);
-            return;
+            if landed {
+                return false;
+            }
+            self.stop(p, stamp, emit);
+            return true;
         }
         let s = (p.heap_cnt % self.subs.len() as u64) as usize;
         if let Some(i) = self.subs[s].find(p.heap_cnt) {
             let e = &mut self.subs[s].entries[i];
-            e.add(&p, &self.limits, &self.pools, &mut self.counts);
-            if e.is_complete() {
+            match e.add(p, payload, &self.limits, &self.pools, &mut self.counts) {
+                Added::Missed => return false,
+                Added::Accepted => self.shape.learn(p, header_len, len),
+                Added::Dropped => {}
+            }
+            if self.subs[s].entries[i].is_complete() {
                 self.end(s, i, emit);
             }
-            return;
+            return true;
         }
         match self.subs[s].recently(p.heap_cnt) {
             Some(true) => {
                 self.counts.duplicates += 1;
-                return;
+                return true;
             }
             Some(false) => {
                 self.counts.out_of_order_dropped += 1;
-                return;
+                return true;
             }
             None => {}
         }
-        let end = p.payload_offset.saturating_add(p.payload.len() as u64);
+        let end = p.payload_offset.saturating_add(len as u64);
         if p.heap_length.is_none() && end > self.limits.max_heap_size as u64 {
             self.counts.too_large += 1;
-            return;
+            return true;
         }
         if !self.limits.allow_out_of_order && p.payload_offset != 0 {
             self.counts.out_of_order_dropped += 1;
-            return;
+            return true;
         }
-        if p.heap_length == Some(p.payload.len() as u64) {
-            self.single(&p, stamp, emit);
-            return;
+        if p.heap_length == Some(len as u64) {
+            if landed {
+                return false;
+            }
+            self.single(p, stamp, emit);
+            return true;
         }
         // Bounded by max_heap_size: either HEAP_LENGTH (checked above) or `end`.
         let need = p.heap_length.unwrap_or(end).max(1) as usize;
+        if let Payload::Landed { at, .. } = payload {
+            // A landed packet starts a heap only in the slot reserved for it, at its place.
+            let offset = p.payload_offset as usize;
+            let Some((cnt, slot)) = self.reserved.as_mut() else {
+                return false;
+            };
+            if *cnt != p.heap_cnt
+                || slot.capacity() < need
+                || slot.as_mut_full().get(offset..).map(<[u8]>::as_ptr) != Some(at)
+            {
+                return false;
+            }
+        }
         let i = self.free_entry(s, emit);
-        let Some(slot) = self.pools.slot(need) else {
-            self.counts.drops_pool += 1;
-            return;
+        let slot = match self.reserved.take() {
+            Some((cnt, slot)) if cnt == p.heap_cnt && slot.capacity() >= need => slot,
+            other => {
+                self.reserved = other;
+                // With the pool used up, the slot reserved for another heap serves
+                // (nothing accepted is in it): landing never costs a heap its memory.
+                match self.pools.slot(need).or_else(|| {
+                    self.reserved
+                        .take_if(|(_, s)| s.capacity() >= need)
+                        .map(|(_, s)| s)
+                }) {
+                    Some(slot) => slot,
+                    None => {
+                        self.counts.drops_pool += 1;
+                        return true;
+                    }
+                }
+            }
         };
         self.seq += 1;
         let e = &mut self.subs[s].entries[i];
-        e.start(&p, self.seq, stamp, slot);
-        e.add(&p, &self.limits, &self.pools, &mut self.counts);
+        e.start(p, self.seq, stamp, slot);
+        if e.add(p, payload, &self.limits, &self.pools, &mut self.counts) == Added::Accepted {
+            self.shape.learn(p, header_len, len);
+        }
+        let e = &mut self.subs[s].entries[i];
         if e.is_complete() {
             self.end(s, i, emit);
         } else if e.received == 0 && e.pointers.is_empty() && !e.too_large {
@@ -303,6 +381,7 @@ impl Reassembler {
             e.active = false;
             e.slot = None;
         }
+        true
     }
 
     /// Ends every heap under construction (end of stream), oldest first, through the
@@ -336,6 +415,9 @@ impl Reassembler {
             }
             sub.forget();
         }
+        // The stream's position changed: nothing learnt about what comes next holds.
+        self.shape = Shape::default();
+        self.reserved = None;
     }
 
     /// An entry of window `s` for a new heap: a free one, or the oldest heap's after
@@ -463,6 +545,9 @@ impl Reassembler {
         for sub in &mut self.subs {
             sub.forget();
         }
+        // A restarted sender starts a new stream.
+        self.shape = Shape::default();
+        self.reserved = None;
         let len = p.payload.len();
         let complete = p.heap_length == Some(len as u64);
         // The stop heap must be reported even with every pool slot in use: it is one

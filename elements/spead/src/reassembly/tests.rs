@@ -7,7 +7,7 @@ use crate::wire::{ctrl, ids, Flavour, ItemPointer};
 use firehose_core::gstmem::memory_kind;
 
 #[path = "../../tests/common/spead.rs"]
-mod spead;
+pub(super) mod spead;
 use spead::*;
 
 const F40: Flavour = Flavour::SPEAD_64_40;

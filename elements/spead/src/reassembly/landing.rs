@@ -1,0 +1,329 @@
+//! Receiving straight into heaps: the reassembler predicts where the next packets'
+//! payloads go ([`Reassembler::plan`]), a host has each header received into scratch and
+//! each payload there, and the reassembler then accounts every payload that landed where
+//! it belongs without copying it ([`Reassembler::land`]). The host side is
+//! `firehose_net::direct::DirectReceiver`; the protocol is
+//! [`firehose_core::landing`]'s.
+//!
+//! Only in in-order mode (the default): there, every byte of a heap before its `extent`
+//! has been accepted and none after it, so a prediction — the newest heap's next
+//! packets from its extent on, and the packets of the heap expected after it, into a
+//! pool slot reserved for that heap — never points at an accepted byte, and each place
+//! is predicted once. A wrong guess leaves bytes where nothing was accepted; the host
+//! gathers that packet and pushes it as usual.
+//!
+//! The guess is the stream's recent shape: header and payload lengths of a heap's first
+//! packet (which carries more item pointers as spead2 sends them) and of its later ones,
+//! HEAP_LENGTH, and the step between heap cnts.
+
+use firehose_core::chunk::Flow;
+use firehose_core::handler::PacketFacts;
+use firehose_core::landing::{Landed, Landing, LandingEngine, MAX_HEADER};
+
+use super::entry::Payload;
+use super::{Heap, Reassembler};
+use crate::wire::Packet;
+
+/// What [`Reassembler`] emits while receiving straight into heaps: the heaps it
+/// finished, and the stamp to give the heaps the next packets start.
+#[derive(Debug, Default)]
+pub struct Emitted {
+    /// Heaps completed, evicted or flushed, in order.
+    pub heaps: Vec<Heap>,
+    /// Stamp remembered for heaps that start now (e.g. the receive time).
+    pub stamp: Option<u64>,
+}
+
+/// What the stream looked like so far.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Shape {
+    /// The heap of the last packet accepted.
+    last_cnt: Option<u64>,
+    /// Heap cnt increment from one heap to the next (0: not seen yet, guessed 1).
+    step: u64,
+    /// HEAP_LENGTH of the last heap that said it.
+    heap_length: usize,
+    /// (header, payload) lengths of a heap's first packet and of later full ones (0: not
+    /// seen yet).
+    first: (usize, usize),
+    next: (usize, usize),
+}
+
+impl Shape {
+    /// Learns from a packet just accepted into a heap of the window.
+    pub(super) fn learn(&mut self, p: &Packet<'_>, header_len: usize, len: usize) {
+        let cnt = p.heap_cnt;
+        if let Some(last) = self.last_cnt {
+            if cnt > last {
+                self.step = cnt - last;
+            }
+        }
+        self.last_cnt = Some(cnt);
+        if let Some(l) = p.heap_length {
+            self.heap_length = l as usize;
+        }
+        let end = p.payload_offset as usize + len;
+        if p.payload_offset == 0 {
+            self.first = (header_len, len);
+        } else if p.heap_length.is_some_and(|l| (end as u64) < l) {
+            // Only a heap's full packets say how long the next ones are: its last is
+            // usually shorter.
+            self.next = (header_len, len);
+        }
+    }
+}
+
+/// The next prediction's position: a heap's memory and how far it is filled.
+#[derive(Clone, Copy)]
+struct Cursor {
+    cnt: u64,
+    /// Start of the heap's payload memory.
+    base: *mut u8,
+    /// Bytes of the heap predicted or received so far.
+    frontier: usize,
+    len: usize,
+}
+
+impl Reassembler {
+    /// Turns receiving straight into heaps on, for heaps of at most `max_heap` bytes, or
+    /// off (`None`; the default, and always in out-of-order mode). Off, or for larger
+    /// heaps, [`Reassembler::plan`] predicts nothing.
+    pub fn set_landing(&mut self, max_heap: Option<usize>) {
+        self.landing = max_heap.is_some() && !self.limits.allow_out_of_order;
+        self.landing_max_heap = max_heap.unwrap_or(0);
+        self.reserved = None;
+    }
+
+    /// True when [`Reassembler::plan`] may predict (landing is on).
+    pub fn lands_directly(&self) -> bool {
+        self.landing
+    }
+
+    /// True when landing is on and the stream's heaps, as far as seen, are no larger
+    /// than it was asked for.
+    pub fn heaps_fit_landing(&self) -> bool {
+        self.landing && self.shape.heap_length <= self.landing_max_heap
+    }
+
+    /// The payload length of the stream's full packets seen so far (those of a heap's
+    /// first packet until a later one has been seen), if any.
+    pub fn expected_payload(&self) -> Option<usize> {
+        let (_, next) = self.shape.next;
+        let (_, first) = self.shape.first;
+        [next, first].into_iter().find(|&n| n > 0)
+    }
+
+    /// Predicts where up to `max` next packets go, in arrival order, into `plan`
+    /// (cleared first): the rest of the newest heap, then the heap expected after it.
+    pub fn plan(&mut self, max: usize, plan: &mut Vec<Landing>) {
+        plan.clear();
+        if !self.landing {
+            return;
+        }
+        let shape = self.shape;
+        let Some(last) = shape.last_cnt else {
+            return;
+        };
+        if shape.heap_length > self.landing_max_heap {
+            return;
+        }
+        let mut cur = self.open_cursor(last);
+        let mut next_taken = false;
+        while plan.len() < max {
+            let c = match cur {
+                Some(c) if c.frontier < c.len => c,
+                _ if next_taken => break,
+                _ => {
+                    next_taken = true;
+                    let Some(c) = self.next_cursor(last, &shape) else {
+                        break;
+                    };
+                    c
+                }
+            };
+            // Until both kinds of packet have been seen, guess one like the other.
+            let (header_len, payload) = match (c.frontier == 0, shape.first, shape.next) {
+                (true, (0, _), next) => next,
+                (true, first, _) => first,
+                (false, first, (0, _)) => first,
+                (false, _, next) => next,
+            };
+            if header_len == 0 || header_len > MAX_HEADER || payload == 0 {
+                break;
+            }
+            let len = payload.min(c.len - c.frontier);
+            plan.push(Landing {
+                header_len,
+                // In bounds: frontier < len <= the slot's capacity.
+                dest: c.base.wrapping_add(c.frontier),
+                len,
+                short: len < payload,
+                message_id: c.cnt,
+                message_offset: c.frontier,
+            });
+            cur = Some(Cursor {
+                frontier: c.frontier + len,
+                ..c
+            });
+        }
+    }
+
+    /// Heap `cnt`, if it is under construction with a known length: its memory past
+    /// the bytes received (in order mode, nothing past `extent` is accepted).
+    fn open_cursor(&mut self, cnt: u64) -> Option<Cursor> {
+        let s = (cnt % self.subs.len() as u64) as usize;
+        let i = self.subs[s].find(cnt)?;
+        let e = &mut self.subs[s].entries[i];
+        if e.too_large {
+            return None;
+        }
+        let len = e.heap_length?;
+        let extent = e.extent;
+        let slot = e.slot.as_mut()?;
+        if slot.capacity() < len {
+            return None;
+        }
+        Some(Cursor {
+            cnt,
+            base: slot.as_mut_full().as_mut_ptr(),
+            frontier: extent,
+            len,
+        })
+    }
+
+    /// The heap after `last`, in a pool slot reserved for it, if its cnt and length
+    /// follow from the stream so far and it has not been seen yet.
+    fn next_cursor(&mut self, last: u64, shape: &Shape) -> Option<Cursor> {
+        let len = shape.heap_length;
+        if len == 0 || len > self.limits.max_heap_size {
+            return None;
+        }
+        let cnt = last.checked_add(shape.step.max(1))?;
+        let s = (cnt % self.subs.len() as u64) as usize;
+        if self.subs[s].find(cnt).is_some() || self.subs[s].recently(cnt).is_some() {
+            return None;
+        }
+        if self
+            .reserved
+            .as_ref()
+            .is_none_or(|(c, slot)| *c != cnt || slot.capacity() < len)
+        {
+            // A slot reserved for another heap goes back first: it may have received
+            // guesses, but nothing accepted.
+            self.reserved = None;
+            self.reserved = Some((cnt, self.pools.slot(len)?));
+        }
+        let (_, slot) = self.reserved.as_mut()?;
+        Some(Cursor {
+            cnt,
+            base: slot.as_mut_full().as_mut_ptr(),
+            frontier: 0,
+            len,
+        })
+    }
+
+    /// The facts of the packet whose first `header.len()` bytes are `header` and whose
+    /// length is `packet_len`, when it is the one `landing` predicted; `None` otherwise.
+    /// Changes nothing.
+    pub fn predicted(
+        &self,
+        header: &[u8],
+        packet_len: usize,
+        landing: &Landing,
+    ) -> Option<PacketFacts> {
+        if header.len() != landing.header_len
+            || packet_len <= header.len()
+            || packet_len - header.len() > landing.len
+        {
+            return None;
+        }
+        let (p, payload_start) = Packet::parse_head(header, packet_len).ok()?;
+        (payload_start == header.len()
+            && p.heap_cnt == landing.message_id
+            && p.payload_offset == landing.message_offset as u64
+            && p.stream_ctrl.is_none())
+        .then(|| PacketFacts {
+            message_id: p.heap_cnt,
+            payload: header.len()..packet_len,
+            message_offset: landing.message_offset,
+            message_len: p.heap_length.map(|l| l as usize),
+        })
+    }
+
+    /// Accounts a packet whose header is `header` (scratch), whose facts
+    /// [`Reassembler::predicted`] gave for `landing`, and whose payload the receive put
+    /// at `landing.dest`: as [`Reassembler::push`] would, without the copy, when that is
+    /// where its bytes belong; [`Landed::Missed`] (nothing changed) otherwise. Heaps it
+    /// finishes go to `out`.
+    pub fn land(
+        &mut self,
+        header: &[u8],
+        facts: &PacketFacts,
+        landing: &Landing,
+        out: &mut Emitted,
+    ) -> Landed {
+        // Cheap re-checks, so facts of another packet cannot be accounted here.
+        if !self.landing
+            || facts.payload.start != header.len()
+            || facts.message_id != landing.message_id
+            || facts.message_offset != landing.message_offset
+            || facts.payload.len() > landing.len
+        {
+            return Landed::Missed;
+        }
+        let Ok((p, _)) = Packet::parse_head(header, facts.payload.end) else {
+            return Landed::Missed;
+        };
+        let payload = Payload::Landed {
+            at: landing.dest,
+            len: facts.payload.len(),
+        };
+        let stamp = out.stamp;
+        let heaps = &mut out.heaps;
+        if !self.accept(&p, header.len(), payload, stamp, &mut |h| heaps.push(h)) {
+            return Landed::Missed;
+        }
+        self.counts.packets += 1;
+        Landed::Done(Flow::Continue)
+    }
+}
+
+impl LandingEngine for Reassembler {
+    type Output = Emitted;
+
+    fn expected_payload(&self) -> Option<usize> {
+        Reassembler::expected_payload(self)
+    }
+
+    fn plan(&mut self, max: usize, plan: &mut Vec<Landing>) {
+        Reassembler::plan(self, max, plan);
+    }
+
+    fn predicted(
+        &mut self,
+        header: &[u8],
+        packet_len: usize,
+        landing: &Landing,
+    ) -> Option<PacketFacts> {
+        Reassembler::predicted(self, header, packet_len, landing)
+    }
+
+    fn land(
+        &mut self,
+        header: &[u8],
+        facts: &PacketFacts,
+        landing: &Landing,
+        out: &mut Emitted,
+    ) -> Landed {
+        Reassembler::land(self, header, facts, landing, out)
+    }
+
+    /// The stream's end is a heap like any other here (its `stream_ctrl` says stop):
+    /// the host decides what it means, so this never returns [`Flow::End`].
+    fn push(&mut self, packet: &[u8], out: &mut Emitted) -> Flow {
+        let stamp = out.stamp;
+        let heaps = &mut out.heaps;
+        Reassembler::push(self, packet, stamp, &mut |h| heaps.push(h));
+        Flow::Continue
+    }
+}
