@@ -1,6 +1,8 @@
 //! `fhudpsrc ! speaddepay` in a real pipeline over loopback, fed by a Rust sender that
 //! splits heaps as spead2 does: heaps arrive intact in pool memory, stats messages are
-//! posted, and the stop heap ends the pipeline with EOS.
+//! posted, and the stop heap ends the pipeline with EOS. Right after `fhudpsrc`,
+//! `speaddepay` receives payloads straight into its heaps (`packets-landed`); with
+//! `landing=off`, or with a queue between the two, every payload is copied from a batch.
 
 use std::net::UdpSocket;
 use std::sync::mpsc;
@@ -42,14 +44,16 @@ fn init() {
 const HEAPS: u64 = 20;
 const ITEM: usize = 64 << 10;
 
-#[test]
-fn udp_source_to_depay_over_loopback() {
+/// Runs `fhudpsrc ! <middle> ! speaddepay <depay> ! fakesink` over the stream (packets
+/// of `chunk` payload bytes); checks every heap and the counts, and returns the depay's
+/// stats.
+fn run(middle: &str, depay: &str, chunk: usize) -> gst::Structure {
     init();
-    let pipeline = gst::parse::launch(
-        "fhudpsrc name=src address=127.0.0.1 port=0 hugepages=off \
-         ! speaddepay name=depay max-heap-size=1048576 hugepages=off stats-interval=50 \
-         ! fakesink name=sink signal-handoffs=true sync=false",
-    )
+    let pipeline = gst::parse::launch(&format!(
+        "fhudpsrc name=src address=127.0.0.1 port=0 hugepages=off {middle} \
+         ! speaddepay name=depay max-heap-size=1048576 hugepages=off stats-interval=50 {depay} \
+         ! fakesink name=sink signal-handoffs=true sync=false"
+    ))
     .unwrap()
     .downcast::<gst::Pipeline>()
     .unwrap();
@@ -84,7 +88,7 @@ fn udp_source_to_depay_over_loopback() {
             let raw = firehose_spead::descriptor::encode(&desc, f);
             items.push((ids::DESCRIPTOR, Val::Bytes(raw)));
         }
-        for p in heap_packets(f, cnt, &items, 8192) {
+        for p in heap_packets(f, cnt, &items, chunk) {
             sock.send_to(&p, ("127.0.0.1", port)).unwrap();
             sent += 1;
         }
@@ -137,4 +141,42 @@ fn udp_source_to_depay_over_loopback() {
     assert_eq!(field(&stats, names::HEAPS), HEAPS);
     assert_eq!(field(&stats, names::MALFORMED), 0);
     assert!(stats_messages > 0, "periodic stats messages");
+    stats
+}
+
+#[test]
+fn udp_source_to_depay_over_loopback() {
+    let stats = run("", "", 8192);
+    // Right after fhudpsrc: payloads land in their heaps. The first receive cannot be
+    // predicted and a heap's first packet is copied while the stream's first heaps
+    // teach the reassembler its shape; nearly all the rest lands.
+    let landed = field(&stats, names::PACKETS_LANDED);
+    let copied = field(&stats, names::PACKETS_COPIED);
+    assert_eq!(landed + copied, field(&stats, names::PACKETS), "{stats}");
+    assert!(landed * 10 >= copied * 7, "most payloads land: {stats}");
+}
+
+#[test]
+fn with_landing_off_or_a_queue_between_every_payload_is_copied() {
+    for (middle, depay) in [("", "landing=off"), ("! queue", "")] {
+        let stats = run(middle, depay, 8192);
+        assert_eq!(
+            field(&stats, names::PACKETS_LANDED),
+            0,
+            "{middle} {depay}: {stats}"
+        );
+    }
+}
+
+#[test]
+fn small_payloads_are_received_into_batches() {
+    // Under 4 KiB of payload, landing costs more than it saves: after the first
+    // receive, fhudpsrc receives into its batches again.
+    let stats = run("", "", 1400);
+    assert_eq!(field(&stats, names::PACKETS_LANDED), 0, "{stats}");
+    let lent = field(&stats, names::PACKETS_COPIED);
+    assert!(
+        lent < 64,
+        "only the first receives go through the lender: {stats}"
+    );
 }

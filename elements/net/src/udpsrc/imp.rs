@@ -18,6 +18,7 @@ use gst_base::subclass::base_src::CreateSuccess;
 use gst_base::subclass::prelude::*;
 
 use super::Output;
+use crate::lend::{self, Lender};
 use crate::recv::{Recv, RecvCounts, UdpReceiver};
 use crate::socket_settings::{insert_after, SocketSettings};
 use firehose_core::wake::Waker;
@@ -114,6 +115,9 @@ pub struct UdpSrc {
     kernel_drops: Counter,
     flushing: AtomicBool,
     counters: Counters,
+    /// The element after this one, if it takes datagrams from the socket itself
+    /// ([`crate::lend`]): asked once per start (outer `None`: not asked yet).
+    lender: Mutex<Option<Option<Lender>>>,
 }
 
 impl UdpSrc {
@@ -187,6 +191,54 @@ impl UdpSrc {
                         return Ok((arena.commit(used), packets));
                     }
                 }
+                Err(e) => {
+                    gst::element_imp_error!(
+                        self,
+                        gst::ResourceError::Read,
+                        ("recvmmsg failed: {}", e)
+                    );
+                    return Err(gst::FlowError::Error);
+                }
+            }
+        }
+    }
+
+    /// The lender after this element, asked for on the first receive after start.
+    fn lender(&self) -> Option<Lender> {
+        lock(&self.lender)
+            .get_or_insert_with(|| lend::ask(self.obj().src_pad()))
+            .clone()
+    }
+
+    /// Receives through `l` (the element after this one takes the datagrams straight
+    /// into its own memory) until something arrived; the running time then, or `None`
+    /// when the lender declined and this element should receive into a batch itself.
+    fn receive_lent(
+        &self,
+        state: &mut State,
+        l: &Lender,
+    ) -> Result<Option<Option<gst::ClockTime>>, gst::FlowError> {
+        loop {
+            if self.flushing.load(Ordering::Acquire) {
+                return Err(gst::FlowError::Flushing);
+            }
+            // The stamp of the heaps this receive starts: now, as data is queued.
+            let pts = self.obj().current_running_time();
+            let r = match l
+                .lender
+                .receive(&mut state.rx, pts.map(gst::ClockTime::nseconds))
+            {
+                Ok(None) => return Ok(None),
+                Ok(Some(c)) if c != RecvCounts::default() => {
+                    self.counters.add(&c);
+                    return Ok(Some(pts));
+                }
+                Ok(Some(_)) => state.rx.wait_for_data(),
+                Err(e) => Err(e),
+            };
+            match r {
+                Ok(true) => return Err(gst::FlowError::Flushing),
+                Ok(false) => {}
                 Err(e) => {
                     gst::element_imp_error!(
                         self,
@@ -460,6 +512,7 @@ impl BaseSrcImpl for UdpSrc {
             self.kernel_drops.set(state.rx.kernel_drops());
         }
         *lock(&self.waker) = None;
+        *lock(&self.lender) = None;
         // The pool stays reachable for the final `stats` read; slots still held
         // downstream keep its memory alive until they are dropped.
         Ok(())
@@ -508,6 +561,25 @@ impl PushSrcImpl for UdpSrc {
     ) -> Result<CreateSuccess, gst::FlowError> {
         let mut guard = lock(&self.state);
         let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+        if state.output == Output::Batch {
+            let src = self.obj().src_pad().clone();
+            if let Some(l) = self.lender().filter(|l| lend::lends_to(l, &src)) {
+                if let Some(pts) = self.receive_lent(state, &l)? {
+                    self.counters.batches.add(1);
+                    if state.timer.due(Instant::now()) {
+                        self.post_stats(state);
+                    }
+                    drop(guard);
+                    // What the lender made leaves it when this empty batch reaches it.
+                    let empty = gst::Memory::from_slice(&[] as &'static [u8]);
+                    return Ok(CreateSuccess::NewBuffer(batch_buffer(
+                        empty,
+                        Vec::new(),
+                        pts,
+                    )));
+                }
+            }
+        }
         let (mem, packets) = self.receive(state)?;
         // One clock read per batch: the running time at which the batch was complete.
         let pts = self.obj().current_running_time();

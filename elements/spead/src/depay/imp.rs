@@ -6,7 +6,7 @@
 //! buffer or list, never held while pushing.
 
 use firehose_core::sync::lock;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
 use firehose_core::batch::for_each_packet;
@@ -14,6 +14,9 @@ use firehose_core::caps as fcaps;
 use firehose_core::chunk::{feed_buffer, ChunkAssembler, ChunkHost, Flow, StatsMirror};
 use firehose_core::stats::{self, names, Counter, StatsTimer};
 use firehose_core::{RegionError, SlotPool};
+use firehose_net::direct::{DirectCounts, DirectReceiver, LANDING_MIN_PAYLOAD_BYTES};
+use firehose_net::lend::{self, Lender, ReceiveLender};
+use firehose_net::recv::{RecvCounts, UdpReceiver};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
@@ -21,7 +24,7 @@ use gst::subclass::prelude::*;
 use super::settings::Settings;
 use super::Mode;
 use crate::heap::HeapMeta;
-use crate::reassembly::{Config, Counts, Heap, Reassembler};
+use crate::reassembly::{Config, Counts, Emitted, Heap, Reassembler};
 use crate::wire::ctrl;
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
@@ -50,6 +53,8 @@ struct Mirror {
     pool_high_water: Counter,
     pool_exhausted: Counter,
     descriptors: Counter,
+    packets_landed: Counter,
+    packets_copied: Counter,
 }
 
 impl Mirror {
@@ -72,6 +77,11 @@ impl Mirror {
         self.descriptors.set(engine.descriptors().len() as u64);
     }
 
+    fn update_direct(&self, c: &DirectCounts) {
+        self.packets_landed.set(c.landed);
+        self.packets_copied.set(c.copied);
+    }
+
     fn reset(&self) {
         for c in [
             &self.packets,
@@ -88,6 +98,8 @@ impl Mirror {
             &self.pool_high_water,
             &self.pool_exhausted,
             &self.descriptors,
+            &self.packets_landed,
+            &self.packets_copied,
         ] {
             c.reset();
         }
@@ -109,6 +121,11 @@ struct State {
     /// A stop heap became EOS: refuse input until a flush.
     ended: bool,
     memory: &'static str,
+    /// Receiving from `fhudpsrc`'s socket straight into heaps (made on the first lent
+    /// receive, for that socket's batch size).
+    direct: Option<DirectReceiver>,
+    /// Heaps lent receives finished, pushed with the next input buffer.
+    outbox: Vec<Heap>,
 }
 
 /// What one chain call produced, pushed after the engine lock is released.
@@ -132,6 +149,21 @@ pub struct SpeadDepay {
     /// Chunks mode: the engine's counters, and its pool (kept after stop for `stats`).
     chunk_mirror: StatsMirror,
     chunk_pool: Mutex<Option<SlotPool>>,
+}
+
+impl Output {
+    /// Takes a heap the engine finished: as a buffer, as EOS, or not at all after EOS.
+    fn take(&mut self, h: Heap, stop_is_eos: bool) {
+        if self.eos {
+            // The stream ended earlier in this batch: what follows is not part of it.
+            return;
+        }
+        if stop_is_eos && h.info.stream_ctrl == Some(ctrl::STOP) {
+            self.eos = true;
+            return;
+        }
+        self.buffers.push(heap_buffer(h));
+    }
 }
 
 /// The heap as a buffer: its payload memory (no copy), the meta, the first packet's PTS.
@@ -166,6 +198,8 @@ impl SpeadDepay {
             (names::POOL_HIGH_WATER, m.pool_high_water.get()),
             (names::POOL_EXHAUSTED, m.pool_exhausted.get()),
             ("descriptors", m.descriptors.get()),
+            (names::PACKETS_LANDED, m.packets_landed.get()),
+            (names::PACKETS_COPIED, m.packets_copied.get()),
         ]);
         if let Some(kind) = *lock(&self.memory) {
             s.set("memory", kind);
@@ -203,17 +237,11 @@ impl SpeadDepay {
                 return Ok(out);
             }
         };
-        let mut emit = |h: Heap| {
-            if out.eos {
-                // The stream ended earlier in this batch: what follows is not part of it.
-                return;
-            }
-            if stop_is_eos && h.info.stream_ctrl == Some(ctrl::STOP) {
-                out.eos = true;
-                return;
-            }
-            out.buffers.push(heap_buffer(h));
-        };
+        // Heaps that lent receives finished came before this buffer.
+        for h in state.outbox.drain(..) {
+            out.take(h, stop_is_eos);
+        }
+        let mut emit = |h: Heap| out.take(h, stop_is_eos);
         for buf in buffers {
             let stamp = buf.pts().map(gst::ClockTime::nseconds);
             let batch = for_each_packet(buf, |_, packet| engine.push(packet, stamp, &mut emit));
@@ -266,6 +294,7 @@ impl SpeadDepay {
     }
 
     /// End of input: every heap under construction goes through the incomplete policy.
+    /// True when EOS went downstream already (a stop heap).
     fn drain(&self) -> bool {
         let mut out = Output::default();
         {
@@ -279,7 +308,11 @@ impl SpeadDepay {
             }
             match &mut state.engine {
                 Engine::Heaps(engine) => {
-                    engine.flush(&mut |h| out.buffers.push(heap_buffer(h)));
+                    let stop_is_eos = state.stop_is_eos;
+                    for h in state.outbox.drain(..) {
+                        out.take(h, stop_is_eos);
+                    }
+                    engine.flush(&mut |h| out.take(h, stop_is_eos));
                     self.mirror.update(engine);
                 }
                 Engine::Chunks(engine) => {
@@ -291,9 +324,12 @@ impl SpeadDepay {
                     out.stats_due = true;
                 }
             }
+            // A stop heap a lent receive finished: its EOS goes instead of upstream's.
+            state.ended = out.eos;
         }
+        let eos = out.eos;
         let _ = self.push(out);
-        false
+        eos
     }
 
     fn sink_event(&self, pad: &gst::Pad, event: gst::Event) -> bool {
@@ -325,6 +361,7 @@ impl SpeadDepay {
                     match &mut state.engine {
                         Engine::Heaps(engine) => {
                             engine.reset();
+                            state.outbox.clear();
                             self.mirror.update(engine);
                         }
                         Engine::Chunks(engine) => engine.reset(),
@@ -352,7 +389,7 @@ impl SpeadDepay {
             pool_size: s.pool_size,
             hugepages: s.hugepages.into(),
         };
-        let engine = Reassembler::new(&config).map_err(|e| match e {
+        let mut engine = Reassembler::new(&config).map_err(|e| match e {
             // Already says how to reserve hugepages.
             RegionError::NoHugepages { .. } => {
                 gst::error_msg!(gst::ResourceError::NoSpaceLeft, ("{}", e))
@@ -378,6 +415,7 @@ impl SpeadDepay {
             s.max_heaps,
             s.substreams
         );
+        engine.set_landing(s.landing.max_heap());
         let memory = engine.memory_kind().as_str();
         self.mirror.reset();
         self.mirror.update(&engine);
@@ -389,6 +427,8 @@ impl SpeadDepay {
             stop_is_eos: s.stop_is_eos,
             ended: false,
             memory,
+            direct: None,
+            outbox: Vec::new(),
         });
         Ok(())
     }
@@ -422,6 +462,8 @@ impl SpeadDepay {
             stop_is_eos: s.stop_is_eos,
             ended: false,
             memory,
+            direct: None,
+            outbox: Vec::new(),
         });
         Ok(())
     }
@@ -436,6 +478,81 @@ impl SpeadDepay {
             }
             gst::debug!(CAT, imp = self, "stopped ({} memory)", state.memory);
         }
+    }
+}
+
+/// What `speaddepay` lends the `fhudpsrc` right before it ([`firehose_net::lend`]).
+struct DepayLender(glib::WeakRef<super::SpeadDepay>);
+
+impl ReceiveLender for DepayLender {
+    fn receive(
+        &self,
+        rx: &mut UdpReceiver,
+        stamp: Option<u64>,
+    ) -> std::io::Result<Option<RecvCounts>> {
+        match self.0.upgrade() {
+            Some(depay) => depay.imp().receive_lent(rx, stamp),
+            None => Ok(None),
+        }
+    }
+}
+
+impl SpeadDepay {
+    /// The lender to answer `fhudpsrc`'s query with: in heaps mode with landing on.
+    fn lender(&self) -> Option<Lender> {
+        let guard = lock(&self.state);
+        match &guard.as_ref()?.engine {
+            Engine::Heaps(e) if e.lands_directly() => Some(Lender {
+                lender: Arc::new(DepayLender(self.obj().downgrade())),
+                pad: self.sinkpad.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// One receive from `fhudpsrc`'s socket straight into heaps (no wait): what it
+    /// finishes waits in the outbox for the empty batch `fhudpsrc` pushes next. `None`
+    /// when not in a state to (stopped, ended, chunks mode).
+    fn receive_lent(
+        &self,
+        rx: &mut UdpReceiver,
+        stamp: Option<u64>,
+    ) -> std::io::Result<Option<RecvCounts>> {
+        let mut guard = lock(&self.state);
+        let Some(state) = guard.as_mut() else {
+            return Ok(None);
+        };
+        let Engine::Heaps(engine) = &mut state.engine else {
+            return Ok(None);
+        };
+        // Where landing does not pay (small payloads, large heaps: the rules of
+        // fhudpchunksrc), fhudpsrc receives into its batches as without a lender.
+        let small = engine
+            .expected_payload()
+            .is_some_and(|n| n < LANDING_MIN_PAYLOAD_BYTES);
+        if state.ended || small || !engine.heaps_fit_landing() {
+            return Ok(None);
+        }
+        let direct = state
+            .direct
+            .get_or_insert_with(|| DirectReceiver::new(rx.batch_len()));
+        let before = direct.counts();
+        let mut out = Emitted {
+            heaps: std::mem::take(&mut state.outbox),
+            stamp,
+        };
+        let r = direct.recv(rx, engine, &mut out, false);
+        state.outbox = out.heaps;
+        r?;
+        let after = direct.counts();
+        self.mirror.update(engine);
+        self.mirror.update_direct(&after);
+        Ok(Some(RecvCounts {
+            packets: after.datagrams - before.datagrams,
+            bytes: after.bytes - before.bytes,
+            truncated: after.truncated - before.truncated,
+            empty: after.empty - before.empty,
+        }))
     }
 }
 
@@ -465,6 +582,12 @@ impl ObjectSubclass for SpeadDepay {
                 SpeadDepay::catch_panic_pad_function(parent, || false, |d| d.sink_event(pad, event))
             })
             .query_function(|pad, parent, query| {
+                // fhudpsrc asking whether it may lend its receive (firehose_net::lend).
+                if lend::answer(query, || {
+                    SpeadDepay::catch_panic_pad_function(parent, || None, |d| d.lender())
+                }) {
+                    return true;
+                }
                 // In chunks mode downstream's allocation answer is for chunks, not for
                 // our input: an upstream element must not size its packet buffers by it.
                 if let gst::QueryViewMut::Allocation(_) = query.view_mut() {

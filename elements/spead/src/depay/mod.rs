@@ -15,7 +15,12 @@
 //!   like any heap (its meta has `stream_ctrl` = stop) and the stream goes on;
 //! - at EOS, heaps under construction are flushed through the `incomplete` policy;
 //! - a flush (FLUSH_STOP) discards heaps under construction;
-//! - the read-only `stats` structure and periodic `firehose-stats` messages.
+//! - the read-only `stats` structure and periodic `firehose-stats` messages;
+//! - right after `fhudpsrc` (no queue between), in heaps mode with packets in order, it
+//!   takes the datagrams from `fhudpsrc`'s socket itself and has the kernel put each
+//!   payload straight into its heap (`landing`, [`firehose_net::lend`],
+//!   [`firehose_net::direct`]): the kernel's copy is the only one. Packets the guess
+//!   missed are copied as before; `packets-landed` and `packets-copied` count both.
 //!
 //! Memory: everything is allocated and pre-faulted at start (READY → PAUSED). Payload
 //! memory comes in size classes of 16 KiB ×4 up to `max-heap-size` (a heap takes one
@@ -94,6 +99,39 @@ impl From<IncompletePolicy> for crate::reassembly::Incomplete {
         match p {
             IncompletePolicy::Drop => Self::Drop,
             IncompletePolicy::Deliver => Self::Deliver,
+        }
+    }
+}
+
+/// `landing=auto|on|off`: whether payloads are received straight into heap memory when
+/// `speaddepay` follows `fhudpsrc` directly (heaps mode, packets in order).
+#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
+#[repr(u32)]
+#[enum_type(name = "GstSpeadDepayLanding")]
+pub enum Landing {
+    /// For heaps of at most 2 MiB, which stay in the CPU caches between uses of their
+    /// memory (`firehose_core::chunk::LANDING_MAX_CHUNK_BYTES`).
+    #[default]
+    #[enum_value(
+        name = "Auto: land payloads in heaps of at most 2 MiB, copy into larger ones",
+        nick = "auto"
+    )]
+    Auto = 0,
+    /// Whatever the heap size.
+    #[enum_value(name = "On: land payloads straight in the heaps", nick = "on")]
+    On = 1,
+    /// Never: every payload is copied from the receive batch into its heap.
+    #[enum_value(name = "Off: copy every payload from the batch", nick = "off")]
+    Off = 2,
+}
+
+impl Landing {
+    /// The largest heap payloads land in, or `None` for never.
+    pub fn max_heap(self) -> Option<usize> {
+        match self {
+            Landing::Auto => Some(firehose_core::chunk::LANDING_MAX_CHUNK_BYTES),
+            Landing::On => Some(usize::MAX),
+            Landing::Off => None,
         }
     }
 }

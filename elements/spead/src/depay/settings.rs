@@ -8,7 +8,7 @@ use firehose_core::stats;
 use gst::glib;
 use gst::prelude::*;
 
-use super::{IncompletePolicy, Mode};
+use super::{IncompletePolicy, Landing, Mode};
 use crate::reassembly::DEFAULT_MAX_HEAP_SIZE;
 use crate::wire::ids;
 
@@ -42,6 +42,7 @@ pub(super) struct Settings {
     pub place_step: u64,
     pub place_offset: u64,
     pub packet_presence_size: u32,
+    pub landing: Landing,
 }
 
 impl Default for Settings {
@@ -64,6 +65,7 @@ impl Default for Settings {
             place_step: 1,
             place_offset: 0,
             packet_presence_size: 0,
+            landing: Landing::Auto,
         }
     }
 }
@@ -89,6 +91,7 @@ impl Settings {
             "place-step" => self.place_step = value.get().unwrap(),
             "place-offset" => self.place_offset = value.get().unwrap(),
             "packet-presence-size" => self.packet_presence_size = value.get().unwrap(),
+            "landing" => self.landing = value.get().unwrap(),
             other => unreachable!("unknown property {other}"),
         }
     }
@@ -113,6 +116,7 @@ impl Settings {
             "place-step" => self.place_step.to_value(),
             "place-offset" => self.place_offset.to_value(),
             "packet-presence-size" => self.packet_presence_size.to_value(),
+            "landing" => self.landing.to_value(),
             other => unreachable!("unknown property {other}"),
         }
     }
@@ -193,6 +197,11 @@ pub(super) fn properties() -> &'static [glib::ParamSpec] {
                 .default_value(DEFAULT_MAX_HEAP_SIZE as u64)
                 .mutable_ready()
                 .build(),
+            glib::ParamSpecEnum::builder::<Landing>("landing")
+                .nick("Landing")
+                .blurb("Right after fhudpsrc (heaps mode, in order): receive payloads straight into heap memory. auto: heaps of at most 2 MiB; on; off")
+                .mutable_ready()
+                .build(),
             glib::ParamSpecBoolean::builder("stop-is-eos")
                 .nick("Stop is EOS")
                 .blurb("A stop heap (STREAM_CTRL=2) ends the stream with EOS; false pushes it as a heap and keeps going")
@@ -266,7 +275,7 @@ pub(super) fn properties() -> &'static [glib::ParamSpec] {
                 .build(),
         ];
         v.extend(stats::properties(
-            "heaps mode: packets, heaps, bytes, heaps-incomplete, malformed, too-large, out-of-order-dropped, duplicated, drops-pool, pool-*, descriptors; chunks mode: packets, bytes, chunks, chunks-incomplete, heaps, heaps-incomplete, malformed, too-old, duplicated, drops-handler, drops-pool, resyncs, pool-*",
+            "heaps mode: packets, heaps, bytes, heaps-incomplete, malformed, too-large, out-of-order-dropped, duplicated, drops-pool, pool-*, descriptors, packets-landed, packets-copied (right after fhudpsrc); chunks mode: packets, bytes, chunks, chunks-incomplete, heaps, heaps-incomplete, malformed, too-old, duplicated, drops-handler, drops-pool, resyncs, pool-*",
         ));
         v
     });
