@@ -138,7 +138,8 @@ pub struct SpeadBenchOptions {
     pub coalesce_us: Option<u32>,
     /// Heaps per chunk in chunk mode.
     pub heaps_per_chunk: u32,
-    /// `fhudpchunksrc landing` for the direct receiver; `None` = the element's default.
+    /// `landing` of the direct receiver (`fhudpchunksrc`) and of `speaddepay`; `None` =
+    /// the elements' default.
     pub landing: Option<String>,
 }
 
@@ -567,7 +568,7 @@ fn parse_coalesce(x: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("--coalesce-us '{x}' must be 0 to 100000 microseconds"))
 }
 
-/// Parses `--landing` (`fhudpchunksrc landing`).
+/// Parses `--landing` (`fhudpchunksrc` and `speaddepay` `landing`).
 fn parse_landing(x: &str) -> Result<String, String> {
     match x {
         "auto" | "on" | "off" => Ok(x.to_string()),
@@ -806,7 +807,7 @@ pub struct RecvSetup {
     pub coalesce_us: Option<u32>,
     /// Chunk mode's `slots-per-chunk`.
     pub heaps_per_chunk: u32,
-    /// The direct receiver's `landing`, if not the default.
+    /// The direct receiver's and speaddepay's `landing`, if not the default.
     pub landing: Option<String>,
 }
 
@@ -841,17 +842,17 @@ pub fn recv_description(kind: Receiver, setup: &RecvSetup) -> String {
         "handler=spead handler-config=spead,offset=1 slot-size={heap_size} \
          slots-per-chunk={heaps_per_chunk}"
     );
+    let landing = landing
+        .as_ref()
+        .map_or(String::new(), |l| format!(" landing={l}"));
     match kind {
         Receiver::Chunk => format!("{src} ! fhdepay name=depay {chunks} ! {sink}"),
         // One element receives and places: it is both `src` and `depay`.
         Receiver::Direct => format!(
-            "{} {chunks}{} ! {sink}",
+            "{} {chunks}{landing} ! {sink}",
             src.replacen("fhudpsrc name=src", "fhudpchunksrc name=src", 1),
-            landing
-                .as_ref()
-                .map_or(String::new(), |l| format!(" landing={l}"))
         ),
-        _ => format!("{src} ! speaddepay name=depay ! {sink}"),
+        _ => format!("{src} ! speaddepay name=depay{landing} ! {sink}"),
     }
 }
 
@@ -1122,6 +1123,8 @@ mod tests {
         assert!(parse_landing("sometimes").is_err());
         setup.landing = Some("on".into());
         assert!(recv_description(Receiver::Direct, &setup).contains(" landing=on !"));
+        assert!(recv_description(Receiver::Speaddepay, &setup)
+            .contains("speaddepay name=depay landing=on !"));
         setup.landing = None;
         let d = recv_description(Receiver::Direct, &setup);
         assert!(

@@ -101,8 +101,9 @@ and receiver CPU per GB as markdown. spead2 comes from .venv (see README).
     --coalesce-us N      fhudpsrc coalesce-us for our receivers (default: the element's,
                          2000; 0 = wake on every datagram)
     --heaps-per-chunk N  chunk and direct modes' heaps per chunk (default 8: 8 MiB chunks)
-    --landing MODE       fhudpchunksrc landing for the direct receiver: auto (default:
-                         lands into chunks of at most 2 MiB), on, off
+    --landing MODE       landing of the direct receiver (fhudpchunksrc) and speaddepay:
+                         auto (default: lands into chunks or heaps of at most 2 MiB), on,
+                         off
     --seconds, --out, --quick, --cpu-limit   as for bench udp
 
 bench bypass: fhudpsrc, fhxdpsrc (AF_XDP) and fhdpdksrc (DPDK) on the same stream across

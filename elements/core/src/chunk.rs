@@ -145,7 +145,7 @@ pub struct ChunkAssembler {
     /// Receiving straight into chunks is on (see [`ChunkAssembler::set_landing`]).
     direct: bool,
     /// What the stream looked like so far, for [`ChunkAssembler::plan`].
-    shape: landing::Shape,
+    shape: crate::landing::Shape,
     /// A pool slot taken ahead for the chunk after the newest (its id), so payloads
     /// of that chunk's first messages can land in it before it opens.
     reserved: Option<(u64, Slot)>,
@@ -235,7 +235,7 @@ impl ChunkAssembler {
                 && cfg.chunk_bytes() > STREAMING_MIN_CHUNK_BYTES,
             can_land,
             direct: can_land && cfg.chunk_bytes() <= LANDING_MAX_CHUNK_BYTES,
-            shape: landing::Shape::default(),
+            shape: crate::landing::Shape::default(),
             reserved: None,
             stats: ChunkStats::default(),
             block: None,
@@ -355,7 +355,7 @@ impl ChunkAssembler {
     fn forget(&mut self) {
         self.stale_run = 0;
         self.reserved = None;
-        self.shape = landing::Shape::default();
+        self.shape = crate::landing::Shape::default();
         self.table.clear();
         self.in_flight.clear();
         self.dropped.clear();
@@ -714,7 +714,13 @@ impl ChunkAssembler {
             self.packet_bits[b / 64] |= 1 << (b % 64);
         }
         if self.direct {
-            self.shape.learn(facts, len);
+            self.shape.learn(
+                facts.message_id,
+                facts.message_offset,
+                facts.payload.start,
+                facts.payload.len(),
+                len,
+            );
         }
         if len.is_some_and(|l| bytes >= l) {
             self.end_message(pos, true);

@@ -41,6 +41,117 @@ pub struct Landing {
     pub message_offset: usize,
 }
 
+/// What a stream looked like so far: what an engine guesses its next packets from.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Shape {
+    /// The message of the last packet accounted.
+    pub last_id: Option<u64>,
+    /// Id increment from one message to the next (0: not seen yet, guessed 1).
+    pub step: u64,
+    /// Length of the last message that said it.
+    pub message_len: usize,
+    /// Header and payload lengths of a message's first packet and of later full ones
+    /// (0: not seen yet).
+    pub first: (usize, usize),
+    /// See `first`.
+    pub next: (usize, usize),
+}
+
+impl Shape {
+    /// Learns from a packet just accounted: message `id`, its payload of `payload_len`
+    /// bytes at `offset` in the message after a header of `header_len` bytes, and the
+    /// message's length if the packet says it.
+    pub fn learn(
+        &mut self,
+        id: u64,
+        offset: usize,
+        header_len: usize,
+        payload_len: usize,
+        message_len: Option<usize>,
+    ) {
+        match self.last_id {
+            Some(last) if id > last => self.step = id - last,
+            _ => {}
+        }
+        self.last_id = Some(id);
+        let lengths = (header_len, payload_len);
+        let end = offset + payload_len;
+        if let Some(l) = message_len {
+            self.message_len = l;
+        }
+        if offset == 0 {
+            self.first = lengths;
+        } else if message_len.is_some_and(|l| end < l) {
+            // Only a message's full packets say how long the next ones are: its last
+            // is usually shorter.
+            self.next = lengths;
+        }
+    }
+
+    /// The payload length of the stream's full packets as seen so far (those of a
+    /// message's first packet until a later one has been seen), if any.
+    pub fn expected_payload(&self) -> Option<usize> {
+        let (_, next) = self.next;
+        let (_, first) = self.first;
+        [next, first].into_iter().find(|&n| n > 0)
+    }
+}
+
+/// The landing of the packet at byte `frontier` of message `message_id` (`len` bytes, its
+/// memory at `base`), guessed from the (header, payload) lengths learnt for a message's
+/// first packet (`first`) and for its later full ones (`next`; 0 where not seen yet).
+/// `None` where nothing can be guessed, or the message is full.
+pub fn next_landing(
+    first: (usize, usize),
+    next: (usize, usize),
+    message_id: u64,
+    base: *mut u8,
+    frontier: usize,
+    len: usize,
+) -> Option<Landing> {
+    // Until both kinds of packet have been seen, guess one like the other.
+    let (header_len, payload) = match (frontier == 0, first, next) {
+        (true, (0, _), next) => next,
+        (true, first, _) => first,
+        (false, first, (0, _)) => first,
+        (false, _, next) => next,
+    };
+    if header_len == 0 || header_len > MAX_HEADER || payload == 0 || frontier >= len {
+        return None;
+    }
+    let n = payload.min(len - frontier);
+    Some(Landing {
+        header_len,
+        // In bounds: frontier < len, which the caller's memory holds.
+        dest: base.wrapping_add(frontier),
+        len: n,
+        short: n < payload,
+        message_id,
+        message_offset: frontier,
+    })
+}
+
+impl Landing {
+    /// True when a packet of `packet_len` bytes whose header was received into `header_len`
+    /// bytes of scratch has the lengths this landing expects: the header's, and a payload
+    /// of 1 to [`Landing::len`] bytes.
+    pub fn fits(&self, header_len: usize, packet_len: usize) -> bool {
+        header_len == self.header_len
+            && packet_len > header_len
+            && packet_len - header_len <= self.len
+    }
+
+    /// True when `facts` (of a packet whose header is `header_len` bytes) are this
+    /// landing's packet: the cheap re-check of [`LandingEngine::land`], so that facts of
+    /// another packet cannot be accounted at this landing.
+    pub fn is_for(&self, header_len: usize, facts: &PacketFacts) -> bool {
+        facts.payload.start == header_len
+            && facts.message_id == self.message_id
+            && facts.message_offset == self.message_offset
+            && facts.payload.len() <= self.len
+    }
+}
+
 /// What [`LandingEngine::land`] did with a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Landed {
@@ -89,4 +200,88 @@ pub trait LandingEngine {
 
     /// Takes one whole packet the usual way (a copy of its payload).
     fn push(&mut self, packet: &[u8], out: &mut Self::Output) -> Flow;
+}
+
+/// A host without a socket, for testing engines: what `firehose_net::direct`'s receive
+/// does with one `recvmmsg` of `packets` (one datagram per message, no GRO), with plain
+/// copies standing in for the kernel's scatter list. Plans for the batch, "receives" each
+/// expected packet's header into scratch and its payload at its landing, reads every other
+/// packet back first, then lands or pushes each in order. Returns how many landed.
+pub fn receive_simulated<E: LandingEngine>(
+    engine: &mut E,
+    packets: &[Vec<u8>],
+    plan: &mut Vec<Landing>,
+    out: &mut E::Output,
+) -> usize {
+    /// A packet as the "kernel" left it: header, what went to its landing, the rest.
+    struct Received {
+        head: Vec<u8>,
+        landing: Option<(Landing, usize)>,
+        rest: Vec<u8>,
+    }
+    /// The landed bytes of `r`.
+    fn landed(r: &Received) -> &[u8] {
+        match r.landing {
+            // SAFETY: a landing points at `l.len >= n` bytes of the engine's memory,
+            // which it keeps until it next takes a packet (the trait's contract); the
+            // engine has taken none since these were written.
+            Some((l, n)) => unsafe { std::slice::from_raw_parts(l.dest, n) },
+            None => &[],
+        }
+    }
+    engine.plan(packets.len(), plan);
+    let received: Vec<Received> = packets
+        .iter()
+        .enumerate()
+        .map(|(k, p)| match plan.get(k) {
+            Some(l) => {
+                let h = l.header_len.min(p.len());
+                let n = l.len.min(p.len() - h);
+                // SAFETY: as above; `n <= l.len`, and `p` is not engine memory.
+                unsafe { std::ptr::copy_nonoverlapping(p[h..].as_ptr(), l.dest, n) };
+                Received {
+                    head: p[..h].to_vec(),
+                    landing: Some((*l, n)),
+                    rest: p[h + n..].to_vec(),
+                }
+            }
+            None => Received {
+                head: p.clone(),
+                landing: None,
+                rest: Vec::new(),
+            },
+        })
+        .collect();
+    // Pass one: which landed as predicted; every other one is read back before any write.
+    let mut taken = Vec::with_capacity(received.len());
+    for r in &received {
+        let whole = || [&r.head[..], landed(r), &r.rest[..]].concat();
+        let len = r.head.len() + landed(r).len() + r.rest.len();
+        let facts = match r.landing {
+            Some((l, _)) if r.rest.is_empty() => engine.predicted(&r.head, len, &l),
+            _ => None,
+        };
+        taken.push(match facts {
+            Some(f) => (r, None, Some(f)),
+            None => (r, Some(whole()), None),
+        });
+    }
+    // Pass two, in arrival order.
+    let mut count = 0;
+    for (r, copy, facts) in taken {
+        match (copy, facts, r.landing) {
+            (Some(bytes), _, _) => {
+                engine.push(&bytes, out);
+            }
+            (None, Some(f), Some((l, _))) => match engine.land(&r.head, &f, &l, out) {
+                Landed::Done(_) => count += 1,
+                Landed::Missed => {
+                    let bytes = [&r.head[..], landed(r), &r.rest[..]].concat();
+                    engine.push(&bytes, out);
+                }
+            },
+            _ => unreachable!("a packet is either read back or predicted"),
+        }
+    }
+    count
 }

@@ -35,6 +35,7 @@ pub mod props;
 pub mod ring;
 pub mod stats;
 pub mod sync;
+pub mod testing;
 pub mod wake;
 
 #[doc(hidden)]

@@ -19,49 +19,10 @@
 //! spead2 sends them).
 
 use crate::handler::{PacketFacts, Placement};
-use crate::landing::{Landed, Landing, LandingEngine, MAX_HEADER};
+use crate::landing::{next_landing, Landed, Landing, LandingEngine, Shape};
 
 use super::table::Route;
 use super::{ChunkAssembler, FinishedChunk, Flow, SlotStatus};
-
-/// What the stream looked like so far.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Shape {
-    /// The message of the last packet accounted.
-    last_id: Option<u64>,
-    /// Id increment from one message to the next (0: not seen yet, guessed 1).
-    step: u64,
-    /// Length of the last message that said it.
-    message_len: usize,
-    /// Header and payload lengths of a message's first packet and of later full ones
-    /// (0: not seen yet).
-    first: (usize, usize),
-    next: (usize, usize),
-}
-
-impl Shape {
-    /// Learns from a packet just accounted (`len`: its message's length, if known).
-    pub(super) fn learn(&mut self, facts: &PacketFacts, len: Option<usize>) {
-        let id = facts.message_id;
-        match self.last_id {
-            Some(last) if id > last => self.step = id - last,
-            _ => {}
-        }
-        self.last_id = Some(id);
-        let lengths = (facts.payload.start, facts.payload.len());
-        let end = facts.message_offset + facts.payload.len();
-        if let Some(l) = len {
-            self.message_len = l;
-        }
-        if facts.message_offset == 0 {
-            self.first = lengths;
-        } else if len.is_some_and(|l| end < l) {
-            // Only a message's full packets say how long the next ones are: its last
-            // is usually shorter.
-            self.next = lengths;
-        }
-    }
-}
 
 /// The next prediction's position: a slot's memory and how far it is filled.
 #[derive(Clone, Copy)]
@@ -95,67 +56,6 @@ impl ChunkAssembler {
     pub fn set_landing(&mut self, on: bool) {
         self.direct = on && self.can_land;
         self.reserved = None;
-    }
-
-    /// The payload length of the stream's full packets as seen so far (those of a
-    /// message's first packet until a later one has been seen), if any: a host may
-    /// judge from it whether landing is worth its cost.
-    pub fn expected_payload(&self) -> Option<usize> {
-        let (_, next) = self.shape.next;
-        let (_, first) = self.shape.first;
-        [next, first].into_iter().find(|&n| n > 0)
-    }
-
-    /// Predicts where up to `max` next packets go, in arrival order, into `plan`
-    /// (cleared first). It stops early where it cannot guess (nothing seen yet, a
-    /// message placed from its contents, no memory): those packets the host receives
-    /// into scratch and hands to [`ChunkAssembler::push`].
-    pub fn plan(&mut self, max: usize, plan: &mut Vec<Landing>) {
-        plan.clear();
-        if !self.direct || self.ended {
-            return;
-        }
-        let shape = self.shape;
-        let Some(last) = shape.last_id else {
-            return;
-        };
-        let mut cur = self.open_cursor(last);
-        while plan.len() < max {
-            let c = match cur {
-                Some(c) if c.frontier < c.len => c,
-                _ => {
-                    let prev = cur.map_or(last, |c| c.message_id);
-                    let Some(c) = self.next_cursor(prev, &shape) else {
-                        break;
-                    };
-                    c
-                }
-            };
-            // Until both kinds of packet have been seen, guess one like the other.
-            let (header_len, payload) = match (c.frontier == 0, shape.first, shape.next) {
-                (true, (0, _), next) => next,
-                (true, first, _) => first,
-                (false, first, (0, _)) => first,
-                (false, _, next) => next,
-            };
-            if header_len == 0 || header_len > MAX_HEADER || payload == 0 {
-                break;
-            }
-            let len = payload.min(c.len - c.frontier);
-            plan.push(Landing {
-                header_len,
-                // In bounds: frontier < len <= slot size, and the slot is in its chunk.
-                dest: c.base.wrapping_add(c.frontier),
-                len,
-                short: len < payload,
-                message_id: c.message_id,
-                message_offset: c.frontier,
-            });
-            cur = Some(Cursor {
-                frontier: c.frontier + len,
-                ..c
-            });
-        }
     }
 
     /// The open message `id`'s slot, if it is still being received.
@@ -238,23 +138,61 @@ impl ChunkAssembler {
         let (_, slot) = self.reserved.as_mut()?;
         Some(slot.as_mut_full().as_mut_ptr())
     }
+}
 
-    /// The facts of the packet whose first `header.len()` bytes are `header` and whose
-    /// length is `packet_len`, when it is the one `landing` predicted: then its payload,
-    /// if the receive put it at the landing's place, is where it belongs, and
-    /// [`ChunkAssembler::land`] accounts it. `None` otherwise. Changes nothing; a host
-    /// asks it of every packet of a receive before it lands or pushes any, since a push
-    /// may write where another packet's payload landed on a wrong guess.
-    pub fn predicted(
+impl LandingEngine for ChunkAssembler {
+    type Output = Vec<FinishedChunk>;
+
+    fn expected_payload(&self) -> Option<usize> {
+        self.shape.expected_payload()
+    }
+
+    fn plan(&mut self, max: usize, plan: &mut Vec<Landing>) {
+        plan.clear();
+        if !self.direct || self.ended {
+            return;
+        }
+        let shape = self.shape;
+        let Some(last) = shape.last_id else {
+            return;
+        };
+        let mut cur = self.open_cursor(last);
+        while plan.len() < max {
+            let c = match cur {
+                Some(c) if c.frontier < c.len => c,
+                _ => {
+                    let prev = cur.map_or(last, |c| c.message_id);
+                    let Some(c) = self.next_cursor(prev, &shape) else {
+                        break;
+                    };
+                    c
+                }
+            };
+            let Some(l) = next_landing(
+                shape.first,
+                shape.next,
+                c.message_id,
+                c.base,
+                c.frontier,
+                c.len,
+            ) else {
+                break;
+            };
+            plan.push(l);
+            cur = Some(Cursor {
+                frontier: c.frontier + l.len,
+                ..c
+            });
+        }
+    }
+
+    fn predicted(
         &mut self,
         header: &[u8],
         packet_len: usize,
         landing: &Landing,
     ) -> Option<PacketFacts> {
-        if header.len() != landing.header_len
-            || packet_len < header.len()
-            || packet_len - header.len() > landing.len
-        {
+        if !landing.fits(header.len(), packet_len) {
             return None;
         }
         let facts = self.handler.parse_header(header, packet_len)?;
@@ -264,13 +202,7 @@ impl ChunkAssembler {
             .then_some(facts)
     }
 
-    /// Accounts a packet whose header is `header` (scratch), whose facts
-    /// [`ChunkAssembler::predicted`] gave for `landing`, and whose payload the receive
-    /// put at `landing.dest`. Placement, duplicates and bounds are checked as in
-    /// [`ChunkAssembler::push`], and drops are counted; a packet accepted where the
-    /// landing put it is accounted with no copy. Otherwise it is [`Landed::Missed`]:
-    /// gather it and push it.
-    pub fn land(
+    fn land(
         &mut self,
         header: &[u8],
         facts: &PacketFacts,
@@ -282,12 +214,7 @@ impl ChunkAssembler {
             return Landed::Done(Flow::End);
         }
         // Cheap re-checks, so facts of another packet cannot be accounted here.
-        if !self.direct
-            || facts.payload.start != header.len()
-            || facts.message_id != landing.message_id
-            || facts.message_offset != landing.message_offset
-            || facts.payload.len() > landing.len
-        {
+        if !self.direct || !landing.is_for(header.len(), facts) {
             return Landed::Missed;
         }
         let pos = match self.route(header, facts, out) {
@@ -309,37 +236,6 @@ impl ChunkAssembler {
         }
         self.account(pos, facts, &t, out);
         Landed::Done(Flow::Continue)
-    }
-}
-
-impl LandingEngine for ChunkAssembler {
-    type Output = Vec<FinishedChunk>;
-
-    fn expected_payload(&self) -> Option<usize> {
-        ChunkAssembler::expected_payload(self)
-    }
-
-    fn plan(&mut self, max: usize, plan: &mut Vec<Landing>) {
-        ChunkAssembler::plan(self, max, plan);
-    }
-
-    fn predicted(
-        &mut self,
-        header: &[u8],
-        packet_len: usize,
-        landing: &Landing,
-    ) -> Option<PacketFacts> {
-        ChunkAssembler::predicted(self, header, packet_len, landing)
-    }
-
-    fn land(
-        &mut self,
-        header: &[u8],
-        facts: &PacketFacts,
-        landing: &Landing,
-        out: &mut Vec<FinishedChunk>,
-    ) -> Landed {
-        ChunkAssembler::land(self, header, facts, landing, out)
     }
 
     fn push(&mut self, packet: &[u8], out: &mut Vec<FinishedChunk>) -> Flow {

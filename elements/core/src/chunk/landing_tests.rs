@@ -4,6 +4,8 @@
 //! counters and the same bytes wherever a slot or packet is present.
 
 use super::*;
+use crate::landing::receive_simulated;
+use crate::testing::Xorshift;
 use crate::HugepagePolicy;
 
 const SPC: usize = 4;
@@ -125,17 +127,6 @@ fn message(id: u64, len: usize, first_extra: u8) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// A packet as the "kernel" left it: header, what went to the landing, the rest.
-fn read_back(head: &[u8], landing: &Option<(Landing, usize)>, rest: &[u8]) -> Vec<u8> {
-    let mut whole = head.to_vec();
-    if let Some((l, n)) = landing {
-        // SAFETY: the landing points at `l.len >= n` bytes of the engine's pool.
-        whole.extend_from_slice(unsafe { std::slice::from_raw_parts(l.dest, *n) });
-    }
-    whole.extend_from_slice(rest);
-    whole
-}
-
 /// Feeds `packets` as a host receiving into landings does, `batch` at a time; returns
 /// the chunks and how many packets landed without a copy.
 fn run_direct(
@@ -147,53 +138,7 @@ fn run_direct(
     let mut plan = Vec::new();
     let mut landed = 0;
     for group in packets.chunks(batch) {
-        e.plan(group.len(), &mut plan);
-        // The "kernel": each packet's first header_len bytes into scratch, the next
-        // `len` at the landing, the rest into overflow.
-        let mut received = Vec::new();
-        for (k, p) in group.iter().enumerate() {
-            match plan.get(k) {
-                Some(l) => {
-                    let h = l.header_len.min(p.len());
-                    let n = l.len.min(p.len() - h);
-                    // SAFETY: the landing points at `l.len` bytes of the engine's pool.
-                    unsafe { std::ptr::copy_nonoverlapping(p[h..].as_ptr(), l.dest, n) };
-                    received.push((p[..h].to_vec(), Some((*l, n)), p[h + n..].to_vec()));
-                }
-                None => received.push((p.clone(), None, Vec::new())),
-            }
-        }
-        // Pass one: which landed as predicted; the others are read back now.
-        let mut items = Vec::new();
-        for (head, landing, rest) in &received {
-            let len = head.len() + landing.map_or(0, |(_, n)| n) + rest.len();
-            match landing {
-                Some((l, _)) if rest.is_empty() => match e.predicted(head, len, l) {
-                    Some(facts) => items.push((head.clone(), len, Some((*l, facts)))),
-                    None => items.push((read_back(head, landing, rest), len, None)),
-                },
-                _ => items.push((read_back(head, landing, rest), len, None)),
-            }
-        }
-        // Pass two, in order.
-        for (bytes, len, landing) in items {
-            match landing {
-                Some((l, facts)) => match e.land(&bytes, &facts, &l, &mut out) {
-                    Landed::Done(_) => landed += 1,
-                    Landed::Missed => {
-                        let mut whole = bytes.clone();
-                        // SAFETY: as above.
-                        whole.extend_from_slice(unsafe {
-                            std::slice::from_raw_parts(l.dest, len - bytes.len())
-                        });
-                        e.push(&whole, &mut out);
-                    }
-                },
-                None => {
-                    e.push(&bytes, &mut out);
-                }
-            }
-        }
+        landed += receive_simulated(e, group, &mut plan, &mut out);
     }
     e.flush(&mut out);
     (out, landed)
@@ -267,26 +212,10 @@ fn a_message_length_that_is_not_a_multiple_of_the_payload_still_lands() {
     assert!(out.iter().all(|c| c.info.is_complete()));
 }
 
-/// xorshift, so the perturbed streams are the same on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
-
 /// Loss, duplicates (when `dups`), swaps, odd headers and jumps: every wrong guess must
 /// be caught.
 fn perturbed(seed: u64, dups: bool) -> (Vec<Vec<u8>>, HashMap<u64, usize>) {
-    let mut rng = Rng(seed);
+    let mut rng = Xorshift(seed);
     let mut packets = Vec::new();
     let mut lens = HashMap::new();
     let mut id = 0;
@@ -308,7 +237,11 @@ fn perturbed(seed: u64, dups: bool) -> (Vec<Vec<u8>>, HashMap<u64, usize>) {
             }
             packets.push(p);
         }
-        id += if rng.chance(8) { 1 + rng.next() % 6 } else { 1 };
+        id += if rng.chance(8) {
+            1 + rng.next_u64() % 6
+        } else {
+            1
+        };
     }
     for i in 1..packets.len() {
         if rng.chance(6) {

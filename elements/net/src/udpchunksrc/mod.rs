@@ -34,25 +34,7 @@ use gst::prelude::*;
 
 mod imp;
 
-/// Whether payloads are received straight into chunks (`landing`).
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
-#[repr(u32)]
-#[enum_type(name = "GstFhUdpChunkSrcLanding")]
-pub enum Landing {
-    /// For chunks of at most 2 MiB, which stay in the CPU caches between uses.
-    #[default]
-    #[enum_value(
-        name = "Auto: land payloads in chunks of at most 2 MiB, copy into larger ones",
-        nick = "auto"
-    )]
-    Auto = 0,
-    /// Always, whatever the chunk size (if the handler allows it).
-    #[enum_value(name = "On: land payloads straight in the chunks", nick = "on")]
-    On = 1,
-    /// Never: every packet is copied once, as with fhdepay.
-    #[enum_value(name = "Off: copy every packet once, as fhdepay does", nick = "off")]
-    Off = 2,
-}
+pub use firehose_core::props::Landing;
 
 glib::wrapper! {
     /// The `fhudpchunksrc` element.

@@ -191,16 +191,15 @@ impl UdpSrc {
                         return Ok((arena.commit(used), packets));
                     }
                 }
-                Err(e) => {
-                    gst::element_imp_error!(
-                        self,
-                        gst::ResourceError::Read,
-                        ("recvmmsg failed: {}", e)
-                    );
-                    return Err(gst::FlowError::Error);
-                }
+                Err(e) => return Err(self.read_failed(&e)),
             }
         }
+    }
+
+    /// Posts the element error for a failed receive; the flow error to return.
+    fn read_failed(&self, e: &std::io::Error) -> gst::FlowError {
+        gst::element_imp_error!(self, gst::ResourceError::Read, ("recvmmsg failed: {}", e));
+        gst::FlowError::Error
     }
 
     /// The lender after this element, asked for on the first receive after start.
@@ -239,14 +238,7 @@ impl UdpSrc {
             match r {
                 Ok(true) => return Err(gst::FlowError::Flushing),
                 Ok(false) => {}
-                Err(e) => {
-                    gst::element_imp_error!(
-                        self,
-                        gst::ResourceError::Read,
-                        ("recvmmsg failed: {}", e)
-                    );
-                    return Err(gst::FlowError::Error);
-                }
+                Err(e) => return Err(self.read_failed(&e)),
             }
         }
     }
@@ -277,10 +269,7 @@ impl UdpSrc {
                 self.counters.empty.add(counts.empty);
                 Ok(())
             }
-            Err(e) => {
-                gst::element_imp_error!(self, gst::ResourceError::Read, ("recvmmsg failed: {}", e));
-                Err(gst::FlowError::Error)
-            }
+            Err(e) => Err(self.read_failed(&e)),
         }
     }
 }

@@ -12,6 +12,7 @@ use std::time::Instant;
 use firehose_core::batch::for_each_packet;
 use firehose_core::caps as fcaps;
 use firehose_core::chunk::{feed_buffer, ChunkAssembler, ChunkHost, Flow, StatsMirror};
+use firehose_core::landing::LandingEngine;
 use firehose_core::stats::{self, names, Counter, StatsTimer};
 use firehose_core::{RegionError, SlotPool};
 use firehose_net::direct::{DirectCounts, DirectReceiver, LANDING_MIN_PAYLOAD_BYTES};
@@ -415,7 +416,7 @@ impl SpeadDepay {
             s.max_heaps,
             s.substreams
         );
-        engine.set_landing(s.landing.max_heap());
+        engine.set_landing(s.landing.max_bytes());
         let memory = engine.memory_kind().as_str();
         self.mirror.reset();
         self.mirror.update(&engine);

@@ -103,39 +103,6 @@ impl From<IncompletePolicy> for crate::reassembly::Incomplete {
     }
 }
 
-/// `landing=auto|on|off`: whether payloads are received straight into heap memory when
-/// `speaddepay` follows `fhudpsrc` directly (heaps mode, packets in order).
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
-#[repr(u32)]
-#[enum_type(name = "GstSpeadDepayLanding")]
-pub enum Landing {
-    /// For heaps of at most 2 MiB, which stay in the CPU caches between uses of their
-    /// memory (`firehose_core::chunk::LANDING_MAX_CHUNK_BYTES`).
-    #[default]
-    #[enum_value(
-        name = "Auto: land payloads in heaps of at most 2 MiB, copy into larger ones",
-        nick = "auto"
-    )]
-    Auto = 0,
-    /// Whatever the heap size.
-    #[enum_value(name = "On: land payloads straight in the heaps", nick = "on")]
-    On = 1,
-    /// Never: every payload is copied from the receive batch into its heap.
-    #[enum_value(name = "Off: copy every payload from the batch", nick = "off")]
-    Off = 2,
-}
-
-impl Landing {
-    /// The largest heap payloads land in, or `None` for never.
-    pub fn max_heap(self) -> Option<usize> {
-        match self {
-            Landing::Auto => Some(firehose_core::chunk::LANDING_MAX_CHUNK_BYTES),
-            Landing::On => Some(usize::MAX),
-            Landing::Off => None,
-        }
-    }
-}
-
 glib::wrapper! {
     /// The `speaddepay` element.
     pub struct SpeadDepay(ObjectSubclass<imp::SpeadDepay>) @extends gst::Element, gst::Object;

@@ -3,12 +3,12 @@
 use std::sync::LazyLock;
 
 use firehose_core::chunk::ChunkConfig;
-use firehose_core::props::Hugepages;
+use firehose_core::props::{Hugepages, Landing};
 use firehose_core::stats;
 use gst::glib;
 use gst::prelude::*;
 
-use super::{IncompletePolicy, Landing, Mode};
+use super::{IncompletePolicy, Mode};
 use crate::reassembly::DEFAULT_MAX_HEAP_SIZE;
 use crate::wire::ids;
 

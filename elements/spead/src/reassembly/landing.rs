@@ -18,7 +18,7 @@
 
 use firehose_core::chunk::Flow;
 use firehose_core::handler::PacketFacts;
-use firehose_core::landing::{Landed, Landing, LandingEngine, MAX_HEADER};
+use firehose_core::landing::{next_landing, Landed, Landing, LandingEngine, Shape};
 
 use super::entry::Payload;
 use super::{Heap, Reassembler};
@@ -32,45 +32,6 @@ pub struct Emitted {
     pub heaps: Vec<Heap>,
     /// Stamp remembered for heaps that start now (e.g. the receive time).
     pub stamp: Option<u64>,
-}
-
-/// What the stream looked like so far.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Shape {
-    /// The heap of the last packet accepted.
-    last_cnt: Option<u64>,
-    /// Heap cnt increment from one heap to the next (0: not seen yet, guessed 1).
-    step: u64,
-    /// HEAP_LENGTH of the last heap that said it.
-    heap_length: usize,
-    /// (header, payload) lengths of a heap's first packet and of later full ones (0: not
-    /// seen yet).
-    first: (usize, usize),
-    next: (usize, usize),
-}
-
-impl Shape {
-    /// Learns from a packet just accepted into a heap of the window.
-    pub(super) fn learn(&mut self, p: &Packet<'_>, header_len: usize, len: usize) {
-        let cnt = p.heap_cnt;
-        if let Some(last) = self.last_cnt {
-            if cnt > last {
-                self.step = cnt - last;
-            }
-        }
-        self.last_cnt = Some(cnt);
-        if let Some(l) = p.heap_length {
-            self.heap_length = l as usize;
-        }
-        let end = p.payload_offset as usize + len;
-        if p.payload_offset == 0 {
-            self.first = (header_len, len);
-        } else if p.heap_length.is_some_and(|l| (end as u64) < l) {
-            // Only a heap's full packets say how long the next ones are: its last is
-            // usually shorter.
-            self.next = (header_len, len);
-        }
-    }
 }
 
 /// The next prediction's position: a heap's memory and how far it is filled.
@@ -102,70 +63,7 @@ impl Reassembler {
     /// True when landing is on and the stream's heaps, as far as seen, are no larger
     /// than it was asked for.
     pub fn heaps_fit_landing(&self) -> bool {
-        self.landing && self.shape.heap_length <= self.landing_max_heap
-    }
-
-    /// The payload length of the stream's full packets seen so far (those of a heap's
-    /// first packet until a later one has been seen), if any.
-    pub fn expected_payload(&self) -> Option<usize> {
-        let (_, next) = self.shape.next;
-        let (_, first) = self.shape.first;
-        [next, first].into_iter().find(|&n| n > 0)
-    }
-
-    /// Predicts where up to `max` next packets go, in arrival order, into `plan`
-    /// (cleared first): the rest of the newest heap, then the heap expected after it.
-    pub fn plan(&mut self, max: usize, plan: &mut Vec<Landing>) {
-        plan.clear();
-        if !self.landing {
-            return;
-        }
-        let shape = self.shape;
-        let Some(last) = shape.last_cnt else {
-            return;
-        };
-        if shape.heap_length > self.landing_max_heap {
-            return;
-        }
-        let mut cur = self.open_cursor(last);
-        let mut next_taken = false;
-        while plan.len() < max {
-            let c = match cur {
-                Some(c) if c.frontier < c.len => c,
-                _ if next_taken => break,
-                _ => {
-                    next_taken = true;
-                    let Some(c) = self.next_cursor(last, &shape) else {
-                        break;
-                    };
-                    c
-                }
-            };
-            // Until both kinds of packet have been seen, guess one like the other.
-            let (header_len, payload) = match (c.frontier == 0, shape.first, shape.next) {
-                (true, (0, _), next) => next,
-                (true, first, _) => first,
-                (false, first, (0, _)) => first,
-                (false, _, next) => next,
-            };
-            if header_len == 0 || header_len > MAX_HEADER || payload == 0 {
-                break;
-            }
-            let len = payload.min(c.len - c.frontier);
-            plan.push(Landing {
-                header_len,
-                // In bounds: frontier < len <= the slot's capacity.
-                dest: c.base.wrapping_add(c.frontier),
-                len,
-                short: len < payload,
-                message_id: c.cnt,
-                message_offset: c.frontier,
-            });
-            cur = Some(Cursor {
-                frontier: c.frontier + len,
-                ..c
-            });
-        }
+        self.landing && self.shape.message_len <= self.landing_max_heap
     }
 
     /// Heap `cnt`, if it is under construction with a known length: its memory past
@@ -194,7 +92,7 @@ impl Reassembler {
     /// The heap after `last`, in a pool slot reserved for it, if its cnt and length
     /// follow from the stream so far and it has not been seen yet.
     fn next_cursor(&mut self, last: u64, shape: &Shape) -> Option<Cursor> {
-        let len = shape.heap_length;
+        let len = shape.message_len;
         if len == 0 || len > self.limits.max_heap_size {
             return None;
         }
@@ -221,20 +119,61 @@ impl Reassembler {
             len,
         })
     }
+}
 
-    /// The facts of the packet whose first `header.len()` bytes are `header` and whose
-    /// length is `packet_len`, when it is the one `landing` predicted; `None` otherwise.
-    /// Changes nothing.
-    pub fn predicted(
-        &self,
+impl LandingEngine for Reassembler {
+    type Output = Emitted;
+
+    fn expected_payload(&self) -> Option<usize> {
+        self.shape.expected_payload()
+    }
+
+    fn plan(&mut self, max: usize, plan: &mut Vec<Landing>) {
+        // The rest of the newest heap, then the heap expected after it.
+        plan.clear();
+        if !self.landing {
+            return;
+        }
+        let shape = self.shape;
+        let Some(last) = shape.last_id else {
+            return;
+        };
+        if shape.message_len > self.landing_max_heap {
+            return;
+        }
+        let mut cur = self.open_cursor(last);
+        let mut next_taken = false;
+        while plan.len() < max {
+            let c = match cur {
+                Some(c) if c.frontier < c.len => c,
+                _ if next_taken => break,
+                _ => {
+                    next_taken = true;
+                    let Some(c) = self.next_cursor(last, &shape) else {
+                        break;
+                    };
+                    c
+                }
+            };
+            let Some(l) = next_landing(shape.first, shape.next, c.cnt, c.base, c.frontier, c.len)
+            else {
+                break;
+            };
+            plan.push(l);
+            cur = Some(Cursor {
+                frontier: c.frontier + l.len,
+                ..c
+            });
+        }
+    }
+
+    fn predicted(
+        &mut self,
         header: &[u8],
         packet_len: usize,
         landing: &Landing,
     ) -> Option<PacketFacts> {
-        if header.len() != landing.header_len
-            || packet_len <= header.len()
-            || packet_len - header.len() > landing.len
-        {
+        if !landing.fits(header.len(), packet_len) {
             return None;
         }
         let (p, payload_start) = Packet::parse_head(header, packet_len).ok()?;
@@ -250,12 +189,7 @@ impl Reassembler {
         })
     }
 
-    /// Accounts a packet whose header is `header` (scratch), whose facts
-    /// [`Reassembler::predicted`] gave for `landing`, and whose payload the receive put
-    /// at `landing.dest`: as [`Reassembler::push`] would, without the copy, when that is
-    /// where its bytes belong; [`Landed::Missed`] (nothing changed) otherwise. Heaps it
-    /// finishes go to `out`.
-    pub fn land(
+    fn land(
         &mut self,
         header: &[u8],
         facts: &PacketFacts,
@@ -263,12 +197,7 @@ impl Reassembler {
         out: &mut Emitted,
     ) -> Landed {
         // Cheap re-checks, so facts of another packet cannot be accounted here.
-        if !self.landing
-            || facts.payload.start != header.len()
-            || facts.message_id != landing.message_id
-            || facts.message_offset != landing.message_offset
-            || facts.payload.len() > landing.len
-        {
+        if !self.landing || !landing.is_for(header.len(), facts) {
             return Landed::Missed;
         }
         let Ok((p, _)) = Packet::parse_head(header, facts.payload.end) else {
@@ -285,37 +214,6 @@ impl Reassembler {
         }
         self.counts.packets += 1;
         Landed::Done(Flow::Continue)
-    }
-}
-
-impl LandingEngine for Reassembler {
-    type Output = Emitted;
-
-    fn expected_payload(&self) -> Option<usize> {
-        Reassembler::expected_payload(self)
-    }
-
-    fn plan(&mut self, max: usize, plan: &mut Vec<Landing>) {
-        Reassembler::plan(self, max, plan);
-    }
-
-    fn predicted(
-        &mut self,
-        header: &[u8],
-        packet_len: usize,
-        landing: &Landing,
-    ) -> Option<PacketFacts> {
-        Reassembler::predicted(self, header, packet_len, landing)
-    }
-
-    fn land(
-        &mut self,
-        header: &[u8],
-        facts: &PacketFacts,
-        landing: &Landing,
-        out: &mut Emitted,
-    ) -> Landed {
-        Reassembler::land(self, header, facts, landing, out)
     }
 
     /// The stream's end is a heap like any other here (its `stream_ctrl` says stop):

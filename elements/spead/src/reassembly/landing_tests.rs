@@ -4,7 +4,8 @@
 //! orderly and on perturbed streams, and must never account a payload that is not where
 //! it belongs.
 
-use firehose_core::landing::{Landed, Landing, LandingEngine};
+use firehose_core::landing::{receive_simulated, Landed, Landing, LandingEngine};
+use firehose_core::testing::Xorshift;
 
 use super::*;
 use crate::heap::ItemValue;
@@ -36,17 +37,6 @@ fn items(cnt: u64, n: usize) -> Vec<(u64, Val)> {
     ]
 }
 
-/// A packet as the "kernel" left it: header, what went to the landing, the rest.
-fn read_back(head: &[u8], landing: &Option<(Landing, usize)>, rest: &[u8]) -> Vec<u8> {
-    let mut whole = head.to_vec();
-    if let Some((l, n)) = landing {
-        // SAFETY: the landing points at `l.len >= n` bytes of the engine's pool.
-        whole.extend_from_slice(unsafe { std::slice::from_raw_parts(l.dest, *n) });
-    }
-    whole.extend_from_slice(rest);
-    whole
-}
-
 /// Feeds `packets` as a host receiving into landings does, `batch` at a time (the
 /// batch's index is the stamp); returns the heaps and how many packets landed.
 fn run_direct(e: &mut Reassembler, packets: &[Vec<u8>], batch: usize) -> (Vec<Heap>, usize) {
@@ -55,51 +45,7 @@ fn run_direct(e: &mut Reassembler, packets: &[Vec<u8>], batch: usize) -> (Vec<He
     let mut landed = 0;
     for (g, group) in packets.chunks(batch).enumerate() {
         out.stamp = Some(g as u64);
-        e.plan(group.len(), &mut plan);
-        let mut received = Vec::new();
-        for (k, p) in group.iter().enumerate() {
-            match plan.get(k) {
-                Some(l) => {
-                    let h = l.header_len.min(p.len());
-                    let n = l.len.min(p.len() - h);
-                    // SAFETY: the landing points at `l.len` bytes of the engine's pool.
-                    unsafe { std::ptr::copy_nonoverlapping(p[h..].as_ptr(), l.dest, n) };
-                    received.push((p[..h].to_vec(), Some((*l, n)), p[h + n..].to_vec()));
-                }
-                None => received.push((p.clone(), None, Vec::new())),
-            }
-        }
-        // Pass one: which landed as predicted; every other one is read back now.
-        let mut taken = Vec::new();
-        for (head, landing, rest) in &received {
-            let len = head.len() + landing.map_or(0, |(_, n)| n) + rest.len();
-            match landing {
-                Some((l, _)) if rest.is_empty() => match e.predicted(head, len, l) {
-                    Some(facts) => taken.push((head.clone(), len, Some((*l, facts)))),
-                    None => taken.push((read_back(head, landing, rest), len, None)),
-                },
-                _ => taken.push((read_back(head, landing, rest), len, None)),
-            }
-        }
-        // Pass two, in order.
-        for (bytes, len, landing) in taken {
-            match landing {
-                Some((l, facts)) => match e.land(&bytes, &facts, &l, &mut out) {
-                    Landed::Done(_) => landed += 1,
-                    Landed::Missed => {
-                        let mut whole = bytes.clone();
-                        // SAFETY: as above.
-                        whole.extend_from_slice(unsafe {
-                            std::slice::from_raw_parts(l.dest, len - bytes.len())
-                        });
-                        LandingEngine::push(e, &whole, &mut out);
-                    }
-                },
-                None => {
-                    LandingEngine::push(e, &bytes, &mut out);
-                }
-            }
-        }
+        landed += receive_simulated(e, group, &mut plan, &mut out);
     }
     e.flush(&mut |h| out.heaps.push(h));
     (out.heaps, landed)
@@ -166,26 +112,10 @@ fn an_orderly_stream_lands_without_copies_and_matches_push() {
     );
 }
 
-/// xorshift, so the perturbed streams are the same on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
-
 /// Loss, duplicates, swaps, odd headers mid-heap, other heap lengths, cnt jumps,
 /// single-packet heaps and a stop heap: every wrong guess must be caught.
 fn perturbed(seed: u64) -> Vec<Vec<u8>> {
-    let mut rng = Rng(seed);
+    let mut rng = Xorshift(seed);
     let mut packets = Vec::new();
     let mut cnt = 1;
     for _ in 0..40 {
@@ -213,7 +143,11 @@ fn perturbed(seed: u64) -> Vec<Vec<u8>> {
             }
             packets.push(p);
         }
-        cnt += if rng.chance(8) { 1 + rng.next() % 5 } else { 1 };
+        cnt += if rng.chance(8) {
+            1 + rng.next_u64() % 5
+        } else {
+            1
+        };
     }
     for i in 1..packets.len() {
         if rng.chance(5) {

@@ -67,12 +67,12 @@ use firehose_core::{HugepagePolicy, MemoryKind, PoolStats, RegionError, Slot};
 
 use self::entry::{per_packet, Added, Limits, Payload, MAX_HEAP_ITEMS};
 use self::finish::{whole, zero_gaps, Descriptors, Parts};
-use self::landing::Shape;
 use self::pools::Pools;
 use self::window::Substream;
 use crate::descriptor::Descriptor;
 use crate::heap::HeapInfo;
 use crate::wire::{ctrl, Packet};
+use firehose_core::landing::Shape;
 
 pub use self::landing::Emitted;
 pub use self::pools::{class_sizes, ARENA_SLOT, ARENA_SLOTS, SMALLEST_CLASS};
@@ -297,7 +297,7 @@ impl Reassembler {
             let e = &mut self.subs[s].entries[i];
             match e.add(p, payload, &self.limits, &self.pools, &mut self.counts) {
                 Added::Missed => return false,
-                Added::Accepted => self.shape.learn(p, header_len, len),
+                Added::Accepted => self.learn(p, header_len, len),
                 Added::Dropped => {}
             }
             if self.subs[s].entries[i].is_complete() {
@@ -371,7 +371,7 @@ impl Reassembler {
         let e = &mut self.subs[s].entries[i];
         e.start(p, self.seq, stamp, slot);
         if e.add(p, payload, &self.limits, &self.pools, &mut self.counts) == Added::Accepted {
-            self.shape.learn(p, header_len, len);
+            self.learn(p, header_len, len);
         }
         let e = &mut self.subs[s].entries[i];
         if e.is_complete() {
@@ -382,6 +382,18 @@ impl Reassembler {
             e.slot = None;
         }
         true
+    }
+
+    /// Learns the stream's shape from a packet just accepted into a heap of the window.
+    fn learn(&mut self, p: &Packet<'_>, header_len: usize, len: usize) {
+        let heap_length = p.heap_length.map(|l| l as usize);
+        self.shape.learn(
+            p.heap_cnt,
+            p.payload_offset as usize,
+            header_len,
+            len,
+            heap_length,
+        );
     }
 
     /// Ends every heap under construction (end of stream), oldest first, through the
