@@ -97,20 +97,66 @@ impl Shape {
     }
 }
 
-/// The landing of the packet at byte `frontier` of message `message_id` (`len` bytes, its
-/// memory at `base`), guessed from the (header, payload) lengths learnt for a message's
-/// first packet (`first`) and for its later full ones (`next`; 0 where not seen yet).
+/// Where an engine's next prediction goes: a message's memory, and how far the message
+/// is received or predicted.
+#[derive(Clone, Copy, Debug)]
+pub struct Cursor {
+    /// The message.
+    pub message_id: u64,
+    /// Start of its memory.
+    pub base: *mut u8,
+    /// Bytes of it received or predicted so far.
+    pub frontier: usize,
+    /// Its length.
+    pub len: usize,
+}
+
+/// Fills `plan` with up to `max` landings: the rest of `open` (the message being
+/// received, if any), then the messages `next` gives, each asked for with the id of the
+/// one before (the stream's last message first); every packet guessed from `shape`.
+/// Stops where nothing can be guessed.
+pub fn fill_plan(
+    max: usize,
+    plan: &mut Vec<Landing>,
+    shape: &Shape,
+    open: Option<Cursor>,
+    mut next: impl FnMut(u64) -> Option<Cursor>,
+) {
+    let Some(last) = shape.last_id else {
+        return;
+    };
+    let mut cur = open;
+    while plan.len() < max {
+        let c = match cur {
+            Some(c) if c.frontier < c.len => c,
+            _ => match next(cur.map_or(last, |c| c.message_id)) {
+                Some(c) => c,
+                None => break,
+            },
+        };
+        let Some(l) = next_landing(shape, c) else {
+            break;
+        };
+        plan.push(l);
+        cur = Some(Cursor {
+            frontier: c.frontier + l.len,
+            ..c
+        });
+    }
+}
+
+/// The landing of the packet at `c`'s frontier, guessed from the (header, payload)
+/// lengths `shape` learnt for a message's first packet and for its later full ones.
 /// `None` where nothing can be guessed, or the message is full.
-pub fn next_landing(
-    first: (usize, usize),
-    next: (usize, usize),
-    message_id: u64,
-    base: *mut u8,
-    frontier: usize,
-    len: usize,
-) -> Option<Landing> {
+fn next_landing(shape: &Shape, c: Cursor) -> Option<Landing> {
+    let Cursor {
+        message_id,
+        base,
+        frontier,
+        len,
+    } = c;
     // Until both kinds of packet have been seen, guess one like the other.
-    let (header_len, payload) = match (frontier == 0, first, next) {
+    let (header_len, payload) = match (frontier == 0, shape.first, shape.next) {
         (true, (0, _), next) => next,
         (true, first, _) => first,
         (false, first, (0, _)) => first,

@@ -19,21 +19,10 @@
 //! spead2 sends them).
 
 use crate::handler::{PacketFacts, Placement};
-use crate::landing::{next_landing, Landed, Landing, LandingEngine, Shape};
+use crate::landing::{fill_plan, Cursor, Landed, Landing, LandingEngine, Shape};
 
 use super::table::Route;
 use super::{ChunkAssembler, FinishedChunk, Flow, SlotStatus};
-
-/// The next prediction's position: a slot's memory and how far it is filled.
-#[derive(Clone, Copy)]
-struct Cursor {
-    message_id: u64,
-    /// Start of the slot in chunk memory.
-    base: *mut u8,
-    /// Bytes of the message predicted or written so far.
-    frontier: usize,
-    len: usize,
-}
 
 impl ChunkAssembler {
     /// True when payloads are received straight into chunks: the handler allows it
@@ -156,34 +145,10 @@ impl LandingEngine for ChunkAssembler {
         let Some(last) = shape.last_id else {
             return;
         };
-        let mut cur = self.open_cursor(last);
-        while plan.len() < max {
-            let c = match cur {
-                Some(c) if c.frontier < c.len => c,
-                _ => {
-                    let prev = cur.map_or(last, |c| c.message_id);
-                    let Some(c) = self.next_cursor(prev, &shape) else {
-                        break;
-                    };
-                    c
-                }
-            };
-            let Some(l) = next_landing(
-                shape.first,
-                shape.next,
-                c.message_id,
-                c.base,
-                c.frontier,
-                c.len,
-            ) else {
-                break;
-            };
-            plan.push(l);
-            cur = Some(Cursor {
-                frontier: c.frontier + l.len,
-                ..c
-            });
-        }
+        let open = self.open_cursor(last);
+        fill_plan(max, plan, &shape, open, |prev| {
+            self.next_cursor(prev, &shape)
+        });
     }
 
     fn predicted(

@@ -103,6 +103,9 @@ struct State {
     timer: StatsTimer,
     output: Output,
     when_full: WhenFull,
+    /// The element after this one, if it takes datagrams from the socket itself
+    /// ([`crate::lend`]): asked on the first receive (outer `None`: not asked yet).
+    lender: Option<Option<Lender>>,
 }
 
 #[derive(Default)]
@@ -115,9 +118,6 @@ pub struct UdpSrc {
     kernel_drops: Counter,
     flushing: AtomicBool,
     counters: Counters,
-    /// The element after this one, if it takes datagrams from the socket itself
-    /// ([`crate::lend`]): asked once per start (outer `None`: not asked yet).
-    lender: Mutex<Option<Option<Lender>>>,
 }
 
 impl UdpSrc {
@@ -202,11 +202,17 @@ impl UdpSrc {
         gst::FlowError::Error
     }
 
-    /// The lender after this element, asked for on the first receive after start.
-    fn lender(&self) -> Option<Lender> {
-        lock(&self.lender)
-            .get_or_insert_with(|| lend::ask(self.obj().src_pad()))
-            .clone()
+    /// The lender right after this element, if it lends now: asked for on the first
+    /// receive after start, and only while it is still this element's peer.
+    fn lender(&self, state: &mut State) -> Option<Lender> {
+        let obj = self.obj();
+        let src = obj.src_pad();
+        state
+            .lender
+            .get_or_insert_with(|| lend::ask(src))
+            .as_ref()
+            .filter(|l| lend::lends_to(l, src))
+            .cloned()
     }
 
     /// Receives through `l` (the element after this one takes the datagrams straight
@@ -489,6 +495,7 @@ impl BaseSrcImpl for UdpSrc {
             timer: StatsTimer::new(s.stats_interval),
             output: s.output,
             when_full: s.when_full,
+            lender: None,
         });
         if port_changed {
             self.obj().notify("port");
@@ -501,7 +508,6 @@ impl BaseSrcImpl for UdpSrc {
             self.kernel_drops.set(state.rx.kernel_drops());
         }
         *lock(&self.waker) = None;
-        *lock(&self.lender) = None;
         // The pool stays reachable for the final `stats` read; slots still held
         // downstream keep its memory alive until they are dropped.
         Ok(())
@@ -551,8 +557,7 @@ impl PushSrcImpl for UdpSrc {
         let mut guard = lock(&self.state);
         let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
         if state.output == Output::Batch {
-            let src = self.obj().src_pad().clone();
-            if let Some(l) = self.lender().filter(|l| lend::lends_to(l, &src)) {
+            if let Some(l) = self.lender(state) {
                 if let Some(pts) = self.receive_lent(state, &l)? {
                     self.counters.batches.add(1);
                     if state.timer.due(Instant::now()) {

@@ -109,8 +109,19 @@ impl Mirror {
 
 /// The engine of the mode chosen at start.
 enum Engine {
-    Heaps(Reassembler),
+    Heaps(Heaps),
     Chunks(ChunkAssembler),
+}
+
+/// Heaps mode: the reassembler, and what receiving from `fhudpsrc`'s socket straight
+/// into heaps needs.
+struct Heaps {
+    engine: Reassembler,
+    /// The receive path (made on the first lent receive, for that socket's batch size;
+    /// boxed: most runs never make one).
+    direct: Option<Box<DirectReceiver>>,
+    /// Heaps lent receives finished, pushed with the next input buffer.
+    outbox: Vec<Heap>,
 }
 
 struct State {
@@ -122,11 +133,6 @@ struct State {
     /// A stop heap became EOS: refuse input until a flush.
     ended: bool,
     memory: &'static str,
-    /// Receiving from `fhudpsrc`'s socket straight into heaps (made on the first lent
-    /// receive, for that socket's batch size).
-    direct: Option<DirectReceiver>,
-    /// Heaps lent receives finished, pushed with the next input buffer.
-    outbox: Vec<Heap>,
 }
 
 /// What one chain call produced, pushed after the engine lock is released.
@@ -220,8 +226,8 @@ impl SpeadDepay {
         }
         let mut out = Output::default();
         let stop_is_eos = state.stop_is_eos;
-        let engine = match &mut state.engine {
-            Engine::Heaps(engine) => engine,
+        let Heaps { engine, outbox, .. } = match &mut state.engine {
+            Engine::Heaps(h) => h,
             Engine::Chunks(engine) => {
                 let mut chunks = Vec::new();
                 for buf in buffers {
@@ -239,7 +245,7 @@ impl SpeadDepay {
             }
         };
         // Heaps that lent receives finished came before this buffer.
-        for h in state.outbox.drain(..) {
+        for h in outbox.drain(..) {
             out.take(h, stop_is_eos);
         }
         let mut emit = |h: Heap| out.take(h, stop_is_eos);
@@ -308,9 +314,9 @@ impl SpeadDepay {
                 return true;
             }
             match &mut state.engine {
-                Engine::Heaps(engine) => {
+                Engine::Heaps(Heaps { engine, outbox, .. }) => {
                     let stop_is_eos = state.stop_is_eos;
-                    for h in state.outbox.drain(..) {
+                    for h in outbox.drain(..) {
                         out.take(h, stop_is_eos);
                     }
                     engine.flush(&mut |h| out.take(h, stop_is_eos));
@@ -360,9 +366,9 @@ impl SpeadDepay {
             gst::EventView::FlushStop(_) => {
                 if let Some(state) = lock(&self.state).as_mut() {
                     match &mut state.engine {
-                        Engine::Heaps(engine) => {
+                        Engine::Heaps(Heaps { engine, outbox, .. }) => {
                             engine.reset();
-                            state.outbox.clear();
+                            outbox.clear();
                             self.mirror.update(engine);
                         }
                         Engine::Chunks(engine) => engine.reset(),
@@ -422,14 +428,16 @@ impl SpeadDepay {
         self.mirror.update(&engine);
         *lock(&self.memory) = Some(memory);
         *lock(&self.state) = Some(State {
-            engine: Engine::Heaps(engine),
+            engine: Engine::Heaps(Heaps {
+                engine,
+                direct: None,
+                outbox: Vec::new(),
+            }),
             caps: gst::Caps::new_empty_simple(fcaps::SPEAD_HEAP),
             timer: StatsTimer::new(s.stats_interval),
             stop_is_eos: s.stop_is_eos,
             ended: false,
             memory,
-            direct: None,
-            outbox: Vec::new(),
         });
         Ok(())
     }
@@ -463,8 +471,6 @@ impl SpeadDepay {
             stop_is_eos: s.stop_is_eos,
             ended: false,
             memory,
-            direct: None,
-            outbox: Vec::new(),
         });
         Ok(())
     }
@@ -474,7 +480,7 @@ impl SpeadDepay {
             // Heaps and chunks still queued downstream keep their pool memory alive
             // until dropped.
             match &state.engine {
-                Engine::Heaps(engine) => self.mirror.update(engine),
+                Engine::Heaps(h) => self.mirror.update(&h.engine),
                 Engine::Chunks(engine) => self.chunk_mirror.update(&engine.stats()),
             }
             gst::debug!(CAT, imp = self, "stopped ({} memory)", state.memory);
@@ -503,7 +509,7 @@ impl SpeadDepay {
     fn lender(&self) -> Option<Lender> {
         let guard = lock(&self.state);
         match &guard.as_ref()?.engine {
-            Engine::Heaps(e) if e.lands_directly() => Some(Lender {
+            Engine::Heaps(h) if h.engine.lands_directly() => Some(Lender {
                 lender: Arc::new(DepayLender(self.obj().downgrade())),
                 pad: self.sinkpad.clone(),
             }),
@@ -523,7 +529,12 @@ impl SpeadDepay {
         let Some(state) = guard.as_mut() else {
             return Ok(None);
         };
-        let Engine::Heaps(engine) = &mut state.engine else {
+        let Engine::Heaps(Heaps {
+            engine,
+            direct,
+            outbox,
+        }) = &mut state.engine
+        else {
             return Ok(None);
         };
         // Where landing does not pay (small payloads, large heaps: the rules of
@@ -534,19 +545,17 @@ impl SpeadDepay {
         if state.ended || small || !engine.heaps_fit_landing() {
             return Ok(None);
         }
-        let direct = state
-            .direct
-            .get_or_insert_with(|| DirectReceiver::new(rx.batch_len()));
+        let direct = direct.get_or_insert_with(|| Box::new(DirectReceiver::new(rx.batch_len())));
         let before = direct.counts();
         let mut out = Emitted {
-            heaps: std::mem::take(&mut state.outbox),
+            heaps: std::mem::take(outbox),
             stamp,
         };
         let r = direct.recv(rx, engine, &mut out, false);
-        state.outbox = out.heaps;
+        *outbox = out.heaps;
         r?;
+        // The engine's counts are mirrored when the empty batch that follows arrives.
         let after = direct.counts();
-        self.mirror.update(engine);
         self.mirror.update_direct(&after);
         Ok(Some(RecvCounts {
             packets: after.datagrams - before.datagrams,

@@ -18,7 +18,7 @@
 
 use firehose_core::chunk::Flow;
 use firehose_core::handler::PacketFacts;
-use firehose_core::landing::{next_landing, Landed, Landing, LandingEngine, Shape};
+use firehose_core::landing::{fill_plan, Cursor, Landed, Landing, LandingEngine, Shape};
 
 use super::entry::Payload;
 use super::{Heap, Reassembler};
@@ -32,17 +32,6 @@ pub struct Emitted {
     pub heaps: Vec<Heap>,
     /// Stamp remembered for heaps that start now (e.g. the receive time).
     pub stamp: Option<u64>,
-}
-
-/// The next prediction's position: a heap's memory and how far it is filled.
-#[derive(Clone, Copy)]
-struct Cursor {
-    cnt: u64,
-    /// Start of the heap's payload memory.
-    base: *mut u8,
-    /// Bytes of the heap predicted or received so far.
-    frontier: usize,
-    len: usize,
 }
 
 impl Reassembler {
@@ -82,7 +71,7 @@ impl Reassembler {
             return None;
         }
         Some(Cursor {
-            cnt,
+            message_id: cnt,
             base: slot.as_mut_full().as_mut_ptr(),
             frontier: extent,
             len,
@@ -113,7 +102,7 @@ impl Reassembler {
         }
         let (_, slot) = self.reserved.as_mut()?;
         Some(Cursor {
-            cnt,
+            message_id: cnt,
             base: slot.as_mut_full().as_mut_ptr(),
             frontier: 0,
             len,
@@ -141,30 +130,13 @@ impl LandingEngine for Reassembler {
         if shape.message_len > self.landing_max_heap {
             return;
         }
-        let mut cur = self.open_cursor(last);
-        let mut next_taken = false;
-        while plan.len() < max {
-            let c = match cur {
-                Some(c) if c.frontier < c.len => c,
-                _ if next_taken => break,
-                _ => {
-                    next_taken = true;
-                    let Some(c) = self.next_cursor(last, &shape) else {
-                        break;
-                    };
-                    c
-                }
-            };
-            let Some(l) = next_landing(shape.first, shape.next, c.cnt, c.base, c.frontier, c.len)
-            else {
-                break;
-            };
-            plan.push(l);
-            cur = Some(Cursor {
-                frontier: c.frontier + l.len,
-                ..c
-            });
-        }
+        let open = self.open_cursor(last);
+        // One heap ahead: its slot is the one reserved.
+        fill_plan(max, plan, &shape, open, |prev| {
+            (prev == last)
+                .then(|| self.next_cursor(last, &shape))
+                .flatten()
+        });
     }
 
     fn predicted(
