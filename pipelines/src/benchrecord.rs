@@ -1,13 +1,17 @@
 //! `firehose bench record`: sustained write throughput of `fhrecordsink` (raw and pcap)
-//! against `fio` sequential `O_DIRECT` writes of the same block size on the same
-//! filesystem, and against GStreamer's `filesink`, in one invocation.
+//! against the disk's ceiling, `fio` sequential `O_DIRECT` writes with `libaio` and
+//! several writes in flight at the same block size on the same filesystem, with GStreamer's
+//! `filesink` as a labelled reference, in one invocation.
 //!
-//! Every writer writes the same number of bytes into a fresh file in `--dir`, one after
-//! the other, `--repeat` times each (the best run is reported: the question is what
-//! each can sustain, and a shared VM only ever makes a run slower). The Firehose and
-//! filesink runs are fed by `fhtestsrc` (packet batches, as from a capture) in this
-//! process; time runs from PLAYING to the EOS message, and then to the end of an
-//! `fsync` of the file, so page-cache writers are timed until their data is on disk too.
+//! Every writer writes the same number of bytes into a fresh file in `--dir`; the writers
+//! take turns, round after round (`--repeat`), and each is reported as the median and
+//! range of its rounds. Ratios to fio are taken within a round (a writer against the fio
+//! run just before it), since a shared VM's disk drifts by tens of per cent over minutes,
+//! and the headline is the median of those ratios. The Firehose and filesink runs are fed
+//! by `fhtestsrc` (packet batches, as from a capture) in this process; each pipeline is
+//! brought to PAUSED first (files opened, queues allocated: fio's job setup is not timed
+//! either), and time runs from PLAYING to EOS and then to the end of an `fsync` of the
+//! file, so page-cache writers are timed until their data is on disk too.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -15,6 +19,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use firehose_core::stats::names;
+
+use gst::prelude::*;
 
 use crate::args::{parse_si, Args};
 use crate::launch::{EXIT_ERROR, EXIT_OK, EXIT_USAGE};
@@ -105,7 +111,20 @@ pub fn cmd(mut args: Args) -> i32 {
     run(&o)
 }
 
-/// One writer's best run.
+/// Writes fio keeps in flight (`--iodepth`): enough to keep the device busy between
+/// completions, as a recorder with a queue of blocks could.
+pub const FIO_DEPTH: u32 = 4;
+
+/// The row name of fio as is (one buffer written again and again).
+const FIO: &str = "fio libaio";
+/// The row name of fio writing fresh data each time.
+const FIO_FRESH: &str = "fio libaio --refill_buffers";
+/// The row name of the page-cache reference.
+const FILESINK: &str = "filesink";
+/// What fhrecordsink must reach, as a share of fio's figure in the same round.
+pub const TARGET: f64 = 0.95;
+
+/// One run of one writer.
 #[derive(Debug, Clone)]
 pub struct Row {
     /// What wrote.
@@ -133,30 +152,27 @@ fn fsync_file(path: &Path) -> Result<Duration, String> {
     Ok(t.elapsed())
 }
 
-/// The name of the fio run that writes fresh data each time.
-const FIO_FRESH: &str = "fio --refill_buffers";
+/// fio's arguments, for the run and for the report.
+fn fio_args(block_size: u64) -> String {
+    format!(
+        "--rw=write --direct=1 --ioengine=libaio --iodepth={FIO_DEPTH} --bs={block_size} \
+         --end_fsync=1"
+    )
+}
 
 /// Runs `fio` once; its bandwidth figure includes the end_fsync. By default fio writes
 /// the same buffer again and again (still in the host's caches under a VM, which
 /// flatters it); with `fresh` it refills the buffer before each write, as a recorder
-/// writes new data every time.
+/// writes new data every time (which costs fio CPU time instead).
 fn run_fio(o: &Options, path: &Path, fresh: bool) -> Result<Row, String> {
     let mut cmd = Command::new("fio");
     if fresh {
         cmd.arg("--refill_buffers");
     }
     let out = cmd
-        .args([
-            "--name=seqwrite",
-            "--rw=write",
-            "--direct=1",
-            "--ioengine=psync",
-            "--iodepth=1",
-            "--end_fsync=1",
-            "--output-format=json",
-        ])
+        .args(["--name=seqwrite", "--output-format=json"])
+        .args(fio_args(o.block_size).split_whitespace())
         .arg(format!("--filename={}", path.display()))
-        .arg(format!("--bs={}", o.block_size))
         .arg(format!("--size={}", o.bytes))
         .output()
         .map_err(|e| {
@@ -171,6 +187,18 @@ fn run_fio(o: &Options, path: &Path, fresh: bool) -> Result<Row, String> {
         ));
     }
     let json = String::from_utf8_lossy(&out.stdout);
+    let (bytes, bw) = parse_fio(&json)?;
+    let secs = bytes as f64 / bw.max(1.0);
+    Ok(Row {
+        writer: if fresh { FIO_FRESH } else { FIO }.into(),
+        bytes,
+        secs,
+        secs_on_disk: secs,
+    })
+}
+
+/// The job's written bytes and bandwidth (bytes/s) from fio's JSON output.
+fn parse_fio(json: &str) -> Result<(u64, f64), String> {
     // The job's write statistics (not the `"rw" : "write"` option).
     let write = json
         .find("\"write\" : {")
@@ -187,15 +215,7 @@ fn run_fio(o: &Options, path: &Path, fresh: bool) -> Result<Row, String> {
             .and_then(|v| v.trim().parse().ok())
             .ok_or(format!("fio's {key} is not a number"))
     };
-    let bytes = num("io_bytes")? as u64;
-    let bw = num("bw_bytes")?;
-    let secs = bytes as f64 / bw.max(1.0);
-    Ok(Row {
-        writer: if fresh { FIO_FRESH } else { "fio" }.into(),
-        bytes,
-        secs,
-        secs_on_disk: secs,
-    })
+    Ok((num("io_bytes")? as u64, num("bw_bytes")?))
 }
 
 /// Runs one GStreamer writer; `sink` is the pipeline's tail (named `rec` for ours).
@@ -206,7 +226,21 @@ fn run_pipeline(o: &Options, writer: &str, sink: &str, path: &Path) -> Result<Ro
         "fhtestsrc packet-size={} batch-size={batch} num-packets={packets} ! {sink}",
         o.packet_size
     );
-    let mut session = Session::from_description(&desc)?;
+    let pipeline = crate::session::parse(&desc)?;
+    // Open the file and allocate the queues before the clock starts, as fio does its
+    // job setup before it counts.
+    let ready = pipeline
+        .set_state(gst::State::Paused)
+        .map_err(|_| format!("{writer}: the pipeline could not be paused"))
+        .and_then(|_| match pipeline.state(gst::ClockTime::from_seconds(30)) {
+            (Ok(_), gst::State::Paused, _) => Ok(()),
+            _ => Err(format!("{writer}: the pipeline did not reach PAUSED")),
+        });
+    let mut session = Session::new(pipeline);
+    if let Err(e) = ready {
+        session.stop();
+        return Err(e);
+    }
     let t = Instant::now();
     session.start()?;
     let end = session.wait_end(Duration::from_secs(600));
@@ -258,7 +292,7 @@ fn writers(o: &Options) -> Vec<(String, String, PathBuf)> {
         ("fhrecordsink format=raw".into(), rec("raw", &raw), raw),
         ("fhrecordsink format=pcap".into(), rec("pcap", &pcap), pcap),
         (
-            "filesink".into(),
+            FILESINK.into(),
             format!("filesink location={} sync=false", file.display()),
             file,
         ),
@@ -272,9 +306,85 @@ fn cleanup(path: &Path) {
     let _ = std::fs::remove_file(PathBuf::from(idx));
 }
 
-fn best(rows: Vec<Row>) -> Option<Row> {
-    rows.into_iter()
-        .max_by(|a, b| a.rate().total_cmp(&b.rate()))
+/// Median, smallest and largest of some values.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    /// The median (mean of the middle two for an even count).
+    pub median: f64,
+    /// The smallest.
+    pub min: f64,
+    /// The largest.
+    pub max: f64,
+}
+
+impl Spread {
+    /// `None` for no values.
+    pub fn of(values: &[f64]) -> Option<Self> {
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = match n {
+            0 => return None,
+            n if n % 2 == 1 => v[n / 2],
+            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        };
+        Some(Self {
+            median,
+            min: v[0],
+            max: v[n - 1],
+        })
+    }
+}
+
+/// One writer's rounds, summed up.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    /// What wrote.
+    pub writer: String,
+    /// Bytes in the file (of the first run).
+    pub bytes: u64,
+    /// Rounds completed.
+    pub runs: usize,
+    /// GB/s until on disk, over the rounds.
+    pub rate: Spread,
+    /// This writer's rate over fio's in the same round, over the rounds.
+    pub vs_fio: Option<Spread>,
+    /// The same against fio with `--refill_buffers`.
+    pub vs_fresh: Option<Spread>,
+    /// The same against filesink.
+    pub vs_filesink: Option<Spread>,
+}
+
+/// Sums up `runs[i]` (writer i's rounds, in order), each against the reference writers'
+/// run of the same round.
+pub fn summarize(runs: &[Vec<Row>]) -> Vec<Summary> {
+    let find = |name: &str| {
+        runs.iter()
+            .find(|r| r.first().is_some_and(|x| x.writer == name))
+    };
+    let per_round = |mine: &[Row], reference: Option<&Vec<Row>>| {
+        let r: Vec<f64> = mine
+            .iter()
+            .zip(reference?)
+            .map(|(a, b)| a.rate() / b.rate().max(1e-9))
+            .collect();
+        Spread::of(&r)
+    };
+    runs.iter()
+        .filter_map(|r| {
+            let first = r.first()?;
+            let rates: Vec<f64> = r.iter().map(|x| x.rate() / 1e9).collect();
+            Some(Summary {
+                writer: first.writer.clone(),
+                bytes: first.bytes,
+                runs: r.len(),
+                rate: Spread::of(&rates)?,
+                vs_fio: per_round(r, find(FIO)),
+                vs_fresh: per_round(r, find(FIO_FRESH)),
+                vs_filesink: per_round(r, find(FILESINK)),
+            })
+        })
+        .collect()
 }
 
 /// Runs the benchmark and prints (and maybe writes) the report; returns the exit status.
@@ -287,7 +397,7 @@ pub fn run(o: &Options) -> i32 {
         .dir
         .join(format!("firehose-bench-record-{}.fio", std::process::id()));
     let gst_writers = writers(o);
-    let mut names = vec!["fio".to_string(), FIO_FRESH.to_string()];
+    let mut names = vec![FIO.to_string(), FIO_FRESH.to_string()];
     names.extend(gst_writers.iter().map(|w| w.0.clone()));
     let mut runs: Vec<Vec<Row>> = vec![Vec::new(); names.len()];
     let mut failure = None;
@@ -320,13 +430,7 @@ pub fn run(o: &Options) -> i32 {
             }
         }
     }
-    let rows: Vec<(Row, f64)> = runs
-        .into_iter()
-        .filter_map(|r| {
-            let median = median(r.iter().map(Row::rate).collect());
-            best(r).map(|b| (b, median))
-        })
-        .collect();
+    let rows = summarize(&runs);
     let report = report(o, &rows, started.elapsed(), failure.as_deref());
     println!("{report}");
     if let Some(path) = &o.out {
@@ -344,15 +448,6 @@ pub fn run(o: &Options) -> i32 {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 fn filesystem(dir: &Path) -> String {
     Command::new("findmnt")
         .args(["-n", "-o", "FSTYPE,SOURCE", "-T"])
@@ -367,10 +462,68 @@ fn filesystem(dir: &Path) -> String {
         .unwrap_or_else(|| "unknown filesystem".into())
 }
 
+/// Physical memory in bytes (0 when unknown).
+fn mem_total() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Why these figures are not the disk's, or `None` when they are as good as this bench
+/// can make them.
+fn caveat(o: &Options, fs: &str) -> Option<String> {
+    if fs.starts_with("tmpfs") || fs.starts_with("ramfs") {
+        return Some(format!(
+            "**Not a disk measurement: {} is on {fs}, in memory.** Give --dir on the disk \
+             to be measured.",
+            o.dir.display()
+        ));
+    }
+    if o.quick {
+        return Some(format!(
+            "**--quick: not a disk measurement.** Each writer wrote {} MiB, {} round(s): \
+             the run checks that every writer works and that the report is produced. The \
+             writers are timed until the data is on the device as far as this machine can \
+             tell (O_DIRECT completion, or fsync for filesink), but a run this short is \
+             mostly start-up and a few hundred milliseconds of transfer, well within what \
+             a device's write cache (or, under a VM, the host's page cache) absorbs \
+             without reaching the medium. The ratios below are printed, not judged; for \
+             figures, run without --quick ({} MiB, {} rounds, more for a noisy disk).",
+            o.bytes >> 20,
+            o.repeat,
+            Options::default().bytes >> 20,
+            Options::default().repeat
+        ));
+    }
+    let mem = mem_total();
+    (mem > 0 && o.bytes < mem / 4).then(|| {
+        format!(
+            "Each run writes {} MiB, under a quarter of this machine's {} MiB of memory: \
+             the writers are timed until the data is on the device, but a VM host's page \
+             cache may hold that much; prefer --size of at least the guest's memory when \
+             the disk allows.",
+            o.bytes >> 20,
+            mem >> 20
+        )
+    })
+}
+
+fn fmt_ratio(s: Option<&Spread>) -> String {
+    s.map_or("-".into(), |s| {
+        format!("{:.2}× ({:.2}–{:.2})", s.median, s.min, s.max)
+    })
+}
+
 /// The markdown report.
-pub fn report(o: &Options, rows: &[(Row, f64)], took: Duration, failure: Option<&str>) -> String {
+pub fn report(o: &Options, rows: &[Summary], took: Duration, failure: Option<&str>) -> String {
     let mut r = String::new();
     let cmd: Vec<String> = std::env::args().collect();
+    let fs = filesystem(&o.dir);
     let _ = writeln!(r, "## firehose bench record — {}\n", sys::utc_now());
     let _ = writeln!(r, "- command: `{}`", cmd.join(" "));
     let _ = writeln!(
@@ -380,13 +533,15 @@ pub fn report(o: &Options, rows: &[(Row, f64)], took: Duration, failure: Option<
         sys::cpus(),
         gst::version_string(),
         o.dir.display(),
-        filesystem(&o.dir),
+        fs,
         took.as_secs_f64()
     );
     let _ = writeln!(
         r,
-        "- each writer writes {} MiB into a new file, {} round(s) taking turns; best and \
-         median of the rounds; block size {} KiB; GStreamer writers are fed \
+        "- each writer writes {} MiB into a new file, {} round(s), the writers taking \
+         turns; GB/s is the median of the rounds with their range; a ratio is taken \
+         within each round (against the reference's run of the same round) and given as \
+         the median with its range; block size {} KiB; GStreamer writers are fed \
          `fhtestsrc packet-size={}` batches of 1 MiB",
         o.bytes >> 20,
         o.repeat,
@@ -395,66 +550,63 @@ pub fn report(o: &Options, rows: &[(Row, f64)], took: Duration, failure: Option<
     );
     let _ = writeln!(
         r,
-        "- fio: `--rw=write --direct=1 --ioengine=psync --bs={} --end_fsync=1` (its bw figure), \
-         as is (one buffer written again and again) and with `--refill_buffers` (new data \
-         for every write, as a recorder has); \
-         fhrecordsink: `block-size={} when-full=block` (O_DIRECT); filesink: `sync=false`. \
-         GB/s = bytes in the file / time until on disk (PLAYING → EOS → fsync of the file)\n",
-        o.block_size, o.block_size
+        "- fio (the disk's ceiling): `{}` (its bw figure), as is (one buffer written \
+         again and again) and with `--refill_buffers` (new data for every write, as a \
+         recorder has, at a CPU cost to fio); fhrecordsink: `block-size={} when-full=block` \
+         (O_DIRECT); filesink (reference: the page cache): `sync=false`. GStreamer \
+         writers: GB/s = bytes in the file / time from PLAYING (after PAUSED: files open, \
+         queues allocated) through EOS to the end of an fsync of the file\n",
+        fio_args(o.block_size),
+        o.block_size
     );
+    let caveat = caveat(o, &fs);
+    if let Some(c) = &caveat {
+        let _ = writeln!(r, "{c}\n");
+    }
     if let Some(f) = failure {
         let _ = writeln!(r, "**Incomplete: {}**\n", f.replace('\n', " "));
     }
-    let fio = rows
-        .iter()
-        .find(|x| x.0.writer == "fio")
-        .map(|x| x.0.rate());
-    let fresh = rows
-        .iter()
-        .find(|x| x.0.writer == FIO_FRESH)
-        .map(|x| x.0.rate());
-    let filesink = rows
-        .iter()
-        .find(|x| x.0.writer == "filesink")
-        .map(|x| x.0.rate());
     let _ = writeln!(
         r,
-        "| writer | MiB written | s to EOS | s on disk | GB/s (best) | GB/s (median) | vs fio | vs fio fresh | vs filesink |"
+        "| writer | MiB written | rounds | GB/s median | GB/s range | vs {FIO} | vs fio fresh | vs filesink |"
     );
-    let _ = writeln!(r, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let ratio = |a: f64, b: Option<f64>| b.map_or("-".into(), |b| format!("{:.2}×", a / b));
-    for (x, median) in rows {
-        let _ = writeln!(
-            r,
-            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
-            x.writer,
-            x.bytes >> 20,
-            x.secs,
-            x.secs_on_disk,
-            x.rate() / 1e9,
-            median / 1e9,
-            ratio(x.rate(), fio),
-            ratio(x.rate(), fresh),
-            ratio(x.rate(), filesink)
-        );
-    }
-    r.push('\n');
-    for (x, _) in rows
-        .iter()
-        .filter(|x| x.0.writer.starts_with("fhrecordsink"))
-    {
-        let met = |v: Option<f64>, t: f64| match v {
-            Some(b) if x.rate() >= t * b => "met",
-            Some(_) => "**missed**",
-            None => "-",
+    let _ = writeln!(r, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    for x in rows {
+        let name = if x.writer == FILESINK {
+            format!("{FILESINK} (reference)")
+        } else {
+            x.writer.clone()
         };
         let _ = writeln!(
             r,
-            "- {}: ≥ 90 % of fio {} (of fio with fresh data {}), ≥ 2× filesink {}",
+            "| {} | {} | {} | {:.2} | {:.2}–{:.2} | {} | {} | {} |",
+            name,
+            x.bytes >> 20,
+            x.runs,
+            x.rate.median,
+            x.rate.min,
+            x.rate.max,
+            fmt_ratio(x.vs_fio.as_ref()),
+            fmt_ratio(x.vs_fresh.as_ref()),
+            fmt_ratio(x.vs_filesink.as_ref()),
+        );
+    }
+    r.push('\n');
+    let judged = !o.quick && caveat.as_deref().is_none_or(|c| !c.starts_with("**Not"));
+    for x in rows.iter().filter(|x| x.writer.starts_with("fhrecordsink")) {
+        let verdict = match (&x.vs_fio, judged) {
+            (None, _) => "-".to_string(),
+            (Some(_), false) => "not judged (see above)".to_string(),
+            (Some(s), true) if s.median >= TARGET => "met".to_string(),
+            (Some(_), true) => "**missed**".to_string(),
+        };
+        let _ = writeln!(
+            r,
+            "- {}: {} of {FIO} (median of per-round ratios), target ≥ {TARGET:.2}×: {verdict}; \
+             {} of fio with fresh data",
             x.writer,
-            met(fio, 0.9),
-            met(fresh, 0.9),
-            met(filesink, 2.0)
+            fmt_ratio(x.vs_fio.as_ref()),
+            fmt_ratio(x.vs_fresh.as_ref()),
         );
     }
     r
@@ -464,30 +616,118 @@ pub fn report(o: &Options, rows: &[(Row, f64)], took: Duration, failure: Option<
 mod tests {
     use super::*;
 
-    #[test]
-    fn report_has_ratios_and_verdicts() {
-        let row = |w: &str, secs: f64| Row {
+    fn row(w: &str, secs: f64) -> Row {
+        Row {
             writer: w.into(),
             bytes: 1 << 30,
             secs,
             secs_on_disk: secs,
-        };
-        let rows = vec![
-            (row("fio", 1.0), 1e9),
-            (row("fhrecordsink format=raw", 1.05), 1e9),
-            (row("fhrecordsink format=pcap", 2.0), 1e9),
-            (row("filesink", 3.0), 1e9),
+        }
+    }
+
+    #[test]
+    fn spread_is_median_and_range() {
+        let s = Spread::of(&[3.0, 1.0, 2.0]).unwrap();
+        assert_eq!((s.median, s.min, s.max), (2.0, 1.0, 3.0));
+        assert_eq!(Spread::of(&[4.0, 1.0]).unwrap().median, 2.5);
+        assert_eq!(Spread::of(&[]), None);
+    }
+
+    #[test]
+    fn ratios_are_taken_within_each_round() {
+        // fio is twice as fast in round 2; the recorder follows it: every per-round
+        // ratio is 0.9, although the ratio of the medians is not.
+        let runs = vec![
+            vec![row(FIO, 1.0), row(FIO, 0.5), row(FIO, 1.0)],
+            vec![
+                row(FIO_FRESH, 1.25),
+                row(FIO_FRESH, 1.25),
+                row(FIO_FRESH, 1.25),
+            ],
+            vec![
+                row("fhrecordsink format=raw", 1.0 / 0.9),
+                row("fhrecordsink format=raw", 0.5 / 0.9),
+                row("fhrecordsink format=raw", 1.0 / 0.9),
+            ],
         ];
-        let r = report(&Options::default(), &rows, Duration::from_secs(1), None);
-        assert!(r.contains("| fio | 1024 |"), "{r}");
-        assert!(r.contains("| 1.02 | 1.00 | 0.95× | - | 2.86× |"), "{r}");
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        let s = summarize(&runs);
+        assert_eq!(s.len(), 3);
+        let raw = &s[2].vs_fio.unwrap();
+        assert!((raw.median - 0.9).abs() < 1e-9 && (raw.max - 0.9).abs() < 1e-9);
+        assert_eq!(s[2].runs, 3);
+        assert!(s[2].vs_filesink.is_none());
+    }
+
+    #[test]
+    fn report_has_medians_ranges_ratios_and_verdicts() {
+        let runs = vec![
+            vec![row(FIO, 1.0), row(FIO, 1.0), row(FIO, 1.0)],
+            vec![
+                row(FIO_FRESH, 1.0),
+                row(FIO_FRESH, 1.1),
+                row(FIO_FRESH, 1.2),
+            ],
+            vec![
+                row("fhrecordsink format=raw", 1.02),
+                row("fhrecordsink format=raw", 1.04),
+                row("fhrecordsink format=raw", 1.0),
+            ],
+            vec![
+                row("fhrecordsink format=pcap", 1.2),
+                row("fhrecordsink format=pcap", 1.25),
+                row("fhrecordsink format=pcap", 1.3),
+            ],
+            vec![row(FILESINK, 3.0), row(FILESINK, 3.0), row(FILESINK, 3.0)],
+        ];
+        let o = Options {
+            bytes: 64 << 30,
+            ..Options::default()
+        };
+        let r = report(&o, &summarize(&runs), Duration::from_secs(1), None);
+        assert!(
+            r.contains("| fio libaio | 1024 | 3 | 1.07 | 1.07–1.07 | 1.00× (1.00–1.00) |"),
+            "{r}"
+        );
         assert!(
             r.contains(
-                "format=raw: ≥ 90 % of fio met (of fio with fresh data -), ≥ 2× filesink met"
+                "| fhrecordsink format=raw | 1024 | 3 | 1.05 | 1.03–1.07 | 0.98× (0.96–1.00) |"
             ),
             "{r}"
         );
-        assert!(r.contains("format=pcap: ≥ 90 % of fio **missed**"), "{r}");
+        assert!(r.contains("| filesink (reference) | 1024 | 3 |"), "{r}");
+        assert!(r.contains("--ioengine=libaio --iodepth=4"), "{r}");
+        assert!(
+            r.contains("format=raw: 0.98× (0.96–1.00) of fio libaio (median of per-round ratios), target ≥ 0.95×: met"),
+            "{r}"
+        );
+        assert!(r.contains("format=pcap: 0.80× (0.77–0.83)"), "{r}");
+        assert!(r.contains("0.95×: **missed**"), "{r}");
+        assert!(!r.contains("not a disk measurement"), "{r}");
+    }
+
+    #[test]
+    fn quick_reports_say_they_are_not_disk_figures_and_judge_nothing() {
+        let runs = vec![
+            vec![row(FIO, 1.0)],
+            vec![row("fhrecordsink format=raw", 2.0)],
+        ];
+        let o = Options {
+            quick: true,
+            bytes: 64 << 20,
+            ..Options::default()
+        };
+        let r = report(&o, &summarize(&runs), Duration::from_secs(1), None);
+        assert!(r.contains("**--quick: not a disk measurement.**"), "{r}");
+        assert!(r.contains("target ≥ 0.95×: not judged"), "{r}");
+    }
+
+    #[test]
+    fn fio_json_gives_bytes_and_bandwidth() {
+        let json = r#"{"jobs" : [ { "jobname" : "seqwrite", "job options" : { "rw" : "write" },
+            "read" : { "io_bytes" : 0, "bw_bytes" : 0 },
+            "write" : { "io_bytes" : 4294967296, "io_kbytes" : 4194304, "bw_bytes" : 2147483648,
+            "bw" : 2097152 } } ] }"#;
+        assert_eq!(parse_fio(json), Ok((4 << 30, 2147483648.0)));
+        assert!(parse_fio("{}").is_err());
     }
 }

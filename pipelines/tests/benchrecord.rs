@@ -1,5 +1,7 @@
-//! `firehose bench record --quick`: fio, fhrecordsink (raw, pcap) and filesink all run
-//! on one filesystem and the report has their rows, ratios and verdicts.
+//! `firehose bench record --quick`: fio (libaio, as is and with fresh data),
+//! fhrecordsink (raw, pcap) and filesink all run on one filesystem, and the report has
+//! their rows with medians, ranges and ratios, and says that a quick run is no disk
+//! measurement.
 
 mod common;
 
@@ -36,12 +38,13 @@ fn quick_record_bench_produces_a_table() {
     assert!(out.stdout.contains(report.trim()), "{}", out.all());
     assert!(report.contains("- command: `"), "{report}");
     assert!(report.contains("bench record --quick"), "{report}");
+    assert!(report.contains("--ioengine=libaio --iodepth=4"), "{report}");
     for writer in [
-        "fio",
-        "fio --refill_buffers",
+        "fio libaio",
+        "fio libaio --refill_buffers",
         "fhrecordsink format=raw",
         "fhrecordsink format=pcap",
-        "filesink",
+        "filesink (reference)",
     ] {
         let row = report
             .lines()
@@ -49,10 +52,22 @@ fn quick_record_bench_produces_a_table() {
             .unwrap_or_else(|| panic!("no {writer} row\n{report}"));
         let cols: Vec<&str> = row.split('|').map(str::trim).collect();
         assert_eq!(cols[2], "64", "{row}");
-        let gbps: f64 = cols[5].parse().unwrap();
+        assert_eq!(cols[3], "1", "one round: {row}");
+        let gbps: f64 = cols[4].parse().unwrap();
         assert!(gbps > 0.0, "{row}");
+        assert!(
+            cols[6].ends_with(')') && cols[6].contains('×'),
+            "vs fio: {row}"
+        );
     }
-    assert!(report.contains("format=raw: ≥ 90 % of fio"), "{report}");
+    assert!(
+        report.contains("**--quick: not a disk measurement.**"),
+        "{report}"
+    );
+    assert!(
+        report.contains("format=raw: ") && report.contains("target ≥ 0.95×: not judged"),
+        "{report}"
+    );
     // Every file the bench wrote is gone: only the report is left.
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
     assert_eq!(left.len(), 1, "{left:?}");
