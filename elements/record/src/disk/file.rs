@@ -9,12 +9,21 @@
 //! Where the filesystem refuses `O_DIRECT` (`EINVAL` at open or at the first write, as
 //! ramfs and some FUSE filesystems do) the file is written through the page cache
 //! instead, and the caller is told once so it can warn.
+//!
+//! Blocks are written one at a time ([`DiskFile::write_block`]) or, once the file has
+//! taken a direct write, several at once by [`super::inflight`]: [`DiskFile::plan`]
+//! places a block and [`DiskFile::completed`] / [`DiskFile::failed`] account for it in
+//! file order. Writes in flight must lie inside the file's size: a write past the end
+//! of an ext4 file is synchronous and takes the inode lock exclusively, so only writes
+//! inside it overlap. [`DiskFile::plan`] therefore moves the size ahead of the data in
+//! steps (`ahead`), and [`DiskFile::finish`] cuts it back to the data.
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Alignment of `O_DIRECT` offsets, lengths and memory: the page size, a multiple of
 /// every logical block size in use (512 B or 4 KiB).
@@ -23,7 +32,8 @@ pub const ALIGN: usize = 4096;
 /// An open output file.
 #[derive(Debug)]
 pub struct DiskFile {
-    file: File,
+    /// Shared with the I/O threads that write blocks in flight.
+    file: Arc<File>,
     path: PathBuf,
     direct: bool,
     /// Where the next block goes: the real size, rounded up to ALIGN while direct.
@@ -36,6 +46,19 @@ pub struct DiskFile {
     prealloc_step: u64,
     /// End of the space reserved so far.
     prealloc_end: u64,
+    /// The file's size as set by [`DiskFile::plan`] (0: never moved ahead).
+    size_end: u64,
+}
+
+/// Where a block planned by [`DiskFile::plan`] goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placed {
+    /// File offset.
+    pub offset: u64,
+    /// Bytes to write (the data padded to [`ALIGN`]).
+    pub padded: usize,
+    /// Bytes of real data.
+    pub len: usize,
 }
 
 /// `O_DIRECT` was asked for but the filesystem refused it.
@@ -80,7 +103,7 @@ impl DiskFile {
         };
         Ok((
             Self {
-                file,
+                file: Arc::new(file),
                 path: path.to_owned(),
                 direct,
                 pos: 0,
@@ -88,6 +111,7 @@ impl DiskFile {
                 tail_written: false,
                 prealloc_step: preallocate.min(i64::MAX as u64 / 2),
                 prealloc_end: 0,
+                size_end: 0,
             },
             refused,
         ))
@@ -161,40 +185,19 @@ impl DiskFile {
         };
         block[len..padded].fill(0);
         self.preallocate_for(padded);
-        let mut done = 0usize;
-        while done < padded {
-            // SAFETY: writes bytes of `block`, which outlives the call; the offset is
-            // ours to choose.
-            let rc = unsafe {
-                libc::pwrite(
-                    self.file.as_raw_fd(),
-                    block[done..padded].as_ptr().cast(),
-                    padded - done,
-                    (self.pos + done as u64) as libc::off_t,
-                )
-            };
-            if rc < 0 {
-                let e = io::Error::last_os_error();
-                match e.raw_os_error() {
-                    Some(libc::EINTR) => continue,
-                    Some(libc::EINVAL) if self.direct && done == 0 => {
-                        self.set_buffered()?;
-                        refused = Some(DirectRefused {
-                            path: self.path.clone(),
-                        });
-                        return self.write_block(block, len).map(|_| refused);
-                    }
-                    _ => {
-                        self.cut_back(done.min(len) as u64);
-                        return Err(e);
-                    }
-                }
+        match write_at(&self.file, &block[..padded], self.pos) {
+            Ok(()) => {}
+            Err((0, e)) if self.direct && e.raw_os_error() == Some(libc::EINVAL) => {
+                self.set_buffered()?;
+                refused = Some(DirectRefused {
+                    path: self.path.clone(),
+                });
+                return self.write_block(block, len).map(|_| refused);
             }
-            if rc == 0 {
+            Err((done, e)) => {
                 self.cut_back(done.min(len) as u64);
-                return Err(io::Error::new(io::ErrorKind::WriteZero, "write returned 0"));
+                return Err(e);
             }
-            done += rc as usize;
         }
         self.pos += padded as u64;
         self.real += len as u64;
@@ -202,6 +205,63 @@ impl DiskFile {
             self.tail_written = true;
         }
         Ok(refused)
+    }
+
+    /// Whether blocks may now be written in flight: the file writes directly and has
+    /// taken a write (so `O_DIRECT` is known to be accepted) that was not its last.
+    pub fn can_overlap(&self) -> bool {
+        self.direct && self.pos > 0 && !self.tail_written
+    }
+
+    /// Places the next block (its first `len` bytes, padded with zeros in `block` to
+    /// [`ALIGN`]) for a write in flight, reserving disk space and moving the file's size
+    /// to at least `ahead` bytes past the block's end when the block would pass it. The
+    /// size moves in steps because moving it waits for the writes in flight.
+    /// Account for the write, in file order, with [`DiskFile::completed`] or
+    /// [`DiskFile::failed`].
+    pub fn plan(&mut self, block: &mut [u8], len: usize, ahead: u64) -> io::Result<Placed> {
+        if self.tail_written {
+            return Err(io::Error::other(
+                "internal: a block was written after the last one of the file",
+            ));
+        }
+        let padded = len.next_multiple_of(ALIGN).min(block.len());
+        block[len..padded].fill(0);
+        self.preallocate_for(padded);
+        let offset = self.pos;
+        let end = offset + padded as u64;
+        if end > self.size_end {
+            let size = end + ahead;
+            self.file.set_len(size)?;
+            self.size_end = size;
+        }
+        self.pos = end;
+        if !len.is_multiple_of(ALIGN) {
+            self.tail_written = true;
+        }
+        Ok(Placed {
+            offset,
+            padded,
+            len,
+        })
+    }
+
+    /// The file, for I/O threads to write planned blocks into.
+    pub fn shared(&self) -> Arc<File> {
+        self.file.clone()
+    }
+
+    /// A planned block is written (called in file order).
+    pub fn completed(&mut self, p: &Placed) {
+        debug_assert_eq!(p.offset, self.real.next_multiple_of(ALIGN as u64));
+        self.real += p.len as u64;
+    }
+
+    /// A planned block failed after `done` bytes (called in file order, every block
+    /// before it completed): the file keeps the data that reached it and nothing after,
+    /// whatever later blocks in flight did.
+    pub fn failed(&mut self, p: &Placed, done: usize) {
+        self.cut_back(done.min(p.len) as u64);
     }
 
     /// After a failed write: keep only whole data (no padding, nothing past it).
@@ -235,8 +295,9 @@ impl DiskFile {
     /// preallocated space) and, with
     /// `sync`, flushes it. The file is closed when this returns.
     pub fn finish(self, sync: bool) -> io::Result<u64> {
-        // Also when the size is right: truncating releases unused preallocated space.
-        if self.pos != self.real || self.prealloc_end > self.real {
+        // Also when the size is right: truncating releases unused preallocated space and
+        // the size moved ahead of the data for writes in flight.
+        if self.pos != self.real || self.prealloc_end > self.real || self.size_end > self.real {
             self.file.set_len(self.real)?;
         }
         if sync {
@@ -244,6 +305,26 @@ impl DiskFile {
         }
         Ok(self.real)
     }
+}
+
+/// Writes all of `buf` at `offset`, retrying interrupted and short writes; on failure
+/// returns how many bytes did reach the file.
+pub fn write_at(file: &File, buf: &[u8], offset: u64) -> Result<(), (usize, io::Error)> {
+    let mut done = 0usize;
+    while done < buf.len() {
+        match file.write_at(&buf[done..], offset + done as u64) {
+            Ok(0) => {
+                return Err((
+                    done,
+                    io::Error::new(io::ErrorKind::WriteZero, "write returned 0"),
+                ))
+            }
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err((done, e)),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

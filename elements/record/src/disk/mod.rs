@@ -3,6 +3,7 @@
 //! into pool blocks ([`stage`]) and file-name templates ([`name`]). No GStreamer types.
 
 pub mod file;
+pub mod inflight;
 pub mod name;
 pub mod stage;
 pub mod writer;

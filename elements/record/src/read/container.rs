@@ -213,6 +213,13 @@ impl<R: Read> CaptureReader<R> {
             return Ok(None);
         }
         let h = &self.buf[self.start..self.start + 16];
+        if h.iter().all(|&b| b == 0) {
+            // Not a record (no capture holds an empty frame at the epoch) but space
+            // never written: a recording killed with writes in flight (fhrecordsink
+            // io-depth above 1) ends so. The data ends here.
+            self.truncated();
+            return Ok(None);
+        }
         let sec = u64::from(u32_at(h, 0, swapped));
         let frac = u64::from(u32_at(h, 4, swapped));
         let caplen = u32_at(h, 8, swapped) as usize;
@@ -267,6 +274,11 @@ impl<R: Read> CaptureReader<R> {
             };
             let block_type = u32_at(b, 0, swapped);
             let len = u32_at(b, 4, swapped) as usize;
+            if block_type == 0 && len == 0 {
+                // Space never written (see next_pcap): the data ends here.
+                self.truncated();
+                return Ok(None);
+            }
             if len < 12 || !len.is_multiple_of(4) || len > MAX_RECORD {
                 self.counts.malformed += 1;
                 self.done = true;
@@ -472,6 +484,24 @@ mod tests {
         assert_eq!(recs_us[0].0, 1_000_007_000);
         let big_us = swap_pcap(us, 2, &[3, 1]);
         assert_eq!(collect(&big_us).0[0].0, 1_000_007_000);
+    }
+
+    #[test]
+    fn space_never_written_ends_the_data() {
+        // A pcap killed with writes in flight: whole records, then zeros.
+        let mut f = pcap_file_header(65535, 1).to_vec();
+        f.extend_from_slice(&pcap_record_header(1, 3, 3));
+        f.extend_from_slice(b"abc");
+        f.extend_from_slice(&[0u8; 4096]);
+        let (recs, counts) = collect(&f);
+        assert_eq!(recs.len(), 1);
+        assert_eq!(counts.truncated, 1);
+        assert_eq!(counts.malformed, 0);
+        // A real record at the epoch with a length is still a record.
+        let mut g = pcap_file_header(65535, 1).to_vec();
+        g.extend_from_slice(&pcap_record_header(0, 1, 1));
+        g.push(7);
+        assert_eq!(collect(&g).0.len(), 1);
     }
 
     #[test]

@@ -38,6 +38,9 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
 const DEFAULT_BLOCK_SIZE: u32 = 4 << 20;
 const DEFAULT_QUEUE_SIZE: u64 = 64 << 20;
 const DEFAULT_FSYNC_BYTES: u64 = 256 << 20;
+/// Direct writes in flight: as fio's `--iodepth=4`, enough to keep a device busy
+/// between completions (see `crate::disk::inflight`).
+const DEFAULT_IO_DEPTH: u32 = 4;
 /// Disk space reserved ahead of the write position: extents laid out before the data
 /// arrives make `O_DIRECT` writes about 10 % faster on ext4.
 const DEFAULT_PREALLOCATE: u64 = 256 << 20;
@@ -55,6 +58,7 @@ struct Settings {
     block_size: u32,
     queue_size: u64,
     direct: bool,
+    io_depth: u32,
     preallocate: u64,
     max_size: u64,
     max_duration: u64,
@@ -77,6 +81,7 @@ impl Default for Settings {
             block_size: DEFAULT_BLOCK_SIZE,
             queue_size: DEFAULT_QUEUE_SIZE,
             direct: true,
+            io_depth: DEFAULT_IO_DEPTH,
             preallocate: DEFAULT_PREALLOCATE,
             max_size: 0,
             max_duration: 0,
@@ -372,6 +377,8 @@ impl RecordSink {
                 preallocate: settings.preallocate,
                 fsync,
                 ring: settings.max_files,
+                // Never more writes in flight than blocks to fill: one is being staged.
+                depth: settings.io_depth.min(slots.saturating_sub(1).max(1) as u32),
             },
             // Every block plus its index message, and room for control commands.
             2 * slots + 16,
@@ -429,6 +436,7 @@ impl ObjectImpl for RecordSink {
             "block-size" => s.block_size = value.get().expect("type checked upstream"),
             "queue-size" => s.queue_size = value.get().expect("type checked upstream"),
             "direct" => s.direct = value.get().expect("type checked upstream"),
+            "io-depth" => s.io_depth = value.get().expect("type checked upstream"),
             "preallocate" => s.preallocate = value.get().expect("type checked upstream"),
             "max-size" => s.max_size = value.get().expect("type checked upstream"),
             "max-duration" => s.max_duration = value.get().expect("type checked upstream"),
@@ -456,6 +464,7 @@ impl ObjectImpl for RecordSink {
             "block-size" => s.block_size.to_value(),
             "queue-size" => s.queue_size.to_value(),
             "direct" => s.direct.to_value(),
+            "io-depth" => s.io_depth.to_value(),
             "preallocate" => s.preallocate.to_value(),
             "max-size" => s.max_size.to_value(),
             "max-duration" => s.max_duration.to_value(),

@@ -53,6 +53,14 @@ pub fn specs() -> Vec<glib::ParamSpec> {
             .default_value(true)
             .mutable_ready()
             .build(),
+        glib::ParamSpecUInt::builder("io-depth")
+            .nick("I/O depth")
+            .blurb("Direct block writes in flight at once (the file's size runs up to 2 x io-depth blocks ahead of the data while recording; 1 = one write at a time, and a killed recording's open file ends exactly at its last whole block)")
+            .minimum(1)
+            .maximum(64)
+            .default_value(4)
+            .mutable_ready()
+            .build(),
         glib::ParamSpecUInt64::builder("preallocate")
             .nick("Preallocate")
             .blurb("Bytes of disk reserved ahead of the write position with fallocate (file size unchanged; unused space released at close; 0 = none)")
