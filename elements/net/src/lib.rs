@@ -14,6 +14,7 @@
 use gst::glib;
 
 pub mod direct;
+pub mod groadapt;
 pub mod lend;
 pub mod recv;
 pub mod send;

@@ -15,6 +15,7 @@ use firehose_core::wake::{nap, wait_readable, Coalescer, Waker};
 use firehose_core::{PacketAddr, PacketInfo};
 use socket2::{Domain, Protocol, Socket, Type};
 
+use crate::groadapt::{Action as GroAction, GroAdapt, Mode as GroMode};
 use crate::sockaddr;
 
 /// Largest UDP payload the kernel can hand us in one (GRO-coalesced) datagram.
@@ -112,8 +113,17 @@ pub struct UdpReceiver {
     sock: Socket,
     waker: std::sync::Arc<Waker>,
     max_packet: usize,
-    per_msg: usize,
-    gro: bool,
+    /// Room per message while GRO may coalesce (a whole datagram), and the most
+    /// messages per batch then.
+    per_msg_gro: usize,
+    batch_gro: usize,
+    /// Room per message for one datagram, and the most messages per batch then.
+    per_msg_plain: usize,
+    batch_plain: usize,
+    /// Whether GRO pays for this stream, learned as it arrives.
+    adapt: GroAdapt,
+    /// A read found the socket queue empty since the last batch was learned from.
+    emptied: bool,
     msgs: Vec<libc::mmsghdr>,
     iovs: Vec<libc::iovec>,
     names: Vec<libc::sockaddr_storage>,
@@ -132,8 +142,8 @@ impl std::fmt::Debug for UdpReceiver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UdpReceiver")
             .field("local", &self.local_addr())
-            .field("per_msg", &self.per_msg)
-            .field("gro", &self.gro)
+            .field("per_msg", &self.per_msg())
+            .field("gro", &self.adapt.mode())
             .finish()
     }
 }
@@ -380,28 +390,34 @@ impl UdpReceiver {
         let max_packet = max_packet_size.clamp(1, MAX_DATAGRAM);
         // With GRO one message may carry many segments, up to a full 64 KiB datagram;
         // without it one byte more than the limit lets MSG_TRUNC flag oversize datagrams.
-        let per_msg = if report.gro {
-            MAX_DATAGRAM
-        } else {
-            (max_packet + 1).min(MAX_DATAGRAM)
-        };
+        // Which of the two applies is learned from the stream (`groadapt`).
+        let per_msg_gro = MAX_DATAGRAM;
+        let per_msg_plain = (max_packet + 1).min(MAX_DATAGRAM);
         // Why a byte limit: a downstream element that reads the payload (speaddepay,
         // chunk mode) does so right after the batch arrives. A batch that fits the CPU's
         // L2 cache is still there; 64 GRO messages (4 MiB) are not, and under load that
         // cache miss on every byte cost speaddepay a third of its throughput.
-        let batch = if batch_bytes > 0 {
-            batch.min(batch_bytes / per_msg)
-        } else {
-            batch
-        }
-        .max(1);
+        let limit = |per_msg: usize| {
+            if batch_bytes > 0 {
+                batch.min(batch_bytes / per_msg)
+            } else {
+                batch
+            }
+            .max(1)
+        };
+        let (batch_gro, batch_plain) = (limit(per_msg_gro), limit(per_msg_plain));
+        let batch = batch_plain.max(if report.gro { batch_gro } else { 1 });
         let waker = Waker::new().map_err(|e| OpenError(format!("eventfd failed: {e}")))?;
         let mut rx = Self {
             sock,
             waker: std::sync::Arc::new(waker),
             max_packet,
-            per_msg,
-            gro: report.gro,
+            per_msg_gro,
+            batch_gro,
+            per_msg_plain,
+            batch_plain,
+            adapt: GroAdapt::new(report.gro, Instant::now()),
+            emptied: false,
             // SAFETY: mmsghdr/iovec/sockaddr_storage are plain C structs; zero is valid.
             msgs: vec![unsafe { mem::zeroed() }; batch],
             iovs: vec![
@@ -430,20 +446,33 @@ impl UdpReceiver {
         self.coalesce = Coalescer::new(max_ns, self.buffer_granted as u64 / 4);
     }
 
-    /// The most datagrams (GRO messages) one batch receives.
+    /// The most datagrams (GRO messages) one batch receives now.
     pub fn batch_len(&self) -> usize {
-        self.msgs.len()
+        if self.adapt.coalescing() {
+            self.batch_gro
+        } else {
+            self.batch_plain
+        }
     }
 
-    /// Bytes of slab one full batch needs.
+    /// Bytes of slab one full batch needs, whichever way messages are sized.
     pub fn slab_size(&self) -> usize {
-        self.per_msg * self.msgs.len()
+        let plain = self.per_msg_plain * self.batch_plain;
+        if self.adapt.mode() == GroMode::Never {
+            plain
+        } else {
+            plain.max(self.per_msg_gro * self.batch_gro)
+        }
     }
 
-    /// Bytes of slab one datagram (or GRO message) needs: a slab smaller than this
+    /// Bytes of slab one datagram (or GRO message) needs now: a slab smaller than this
     /// cannot receive.
     pub fn per_msg(&self) -> usize {
-        self.per_msg
+        if self.adapt.coalescing() {
+            self.per_msg_gro
+        } else {
+            self.per_msg_plain
+        }
     }
 
     /// Waits until a datagram is queued (false) or the waker fired (true).
@@ -475,22 +504,22 @@ impl UdpReceiver {
         out: &mut Vec<PacketInfo>,
         wait: bool,
     ) -> io::Result<Recv> {
-        let vlen = (slab.len() / self.per_msg).min(self.msgs.len());
+        let per_msg = self.per_msg();
+        let vlen = (slab.len() / per_msg).min(self.batch_len());
         if vlen == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
-                    "slab of {} bytes holds no datagram of {}",
-                    slab.len(),
-                    self.per_msg
+                    "slab of {} bytes holds no datagram of {per_msg}",
+                    slab.len()
                 ),
             ));
         }
         for i in 0..vlen {
             self.iovs[i] = libc::iovec {
                 // SAFETY: i * per_msg + per_msg <= slab.len(), so the pointer stays in bounds.
-                iov_base: unsafe { slab.as_mut_ptr().add(i * self.per_msg) }.cast(),
-                iov_len: self.per_msg,
+                iov_base: unsafe { slab.as_mut_ptr().add(i * per_msg) }.cast(),
+                iov_len: per_msg,
             };
             let iov: *mut libc::iovec = &mut self.iovs[i];
             self.prepare(i, iov, 1);
@@ -500,6 +529,9 @@ impl UdpReceiver {
             None => return Ok(Recv::Woken),
         };
         if n == 0 {
+            // The queue is empty: what was coalesced before a switch is all read.
+            self.emptied = false;
+            self.learn(0, 0, true);
             return Ok(Recv::Batch {
                 used: 0,
                 counts: RecvCounts::default(),
@@ -507,8 +539,9 @@ impl UdpReceiver {
         }
         let mut counts = RecvCounts::default();
         let mut used = 0;
+        let mut coalesced = 0;
         for i in 0..n {
-            let base = i * self.per_msg;
+            let base = i * per_msg;
             let len = self.msgs[i].msg_len as usize;
             used = base + len;
             let (rx_time_ns, gso) = self.parse_cmsgs(i);
@@ -522,6 +555,7 @@ impl UdpReceiver {
                 continue;
             }
             let seg = if gso > 0 { gso } else { len };
+            coalesced += usize::from(len > seg);
             if seg > self.max_packet {
                 counts.truncated += len.div_ceil(seg) as u64;
                 continue;
@@ -541,7 +575,34 @@ impl UdpReceiver {
             counts.bytes += len as u64;
         }
         self.coalesce.received(counts.bytes, n as u64);
+        let drained = n < vlen || std::mem::take(&mut self.emptied);
+        self.learn(n, coalesced, drained);
         Ok(Recv::Batch { used, counts })
+    }
+
+    /// Feeds one batch to the GRO adaptation and applies what it decides.
+    fn learn(&mut self, messages: usize, coalesced: usize, drained: bool) {
+        let now = Instant::now();
+        let action = self.adapt.after_batch(messages, coalesced, drained, now);
+        let on = match action {
+            GroAction::Keep => return,
+            GroAction::TurnOff => 0,
+            GroAction::TurnOn => 1,
+        };
+        let ok = setsockopt_int(&self.sock, libc::SOL_UDP, libc::UDP_GRO, on).is_ok();
+        self.adapt.switched(action, ok, now);
+    }
+
+    /// The GRO adaptation's mode (see [`crate::groadapt`]).
+    pub fn gro_mode(&self) -> GroMode {
+        self.adapt.mode()
+    }
+
+    /// Replaces the GRO adaptation's thresholds (tests: a quicker switch and probe).
+    #[doc(hidden)]
+    pub fn set_gro_limits(&mut self, plain_after: u64, probe_every: std::time::Duration) {
+        let gro = self.adapt.mode() != GroMode::Never;
+        self.adapt = GroAdapt::with_limits(gro, Instant::now(), plain_after, probe_every);
     }
 
     /// Sets up message `i` of the next `recvmmsg`: its scatter list (`iovlen` entries at
@@ -580,6 +641,7 @@ impl UdpReceiver {
             match err.raw_os_error() {
                 Some(libc::EINTR) => continue,
                 Some(libc::EAGAIN) => {
+                    self.emptied = true;
                     if !wait {
                         return Ok(Some(0));
                     }
@@ -666,7 +728,7 @@ impl UdpReceiver {
 
     /// Whether UDP GRO is on: a message may carry many datagrams.
     pub fn gro(&self) -> bool {
-        self.gro
+        self.adapt.coalescing()
     }
 
     /// Waits until the socket is readable (false) or the waker fired (true); a signal
@@ -896,6 +958,122 @@ mod tests {
         );
         rx.set_coalesce(0);
         let _ = trickle(&mut rx, 50);
+    }
+
+    /// Sends `payload` as one UDP GSO send of `seg`-byte segments.
+    fn send_gso(s: &UdpSocket, port: u16, payload: &[u8], seg: u16) {
+        let v = i32::from(seg);
+        // SAFETY: valid int option on our own socket.
+        let r = unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::SOL_UDP,
+                libc::UDP_SEGMENT,
+                (&v as *const i32).cast(),
+                4,
+            )
+        };
+        assert_eq!(r, 0, "UDP_SEGMENT: {}", io::Error::last_os_error());
+        s.send_to(payload, ("127.0.0.1", port)).unwrap();
+    }
+
+    /// Receives until `n` datagrams came; checks each is `want(k)`; returns the largest
+    /// batch seen and whether any message held coalesced datagrams.
+    fn receive_checked(
+        rx: &mut UdpReceiver,
+        slab: &mut [u8],
+        n: usize,
+        want: impl Fn(usize) -> Vec<u8>,
+    ) -> usize {
+        let (mut got, mut largest) = (0, 0);
+        while got < n {
+            let mut out = Vec::new();
+            match rx.recv_batch(slab, &mut out, true).unwrap() {
+                Recv::Batch { counts, .. } => {
+                    assert_eq!(counts.truncated, 0, "nothing truncated by a switch");
+                    largest = largest.max(out.len());
+                    for p in &out {
+                        let (have, want) = (&slab[p.range()], want(got));
+                        assert!(
+                            have == &want[..],
+                            "datagram {got}: {} bytes, want {}, mode {:?}",
+                            have.len(),
+                            want.len(),
+                            rx.gro_mode()
+                        );
+                        got += 1;
+                    }
+                }
+                Recv::Woken => panic!("not woken"),
+            }
+        }
+        assert_eq!(got, n, "no datagram more than sent");
+        largest
+    }
+
+    #[test]
+    fn a_plain_stream_turns_gro_off_and_fills_batches() {
+        // 64 messages per batch at most, 256 KiB: 4 GRO messages or 64 datagrams of 1472.
+        let (mut rx, report) =
+            UdpReceiver::open(&loopback(true, true), 1472, 64, 256 << 10).unwrap();
+        assert!(report.gro);
+        rx.set_gro_limits(64, Duration::from_millis(300));
+        assert_eq!(rx.batch_len(), 4);
+        // The slab holds a full batch of either kind.
+        assert_eq!(rx.slab_size(), 4 * MAX_DATAGRAM);
+        let mut slab = vec![0u8; rx.slab_size()];
+        let port = rx.local_addr().unwrap().port();
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let datagram = |k: usize| vec![(k % 251) as u8; 1472];
+        // Plain datagrams, a few at a time: after 64 of them GRO goes off.
+        let mut k = 0;
+        for _ in 0..40 {
+            for _ in 0..8 {
+                s.send_to(&datagram(k), ("127.0.0.1", port)).unwrap();
+                k += 1;
+            }
+            let base = k - 8;
+            receive_checked(&mut rx, &mut slab, 8, |i| datagram(base + i));
+        }
+        // GRO is off, but messages keep their room until a read finds the queue empty.
+        assert_eq!(rx.gro_mode(), GroMode::Draining);
+        let empty = rx.recv_batch(&mut slab, &mut Vec::new(), false).unwrap();
+        assert!(matches!(empty, Recv::Batch { used: 0, .. }));
+        assert_eq!(rx.gro_mode(), GroMode::Off);
+        assert!(!rx.gro());
+        assert_eq!(rx.batch_len(), 64);
+        // A burst now comes in batches of up to 64, not 4.
+        for _ in 0..200 {
+            s.send_to(&datagram(k), ("127.0.0.1", port)).unwrap();
+            k += 1;
+        }
+        let base = k - 200;
+        let largest = receive_checked(&mut rx, &mut slab, 200, |i| datagram(base + i));
+        assert!(largest > 4, "batches of {largest}");
+        // A GSO sender while GRO is off: the kernel splits its super-packets, nothing
+        // is truncated.
+        // (Its own socket: UDP_SEGMENT stays set on a socket for every later send.)
+        let gso = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let seg = |k: usize| vec![(k % 7) as u8 + 100; 1000];
+        let burst: Vec<u8> = (0..20).flat_map(seg).collect();
+        send_gso(&gso, port, &burst, 1000);
+        receive_checked(&mut rx, &mut slab, 20, seg);
+        // After the probe interval GRO is on again, and the GSO stream is taken coalesced
+        // and split, each segment intact.
+        std::thread::sleep(Duration::from_millis(350));
+        s.send_to(&datagram(0), ("127.0.0.1", port)).unwrap();
+        receive_checked(&mut rx, &mut slab, 1, datagram);
+        assert_eq!(rx.gro_mode(), GroMode::On);
+        assert_eq!(rx.batch_len(), 4);
+        for _ in 0..5 {
+            send_gso(&gso, port, &burst, 1000);
+        }
+        receive_checked(&mut rx, &mut slab, 100, |i| seg(i % 20));
+        assert_eq!(
+            rx.gro_mode(),
+            GroMode::On,
+            "a coalescing stream keeps GRO on"
+        );
     }
 
     #[test]

@@ -1,0 +1,235 @@
+//! When UDP GRO pays, learned from the stream.
+//!
+//! With GRO on, one received message may carry up to 64 KiB of coalesced datagrams, so
+//! every message of a batch needs 64 KiB of room and a batch of `batch-bytes` holds few
+//! messages (4 in 256 KiB). That pays when the kernel does coalesce (a GSO sender, a NIC
+//! with GRO). A plain sender's datagrams arrive one per message on loopback and from
+//! NICs that do not coalesce: then each batch carries 4 datagrams, and the per-batch
+//! costs (a `recvmmsg`, a push downstream) are paid every 4 datagrams — measured at
+//! 1.5× the receiver's CPU per GB of the same socket without GRO (docs/benchmarks.md).
+//!
+//! So the receiver watches: after [`PLAIN_AFTER`] messages in a row that each held one
+//! datagram, it turns GRO off on the socket and, once a read has emptied the socket
+//! queue (so no coalesced message from before the switch is left), sizes messages for
+//! one datagram each. Every [`PROBE_EVERY`] it turns GRO on again (message room first,
+//! then the socket option, so a coalesced message never meets a small slot) and looks
+//! whether the stream coalesces now. Nothing is lost or truncated by a switch.
+
+use std::time::{Duration, Instant};
+
+/// Messages in a row holding one datagram each before GRO is turned off.
+pub const PLAIN_AFTER: u64 = 256;
+/// How long GRO stays off before the receiver looks again.
+pub const PROBE_EVERY: Duration = Duration::from_secs(5);
+
+/// The receiver's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// GRO was not asked for or not granted: one datagram per message, always.
+    Never,
+    /// GRO on, watching whether messages are coalesced.
+    On,
+    /// GRO turned off; messages keep their 64 KiB of room until a read empties the
+    /// queue of what was coalesced before the switch.
+    Draining,
+    /// GRO off, one datagram per message, until the next probe.
+    Off,
+    /// GRO on for good: turning it off failed.
+    Always,
+}
+
+/// What the socket must do after a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing.
+    Keep,
+    /// `setsockopt(UDP_GRO, 0)`; report the result with [`GroAdapt::switched`].
+    TurnOff,
+    /// `setsockopt(UDP_GRO, 1)`; report the result with [`GroAdapt::switched`].
+    TurnOn,
+}
+
+/// The state machine (no socket: the receiver applies its [`Action`]s).
+#[derive(Debug, Clone)]
+pub struct GroAdapt {
+    mode: Mode,
+    plain_run: u64,
+    since: Instant,
+    plain_after: u64,
+    probe_every: Duration,
+}
+
+impl GroAdapt {
+    /// Starts in [`Mode::On`] when the socket has GRO, else [`Mode::Never`].
+    pub fn new(gro: bool, now: Instant) -> Self {
+        Self::with_limits(gro, now, PLAIN_AFTER, PROBE_EVERY)
+    }
+
+    /// As [`GroAdapt::new`] with other thresholds (tests).
+    pub fn with_limits(gro: bool, now: Instant, plain_after: u64, probe_every: Duration) -> Self {
+        Self {
+            mode: if gro { Mode::On } else { Mode::Never },
+            plain_run: 0,
+            since: now,
+            plain_after,
+            probe_every,
+        }
+    }
+
+    /// The current mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// True while a message may hold coalesced datagrams (it needs 64 KiB of room).
+    pub fn coalescing(&self) -> bool {
+        matches!(self.mode, Mode::On | Mode::Draining | Mode::Always)
+    }
+
+    /// Learns from one batch of `messages`, `coalesced` of which held several datagrams;
+    /// `drained` when the read took fewer messages than it had room for (the socket
+    /// queue was empty).
+    pub fn after_batch(
+        &mut self,
+        messages: usize,
+        coalesced: usize,
+        drained: bool,
+        now: Instant,
+    ) -> Action {
+        match self.mode {
+            Mode::Never | Mode::Always => Action::Keep,
+            Mode::On => {
+                if coalesced > 0 {
+                    self.plain_run = 0;
+                    return Action::Keep;
+                }
+                self.plain_run += messages as u64;
+                if self.plain_run >= self.plain_after {
+                    self.mode = Mode::Draining;
+                    return Action::TurnOff;
+                }
+                Action::Keep
+            }
+            Mode::Draining => {
+                if drained {
+                    self.mode = Mode::Off;
+                    self.since = now;
+                }
+                Action::Keep
+            }
+            Mode::Off => {
+                if now.duration_since(self.since) >= self.probe_every {
+                    self.mode = Mode::On;
+                    self.plain_run = 0;
+                    return Action::TurnOn;
+                }
+                Action::Keep
+            }
+        }
+    }
+
+    /// Reports whether the socket took the last [`Action`]; a refusal is undone.
+    pub fn switched(&mut self, action: Action, ok: bool, now: Instant) {
+        if ok {
+            return;
+        }
+        match action {
+            // GRO stays on: receive as before, and stop trying.
+            Action::TurnOff => self.mode = Mode::Always,
+            // GRO stays off: try again at the next probe.
+            Action::TurnOn => {
+                self.mode = Mode::Off;
+                self.since = now;
+            }
+            Action::Keep => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn adapt(now: Instant) -> GroAdapt {
+        GroAdapt::with_limits(true, now, 10, Duration::from_secs(1))
+    }
+
+    #[test]
+    fn a_plain_stream_turns_gro_off_once_the_queue_is_drained() {
+        let t = Instant::now();
+        let mut a = adapt(t);
+        assert!(a.coalescing());
+        assert_eq!(a.after_batch(4, 0, false, t), Action::Keep);
+        assert_eq!(a.after_batch(4, 0, false, t), Action::Keep);
+        // 12 plain messages in a row: off.
+        assert_eq!(a.after_batch(4, 0, false, t), Action::TurnOff);
+        assert_eq!(a.mode(), Mode::Draining);
+        // Still room for coalesced messages until a read empties the queue.
+        assert!(a.coalescing());
+        assert_eq!(a.after_batch(4, 0, false, t), Action::Keep);
+        assert!(a.coalescing());
+        assert_eq!(a.after_batch(2, 0, true, t), Action::Keep);
+        assert_eq!(a.mode(), Mode::Off);
+        assert!(!a.coalescing());
+    }
+
+    #[test]
+    fn a_coalesced_message_resets_the_count() {
+        let t = Instant::now();
+        let mut a = adapt(t);
+        assert_eq!(a.after_batch(8, 0, false, t), Action::Keep);
+        assert_eq!(a.after_batch(4, 1, false, t), Action::Keep);
+        assert_eq!(a.after_batch(8, 0, false, t), Action::Keep);
+        assert_eq!(
+            a.mode(),
+            Mode::On,
+            "8 plain since the coalesced one, not 16"
+        );
+    }
+
+    #[test]
+    fn gro_is_probed_again_after_a_while() {
+        let t = Instant::now();
+        let mut a = adapt(t);
+        a.after_batch(10, 0, false, t);
+        a.after_batch(1, 0, true, t);
+        assert_eq!(a.mode(), Mode::Off);
+        assert_eq!(
+            a.after_batch(64, 0, false, t + Duration::from_millis(500)),
+            Action::Keep
+        );
+        let later = t + Duration::from_secs(2);
+        assert_eq!(a.after_batch(64, 0, false, later), Action::TurnOn);
+        // Room for coalesced messages from the next batch on, before any arrives.
+        assert!(a.coalescing());
+        assert_eq!(a.mode(), Mode::On);
+    }
+
+    #[test]
+    fn refusals_are_undone() {
+        let t = Instant::now();
+        let mut a = adapt(t);
+        let act = a.after_batch(10, 0, false, t);
+        a.switched(act, false, t);
+        assert_eq!(a.mode(), Mode::Always);
+        assert_eq!(a.after_batch(100, 0, true, t), Action::Keep);
+        assert!(a.coalescing());
+        let mut a = adapt(t);
+        a.after_batch(10, 0, false, t);
+        a.after_batch(1, 0, true, t);
+        let later = t + Duration::from_secs(2);
+        let act = a.after_batch(1, 0, false, later);
+        assert_eq!(act, Action::TurnOn);
+        a.switched(act, false, later);
+        assert_eq!(a.mode(), Mode::Off);
+        assert!(!a.coalescing());
+    }
+
+    #[test]
+    fn without_gro_nothing_changes() {
+        let t = Instant::now();
+        let mut a = GroAdapt::new(false, t);
+        assert!(!a.coalescing());
+        assert_eq!(a.after_batch(1000, 0, true, t), Action::Keep);
+    }
+}
