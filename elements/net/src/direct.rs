@@ -116,6 +116,11 @@ pub struct DirectReceiver {
     /// planned that many, not a full 64 KiB, lest one datagram short shift every later
     /// message of the receive off its predictions.
     coalesced: usize,
+    /// Messages of the last receive that held several datagrams (GRO).
+    coalesced_msgs: usize,
+    /// Messages this receive has room for: `batch`, or fewer while the receiver sizes
+    /// its batches for coalesced messages.
+    active: usize,
     counts: DirectCounts,
 }
 
@@ -135,8 +140,10 @@ impl std::fmt::Debug for DirectReceiver {
 
 impl DirectReceiver {
     /// A receiver of up to `batch` messages (GRO: up to 64 KiB each) per `recvmmsg`.
-    /// `batch` must already be clamped to `1..=rx.batch_len()` of the [`UdpReceiver`]
-    /// later passed to [`DirectReceiver::recv`] (0 counts as 1). Without a plan from the
+    /// `batch` must already be clamped to `1..=rx.max_batch_len()` of the
+    /// [`UdpReceiver`] later passed to [`DirectReceiver::recv`] (0 counts as 1); each
+    /// receive takes at most `rx.batch_len()` of them (few while GRO may coalesce, all
+    /// once the receiver has learnt that the stream does not). Without a plan from the
     /// engine (for the chunk engine, a handler that does not allow it:
     /// [`ChunkAssembler::lands_directly`]) every packet is received into scratch and
     /// pushed.
@@ -157,6 +164,8 @@ impl DirectReceiver {
             iov_lens: Vec::with_capacity(batch),
             items: Vec::with_capacity(batch * MAX_SEGMENTS),
             coalesced: MAX_SEGMENTS,
+            coalesced_msgs: 0,
+            active: batch,
             counts: DirectCounts::default(),
             batch,
         }
@@ -177,12 +186,13 @@ impl DirectReceiver {
         out: &mut E::Output,
         wait: bool,
     ) -> io::Result<DirectRecv> {
+        self.active = self.batch.min(rx.batch_len()).max(1);
         let per_msg = if rx.gro() { self.coalesced } else { 1 };
         if engine
             .expected_payload()
             .is_some_and(|n| n >= LANDING_MIN_PAYLOAD_BYTES)
         {
-            engine.plan(self.batch * per_msg, &mut self.plan);
+            engine.plan(self.active * per_msg, &mut self.plan);
         } else {
             self.plan.clear();
         }
@@ -195,6 +205,7 @@ impl DirectReceiver {
             self.counts.batches += 1;
         }
         self.sort(rx, engine, n);
+        rx.learn_batch(n, self.coalesced_msgs, n < self.active);
         Ok(DirectRecv::Batch(self.run(engine, out)))
     }
 
@@ -206,7 +217,7 @@ impl DirectReceiver {
         self.iov_lens.clear();
         let per_msg = if rx.gro() { self.coalesced } else { 1 };
         let mut next = 0;
-        for i in 0..self.batch {
+        for i in 0..self.active {
             let start = next;
             let mut bytes = 0;
             while next < self.plan.len() && next - start < per_msg {
@@ -255,6 +266,7 @@ impl DirectReceiver {
         if n > 0 {
             self.coalesced = 1;
         }
+        self.coalesced_msgs = 0;
         for i in 0..n {
             let m = rx.message(i);
             if m.truncated {
@@ -273,6 +285,7 @@ impl DirectReceiver {
             }
             self.counts.datagrams += segments;
             self.coalesced = self.coalesced.max((segments as usize).min(MAX_SEGMENTS));
+            self.coalesced_msgs += usize::from(segments > 1);
             self.counts.bytes += m.len as u64;
             let assigned = self.assigned[i].clone();
             // Where the message's overflow scratch starts in its stream of bytes.

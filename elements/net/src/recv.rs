@@ -455,6 +455,12 @@ impl UdpReceiver {
         }
     }
 
+    /// The most messages a batch may ever hold, whichever way messages are sized: what
+    /// a caller of [`UdpReceiver::recv_vectored`] sizes its scatter lists for.
+    pub fn max_batch_len(&self) -> usize {
+        self.msgs.len()
+    }
+
     /// Bytes of slab one full batch needs, whichever way messages are sized.
     pub fn slab_size(&self) -> usize {
         let plain = self.per_msg_plain * self.batch_plain;
@@ -575,12 +581,19 @@ impl UdpReceiver {
             counts.bytes += len as u64;
         }
         self.coalesce.received(counts.bytes, n as u64);
-        let drained = n < vlen || std::mem::take(&mut self.emptied);
-        self.learn(n, coalesced, drained);
+        self.learn_batch(n, coalesced, n < vlen);
         Ok(Recv::Batch { used, counts })
     }
 
-    /// Feeds one batch to the GRO adaptation and applies what it decides.
+    /// Feeds one batch of `messages` (`coalesced` of them holding several datagrams;
+    /// `short`: fewer than the batch had room for) to the GRO adaptation and applies
+    /// what it decides. [`UdpReceiver::recv_batch`] does this itself; a caller of
+    /// [`UdpReceiver::recv_vectored`] does it after reading the messages.
+    pub fn learn_batch(&mut self, messages: usize, coalesced: usize, short: bool) {
+        let drained = short || std::mem::take(&mut self.emptied);
+        self.learn(messages, coalesced, drained);
+    }
+
     fn learn(&mut self, messages: usize, coalesced: usize, drained: bool) {
         let now = Instant::now();
         let action = self.adapt.after_batch(messages, coalesced, drained, now);

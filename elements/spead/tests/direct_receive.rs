@@ -126,7 +126,7 @@ fn receiver(gro: bool) -> (UdpReceiver, ChunkAssembler, DirectReceiver, u16) {
     let pool = SlotPool::new(&cfg.pool_config(16, HugepagePolicy::Off)).unwrap();
     let engine = ChunkAssembler::new(cfg, Box::new(handler), pool).unwrap();
     assert!(engine.lands_directly());
-    let direct = DirectReceiver::new(4.min(rx.batch_len()));
+    let direct = DirectReceiver::new(4.min(rx.max_batch_len()));
     (rx, engine, direct, port)
 }
 

@@ -416,7 +416,7 @@ impl BaseSrcImpl for UdpChunkSrc {
             Landing::On => engine.set_landing(true),
             Landing::Off => engine.set_landing(false),
         }
-        let direct = DirectReceiver::new((s.batch_size as usize).clamp(1, rx.batch_len()));
+        let direct = DirectReceiver::new((s.batch_size as usize).clamp(1, rx.max_batch_len()));
         gst::info!(
             CAT,
             imp = self,

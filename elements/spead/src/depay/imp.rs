@@ -545,7 +545,8 @@ impl SpeadDepay {
         if state.ended || small || !engine.heaps_fit_landing() {
             return Ok(None);
         }
-        let direct = direct.get_or_insert_with(|| Box::new(DirectReceiver::new(rx.batch_len())));
+        let direct =
+            direct.get_or_insert_with(|| Box::new(DirectReceiver::new(rx.max_batch_len())));
         let before = direct.counts();
         let mut out = Emitted {
             heaps: std::mem::take(outbox),
