@@ -22,8 +22,7 @@ use firehose_core::stats::names;
 
 use gst::prelude::*;
 
-use crate::args::{parse_si, Args};
-use crate::launch::{EXIT_ERROR, EXIT_OK, EXIT_USAGE};
+use crate::launch::{EXIT_ERROR, EXIT_OK};
 use crate::session::{stats_property, BusEvent, Session};
 use crate::statsline::counter;
 use crate::sys;
@@ -43,6 +42,8 @@ pub struct Options {
     pub repeat: u32,
     /// Also write the report here.
     pub out: Option<PathBuf>,
+    /// Write a bar chart (SVG) of the writers' GB/s here.
+    pub plot: Option<PathBuf>,
     /// Short runs.
     pub quick: bool,
 }
@@ -56,59 +57,10 @@ impl Default for Options {
             packet_size: 8192,
             repeat: 3,
             out: None,
+            plot: None,
             quick: false,
         }
     }
-}
-
-const USAGE: &str = "firehose bench record [--dir DIR] [--size BYTES] [--block-size BYTES] \
-                     [--packet-size BYTES] [--repeat N] [--out FILE.md] [--quick]";
-
-/// Parses the options after `bench record` and runs the benchmark.
-pub fn cmd(mut args: Args) -> i32 {
-    let mut o = Options::default();
-    let mut size = None;
-    let mut repeat = None;
-    while let Some(flag) = args.next_flag() {
-        let value = |args: &mut Args| args.value(&flag);
-        let bytes = |v: String| -> Result<u64, String> {
-            parse_si(&v).map(|x| x as u64).and_then(|x| {
-                (x > 0)
-                    .then_some(x)
-                    .ok_or(format!("{} must be above 0", flag.name))
-            })
-        };
-        let r = match flag.name.as_str() {
-            "--dir" => value(&mut args).map(|v| o.dir = PathBuf::from(v)),
-            "--size" => value(&mut args).and_then(bytes).map(|v| size = Some(v)),
-            "--block-size" => value(&mut args).and_then(bytes).map(|v| o.block_size = v),
-            "--packet-size" => value(&mut args)
-                .and_then(bytes)
-                .map(|v| o.packet_size = v.min(65507) as u32),
-            "--repeat" => value(&mut args)
-                .and_then(bytes)
-                .map(|v| repeat = Some(v as u32)),
-            "--out" => value(&mut args).map(|v| o.out = Some(PathBuf::from(v))),
-            "--quick" => {
-                o.quick = true;
-                Ok(())
-            }
-            other => Err(format!("unknown bench record option '{other}'")),
-        };
-        if let Err(e) = r {
-            eprintln!("firehose: {e}\nusage: {USAGE}");
-            return EXIT_USAGE;
-        }
-    }
-    o.bytes = size.unwrap_or(if o.quick { 256 << 20 } else { o.bytes });
-    o.repeat = repeat.unwrap_or(if o.quick { 1 } else { o.repeat });
-    if !o.block_size.is_multiple_of(4096) {
-        eprintln!("firehose: --block-size must be a multiple of 4096\nusage: {USAGE}");
-        return EXIT_USAGE;
-    }
-    // Whole blocks, so fio (which writes whole blocks only) writes what the others do.
-    o.bytes = o.bytes.next_multiple_of(o.block_size);
-    run(&o)
 }
 
 /// Writes fio keeps in flight (`--iodepth`): enough to keep the device busy between
@@ -431,7 +383,36 @@ pub fn run(o: &Options) -> i32 {
         }
     }
     let rows = summarize(&runs);
-    let report = report(o, &rows, started.elapsed(), failure.as_deref());
+    let mut report = report(o, &rows, started.elapsed(), failure.as_deref());
+    if let Some(path) = &o.plot {
+        let chart = crate::plot::BarChart {
+            title: "firehose bench record: GB/s until the data is on disk".into(),
+            subtitle: format!(
+                "{} — median of {} round(s), range as error bars",
+                crate::sys::utc_now(),
+                o.repeat
+            ),
+            unit: "GB/s".into(),
+            bars: rows
+                .iter()
+                .map(|r| crate::plot::Bar {
+                    label: r.writer.clone(),
+                    median: r.rate.median,
+                    range: (r.runs > 1).then_some((r.rate.min, r.rate.max)),
+                })
+                .collect(),
+        };
+        match crate::plot::bars_svg(&chart).and_then(|svg| crate::plot::write_svg(path, &svg)) {
+            Ok(()) => {
+                let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+                report.push_str(&format!(
+                    "\n![bench record: GB/s per writer]({})\n",
+                    name.unwrap_or_default()
+                ));
+            }
+            Err(e) => eprintln!("bench record: chart: {e}"),
+        }
+    }
     println!("{report}");
     if let Some(path) = &o.out {
         if let Err(e) = std::fs::write(path, &report) {

@@ -139,6 +139,11 @@ impl CpuLimit {
         })
     }
 
+    /// The budget, in cores of one CPU.
+    pub fn cores(&self) -> f64 {
+        self.cores
+    }
+
     /// One line for reports: the budget and how it is enforced.
     pub fn describe(&self) -> String {
         let how = match self.version {

@@ -68,9 +68,21 @@ fn quick_record_bench_produces_a_table() {
         report.contains("format=raw: ") && report.contains("target ≥ 0.95×: not judged"),
         "{report}"
     );
-    // Every file the bench wrote is gone: only the report is left.
+    // The chart of the writers' GB/s sits beside the report and is linked from it.
+    let svg = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "svg"))
+        .expect("chart written beside the report");
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(chart.contains("fhrecordsink format=raw") && chart.contains("GB/s"));
+    assert!(
+        report.contains(&format!("]({})", svg.file_name().unwrap().to_string_lossy())),
+        "{report}"
+    );
+    // Every file the bench wrote is gone: only the report and its chart are left.
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
-    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left.len(), 2, "{left:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

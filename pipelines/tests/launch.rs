@@ -51,14 +51,38 @@ fn unparsable_pipeline_exits_2_and_says_why() {
 fn usage_errors_exit_2() {
     let out = run(&["launch"], T);
     assert_eq!(out.code, Some(2), "{}", out.all());
-    assert!(out.stderr.contains("USAGE"), "{}", out.all());
+    assert!(
+        out.stderr
+            .contains("launch needs a pipeline description or -f FILE"),
+        "{}",
+        out.all()
+    );
     let out = run(&["frobnicate"], T);
     assert_eq!(out.code, Some(2), "{}", out.all());
     let out = run(&["launch", "--bogus", "fakesrc ! fakesink"], T);
     assert_eq!(out.code, Some(2), "{}", out.all());
-    let out = run(&["help"], T);
+    assert!(out.stderr.contains("--bogus"), "{}", out.all());
+    for help in [&["help"][..], &["--help"], &["-h"]] {
+        let out = run(help, T);
+        assert_eq!(out.code, Some(0), "{}", out.all());
+        for command in ["launch", "demo", "bench"] {
+            assert!(out.stdout.contains(command), "{command}\n{}", out.all());
+        }
+    }
+}
+
+#[test]
+fn launch_help_lists_its_options() {
+    for help in [&["launch", "--help"][..], &["help", "launch"]] {
+        let out = run(help, T);
+        assert_eq!(out.code, Some(0), "{}", out.all());
+        for option in ["--file", "--quiet", "--eos-timeout", "--dry-run"] {
+            assert!(out.stdout.contains(option), "{option}\n{}", out.all());
+        }
+    }
+    let out = run(&["--version"], T);
     assert_eq!(out.code, Some(0), "{}", out.all());
-    assert!(out.stdout.contains("firehose launch"), "{}", out.all());
+    assert!(out.stdout.starts_with("firehose "), "{}", out.all());
 }
 
 #[test]

@@ -3,17 +3,19 @@
 thread, a memory pool sized to the heaps, a socket buffer of --buffer bytes, and a
 Python loop that only counts what arrives.
 
-    bench_recv.py --heap-size 1048576 [--bind 127.0.0.1] [--buffer 33554432]
+    bench_recv.py --heap-size 1048576 [--bind 127.0.0.1] [--port 0] [--buffer 33554432]
                   [--timeout 60]
 
-Protocol (the same as `firehose bench-spead-recv`), one line each on stdout:
-    ready port=P                    bound; send now
-    (the parent writes "stop", or closes stdin)
-    result heaps=H bytes=B incomplete=I packets=P cpu_s=C wall_s=W
-where heaps are complete data heaps (those with item 0x1000: descriptor and stop heaps
-are not counted), bytes their payload,
-incomplete the heaps spead2 evicted or flushed incomplete, and cpu_s the process's
-user + system time (every spead2 thread included) from "ready" to the end.
+Protocol (the same as `firehose bench-recv`, see pipelines/src/bench/child.rs), one line
+each on stdout:
+    ready port=P                    bound
+    (the parent writes "go": the sender starts; later "stop", or closes stdin)
+    result units=H bytes=B incomplete=I datagrams=P cpu_s=C
+where units are complete data heaps (those with item 0x1000: descriptor and stop heaps
+are not counted), bytes their payload, incomplete the heaps spead2 evicted or flushed
+incomplete, and cpu_s the process's user + system time (every spead2 thread included)
+from "go" until the heap count stops moving after "stop": the same window as every
+other receiver's.
 """
 
 import argparse
@@ -35,6 +37,7 @@ def cpu():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bind", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--heap-size", type=int, required=True)
     ap.add_argument("--buffer", type=int, default=32 << 20)
     ap.add_argument("--max-size", type=int, default=9200)
@@ -53,7 +56,7 @@ def run(args):
         sock.setsockopt(socket.SOL_SOCKET, 33, args.buffer)  # SO_RCVBUFFORCE (root)
     except OSError:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, args.buffer)
-    sock.bind((args.bind, 0))
+    sock.bind((args.bind, args.port))
     tp = spead2.ThreadPool(1)
     # Heap payload plus descriptors; max_free/initial as in spead2_bench's receiver.
     pool = spead2.MemoryPool(args.heap_size, args.heap_size + 4096, 16, 16)
@@ -73,12 +76,25 @@ def run(args):
         done.set()
 
     consumer = threading.Thread(target=consume, daemon=True)
-    cpu0, t0 = cpu(), time.monotonic()
     consumer.start()
     print(f"ready port={sock.getsockname()[1]}", flush=True)
-    waiter = threading.Thread(target=sys.stdin.readline, daemon=True)
-    waiter.start()
-    waiter.join(args.timeout)
+    started = time.monotonic()
+    go = threading.Event()
+    stop = threading.Event()
+
+    def listen():
+        for line in sys.stdin:
+            if line.strip() == "go":
+                go.set()
+            else:
+                break
+        go.set()
+        stop.set()
+
+    threading.Thread(target=listen, daemon=True).start()
+    go.wait(args.timeout)
+    cpu0 = cpu()
+    stop.wait(max(0.0, args.timeout - (time.monotonic() - started)))
     # Whatever is still queued in the socket buffer is not lost: wait until the count
     # stops moving (bounded) before stopping.
     deadline = time.monotonic() + 2.0
@@ -91,12 +107,12 @@ def run(args):
         time.sleep(0.05)
     stream.stop()
     consumer.join(5)
-    c, w = cpu() - cpu0, time.monotonic() - t0
+    c = cpu() - cpu0
     stats = stream.stats
     incomplete = stats["incomplete_heaps_evicted"] + stats["incomplete_heaps_flushed"]
     print(
-        f"result heaps={counts['heaps']} bytes={counts['bytes']} incomplete={incomplete} "
-        f"packets={stats['packets']} cpu_s={c:.4f} wall_s={w:.3f}",
+        f"result units={counts['heaps']} bytes={counts['bytes']} incomplete={incomplete} "
+        f"datagrams={stats['packets']} cpu_s={c:.4f}",
         flush=True,
     )
     del stream

@@ -1,0 +1,811 @@
+//! `firehose bench`: receivers measured side by side, in one shape for every benchmark —
+//! arguments ([`BenchCommand`]), runs ([`sweep`]: one step per receiver, size, rate and
+//! repeat, each receiver in a child process of its own, [`child`]), receivers
+//! ([`receiver`], the [`floor`] loop among them) and one report writer ([`report`],
+//! markdown and SVG charts). `bench record` measures disk writers instead
+//! ([`crate::benchrecord`]).
+//!
+//! Every sweep defaults to a plain sender: one datagram per send, no UDP GSO, the
+//! traffic FPGAs and instruments send. `--gso` makes the sender use GSO; its reports say
+//! so in their title and set-up, because a receiver with GRO then takes 64 KiB
+//! super-packets whole, which no NIC-fed capture of such a sender sees.
+
+pub mod child;
+pub mod floor;
+pub mod receiver;
+pub mod report;
+pub mod sweep;
+pub mod veth;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::{Args, Subcommand};
+
+use crate::args::{parse_rate, parse_seconds, parse_size};
+use crate::cpulimit::{parse_cores, CpuLimit};
+use crate::launch::{EXIT_ERROR, EXIT_OK, EXIT_USAGE};
+use crate::sys;
+use receiver::{Receiver, RecvConfig};
+use report::Report;
+use sweep::{Link, Plan, Traffic};
+
+/// Socket receive buffer of every receiver.
+pub const BUFFER_SIZE: u64 = 32 << 20;
+/// What net.core.rmem_max must be for [`BUFFER_SIZE`] to be granted.
+const RMEM_MAX: u64 = 64 << 20;
+/// Default SPEAD heap payload: 1 MiB, the size spead2's benchmarks and MeerKAT use.
+pub const DEFAULT_HEAP_SIZE: u32 = 1 << 20;
+/// Default heaps per chunk in chunk mode: 8 MiB chunks of 1 MiB heaps.
+pub const DEFAULT_HEAPS_PER_CHUNK: u32 = 8;
+
+/// The benchmarks.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Kernel UDP receivers side by side on loopback: the floor (a minimal recvmmsg
+    /// loop), stock udpsrc and fhudpsrc.
+    Udp(UdpArgs),
+    /// SPEAD receivers side by side: the floor, spead2's own receiver, fhudpsrc !
+    /// speaddepay, chunk mode and direct chunk mode (fhudpchunksrc); on a veth pair
+    /// (`--link veth`) also fhxdpsrc feeding speaddepay and chunk mode.
+    Spead(SpeadArgs),
+    /// fhudpsrc, fhxdpsrc (AF_XDP) and fhdpdksrc (DPDK) on one stream across a veth pair
+    /// the benchmark creates (sender in a private network namespace); needs root.
+    Bypass(BypassArgs),
+    /// fhrecordsink (raw and pcap) against fio (O_DIRECT, libaio, several writes in
+    /// flight) and filesink, on one filesystem.
+    Record(RecordArgs),
+}
+
+/// The options every rate sweep has.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// Length of each step in seconds [default: 3, 1 with --quick]
+    #[arg(long, value_parser = parse_seconds)]
+    seconds: Option<f64>,
+    /// Payload (packet) sizes in bytes, comma-separated
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    sizes: Option<Vec<u32>>,
+    /// Offered rates in bits/s for every size, e.g. 0.5G,1G,2G [default: per size]
+    #[arg(long, value_delimiter = ',', value_parser = parse_rate)]
+    rates: Option<Vec<u64>>,
+    /// Sweeps to run; figures are medians over them [default: 3, 1 with --quick]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
+    repeat: Option<u32>,
+    /// Also write the markdown report to this file
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Write the charts (SVG) here; one file per size, `-<size>` added when there are
+    /// several [default: the --out file with .svg, else none]
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Two rates per size, 1 s steps, one sweep: a smoke test, not a measurement
+    #[arg(long)]
+    quick: bool,
+    /// Hold each receiver process to this many cores of one CPU (cgroup quota, needs
+    /// root), e.g. 0.25, so that the receivers' limits fall below what the sender
+    /// reaches and their highest lossless rates compare
+    #[arg(long, value_parser = parse_cores)]
+    cpu_limit: Option<f64>,
+    /// The sender uses UDP GSO (64 KiB super-packets; receivers with GRO take them
+    /// whole). Not what an FPGA sends: reported as its own labelled variant
+    #[arg(long)]
+    gso: bool,
+}
+
+/// `firehose bench udp`.
+#[derive(Debug, Args)]
+pub struct UdpArgs {
+    #[command(flatten)]
+    sweep: SweepArgs,
+    /// Receivers, comma-separated: floor, udpsrc, fhudpsrc
+    #[arg(long, value_delimiter = ',', default_value = "floor,udpsrc,fhudpsrc")]
+    receivers: Vec<Receiver>,
+}
+
+/// `firehose bench spead`.
+#[derive(Debug, Args)]
+pub struct SpeadArgs {
+    #[command(flatten)]
+    sweep: SweepArgs,
+    /// Receivers, comma-separated: floor, spead2, speaddepay, chunk, direct, and with
+    /// --link veth xdp-speaddepay, xdp-chunk [default: all that the link allows]
+    #[arg(long, value_delimiter = ',')]
+    receivers: Option<Vec<Receiver>>,
+    /// Heap payload in bytes
+    #[arg(long, default_value_t = DEFAULT_HEAP_SIZE, value_parser = clap::value_parser!(u32).range(1..=(1 << 30)))]
+    heap_size: u32,
+    /// Python with spead2 4.5.1 [default: <repo>/.venv/bin/python3]
+    #[arg(long)]
+    python: Option<PathBuf>,
+    /// fhudpsrc coalesce-us for our receivers (0 = wake on every datagram) [default:
+    /// the element's]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    coalesce_us: Option<u32>,
+    /// Chunk modes' heaps per chunk
+    #[arg(long, default_value_t = DEFAULT_HEAPS_PER_CHUNK, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    heaps_per_chunk: u32,
+    /// landing of the direct receiver (fhudpchunksrc) and speaddepay: auto, on, off
+    /// [default: the elements']
+    #[arg(long, value_parser = ["auto", "on", "off"])]
+    landing: Option<String>,
+    /// Where the stream travels: loopback, or a veth pair from a private network
+    /// namespace (needs root; payloads of at most 1472 bytes)
+    #[arg(long, value_enum, default_value = "loopback")]
+    link: LinkKind,
+}
+
+/// `--link`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LinkKind {
+    /// 127.0.0.1.
+    Loopback,
+    /// A veth pair the benchmark creates and removes.
+    Veth,
+}
+
+/// `firehose bench bypass`.
+#[derive(Debug, Args)]
+pub struct BypassArgs {
+    #[command(flatten)]
+    sweep: SweepArgs,
+    /// Receivers, comma-separated; the ratios are taken against fhudpsrc
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "floor,fhudpsrc,fhxdpsrc,fhdpdksrc"
+    )]
+    receivers: Vec<Receiver>,
+    /// fhdpdksrc's DPDK driver on the veth
+    #[arg(long, value_enum, default_value = "af_xdp")]
+    pmd: veth::Pmd,
+    /// libgstfirehosedpdk.so [default: next to the firehose executable; without it
+    /// fhdpdksrc is left out, with a note]
+    #[arg(long)]
+    dpdk_plugin: Option<PathBuf>,
+}
+
+/// `firehose bench record`.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// Where to write: the filesystem under test [default: the temp dir]
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Bytes per run, SI suffixes allowed [default: 4G, 256M with --quick]
+    #[arg(long, value_parser = parse_bytes)]
+    size: Option<u64>,
+    /// fio bs and fhrecordsink block-size, a multiple of 4096
+    #[arg(long, default_value_t = 4 << 20, value_parser = parse_block)]
+    block_size: u64,
+    /// Payload bytes per packet of the test stream feeding the GStreamer writers
+    #[arg(long, default_value_t = 8192, value_parser = parse_size)]
+    packet_size: u32,
+    /// Runs per writer, taken in turns; figures are medians [default: 3, 1 with --quick]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
+    repeat: Option<u32>,
+    /// Also write the markdown report to this file
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Write a bar chart (SVG) here [default: the --out file with .svg, else none]
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// One short round
+    #[arg(long)]
+    quick: bool,
+}
+
+/// A byte count with an SI suffix, above 0.
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let v = crate::args::parse_si(s)? as u64;
+    if v == 0 {
+        return Err(format!("'{s}' must be above 0 bytes"));
+    }
+    Ok(v)
+}
+
+/// A block size: bytes, a multiple of 4096 (O_DIRECT).
+fn parse_block(s: &str) -> Result<u64, String> {
+    let v = parse_bytes(s)?;
+    if !v.is_multiple_of(4096) {
+        return Err(format!("'{s}' must be a multiple of 4096 (O_DIRECT)"));
+    }
+    Ok(v)
+}
+
+/// Runs `firehose bench …`; returns the exit status.
+pub fn run(cmd: BenchCommand) -> i32 {
+    match cmd {
+        BenchCommand::Udp(a) => udp(a),
+        BenchCommand::Spead(a) => spead(a),
+        BenchCommand::Bypass(a) => bypass(a),
+        BenchCommand::Record(a) => record(a),
+    }
+}
+
+/// Default offered rates (bits/s) for one benchmark and payload size.
+fn default_rates(bench: &str, size: u32, quick: bool) -> Vec<u64> {
+    let g = |v: &[f64]| v.iter().map(|x| (x * 1e9) as u64).collect();
+    let big = size >= 4000;
+    match (bench, big, quick) {
+        (_, true, true) => g(&[1.0, 4.0]),
+        (_, false, true) => g(&[0.5, 2.0]),
+        // Up to and past what a plain sender offers over loopback on the reference VMs
+        // (≈ 4 Gb/s of 1472-byte datagrams, ≈ 12 Gb/s of jumbo ones).
+        ("udp", true, false) => g(&[1.0, 2.0, 4.0, 8.0, 12.0]),
+        ("spead", true, false) => g(&[1.0, 2.0, 4.0, 6.0, 8.0]),
+        (_, _, false) => g(&[0.5, 1.0, 2.0, 3.0, 4.0]),
+    }
+}
+
+/// What every sweep shares: the resolved common options.
+struct Common {
+    seconds: f64,
+    repeat: u32,
+    limit: Option<CpuLimit>,
+    rmem: String,
+    started: Instant,
+}
+
+fn common(a: &SweepArgs) -> Result<Common, String> {
+    let rmem = sys::ensure_sysctl_at_least("net.core.rmem_max", RMEM_MAX);
+    eprintln!("bench: {rmem}");
+    let limit = a.cpu_limit.map(CpuLimit::create).transpose()?;
+    Ok(Common {
+        seconds: a.seconds.unwrap_or(if a.quick { 1.0 } else { 3.0 }),
+        repeat: a.repeat.unwrap_or(if a.quick { 1 } else { 3 }),
+        limit,
+        rmem,
+        started: Instant::now(),
+    })
+}
+
+/// The report's first lines, the same for every sweep.
+fn setup_lines(c: &Common, link: &Link, sender: &str, gso: bool) -> Vec<String> {
+    vec![
+        format!("command: `{}`", command_line()),
+        format!(
+            "host: Linux {}, {} CPUs, {}; {}; took {:.0} s",
+            sys::kernel_release(),
+            sys::cpus(),
+            gst::version_string(),
+            link.describe(),
+            c.started.elapsed().as_secs_f64()
+        ),
+        format!(
+            "sender (this process): `{sender}`, {:.1} s per step — {}",
+            c.seconds,
+            sender_label(gso)
+        ),
+        format!(
+            "each receiver in its own child process, one after the other, socket buffer \
+             {BUFFER_SIZE} bytes; {}",
+            c.rmem
+        ),
+    ]
+}
+
+/// How the sender's traffic is labelled in every report.
+fn sender_label(gso: bool) -> &'static str {
+    if gso {
+        "**GSO sender**: 64 KiB super-packets on the wire of loopback/veth; receivers with \
+         GRO take them whole, which a capture of an FPGA never sees — a labelled variant, \
+         not the headline"
+    } else {
+        "plain sender: one datagram per send (sendmmsg of single datagrams, no GSO), as \
+         FPGAs and instruments send"
+    }
+}
+
+/// Prints the report, writes it (and the charts) where asked; returns the exit status.
+fn publish(
+    r: &Report,
+    out: Option<&PathBuf>,
+    plot: Option<&PathBuf>,
+    failure: Option<&str>,
+) -> i32 {
+    let mut md = r.markdown();
+    let plot = plot
+        .cloned()
+        .or_else(|| out.map(|o| o.with_extension("svg")));
+    let mut status = EXIT_OK;
+    if let Some(base) = plot {
+        let charts = r.charts(&format!(
+            "{} — {}",
+            sys::utc_now(),
+            command_line().chars().take(110).collect::<String>()
+        ));
+        let several = charts.len() > 1;
+        for (size, chart) in charts {
+            let path = report::chart_path(&base, size, several);
+            match crate::plot::sweep_svg(&chart).and_then(|svg| crate::plot::write_svg(&path, &svg))
+            {
+                Ok(()) => {
+                    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+                    md.push_str(&format!(
+                        "\n![{} {size} B: CPU per GB and loss against offered rate]({})\n",
+                        r.bench,
+                        name.unwrap_or_default()
+                    ));
+                    eprintln!("bench: chart written to {}", path.display());
+                }
+                Err(e) => {
+                    eprintln!("bench: chart {}: {e}", path.display());
+                    status = EXIT_ERROR;
+                }
+            }
+        }
+    }
+    println!("{md}");
+    if let Some(path) = out {
+        if let Err(e) = std::fs::write(path, &md) {
+            eprintln!("bench: cannot write {}: {e}", path.display());
+            return EXIT_ERROR;
+        }
+        eprintln!("bench: report written to {}", path.display());
+    }
+    if let Some(f) = failure {
+        eprintln!("bench: stopped early: {f}");
+        return EXIT_ERROR;
+    }
+    status
+}
+
+/// Leaves out receivers whose elements this build lacks (said in `notes`), unless the
+/// user named them: then it is an error.
+fn available(
+    receivers: Vec<Receiver>,
+    given: bool,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Receiver>, String> {
+    let mut kept = Vec::new();
+    for rx in receivers {
+        let missing: Vec<&str> = rx
+            .elements()
+            .iter()
+            .copied()
+            .filter(|e| gst::ElementFactory::find(e).is_none())
+            .collect();
+        let no_handler = matches!(rx, Receiver::Chunk | Receiver::Direct | Receiver::XdpChunk)
+            && !firehose_core::handler::handler_names().contains(&"spead");
+        if missing.is_empty() && !no_handler {
+            kept.push(rx);
+        } else if given {
+            return Err(format!(
+                "{} needs {} with the spead handler, which this build lacks",
+                rx.name(),
+                rx.elements().join(", ")
+            ));
+        } else {
+            notes.push(format!(
+                "{} left out: this build has no {} / spead handler",
+                rx.name(),
+                rx.elements().join(", ")
+            ));
+        }
+    }
+    Ok(kept)
+}
+
+fn usage(e: &str) -> i32 {
+    eprintln!("firehose: {e}");
+    EXIT_USAGE
+}
+
+fn udp(a: UdpArgs) -> i32 {
+    if let Some(rx) = a
+        .receivers
+        .iter()
+        .find(|r| r.counts_heaps() || r.needs_interface())
+    {
+        return usage(&format!(
+            "bench udp runs floor, udpsrc and fhudpsrc on loopback; {} belongs to bench {}",
+            rx.name(),
+            if rx.needs_interface() {
+                "bypass"
+            } else {
+                "spead"
+            }
+        ));
+    }
+    let c = match common(&a.sweep) {
+        Ok(c) => c,
+        Err(e) => return fail(&e),
+    };
+    let quick = a.sweep.quick;
+    let given = a.sweep.rates.clone();
+    let rates = move |size| {
+        given
+            .clone()
+            .unwrap_or_else(|| default_rates("udp", size, quick))
+    };
+    let link = Link::Loopback;
+    let plan = Plan {
+        traffic: Traffic::Datagrams,
+        sizes: a.sweep.sizes.clone().unwrap_or(vec![8972, 1472]),
+        rates: &rates,
+        receivers: a.receivers.clone(),
+        base: RecvConfig::new(Receiver::Floor),
+        seconds: c.seconds,
+        repeat: c.repeat,
+        gso: a.sweep.gso,
+        link: &link,
+        env: Vec::new(),
+        cpu_limit: c.limit.as_ref(),
+    };
+    let (steps, failure) = sweep::run(&plan, sweep::log_step);
+    let mut setup = setup_lines(
+        &c,
+        &link,
+        &format!(
+            "fhtestsrc packet-size=S num-packets=N ! fhudpsink rate=R gso={}",
+            a.sweep.gso
+        ),
+        a.sweep.gso,
+    );
+    setup.push("receivers (counted where they leave: udpsrc by a pad probe, fhudpsrc by its stats, the floor by its own count):".into());
+    for rx in &plan.receivers {
+        let mut cfg = RecvConfig::new(*rx);
+        cfg.size = 1472;
+        setup.push(format!("  {}", rx.describe(&cfg)));
+    }
+    let r = Report {
+        bench: if a.sweep.gso { "udp --gso" } else { "udp" },
+        setup,
+        steps: &steps,
+        receivers: &plan.receivers,
+        baseline: Some(Receiver::Udpsrc),
+        host_cpu: false,
+        budget: budget(&c),
+        failure: failure.as_deref(),
+    };
+    publish(
+        &r,
+        a.sweep.out.as_ref(),
+        a.sweep.plot.as_ref(),
+        failure.as_deref(),
+    )
+}
+
+/// The budget as the report gives it.
+fn budget(c: &Common) -> Option<(f64, String)> {
+    c.limit.as_ref().map(|l| (l.cores(), l.describe()))
+}
+
+fn fail(e: &str) -> i32 {
+    eprintln!("bench: {e}");
+    EXIT_ERROR
+}
+
+fn spead(a: SpeadArgs) -> i32 {
+    let veth = a.link == LinkKind::Veth;
+    let sizes = a
+        .sweep
+        .sizes
+        .clone()
+        .unwrap_or(if veth { vec![1472] } else { vec![8972, 1472] });
+    if let Some(&bad) = sizes.iter().find(|&&s| s < 64) {
+        return usage(&format!("packet size {bad} is below SPEAD's minimum of 64"));
+    }
+    if veth {
+        if let Some(&bad) = sizes.iter().find(|&&s| s > 1472) {
+            return usage(&format!(
+                "--link veth carries payloads of at most 1472 bytes (the veth keeps its \
+                 1500-byte MTU, which native XDP needs), not {bad}"
+            ));
+        }
+    }
+    let given = a.receivers.is_some();
+    let receivers = a.receivers.clone().unwrap_or_else(|| {
+        let mut v = vec![
+            Receiver::Floor,
+            Receiver::Spead2,
+            Receiver::Speaddepay,
+            Receiver::Chunk,
+            Receiver::Direct,
+        ];
+        if veth {
+            v.extend([Receiver::XdpSpeaddepay, Receiver::XdpChunk]);
+        }
+        v
+    });
+    if let Some(rx) = receivers.iter().find(|r| {
+        matches!(
+            r,
+            Receiver::Udpsrc | Receiver::Fhudpsrc | Receiver::Fhxdpsrc | Receiver::Fhdpdksrc
+        )
+    }) {
+        return usage(&format!(
+            "{} is a datagram receiver: bench spead runs floor, spead2, speaddepay, chunk, \
+             direct, xdp-speaddepay and xdp-chunk",
+            rx.name()
+        ));
+    }
+    if !veth {
+        if let Some(rx) = receivers.iter().find(|r| r.needs_interface()) {
+            return usage(&format!(
+                "{} receives from an interface: run it with --link veth",
+                rx.name()
+            ));
+        }
+    }
+    let mut notes = Vec::new();
+    let receivers = match available(receivers, given, &mut notes) {
+        Ok(r) => r,
+        Err(e) => return fail(&e),
+    };
+    let c = match common(&a.sweep) {
+        Ok(c) => c,
+        Err(e) => return fail(&e),
+    };
+    let link = if veth {
+        match veth::create_pair() {
+            Ok(p) => Link::Veth(p),
+            Err(e) => return fail(&e),
+        }
+    } else {
+        Link::Loopback
+    };
+    let mut base = RecvConfig::new(Receiver::Floor);
+    base.heap_size = a.heap_size;
+    base.heaps_per_chunk = a.heaps_per_chunk;
+    base.coalesce_us = a.coalesce_us;
+    base.landing = a.landing.clone();
+    base.python = a.python.clone();
+    let quick = a.sweep.quick;
+    let given_rates = a.sweep.rates.clone();
+    let rates = move |size| {
+        given_rates
+            .clone()
+            .unwrap_or_else(|| default_rates("spead", size, quick))
+    };
+    let plan = Plan {
+        traffic: Traffic::Heaps(a.heap_size),
+        sizes,
+        rates: &rates,
+        receivers,
+        base: base.clone(),
+        seconds: c.seconds,
+        repeat: c.repeat,
+        gso: a.sweep.gso,
+        link: &link,
+        env: Vec::new(),
+        cpu_limit: c.limit.as_ref(),
+    };
+    let (steps, failure) = sweep::run(&plan, sweep::log_step);
+    let mut setup = setup_lines(
+        &c,
+        &link,
+        &format!(
+            "fakesrc num-buffers=N sizetype=fixed sizemax={h} filltype=nothing ! speadpay \
+             packet-size=S descriptors-separate=true ! fhudpsink rate=R gso={}",
+            a.sweep.gso,
+            h = a.heap_size
+        ),
+        a.sweep.gso,
+    );
+    setup.push(format!(
+        "SPEAD-64-40 heaps of {} bytes (one item), packets byte-identical to spead2's sender",
+        a.heap_size
+    ));
+    setup.push("receivers (heap receivers count complete data heaps and their payload; the floor counts datagrams and UDP payload, SPEAD headers included):".into());
+    for rx in &plan.receivers {
+        let mut cfg = base.clone();
+        cfg.kind = *rx;
+        cfg.size = plan.sizes[0];
+        if let Link::Veth(p) = &link {
+            cfg.address = p.host_ip.to_string();
+            cfg.port = sweep::VETH_PORT;
+            cfg.interface = Some(p.host_if.clone());
+        }
+        setup.push(format!("  {}", rx.describe(&cfg)));
+    }
+    setup.extend(notes.into_iter().map(|n| format!("note: {n}")));
+    let r = Report {
+        bench: if a.sweep.gso { "spead --gso" } else { "spead" },
+        setup,
+        steps: &steps,
+        receivers: &plan.receivers,
+        baseline: plan
+            .receivers
+            .contains(&Receiver::Spead2)
+            .then_some(Receiver::Spead2),
+        host_cpu: veth,
+        budget: budget(&c),
+        failure: failure.as_deref(),
+    };
+    let status = publish(
+        &r,
+        a.sweep.out.as_ref(),
+        a.sweep.plot.as_ref(),
+        failure.as_deref(),
+    );
+    drop(link);
+    status
+}
+
+fn bypass(a: BypassArgs) -> i32 {
+    let sizes = a.sweep.sizes.clone().unwrap_or(vec![1472]);
+    if let Some(&bad) = sizes.iter().find(|&&s| s > 1472) {
+        return usage(&format!(
+            "--sizes: {bad} is not within 1..=1472 (the veth keeps its 1500-byte MTU)"
+        ));
+    }
+    if let Some(rx) = a.receivers.iter().find(|r| r.counts_heaps()) {
+        return usage(&format!(
+            "{} is a SPEAD receiver: run it with bench spead --link veth",
+            rx.name()
+        ));
+    }
+    let mut notes = Vec::new();
+    let mut receivers = a.receivers.clone();
+    let mut env = Vec::new();
+    if receivers.contains(&Receiver::Fhdpdksrc) {
+        match veth::find_dpdk_plugin(a.dpdk_plugin.as_deref())
+            .and_then(|p| veth::dpdk_plugin_dir(&p))
+        {
+            Ok(dir) => env.push(("GST_PLUGIN_PATH".to_string(), dir.display().to_string())),
+            Err(e) => {
+                notes.push(format!("note: fhdpdksrc not run: {e}"));
+                receivers.retain(|k| *k != Receiver::Fhdpdksrc);
+            }
+        }
+    }
+    let c = match common(&a.sweep) {
+        Ok(c) => c,
+        Err(e) => return fail(&e),
+    };
+    let pair = match veth::create_pair() {
+        Ok(p) => p,
+        Err(e) => return fail(&e),
+    };
+    let mut base = RecvConfig::new(Receiver::Floor);
+    a.pmd.configure(&mut base, &pair);
+    let link = Link::Veth(pair);
+    let quick = a.sweep.quick;
+    let given_rates = a.sweep.rates.clone();
+    let rates = move |size| {
+        given_rates
+            .clone()
+            .unwrap_or_else(|| default_rates("bypass", size, quick))
+    };
+    let plan = Plan {
+        traffic: Traffic::Datagrams,
+        sizes,
+        rates: &rates,
+        receivers,
+        base: base.clone(),
+        seconds: c.seconds,
+        repeat: c.repeat,
+        gso: a.sweep.gso,
+        link: &link,
+        env,
+        cpu_limit: c.limit.as_ref(),
+    };
+    let (steps, failure) = sweep::run(&plan, sweep::log_step);
+    let mut setup = setup_lines(
+        &c,
+        &link,
+        &format!(
+            "fhtestsrc packet-size=S num-packets=N ! fhudpsink host=<host end> port={} rate=R gso={}",
+            sweep::VETH_PORT,
+            a.sweep.gso
+        ),
+        a.sweep.gso,
+    );
+    setup.push(
+        "receivers (on the host end, counted by their stats; the floor by its own count):".into(),
+    );
+    for rx in &plan.receivers {
+        let mut cfg = base.clone();
+        cfg.kind = *rx;
+        cfg.size = 1472;
+        cfg.address = "<host end>".into();
+        cfg.port = sweep::VETH_PORT;
+        cfg.interface = Some("<host end>".into());
+        setup.push(format!("  {}", rx.describe(&cfg)));
+    }
+    setup.push(
+        "a veth is not a NIC: part of the kernel's receive work runs in the sender's softirq \
+         context and no driver does zero-copy; read the table as a relative comparison on \
+         this machine"
+            .into(),
+    );
+    setup.extend(notes);
+    let r = Report {
+        bench: if a.sweep.gso {
+            "bypass --gso"
+        } else {
+            "bypass"
+        },
+        setup,
+        steps: &steps,
+        receivers: &plan.receivers,
+        baseline: plan
+            .receivers
+            .contains(&Receiver::Fhudpsrc)
+            .then_some(Receiver::Fhudpsrc),
+        host_cpu: true,
+        budget: budget(&c),
+        failure: failure.as_deref(),
+    };
+    publish(
+        &r,
+        a.sweep.out.as_ref(),
+        a.sweep.plot.as_ref(),
+        failure.as_deref(),
+    )
+}
+
+fn record(a: RecordArgs) -> i32 {
+    let mut o = crate::benchrecord::Options {
+        quick: a.quick,
+        out: a.out,
+        block_size: a.block_size,
+        packet_size: a.packet_size,
+        ..Default::default()
+    };
+    if let Some(d) = a.dir {
+        o.dir = d;
+    }
+    o.bytes = a.size.unwrap_or(if a.quick { 256 << 20 } else { o.bytes });
+    o.repeat = a.repeat.unwrap_or(if a.quick { 1 } else { o.repeat });
+    // Whole blocks, so fio (which writes whole blocks only) writes what the others do.
+    o.bytes = o.bytes.next_multiple_of(o.block_size);
+    o.plot = a
+        .plot
+        .or_else(|| o.out.as_ref().map(|p| p.with_extension("svg")));
+    crate::benchrecord::run(&o)
+}
+
+/// The command line that is running, quoted for copying into a shell (for reports).
+pub fn command_line() -> String {
+    std::env::args()
+        .map(|a| shell_quote(&a))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Quotes a command-line argument for display when it needs it.
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=,:+".contains(c))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("--sizes=1472,8972"), "--sizes=1472,8972");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn default_rates_per_bench() {
+        assert_eq!(
+            default_rates("udp", 1472, true),
+            vec![500_000_000, 2_000_000_000]
+        );
+        assert_eq!(default_rates("spead", 8972, false).len(), 5);
+        assert!(default_rates("bypass", 1472, false)
+            .iter()
+            .all(|&r| r <= 4_000_000_000));
+    }
+
+    #[test]
+    fn block_sizes() {
+        assert_eq!(parse_block("4194304"), Ok(4 << 20));
+        // SI suffixes are decimal: 4M is not a whole number of 4 KiB pages.
+        assert!(parse_block("4M").is_err());
+        assert!(parse_block("1000").unwrap_err().contains("4096"));
+        assert!(parse_bytes("0").is_err());
+    }
+}
