@@ -117,9 +117,16 @@ pub struct UdpReceiver {
     /// messages per batch then.
     per_msg_gro: usize,
     batch_gro: usize,
-    /// Room per message for one datagram, and the most messages per batch then.
+    /// Room per message for one datagram.
     per_msg_plain: usize,
-    batch_plain: usize,
+    /// The most messages per batch (`batch-size`) and the most bytes one batch may
+    /// fill (`batch-bytes`, 0 = no limit).
+    batch_max: usize,
+    batch_bytes: usize,
+    /// The longest datagram of the last batch: one-datagram batches hold as many
+    /// datagrams as `batch_bytes` allows of that length (the slab has room for
+    /// `batch_max` of `per_msg_plain` each).
+    recent_len: usize,
     /// Whether GRO pays for this stream, learned as it arrives.
     adapt: GroAdapt,
     /// A read found the socket queue empty since the last batch was learned from.
@@ -405,8 +412,8 @@ impl UdpReceiver {
             }
             .max(1)
         };
-        let (batch_gro, batch_plain) = (limit(per_msg_gro), limit(per_msg_plain));
-        let batch = batch_plain.max(if report.gro { batch_gro } else { 1 });
+        let batch_gro = limit(per_msg_gro);
+        let batch_max = batch.max(1);
         let waker = Waker::new().map_err(|e| OpenError(format!("eventfd failed: {e}")))?;
         let mut rx = Self {
             sock,
@@ -415,21 +422,23 @@ impl UdpReceiver {
             per_msg_gro,
             batch_gro,
             per_msg_plain,
-            batch_plain,
+            batch_max,
+            batch_bytes,
+            recent_len: max_packet,
             adapt: GroAdapt::new(report.gro, Instant::now()),
             emptied: false,
             // SAFETY: mmsghdr/iovec/sockaddr_storage are plain C structs; zero is valid.
-            msgs: vec![unsafe { mem::zeroed() }; batch],
+            msgs: vec![unsafe { mem::zeroed() }; batch_max],
             iovs: vec![
                 libc::iovec {
                     iov_base: std::ptr::null_mut(),
                     iov_len: 0
                 };
-                batch
+                batch_max
             ],
             // SAFETY: as above.
-            names: vec![unsafe { mem::zeroed() }; batch],
-            cmsgs: vec![[0u64; CMSG_SPACE / 8]; batch],
+            names: vec![unsafe { mem::zeroed() }; batch_max],
+            cmsgs: vec![[0u64; CMSG_SPACE / 8]; batch_max],
             kernel_drops: 0,
             buffer_granted: report.buffer_granted,
             coalesce: Coalescer::new(0, 0),
@@ -446,12 +455,16 @@ impl UdpReceiver {
         self.coalesce = Coalescer::new(max_ns, self.buffer_granted as u64 / 4);
     }
 
-    /// The most datagrams (GRO messages) one batch receives now.
+    /// The most datagrams (GRO messages) one batch receives now: few 64 KiB messages
+    /// while GRO may coalesce; else as many datagrams of the last batch's longest as
+    /// `batch-bytes` holds, at most `batch-size`.
     pub fn batch_len(&self) -> usize {
         if self.adapt.coalescing() {
             self.batch_gro
+        } else if self.batch_bytes > 0 {
+            (self.batch_bytes / self.recent_len.max(1)).clamp(1, self.batch_max)
         } else {
-            self.batch_plain
+            self.batch_max
         }
     }
 
@@ -463,7 +476,7 @@ impl UdpReceiver {
 
     /// Bytes of slab one full batch needs, whichever way messages are sized.
     pub fn slab_size(&self) -> usize {
-        let plain = self.per_msg_plain * self.batch_plain;
+        let plain = self.per_msg_plain * self.batch_max;
         if self.adapt.mode() == GroMode::Never {
             plain
         } else {
@@ -546,9 +559,11 @@ impl UdpReceiver {
         let mut counts = RecvCounts::default();
         let mut used = 0;
         let mut coalesced = 0;
+        let mut longest = 0;
         for i in 0..n {
             let base = i * per_msg;
             let len = self.msgs[i].msg_len as usize;
+            longest = longest.max(len);
             used = base + len;
             let (rx_time_ns, gso) = self.parse_cmsgs(i);
             let src = self.source(i);
@@ -581,6 +596,9 @@ impl UdpReceiver {
             counts.bytes += len as u64;
         }
         self.coalesce.received(counts.bytes, n as u64);
+        if coalesced == 0 {
+            self.recent_len = longest.clamp(1, self.max_packet);
+        }
         self.learn_batch(n, coalesced, n < vlen);
         Ok(Recv::Batch { used, counts })
     }
@@ -842,7 +860,9 @@ mod tests {
         let (rx, report) = UdpReceiver::open(&cfg(true), 9000, 64, 256 << 10).unwrap();
         assert!(report.gro, "loopback grants UDP_GRO");
         assert_eq!(rx.batch_len(), 4);
-        assert_eq!(rx.slab_size(), 4 * MAX_DATAGRAM);
+        // The slab also has room for a batch of 64 single datagrams of up to 9000 bytes,
+        // for when the stream turns out not to coalesce.
+        assert_eq!(rx.slab_size(), 64 * 9001);
         // 0 = no limit; a limit below one message still receives one.
         assert_eq!(
             UdpReceiver::open(&cfg(true), 9000, 64, 0)
@@ -874,6 +894,36 @@ mod tests {
                 .batch_len(),
             64
         );
+    }
+
+    #[test]
+    fn one_datagram_batches_hold_what_batch_bytes_allows_of_the_datagrams_seen() {
+        // Room for 64 datagrams of up to 9000 bytes; until one is seen, 256 KiB holds
+        // 29 of the longest allowed.
+        let (mut rx, _) = UdpReceiver::open(&loopback(false, false), 9000, 64, 256 << 10).unwrap();
+        assert_eq!(rx.slab_size(), 64 * 9001);
+        assert_eq!(rx.batch_len(), 29);
+        let port = rx.local_addr().unwrap().port();
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut slab = vec![0u8; rx.slab_size()];
+        let mut receive = |rx: &mut UdpReceiver, size: usize, n: usize| {
+            for _ in 0..n {
+                s.send_to(&vec![7u8; size], ("127.0.0.1", port)).unwrap();
+            }
+            let mut got = 0;
+            while got < n {
+                let mut out = Vec::new();
+                rx.recv_batch(&mut slab, &mut out, true).unwrap();
+                assert!(out.iter().all(|p| p.len as usize == size));
+                got += out.len();
+            }
+        };
+        // 1472-byte datagrams: 256 KiB holds 178 of them, batch-size caps at 64.
+        receive(&mut rx, 1472, 10);
+        assert_eq!(rx.batch_len(), 64);
+        // 8000-byte ones: 32; nothing is cut on the way.
+        receive(&mut rx, 8000, 5);
+        assert_eq!(rx.batch_len(), 32);
     }
 
     #[test]
@@ -1032,7 +1082,7 @@ mod tests {
         assert!(report.gro);
         rx.set_gro_limits(64, Duration::from_millis(300));
         assert_eq!(rx.batch_len(), 4);
-        // The slab holds a full batch of either kind.
+        // The slab holds a full batch of either kind (4 × 64 KiB > 64 × 1473 B).
         assert_eq!(rx.slab_size(), 4 * MAX_DATAGRAM);
         let mut slab = vec![0u8; rx.slab_size()];
         let port = rx.local_addr().unwrap().port();
