@@ -5,7 +5,6 @@
 
 mod args;
 mod bench;
-mod benchrecord;
 mod cpulimit;
 mod demo;
 mod launch;

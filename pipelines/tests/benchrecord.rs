@@ -77,7 +77,10 @@ fn quick_record_bench_produces_a_table() {
     let chart = std::fs::read_to_string(&svg).unwrap();
     assert!(chart.contains("fhrecordsink format=raw") && chart.contains("GB/s"));
     assert!(
-        report.contains(&format!("]({})", svg.file_name().unwrap().to_string_lossy())),
+        report.contains(&format!(
+            "]({})",
+            svg.file_name().unwrap().to_string_lossy()
+        )),
         "{report}"
     );
     // Every file the bench wrote is gone: only the report and its chart are left.

@@ -2,8 +2,7 @@
 //! arguments ([`BenchCommand`]), runs ([`sweep`]: one step per receiver, size, rate and
 //! repeat, each receiver in a child process of its own, [`child`]), receivers
 //! ([`receiver`], the [`floor`] loop among them) and one report writer ([`report`],
-//! markdown and SVG charts). `bench record` measures disk writers instead
-//! ([`crate::benchrecord`]).
+//! markdown and SVG charts). `bench record` measures disk writers instead ([`record`]).
 //!
 //! Every sweep defaults to a plain sender: one datagram per send, no UDP GSO, the
 //! traffic FPGAs and instruments send. `--gso` makes the sender use GSO; its reports say
@@ -13,7 +12,9 @@
 pub mod child;
 pub mod floor;
 pub mod receiver;
+pub mod record;
 pub mod report;
+pub mod spread;
 pub mod sweep;
 pub mod veth;
 
@@ -57,6 +58,39 @@ pub enum BenchCommand {
     Record(RecordArgs),
 }
 
+/// How many times, and where the results go: every benchmark's.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Runs (sweeps, or rounds of writers taking turns); figures are medians over them
+    /// [default: 3, 1 with --quick]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
+    repeat: Option<u32>,
+    /// Also write the markdown report to this file
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Write the charts (SVG) here; a sweep writes one per size, `-<size>` added when
+    /// there are several [default: the --out file with .svg, else none]
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// A smoke test, not a measurement: one short run (two rates per size, 1 s steps)
+    #[arg(long)]
+    quick: bool,
+}
+
+impl RunArgs {
+    /// Runs asked for, or the default.
+    fn repeat(&self) -> u32 {
+        self.repeat.unwrap_or(if self.quick { 1 } else { 3 })
+    }
+
+    /// Where the charts go, if anywhere.
+    fn plot(&self) -> Option<PathBuf> {
+        self.plot
+            .clone()
+            .or_else(|| self.out.as_ref().map(|o| o.with_extension("svg")))
+    }
+}
+
 /// The options every rate sweep has.
 #[derive(Debug, Args)]
 pub struct SweepArgs {
@@ -69,19 +103,8 @@ pub struct SweepArgs {
     /// Offered rates in bits/s for every size, e.g. 0.5G,1G,2G [default: per size]
     #[arg(long, value_delimiter = ',', value_parser = parse_rate)]
     rates: Option<Vec<u64>>,
-    /// Sweeps to run; figures are medians over them [default: 3, 1 with --quick]
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
-    repeat: Option<u32>,
-    /// Also write the markdown report to this file
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Write the charts (SVG) here; one file per size, `-<size>` added when there are
-    /// several [default: the --out file with .svg, else none]
-    #[arg(long)]
-    plot: Option<PathBuf>,
-    /// Two rates per size, 1 s steps, one sweep: a smoke test, not a measurement
-    #[arg(long)]
-    quick: bool,
+    #[command(flatten)]
+    run: RunArgs,
     /// Hold each receiver process to this many cores of one CPU (cgroup quota, needs
     /// root), e.g. 0.25, so that the receivers' limits fall below what the sender
     /// reaches and their highest lossless rates compare
@@ -91,6 +114,11 @@ pub struct SweepArgs {
     /// whole). Not what an FPGA sends: reported as its own labelled variant
     #[arg(long)]
     gso: bool,
+    /// coalesce-us of our kernel receivers (fhudpsrc, fhudpchunksrc): the longest nap
+    /// after the socket ran empty, a latency bound (0 = wake on every datagram)
+    /// [default: the elements']
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    coalesce_us: Option<u32>,
 }
 
 /// `firehose bench udp`.
@@ -118,10 +146,6 @@ pub struct SpeadArgs {
     /// Python with spead2 4.5.1 [default: <repo>/.venv/bin/python3]
     #[arg(long)]
     python: Option<PathBuf>,
-    /// fhudpsrc coalesce-us for our receivers (0 = wake on every datagram) [default:
-    /// the element's]
-    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=100_000))]
-    coalesce_us: Option<u32>,
     /// Chunk modes' heaps per chunk
     #[arg(long, default_value_t = DEFAULT_HEAPS_PER_CHUNK, value_parser = clap::value_parser!(u32).range(1..=4096))]
     heaps_per_chunk: u32,
@@ -180,18 +204,8 @@ pub struct RecordArgs {
     /// Payload bytes per packet of the test stream feeding the GStreamer writers
     #[arg(long, default_value_t = 8192, value_parser = parse_size)]
     packet_size: u32,
-    /// Runs per writer, taken in turns; figures are medians [default: 3, 1 with --quick]
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
-    repeat: Option<u32>,
-    /// Also write the markdown report to this file
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Write a bar chart (SVG) here [default: the --out file with .svg, else none]
-    #[arg(long)]
-    plot: Option<PathBuf>,
-    /// One short round
-    #[arg(long)]
-    quick: bool,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 /// A byte count with an SI suffix, above 0.
@@ -251,8 +265,8 @@ fn common(a: &SweepArgs) -> Result<Common, String> {
     eprintln!("bench: {rmem}");
     let limit = a.cpu_limit.map(CpuLimit::create).transpose()?;
     Ok(Common {
-        seconds: a.seconds.unwrap_or(if a.quick { 1.0 } else { 3.0 }),
-        repeat: a.repeat.unwrap_or(if a.quick { 1 } else { 3 }),
+        seconds: a.seconds.unwrap_or(if a.run.quick { 1.0 } else { 3.0 }),
+        repeat: a.run.repeat(),
         limit,
         rmem,
         started: Instant::now(),
@@ -297,16 +311,10 @@ fn sender_label(gso: bool) -> &'static str {
 }
 
 /// Prints the report, writes it (and the charts) where asked; returns the exit status.
-fn publish(
-    r: &Report,
-    out: Option<&PathBuf>,
-    plot: Option<&PathBuf>,
-    failure: Option<&str>,
-) -> i32 {
+fn publish(r: &Report, run: &RunArgs, failure: Option<&str>) -> i32 {
     let mut md = r.markdown();
-    let plot = plot
-        .cloned()
-        .or_else(|| out.map(|o| o.with_extension("svg")));
+    let out = run.out.as_ref();
+    let plot = run.plot();
     let mut status = EXIT_OK;
     if let Some(base) = plot {
         let charts = r.charts(&format!(
@@ -411,7 +419,7 @@ fn udp(a: UdpArgs) -> i32 {
         Ok(c) => c,
         Err(e) => return fail(&e),
     };
-    let quick = a.sweep.quick;
+    let quick = a.sweep.run.quick;
     let given = a.sweep.rates.clone();
     let rates = move |size| {
         given
@@ -424,7 +432,10 @@ fn udp(a: UdpArgs) -> i32 {
         sizes: a.sweep.sizes.clone().unwrap_or(vec![8972, 1472]),
         rates: &rates,
         receivers: a.receivers.clone(),
-        base: RecvConfig::new(Receiver::Floor),
+        base: RecvConfig {
+            coalesce_us: a.sweep.coalesce_us,
+            ..RecvConfig::new(Receiver::Floor)
+        },
         seconds: c.seconds,
         repeat: c.repeat,
         gso: a.sweep.gso,
@@ -444,7 +455,8 @@ fn udp(a: UdpArgs) -> i32 {
     );
     setup.push("receivers (counted where they leave: udpsrc by a pad probe, fhudpsrc by its stats, the floor by its own count):".into());
     for rx in &plan.receivers {
-        let mut cfg = RecvConfig::new(*rx);
+        let mut cfg = plan.base.clone();
+        cfg.kind = *rx;
         cfg.size = 1472;
         setup.push(format!("  {}", rx.describe(&cfg)));
     }
@@ -458,12 +470,7 @@ fn udp(a: UdpArgs) -> i32 {
         budget: budget(&c),
         failure: failure.as_deref(),
     };
-    publish(
-        &r,
-        a.sweep.out.as_ref(),
-        a.sweep.plot.as_ref(),
-        failure.as_deref(),
-    )
+    publish(&r, &a.sweep.run, failure.as_deref())
 }
 
 /// The budget as the report gives it.
@@ -548,10 +555,10 @@ fn spead(a: SpeadArgs) -> i32 {
     let mut base = RecvConfig::new(Receiver::Floor);
     base.heap_size = a.heap_size;
     base.heaps_per_chunk = a.heaps_per_chunk;
-    base.coalesce_us = a.coalesce_us;
+    base.coalesce_us = a.sweep.coalesce_us;
     base.landing = a.landing.clone();
     base.python = a.python.clone();
-    let quick = a.sweep.quick;
+    let quick = a.sweep.run.quick;
     let given_rates = a.sweep.rates.clone();
     let rates = move |size| {
         given_rates
@@ -613,12 +620,7 @@ fn spead(a: SpeadArgs) -> i32 {
         budget: budget(&c),
         failure: failure.as_deref(),
     };
-    let status = publish(
-        &r,
-        a.sweep.out.as_ref(),
-        a.sweep.plot.as_ref(),
-        failure.as_deref(),
-    );
+    let status = publish(&r, &a.sweep.run, failure.as_deref());
     drop(link);
     status
 }
@@ -659,9 +661,10 @@ fn bypass(a: BypassArgs) -> i32 {
         Err(e) => return fail(&e),
     };
     let mut base = RecvConfig::new(Receiver::Floor);
+    base.coalesce_us = a.sweep.coalesce_us;
     a.pmd.configure(&mut base, &pair);
     let link = Link::Veth(pair);
-    let quick = a.sweep.quick;
+    let quick = a.sweep.run.quick;
     let given_rates = a.sweep.rates.clone();
     let rates = move |size| {
         given_rates
@@ -728,18 +731,15 @@ fn bypass(a: BypassArgs) -> i32 {
         budget: budget(&c),
         failure: failure.as_deref(),
     };
-    publish(
-        &r,
-        a.sweep.out.as_ref(),
-        a.sweep.plot.as_ref(),
-        failure.as_deref(),
-    )
+    publish(&r, &a.sweep.run, failure.as_deref())
 }
 
 fn record(a: RecordArgs) -> i32 {
-    let mut o = crate::benchrecord::Options {
-        quick: a.quick,
-        out: a.out,
+    let mut o = record::Options {
+        quick: a.run.quick,
+        out: a.run.out.clone(),
+        plot: a.run.plot(),
+        repeat: a.run.repeat(),
         block_size: a.block_size,
         packet_size: a.packet_size,
         ..Default::default()
@@ -747,14 +747,12 @@ fn record(a: RecordArgs) -> i32 {
     if let Some(d) = a.dir {
         o.dir = d;
     }
-    o.bytes = a.size.unwrap_or(if a.quick { 256 << 20 } else { o.bytes });
-    o.repeat = a.repeat.unwrap_or(if a.quick { 1 } else { o.repeat });
+    o.bytes = a
+        .size
+        .unwrap_or(if a.run.quick { 256 << 20 } else { o.bytes });
     // Whole blocks, so fio (which writes whole blocks only) writes what the others do.
     o.bytes = o.bytes.next_multiple_of(o.block_size);
-    o.plot = a
-        .plot
-        .or_else(|| o.out.as_ref().map(|p| p.with_extension("svg")));
-    crate::benchrecord::run(&o)
+    record::run(&o)
 }
 
 /// The command line that is running, quoted for copying into a shell (for reports).

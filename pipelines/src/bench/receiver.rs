@@ -134,8 +134,8 @@ pub struct RecvConfig {
     /// Network interface (`fhxdpsrc`).
     #[arg(long)]
     pub interface: Option<String>,
-    /// `fhdpdksrc eal-args`.
-    #[arg(long)]
+    /// `fhdpdksrc eal-args` (itself a list of options, so it may start with '-').
+    #[arg(long, allow_hyphen_values = true)]
     pub eal_args: Option<String>,
     /// `fhdpdksrc dpdk-port`.
     #[arg(long)]
@@ -493,6 +493,26 @@ mod tests {
             let parsed = Receiver::from_str(r.name(), false).unwrap();
             assert_eq!(parsed, *r, "clap's name and ours agree");
         }
+    }
+
+    #[test]
+    fn eal_args_reach_the_child_whole() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            cfg: RecvConfig,
+        }
+        let mut cfg = RecvConfig::new(Receiver::Fhdpdksrc);
+        cfg.eal_args = Some("--no-huge --vdev=net_af_xdp0,iface=v0".into());
+        cfg.dpdk_port = Some("net_af_xdp0".into());
+        let c = cfg.command().unwrap();
+        let args = c
+            .get_args()
+            .skip(1)
+            .map(|a| a.to_string_lossy().into_owned());
+        use clap::Parser;
+        let parsed = Cli::try_parse_from(std::iter::once("x".to_string()).chain(args)).unwrap();
+        assert_eq!(parsed.cfg, cfg);
     }
 
     #[test]

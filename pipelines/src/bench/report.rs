@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::receiver::Receiver;
+use super::spread::Spread;
 use super::sweep::{Step, LOSSLESS};
 use crate::plot;
 
@@ -28,32 +29,14 @@ pub struct Report<'a> {
     pub failure: Option<&'a str>,
 }
 
-/// The median of `v` (mean of the middle two for an even count); `None` when empty.
-pub fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
+/// The median of `v`; `None` when empty.
+pub fn median(v: Vec<f64>) -> Option<f64> {
+    Spread::of(&v).map(|s| s.median)
 }
 
-/// A median with its range, as "1.23 (1.10–1.40)"; a single value without a range.
+/// A median with its range, as "1.23 (1.10–1.40)"; "-" for no values.
 fn spread(v: &[f64], digits: usize) -> String {
-    let Some(m) = median(v.to_vec()) else {
-        return "-".into();
-    };
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if v.len() < 2 || (hi - lo).abs() < 10f64.powi(-(digits as i32)) / 2.0 {
-        format!("{m:.digits$}")
-    } else {
-        format!("{m:.digits$} ({lo:.digits$}–{hi:.digits$})")
-    }
+    Spread::of(v).map_or("-".into(), |s| s.text(digits))
 }
 
 /// The step with the highest asked rate up to which every step was lossless, or `None`
@@ -194,10 +177,11 @@ impl Report<'_> {
         if self.host_cpu {
             let _ = writeln!(
                 r,
-                "- host CPU = the whole machine's busy CPU (/proc/stat: sender, receiver and \
-                 the softirq packet work no process is charged for) per GB delivered: on a \
-                 veth much of the kernel path's receive work runs in the sender's softirq, so \
-                 only the whole machine's CPU compares kernel and bypass receivers fairly"
+                "- host CPU = the whole machine's busy CPU (/proc/stat) per GB delivered: \
+                 sender, receiver and softirq packet work. On a veth much of the kernel \
+                 path's receive work runs in softirq on the sender's CPU, charged to the \
+                 sender or to no process, so only the whole machine's CPU compares kernel \
+                 and bypass receivers fairly; the sender's share is the same for all"
             );
         }
         if let Some((_, how)) = &self.budget {
@@ -432,12 +416,9 @@ mod tests {
     }
 
     #[test]
-    fn medians_and_spreads() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), Some(2.5));
+    fn spreads_of_no_value() {
         assert_eq!(median(vec![]), None);
-        assert_eq!(spread(&[1.0, 2.0, 3.0], 2), "2.00 (1.00–3.00)");
-        assert_eq!(spread(&[1.0], 2), "1.00");
+        assert_eq!(spread(&[], 2), "-");
     }
 
     #[test]

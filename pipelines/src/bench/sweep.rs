@@ -108,7 +108,10 @@ pub struct Step {
     pub incomplete: u64,
     /// Receiver CPU seconds (user + system, all threads) over the window.
     pub cpu_s: f64,
-    /// Busy CPU seconds of the whole machine while the sender ran.
+    /// Busy CPU seconds of the whole machine while the sender ran: sender, receiver and
+    /// softirq work. (The sender's own CPU cannot be taken out: without IRQ time
+    /// accounting the receive softirq a veth runs in the sender's syscall is charged to
+    /// the sender.)
     pub host_cpu_s: f64,
     /// Kernel UDP InErrors during the step (whole host).
     pub kernel_drops: u64,
