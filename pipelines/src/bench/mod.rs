@@ -399,6 +399,82 @@ fn usage(e: &str) -> i32 {
     EXIT_USAGE
 }
 
+/// One rate sweep as a benchmark defines it; [`run_sweep`] runs and reports it.
+struct Sweep {
+    /// `udp`, `spead`, `bypass`.
+    name: &'static str,
+    traffic: Traffic,
+    sizes: Vec<u32>,
+    receivers: Vec<Receiver>,
+    /// Every receiver's configuration but its kind, size and link.
+    base: RecvConfig,
+    link: Link,
+    /// Extra environment of the receiver processes.
+    env: Vec<(String, String)>,
+    /// The sender's pipeline, for the report.
+    sender: String,
+    /// Report lines before the receivers' descriptions.
+    lines: Vec<String>,
+    /// Report lines after them.
+    notes: Vec<String>,
+    /// The peer the ratios are taken against, when it runs.
+    baseline: Receiver,
+}
+
+/// Runs `b` with the common options `a` (resolved in `c`) and publishes its report.
+fn run_sweep(mut b: Sweep, a: &SweepArgs, c: Common) -> i32 {
+    b.base.coalesce_us = a.coalesce_us;
+    let (name, quick, given) = (b.name, a.run.quick, a.rates.clone());
+    let rates = move |size| {
+        given
+            .clone()
+            .unwrap_or_else(|| default_rates(name, size, quick))
+    };
+    let plan = Plan {
+        traffic: b.traffic,
+        sizes: b.sizes,
+        rates: &rates,
+        receivers: b.receivers,
+        base: b.base,
+        seconds: c.seconds,
+        repeat: c.repeat,
+        gso: a.gso,
+        link: &b.link,
+        env: b.env,
+        cpu_limit: c.limit.as_ref(),
+    };
+    let (steps, failure) = sweep::run(&plan, sweep::log_step);
+    let mut setup = setup_lines(&c, &b.link, &b.sender, a.gso);
+    setup.extend(b.lines);
+    for rx in &plan.receivers {
+        let mut cfg = plan.base.clone();
+        cfg.kind = *rx;
+        cfg.size = plan.sizes.first().copied().unwrap_or(1472);
+        if let Link::Veth(p) = &b.link {
+            cfg.address = p.host_ip.to_string();
+            cfg.port = sweep::VETH_PORT;
+            cfg.interface = Some(p.host_if.clone());
+        }
+        setup.push(format!("  {}", rx.describe(&cfg)));
+    }
+    setup.extend(b.notes);
+    let r = Report {
+        bench: if a.gso {
+            format!("{} --gso", b.name)
+        } else {
+            b.name.to_string()
+        },
+        setup,
+        steps: &steps,
+        receivers: &plan.receivers,
+        baseline: plan.receivers.contains(&b.baseline).then_some(b.baseline),
+        host_cpu: matches!(b.link, Link::Veth(_)),
+        budget: budget(&c),
+        failure: failure.as_deref(),
+    };
+    publish(&r, &a.run, failure.as_deref())
+}
+
 fn udp(a: UdpArgs) -> i32 {
     if let Some(rx) = a
         .receivers
@@ -419,58 +495,27 @@ fn udp(a: UdpArgs) -> i32 {
         Ok(c) => c,
         Err(e) => return fail(&e),
     };
-    let quick = a.sweep.run.quick;
-    let given = a.sweep.rates.clone();
-    let rates = move |size| {
-        given
-            .clone()
-            .unwrap_or_else(|| default_rates("udp", size, quick))
-    };
-    let link = Link::Loopback;
-    let plan = Plan {
-        traffic: Traffic::Datagrams,
-        sizes: a.sweep.sizes.clone().unwrap_or(vec![8972, 1472]),
-        rates: &rates,
-        receivers: a.receivers.clone(),
-        base: RecvConfig {
-            coalesce_us: a.sweep.coalesce_us,
-            ..RecvConfig::new(Receiver::Floor)
-        },
-        seconds: c.seconds,
-        repeat: c.repeat,
-        gso: a.sweep.gso,
-        link: &link,
-        env: Vec::new(),
-        cpu_limit: c.limit.as_ref(),
-    };
-    let (steps, failure) = sweep::run(&plan, sweep::log_step);
-    let mut setup = setup_lines(
-        &c,
-        &link,
-        &format!(
-            "fhtestsrc packet-size=S num-packets=N ! fhudpsink rate=R gso={}",
-            a.sweep.gso
-        ),
-        a.sweep.gso,
+    let sender = format!(
+        "fhtestsrc packet-size=S num-packets=N ! fhudpsink rate=R gso={}",
+        a.sweep.gso
     );
-    setup.push("receivers (counted where they leave: udpsrc by a pad probe, fhudpsrc by its stats, the floor by its own count):".into());
-    for rx in &plan.receivers {
-        let mut cfg = plan.base.clone();
-        cfg.kind = *rx;
-        cfg.size = 1472;
-        setup.push(format!("  {}", rx.describe(&cfg)));
-    }
-    let r = Report {
-        bench: if a.sweep.gso { "udp --gso" } else { "udp" },
-        setup,
-        steps: &steps,
-        receivers: &plan.receivers,
-        baseline: Some(Receiver::Udpsrc),
-        host_cpu: false,
-        budget: budget(&c),
-        failure: failure.as_deref(),
-    };
-    publish(&r, &a.sweep.run, failure.as_deref())
+    run_sweep(
+        Sweep {
+            name: "udp",
+            traffic: Traffic::Datagrams,
+            sizes: a.sweep.sizes.clone().unwrap_or(vec![8972, 1472]),
+            receivers: a.receivers.clone(),
+            base: RecvConfig::new(Receiver::Floor),
+            link: Link::Loopback,
+            env: Vec::new(),
+            sender,
+            lines: vec!["receivers (counted where they leave: udpsrc by a pad probe, fhudpsrc by its stats, the floor by its own count):".into()],
+            notes: Vec::new(),
+            baseline: Receiver::Udpsrc,
+        },
+        &a.sweep,
+        c,
+    )
 }
 
 /// The budget as the report gives it.
@@ -555,74 +600,37 @@ fn spead(a: SpeadArgs) -> i32 {
     let mut base = RecvConfig::new(Receiver::Floor);
     base.heap_size = a.heap_size;
     base.heaps_per_chunk = a.heaps_per_chunk;
-    base.coalesce_us = a.sweep.coalesce_us;
     base.landing = a.landing.clone();
     base.python = a.python.clone();
-    let quick = a.sweep.run.quick;
-    let given_rates = a.sweep.rates.clone();
-    let rates = move |size| {
-        given_rates
-            .clone()
-            .unwrap_or_else(|| default_rates("spead", size, quick))
-    };
-    let plan = Plan {
-        traffic: Traffic::Heaps(a.heap_size),
-        sizes,
-        rates: &rates,
-        receivers,
-        base: base.clone(),
-        seconds: c.seconds,
-        repeat: c.repeat,
-        gso: a.sweep.gso,
-        link: &link,
-        env: Vec::new(),
-        cpu_limit: c.limit.as_ref(),
-    };
-    let (steps, failure) = sweep::run(&plan, sweep::log_step);
-    let mut setup = setup_lines(
-        &c,
-        &link,
-        &format!(
-            "fakesrc num-buffers=N sizetype=fixed sizemax={h} filltype=nothing ! speadpay \
-             packet-size=S descriptors-separate=true ! fhudpsink rate=R gso={}",
-            a.sweep.gso,
-            h = a.heap_size
-        ),
+    let sender = format!(
+        "fakesrc num-buffers=N sizetype=fixed sizemax={h} filltype=nothing ! speadpay \
+         packet-size=S descriptors-separate=true ! fhudpsink rate=R gso={}",
         a.sweep.gso,
+        h = a.heap_size
     );
-    setup.push(format!(
-        "SPEAD-64-40 heaps of {} bytes (one item), packets byte-identical to spead2's sender",
-        a.heap_size
-    ));
-    setup.push("receivers (heap receivers count complete data heaps and their payload; the floor counts datagrams and UDP payload, SPEAD headers included):".into());
-    for rx in &plan.receivers {
-        let mut cfg = base.clone();
-        cfg.kind = *rx;
-        cfg.size = plan.sizes[0];
-        if let Link::Veth(p) = &link {
-            cfg.address = p.host_ip.to_string();
-            cfg.port = sweep::VETH_PORT;
-            cfg.interface = Some(p.host_if.clone());
-        }
-        setup.push(format!("  {}", rx.describe(&cfg)));
-    }
-    setup.extend(notes.into_iter().map(|n| format!("note: {n}")));
-    let r = Report {
-        bench: if a.sweep.gso { "spead --gso" } else { "spead" },
-        setup,
-        steps: &steps,
-        receivers: &plan.receivers,
-        baseline: plan
-            .receivers
-            .contains(&Receiver::Spead2)
-            .then_some(Receiver::Spead2),
-        host_cpu: veth,
-        budget: budget(&c),
-        failure: failure.as_deref(),
-    };
-    let status = publish(&r, &a.sweep.run, failure.as_deref());
-    drop(link);
-    status
+    run_sweep(
+        Sweep {
+            name: "spead",
+            traffic: Traffic::Heaps(a.heap_size),
+            sizes,
+            receivers,
+            base,
+            link,
+            env: Vec::new(),
+            sender,
+            lines: vec![
+                format!(
+                    "SPEAD-64-40 heaps of {} bytes (one item), packets byte-identical to spead2's sender",
+                    a.heap_size
+                ),
+                "receivers (heap receivers count complete data heaps and their payload; the floor counts datagrams and UDP payload, SPEAD headers included):".into(),
+            ],
+            notes: notes.into_iter().map(|n| format!("note: {n}")).collect(),
+            baseline: Receiver::Spead2,
+        },
+        &a.sweep,
+        c,
+    )
 }
 
 fn bypass(a: BypassArgs) -> i32 {
@@ -661,77 +669,38 @@ fn bypass(a: BypassArgs) -> i32 {
         Err(e) => return fail(&e),
     };
     let mut base = RecvConfig::new(Receiver::Floor);
-    base.coalesce_us = a.sweep.coalesce_us;
     a.pmd.configure(&mut base, &pair);
-    let link = Link::Veth(pair);
-    let quick = a.sweep.run.quick;
-    let given_rates = a.sweep.rates.clone();
-    let rates = move |size| {
-        given_rates
-            .clone()
-            .unwrap_or_else(|| default_rates("bypass", size, quick))
-    };
-    let plan = Plan {
-        traffic: Traffic::Datagrams,
-        sizes,
-        rates: &rates,
-        receivers,
-        base: base.clone(),
-        seconds: c.seconds,
-        repeat: c.repeat,
-        gso: a.sweep.gso,
-        link: &link,
-        env,
-        cpu_limit: c.limit.as_ref(),
-    };
-    let (steps, failure) = sweep::run(&plan, sweep::log_step);
-    let mut setup = setup_lines(
-        &c,
-        &link,
-        &format!(
-            "fhtestsrc packet-size=S num-packets=N ! fhudpsink host=<host end> port={} rate=R gso={}",
-            sweep::VETH_PORT,
-            a.sweep.gso
-        ),
-        a.sweep.gso,
+    let sender = format!(
+        "fhtestsrc packet-size=S num-packets=N ! fhudpsink host=<host end> port={} rate=R gso={}",
+        sweep::VETH_PORT,
+        a.sweep.gso
     );
-    setup.push(
-        "receivers (on the host end, counted by their stats; the floor by its own count):".into(),
-    );
-    for rx in &plan.receivers {
-        let mut cfg = base.clone();
-        cfg.kind = *rx;
-        cfg.size = 1472;
-        cfg.address = "<host end>".into();
-        cfg.port = sweep::VETH_PORT;
-        cfg.interface = Some("<host end>".into());
-        setup.push(format!("  {}", rx.describe(&cfg)));
-    }
-    setup.push(
+    notes.push(
         "a veth is not a NIC: part of the kernel's receive work runs in the sender's softirq \
          context and no driver does zero-copy; read the table as a relative comparison on \
          this machine"
             .into(),
     );
-    setup.extend(notes);
-    let r = Report {
-        bench: if a.sweep.gso {
-            "bypass --gso"
-        } else {
-            "bypass"
+    run_sweep(
+        Sweep {
+            name: "bypass",
+            traffic: Traffic::Datagrams,
+            sizes,
+            receivers,
+            base,
+            link: Link::Veth(pair),
+            env,
+            sender,
+            lines: vec![
+                "receivers (on the host end, counted by their stats; the floor by its own count):"
+                    .into(),
+            ],
+            notes,
+            baseline: Receiver::Fhudpsrc,
         },
-        setup,
-        steps: &steps,
-        receivers: &plan.receivers,
-        baseline: plan
-            .receivers
-            .contains(&Receiver::Fhudpsrc)
-            .then_some(Receiver::Fhudpsrc),
-        host_cpu: true,
-        budget: budget(&c),
-        failure: failure.as_deref(),
-    };
-    publish(&r, &a.sweep.run, failure.as_deref())
+        &a.sweep,
+        c,
+    )
 }
 
 fn record(a: RecordArgs) -> i32 {

@@ -11,8 +11,8 @@ use crate::plot;
 
 /// What a report is about, beside its steps.
 pub struct Report<'a> {
-    /// `udp`, `spead`, `bypass`.
-    pub bench: &'static str,
+    /// `udp`, `spead`, `bypass` (with ` --gso` for that variant).
+    pub bench: String,
     /// Set-up lines (command, host, sender, receivers, notes), each a bullet.
     pub setup: Vec<String>,
     /// Every step, in the order run.
@@ -403,7 +403,7 @@ mod tests {
 
     fn report(steps: &[Step]) -> String {
         Report {
-            bench: "udp",
+            bench: "udp".into(),
             setup: vec!["command: `x`".into()],
             steps,
             receivers: &[Receiver::Floor, Receiver::Udpsrc, Receiver::Fhudpsrc],
@@ -482,7 +482,7 @@ mod tests {
             step(Receiver::Udpsrc, 0, G, 1000, 1000, 0.4),
         ];
         let r = Report {
-            bench: "udp",
+            bench: "udp".into(),
             setup: vec![],
             steps: &steps,
             receivers: &[Receiver::Floor, Receiver::Udpsrc],
