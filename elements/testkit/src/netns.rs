@@ -161,6 +161,25 @@ impl VethPair {
         .map_err(|_| io::Error::other("thread in the namespace panicked"))?
     }
 
+    /// Gives the peer (in the namespace) a permanent neighbour entry for the host end:
+    /// a receiver that takes frames off the host interface (AF_XDP, DPDK) leaves no
+    /// kernel there to answer ARP, and the first datagrams need not wait for it.
+    pub fn pin_host_neighbour(&self) -> io::Result<()> {
+        ip(&[
+            "-n",
+            &self.ns,
+            "neigh",
+            "replace",
+            &self.host_ip.to_string(),
+            "lladdr",
+            &firehose_core::frame::build::format_mac(&self.host_mac),
+            "dev",
+            &self.peer_if,
+            "nud",
+            "permanent",
+        ])
+    }
+
     /// A command that runs `program` inside the namespace (`ip netns exec`).
     pub fn command(&self, program: &str) -> Command {
         let mut c = Command::new("ip");

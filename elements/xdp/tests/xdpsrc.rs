@@ -45,26 +45,6 @@ fn xdp_attached(ifname: &str) -> bool {
     text.contains("xdp") || text.contains("prog/xdp")
 }
 
-/// A static neighbour entry for the host end inside the namespace, so the first
-/// datagrams do not wait on ARP.
-fn static_neighbour(pair: &VethPair) {
-    let mac: Vec<String> = pair.host_mac.iter().map(|b| format!("{b:02x}")).collect();
-    firehose_testkit::netns::ip(&[
-        "-n",
-        &pair.ns,
-        "neigh",
-        "replace",
-        &pair.host_ip.to_string(),
-        "lladdr",
-        &mac.join(":"),
-        "dev",
-        &pair.peer_if,
-        "nud",
-        "permanent",
-    ])
-    .unwrap();
-}
-
 fn stats(el: &gst::Element) -> gst::Structure {
     el.property::<gst::Structure>("stats")
 }
@@ -127,7 +107,7 @@ fn stream_test(mode: &str, extra: &[(&str, &str)]) {
     const N: u32 = 3000;
     const LEN: usize = 1472;
     let pair = VethPair::create("x").expect("needs root and iproute2");
-    static_neighbour(&pair);
+    pair.pin_host_neighbour().unwrap();
     let port = 7300;
     let mut props = vec![("mode", mode), ("stats-interval", "0")];
     props.extend_from_slice(extra);
@@ -444,7 +424,7 @@ fn heaps_through(pair: &VethPair, desc: &str, port: u16) -> Heaps {
 #[test]
 fn spead_over_xdp_reassembles_like_fhudpsrc() {
     let pair = VethPair::create("s").expect("needs root and iproute2");
-    static_neighbour(&pair);
+    pair.pin_host_neighbour().unwrap();
     let udp = heaps_through(
         &pair,
         &format!(

@@ -3,8 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use firehose_core::frame::build::format_mac;
-use firehose_testkit::netns::{self, VethPair};
+use firehose_testkit::netns::VethPair;
 
 use super::receiver::RecvConfig;
 
@@ -57,20 +56,8 @@ pub fn create_pair() -> Result<VethPair, String> {
              root, with iproute2 installed"
         )
     })?;
-    netns::ip(&[
-        "-n",
-        &pair.ns,
-        "neigh",
-        "replace",
-        &pair.host_ip.to_string(),
-        "lladdr",
-        &format_mac(&pair.host_mac),
-        "dev",
-        &pair.peer_if,
-        "nud",
-        "permanent",
-    ])
-    .map_err(|e| format!("static neighbour entry: {e}"))?;
+    pair.pin_host_neighbour()
+        .map_err(|e| format!("static neighbour entry: {e}"))?;
     Ok(pair)
 }
 

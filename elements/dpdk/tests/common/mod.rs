@@ -9,7 +9,7 @@ use std::os::fd::AsRawFd;
 use std::sync::{Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
 
-use firehose_testkit::netns::{ip, VethPair};
+use firehose_testkit::netns::VethPair;
 use firehose_testkit::pattern;
 use gst::prelude::*;
 
@@ -32,24 +32,7 @@ pub fn serial() -> MutexGuard<'static, ()> {
 /// PMD that takes frames off the host interface leaves no kernel there to answer ARP.
 pub fn veth(tag: &str) -> VethPair {
     let pair = VethPair::create(tag).expect("needs root and iproute2");
-    let mac = pair
-        .host_mac
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":");
-    ip(&[
-        "-n",
-        &pair.ns,
-        "neigh",
-        "replace",
-        &pair.host_ip.to_string(),
-        "lladdr",
-        &mac,
-        "dev",
-        &pair.peer_if,
-    ])
-    .unwrap();
+    pair.pin_host_neighbour().unwrap();
     pair
 }
 
