@@ -613,15 +613,16 @@ impl UdpReceiver {
     }
 
     fn learn(&mut self, messages: usize, coalesced: usize, drained: bool) {
-        let now = Instant::now();
-        let action = self.adapt.after_batch(messages, coalesced, drained, now);
+        let action = self
+            .adapt
+            .after_batch(messages, coalesced, drained, Instant::now);
         let on = match action {
             GroAction::Keep => return,
             GroAction::TurnOff => 0,
             GroAction::TurnOn => 1,
         };
         let ok = setsockopt_int(&self.sock, libc::SOL_UDP, libc::UDP_GRO, on).is_ok();
-        self.adapt.switched(action, ok, now);
+        self.adapt.switched(action, ok, Instant::now());
     }
 
     /// The GRO adaptation's mode (see [`crate::groadapt`]).
