@@ -186,6 +186,9 @@ mod tests {
             Mode::On,
             "8 plain since the coalesced one, not 16"
         );
+        // With GRO on a batch needs no clock.
+        let no_clock = || -> Instant { panic!("the clock was read with GRO on") };
+        assert_eq!(a.after_batch(1, 1, true, no_clock), Action::Keep);
     }
 
     #[test]
