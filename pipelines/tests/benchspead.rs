@@ -54,11 +54,11 @@ fn quick_spead_bench_produces_a_table() {
         report.contains("| CPU vs spead2 | CPU vs floor |"),
         "{report}"
     );
-    // floor, spead2 and speaddepay always; the chunk-mode receivers whenever this build
-    // has their element (fhdepay, fhudpchunksrc) — otherwise the report says it left
+    // floor, spead2 and speaddepay always; the others whenever this build has their
+    // element (fhspeadsrc, fhdepay, fhudpchunksrc) — otherwise the report says it left
     // them out.
     let mut receivers = vec!["floor", "spead2", "speaddepay"];
-    for rx in ["chunk", "direct"] {
+    for rx in ["spead-src", "chunk", "direct"] {
         if report.contains(&format!("- note: {rx} left out")) {
             eprintln!("{rx} not in this build; left out of the comparison");
         } else {

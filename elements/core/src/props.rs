@@ -35,7 +35,7 @@ impl From<Hugepages> for HugepagePolicy {
 }
 
 /// `landing=auto|on|off`: whether payloads are received straight into chunks or heaps
-/// (`fhudpchunksrc`, and `speaddepay` right after `fhudpsrc`).
+/// (`fhudpchunksrc`, `fhspeadsrc`).
 #[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
 #[repr(u32)]
 #[enum_type(name = "GstFirehoseLanding")]

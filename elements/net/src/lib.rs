@@ -7,7 +7,7 @@
 //!   only one when the packet handler allows it (`handler=spead`).
 //! - `fhudpsink`: UDP send with `sendmmsg` and UDP GSO, rate pacing, several destinations.
 //!
-//! The socket engines ([`recv`], [`direct`], [`send`], [`sockaddr`]) use no GStreamer
+//! The socket engines ([`recv`], [`direct`], [`landsrc`], [`send`], [`sockaddr`]) use no GStreamer
 //! types; the element modules are thin adapters over them, and the two sources share
 //! their socket properties ([`socket_settings`]).
 
@@ -15,7 +15,7 @@ use gst::glib;
 
 pub mod direct;
 pub mod groadapt;
-pub mod lend;
+pub mod landsrc;
 pub mod recv;
 pub mod send;
 pub mod sockaddr;

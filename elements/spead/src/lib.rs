@@ -9,8 +9,9 @@
 //! - [`chunk`]: the `spead` packet handler, placing heaps into chunks;
 //! - [`heap`]: what a reassembled heap carries downstream.
 //!
-//! Elements: `speaddepay` ([`depay`]: heaps, or chunks with `mode=chunks`) and
-//! `speadpay` ([`pay`]).
+//! Elements: `speaddepay` ([`depay`]: heaps, or chunks with `mode=chunks`),
+//! `fhspeadsrc` ([`speadsrc`]: a UDP socket and the reassembler in one element, payloads
+//! received straight into heaps) and `speadpay` ([`pay`]).
 
 use gst::glib;
 
@@ -18,9 +19,11 @@ pub mod chunk;
 pub mod depay;
 pub mod descriptor;
 pub mod heap;
+mod heapout;
 pub mod pay;
 pub mod reassembly;
 pub mod send;
+pub mod speadsrc;
 pub mod wire;
 
 /// Registers the SPEAD elements and the `spead` packet handler.
@@ -28,5 +31,6 @@ pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     firehose_core::handler::register_handler(chunk::NAME, chunk::factory);
     pay::register(plugin)?;
     depay::register(plugin)?;
+    speadsrc::register(plugin)?;
     Ok(())
 }

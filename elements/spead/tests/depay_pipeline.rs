@@ -1,8 +1,8 @@
-//! `fhudpsrc ! speaddepay` in a real pipeline over loopback, fed by a Rust sender that
-//! splits heaps as spead2 does: heaps arrive intact in pool memory, stats messages are
-//! posted, and the stop heap ends the pipeline with EOS. Right after `fhudpsrc`,
-//! `speaddepay` receives payloads straight into its heaps (`packets-landed`); with
-//! `landing=off`, or with a queue between the two, every payload is copied from a batch.
+//! `fhudpsrc ! speaddepay` and `fhspeadsrc` in real pipelines over loopback, fed by a
+//! Rust sender that splits heaps as spead2 does: heaps arrive intact in pool memory,
+//! stats messages are posted, and the stop heap ends the pipeline with EOS.
+//! `fhspeadsrc` receives large payloads straight into its heaps (`packets-landed`);
+//! with `landing=off`, or payloads under 4 KiB, every payload is copied once.
 
 use std::net::UdpSocket;
 use std::sync::mpsc;
@@ -38,21 +38,38 @@ fn init() {
             firehose_spead::depay::SpeadDepay::static_type(),
         )
         .unwrap();
+        gst::Element::register(
+            None,
+            "fhspeadsrc",
+            gst::Rank::NONE,
+            firehose_spead::speadsrc::SpeadSrc::static_type(),
+        )
+        .unwrap();
     });
 }
 
 const HEAPS: u64 = 20;
 const ITEM: usize = 64 << 10;
 
-/// Runs `fhudpsrc ! <middle> ! speaddepay <depay> ! fakesink` over the stream (packets
-/// of `chunk` payload bytes); checks every heap and the counts, and returns the depay's
-/// stats.
-fn run(middle: &str, depay: &str, chunk: usize) -> gst::Structure {
+/// The heap settings both receivers get.
+const HEAP_SETTINGS: &str = "max-heap-size=1048576 hugepages=off stats-interval=50";
+
+/// `fhudpsrc ! <middle> ! speaddepay`, the depay named `depay`.
+fn udp_depay(middle: &str) -> String {
+    format!("fhudpsrc name=src address=127.0.0.1 port=0 hugepages=off {middle} ! speaddepay name=depay {HEAP_SETTINGS}")
+}
+
+/// `fhspeadsrc <props>`, named both `src` (its port) and `depay` (its stats).
+fn spead_src(props: &str) -> String {
+    format!("fhspeadsrc name=depay address=127.0.0.1 port=0 {HEAP_SETTINGS} {props}")
+}
+
+/// Runs `<receiver> ! fakesink` over the stream (packets of `chunk` payload bytes);
+/// checks every heap and the counts, and returns the stats of the element named `depay`.
+fn run(receiver: &str, chunk: usize) -> gst::Structure {
     init();
     let pipeline = gst::parse::launch(&format!(
-        "fhudpsrc name=src address=127.0.0.1 port=0 hugepages=off {middle} \
-         ! speaddepay name=depay max-heap-size=1048576 hugepages=off stats-interval=50 {depay} \
-         ! fakesink name=sink signal-handoffs=true sync=false"
+        "{receiver} ! fakesink name=sink signal-handoffs=true sync=false"
     ))
     .unwrap()
     .downcast::<gst::Pipeline>()
@@ -64,7 +81,10 @@ fn run(middle: &str, depay: &str, chunk: usize) -> gst::Structure {
         None
     });
     pipeline.set_state(gst::State::Playing).unwrap();
-    let src = pipeline.by_name("src").unwrap();
+    let src = pipeline
+        .by_name("src")
+        .or_else(|| pipeline.by_name("depay"))
+        .unwrap();
     let port = src.property::<i32>("port") as u16;
     assert_ne!(port, 0);
 
@@ -146,37 +166,49 @@ fn run(middle: &str, depay: &str, chunk: usize) -> gst::Structure {
 
 #[test]
 fn udp_source_to_depay_over_loopback() {
-    let stats = run("", "", 8192);
-    // Right after fhudpsrc: payloads land in their heaps. The first receive cannot be
-    // predicted and a heap's first packet is copied while the stream's first heaps
-    // teach the reassembler its shape; nearly all the rest lands.
-    let landed = field(&stats, names::PACKETS_LANDED);
-    let copied = field(&stats, names::PACKETS_COPIED);
-    assert_eq!(landed + copied, field(&stats, names::PACKETS), "{stats}");
-    assert!(landed * 10 >= copied * 7, "most payloads land: {stats}");
-}
-
-#[test]
-fn with_landing_off_or_a_queue_between_every_payload_is_copied() {
-    for (middle, depay) in [("", "landing=off"), ("! queue", "")] {
-        let stats = run(middle, depay, 8192);
-        assert_eq!(
-            field(&stats, names::PACKETS_LANDED),
-            0,
-            "{middle} {depay}: {stats}"
-        );
+    // Every payload is copied once from fhudpsrc's batches, with or without a queue.
+    for middle in ["", "! queue"] {
+        let stats = run(&udp_depay(middle), 8192);
+        assert_eq!(field(&stats, names::PACKETS_LANDED), 0, "{stats}");
     }
 }
 
 #[test]
-fn small_payloads_are_received_into_batches() {
-    // Under 4 KiB of payload, landing costs more than it saves: after the first
-    // receive, fhudpsrc receives into its batches again.
-    let stats = run("", "", 1400);
+fn spead_source_lands_large_payloads_in_their_heaps() {
+    let stats = run(&spead_src(""), 8192);
+    // The first receive cannot be predicted and a heap's first packet is copied while
+    // the stream's first heaps teach the reassembler its shape; nearly all the rest
+    // lands.
+    let landed = field(&stats, names::PACKETS_LANDED);
+    let copied = field(&stats, names::PACKETS_COPIED);
+    assert_eq!(landed + copied, field(&stats, names::PACKETS), "{stats}");
+    assert_eq!(
+        field(&stats, names::DATAGRAMS),
+        field(&stats, names::PACKETS),
+        "{stats}"
+    );
+    assert!(landed * 10 >= copied * 7, "most payloads land: {stats}");
+}
+
+#[test]
+fn spead_source_with_landing_off_copies_every_payload() {
+    let stats = run(&spead_src("landing=off"), 8192);
     assert_eq!(field(&stats, names::PACKETS_LANDED), 0, "{stats}");
-    let lent = field(&stats, names::PACKETS_COPIED);
-    assert!(
-        lent < 64,
-        "only the first receives go through the lender: {stats}"
+    assert_eq!(
+        field(&stats, names::PACKETS_COPIED),
+        field(&stats, names::PACKETS),
+        "{stats}"
+    );
+}
+
+#[test]
+fn spead_source_copies_small_payloads() {
+    // Under 4 KiB of payload, landing costs more than it saves.
+    let stats = run(&spead_src(""), 1400);
+    assert_eq!(field(&stats, names::PACKETS_LANDED), 0, "{stats}");
+    assert_eq!(
+        field(&stats, names::PACKETS_COPIED),
+        field(&stats, names::PACKETS),
+        "{stats}"
     );
 }

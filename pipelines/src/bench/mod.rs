@@ -149,7 +149,7 @@ pub struct SpeadArgs {
     /// Chunk modes' heaps per chunk
     #[arg(long, default_value_t = DEFAULT_HEAPS_PER_CHUNK, value_parser = clap::value_parser!(u32).range(1..=4096))]
     heaps_per_chunk: u32,
-    /// landing of the direct receiver (fhudpchunksrc) and speaddepay: auto, on, off
+    /// landing of the receivers that land payloads (fhudpchunksrc, fhspeadsrc): auto, on, off
     /// [default: the elements']
     #[arg(long, value_parser = ["auto", "on", "off"])]
     landing: Option<String>,
@@ -552,6 +552,7 @@ fn spead(a: SpeadArgs) -> i32 {
             Receiver::Floor,
             Receiver::Spead2,
             Receiver::Speaddepay,
+            Receiver::SpeadSrc,
             Receiver::Chunk,
             Receiver::Direct,
         ];

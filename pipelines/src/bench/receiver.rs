@@ -40,6 +40,8 @@ pub enum Receiver {
     Spead2,
     /// `fhudpsrc ! speaddepay`.
     Speaddepay,
+    /// `fhspeadsrc`: socket and reassembler in one element, payloads straight into heaps.
+    SpeadSrc,
     /// Chunk mode: `fhudpsrc ! fhdepay handler=spead`.
     Chunk,
     /// `fhudpchunksrc handler=spead`: payloads received straight into chunks.
@@ -61,6 +63,7 @@ impl Receiver {
             Receiver::Fhdpdksrc => "fhdpdksrc",
             Receiver::Spead2 => "spead2",
             Receiver::Speaddepay => "speaddepay",
+            Receiver::SpeadSrc => "spead-src",
             Receiver::Chunk => "chunk",
             Receiver::Direct => "direct",
             Receiver::XdpSpeaddepay => "xdp-speaddepay",
@@ -74,6 +77,7 @@ impl Receiver {
             self,
             Receiver::Spead2
                 | Receiver::Speaddepay
+                | Receiver::SpeadSrc
                 | Receiver::Chunk
                 | Receiver::Direct
                 | Receiver::XdpSpeaddepay
@@ -95,6 +99,7 @@ impl Receiver {
         match self {
             Receiver::Chunk => &["fhdepay"],
             Receiver::Direct => &["fhudpchunksrc"],
+            Receiver::SpeadSrc => &["fhspeadsrc"],
             Receiver::XdpChunk => &["fhxdpsrc", "fhdepay"],
             _ => &[],
         }
@@ -155,7 +160,7 @@ pub struct RecvConfig {
     /// `fhudpsrc coalesce-us`, if not the element's default.
     #[arg(long)]
     pub coalesce_us: Option<u32>,
-    /// `landing` of fhudpchunksrc and speaddepay, if not the elements' default.
+    /// `landing` of fhudpchunksrc and fhspeadsrc, if not the elements' default.
     #[arg(long)]
     pub landing: Option<String>,
     /// Python with spead2 (spead2 receiver only).
@@ -273,7 +278,12 @@ pub fn description(cfg: &RecvConfig) -> String {
             cfg.eal_args.as_deref().unwrap_or_default(),
             cfg.dpdk_port.as_deref().unwrap_or_default()
         ),
-        Receiver::Speaddepay => format!("{udp} ! speaddepay name=depay{landing} ! {sink}"),
+        Receiver::Speaddepay => format!("{udp} ! speaddepay name=depay ! {sink}"),
+        // Receives and reassembles: it is both `src` and `depay`.
+        Receiver::SpeadSrc => format!(
+            "{}{landing} ! {sink}",
+            udp.replacen("fhudpsrc name=src", "fhspeadsrc name=src", 1)
+        ),
         Receiver::Chunk => format!("{udp} ! fhdepay name=depay {chunks} ! {sink}"),
         // One element receives and places: it is both `src` and `depay`.
         Receiver::Direct => format!(
@@ -336,11 +346,13 @@ fn run_pipeline(cfg: &RecvConfig, timeout: Duration) -> Result<(), String> {
     let src = session.element("src").expect("named in the description");
     // The element whose stats count what the receiver delivered.
     let counted = session
-        .element(if kind.counts_heaps() && kind != Receiver::Direct {
-            "depay"
-        } else {
-            "src"
-        })
+        .element(
+            if kind.counts_heaps() && !matches!(kind, Receiver::Direct | Receiver::SpeadSrc) {
+                "depay"
+            } else {
+                "src"
+            },
+        )
         .expect("named in the description");
     // udpsrc has no stats: count its buffers where they leave. speaddepay counts every
     // heap, the descriptor heap too: count the data heaps (the buffers of exactly one
@@ -348,7 +360,7 @@ fn run_pipeline(cfg: &RecvConfig, timeout: Duration) -> Result<(), String> {
     let probed = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
     if matches!(
         kind,
-        Receiver::Udpsrc | Receiver::Speaddepay | Receiver::XdpSpeaddepay
+        Receiver::Udpsrc | Receiver::Speaddepay | Receiver::SpeadSrc | Receiver::XdpSpeaddepay
     ) {
         let sink = session.element("sink").expect("named in the description");
         let pad = sink.static_pad("sink").expect("fakesink has a sink pad");
@@ -473,6 +485,14 @@ mod tests {
             d.starts_with("fhudpchunksrc name=src address=127.0.0.1 port=0")
                 && d.contains(" landing=on !")
                 && !d.contains("fhdepay"),
+            "{d}"
+        );
+        cfg.kind = Receiver::SpeadSrc;
+        let d = description(&cfg);
+        assert!(
+            d.starts_with("fhspeadsrc name=src address=127.0.0.1 port=0")
+                && d.contains(" landing=on !")
+                && !d.contains("speaddepay"),
             "{d}"
         );
         cfg.kind = Receiver::XdpChunk;

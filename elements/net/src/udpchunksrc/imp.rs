@@ -2,13 +2,12 @@
 //! [`DirectReceiver`] from its socket into its chunk engine, and pushes the finished
 //! chunks one per `create`.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
 use firehose_core::chunk::settings::ChunkSettings;
-use firehose_core::chunk::{ChunkAssembler, ChunkHost, FinishedChunk, Flow, StatsMirror};
+use firehose_core::chunk::{ChunkAssembler, ChunkHost, StatsMirror};
 use firehose_core::stats::{self, names, Counter, StatsTimer};
 use firehose_core::sync::lock;
 use firehose_core::wake::Waker;
@@ -21,9 +20,9 @@ use gst_base::subclass::base_src::CreateSuccess;
 use gst_base::subclass::prelude::*;
 
 use super::Landing;
-use crate::direct::{DirectCounts, DirectReceiver, DirectRecv};
-use crate::recv::UdpReceiver;
-use crate::socket_settings::{insert_after, SocketSettings};
+use crate::direct::DirectCounts;
+use crate::landsrc::LandingSource;
+use crate::socket_settings::{flow_error, insert_after, SocketSettings};
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -115,23 +114,9 @@ impl RecvCounters {
 }
 
 struct State {
-    /// The socket.
-    rx: UdpReceiver,
-    /// The chunk engine the payloads are received into.
-    engine: ChunkAssembler,
-    /// Receives from `rx` into `engine`.
-    direct: DirectReceiver,
-    /// Chunks out of the engine, pushed one per `create`.
-    pending: VecDeque<FinishedChunk>,
-    /// Where a receive puts the chunks it finished (kept for its capacity).
-    out: Vec<FinishedChunk>,
-    /// Socket buffer the kernel granted, in bytes: at the application's EOS, what is read
-    /// beyond this much arrived after it.
-    buffer_bytes: u64,
+    /// The socket, the chunk engine its payloads land in, and the chunks not yet pushed.
+    src: LandingSource<ChunkAssembler>,
     timer: StatsTimer,
-    /// No chunk will be added to `pending`: the handler ended the stream, or the
-    /// application's EOS flushed the engine.
-    ended: bool,
 }
 
 #[derive(Default)]
@@ -150,7 +135,7 @@ pub struct UdpChunkSrc {
     recv_counters: RecvCounters,
     /// Set by unlock: cuts short a wait for data or (`when-full=block`) for a pool chunk.
     flushing: Arc<AtomicBool>,
-    /// The application sent EOS: push what was received, then end the stream.
+    /// Set by an application's EOS: push what was received, then end the stream.
     eos: AtomicBool,
 }
 
@@ -165,105 +150,19 @@ impl UdpChunkSrc {
     }
 
     /// Copies the engine's and the receiver's counters to the atomics `stats` reads.
-    fn mirror(&self, state: &State) {
-        self.engine_counters.update(&state.engine.stats());
-        self.recv_counters.update(&state.direct.counts());
+    fn mirror(&self, src: &LandingSource<ChunkAssembler>) {
+        self.engine_counters.update(&src.engine.stats());
+        self.recv_counters.update(&src.counts());
     }
 
     /// Mirrors the counters (once per receive) and posts the stats when due or `force`.
-    fn publish(&self, state: &mut State, force: bool) {
-        self.mirror(state);
-        if state.timer.due(Instant::now()) || force {
-            let drops = state.rx.kernel_drops();
+    fn publish(&self, src: &LandingSource<ChunkAssembler>, timer: &mut StatsTimer, force: bool) {
+        self.mirror(src);
+        if timer.due(Instant::now()) || force {
+            let drops = src.rx.kernel_drops();
             self.recv_counters.kernel_drops.set(drops);
             stats::post(self.obj().upcast_ref(), self.stats());
         }
-    }
-
-    /// One receive that does not wait, the engine's clock set to the running time now
-    /// (the time chunks opened by it record); the chunks it finished go to `pending`.
-    /// True when datagrams came.
-    fn receive(&self, state: &mut State) -> Result<bool, gst::FlowError> {
-        let now = self.obj().current_running_time();
-        state.engine.set_clock(now.map(gst::ClockTime::nseconds));
-        let before = state.direct.counts().batches;
-        let flow = match state
-            .direct
-            .recv(&mut state.rx, &mut state.engine, &mut state.out, false)
-        {
-            Ok(DirectRecv::Batch(flow)) => flow,
-            // Only a waiting receive is woken.
-            Ok(DirectRecv::Woken) => Flow::Continue,
-            Err(e) => {
-                gst::element_imp_error!(self, gst::ResourceError::Read, ("recvmmsg failed: {}", e));
-                return Err(gst::FlowError::Error);
-            }
-        };
-        state.pending.extend(state.out.drain(..));
-        let got = state.direct.counts().batches > before;
-        if flow == Flow::End {
-            gst::info!(CAT, imp = self, "the handler ended the stream");
-            state.ended = true;
-        }
-        if got || state.ended {
-            self.publish(state, state.ended);
-        }
-        Ok(got)
-    }
-
-    /// Waits for data (or the waker): a nap while a stream is coming in (wake-up
-    /// coalescing: [`UdpReceiver::wait_for_data`]), in `poll` otherwise.
-    fn wait(&self, state: &mut State) -> Result<(), gst::FlowError> {
-        state.rx.wait_for_data().map(|_woken| ()).map_err(|e| {
-            gst::element_imp_error!(
-                self,
-                gst::ResourceError::Read,
-                ("waiting for datagrams failed: {}", e)
-            );
-            gst::FlowError::Error
-        })
-    }
-
-    /// The application's EOS: takes what the socket had already queued (at most a socket
-    /// buffer's worth: anything beyond came after the EOS), then every chunk still open.
-    fn finish(&self, state: &mut State) -> Result<(), gst::FlowError> {
-        let start = state.direct.counts().bytes;
-        while !state.ended
-            && state.direct.counts().bytes - start < state.buffer_bytes
-            && self.receive(state)?
-        {}
-        if !state.ended {
-            state.engine.flush(&mut state.out);
-            state.pending.extend(state.out.drain(..));
-            state.ended = true;
-            self.publish(state, true);
-        }
-        Ok(())
-    }
-
-    /// Receives until a chunk is pending or the stream has ended.
-    ///
-    /// Why this loop waits itself rather than in [`DirectReceiver::recv`]: the engine's
-    /// clock is set before a receive and a chunk records it when it opens, so a receive
-    /// that waited for a stream to resume would stamp its chunks with the time the wait
-    /// began. Here every receive reads what is queued at once, and the clock is read
-    /// after the wait.
-    fn fill(&self, state: &mut State) -> Result<(), gst::FlowError> {
-        while state.pending.is_empty() && !state.ended {
-            // The waker fires only after one of these flags is set, so a wake that
-            // ends a wait is seen here.
-            if self.flushing.load(Ordering::Acquire) {
-                return Err(gst::FlowError::Flushing);
-            }
-            if self.eos.load(Ordering::Acquire) {
-                self.finish(state)?;
-                continue;
-            }
-            if !self.receive(state)? && !state.ended {
-                self.wait(state)?;
-            }
-        }
-        Ok(())
     }
 }
 
@@ -416,7 +315,6 @@ impl BaseSrcImpl for UdpChunkSrc {
             Landing::On => engine.set_landing(true),
             Landing::Off => engine.set_landing(false),
         }
-        let direct = DirectReceiver::new((s.batch_size as usize).clamp(1, rx.max_batch_len()));
         gst::info!(
             CAT,
             imp = self,
@@ -450,15 +348,16 @@ impl BaseSrcImpl for UdpChunkSrc {
         *lock(&self.waker) = Some(waker);
         *lock(&self.pool) = Some(pool);
         *lock(&self.caps) = Some(caps);
-        *lock(&self.state) = Some(State {
+        let src = LandingSource::new(
             rx,
             engine,
-            direct,
-            pending: VecDeque::new(),
-            out: Vec::new(),
-            buffer_bytes: report.buffer_granted as u64,
+            s.batch_size as usize,
+            report.buffer_granted as u64,
+            Vec::new(),
+        );
+        *lock(&self.state) = Some(State {
+            src,
             timer: StatsTimer::new(s.stats_interval),
-            ended: false,
         });
         if port_changed {
             self.obj().notify("port");
@@ -469,8 +368,8 @@ impl BaseSrcImpl for UdpChunkSrc {
     fn stop(&self) -> Result<(), gst::ErrorMessage> {
         // Chunks still open go back to the pool with the engine.
         if let Some(state) = lock(&self.state).take() {
-            self.mirror(&state);
-            let drops = state.rx.kernel_drops();
+            self.mirror(&state.src);
+            let drops = state.src.rx.kernel_drops();
             self.recv_counters.kernel_drops.set(drops);
         }
         *lock(&self.waker) = None;
@@ -518,9 +417,20 @@ impl PushSrcImpl for UdpChunkSrc {
         _buffer: Option<&mut gst::BufferRef>,
     ) -> Result<CreateSuccess, gst::FlowError> {
         let mut guard = lock(&self.state);
-        let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-        self.fill(state)?;
-        match state.pending.pop_front() {
+        let State { src, timer } = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+        let obj = self.obj();
+        let next = src.next(
+            &self.flushing,
+            &self.eos,
+            || obj.current_running_time().map(gst::ClockTime::nseconds),
+            |src, ended| {
+                if ended {
+                    gst::info!(CAT, imp = self, "the stream ended");
+                }
+                self.publish(src, timer, ended);
+            },
+        );
+        match next.map_err(|e| flow_error(obj.upcast_ref(), e))? {
             Some(chunk) => Ok(CreateSuccess::NewBuffer(chunk.into_buffer())),
             // Ended and every chunk pushed: GstBaseSrc sends EOS downstream.
             None => Err(gst::FlowError::Eos),

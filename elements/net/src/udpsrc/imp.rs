@@ -18,7 +18,6 @@ use gst_base::subclass::base_src::CreateSuccess;
 use gst_base::subclass::prelude::*;
 
 use super::Output;
-use crate::lend::{self, Lender};
 use crate::recv::{Recv, RecvCounts, UdpReceiver};
 use crate::socket_settings::{insert_after, SocketSettings};
 use firehose_core::wake::Waker;
@@ -103,9 +102,6 @@ struct State {
     timer: StatsTimer,
     output: Output,
     when_full: WhenFull,
-    /// The element after this one, if it takes datagrams from the socket itself
-    /// ([`crate::lend`]): asked on the first receive (outer `None`: not asked yet).
-    lender: Option<Option<Lender>>,
 }
 
 #[derive(Default)]
@@ -200,53 +196,6 @@ impl UdpSrc {
     fn read_failed(&self, e: &std::io::Error) -> gst::FlowError {
         gst::element_imp_error!(self, gst::ResourceError::Read, ("recvmmsg failed: {}", e));
         gst::FlowError::Error
-    }
-
-    /// The lender right after this element, if it lends now: asked for on the first
-    /// receive after start, and only while it is still this element's peer.
-    fn lender(&self, state: &mut State) -> Option<Lender> {
-        let obj = self.obj();
-        let src = obj.src_pad();
-        state
-            .lender
-            .get_or_insert_with(|| lend::ask(src))
-            .as_ref()
-            .filter(|l| lend::lends_to(l, src))
-            .cloned()
-    }
-
-    /// Receives through `l` (the element after this one takes the datagrams straight
-    /// into its own memory) until something arrived; the running time then, or `None`
-    /// when the lender declined and this element should receive into a batch itself.
-    fn receive_lent(
-        &self,
-        state: &mut State,
-        l: &Lender,
-    ) -> Result<Option<Option<gst::ClockTime>>, gst::FlowError> {
-        loop {
-            if self.flushing.load(Ordering::Acquire) {
-                return Err(gst::FlowError::Flushing);
-            }
-            // The stamp of the heaps this receive starts: now, as data is queued.
-            let pts = self.obj().current_running_time();
-            let r = match l
-                .lender
-                .receive(&mut state.rx, pts.map(gst::ClockTime::nseconds))
-            {
-                Ok(None) => return Ok(None),
-                Ok(Some(c)) if c != RecvCounts::default() => {
-                    self.counters.add(&c);
-                    return Ok(Some(pts));
-                }
-                Ok(Some(_)) => state.rx.wait_for_data(),
-                Err(e) => Err(e),
-            };
-            match r {
-                Ok(true) => return Err(gst::FlowError::Flushing),
-                Ok(false) => {}
-                Err(e) => return Err(self.read_failed(&e)),
-            }
-        }
     }
 
     /// The pool is empty: counts what is queued on the socket now as `drops-pool` (so
@@ -495,7 +444,6 @@ impl BaseSrcImpl for UdpSrc {
             timer: StatsTimer::new(s.stats_interval),
             output: s.output,
             when_full: s.when_full,
-            lender: None,
         });
         if port_changed {
             self.obj().notify("port");
@@ -556,24 +504,6 @@ impl PushSrcImpl for UdpSrc {
     ) -> Result<CreateSuccess, gst::FlowError> {
         let mut guard = lock(&self.state);
         let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-        if state.output == Output::Batch {
-            if let Some(l) = self.lender(state) {
-                if let Some(pts) = self.receive_lent(state, &l)? {
-                    self.counters.batches.add(1);
-                    if state.timer.due(Instant::now()) {
-                        self.post_stats(state);
-                    }
-                    drop(guard);
-                    // What the lender made leaves it when this empty batch reaches it.
-                    let empty = gst::Memory::from_slice(&[] as &'static [u8]);
-                    return Ok(CreateSuccess::NewBuffer(batch_buffer(
-                        empty,
-                        Vec::new(),
-                        pts,
-                    )));
-                }
-            }
-        }
         let (mem, packets) = self.receive(state)?;
         // One clock read per batch: the running time at which the batch was complete.
         let pts = self.obj().current_running_time();

@@ -5,11 +5,9 @@
 //! offsets in a [`firehose_core::PacketBatchMeta`]), or, with `output=list`, as a
 //! `GstBufferList` of one buffer per datagram for stock elements.
 //!
-//! When the element right after it can receive datagrams straight into its own memory
-//! (`speaddepay`, see [`crate::lend`]), `fhudpsrc` lends it the socket instead: it waits
-//! for data, lets that element receive, and pushes an empty batch after which the
-//! element pushes what it made. Not through a `queue` or `tee`, and not with
-//! `output=list`.
+//! Payloads received straight into an engine's memory need the socket and the engine in
+//! one element: `fhudpchunksrc` (chunks) and `fhspeadsrc` (SPEAD heaps), over
+//! [`crate::landsrc`].
 
 use gst::glib;
 use gst::prelude::*;

@@ -6,27 +6,22 @@
 //! buffer or list, never held while pushing.
 
 use firehose_core::sync::lock;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{LazyLock, Mutex};
 use std::time::Instant;
 
 use firehose_core::batch::for_each_packet;
 use firehose_core::caps as fcaps;
 use firehose_core::chunk::{feed_buffer, ChunkAssembler, ChunkHost, Flow, StatsMirror};
-use firehose_core::landing::LandingEngine;
-use firehose_core::stats::{self, names, Counter, StatsTimer};
-use firehose_core::{RegionError, SlotPool};
-use firehose_net::direct::{DirectCounts, DirectReceiver, LANDING_MIN_PAYLOAD_BYTES};
-use firehose_net::lend::{self, Lender, ReceiveLender};
-use firehose_net::recv::{RecvCounts, UdpReceiver};
+use firehose_core::stats::{self, StatsTimer};
+use firehose_core::SlotPool;
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
 
 use super::settings::Settings;
 use super::Mode;
-use crate::heap::HeapMeta;
-use crate::reassembly::{Config, Counts, Emitted, Heap, Reassembler};
-use crate::wire::ctrl;
+use crate::heapout::{self, heap_buffer, HeapCounters};
+use crate::reassembly::{Heap, Reassembler};
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -36,92 +31,10 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     )
 });
 
-/// The engine's counts and pool accounting, mirrored once per buffer for the `stats`
-/// property, which may be read from any thread.
-#[derive(Default)]
-struct Mirror {
-    packets: Counter,
-    heaps: Counter,
-    bytes: Counter,
-    heaps_incomplete: Counter,
-    malformed: Counter,
-    too_large: Counter,
-    out_of_order_dropped: Counter,
-    duplicates: Counter,
-    drops_pool: Counter,
-    pool_slots: Counter,
-    pool_in_use: Counter,
-    pool_high_water: Counter,
-    pool_exhausted: Counter,
-    descriptors: Counter,
-    packets_landed: Counter,
-    packets_copied: Counter,
-}
-
-impl Mirror {
-    fn update(&self, engine: &Reassembler) {
-        let c: &Counts = engine.counts();
-        self.packets.set(c.packets);
-        self.heaps.set(c.heaps);
-        self.bytes.set(c.bytes);
-        self.heaps_incomplete.set(c.heaps_incomplete);
-        self.malformed.set(c.malformed);
-        self.too_large.set(c.too_large);
-        self.out_of_order_dropped.set(c.out_of_order_dropped);
-        self.duplicates.set(c.duplicates);
-        self.drops_pool.set(c.drops_pool);
-        let p = engine.pool_stats();
-        self.pool_slots.set(p.slots as u64);
-        self.pool_in_use.set(p.in_use as u64);
-        self.pool_high_water.set(p.high_water as u64);
-        self.pool_exhausted.set(p.exhausted);
-        self.descriptors.set(engine.descriptors().len() as u64);
-    }
-
-    fn update_direct(&self, c: &DirectCounts) {
-        self.packets_landed.set(c.landed);
-        self.packets_copied.set(c.copied);
-    }
-
-    fn reset(&self) {
-        for c in [
-            &self.packets,
-            &self.heaps,
-            &self.bytes,
-            &self.heaps_incomplete,
-            &self.malformed,
-            &self.too_large,
-            &self.out_of_order_dropped,
-            &self.duplicates,
-            &self.drops_pool,
-            &self.pool_slots,
-            &self.pool_in_use,
-            &self.pool_high_water,
-            &self.pool_exhausted,
-            &self.descriptors,
-            &self.packets_landed,
-            &self.packets_copied,
-        ] {
-            c.reset();
-        }
-    }
-}
-
 /// The engine of the mode chosen at start.
 enum Engine {
-    Heaps(Heaps),
+    Heaps(Reassembler),
     Chunks(ChunkAssembler),
-}
-
-/// Heaps mode: the reassembler, and what receiving from `fhudpsrc`'s socket straight
-/// into heaps needs.
-struct Heaps {
-    engine: Reassembler,
-    /// The receive path (made on the first lent receive, for that socket's batch size;
-    /// boxed: most runs never make one).
-    direct: Option<Box<DirectReceiver>>,
-    /// Heaps lent receives finished, pushed with the next input buffer.
-    outbox: Vec<Heap>,
 }
 
 struct State {
@@ -149,7 +62,7 @@ pub struct SpeadDepay {
     srcpad: gst::Pad,
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
-    mirror: Mirror,
+    mirror: HeapCounters,
     memory: Mutex<Option<&'static str>>,
     /// The mode of the last start (`stats` reads its counters after stop too).
     mode: Mutex<Mode>,
@@ -165,22 +78,12 @@ impl Output {
             // The stream ended earlier in this batch: what follows is not part of it.
             return;
         }
-        if stop_is_eos && h.info.stream_ctrl == Some(ctrl::STOP) {
+        if stop_is_eos && heapout::is_stop(&h) {
             self.eos = true;
             return;
         }
         self.buffers.push(heap_buffer(h));
     }
-}
-
-/// The heap as a buffer: its payload memory (no copy), the meta, the first packet's PTS.
-fn heap_buffer(h: Heap) -> gst::Buffer {
-    let mut buf = gst::Buffer::new();
-    let b = buf.get_mut().expect("a new buffer is writable");
-    b.append_memory(h.payload);
-    b.set_pts(h.stamp.map(gst::ClockTime::from_nseconds));
-    HeapMeta::add(b, h.info);
-    buf
 }
 
 impl SpeadDepay {
@@ -189,29 +92,7 @@ impl SpeadDepay {
             let pool = lock(&self.chunk_pool).clone();
             return self.chunk_mirror.structure(pool.as_ref());
         }
-        let m = &self.mirror;
-        let mut s = stats::structure(&[
-            (names::PACKETS, m.packets.get()),
-            (names::HEAPS, m.heaps.get()),
-            (names::BYTES, m.bytes.get()),
-            (names::HEAPS_INCOMPLETE, m.heaps_incomplete.get()),
-            (names::MALFORMED, m.malformed.get()),
-            (names::TOO_LARGE, m.too_large.get()),
-            (names::OUT_OF_ORDER_DROPPED, m.out_of_order_dropped.get()),
-            (names::DUPLICATED, m.duplicates.get()),
-            (names::DROPS_POOL, m.drops_pool.get()),
-            (names::POOL_SLOTS, m.pool_slots.get()),
-            (names::POOL_IN_USE, m.pool_in_use.get()),
-            (names::POOL_HIGH_WATER, m.pool_high_water.get()),
-            (names::POOL_EXHAUSTED, m.pool_exhausted.get()),
-            ("descriptors", m.descriptors.get()),
-            (names::PACKETS_LANDED, m.packets_landed.get()),
-            (names::PACKETS_COPIED, m.packets_copied.get()),
-        ]);
-        if let Some(kind) = *lock(&self.memory) {
-            s.set("memory", kind);
-        }
-        s
+        self.mirror.structure(*lock(&self.memory))
     }
 
     /// Feeds buffers to the engine under one lock and collects the heap buffers.
@@ -226,7 +107,7 @@ impl SpeadDepay {
         }
         let mut out = Output::default();
         let stop_is_eos = state.stop_is_eos;
-        let Heaps { engine, outbox, .. } = match &mut state.engine {
+        let engine = match &mut state.engine {
             Engine::Heaps(h) => h,
             Engine::Chunks(engine) => {
                 let mut chunks = Vec::new();
@@ -244,10 +125,6 @@ impl SpeadDepay {
                 return Ok(out);
             }
         };
-        // Heaps that lent receives finished came before this buffer.
-        for h in outbox.drain(..) {
-            out.take(h, stop_is_eos);
-        }
         let mut emit = |h: Heap| out.take(h, stop_is_eos);
         for buf in buffers {
             let stamp = buf.pts().map(gst::ClockTime::nseconds);
@@ -314,11 +191,8 @@ impl SpeadDepay {
                 return true;
             }
             match &mut state.engine {
-                Engine::Heaps(Heaps { engine, outbox, .. }) => {
+                Engine::Heaps(engine) => {
                     let stop_is_eos = state.stop_is_eos;
-                    for h in outbox.drain(..) {
-                        out.take(h, stop_is_eos);
-                    }
                     engine.flush(&mut |h| out.take(h, stop_is_eos));
                     self.mirror.update(engine);
                 }
@@ -331,7 +205,7 @@ impl SpeadDepay {
                     out.stats_due = true;
                 }
             }
-            // A stop heap a lent receive finished: its EOS goes instead of upstream's.
+            // A stop heap among those flushed: its EOS goes instead of upstream's.
             state.ended = out.eos;
         }
         let eos = out.eos;
@@ -366,9 +240,8 @@ impl SpeadDepay {
             gst::EventView::FlushStop(_) => {
                 if let Some(state) = lock(&self.state).as_mut() {
                     match &mut state.engine {
-                        Engine::Heaps(Heaps { engine, outbox, .. }) => {
+                        Engine::Heaps(engine) => {
                             engine.reset();
-                            outbox.clear();
                             self.mirror.update(engine);
                         }
                         Engine::Chunks(engine) => engine.reset(),
@@ -387,31 +260,7 @@ impl SpeadDepay {
         if s.mode == Mode::Chunks {
             return self.start_chunks(&s);
         }
-        let config = Config {
-            max_heaps: s.max_heaps as usize,
-            substreams: s.substreams as usize,
-            allow_out_of_order: s.allow_out_of_order,
-            incomplete: s.incomplete.into(),
-            max_heap_size: s.max_heap_size as usize,
-            pool_size: s.pool_size,
-            hugepages: s.hugepages.into(),
-        };
-        let mut engine = Reassembler::new(&config).map_err(|e| match e {
-            // Already says how to reserve hugepages.
-            RegionError::NoHugepages { .. } => {
-                gst::error_msg!(gst::ResourceError::NoSpaceLeft, ("{}", e))
-            }
-            _ => gst::error_msg!(
-                gst::ResourceError::NoSpaceLeft,
-                (
-                    "{}; lower max-heap-size, max-heaps, substreams or pool-size",
-                    e
-                )
-            ),
-        })?;
-        if let Some(reason) = engine.fallback_reason() {
-            gst::element_imp_warning!(self, gst::ResourceError::Settings, ("{}", reason));
-        }
+        let engine = heapout::new_reassembler(&s, self.obj().upcast_ref())?;
         gst::info!(
             CAT,
             imp = self,
@@ -422,17 +271,11 @@ impl SpeadDepay {
             s.max_heaps,
             s.substreams
         );
-        engine.set_landing(s.landing.max_bytes());
         let memory = engine.memory_kind().as_str();
-        self.mirror.reset();
         self.mirror.update(&engine);
         *lock(&self.memory) = Some(memory);
         *lock(&self.state) = Some(State {
-            engine: Engine::Heaps(Heaps {
-                engine,
-                direct: None,
-                outbox: Vec::new(),
-            }),
+            engine: Engine::Heaps(engine),
             caps: gst::Caps::new_empty_simple(fcaps::SPEAD_HEAP),
             timer: StatsTimer::new(s.stats_interval),
             stop_is_eos: s.stop_is_eos,
@@ -480,90 +323,11 @@ impl SpeadDepay {
             // Heaps and chunks still queued downstream keep their pool memory alive
             // until dropped.
             match &state.engine {
-                Engine::Heaps(h) => self.mirror.update(&h.engine),
+                Engine::Heaps(engine) => self.mirror.update(engine),
                 Engine::Chunks(engine) => self.chunk_mirror.update(&engine.stats()),
             }
             gst::debug!(CAT, imp = self, "stopped ({} memory)", state.memory);
         }
-    }
-}
-
-/// What `speaddepay` lends the `fhudpsrc` right before it ([`firehose_net::lend`]).
-struct DepayLender(glib::WeakRef<super::SpeadDepay>);
-
-impl ReceiveLender for DepayLender {
-    fn receive(
-        &self,
-        rx: &mut UdpReceiver,
-        stamp: Option<u64>,
-    ) -> std::io::Result<Option<RecvCounts>> {
-        match self.0.upgrade() {
-            Some(depay) => depay.imp().receive_lent(rx, stamp),
-            None => Ok(None),
-        }
-    }
-}
-
-impl SpeadDepay {
-    /// The lender to answer `fhudpsrc`'s query with: in heaps mode with landing on.
-    fn lender(&self) -> Option<Lender> {
-        let guard = lock(&self.state);
-        match &guard.as_ref()?.engine {
-            Engine::Heaps(h) if h.engine.lands_directly() => Some(Lender {
-                lender: Arc::new(DepayLender(self.obj().downgrade())),
-                pad: self.sinkpad.clone(),
-            }),
-            _ => None,
-        }
-    }
-
-    /// One receive from `fhudpsrc`'s socket straight into heaps (no wait): what it
-    /// finishes waits in the outbox for the empty batch `fhudpsrc` pushes next. `None`
-    /// when not in a state to (stopped, ended, chunks mode).
-    fn receive_lent(
-        &self,
-        rx: &mut UdpReceiver,
-        stamp: Option<u64>,
-    ) -> std::io::Result<Option<RecvCounts>> {
-        let mut guard = lock(&self.state);
-        let Some(state) = guard.as_mut() else {
-            return Ok(None);
-        };
-        let Engine::Heaps(Heaps {
-            engine,
-            direct,
-            outbox,
-        }) = &mut state.engine
-        else {
-            return Ok(None);
-        };
-        // Where landing does not pay (small payloads, large heaps: the rules of
-        // fhudpchunksrc), fhudpsrc receives into its batches as without a lender.
-        let small = engine
-            .expected_payload()
-            .is_some_and(|n| n < LANDING_MIN_PAYLOAD_BYTES);
-        if state.ended || small || !engine.heaps_fit_landing() {
-            return Ok(None);
-        }
-        let direct =
-            direct.get_or_insert_with(|| Box::new(DirectReceiver::new(rx.max_batch_len())));
-        let before = direct.counts();
-        let mut out = Emitted {
-            heaps: std::mem::take(outbox),
-            stamp,
-        };
-        let r = direct.recv(rx, engine, &mut out, false);
-        *outbox = out.heaps;
-        r?;
-        // The engine's counts are mirrored when the empty batch that follows arrives.
-        let after = direct.counts();
-        self.mirror.update_direct(&after);
-        Ok(Some(RecvCounts {
-            packets: after.datagrams - before.datagrams,
-            bytes: after.bytes - before.bytes,
-            truncated: after.truncated - before.truncated,
-            empty: after.empty - before.empty,
-        }))
     }
 }
 
@@ -593,12 +357,6 @@ impl ObjectSubclass for SpeadDepay {
                 SpeadDepay::catch_panic_pad_function(parent, || false, |d| d.sink_event(pad, event))
             })
             .query_function(|pad, parent, query| {
-                // fhudpsrc asking whether it may lend its receive (firehose_net::lend).
-                if lend::answer(query, || {
-                    SpeadDepay::catch_panic_pad_function(parent, || None, |d| d.lender())
-                }) {
-                    return true;
-                }
                 // In chunks mode downstream's allocation answer is for chunks, not for
                 // our input: an upstream element must not size its packet buffers by it.
                 if let gst::QueryViewMut::Allocation(_) = query.view_mut() {
@@ -620,7 +378,7 @@ impl ObjectSubclass for SpeadDepay {
             srcpad,
             settings: Mutex::new(Settings::default()),
             state: Mutex::new(None),
-            mirror: Mirror::default(),
+            mirror: HeapCounters::default(),
             memory: Mutex::new(None),
             mode: Mutex::new(Mode::Heaps),
             chunk_mirror: StatsMirror::default(),

@@ -16,11 +16,10 @@
 //! - at EOS, heaps under construction are flushed through the `incomplete` policy;
 //! - a flush (FLUSH_STOP) discards heaps under construction;
 //! - the read-only `stats` structure and periodic `firehose-stats` messages;
-//! - right after `fhudpsrc` (no queue between), in heaps mode with packets in order, it
-//!   takes the datagrams from `fhudpsrc`'s socket itself and has the kernel put each
-//!   payload straight into its heap (`landing`, [`firehose_net::lend`],
-//!   [`firehose_net::direct`]): the kernel's copy is the only one. Packets the guess
-//!   missed are copied as before; `packets-landed` and `packets-copied` count both.
+//! - for payloads received straight into heap memory (the kernel's copy the only one),
+//!   use `fhspeadsrc`, which owns the socket and this reassembler in one element;
+//!   `speaddepay` copies every payload once from its input (`landing` has no effect
+//!   here).
 //!
 //! Memory: everything is allocated and pre-faulted at start (READY → PAUSED). Payload
 //! memory comes in size classes of 16 KiB ×4 up to `max-heap-size` (a heap takes one
@@ -57,6 +56,8 @@ use gst::prelude::*;
 
 mod imp;
 mod settings;
+
+pub(crate) use settings::{heap_properties, Settings};
 
 /// `mode=heaps|chunks`: what `speaddepay` outputs.
 #[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]

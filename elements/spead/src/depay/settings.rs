@@ -24,7 +24,7 @@ const DEFAULT_MAX_CHUNKS: u32 = 4;
 
 #[derive(Debug, Clone)]
 /// What the properties say; read at start.
-pub(super) struct Settings {
+pub(crate) struct Settings {
     pub max_heaps: u32,
     pub substreams: u32,
     pub allow_out_of_order: bool,
@@ -158,10 +158,35 @@ impl Settings {
     }
 }
 
+/// The properties that apply to heaps mode, the ones `fhspeadsrc` has too (`stats`
+/// and `stats-interval` excepted).
+/// Fresh specs: a GObject class owns the specs it installs, so the two elements cannot
+/// share them.
+pub(crate) fn heap_properties() -> impl Iterator<Item = glib::ParamSpec> {
+    const CHUNKS_ONLY: [&str; 9] = [
+        "mode",
+        "heaps-per-chunk",
+        "heap-size",
+        "max-chunks",
+        "place-item",
+        "place-step",
+        "place-offset",
+        "packet-presence-size",
+        "stats",
+    ];
+    build_properties()
+        .into_iter()
+        .filter(|p| !CHUNKS_ONLY.contains(&p.name()) && p.name() != "stats-interval")
+}
+
 /// The element's properties.
 pub(super) fn properties() -> &'static [glib::ParamSpec] {
-    static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-        let mut v = vec![
+    static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(build_properties);
+    PROPS.as_ref()
+}
+
+fn build_properties() -> Vec<glib::ParamSpec> {
+    let mut v = vec![
             glib::ParamSpecUInt::builder("max-heaps")
                 .nick("Maximum heaps")
                 .blurb("Heaps under construction per substream; a new heap evicts the oldest (spead2's max_heaps)")
@@ -199,7 +224,7 @@ pub(super) fn properties() -> &'static [glib::ParamSpec] {
                 .build(),
             glib::ParamSpecEnum::builder::<Landing>("landing")
                 .nick("Landing")
-                .blurb("Right after fhudpsrc (heaps mode, in order): receive payloads straight into heap memory. auto: heaps of at most 2 MiB; on; off")
+                .blurb("fhspeadsrc (packets in order): receive payloads straight into heap memory. auto: heaps of at most 2 MiB; on; off. speaddepay: no effect (kept so older pipelines still parse; use fhspeadsrc for it)")
                 .mutable_ready()
                 .build(),
             glib::ParamSpecBoolean::builder("stop-is-eos")
@@ -274,10 +299,8 @@ pub(super) fn properties() -> &'static [glib::ParamSpec] {
                 .mutable_ready()
                 .build(),
         ];
-        v.extend(stats::properties(
-            "heaps mode: packets, heaps, bytes, heaps-incomplete, malformed, too-large, out-of-order-dropped, duplicated, drops-pool, pool-*, descriptors, packets-landed, packets-copied (right after fhudpsrc); chunks mode: packets, bytes, chunks, chunks-incomplete, heaps, heaps-incomplete, malformed, too-old, duplicated, drops-handler, drops-pool, resyncs, pool-*",
+    v.extend(stats::properties(
+            "heaps mode: packets, heaps, bytes, heaps-incomplete, malformed, too-large, out-of-order-dropped, duplicated, drops-pool, pool-*, descriptors; chunks mode: packets, bytes, chunks, chunks-incomplete, heaps, heaps-incomplete, malformed, too-old, duplicated, drops-handler, drops-pool, resyncs, pool-*",
         ));
-        v
-    });
-    PROPS.as_ref()
+    v
 }

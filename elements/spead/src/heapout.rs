@@ -1,0 +1,166 @@
+//! What the two elements that output heaps share (`speaddepay` in heaps mode, and
+//! `fhspeadsrc`): the reassembler built from the settings, its counters mirrored for the
+//! `stats` property, and a heap turned into a buffer.
+
+use std::collections::VecDeque;
+
+use firehose_core::stats::{self, names, Counter};
+use firehose_core::RegionError;
+use firehose_net::direct::DirectCounts;
+use firehose_net::landsrc::SourceEngine;
+
+use crate::depay::Settings;
+use crate::heap::HeapMeta;
+use crate::reassembly::{Config, Counts, Emitted, Heap, Reassembler};
+use crate::wire::ctrl;
+
+/// The counters `stats` lists for heaps, besides the receiver's.
+pub const COUNTERS: &str = "packets, heaps, bytes, heaps-incomplete, malformed, too-large, out-of-order-dropped, duplicated, drops-pool, pool-*, descriptors";
+
+/// The reassembler's counts and pool accounting, mirrored once per buffer or receive
+/// for the `stats` property, which may be read from any thread.
+#[derive(Default)]
+pub struct HeapCounters {
+    packets: Counter,
+    heaps: Counter,
+    bytes: Counter,
+    heaps_incomplete: Counter,
+    malformed: Counter,
+    too_large: Counter,
+    out_of_order_dropped: Counter,
+    duplicates: Counter,
+    drops_pool: Counter,
+    pool_slots: Counter,
+    pool_in_use: Counter,
+    pool_high_water: Counter,
+    pool_exhausted: Counter,
+    descriptors: Counter,
+}
+
+impl HeapCounters {
+    /// Copies the engine's counts.
+    pub fn update(&self, engine: &Reassembler) {
+        let c: &Counts = engine.counts();
+        self.packets.set(c.packets);
+        self.heaps.set(c.heaps);
+        self.bytes.set(c.bytes);
+        self.heaps_incomplete.set(c.heaps_incomplete);
+        self.malformed.set(c.malformed);
+        self.too_large.set(c.too_large);
+        self.out_of_order_dropped.set(c.out_of_order_dropped);
+        self.duplicates.set(c.duplicates);
+        self.drops_pool.set(c.drops_pool);
+        let p = engine.pool_stats();
+        self.pool_slots.set(p.slots as u64);
+        self.pool_in_use.set(p.in_use as u64);
+        self.pool_high_water.set(p.high_water as u64);
+        self.pool_exhausted.set(p.exhausted);
+        self.descriptors.set(engine.descriptors().len() as u64);
+    }
+
+    /// The stats structure; `memory` is the pool's memory kind once started.
+    pub fn structure(&self, memory: Option<&str>) -> gst::Structure {
+        let mut s = stats::structure(&[
+            (names::PACKETS, self.packets.get()),
+            (names::HEAPS, self.heaps.get()),
+            (names::BYTES, self.bytes.get()),
+            (names::HEAPS_INCOMPLETE, self.heaps_incomplete.get()),
+            (names::MALFORMED, self.malformed.get()),
+            (names::TOO_LARGE, self.too_large.get()),
+            (names::OUT_OF_ORDER_DROPPED, self.out_of_order_dropped.get()),
+            (names::DUPLICATED, self.duplicates.get()),
+            (names::DROPS_POOL, self.drops_pool.get()),
+            (names::POOL_SLOTS, self.pool_slots.get()),
+            (names::POOL_IN_USE, self.pool_in_use.get()),
+            (names::POOL_HIGH_WATER, self.pool_high_water.get()),
+            (names::POOL_EXHAUSTED, self.pool_exhausted.get()),
+            ("descriptors", self.descriptors.get()),
+        ]);
+        if let Some(kind) = memory {
+            s.set("memory", kind);
+        }
+        s
+    }
+}
+
+/// The receiver's counters of `fhspeadsrc`, added to its stats.
+pub fn receive_fields(s: &mut gst::Structure, c: &DirectCounts, kernel_drops: u64) {
+    for (name, value) in [
+        (names::DATAGRAMS, c.datagrams),
+        (names::PACKETS_LANDED, c.landed),
+        (names::PACKETS_COPIED, c.copied),
+        (names::TRUNCATED, c.truncated),
+        (names::EMPTY, c.empty),
+        (names::BATCHES, c.batches),
+        (names::DROPS_KERNEL, kernel_drops),
+    ] {
+        s.set(name, value);
+    }
+}
+
+/// The reassembler the settings ask for, its memory allocated and pre-faulted; an error
+/// a user can act on when it cannot be had. A fallback from hugepages is posted as a
+/// warning on `element`.
+pub fn new_reassembler(
+    s: &Settings,
+    element: &gst::Element,
+) -> Result<Reassembler, gst::ErrorMessage> {
+    let config = Config {
+        max_heaps: s.max_heaps as usize,
+        substreams: s.substreams as usize,
+        allow_out_of_order: s.allow_out_of_order,
+        incomplete: s.incomplete.into(),
+        max_heap_size: s.max_heap_size as usize,
+        pool_size: s.pool_size,
+        hugepages: s.hugepages.into(),
+    };
+    let engine = Reassembler::new(&config).map_err(|e| match e {
+        // Already says how to reserve hugepages.
+        RegionError::NoHugepages { .. } => {
+            gst::error_msg!(gst::ResourceError::NoSpaceLeft, ("{}", e))
+        }
+        _ => gst::error_msg!(
+            gst::ResourceError::NoSpaceLeft,
+            (
+                "{}; lower max-heap-size, max-heaps, substreams or pool-size",
+                e
+            )
+        ),
+    })?;
+    if let Some(reason) = engine.fallback_reason() {
+        gst::element_warning!(element, gst::ResourceError::Settings, ("{}", reason));
+    }
+    Ok(engine)
+}
+
+/// The heap as a buffer: its payload memory (no copy), the meta, the first packet's PTS.
+pub fn heap_buffer(h: Heap) -> gst::Buffer {
+    let mut buf = gst::Buffer::new();
+    let b = buf.get_mut().expect("a new buffer is writable");
+    b.append_memory(h.payload);
+    b.set_pts(h.stamp.map(gst::ClockTime::from_nseconds));
+    HeapMeta::add(b, h.info);
+    buf
+}
+
+/// True for the heap that stops the stream (STREAM_CTRL = stop).
+pub fn is_stop(h: &Heap) -> bool {
+    h.info.stream_ctrl == Some(ctrl::STOP)
+}
+
+impl SourceEngine for Reassembler {
+    type Item = Heap;
+
+    fn set_clock(&mut self, out: &mut Emitted, now: Option<u64>) {
+        out.stamp = now;
+    }
+
+    fn take_finished(out: &mut Emitted, pending: &mut VecDeque<Heap>) {
+        pending.extend(out.heaps.drain(..));
+    }
+
+    fn flush_all(&mut self, out: &mut Emitted) {
+        let heaps = &mut out.heaps;
+        self.flush(&mut |h| heaps.push(h));
+    }
+}
