@@ -2,6 +2,10 @@
 //!
 //! This crate has no element of its own. It provides
 //! - [`memory`]: page-aligned memory regions (system pages or hugepages), pre-faulted;
+//! - [`provider`]: memory kinds — who makes the regions pools are cut from (anonymous,
+//!   shared segments, memory registered with a device driver);
+//! - [`alloc`]: how an element downstream hands its memory kind to a source through
+//!   the standard allocation query;
 //! - [`pool`]: fixed-slot pools whose RAII slots return themselves on drop;
 //! - [`gstmem`]: wrapping a pool slot as a `gst::Memory` without a copy, and telling
 //!   which kind of memory a buffer holds;
@@ -18,6 +22,7 @@
 //! [`memory`], [`pool`], [`pace`] and the plain parts of [`batch`] and [`stats`] use no
 //! GStreamer types, so engines built on them can be tested and benchmarked alone.
 
+pub mod alloc;
 pub mod arena;
 pub mod batch;
 pub mod caps;
@@ -32,6 +37,7 @@ pub mod netif;
 pub mod pace;
 pub mod pool;
 pub mod props;
+pub mod provider;
 pub mod ring;
 pub mod stats;
 pub mod sync;
@@ -45,3 +51,4 @@ pub use arena::SlotArena;
 pub use batch::{PacketAddr, PacketBatchMeta, PacketInfo};
 pub use memory::{HugepagePolicy, MemoryKind, MemoryRegion, RegionError};
 pub use pool::{PoolConfig, PoolStats, Slot, SlotPool};
+pub use provider::MemoryProvider;

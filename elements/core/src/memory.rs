@@ -1,10 +1,12 @@
-//! Page-aligned, pre-faulted memory regions: system pages or hugepages.
+//! Page-aligned, pre-faulted memory regions: system pages or hugepages, and the regions
+//! other memory providers make ([`crate::provider`]: shared segments, pinned memory).
 //!
 //! Pool memory is faulted in when the region is created (`MAP_POPULATE`), so the first
 //! packets of a capture do not pay for page faults: with 4 KiB pages a first-touch copy
 //! runs about 8x slower than a copy into memory that is already mapped.
 
 use std::fmt;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::RwLock;
 
@@ -48,6 +50,11 @@ pub enum MemoryKind {
     System,
     /// Anonymous memory in hugepages (`MAP_HUGETLB`).
     Hugepage,
+    /// A shared-memory segment (a memfd mapped `MAP_SHARED`) another process can map.
+    Shared,
+    /// Memory registered with a device driver for direct access (pinned for DMA, e.g.
+    /// CUDA host-registered memory).
+    Pinned,
 }
 
 impl MemoryKind {
@@ -56,6 +63,8 @@ impl MemoryKind {
         match self {
             Self::System => "system",
             Self::Hugepage => "hugepage",
+            Self::Shared => "shared",
+            Self::Pinned => "pinned",
         }
     }
 }
@@ -83,6 +92,12 @@ pub enum RegionError {
     },
     /// A zero-sized region was asked for.
     Empty,
+    /// A memory provider other than anonymous memory failed (shared segment, device
+    /// registration): what it was, and what to do.
+    Provider {
+        /// The provider's message, naming the cause and the fix.
+        reason: String,
+    },
 }
 
 impl fmt::Display for RegionError {
@@ -105,18 +120,26 @@ impl fmt::Display for RegionError {
                 write!(f, "could not map {bytes} bytes of pool memory: {error}")
             }
             RegionError::Empty => write!(f, "a memory region of 0 bytes was requested"),
+            RegionError::Provider { reason } => f.write_str(reason),
         }
     }
 }
 
 impl std::error::Error for RegionError {}
 
-/// An anonymous, page-aligned, pre-faulted mapping, unmapped on drop.
+/// Runs right before a region is unmapped (a device driver's unregistration).
+pub type ReleaseHook = Box<dyn FnOnce(*mut u8, usize) + Send + Sync>;
+
+/// A page-aligned, pre-faulted mapping, unmapped on drop.
 pub struct MemoryRegion {
     ptr: NonNull<u8>,
     len: usize,
     kind: MemoryKind,
     fallback: Option<String>,
+    /// The segment's descriptor, for a shared region.
+    fd: Option<OwnedFd>,
+    /// Runs before the unmap.
+    release: Option<ReleaseHook>,
 }
 
 // SAFETY: the region is plain memory owned by this value; access to its bytes is
@@ -179,7 +202,48 @@ impl MemoryRegion {
             len,
             kind,
             fallback,
+            fd: None,
+            release: None,
         }
+    }
+
+    /// A region over a mapping a provider made: `len` bytes at `ptr` (from `mmap`, so
+    /// that drop can `munmap` them), of `kind`, with the segment's descriptor if any.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must be a live mapping from `mmap` that nothing else unmaps.
+    pub(crate) unsafe fn from_mapping(
+        ptr: NonNull<u8>,
+        len: usize,
+        kind: MemoryKind,
+        fd: Option<OwnedFd>,
+    ) -> Self {
+        let mut r = Self::register(ptr, len, kind, None);
+        r.fd = fd;
+        r
+    }
+
+    /// The same region, now of `kind`, with `release` run before it is unmapped (a
+    /// provider that registers memory with a driver unregisters it there).
+    pub(crate) fn rekind(mut self, kind: MemoryKind, release: ReleaseHook) -> Self {
+        self.kind = kind;
+        let start = self.ptr.as_ptr() as usize;
+        if let Some(r) = REGIONS
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter_mut()
+            .find(|r| r.0 == start)
+        {
+            r.2 = kind;
+        }
+        self.release = Some(release);
+        self
+    }
+
+    /// The shared segment's descriptor (a [`MemoryKind::Shared`] region), to pass to
+    /// another process.
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.fd.as_ref().map(|f| f.as_fd())
     }
 
     /// Start of the region.
@@ -215,6 +279,9 @@ impl Drop for MemoryRegion {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|r| r.0 != start);
+        if let Some(release) = self.release.take() {
+            release(self.ptr.as_ptr(), self.len);
+        }
         // SAFETY: ptr/len are exactly what mmap returned; nothing borrows the region any
         // more because slots hold an Arc to the pool that owns it.
         unsafe {
@@ -256,7 +323,7 @@ fn map(len: usize, huge: bool) -> std::io::Result<NonNull<u8>> {
     Ok(NonNull::new(p.cast()).expect("mmap returned NULL without MAP_FIXED"))
 }
 
-fn round_up(v: usize, to: usize) -> usize {
+pub(crate) fn round_up(v: usize, to: usize) -> usize {
     v.div_ceil(to) * to
 }
 

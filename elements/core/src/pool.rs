@@ -10,6 +10,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::memory::{HugepagePolicy, MemoryKind, MemoryRegion, RegionError};
+use crate::provider::{Anonymous, MemoryProvider};
 
 /// How to build a pool.
 #[derive(Clone, Debug)]
@@ -64,11 +65,22 @@ impl std::fmt::Debug for SlotPool {
 }
 
 impl SlotPool {
-    /// Allocates and pre-faults `slots * slot_size` bytes.
+    /// Allocates and pre-faults `slots * slot_size` bytes of anonymous memory under
+    /// `config.hugepages`.
     pub fn new(config: &PoolConfig) -> Result<Self, RegionError> {
+        Self::with_provider(config, &Anonymous(config.hugepages))
+    }
+
+    /// Allocates and pre-faults `slots * slot_size` bytes from `provider` (whose kind
+    /// wins over `config.hugepages`): how a source receives into memory an element
+    /// downstream asked for ([`crate::alloc`]).
+    pub fn with_provider(
+        config: &PoolConfig,
+        provider: &dyn MemoryProvider,
+    ) -> Result<Self, RegionError> {
         let slot_size = config.slot_size.max(1).next_multiple_of(64);
         let slots = config.slots.max(1);
-        let region = MemoryRegion::allocate(slot_size * slots, config.hugepages)?;
+        let region: MemoryRegion = provider.allocate(slot_size * slots)?;
         // Hand out low slots first: they were the most recently touched.
         let free: Vec<u32> = (0..slots as u32).rev().collect();
         Ok(Self {
@@ -93,6 +105,11 @@ impl SlotPool {
     /// What backs the pool.
     pub fn kind(&self) -> MemoryKind {
         self.inner.region.kind()
+    }
+
+    /// The shared segment's descriptor, for a pool of [`MemoryKind::Shared`] memory.
+    pub fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.inner.region.fd()
     }
 
     /// Why hugepages were not used under `hugepages=auto`, if they were not.

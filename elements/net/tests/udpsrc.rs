@@ -112,6 +112,44 @@ fn buffers_are_pool_memory_with_pts() {
     assert_eq!(buf.meta::<PacketBatchMeta>().unwrap().packets().len(), 1);
 }
 
+#[test]
+fn the_pool_is_cut_from_the_memory_downstream_proposes() {
+    use firehose_core::provider::SharedSegment;
+    use firehose_core::MemoryKind;
+    init();
+    let mut h = Harness::new("fhudpsrc");
+    // The harness's sink pad answers the allocation query as fhshmsink will: with a
+    // provider of shared segments.
+    h.sinkpad()
+        .unwrap()
+        .add_probe(gst::PadProbeType::QUERY_DOWNSTREAM, |_, info| {
+            if let Some(gst::QueryViewMut::Allocation(q)) = info.query_mut().map(|q| q.view_mut()) {
+                firehose_core::alloc::propose(q, Arc::new(SharedSegment::new("fhudpsrc-test")));
+                return gst::PadProbeReturn::Handled;
+            }
+            gst::PadProbeReturn::Ok
+        });
+    let el = h.element().unwrap();
+    el.set_property_from_str("address", "127.0.0.1");
+    el.set_property("port", 0i32);
+    el.set_property("pool-size", 4u64 << 20);
+    h.play();
+    let port = el.property::<i32>("port") as u16;
+    let tx = sender();
+    for i in 0..3u8 {
+        tx.send_to(&[i; 100], ("127.0.0.1", port)).unwrap();
+        let buf = h.pull().unwrap();
+        assert_eq!(
+            firehose_core::gstmem::buffer_memory_kind(&buf),
+            Some(MemoryKind::Shared)
+        );
+        assert_eq!(buf.map_readable().unwrap()[..100], [i; 100]);
+    }
+    let s = stats(&el);
+    assert_eq!(s.get::<String>("memory").unwrap(), "shared");
+    assert_eq!(field(&s, "packets"), 3);
+}
+
 /// Sends `total` bytes as one GSO send of `seg`-byte segments (the kernel splits it on
 /// the wire; a GRO receiver may get it back coalesced).
 fn send_gso(s: &UdpSocket, dst: SocketAddr, payload: &[u8], seg: u16) {

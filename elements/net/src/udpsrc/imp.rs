@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
+use firehose_core::alloc::{self, Proposal};
 use firehose_core::props::{Hugepages, WhenFull};
 use firehose_core::stats::{self, names, Counter, StatsTimer};
 use firehose_core::{caps as fcaps, PacketInfo, PoolConfig, SlotArena, SlotPool};
@@ -196,6 +197,50 @@ impl UdpSrc {
     fn read_failed(&self, e: &std::io::Error) -> gst::FlowError {
         gst::element_imp_error!(self, gst::ResourceError::Read, ("recvmmsg failed: {}", e));
         gst::FlowError::Error
+    }
+
+    /// Cuts the pool from `provider` (what the element downstream proposed in the
+    /// allocation query) unless it already is of its kind; the old pool's memory goes
+    /// when the buffers still using it are dropped.
+    fn use_provider(
+        &self,
+        provider: &dyn firehose_core::MemoryProvider,
+    ) -> Result<(), gst::LoggableError> {
+        let mut guard = lock(&self.state);
+        let Some(state) = guard.as_mut() else {
+            return Ok(());
+        };
+        if state.pool.kind() == provider.kind() {
+            return Ok(());
+        }
+        let stats = state.pool.stats();
+        let config = PoolConfig {
+            slot_size: stats.slot_size,
+            slots: stats.slots,
+            hugepages: lock(&self.settings).hugepages.into(),
+        };
+        let pool = SlotPool::with_provider(&config, provider).map_err(|e| {
+            gst::element_imp_error!(
+                self,
+                gst::ResourceError::NoSpaceLeft,
+                (
+                    "could not make the pool of {} memory that downstream asked for: {}",
+                    provider.kind().as_str(),
+                    e
+                )
+            );
+            gst::loggable_error!(*CAT, "no pool of the proposed memory")
+        })?;
+        gst::info!(
+            CAT,
+            imp = self,
+            "receiving into {} memory, as downstream proposed",
+            pool.kind().as_str()
+        );
+        state.arena = None;
+        state.pool = pool.clone();
+        *lock(&self.pool) = Some(pool);
+        Ok(())
     }
 
     /// The pool is empty: counts what is queued on the socket now as `drops-pool` (so
@@ -463,6 +508,29 @@ impl BaseSrcImpl for UdpSrc {
 
     fn is_seekable(&self) -> bool {
         false
+    }
+
+    /// An element downstream that needs its memory (shared segments, pinned pages)
+    /// proposes its provider ([`firehose_core::alloc`]): the pool is cut from it, so the
+    /// kernel's copy lands there. Another allocator cannot be received into: say so.
+    fn decide_allocation(
+        &self,
+        query: &mut gst::query::Allocation,
+    ) -> Result<(), gst::LoggableError> {
+        match alloc::proposed_provider(query) {
+            Proposal::Provider(p) => self.use_provider(&*p)?,
+            Proposal::Foreign(name) => gst::element_imp_warning!(
+                self,
+                gst::ResourceError::Settings,
+                (
+                    "downstream proposes memory from {}, which fhudpsrc cannot receive into; \
+                     it receives into its own pool and downstream copies if it must",
+                    name
+                )
+            ),
+            Proposal::Nothing => {}
+        }
+        self.parent_decide_allocation(query)
     }
 
     fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {

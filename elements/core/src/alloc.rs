@@ -1,0 +1,189 @@
+//! The consumer chooses the memory: an element that needs a memory kind (shared segments
+//! for the shared-memory transport, pinned pages for the GPU upload) proposes a
+//! [`ProviderAllocator`] in its `propose_allocation` ([`propose`]); a source that owns a
+//! pool finds it in its `decide_allocation` ([`proposed_provider`]) and cuts its pool
+//! from that provider ([`crate::SlotPool::with_provider`]), so the kernel or the NIC
+//! writes straight into the memory the consumer wants. This is GStreamer's standard
+//! allocation query: no custom query, nothing called across elements but the query.
+//!
+//! The allocator is a plain `GstAllocator` to C and Python (its type name,
+//! `GstFhProviderAllocator`, says whose it is); its `alloc` (for an element that does
+//! not keep a pool) maps a region of the provider's kind per call — slow, and meant for
+//! set-up, not for a stream.
+
+use std::sync::{Arc, OnceLock};
+
+use gst::glib;
+use gst::prelude::*;
+use gst::subclass::prelude::*;
+
+use crate::provider::MemoryProvider;
+
+mod imp {
+    use super::*;
+
+    /// The provider behind a [`super::ProviderAllocator`]; set once, right after
+    /// construction.
+    #[derive(Default)]
+    pub struct ProviderAllocator {
+        pub(super) provider: OnceLock<Arc<dyn MemoryProvider>>,
+    }
+
+    #[glib::object_subclass]
+    impl ObjectSubclass for ProviderAllocator {
+        const NAME: &'static str = "GstFhProviderAllocator";
+        type Type = super::ProviderAllocator;
+        type ParentType = gst::Allocator;
+    }
+
+    impl ObjectImpl for ProviderAllocator {}
+    impl GstObjectImpl for ProviderAllocator {}
+
+    // SAFETY: `alloc` returns a new GstMemory it owns (or NULL on failure) and never
+    // touches `params` beyond reading it; `free` is never reached, since the memories it
+    // returns are wrapped ones that free themselves.
+    unsafe impl AllocatorImpl for ProviderAllocator {
+        unsafe fn alloc(
+            &self,
+            size: usize,
+            _params: &gst::AllocationParams,
+        ) -> *mut gst::ffi::GstMemory {
+            let Some(provider) = self.provider.get() else {
+                return std::ptr::null_mut();
+            };
+            match provider.allocate(size.max(1)) {
+                Ok(region) => {
+                    let mem = gst::Memory::from_mut_slice(RegionBytes { region, size });
+                    // Our reference goes to the caller, as alloc must hand it over.
+                    glib::translate::IntoGlibPtr::into_glib_ptr(mem)
+                }
+                Err(_) => std::ptr::null_mut(),
+            }
+        }
+    }
+
+    /// A whole region as a memory's bytes (its first `size`).
+    struct RegionBytes {
+        region: crate::memory::MemoryRegion,
+        size: usize,
+    }
+
+    impl AsRef<[u8]> for RegionBytes {
+        fn as_ref(&self) -> &[u8] {
+            // SAFETY: the region is mapped for `len() >= size` bytes and owned here.
+            unsafe { std::slice::from_raw_parts(self.region.as_ptr(), self.size) }
+        }
+    }
+
+    impl AsMut<[u8]> for RegionBytes {
+        fn as_mut(&mut self) -> &mut [u8] {
+            // SAFETY: as above; `&mut self` is the only access.
+            unsafe { std::slice::from_raw_parts_mut(self.region.as_ptr(), self.size) }
+        }
+    }
+}
+
+glib::wrapper! {
+    /// A `GstAllocator` that carries a [`MemoryProvider`] through the allocation query.
+    pub struct ProviderAllocator(ObjectSubclass<imp::ProviderAllocator>) @extends gst::Allocator, gst::Object;
+}
+
+impl ProviderAllocator {
+    /// An allocator for `provider`'s memory.
+    pub fn new(provider: Arc<dyn MemoryProvider>) -> Self {
+        let a: Self = glib::Object::new();
+        let _ = a.imp().provider.set(provider);
+        a
+    }
+
+    /// The provider it carries.
+    pub fn provider(&self) -> Arc<dyn MemoryProvider> {
+        self.imp()
+            .provider
+            .get()
+            .cloned()
+            .expect("set by ProviderAllocator::new")
+    }
+}
+
+/// Adds `provider`'s allocator to an allocation query, first (from a downstream element's
+/// `propose_allocation`).
+pub fn propose(query: &mut gst::query::Allocation, provider: Arc<dyn MemoryProvider>) {
+    let allocator = ProviderAllocator::new(provider);
+    let params = gst::AllocationParams::default();
+    query.add_allocation_param(Some(&allocator), params);
+    if query.allocation_params().len() > 1 {
+        query.set_nth_allocation_param(0, Some(&allocator), params);
+    }
+}
+
+/// What downstream proposed in an answered allocation query: a provider to cut the pool
+/// from, or the name of a foreign allocator this source cannot receive into (to say so).
+#[derive(Debug)]
+pub enum Proposal {
+    /// Nothing, or system memory: the source keeps its own memory.
+    Nothing,
+    /// A Firehose memory provider.
+    Provider(Arc<dyn MemoryProvider>),
+    /// Another allocator (by name): the source cannot have the kernel write into it.
+    Foreign(String),
+}
+
+/// Reads downstream's proposal from an answered allocation query (in a source's
+/// `decide_allocation`).
+pub fn proposed_provider(query: &gst::query::Allocation) -> Proposal {
+    let mut foreign = None;
+    for (allocator, _) in query.allocation_params() {
+        let Some(allocator) = allocator else { continue };
+        if let Some(p) = allocator.downcast_ref::<ProviderAllocator>() {
+            return Proposal::Provider(p.provider());
+        }
+        let name = allocator.memory_type().to_string();
+        if name != "SystemMemory" && foreign.is_none() {
+            foreign = Some(format!("{} ({name})", allocator.type_().name()));
+        }
+    }
+    foreign.map_or(Proposal::Nothing, Proposal::Foreign)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::HugepagePolicy;
+    use crate::provider::{Anonymous, SharedSegment};
+    use crate::MemoryKind;
+
+    #[test]
+    fn a_proposed_provider_comes_back_from_the_query() {
+        gst::init().unwrap();
+        let caps = gst::Caps::new_empty_simple("application/x-test");
+        let mut q = gst::query::Allocation::new(Some(&caps), true);
+        assert!(matches!(proposed_provider(&q), Proposal::Nothing));
+        propose(&mut q, Arc::new(SharedSegment::new("firehose-test")));
+        match proposed_provider(&q) {
+            Proposal::Provider(p) => assert_eq!(p.kind(), MemoryKind::Shared),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_foreign_allocator_is_named() {
+        gst::init().unwrap();
+        let mut q = gst::query::Allocation::new(None, true);
+        let sys = gst::Allocator::find(None::<&str>).unwrap();
+        q.add_allocation_param(Some(&sys), gst::AllocationParams::default());
+        assert!(
+            matches!(proposed_provider(&q), Proposal::Nothing),
+            "system memory is ours to use"
+        );
+    }
+
+    #[test]
+    fn the_allocator_allocates_the_providers_kind() {
+        gst::init().unwrap();
+        let a = ProviderAllocator::new(Arc::new(Anonymous(HugepagePolicy::Off)));
+        let mem = a.alloc(1000, None).unwrap();
+        assert_eq!(mem.size(), 1000);
+        assert_eq!(crate::gstmem::memory_kind(&mem), Some(MemoryKind::System));
+    }
+}
