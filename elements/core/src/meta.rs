@@ -4,6 +4,11 @@
 //! batches, heaps, chunks) is the same thing: a `GstMeta` header followed by one Rust
 //! value, dropped when the meta is freed and cloned (or rebased) when a buffer is copied.
 //! The macro writes that FFI once.
+//!
+//! [`message`] is the exception: a `GstCustomMeta` every language can read, which says
+//! which message a buffer holds and whether all of it arrived.
+
+pub mod message;
 
 /// How a meta's data follows a buffer copy: `region` is `None` for a full copy, or the
 /// `(offset, size)` byte range a region copy keeps. Return `None` to leave the meta off

@@ -4,6 +4,7 @@
 use std::sync::Once;
 
 use firehose_core::chunk::{ChunkInfo, ChunkMeta};
+use firehose_core::meta::message;
 use firehose_core::stats::{self, names};
 use firehose_core::{caps, PacketBatchMeta, PacketInfo};
 use gst::prelude::*;
@@ -79,6 +80,10 @@ fn drain(h: &mut Harness) -> Vec<(gst::Buffer, ChunkInfo)> {
     let mut v = Vec::new();
     while let Some(b) = h.try_pull() {
         let info = b.meta::<ChunkMeta>().expect("chunk meta").info().clone();
+        // Every chunk also carries the generic message meta, in agreement.
+        let m = message::read(&b).expect("message meta");
+        assert_eq!((m.id, m.complete), (info.chunk_id, info.is_complete()));
+        assert_eq!(m.bytes_received, info.bytes);
         v.push((b, info));
     }
     v

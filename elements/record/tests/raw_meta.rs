@@ -1,15 +1,12 @@
-//! format=raw indexes SPEAD heaps by heap counter and completeness, and chunks by chunk
-//! id with one entry per slot saying whether it arrived.
+//! format=raw indexes messages (SPEAD heaps) by the id and completeness of their message
+//! meta, and chunks by chunk id with one entry per slot saying whether it arrived.
 
 mod common;
 
-use std::sync::Arc;
-
 use common::{payload, record, TempDir};
 use firehose_core::chunk::{ChunkInfo, ChunkMeta};
+use firehose_core::meta::message::{self, Message};
 use firehose_record::index::{self, Kind, NO_PTS};
-use firehose_spead::heap::{HeapInfo, HeapMeta};
-use firehose_spead::wire::Flavour;
 
 fn heap(cnt: u64, complete: bool, bytes: &[u8]) -> gst::Buffer {
     common::init();
@@ -17,17 +14,14 @@ fn heap(cnt: u64, complete: bool, bytes: &[u8]) -> gst::Buffer {
     b.get_mut()
         .unwrap()
         .set_pts(gst::ClockTime::from_nseconds(cnt * 10));
-    HeapMeta::add(
+    // What speaddepay attaches beside its heap meta, and all the recorder reads.
+    message::add(
         b.get_mut().unwrap(),
-        HeapInfo {
-            heap_cnt: cnt,
-            flavour: Flavour::SPEAD_64_40,
-            items: Vec::new(),
-            descriptors: Arc::from(Vec::new()),
+        &Message {
+            id: cnt,
             complete,
-            // One range: every byte arrived.
-            received: std::iter::once(0..bytes.len()).collect(),
-            stream_ctrl: None,
+            bytes_expected: bytes.len() as u64,
+            bytes_received: bytes.len() as u64,
         },
     );
     b

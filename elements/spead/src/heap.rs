@@ -4,6 +4,8 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use firehose_core::meta::message::Message;
+
 use crate::descriptor::Descriptor;
 use crate::wire::Flavour;
 
@@ -48,6 +50,17 @@ impl HeapInfo {
     /// The value of item `id`, if the heap has it.
     pub fn item(&self, id: u64) -> Option<&ItemValue> {
         self.items.iter().find(|i| i.id == id).map(|i| &i.value)
+    }
+}
+
+/// What the generic message meta ([`firehose_core::meta::message`]) says of a heap of
+/// `len` payload bytes: HEAP_CNT, completeness, and the bytes that arrived.
+pub fn message(info: &HeapInfo, len: usize) -> Message {
+    Message {
+        id: info.heap_cnt,
+        complete: info.complete,
+        bytes_expected: len as u64,
+        bytes_received: info.received.iter().map(|r| r.len() as u64).sum(),
     }
 }
 

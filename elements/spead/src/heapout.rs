@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 
+use firehose_core::meta::message;
 use firehose_core::stats::{self, names, Counter};
 use firehose_core::RegionError;
 use firehose_net::direct::DirectCounts;
@@ -133,12 +134,14 @@ pub fn new_reassembler(
     Ok(engine)
 }
 
-/// The heap as a buffer: its payload memory (no copy), the meta, the first packet's PTS.
+/// The heap as a buffer: its payload memory (no copy), the heap meta and the message
+/// meta, the first packet's PTS.
 pub fn heap_buffer(h: Heap) -> gst::Buffer {
     let mut buf = gst::Buffer::new();
     let b = buf.get_mut().expect("a new buffer is writable");
     b.append_memory(h.payload);
     b.set_pts(h.stamp.map(gst::ClockTime::from_nseconds));
+    message::add(b, &crate::heap::message(&h.info, b.size()));
     HeapMeta::add(b, h.info);
     buf
 }

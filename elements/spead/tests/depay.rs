@@ -8,6 +8,7 @@ use std::sync::Once;
 
 use firehose_core::batch::{PacketBatchMeta, PacketInfo};
 use firehose_core::gstmem::buffer_memory_kind;
+use firehose_core::meta::message;
 use firehose_core::stats::{field, names};
 use firehose_core::MemoryKind;
 use firehose_spead::heap::{HeapMeta, ItemValue};
@@ -113,6 +114,11 @@ fn check_heap(buf: &gst::Buffer, cnt: u64, n: usize) {
     assert_eq!(item(buf, 0x1000), pattern(cnt, n));
     assert_eq!(item(buf, 0x1001), pattern(cnt + 1, 33));
     assert_eq!(buf.size(), n + 33);
+    // The generic message meta, readable from C and Python, says the same.
+    let m = message::read(buf).expect("message meta");
+    assert_eq!((m.id, m.complete), (cnt, true));
+    assert_eq!(m.bytes_expected, (n + 33) as u64);
+    assert_eq!(m.bytes_received, (n + 33) as u64);
 }
 
 fn stats(h: &Harness) -> gst::Structure {

@@ -4,6 +4,8 @@
 use gst::glib;
 
 fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+    // The metas every language reads; idempotent, the main plugin registers them too.
+    firehose_core::meta::message::register();
     firehose_dpdk::register(plugin)
 }
 

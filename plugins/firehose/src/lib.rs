@@ -7,6 +7,8 @@
 use gst::glib;
 
 fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+    // The metas every language reads; idempotent, the DPDK plugin registers them too.
+    firehose_core::meta::message::register();
     // The crates that bring packet handlers come first: the elements that host handlers
     // (`fhdepay`, `fhudpchunksrc`) name the registered ones in the description of their
     // `handler` property, which is written when the element's class is made.

@@ -4,6 +4,7 @@
 use std::ops::Range;
 
 use crate::gstmem::slot_into_buffer;
+use crate::meta::message::{self, Message};
 use crate::pool::Slot;
 
 /// Everything known about a chunk besides its bytes.
@@ -64,6 +65,18 @@ impl ChunkInfo {
         self.slots_present == self.slots
     }
 
+    /// What the generic message meta ([`crate::meta::message`]) says of the chunk: its
+    /// id, whether every slot is present, and the payload bytes written (how many a
+    /// chunk should hold is the handler's to know: 0).
+    pub fn message(&self) -> Message {
+        Message {
+            id: self.chunk_id,
+            complete: self.is_complete(),
+            bytes_expected: 0,
+            bytes_received: self.bytes,
+        }
+    }
+
     /// The byte range of slot `index` within the chunk.
     pub fn slot_range(&self, index: usize) -> Range<usize> {
         index * self.slot_size..(index + 1) * self.slot_size
@@ -105,11 +118,13 @@ pub struct FinishedChunk {
 
 impl FinishedChunk {
     /// The chunk as a buffer: the whole slot as its one memory (no copy), a
-    /// [`ChunkMeta`], and `opened_at` as the PTS (nanoseconds).
+    /// [`ChunkMeta`] and a message meta ([`ChunkInfo::message`]), and `opened_at` as the
+    /// PTS (nanoseconds).
     pub fn into_buffer(self) -> gst::Buffer {
         let mut buf = slot_into_buffer(self.slot);
         let b = buf.get_mut().expect("a new buffer is writable");
         b.set_pts(self.opened_at.map(gst::ClockTime::from_nseconds));
+        message::add(b, &self.info.message());
         ChunkMeta::add(b, self.info);
         buf
     }

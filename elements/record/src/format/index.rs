@@ -50,8 +50,9 @@ pub enum Kind {
     /// One datagram of an `application/x-firehose-packets` batch; id = packet number
     /// from 0.
     Packet = 1,
-    /// One SPEAD heap (`application/x-spead-heap`); id = heap counter, complete flag
-    /// from the heap meta.
+    /// One message (a SPEAD heap, `application/x-spead-heap`): a buffer with the
+    /// message meta (`firehose_core::meta::message`); id = its id (heap counter),
+    /// complete flag from it.
     Heap = 2,
     /// One chunk (`application/x-firehose-chunk`) as a whole; id = chunk id, complete
     /// when every slot is present. Its slots follow as [`Kind::Slot`] entries.

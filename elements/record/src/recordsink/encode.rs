@@ -7,6 +7,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 
 use firehose_core::chunk::{ChunkInfo, ChunkMeta};
+use firehose_core::meta::message;
 use firehose_core::PacketBatchMeta;
 
 use super::Format;
@@ -299,15 +300,9 @@ fn post_inc(v: &mut u64) -> u64 {
     r
 }
 
-/// A SPEAD heap buffer's completeness and heap counter.
-#[cfg(feature = "spead")]
+/// A message buffer's completeness and id (a SPEAD heap's HEAP_CNT), from the generic
+/// message meta: the recorder needs no engine's own meta.
 fn heap_info(buf: &gst::BufferRef) -> Option<(bool, u64)> {
-    let meta = buf.meta::<firehose_spead::heap::HeapMeta>()?;
-    let info = meta.info();
-    Some((info.complete, info.heap_cnt))
-}
-
-#[cfg(not(feature = "spead"))]
-fn heap_info(_buf: &gst::BufferRef) -> Option<(bool, u64)> {
-    None
+    let m = message::read(buf)?;
+    Some((m.complete, m.id))
 }
