@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use firehose_core::chunk::{ChunkInfo, ChunkMeta};
+use firehose_core::meta::chunk::{ChunkInfo, ChunkMeta};
 use firehose_core::stats::{field, names};
 use firehose_spead::wire::{ctrl, encode, ids, packet_len, Flavour, ItemPointer};
 use gst::prelude::*;

@@ -16,8 +16,12 @@
 //! - [`caps`]: caps names;
 //! - [`frame`]: decoding the UDP datagram in an Ethernet / cooked / raw-IP frame;
 //! - [`netif`]: network interface indexes by name;
-//! - [`handler`] and [`chunk`]: packet handlers (the sPIN model) and the chunk engine
-//!   that drives them, placing messages by index into pooled chunks.
+//! - [`meta`]: the buffer metas: `rust_meta!` for Rust-only ones, the chunk meta, and
+//!   the message meta every language reads;
+//! - [`ring`], [`arena`], [`wake`]: device receive rings, slot arenas, wake-up
+//!   coalescing.
+//!
+//! The chunk engine, packet handlers and the landing protocol are in `firehose-chunk`.
 //!
 //! [`memory`], [`pool`], [`pace`] and the plain parts of [`batch`] and [`stats`] use no
 //! GStreamer types, so engines built on them can be tested and benchmarked alone.
@@ -26,11 +30,8 @@ pub mod alloc;
 pub mod arena;
 pub mod batch;
 pub mod caps;
-pub mod chunk;
 pub mod frame;
 pub mod gstmem;
-pub mod handler;
-pub mod landing;
 pub mod memory;
 pub mod meta;
 pub mod netif;

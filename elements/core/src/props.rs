@@ -34,46 +34,6 @@ impl From<Hugepages> for HugepagePolicy {
     }
 }
 
-/// `landing=auto|on|off`: whether payloads are received straight into chunks or heaps
-/// (`fhudpchunksrc`, `fhspeadsrc`).
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
-#[repr(u32)]
-#[enum_type(name = "GstFirehoseLanding")]
-pub enum Landing {
-    /// Into chunks or heaps of at most 2 MiB, which stay in the CPU caches between uses
-    /// of their memory ([`crate::chunk::LANDING_MAX_CHUNK_BYTES`]); larger ones are
-    /// copied into.
-    #[default]
-    #[enum_value(
-        name = "Auto: land payloads in chunks or heaps of at most 2 MiB, copy into larger ones",
-        nick = "auto"
-    )]
-    Auto = 0,
-    /// Whatever their size.
-    #[enum_value(
-        name = "On: land payloads straight in the chunks or heaps",
-        nick = "on"
-    )]
-    On = 1,
-    /// Never: every payload is copied once, from a receive batch.
-    #[enum_value(
-        name = "Off: copy every payload once, from a receive batch",
-        nick = "off"
-    )]
-    Off = 2,
-}
-
-impl Landing {
-    /// The largest chunk or heap payloads land in, or `None` for never.
-    pub fn max_bytes(self) -> Option<usize> {
-        match self {
-            Landing::Auto => Some(crate::chunk::LANDING_MAX_CHUNK_BYTES),
-            Landing::On => Some(usize::MAX),
-            Landing::Off => None,
-        }
-    }
-}
-
 /// `when-full=drop|block`: what a source does when its pool has no free slot.
 #[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
 #[repr(u32)]

@@ -18,11 +18,11 @@
 //! and prints what comes out; run it with `cargo run --example custom_handler -p
 //! firehose-depay`.
 
-use firehose_core::chunk::ChunkMeta;
-use firehose_core::handler::{
+use firehose_chunk::handler::{
     check_fields, config_u64, register_handler, PacketFacts, PacketHandler, Placement,
     CONFIG_SLOTS_PER_CHUNK,
 };
+use firehose_core::meta::chunk::ChunkMeta;
 use firehose_core::stats::{self, names};
 use gst::prelude::*;
 use gst_check::Harness;

@@ -1,12 +1,12 @@
 //! Firehose generic depacketizer: `fhdepay` hosts any registered packet handler (the
-//! sPIN model of [`firehose_core::handler`]) on the [`firehose_core::chunk`] engine, and
+//! sPIN model of [`firehose_chunk::handler`]) on the [`firehose_chunk`] engine, and
 //! this crate brings the [`seq`] handler for sequence-numbered custom packets.
 //!
 //! `fhdepay handler=seq handler-config="seq,offset=0,width=4,payload-offset=8"` turns a
 //! stream of `application/x-firehose-packets` batches (or one packet per buffer) into
 //! `application/x-firehose-chunk` buffers: many messages placed by index into one pooled
-//! chunk, with a presence bitmap in a [`firehose_core::chunk::ChunkMeta`]. Rust users add
-//! their own formats with [`firehose_core::handler::register_handler`]; see
+//! chunk, with a presence bitmap in a [`firehose_core::meta::chunk::ChunkMeta`]. Rust users add
+//! their own formats with [`firehose_chunk::handler::register_handler`]; see
 //! `docs/handlers.md` and `examples/custom_handler.rs`.
 
 #![warn(missing_docs)]
@@ -24,5 +24,5 @@ pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
 
 /// Registers this crate's packet handlers (`seq`) with the process (idempotent).
 pub fn register_handlers() {
-    firehose_core::handler::register_handler(seq::NAME, seq::factory);
+    firehose_chunk::handler::register_handler(seq::NAME, seq::factory);
 }

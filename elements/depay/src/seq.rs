@@ -25,7 +25,7 @@
 //! | `start` | 0 | counter value of slot 0 of chunk 0 |
 //! | `step` | 1 | counter increment per packet; counters off the step grid are dropped |
 
-use firehose_core::handler::{
+use firehose_chunk::handler::{
     check_fields, config_u64, PacketFacts, PacketHandler, Placement, CONFIG_SLOTS_PER_CHUNK,
     CONFIG_SLOT_SIZE,
 };

@@ -3,7 +3,7 @@
 
 use std::sync::Once;
 
-use firehose_core::chunk::{ChunkInfo, ChunkMeta};
+use firehose_core::meta::chunk::{ChunkInfo, ChunkMeta};
 use firehose_core::meta::message;
 use firehose_core::stats::{self, names};
 use firehose_core::{caps, PacketBatchMeta, PacketInfo};
@@ -336,10 +336,10 @@ fn every_packet_is_accounted_for() {
 /// message `n` at chunk `n / 8`, slot `n % 8`.
 struct Ending;
 
-impl firehose_core::handler::PacketHandler for Ending {
-    fn parse(&mut self, p: &[u8]) -> Option<firehose_core::handler::PacketFacts> {
+impl firehose_chunk::handler::PacketHandler for Ending {
+    fn parse(&mut self, p: &[u8]) -> Option<firehose_chunk::handler::PacketFacts> {
         let (&n, rest) = p.split_first()?;
-        Some(firehose_core::handler::PacketFacts {
+        Some(firehose_chunk::handler::PacketFacts {
             message_id: n.into(),
             payload: 1..1 + rest.len(),
             message_offset: 0,
@@ -350,9 +350,9 @@ impl firehose_core::handler::PacketHandler for Ending {
     fn header(
         &mut self,
         _: &[u8],
-        f: &firehose_core::handler::PacketFacts,
-    ) -> firehose_core::handler::Placement {
-        use firehose_core::handler::Placement;
+        f: &firehose_chunk::handler::PacketFacts,
+    ) -> firehose_chunk::handler::Placement {
+        use firehose_chunk::handler::Placement;
         match f.message_id {
             0xFF => Placement::End,
             n => Placement::Place {
@@ -366,7 +366,7 @@ impl firehose_core::handler::PacketHandler for Ending {
 #[test]
 fn a_handler_can_end_the_stream() {
     init();
-    firehose_core::handler::register_handler("ending-test", |_| Ok(Box::new(Ending)));
+    firehose_chunk::handler::register_handler("ending-test", |_| Ok(Box::new(Ending)));
     let mut h = depay(&[("handler-config", &"ending-test")]);
     for n in [0u8, 1, 9] {
         h.push(gst::Buffer::from_slice([n, n])).unwrap();

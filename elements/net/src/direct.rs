@@ -25,25 +25,22 @@
 use std::io;
 use std::ops::Range;
 
+use firehose_chunk::handler::PacketFacts;
+use firehose_chunk::landing::{Landed, Landing, LandingEngine};
 #[cfg(doc)]
-use firehose_core::chunk::ChunkAssembler;
-use firehose_core::chunk::{Flow, Landed, Landing, LandingEngine};
-use firehose_core::handler::PacketFacts;
+use firehose_chunk::ChunkAssembler;
+use firehose_chunk::Flow;
 
 use crate::recv::{UdpReceiver, MAX_DATAGRAM};
 
 /// Most datagrams planned into one GRO message (64 KiB of 1 KiB datagrams).
 pub const MAX_SEGMENTS: usize = 64;
 
-/// Streams whose packets carry less payload than this are not received into place:
-/// each landed datagram costs the kernel two scatter entries (header, payload), each a
-/// copy of its own, and for small datagrams that costs more than the copy it saves. With
-/// 1472-byte SPEAD packets (1432-byte payloads) landing cost 0.36–0.41 s/GB against
-/// 0.31–0.36 copied; with 8972-byte ones (8928) it cost 10–25 % less (docs/benchmarks.md).
-pub const LANDING_MIN_PAYLOAD_BYTES: usize = 4096;
+/// Re-exported from the landing module, where the other rules of when landing pays live.
+pub use firehose_chunk::landing::LANDING_MIN_PAYLOAD_BYTES;
 
 /// Headers longer than this are not predicted.
-const MAX_HEADER: usize = firehose_core::chunk::MAX_LANDING_HEADER;
+const MAX_HEADER: usize = firehose_chunk::landing::MAX_HEADER;
 
 /// Scatter-list entries per message: a header and a payload per segment, then overflow.
 const IOVS_PER_MSG: usize = 2 * MAX_SEGMENTS + 1;

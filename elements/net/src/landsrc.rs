@@ -17,7 +17,8 @@ use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use firehose_core::chunk::{ChunkAssembler, FinishedChunk, Flow, LandingEngine};
+use firehose_chunk::landing::LandingEngine;
+use firehose_chunk::{ChunkAssembler, FinishedChunk, Flow};
 
 use crate::direct::{DirectCounts, DirectReceiver, DirectRecv};
 use crate::recv::UdpReceiver;

@@ -3,7 +3,7 @@
 //! - `fhudpsrc`: UDP receive with `recvmmsg` into pooled slabs, UDP GRO, multicast (ASM
 //!   and SSM), kernel drop and timestamp reporting; one push per batch.
 //! - `fhudpchunksrc`: UDP received straight into the chunks of the
-//!   [`firehose_core::chunk`] engine ([`direct`]): the kernel's copy of a payload is the
+//!   [`firehose_chunk`] engine ([`direct`]): the kernel's copy of a payload is the
 //!   only one when the packet handler allows it (`handler=spead`).
 //! - `fhudpsink`: UDP send with `sendmmsg` and UDP GSO, rate pacing, several destinations.
 //!

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{payload, record, TempDir};
-use firehose_core::chunk::{ChunkInfo, ChunkMeta};
+use firehose_core::meta::chunk::{ChunkInfo, ChunkMeta};
 use firehose_core::meta::message::{self, Message};
 use firehose_record::index::{self, Kind, NO_PTS};
 

@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use firehose_core::chunk::{ChunkAssembler, ChunkConfig};
+use firehose_chunk::{ChunkAssembler, ChunkConfig};
 use firehose_core::{HugepagePolicy, SlotPool};
 use firehose_spead::reassembly::{Config, Reassembler};
 use firehose_spead::send::{Item, PacketConfig};

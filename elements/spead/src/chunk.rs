@@ -1,5 +1,5 @@
 //! The `spead` packet handler: SPEAD heaps placed into chunks (spead2's chunk stream)
-//! by the [`firehose_core::chunk`] engine, e.g. under `fhdepay handler=spead`.
+//! by the [`firehose_chunk`] engine, e.g. under `fhdepay handler=spead`.
 //!
 //! A message is a heap: HEAP_CNT identifies it, PAYLOAD_OFFSET places each packet's
 //! payload in it and HEAP_LENGTH says when it is complete. On the first packet seen of a
@@ -27,7 +27,7 @@
 //! data='none')`): a heap mixing descriptors and data is dropped, since its payload is
 //! not just the data.
 
-use firehose_core::handler::{
+use firehose_chunk::handler::{
     check_fields, config_u64, PacketFacts, PacketHandler, Placement, CONFIG_SLOTS_PER_CHUNK,
 };
 
@@ -177,7 +177,7 @@ pub fn factory(config: &gst::StructureRef) -> Result<Box<dyn PacketHandler>, Str
 
 #[cfg(test)]
 mod tests {
-    use firehose_core::chunk::{ChunkAssembler, ChunkConfig, Flow};
+    use firehose_chunk::{ChunkAssembler, ChunkConfig, Flow};
     use firehose_core::HugepagePolicy;
     use firehose_core::SlotPool;
 

@@ -28,7 +28,7 @@ pub mod wire;
 
 /// Registers the SPEAD elements and the `spead` packet handler.
 pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
-    firehose_core::handler::register_handler(chunk::NAME, chunk::factory);
+    firehose_chunk::handler::register_handler(chunk::NAME, chunk::factory);
     pay::register(plugin)?;
     depay::register(plugin)?;
     speadsrc::register(plugin)?;

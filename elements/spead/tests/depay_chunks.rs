@@ -6,7 +6,7 @@
 use std::sync::Once;
 
 use firehose_core::batch::{PacketBatchMeta, PacketInfo};
-use firehose_core::chunk::{ChunkInfo, ChunkMeta};
+use firehose_core::meta::chunk::{ChunkInfo, ChunkMeta};
 use firehose_core::stats::{field, names};
 use firehose_spead::wire;
 use firehose_spead::wire::{ids, Flavour, ItemPointer};
@@ -36,7 +36,7 @@ fn init() {
         .unwrap();
         firehose_depay::depay::register(None).unwrap();
         // fhdepay finds handlers by name, as the plugin registers them.
-        firehose_core::handler::register_handler(
+        firehose_chunk::handler::register_handler(
             firehose_spead::chunk::NAME,
             firehose_spead::chunk::factory,
         );
@@ -392,7 +392,7 @@ fn the_same_chunks_as_fhdepay_handler_spead() {
             .unwrap()
             .property::<gst::Structure>("stats"),
     );
-    for (name, _) in firehose_core::chunk::ChunkStats::default().fields() {
+    for (name, _) in firehose_chunk::ChunkStats::default().fields() {
         assert_eq!(field(&sa, name), field(&sb, name), "{name}: {sa} vs {sb}");
     }
     assert!(field(&sa, names::TOO_OLD) > 0 && field(&sa, names::DUPLICATED) > 0);

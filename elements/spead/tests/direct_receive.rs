@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use firehose_core::chunk::{ChunkAssembler, ChunkConfig, FinishedChunk};
+use firehose_chunk::{ChunkAssembler, ChunkConfig, FinishedChunk};
 use firehose_core::{HugepagePolicy, SlotPool};
 use firehose_net::direct::{DirectCounts, DirectReceiver};
 use firehose_net::recv::{SocketConfig, UdpReceiver};

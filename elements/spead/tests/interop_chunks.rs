@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use firehose_core::batch::PacketBatchMeta;
-use firehose_core::chunk::ChunkMeta;
+use firehose_core::meta::chunk::ChunkMeta;
 use firehose_spead::wire::Packet;
 use gst::prelude::*;
 use gst_check::Harness;

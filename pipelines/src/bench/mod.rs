@@ -374,7 +374,7 @@ fn available(
             .filter(|e| gst::ElementFactory::find(e).is_none())
             .collect();
         let no_handler = matches!(rx, Receiver::Chunk | Receiver::Direct | Receiver::XdpChunk)
-            && !firehose_core::handler::handler_names().contains(&"spead");
+            && !firehose_chunk::handler::handler_names().contains(&"spead");
         if missing.is_empty() && !no_handler {
             kept.push(rx);
         } else if given {

@@ -6,16 +6,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
-use firehose_core::chunk::{
-    feed_buffer, ChunkAssembler, ChunkHost, FinishedChunk, Flow, StatsMirror,
-};
+use firehose_chunk::{feed_buffer, ChunkAssembler, ChunkHost, FinishedChunk, Flow, StatsMirror};
 use firehose_core::stats::{self, StatsTimer};
 use firehose_core::{caps as fcaps, SlotPool};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
 
-use firehose_core::chunk::settings::ChunkSettings;
+use firehose_chunk::settings::ChunkSettings;
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(

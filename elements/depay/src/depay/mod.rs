@@ -5,7 +5,7 @@
 //! [`firehose_core::PacketBatchMeta`]) or any other buffer as one packet, pushed singly
 //! or in buffer lists. Output: `application/x-firehose-chunk` buffers, one pool slot of
 //! `slots-per-chunk × slot-size` bytes each (no copy on the way out), with a
-//! [`firehose_core::chunk::ChunkMeta`] holding the chunk id and the presence bitmap,
+//! [`firehose_core::meta::chunk::ChunkMeta`] holding the chunk id and the presence bitmap,
 //! and as PTS the PTS of the input buffer that opened the chunk.
 //!
 //! A chunk leaves when a message for a chunk `max-chunks` newer arrives, at EOS, or when

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
-use firehose_core::chunk::settings::ChunkSettings;
-use firehose_core::chunk::{ChunkAssembler, ChunkHost, StatsMirror};
+use firehose_chunk::settings::ChunkSettings;
+use firehose_chunk::{ChunkAssembler, ChunkHost, StatsMirror};
 use firehose_core::stats::{self, names, Counter, StatsTimer};
 use firehose_core::sync::lock;
 use firehose_core::wake::Waker;

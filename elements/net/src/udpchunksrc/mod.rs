@@ -10,7 +10,7 @@
 //! which: `packets-landed` and `packets-copied`.
 //!
 //! Whether payloads land straight in the chunks is `landing`: by default (`auto`) only
-//! for chunks of at most 2 MiB ([`firehose_core::chunk::LANDING_MAX_CHUNK_BYTES`]),
+//! for chunks of at most 2 MiB ([`firehose_chunk::landing::LANDING_MAX_CHUNK_BYTES`]),
 //! which stay in the CPU caches between uses. A larger chunk has left them by the time
 //! its memory is filled again, and the kernel's copy then reads every destination line
 //! first, where `fhdepay`'s copy into large chunks uses streaming stores that skip that
@@ -19,9 +19,9 @@
 //! the size rule.
 //!
 //! The properties are `fhudpsrc`'s socket ones ([`crate::socket_settings`]), `fhdepay`'s
-//! chunk ones ([`firehose_core::chunk::settings`]), `batch-size` and `landing`, read when
+//! chunk ones ([`firehose_chunk::settings`]), `batch-size` and `landing`, read when
 //! the element starts. The output is `fhdepay`'s: `application/x-firehose-chunk` buffers, one
-//! pool chunk each (no copy on the way out), with a [`firehose_core::chunk::ChunkMeta`]
+//! pool chunk each (no copy on the way out), with a [`firehose_core::meta::chunk::ChunkMeta`]
 //! and as PTS the running time of the receive that opened the chunk.
 //!
 //! The stream ends (EOS) after the last chunk when the handler ends it (a SPEAD stop
@@ -34,7 +34,7 @@ use gst::prelude::*;
 
 mod imp;
 
-pub use firehose_core::props::Landing;
+pub use firehose_chunk::landing::Mode as Landing;
 
 glib::wrapper! {
     /// The `fhudpchunksrc` element.

@@ -6,7 +6,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 
-use firehose_core::chunk::{ChunkInfo, ChunkMeta};
+use firehose_core::meta::chunk::{ChunkInfo, ChunkMeta};
 use firehose_core::meta::message;
 use firehose_core::PacketBatchMeta;
 

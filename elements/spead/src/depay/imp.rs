@@ -9,9 +9,9 @@ use firehose_core::sync::lock;
 use std::sync::{LazyLock, Mutex};
 use std::time::Instant;
 
+use firehose_chunk::{feed_buffer, ChunkAssembler, ChunkHost, Flow, StatsMirror};
 use firehose_core::batch::for_each_packet;
 use firehose_core::caps as fcaps;
-use firehose_core::chunk::{feed_buffer, ChunkAssembler, ChunkHost, Flow, StatsMirror};
 use firehose_core::stats::{self, StatsTimer};
 use firehose_core::SlotPool;
 use gst::glib;
@@ -289,7 +289,7 @@ impl SpeadDepay {
     fn start_chunks(&self, s: &Settings) -> Result<(), gst::ErrorMessage> {
         // The handler is this crate's: make sure the registry has it, whoever registered
         // the element (idempotent).
-        firehose_core::handler::register_handler(crate::chunk::NAME, crate::chunk::factory);
+        firehose_chunk::handler::register_handler(crate::chunk::NAME, crate::chunk::factory);
         let cfg = s.chunk_config();
         let (slots, slot_size) = (cfg.slots_per_chunk, cfg.slot_size);
         let chunks = s.pool_chunks();

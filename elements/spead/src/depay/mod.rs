@@ -33,11 +33,11 @@
 //! ## `mode=chunks`
 //!
 //! Instead of one buffer per heap, heaps are placed into large chunks as spead2's chunk
-//! stream does: the core [`firehose_core::chunk::ChunkAssembler`] runs the `spead`
+//! stream does: the core [`firehose_chunk::ChunkAssembler`] runs the `spead`
 //! packet handler ([`crate::chunk`]), exactly as `fhdepay handler=spead` does (same
 //! bytes, same meta). Output: `application/x-firehose-chunk`, one buffer per chunk of
 //! `heaps-per-chunk × heap-size` bytes (one pool chunk, no copy) with a
-//! [`firehose_core::chunk::ChunkMeta`] (chunk id, heap presence bitmap and, with
+//! [`firehose_core::meta::chunk::ChunkMeta`] (chunk id, heap presence bitmap and, with
 //! `packet-presence-size`, per-packet presence), and the PTS of the buffer that opened
 //! the chunk. A heap is placed by HEAP_CNT (`place-item=0`) or by the value of an
 //! immediate item (`place-item=0x1600`, a timestamp): with `n = (value − place-offset)

@@ -2,8 +2,9 @@
 
 use std::sync::LazyLock;
 
-use firehose_core::chunk::ChunkConfig;
-use firehose_core::props::{Hugepages, Landing};
+use firehose_chunk::landing::Mode as Landing;
+use firehose_chunk::ChunkConfig;
+use firehose_core::props::Hugepages;
 use firehose_core::stats;
 use gst::glib;
 use gst::prelude::*;

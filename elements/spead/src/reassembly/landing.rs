@@ -3,7 +3,7 @@
 //! each payload there, and the reassembler then accounts every payload that landed where
 //! it belongs without copying it ([`Reassembler::land`]). The host side is
 //! `firehose_net::direct::DirectReceiver`; the protocol is
-//! [`firehose_core::landing`]'s.
+//! [`firehose_chunk::landing`]'s.
 //!
 //! Only in in-order mode (the default): there, every byte of a heap before its `extent`
 //! has been accepted and none after it, so a prediction — the newest heap's next
@@ -16,9 +16,9 @@
 //! packet (which carries more item pointers as spead2 sends them) and of its later ones,
 //! HEAP_LENGTH, and the step between heap cnts.
 
-use firehose_core::chunk::Flow;
-use firehose_core::handler::PacketFacts;
-use firehose_core::landing::{fill_plan, Cursor, Landed, Landing, LandingEngine, Shape};
+use firehose_chunk::handler::PacketFacts;
+use firehose_chunk::landing::{fill_plan, Cursor, Landed, Landing, LandingEngine, Shape};
+use firehose_chunk::Flow;
 
 use super::entry::Payload;
 use super::{Heap, Reassembler};

@@ -4,7 +4,7 @@
 //! orderly and on perturbed streams, and must never account a payload that is not where
 //! it belongs.
 
-use firehose_core::landing::{receive_simulated, Landed, Landing, LandingEngine};
+use firehose_chunk::landing::{receive_simulated, Landed, Landing, LandingEngine};
 use firehose_core::testing::Xorshift;
 
 use super::*;

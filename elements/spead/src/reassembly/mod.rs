@@ -72,7 +72,7 @@ use self::window::Substream;
 use crate::descriptor::Descriptor;
 use crate::heap::HeapInfo;
 use crate::wire::{ctrl, Packet};
-use firehose_core::landing::Shape;
+use firehose_chunk::landing::Shape;
 
 pub use self::landing::Emitted;
 pub use self::pools::{class_sizes, ARENA_SLOT, ARENA_SLOTS, SMALLEST_CLASS};

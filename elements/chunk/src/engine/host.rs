@@ -2,11 +2,11 @@
 //! `fhudpchunksrc`, `speaddepay mode=chunks`): building the handler, the pool and the engine at start,
 //! feeding it the packets of a buffer, and the `stats` structure.
 
-use crate::batch::PacketBatchMeta;
 use crate::handler::{self, CONFIG_SLOTS_PER_CHUNK, CONFIG_SLOT_SIZE};
-use crate::pool::SlotPool;
-use crate::stats::{self, names, Counter};
-use crate::{caps as fcaps, HugepagePolicy};
+use firehose_core::batch::PacketBatchMeta;
+use firehose_core::pool::SlotPool;
+use firehose_core::stats::{self, names, Counter};
+use firehose_core::{caps as fcaps, HugepagePolicy};
 
 use super::{ChunkAssembler, ChunkConfig, ChunkStats, FinishedChunk, Flow};
 

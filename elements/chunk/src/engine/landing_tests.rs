@@ -5,8 +5,9 @@
 
 use super::*;
 use crate::landing::receive_simulated;
-use crate::testing::Xorshift;
-use crate::HugepagePolicy;
+use crate::landing::LandingEngine;
+use firehose_core::testing::Xorshift;
+use firehose_core::HugepagePolicy;
 
 const SPC: usize = 4;
 const SLOT: usize = 48;

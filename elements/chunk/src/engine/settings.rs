@@ -14,7 +14,7 @@ use gst::prelude::*;
 
 use super::{ChunkConfig, ChunkHost};
 use crate::handler::{self, CONFIG_SLOTS_PER_CHUNK, CONFIG_SLOT_SIZE};
-use crate::props::{Hugepages, WhenFull};
+use firehose_core::props::{Hugepages, WhenFull};
 
 /// Default `slots-per-chunk`.
 pub const DEFAULT_SLOTS_PER_CHUNK: u32 = 64;

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::handler::MessageEnd;
-use crate::HugepagePolicy;
+use firehose_core::HugepagePolicy;
 
 const SPC: usize = 4;
 const SLOT: usize = 16;

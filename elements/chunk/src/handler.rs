@@ -16,7 +16,7 @@
 //! Handlers are created by name through a process-wide registry ([`register_handler`],
 //! [`create_handler`]) from a configuration given as a `gst::Structure`, so a generic
 //! element (`fhdepay handler=…`) can host any of them. The engine is
-//! [`crate::chunk::ChunkAssembler`]; `docs/handlers.md` shows how to write a handler.
+//! [`crate::ChunkAssembler`]; `docs/handlers.md` shows how to write a handler.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -145,7 +145,7 @@ static REGISTRY: LazyLock<Mutex<HashMap<&'static str, HandlerFactory>>> =
 
 /// Makes a handler available under `name` (idempotent: the last registration wins).
 pub fn register_handler(name: &'static str, factory: HandlerFactory) {
-    crate::sync::lock(&REGISTRY).insert(name, factory);
+    firehose_core::sync::lock(&REGISTRY).insert(name, factory);
 }
 
 /// Creates the handler registered as `name` with `config`.
@@ -154,7 +154,7 @@ pub fn create_handler(
     config: &gst::StructureRef,
 ) -> Result<Box<dyn PacketHandler>, String> {
     // Look up in its own statement: the error path lists the names, which locks again.
-    let factory = crate::sync::lock(&REGISTRY).get(name).copied();
+    let factory = firehose_core::sync::lock(&REGISTRY).get(name).copied();
     let factory = factory.ok_or_else(|| {
         format!(
             "no packet handler named '{name}' (registered: {})",
@@ -166,7 +166,10 @@ pub fn create_handler(
 
 /// The names of the registered handlers, sorted.
 pub fn handler_names() -> Vec<&'static str> {
-    let mut v: Vec<_> = crate::sync::lock(&REGISTRY).keys().copied().collect();
+    let mut v: Vec<_> = firehose_core::sync::lock(&REGISTRY)
+        .keys()
+        .copied()
+        .collect();
     v.sort_unstable();
     v
 }

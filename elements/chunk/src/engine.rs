@@ -39,11 +39,11 @@
 //! `duplicated`, `drops-handler` and `drops-pool`.
 
 mod config;
+mod finished;
 mod host;
 mod landing;
 #[cfg(test)]
 mod landing_tests;
-mod meta;
 pub mod settings;
 mod table;
 #[cfg(test)]
@@ -53,14 +53,15 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use crate::landing::{Landed, Landing, LandingEngine, MAX_HEADER as MAX_LANDING_HEADER};
+pub use crate::landing::LANDING_MAX_CHUNK_BYTES;
 pub use config::{ChunkConfig, ChunkStats, Flow};
+pub use finished::FinishedChunk;
+pub use firehose_core::meta::chunk::{ChunkInfo, ChunkMeta};
 pub use host::{feed_buffer, ChunkHost, StatsMirror};
-pub use meta::{ChunkInfo, ChunkMeta, FinishedChunk};
 
 use crate::handler::{MessageEnd, PacketFacts, PacketHandler, Placement};
-use crate::memory;
-use crate::pool::{Slot, SlotPool};
+use firehose_core::memory;
+use firehose_core::pool::{Slot, SlotPool};
 use table::{DropReason, FifoRing, MessageTable, Route};
 
 /// What one slot of an open chunk holds.
@@ -170,17 +171,6 @@ struct Target {
 /// chunks; up to this size a cached copy costs no more, and leaves the chunk in cache
 /// for a consumer that reads it soon. Figures in docs/benchmarks.md.
 pub const STREAMING_MIN_CHUNK_BYTES: usize = 4 << 20;
-
-/// Receiving straight into chunks ([`ChunkAssembler::plan`]) is on by default only for
-/// chunks of at most this size: ones that stay in this core's share of the caches (the
-/// development VM's L2 is 2 MiB) between uses of their memory. Into larger chunks the
-/// kernel's copy, which cannot use streaming stores, reads every destination line from
-/// memory first, and costs as much as or more than a copy into a cached batch plus the
-/// engine's copy into the chunk: at 10 Gb/s of 8972-byte packets, 8 MiB chunks 0.20–0.26
-/// against 0.17–0.22 s/GB, 4 MiB chunks 0.14–0.26 against 0.17–0.21 (mostly worse), 1
-/// and 2 MiB chunks 0.13–0.19 against 0.15–0.21 (cheaper in every run but one, level).
-/// Figures in docs/benchmarks.md.
-pub const LANDING_MAX_CHUNK_BYTES: usize = 2 << 20;
 
 /// Payloads shorter than this are copied as usual even into large chunks: the partial
 /// lines at their ends (cached stores, so read from memory first) weigh more: on the

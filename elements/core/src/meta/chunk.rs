@@ -1,11 +1,11 @@
 //! What an emitted chunk carries: [`ChunkInfo`] (plain data) and [`ChunkMeta`], the
-//! buffer meta on `application/x-firehose-chunk` buffers.
+//! buffer meta on `application/x-firehose-chunk` buffers. The chunk engine (crate
+//! `firehose-chunk`) writes it; it lives here, with the other metas, so that a consumer
+//! (the recorder) reads it without depending on the engine.
 
 use std::ops::Range;
 
-use crate::gstmem::slot_into_buffer;
-use crate::meta::message::{self, Message};
-use crate::pool::Slot;
+use crate::meta::message::Message;
 
 /// Everything known about a chunk besides its bytes.
 ///
@@ -101,40 +101,5 @@ fn transform_chunk(info: &ChunkInfo, region: Option<(usize, usize)>) -> Option<C
     match region {
         None => Some(info.clone()),
         Some(_) => None,
-    }
-}
-
-/// A chunk that has left the window: its pool slot (holding `slots × slot_size` valid
-/// bytes) and its description.
-pub struct FinishedChunk {
-    /// The chunk memory; returns to its pool when dropped.
-    pub slot: Slot,
-    /// What is in it.
-    pub info: ChunkInfo,
-    /// The caller's clock value when the chunk was opened (see
-    /// [`super::ChunkAssembler::set_clock`]), e.g. a running time in nanoseconds.
-    pub opened_at: Option<u64>,
-}
-
-impl FinishedChunk {
-    /// The chunk as a buffer: the whole slot as its one memory (no copy), a
-    /// [`ChunkMeta`] and a message meta ([`ChunkInfo::message`]), and `opened_at` as the
-    /// PTS (nanoseconds).
-    pub fn into_buffer(self) -> gst::Buffer {
-        let mut buf = slot_into_buffer(self.slot);
-        let b = buf.get_mut().expect("a new buffer is writable");
-        b.set_pts(self.opened_at.map(gst::ClockTime::from_nseconds));
-        message::add(b, &self.info.message());
-        ChunkMeta::add(b, self.info);
-        buf
-    }
-}
-
-impl std::fmt::Debug for FinishedChunk {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FinishedChunk")
-            .field("info", &self.info)
-            .field("opened_at", &self.opened_at)
-            .finish_non_exhaustive()
     }
 }

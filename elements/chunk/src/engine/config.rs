@@ -1,9 +1,9 @@
 //! The engine's configuration, its per-packet verdict and its counters.
 
 use super::table::DropReason;
-use crate::pool::PoolConfig;
-use crate::stats::names;
-use crate::HugepagePolicy;
+use firehose_core::pool::PoolConfig;
+use firehose_core::stats::names;
+use firehose_core::HugepagePolicy;
 
 /// How chunks are laid out and how much is kept in flight.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,7 +91,7 @@ pub enum Flow {
     End,
 }
 
-/// The engine's counters (shared names in [`crate::stats::names`]).
+/// The engine's counters (shared names in [`firehose_core::stats::names`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ChunkStats {
     /// Packets written into chunks.
@@ -127,7 +127,7 @@ impl ChunkStats {
     /// How many counters [`ChunkStats::fields`] gives.
     pub const COUNT: usize = 12;
 
-    /// The counters as `(name, value)` pairs, for [`crate::stats::structure`].
+    /// The counters as `(name, value)` pairs, for [`firehose_core::stats::structure`].
     pub fn fields(&self) -> [(&'static str, u64); Self::COUNT] {
         [
             (names::PACKETS, self.packets),
