@@ -6,6 +6,9 @@
 //! - the engine ([`ChunkAssembler`] and what it emits, [`FinishedChunk`]), its
 //!   configuration and counters, and the element properties of every host
 //!   ([`settings`]);
+//! - [`front`]: the element side every chunk element shares ([`front::ChunkFront`]:
+//!   start, feed, drain, flushing, `stats`), so `fhdepay`, `fhudpchunksrc` and
+//!   `speaddepay mode=chunks` are thin front ends over it;
 //! - [`landing`]: receiving straight into an engine's memory, the contract between a
 //!   receive path (`firehose_net::direct`) and an engine (this one, the SPEAD heap
 //!   reassembler), with the helpers and rules they share.
@@ -17,6 +20,7 @@
 //! `firehose-depay` (`fhdepay`) and `firehose-spead` (its handler, its reassembler's
 //! landing, `speaddepay mode=chunks`) depend on it.
 
+pub mod front;
 pub mod handler;
 pub mod landing;
 

@@ -227,8 +227,8 @@ impl ChunkSettings {
 
     /// Builds the handler, the pool and the engine these settings describe
     /// ([`ChunkHost::new`]), for `element` to start with. The error is the element error
-    /// to post, naming the setting to fix; a pool that fell back to normal pages is an
-    /// element warning. With `when-full=block` the engine waits for a free pool chunk
+    /// to post, naming the setting to fix ([`crate::front::ChunkFront::start`] warns of a
+    /// pool that fell back to normal pages). With `when-full=block` the engine waits for a free pool chunk
     /// until `cancel` is set (the element's unlock).
     pub fn host(
         &self,
@@ -243,9 +243,6 @@ impl ChunkSettings {
         let (slots, slot_size) = (cfg.slots_per_chunk, cfg.slot_size);
         let chunks = self.pool_chunks();
         let mut host = ChunkHost::new(cfg, config.clone(), chunks, self.hugepages.into())?;
-        if let Some(reason) = host.pool.fallback_reason() {
-            gst::element_warning!(element, gst::ResourceError::Settings, ("{}", reason));
-        }
         gst::info!(
             cat,
             obj = element,

@@ -2,13 +2,13 @@
 //! [`ChunkAssembler`], and from its finished chunks to buffers.
 
 use firehose_core::sync::lock;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{LazyLock, Mutex};
 use std::time::Instant;
 
-use firehose_chunk::{feed_buffer, ChunkAssembler, ChunkHost, FinishedChunk, Flow, StatsMirror};
+use firehose_chunk::front::{self, ChunkFront};
+use firehose_chunk::{ChunkAssembler, Flow, StatsMirror};
+use firehose_core::caps as fcaps;
 use firehose_core::stats::{self, StatsTimer};
-use firehose_core::{caps as fcaps, SlotPool};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
@@ -52,27 +52,15 @@ pub struct FhDepay {
     srcpad: gst::Pad,
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
-    /// Kept after stop for the final `stats` read; slots held downstream keep its
-    /// memory alive.
-    pool: Mutex<Option<SlotPool>>,
-    /// Mirrors of the engine's counters, so `stats` never waits for the streaming thread.
-    counters: StatsMirror,
-    /// Set while flushing or stopping: cuts short a wait for a pool chunk.
-    flushing: Arc<AtomicBool>,
+    /// The pool, the counters' mirror and the flushing flag (shared chunk glue).
+    front: ChunkFront,
 }
 
 impl FhDepay {
-    fn stats(&self) -> gst::Structure {
-        let pool = lock(&self.pool).clone();
-        self.counters.structure(pool.as_ref())
-    }
-
-    /// Copies the engine's counters to the atomics (once per buffer) and posts the
-    /// stats when due.
+    /// Posts the stats when due or `force` (the front mirrored the counters).
     fn publish(&self, state: &mut State, force: bool) {
-        self.counters.update(&state.engine.stats());
         if state.timer.due(Instant::now()) || force {
-            stats::post(self.obj().upcast_ref(), self.stats());
+            stats::post(self.obj().upcast_ref(), self.front.stats());
         }
     }
 
@@ -89,15 +77,9 @@ impl FhDepay {
             if state.ended {
                 return Err(gst::FlowError::Eos);
             }
-            let mut flow = Flow::Continue;
-            for buf in buffers {
-                flow = feed_buffer(&mut state.engine, buf, &mut out, true);
-                if flow == Flow::End {
-                    state.ended = true;
-                    break;
-                }
-            }
-            self.publish(state, flow == Flow::End);
+            let flow = self.front.feed(&mut state.engine, buffers, true, &mut out);
+            state.ended = flow == Flow::End;
+            self.publish(state, state.ended);
             flow
         };
         self.push_chunks(out)?;
@@ -106,15 +88,15 @@ impl FhDepay {
             self.srcpad.push_event(gst::event::Eos::new());
             return Err(gst::FlowError::Eos);
         }
-        if self.flushing.load(Ordering::Acquire) {
+        if self.front.is_flushing() {
             return Err(gst::FlowError::Flushing);
         }
         Ok(gst::FlowSuccess::Ok)
     }
 
-    fn push_chunks(&self, out: Vec<FinishedChunk>) -> Result<gst::FlowSuccess, gst::FlowError> {
+    fn push_chunks(&self, out: Vec<gst::Buffer>) -> Result<gst::FlowSuccess, gst::FlowError> {
         for chunk in out {
-            self.srcpad.push(chunk.into_buffer())?;
+            self.srcpad.push(chunk)?;
         }
         Ok(gst::FlowSuccess::Ok)
     }
@@ -149,7 +131,7 @@ impl FhDepay {
                     let mut guard = lock(&self.state);
                     match guard.as_mut() {
                         Some(state) if !state.ended => {
-                            state.engine.flush(&mut out);
+                            self.front.drain(&mut state.engine, &mut out);
                             self.publish(state, true);
                             false
                         }
@@ -167,10 +149,7 @@ impl FhDepay {
                 self.srcpad.push_event(event)
             }
             EventView::FlushStart(_) => {
-                self.flushing.store(true, Ordering::Release);
-                if let Some(p) = lock(&self.pool).as_ref() {
-                    p.wake_waiters();
-                }
+                self.front.set_flushing(true);
                 self.srcpad.push_event(event)
             }
             EventView::FlushStop(_) => {
@@ -178,7 +157,7 @@ impl FhDepay {
                     state.engine.reset();
                     state.ended = false;
                 }
-                self.flushing.store(false, Ordering::Release);
+                self.front.set_flushing(false);
                 self.srcpad.push_event(event)
             }
             _ => gst::Pad::event_default(pad, Some(&*self.obj()), event),
@@ -187,12 +166,10 @@ impl FhDepay {
 
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
-        let ChunkHost { engine, pool, caps } =
-            s.chunk
-                .host(self.obj().upcast_ref(), *CAT, &self.flushing)?;
-        self.counters.reset();
-        self.flushing.store(false, Ordering::Release);
-        *lock(&self.pool) = Some(pool);
+        let obj = self.obj();
+        let element = obj.upcast_ref();
+        let host = s.chunk.host(element, *CAT, self.front.cancel())?;
+        let (engine, caps) = self.front.start(element, host);
         *lock(&self.state) = Some(State {
             engine,
             caps,
@@ -249,9 +226,7 @@ impl ObjectSubclass for FhDepay {
             srcpad,
             settings: Mutex::default(),
             state: Mutex::default(),
-            pool: Mutex::default(),
-            counters: Default::default(),
-            flushing: Arc::default(),
+            front: ChunkFront::default(),
         }
     }
 }
@@ -279,7 +254,7 @@ impl ObjectImpl for FhDepay {
 
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
         if pspec.name() == "stats" {
-            return self.stats().to_value();
+            return self.front.stats().to_value();
         }
         let s = lock(&self.settings);
         if let Some(v) = s.chunk.get(pspec) {
@@ -315,24 +290,8 @@ impl ElementImpl for FhDepay {
     }
 
     fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
-            vec![
-                gst::PadTemplate::new(
-                    "sink",
-                    gst::PadDirection::Sink,
-                    gst::PadPresence::Always,
-                    &gst::Caps::new_any(),
-                )
-                .unwrap(),
-                gst::PadTemplate::new(
-                    "src",
-                    gst::PadDirection::Src,
-                    gst::PadPresence::Always,
-                    &gst::Caps::new_empty_simple(fcaps::CHUNK),
-                )
-                .unwrap(),
-            ]
-        });
+        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
+            LazyLock::new(|| front::pad_templates(&gst::Caps::new_empty_simple(fcaps::CHUNK)));
         TEMPLATES.as_ref()
     }
 
@@ -350,10 +309,7 @@ impl ElementImpl for FhDepay {
             gst::StateChange::PausedToReady => {
                 // Wake a streaming thread waiting for a pool chunk, so pad deactivation
                 // can take the stream lock.
-                self.flushing.store(true, Ordering::Release);
-                if let Some(p) = lock(&self.pool).as_ref() {
-                    p.wake_waiters();
-                }
+                self.front.set_flushing(true);
             }
             _ => {}
         }

@@ -6,12 +6,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
+use firehose_chunk::front::ChunkFront;
 use firehose_chunk::settings::ChunkSettings;
-use firehose_chunk::{ChunkAssembler, ChunkHost, StatsMirror};
+use firehose_chunk::{ChunkAssembler, StatsMirror};
+use firehose_core::caps as fcaps;
 use firehose_core::stats::{self, names, Counter, StatsTimer};
 use firehose_core::sync::lock;
 use firehose_core::wake::Waker;
-use firehose_core::{caps as fcaps, SlotPool};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
@@ -125,24 +126,20 @@ pub struct UdpChunkSrc {
     state: Mutex<Option<State>>,
     /// Kept outside `state`, which the streaming thread holds while it waits.
     waker: Mutex<Option<Arc<Waker>>>,
-    /// Kept after stop for the final `stats` read; chunks held downstream keep its
-    /// memory alive.
-    pool: Mutex<Option<SlotPool>>,
     /// The output caps while started; outside `state` so a caps query never waits for
     /// a receive.
     caps: Mutex<Option<gst::Caps>>,
-    engine_counters: StatsMirror,
+    /// The engine's pool and counters, and the flag unlock sets: it cuts short a wait
+    /// for data or (`when-full=block`) for a pool chunk.
+    chunks: ChunkFront,
     recv_counters: RecvCounters,
-    /// Set by unlock: cuts short a wait for data or (`when-full=block`) for a pool chunk.
-    flushing: Arc<AtomicBool>,
     /// Set by an application's EOS: push what was received, then end the stream.
     eos: AtomicBool,
 }
 
 impl UdpChunkSrc {
     fn stats(&self) -> gst::Structure {
-        let pool = lock(&self.pool).clone();
-        let mut s = self.engine_counters.structure(pool.as_ref());
+        let mut s = self.chunks.stats();
         for (name, value) in self.recv_counters.fields() {
             s.set(name, value);
         }
@@ -151,7 +148,7 @@ impl UdpChunkSrc {
 
     /// Copies the engine's and the receiver's counters to the atomics `stats` reads.
     fn mirror(&self, src: &LandingSource<ChunkAssembler>) {
-        self.engine_counters.update(&src.engine.stats());
+        self.chunks.update(&src.engine);
         self.recv_counters.update(&src.counts());
     }
 
@@ -305,11 +302,8 @@ impl BaseSrcImpl for UdpChunkSrc {
         let (rx, report) = s
             .socket
             .open(element, *CAT, false, s.batch_size as usize, 0)?;
-        let ChunkHost {
-            mut engine,
-            pool,
-            caps,
-        } = s.chunk.host(element, *CAT, &self.flushing)?;
+        let host = s.chunk.host(element, *CAT, self.chunks.cancel())?;
+        let (mut engine, caps) = self.chunks.start(element, host);
         match s.landing {
             Landing::Auto => {}
             Landing::On => engine.set_landing(true),
@@ -340,13 +334,10 @@ impl BaseSrcImpl for UdpChunkSrc {
             );
         }
         let port_changed = lock(&self.settings).socket.set_bound_port(&report);
-        self.engine_counters.reset();
         self.recv_counters.reset();
-        self.flushing.store(false, Ordering::Release);
         self.eos.store(false, Ordering::Release);
         let waker = rx.waker();
         *lock(&self.waker) = Some(waker);
-        *lock(&self.pool) = Some(pool);
         *lock(&self.caps) = Some(caps);
         let src = LandingSource::new(
             rx,
@@ -392,12 +383,9 @@ impl BaseSrcImpl for UdpChunkSrc {
     }
 
     fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.flushing.store(true, Ordering::Release);
+        self.chunks.set_flushing(true);
         if let Some(w) = lock(&self.waker).as_ref() {
             w.wake();
-        }
-        if let Some(p) = lock(&self.pool).as_ref() {
-            p.wake_waiters();
         }
         Ok(())
     }
@@ -406,7 +394,7 @@ impl BaseSrcImpl for UdpChunkSrc {
         if let Some(w) = lock(&self.waker).as_ref() {
             w.clear();
         }
-        self.flushing.store(false, Ordering::Release);
+        self.chunks.set_flushing(false);
         Ok(())
     }
 }
@@ -420,7 +408,7 @@ impl PushSrcImpl for UdpChunkSrc {
         let State { src, timer } = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
         let obj = self.obj();
         let next = src.next(
-            &self.flushing,
+            self.chunks.cancel(),
             &self.eos,
             || obj.current_running_time().map(gst::ClockTime::nseconds),
             |src, ended| {

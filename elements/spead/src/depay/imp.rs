@@ -9,11 +9,11 @@ use firehose_core::sync::lock;
 use std::sync::{LazyLock, Mutex};
 use std::time::Instant;
 
-use firehose_chunk::{feed_buffer, ChunkAssembler, ChunkHost, Flow, StatsMirror};
+use firehose_chunk::front::{self, ChunkFront};
+use firehose_chunk::{ChunkAssembler, ChunkHost, Flow};
 use firehose_core::batch::for_each_packet;
 use firehose_core::caps as fcaps;
 use firehose_core::stats::{self, StatsTimer};
-use firehose_core::SlotPool;
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
@@ -66,9 +66,8 @@ pub struct SpeadDepay {
     memory: Mutex<Option<&'static str>>,
     /// The mode of the last start (`stats` reads its counters after stop too).
     mode: Mutex<Mode>,
-    /// Chunks mode: the engine's counters, and its pool (kept after stop for `stats`).
-    chunk_mirror: StatsMirror,
-    chunk_pool: Mutex<Option<SlotPool>>,
+    /// Chunks mode: the engine's pool and counters (kept after stop for `stats`).
+    chunks: ChunkFront,
 }
 
 impl Output {
@@ -89,8 +88,7 @@ impl Output {
 impl SpeadDepay {
     fn stats(&self) -> gst::Structure {
         if *lock(&self.mode) == Mode::Chunks {
-            let pool = lock(&self.chunk_pool).clone();
-            return self.chunk_mirror.structure(pool.as_ref());
+            return self.chunks.stats();
         }
         self.mirror.structure(*lock(&self.memory))
     }
@@ -110,17 +108,11 @@ impl SpeadDepay {
         let engine = match &mut state.engine {
             Engine::Heaps(h) => h,
             Engine::Chunks(engine) => {
-                let mut chunks = Vec::new();
-                for buf in buffers {
-                    if feed_buffer(engine, buf, &mut chunks, stop_is_eos) == Flow::End {
-                        out.eos = true;
-                        break;
-                    }
-                }
-                out.buffers
-                    .extend(chunks.into_iter().map(|c| c.into_buffer()));
+                let flow = self
+                    .chunks
+                    .feed(engine, buffers, stop_is_eos, &mut out.buffers);
+                out.eos = flow == Flow::End;
                 state.ended = out.eos;
-                self.chunk_mirror.update(&engine.stats());
                 out.stats_due = state.timer.due(Instant::now()) || out.eos;
                 return Ok(out);
             }
@@ -197,11 +189,7 @@ impl SpeadDepay {
                     self.mirror.update(engine);
                 }
                 Engine::Chunks(engine) => {
-                    let mut chunks = Vec::new();
-                    engine.flush(&mut chunks);
-                    out.buffers
-                        .extend(chunks.into_iter().map(|c| c.into_buffer()));
-                    self.chunk_mirror.update(&engine.stats());
+                    self.chunks.drain(engine, &mut out.buffers);
                     out.stats_due = true;
                 }
             }
@@ -294,9 +282,6 @@ impl SpeadDepay {
         let (slots, slot_size) = (cfg.slots_per_chunk, cfg.slot_size);
         let chunks = s.pool_chunks();
         let host = ChunkHost::new(cfg, s.handler_config(), chunks, s.hugepages.into())?;
-        if let Some(reason) = host.pool.fallback_reason() {
-            gst::element_imp_warning!(self, gst::ResourceError::Settings, ("{}", reason));
-        }
         let memory = host.pool.kind().as_str();
         gst::info!(
             CAT,
@@ -304,12 +289,11 @@ impl SpeadDepay {
             "chunks of {slots} heaps × {slot_size} B, {chunks} in the pool ({memory}); {}",
             s.handler_config()
         );
-        self.chunk_mirror.reset();
-        *lock(&self.chunk_pool) = Some(host.pool);
+        let (engine, caps) = self.chunks.start(self.obj().upcast_ref(), host);
         *lock(&self.memory) = Some(memory);
         *lock(&self.state) = Some(State {
-            engine: Engine::Chunks(host.engine),
-            caps: host.caps,
+            engine: Engine::Chunks(engine),
+            caps,
             timer: StatsTimer::new(s.stats_interval),
             stop_is_eos: s.stop_is_eos,
             ended: false,
@@ -324,7 +308,7 @@ impl SpeadDepay {
             // until dropped.
             match &state.engine {
                 Engine::Heaps(engine) => self.mirror.update(engine),
-                Engine::Chunks(engine) => self.chunk_mirror.update(&engine.stats()),
+                Engine::Chunks(engine) => self.chunks.update(engine),
             }
             gst::debug!(CAT, imp = self, "stopped ({} memory)", state.memory);
         }
@@ -381,8 +365,7 @@ impl ObjectSubclass for SpeadDepay {
             mirror: HeapCounters::default(),
             memory: Mutex::new(None),
             mode: Mutex::new(Mode::Heaps),
-            chunk_mirror: StatsMirror::default(),
-            chunk_pool: Mutex::new(None),
+            chunks: ChunkFront::default(),
         }
     }
 }
@@ -428,25 +411,11 @@ impl ElementImpl for SpeadDepay {
 
     fn pad_templates() -> &'static [gst::PadTemplate] {
         static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
-            vec![
-                gst::PadTemplate::new(
-                    "sink",
-                    gst::PadDirection::Sink,
-                    gst::PadPresence::Always,
-                    &gst::Caps::new_any(),
-                )
-                .unwrap(),
-                gst::PadTemplate::new(
-                    "src",
-                    gst::PadDirection::Src,
-                    gst::PadPresence::Always,
-                    &[fcaps::SPEAD_HEAP, fcaps::CHUNK]
-                        .into_iter()
-                        .map(gst::Caps::new_empty_simple)
-                        .collect::<gst::Caps>(),
-                )
-                .unwrap(),
-            ]
+            let src = [fcaps::SPEAD_HEAP, fcaps::CHUNK]
+                .into_iter()
+                .map(gst::Caps::new_empty_simple)
+                .collect::<gst::Caps>();
+            front::pad_templates(&src)
         });
         TEMPLATES.as_ref()
     }

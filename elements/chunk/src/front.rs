@@ -1,0 +1,235 @@
+//! The element side every chunk element shares (`fhdepay`, `fhudpchunksrc`,
+//! `speaddepay mode=chunks`): a [`ChunkFront`] owns what outlives one run of the engine
+//! (its pool, kept for the final `stats` read; the mirror of its counters; the flag that
+//! cuts a wait for a pool chunk short), starts the engine, feeds it buffers and turns the
+//! chunks it finishes into buffers with their metas. The elements keep their pads, their
+//! own properties and where the packets come from.
+//!
+//! The engine itself stays in the element's state (under the element's streaming lock,
+//! beside what else that element keeps there); the front's methods take it as an
+//! argument. None of them holds a lock while pushing.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use firehose_core::sync::lock;
+use firehose_core::SlotPool;
+
+use crate::{feed_buffer, ChunkAssembler, ChunkHost, FinishedChunk, Flow, StatsMirror};
+
+/// What a chunk element keeps beside its engine (see the module documentation).
+#[derive(Debug, Default)]
+pub struct ChunkFront {
+    /// Kept after stop for the final `stats` read; chunks held downstream keep its
+    /// memory alive.
+    pool: Mutex<Option<SlotPool>>,
+    /// The engine's counters, so `stats` never waits for the streaming thread.
+    mirror: StatsMirror,
+    /// Set while flushing or stopping: cuts short a wait for a pool chunk
+    /// (`when-full=block`).
+    flushing: Arc<AtomicBool>,
+}
+
+impl ChunkFront {
+    /// The flag that cancels a wait for a pool chunk, for
+    /// [`crate::settings::ChunkSettings::host`].
+    pub fn cancel(&self) -> &Arc<AtomicBool> {
+        &self.flushing
+    }
+
+    /// Takes a built engine for a new run: keeps its pool, warns (as `element`) when the
+    /// pool fell back to normal pages, zeroes the counters and clears the flushing flag.
+    /// Returns the engine and the output caps for the element's state.
+    pub fn start(&self, element: &gst::Element, host: ChunkHost) -> (ChunkAssembler, gst::Caps) {
+        let ChunkHost { engine, pool, caps } = host;
+        if let Some(reason) = pool.fallback_reason() {
+            gst::element_warning!(element, gst::ResourceError::Settings, ("{}", reason));
+        }
+        self.mirror.reset();
+        self.flushing.store(false, Ordering::Release);
+        *lock(&self.pool) = Some(pool);
+        (engine, caps)
+    }
+
+    /// Sets or clears the flushing flag; setting it also wakes a streaming thread that
+    /// waits for a pool chunk, so that it returns (flush-start, stop, unlock).
+    pub fn set_flushing(&self, on: bool) {
+        self.flushing.store(on, Ordering::Release);
+        if on {
+            if let Some(p) = lock(&self.pool).as_ref() {
+                p.wake_waiters();
+            }
+        }
+    }
+
+    /// True between [`ChunkFront::set_flushing`] `(true)` and `(false)`.
+    pub fn is_flushing(&self) -> bool {
+        self.flushing.load(Ordering::Acquire)
+    }
+
+    /// Copies the engine's counters to the mirror `stats` reads (once per buffer or
+    /// receive, and at stop).
+    pub fn update(&self, engine: &ChunkAssembler) {
+        self.mirror.update(&engine.stats());
+    }
+
+    /// The `stats` structure: the engine's counters, the pool's, and its memory kind.
+    pub fn stats(&self) -> gst::Structure {
+        let pool = lock(&self.pool).clone();
+        self.mirror.structure(pool.as_ref())
+    }
+
+    /// Feeds `buffers` to `engine` ([`feed_buffer`]) and appends the chunks it finished
+    /// to `out` as buffers; then mirrors the counters. [`Flow::End`] when the handler
+    /// ended the stream and `stop_at_end` (the rest is left unfed).
+    pub fn feed<'a>(
+        &self,
+        engine: &mut ChunkAssembler,
+        buffers: impl IntoIterator<Item = &'a gst::BufferRef>,
+        stop_at_end: bool,
+        out: &mut Vec<gst::Buffer>,
+    ) -> Flow {
+        let mut chunks = Vec::new();
+        let mut flow = Flow::Continue;
+        for buf in buffers {
+            flow = feed_buffer(engine, buf, &mut chunks, stop_at_end);
+            if flow == Flow::End {
+                break;
+            }
+        }
+        out.extend(chunks.into_iter().map(FinishedChunk::into_buffer));
+        self.update(engine);
+        flow
+    }
+
+    /// End of input: every open chunk leaves the engine, as buffers appended to `out`;
+    /// then mirrors the counters.
+    pub fn drain(&self, engine: &mut ChunkAssembler, out: &mut Vec<gst::Buffer>) {
+        let mut chunks = Vec::new();
+        engine.flush(&mut chunks);
+        out.extend(chunks.into_iter().map(FinishedChunk::into_buffer));
+        self.update(engine);
+    }
+}
+
+/// The pad templates of an element that turns packets into chunks: a sink for anything
+/// (packet batches or single packets) and a source for `src_caps`.
+pub fn pad_templates(src_caps: &gst::Caps) -> Vec<gst::PadTemplate> {
+    vec![
+        gst::PadTemplate::new(
+            "sink",
+            gst::PadDirection::Sink,
+            gst::PadPresence::Always,
+            &gst::Caps::new_any(),
+        )
+        .expect("a valid sink template"),
+        gst::PadTemplate::new(
+            "src",
+            gst::PadDirection::Src,
+            gst::PadPresence::Always,
+            src_caps,
+        )
+        .expect("a valid src template"),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::ChunkSettings;
+    use gst::prelude::*;
+
+    /// Starts `front` on an engine with the test handler: chunks of two 8-byte slots.
+    fn start(front: &ChunkFront) -> ChunkAssembler {
+        gst::init().unwrap();
+        crate::handler::register_handler("front-test", |_| Ok(Box::new(Seq)));
+        let s = ChunkSettings {
+            handler: Some("front-test".into()),
+            slots_per_chunk: 2,
+            slot_size: 8,
+            hugepages: firehose_core::props::Hugepages::Off,
+            ..Default::default()
+        };
+        let element = gst::Bin::new().upcast::<gst::Element>();
+        let host = s.host(&element, *gst::CAT_DEFAULT, front.cancel()).unwrap();
+        let (engine, caps) = front.start(&element, host);
+        let name = caps.structure(0).unwrap().name();
+        assert_eq!(name.as_str(), firehose_core::caps::CHUNK);
+        engine
+    }
+
+    /// One message per packet: an 8-byte id, placed two to a chunk.
+    struct Seq;
+
+    impl crate::handler::PacketHandler for Seq {
+        fn parse(&mut self, p: &[u8]) -> Option<crate::handler::PacketFacts> {
+            let id = u64::from_be_bytes(p.get(..8)?.try_into().ok()?);
+            Some(crate::handler::PacketFacts {
+                message_id: id,
+                payload: 8..p.len(),
+                message_offset: 0,
+                message_len: Some(p.len() - 8),
+            })
+        }
+
+        fn header(
+            &mut self,
+            _p: &[u8],
+            f: &crate::handler::PacketFacts,
+        ) -> crate::handler::Placement {
+            crate::handler::Placement::Place {
+                chunk_id: f.message_id / 2,
+                index: (f.message_id % 2) as usize,
+            }
+        }
+    }
+
+    fn packet(id: u64) -> gst::Buffer {
+        let mut v = id.to_be_bytes().to_vec();
+        v.extend_from_slice(&[id as u8; 4]);
+        gst::Buffer::from_mut_slice(v)
+    }
+
+    #[test]
+    fn fed_packets_come_out_as_chunk_buffers_with_both_metas_and_stats() {
+        let front = ChunkFront::default();
+        let mut engine = start(&front);
+        let input: Vec<gst::Buffer> = (0..4).map(packet).collect();
+        let mut out = Vec::new();
+        let flow = front.feed(
+            &mut engine,
+            input.iter().map(|b| b.as_ref()),
+            true,
+            &mut out,
+        );
+        assert_eq!(flow, Flow::Continue);
+        front.drain(&mut engine, &mut out);
+        assert_eq!(out.len(), 2);
+        for (i, b) in out.iter().enumerate() {
+            let info = b.meta::<crate::ChunkMeta>().unwrap().info().clone();
+            assert_eq!(info.chunk_id, i as u64);
+            assert!(info.is_complete());
+            let m = firehose_core::meta::message::read(b).unwrap();
+            assert_eq!((m.id, m.complete, m.bytes_received), (i as u64, true, 8));
+        }
+        let s = front.stats();
+        assert_eq!(s.get::<u64>("packets"), Ok(4));
+        assert_eq!(s.get::<u64>("chunks"), Ok(2));
+        assert!(s.get::<u64>("pool-slots").unwrap() > 0);
+    }
+
+    #[test]
+    fn flushing_is_set_and_cleared_and_a_new_start_clears_it() {
+        let front = ChunkFront::default();
+        let engine = start(&front);
+        front.set_flushing(true);
+        assert!(front.is_flushing());
+        assert!(front.cancel().load(Ordering::Acquire));
+        front.set_flushing(false);
+        assert!(!front.is_flushing());
+        front.set_flushing(true);
+        drop(engine);
+        let _engine = start(&front);
+        assert!(!front.is_flushing());
+    }
+}
