@@ -85,7 +85,7 @@ impl ChunkConfig {
 pub enum Flow {
     /// Keep going.
     Continue,
-    /// The handler ended the stream ([`Placement::End`]): every open chunk has been
+    /// The handler ended the stream ([`crate::handler::Placement::End`]): every open chunk has been
     /// emitted; send EOS. Later packets are dropped (`drops-handler`, as is the ending
     /// packet itself) until [`super::ChunkAssembler::reset`].
     End,

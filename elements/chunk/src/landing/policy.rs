@@ -2,7 +2,7 @@
 
 use gst::glib;
 
-/// Receiving straight into chunks ([`crate::ChunkAssembler::plan`]) is on by default only for
+/// Receiving straight into chunks ([`super::LandingEngine::plan`]) is on by default only for
 /// chunks of at most this size: ones that stay in this core's share of the caches (the
 /// development VM's L2 is 2 MiB) between uses of their memory. Into larger chunks the
 /// kernel's copy, which cannot use streaming stores, reads every destination line from
