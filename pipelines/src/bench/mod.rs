@@ -47,7 +47,8 @@ pub enum BenchCommand {
     /// loop), stock udpsrc and fhudpsrc.
     Udp(UdpArgs),
     /// SPEAD receivers side by side: the floor, spead2's own receiver, fhudpsrc !
-    /// speaddepay, chunk mode and direct chunk mode (fhudpchunksrc); on a veth pair
+    /// speaddepay, fhspeadsrc (heaps received in place), chunk mode and direct chunk
+    /// mode (fhudpchunksrc); on a veth pair
     /// (`--link veth`) also fhxdpsrc feeding speaddepay and chunk mode.
     Spead(SpeadArgs),
     /// fhudpsrc, fhxdpsrc (AF_XDP) and fhdpdksrc (DPDK) on one stream across a veth pair
@@ -136,7 +137,7 @@ pub struct UdpArgs {
 pub struct SpeadArgs {
     #[command(flatten)]
     sweep: SweepArgs,
-    /// Receivers, comma-separated: floor, spead2, speaddepay, chunk, direct, and with
+    /// Receivers, comma-separated: floor, spead2, speaddepay, spead-src, chunk, direct, and with
     /// --link veth xdp-speaddepay, xdp-chunk [default: all that the link allows]
     #[arg(long, value_delimiter = ',')]
     receivers: Option<Vec<Receiver>>,
