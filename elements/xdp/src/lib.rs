@@ -8,6 +8,7 @@
 use gst::glib;
 
 pub mod bpf;
+pub mod engine;
 pub mod prog;
 #[cfg(test)]
 pub(crate) mod rx;

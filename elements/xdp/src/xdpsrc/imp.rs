@@ -1,17 +1,14 @@
 //! `fhxdpsrc` implementation: start-up (program, socket, UMEM, link), the batch receive
 //! loop, stats and teardown.
 
-use std::io;
-use std::net::IpAddr;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
 use firehose_core::batch::batch_buffer;
-use firehose_core::netif::iface_index;
 use firehose_core::props::Hugepages;
-use firehose_core::ring::{lend_batch, ReceiveRing, SharedRing};
+use firehose_core::ring::{lend_batch, SharedRing};
 use firehose_core::stats::{self, names, Counter, StatsTimer};
 use firehose_core::sync::lock;
 use firehose_core::{caps as fcaps, MemoryRegion, PacketInfo};
@@ -23,10 +20,9 @@ use gst_base::subclass::base_src::CreateSuccess;
 use gst_base::subclass::prelude::*;
 
 use super::{XdpMode, ZeroCopy};
-use crate::prog::{self, Match};
-use crate::sys::{self, action};
-use crate::xsk::{self, FillRing, XskSocket};
-use firehose_core::frame::accept::{packet_entry, Rejected, UdpFilter as Filter};
+use crate::engine::{self, AttachMode, BindMode, Capture, ErrorKind, Notice};
+use crate::xsk::XskSocket;
+use firehose_core::frame::accept::{packet_entry, Rejected};
 use firehose_core::wake::{wait_readable, Waker};
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
@@ -53,9 +49,6 @@ const IDLE_WAIT_MS: i32 = 100;
 /// Poll timeout while few frames are posted: a dry fill ring makes the kernel drop
 /// without waking us, so look again soon for frames released downstream.
 const STARVED_WAIT_MS: i32 = 1;
-
-const PRIVILEGE_FIX: &str = "run as root, or give the program CAP_NET_ADMIN, CAP_BPF and \
-     CAP_NET_RAW (e.g. setcap cap_net_admin,cap_bpf,cap_net_raw+ep <program>)";
 
 #[derive(Debug, Clone)]
 struct Settings {
@@ -155,26 +148,18 @@ struct Mode {
 }
 
 struct State {
-    // Field order is drop order: the link goes first, so the program is detached
-    // before the socket it redirects to is closed.
-    link: Option<OwnedFd>,
-    sock: XskSocket,
-    _prog: OwnedFd,
-    _map: OwnedFd,
-    region: Arc<MemoryRegion>,
-    ring: SharedRing,
-    filter: Filter,
+    cap: Capture,
     frames: u32,
     frame_size: usize,
     batch: u32,
     busy_poll: bool,
     /// Sleep this long after an empty RX ring instead of blocking (`None` = block).
     poll_interval: Option<std::time::Duration>,
-    /// Reused list of slots taken for the fill ring.
-    post: Vec<u32>,
     /// Also in `XdpSrc::waker`; here so the receive loop takes no extra lock.
     waker: Arc<Waker>,
     timer: StatsTimer,
+    /// Reused list of slots taken for the fill ring.
+    post: Vec<u32>,
 }
 
 #[derive(Default)]
@@ -188,66 +173,6 @@ pub struct XdpSrc {
     mode: Mutex<Option<Mode>>,
     flushing: AtomicBool,
     counters: Counters,
-}
-
-fn error(kind: gst::ResourceError, msg: String) -> gst::ErrorMessage {
-    gst::error_msg!(kind, ("{}", msg))
-}
-
-fn is_permission(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES))
-}
-
-/// Receive queues of `iface` per sysfs, or `None` if sysfs does not say.
-fn rx_queues(iface: &str) -> Option<u32> {
-    let dir = std::fs::read_dir(format!("/sys/class/net/{iface}/queues")).ok()?;
-    let n = dir
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
-        .count();
-    (n > 0).then_some(n as u32)
-}
-
-/// `port` plus the comma-separated `extra`, deduplicated.
-fn parse_ports(port: u32, extra: Option<&str>) -> Result<Vec<u16>, String> {
-    let mut ports = vec![];
-    let words = std::iter::once(port.to_string())
-        .chain(extra.unwrap_or("").split(',').map(|w| w.trim().to_string()))
-        .filter(|w| !w.is_empty());
-    for w in words {
-        match w.parse::<u16>() {
-            Ok(p) if p != 0 => {
-                if !ports.contains(&p) {
-                    ports.push(p)
-                }
-            }
-            _ => {
-                return Err(format!(
-                    "port {w:?} is not a UDP destination port: set port (and extra-ports) \
-                     to ports from 1 to 65535 (port=0 cannot be redirected: fhxdpsrc \
-                     captures the ports of a stream, it does not bind a free one)"
-                ))
-            }
-        }
-    }
-    Ok(ports)
-}
-
-/// Moves free slots to the fill ring, a batch at a time, as long as it has room.
-fn refill(ring: &mut ReceiveRing, fill: &mut FillRing, post: &mut Vec<u32>) {
-    loop {
-        post.clear();
-        if ring.take_for_post(post) == 0 {
-            return;
-        }
-        let pushed = fill.push(post.iter().map(|&s| ring.offset(s) as u64)) as usize;
-        if pushed < post.len() {
-            // Cannot happen (the fill ring has an entry for every frame), but a slot
-            // that is not in the ring must not count as posted.
-            let _ = ring.unpost(&post[pushed..]);
-            return;
-        }
-    }
 }
 
 impl XdpSrc {
@@ -298,292 +223,94 @@ impl XdpSrc {
         }
     }
 
-    fn open(&self, s: &Settings) -> Result<(State, Mode), gst::ErrorMessage> {
-        use gst::ResourceError::{NotAuthorized, NotFound, OpenRead, Settings as BadSettings};
-        let iface = s.interface.clone().ok_or_else(|| {
-            error(
-                NotFound,
-                "no interface set: set interface=<name> to the network interface to capture \
-                 on (see ip link)"
-                    .into(),
+    /// The engine configuration `s` describes.
+    fn config(s: &Settings) -> Result<engine::Config, gst::ErrorMessage> {
+        let bad = |m: String| gst::error_msg!(gst::ResourceError::Settings, ("{}", m));
+        let interface = s.interface.clone().ok_or_else(|| {
+            gst::error_msg!(
+                gst::ResourceError::NotFound,
+                ("no interface set: set interface=<name> to the network interface to \
+                  capture on (see ip link)")
             )
         })?;
-        let ports =
-            parse_ports(s.port, s.extra_ports.as_deref()).map_err(|m| error(BadSettings, m))?;
-        let address = match s.address.trim() {
-            "" | "0.0.0.0" | "::" => None,
-            a => Some(a.parse::<IpAddr>().map_err(|_| {
-                error(
-                    BadSettings,
-                    format!(
-                        "address {a:?} is not an IP address: set address to the stream's \
-                         destination IPv4 or IPv6 address, or 0.0.0.0 for any"
-                    ),
-                )
-            })?),
-        };
-        let ifindex = iface_index(&iface).map_err(|_| {
-            error(
-                NotFound,
-                format!(
-                    "no network interface named {iface:?}: set interface to one listed by \
-                     ip link (in this network namespace)"
-                ),
-            )
-        })?;
-        let queues = rx_queues(&iface).unwrap_or(s.queue + 1);
-        if s.queue >= queues {
-            return Err(error(
-                BadSettings,
-                format!(
-                    "queue {} is out of range: {iface} has {queues} receive queue(s), \
-                     0 to {}; set queue to one of them (ethtool -l {iface} shows them)",
-                    s.queue,
-                    queues - 1
-                ),
-            ));
-        }
-        if !s.frames.is_power_of_two() {
-            return Err(error(
-                BadSettings,
-                format!(
-                    "frames={} is not a power of two: AF_XDP rings need one (e.g. 4096)",
-                    s.frames
-                ),
-            ));
-        }
-        if !matches!(s.frame_size, 2048 | 4096) {
-            return Err(error(
-                BadSettings,
-                format!("frame-size={} must be 2048 or 4096", s.frame_size),
-            ));
-        }
-
-        let len = s.frames as usize * s.frame_size as usize;
-        // RegionError's text carries the fix (the nr_hugepages command).
-        let region = MemoryRegion::allocate(len, s.hugepages.into())
-            .map_err(|e| error(gst::ResourceError::NoSpaceLeft, e.to_string()))?;
-        if let Some(reason) = region.fallback_reason() {
-            gst::element_imp_warning!(self, gst::ResourceError::Settings, ("{}", reason));
-        }
-        let region = Arc::new(region);
-
-        let map = sys::create_xskmap(queues.max(s.queue + 1)).map_err(|e| {
-            if is_permission(&e) {
-                error(
-                    NotAuthorized,
-                    format!("not allowed to create a BPF map ({e}): {PRIVILEGE_FIX}"),
-                )
-            } else {
-                error(OpenRead, format!("could not create the XSKMAP: {e}"))
-            }
-        })?;
-        let m = Match {
-            ports: ports.clone(),
-            address,
-        };
-        let insns = prog::redirect_program(&m, map.as_raw_fd(), action::PASS)
-            .map_err(|e| error(BadSettings, e.to_string()))?;
-        let prog_fd = sys::load_xdp(&insns, "fhxdpsrc").map_err(|e| {
-            if is_permission(&e.error) && e.log.is_empty() {
-                error(
-                    NotAuthorized,
-                    format!(
-                        "not allowed to load an XDP program ({}): {PRIVILEGE_FIX}",
-                        e.error
-                    ),
-                )
-            } else {
-                error(
-                    OpenRead,
-                    format!(
-                        "the kernel refused fhxdpsrc's XDP program ({}); please report this \
-                         with the verifier log:\n{}",
-                        e.error, e.log
-                    ),
-                )
-            }
-        })?;
-
-        let cfg = |zero_copy| xsk::Config {
-            ifindex,
+        Ok(engine::Config {
+            interface,
             queue: s.queue,
+            ports: engine::parse_ports(s.port, s.extra_ports.as_deref()).map_err(bad)?,
+            address: engine::parse_address(&s.address).map_err(bad)?,
+            attach: match s.mode {
+                XdpMode::Auto => AttachMode::Auto,
+                XdpMode::Native => AttachMode::Native,
+                XdpMode::Generic => AttachMode::Generic,
+            },
+            bind: match s.zero_copy {
+                ZeroCopy::Auto => BindMode::Auto,
+                ZeroCopy::On => BindMode::ZeroCopy,
+                ZeroCopy::Off => BindMode::Copy,
+            },
+            busy_poll: s.busy_poll,
+            busy_poll_budget: s.busy_poll_budget,
             frames: s.frames,
             frame_size: s.frame_size,
-            zero_copy,
-        };
-        let sock = match s.zero_copy {
-            ZeroCopy::On => XskSocket::open(&cfg(true), &region),
-            ZeroCopy::Off => XskSocket::open(&cfg(false), &region),
-            ZeroCopy::Auto => match XskSocket::open(&cfg(true), &region) {
-                Err(e) if e.step == "bind" => {
-                    gst::debug!(
-                        CAT,
-                        imp = self,
-                        "zero-copy bind on {iface} refused ({}): binding in copy mode",
-                        e.error
-                    );
-                    XskSocket::open(&cfg(false), &region)
-                }
-                other => other,
-            },
-        }
+            batch_size: s.batch_size,
+            hugepages: s.hugepages.into(),
+        })
+    }
+
+    fn open(&self, s: &Settings) -> Result<(State, Mode), gst::ErrorMessage> {
+        let cfg = Self::config(s)?;
+        let cap = engine::open(&cfg, &mut |n| match n {
+            Notice::Warning(m) => {
+                gst::element_imp_warning!(self, gst::ResourceError::Settings, ("{}", m))
+            }
+            Notice::Debug(m) => gst::debug!(CAT, imp = self, "{m}"),
+        })
         .map_err(|e| {
-            let errno = e.error.raw_os_error();
-            if is_permission(&e.error) {
-                error(NotAuthorized, format!("{e}: {PRIVILEGE_FIX}"))
-            } else if e.step == "socket" && errno == Some(libc::EAFNOSUPPORT) {
-                error(
-                    OpenRead,
-                    format!(
-                        "{e}: this kernel has no AF_XDP sockets (CONFIG_XDP_SOCKETS); use fhudpsrc"
-                    ),
-                )
-            } else if e.step == "bind" && errno == Some(libc::EBUSY) {
-                error(
-                    gst::ResourceError::Busy,
-                    format!(
-                        "{e}: queue {} of {iface} is already used by another AF_XDP socket; \
-                         stop it or set another queue",
-                        s.queue
-                    ),
-                )
-            } else if e.step == "bind" && s.zero_copy == ZeroCopy::On {
-                error(
-                    BadSettings,
-                    format!(
-                        "{e}: zero-copy=on, but the driver of {iface} cannot bind AF_XDP in \
-                         zero-copy mode on queue {}; set zero-copy=auto (falls back to copy \
-                         mode) or zero-copy=off",
-                        s.queue
-                    ),
-                )
-            } else {
-                error(
-                    OpenRead,
-                    format!("{e} (interface {iface}, queue {})", s.queue),
-                )
-            }
+            use gst::ResourceError as R;
+            let kind = match e.kind {
+                ErrorKind::NotFound => R::NotFound,
+                ErrorKind::Settings => R::Settings,
+                ErrorKind::NotAuthorized => R::NotAuthorized,
+                ErrorKind::Busy => R::Busy,
+                ErrorKind::NoSpace => R::NoSpaceLeft,
+                ErrorKind::Open => R::OpenRead,
+            };
+            gst::error_msg!(kind, ("{}", e.message))
         })?;
-        let bind = if sock.zero_copy() {
-            "zero-copy"
-        } else {
-            "copy"
-        };
-        if s.busy_poll > 0 {
-            if let Err(e) = sock.set_busy_poll(s.busy_poll, s.busy_poll_budget) {
-                gst::element_imp_warning!(
-                    self,
-                    gst::ResourceError::Settings,
-                    (
-                        "busy polling not enabled ({}): the element still polls in a loop; \
-                         run as root or with CAP_NET_ADMIN to allow SO_BUSY_POLL",
-                        e
-                    )
-                );
-            }
-        }
-        sys::xskmap_insert(&map, s.queue, &sock).map_err(|e| {
-            error(
-                OpenRead,
-                format!("could not add the socket to the XSKMAP: {e}"),
-            )
-        })?;
-
-        let ring: SharedRing = Arc::new(Mutex::new(ReceiveRing::new(
-            s.frames,
-            s.frame_size as usize,
-            s.batch_size as usize,
-        )));
-        let mut sock = sock;
-        let mut post = Vec::with_capacity(s.frames as usize);
-        refill(&mut lock(&ring), &mut sock.fill, &mut post);
-
-        // Attach last: nothing is redirected before the socket can take it.
-        let attach = |flags| sys::attach_xdp(&prog_fd, ifindex, flags);
-        let attached = match s.mode {
-            XdpMode::Native => attach(sys::XDP_FLAGS_DRV_MODE).map(|l| (l, "native")),
-            XdpMode::Generic => attach(sys::XDP_FLAGS_SKB_MODE).map(|l| (l, "generic")),
-            XdpMode::Auto => match attach(sys::XDP_FLAGS_DRV_MODE) {
-                Ok(l) => Ok((l, "native")),
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
-                    ) =>
-                {
-                    gst::debug!(
-                        CAT,
-                        imp = self,
-                        "native XDP refused on {iface} ({e}): generic"
-                    );
-                    attach(sys::XDP_FLAGS_SKB_MODE).map(|l| (l, "generic"))
-                }
-                Err(e) => Err(e),
-            },
-        };
-        let (link, xdp) = attached.map_err(|e| match e.raw_os_error() {
-            Some(libc::EBUSY) | Some(libc::EEXIST) => error(
-                gst::ResourceError::Busy,
-                format!(
-                    "{iface} already has an XDP program attached ({e}); see ip link show dev \
-                     {iface}, detach it (ip link set dev {iface} xdp off) or capture elsewhere"
-                ),
-            ),
-            _ if is_permission(&e) => error(
-                NotAuthorized,
-                format!("not allowed to attach an XDP program ({e}): {PRIVILEGE_FIX}"),
-            ),
-            Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) if s.mode == XdpMode::Native => error(
-                BadSettings,
-                format!(
-                    "mode=native, but the driver of {iface} cannot run XDP programs ({e}); \
-                     set mode=auto or mode=generic"
-                ),
-            ),
-            _ => error(
-                OpenRead,
-                format!(
-                    "could not attach the XDP program to {iface} ({e}); kernel 5.9 or \
-                         later is needed for BPF links"
-                ),
-            ),
+        let waker = Waker::new().map_err(|e| {
+            gst::error_msg!(gst::ResourceError::OpenRead, ("eventfd failed: {}", e))
         })?;
         let mode = Mode {
-            xdp,
-            bind,
-            memory: region.kind().as_str(),
+            xdp: cap.xdp_mode,
+            bind: cap.bind_mode,
+            memory: cap.region.kind().as_str(),
         };
         gst::info!(
             CAT,
             imp = self,
-            "capturing UDP ports {ports:?} on {iface} queue {}: XDP {xdp}, AF_XDP {bind} \
-             mode, {} frames of {} B ({})",
+            "capturing UDP ports {:?} on {} queue {}: XDP {}, AF_XDP {} mode, {} frames \
+             of {} B ({})",
+            cfg.ports,
+            cfg.interface,
             s.queue,
+            mode.xdp,
+            mode.bind,
             s.frames,
             s.frame_size,
             mode.memory
         );
         Ok((
             State {
-                link: Some(link),
-                sock,
-                _prog: prog_fd,
-                _map: map,
-                region,
-                ring,
-                filter: Filter { ports, address },
+                cap,
                 frames: s.frames,
                 frame_size: s.frame_size as usize,
                 batch: s.batch_size,
                 busy_poll: s.busy_poll > 0,
                 poll_interval: (s.poll_interval > 0)
                     .then(|| std::time::Duration::from_micros(s.poll_interval.into())),
-                post,
-                waker: Arc::new(
-                    Waker::new().map_err(|e| error(OpenRead, format!("eventfd failed: {e}")))?,
-                ),
+                waker: Arc::new(waker),
                 timer: StatsTimer::new(s.stats_interval),
+                post: Vec::with_capacity(s.frames as usize),
             },
             mode,
         ))
@@ -596,17 +323,17 @@ impl XdpSrc {
             if self.flushing.load(Ordering::Acquire) {
                 return Err(gst::FlowError::Flushing);
             }
-            let (start, n) = st.sock.rx.peek(st.batch);
+            let (start, n) = st.cap.sock.rx.peek(st.batch);
             if n == 0 {
                 // Frames released downstream go back to the kernel before we wait:
                 // with the fill ring dry it drops packets without waking us.
                 let posted = {
-                    let mut ring = lock(&st.ring);
-                    refill(&mut ring, &mut st.sock.fill, &mut st.post);
+                    let mut ring = lock(&st.cap.ring);
+                    engine::refill(&mut ring, &mut st.cap.sock.fill, &mut st.post);
                     ring.counts().posted
                 };
-                if st.busy_poll || st.sock.fill.needs_wakeup() {
-                    st.sock.kick();
+                if st.busy_poll || st.cap.sock.fill.needs_wakeup() {
+                    st.cap.sock.kick();
                 }
                 if st.busy_poll {
                     std::hint::spin_loop();
@@ -624,11 +351,11 @@ impl XdpSrc {
                 } else {
                     IDLE_WAIT_MS
                 };
-                match wait_readable(st.sock.as_raw_fd(), &st.waker, timeout) {
+                match wait_readable(st.cap.sock.as_raw_fd(), &st.waker, timeout) {
                     Ok(true) => return Err(gst::FlowError::Flushing),
                     Ok(false) => continue,
                     Err(e) => {
-                        st.link = None;
+                        st.cap.link = None;
                         gst::element_imp_error!(
                             self,
                             gst::ResourceError::Read,
@@ -647,11 +374,11 @@ impl XdpSrc {
             {
                 // One lock per batch: completions, the release of an all-rejected run
                 // and the refill.
-                let mut ring = lock(&st.ring);
+                let mut ring = lock(&st.cap.ring);
                 // Descriptors consumed; the rest stay in the RX ring for the next call.
                 let mut used = 0;
                 for i in 0..n {
-                    let d = st.sock.rx.desc(start.wrapping_add(i));
+                    let d = st.cap.sock.rx.desc(start.wrapping_add(i));
                     let (addr, len) = (d.addr as usize, d.len as usize);
                     let slot = addr / fs;
                     // The lent memory covers lo..hi, so it may hold only this batch's
@@ -682,9 +409,12 @@ impl XdpSrc {
                     // (checked above); the slot was just completed, so the kernel no
                     // longer writes it and nobody else reads it until it is lent.
                     let frame = unsafe {
-                        std::slice::from_raw_parts(MemoryRegion::as_ptr(&st.region).add(addr), len)
+                        std::slice::from_raw_parts(
+                            MemoryRegion::as_ptr(&st.cap.region).add(addr),
+                            len,
+                        )
                     };
-                    match packet_entry(frame, addr, &st.filter, now) {
+                    match packet_entry(frame, addr, &st.cap.filter, now) {
                         Ok(p) => {
                             t.packets += 1;
                             t.bytes += u64::from(p.len);
@@ -699,21 +429,21 @@ impl XdpSrc {
                         },
                     }
                 }
-                st.sock.rx.release(used);
+                st.cap.sock.rx.release(used);
                 if packets.is_empty() {
                     // Nothing to lend: the rejected frames go straight back.
                     for s in slots.drain(..) {
                         let _ = ring.release(s);
                     }
                 }
-                refill(&mut ring, &mut st.sock.fill, &mut st.post);
+                engine::refill(&mut ring, &mut st.cap.sock.fill, &mut st.post);
                 let held = ring.counts().held as u64;
                 if held > self.counters.high_water.get() {
                     self.counters.high_water.set(held);
                 }
             }
-            if st.sock.fill.needs_wakeup() {
-                st.sock.kick();
+            if st.cap.sock.fill.needs_wakeup() {
+                st.cap.sock.kick();
             }
             let c = &self.counters;
             c.packets.add(t.packets);
@@ -729,7 +459,7 @@ impl XdpSrc {
                 // Offsets were relative to the UMEM; the memory starts at `lo`.
                 p.offset -= lo as u32;
             }
-            let mem = lend_batch(&st.ring, &st.region, lo..hi, slots);
+            let mem = lend_batch(&st.cap.ring, &st.cap.region, lo..hi, slots);
             return Ok((mem, packets));
         }
     }
@@ -947,24 +677,16 @@ impl BaseSrcImpl for XdpSrc {
         let (state, mode) = self.open(&s)?;
         self.flushing.store(false, Ordering::Release);
         *lock(&self.waker) = Some(state.waker.clone());
-        *lock(&self.ring) = Some(state.ring.clone());
+        *lock(&self.ring) = Some(state.cap.ring.clone());
         *lock(&self.mode) = Some(mode);
         *lock(&self.state) = Some(state);
         Ok(())
     }
 
     fn stop(&self) -> Result<(), gst::ErrorMessage> {
-        if let Some(mut st) = lock(&self.state).take() {
-            self.read_kernel_stats(&st.sock);
-            // Detach first, then close the socket (drop order of State does the same;
-            // explicit here because it matters).
-            st.link = None;
-            let ring = st.ring.clone();
-            drop(st);
-            // The frames the kernel held (fill ring, RX ring) are ours again now that
-            // the socket is closed; frames still lent downstream come back when their
-            // buffers go.
-            lock(&ring).reclaim_posted();
+        if let Some(st) = lock(&self.state).take() {
+            self.read_kernel_stats(&st.cap.sock);
+            st.cap.close();
         }
         *lock(&self.waker) = None;
         Ok(())
@@ -1011,30 +733,12 @@ impl PushSrcImpl for XdpSrc {
         let pts = self.obj().current_running_time();
         self.counters.batches.add(1);
         if st.timer.due(Instant::now()) {
-            self.read_kernel_stats(&st.sock);
+            self.read_kernel_stats(&st.cap.sock);
             drop(guard);
             stats::post(self.obj().upcast_ref(), self.stats());
         } else {
             drop(guard);
         }
         Ok(CreateSuccess::NewBuffer(batch_buffer(mem, packets, pts)))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ports_are_parsed_deduplicated_and_zero_is_refused() {
-        assert_eq!(parse_ports(7148, None).unwrap(), vec![7148]);
-        assert_eq!(
-            parse_ports(7148, Some("7149, 7148,8000")).unwrap(),
-            vec![7148, 7149, 8000]
-        );
-        let e = parse_ports(0, None).unwrap_err();
-        assert!(e.contains("port=0"), "{e}");
-        assert!(parse_ports(7148, Some("x")).is_err());
-        assert!(parse_ports(7148, Some("70000")).is_err());
     }
 }
