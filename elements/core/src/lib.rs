@@ -40,6 +40,7 @@ pub mod pool;
 pub mod props;
 pub mod provider;
 pub mod ring;
+pub mod src;
 pub mod stats;
 pub mod sync;
 pub mod testing;

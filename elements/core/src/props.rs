@@ -47,3 +47,58 @@ pub enum WhenFull {
     #[enum_value(name = "Block: wait for a free slot", nick = "block")]
     Block = 1,
 }
+
+/// `memory=auto|hugepages|system`: what backs an element's pool (see
+/// [`HugepagePolicy`]). Replaces `hugepages=auto|require|off`, which stays as a
+/// deprecated alias ([`Memory::from`] a [`Hugepages`]).
+#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
+#[repr(u32)]
+#[enum_type(name = "GstFirehoseMemory")]
+pub enum Memory {
+    /// Hugepages if reserved, else normal pages with one warning.
+    #[default]
+    #[enum_value(
+        name = "Auto: hugepages if reserved, else normal pages with a warning",
+        nick = "auto"
+    )]
+    Auto = 0,
+    /// Hugepages, or fail at start with the command that reserves them.
+    #[enum_value(
+        name = "Hugepages: fail at start without hugepages",
+        nick = "hugepages"
+    )]
+    Hugepages = 1,
+    /// Normal (system) pages.
+    #[enum_value(name = "System: normal pages", nick = "system")]
+    System = 2,
+}
+
+impl From<Memory> for HugepagePolicy {
+    fn from(m: Memory) -> Self {
+        match m {
+            Memory::Auto => HugepagePolicy::Auto,
+            Memory::Hugepages => HugepagePolicy::Require,
+            Memory::System => HugepagePolicy::Off,
+        }
+    }
+}
+
+impl From<Hugepages> for Memory {
+    fn from(h: Hugepages) -> Self {
+        match h {
+            Hugepages::Auto => Memory::Auto,
+            Hugepages::Require => Memory::Hugepages,
+            Hugepages::Off => Memory::System,
+        }
+    }
+}
+
+impl From<Memory> for Hugepages {
+    fn from(m: Memory) -> Self {
+        match m {
+            Memory::Auto => Hugepages::Auto,
+            Memory::Hugepages => Hugepages::Require,
+            Memory::System => Hugepages::Off,
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! The live-source layer: what every Firehose source (`fhudpsrc`, `fhudpchunksrc`,
+//! `fhxdpsrc`, `fhibvsrc`, `fhdpdksrc`, `fhpcapsrc`, `fhtestsrc`) needs around its
+//! receive loop, written once.
+//!
+//! - [`LiveControl`]: the flushing flag, the eventfd waker and the pools an `unlock()`
+//!   must reach, so `BaseSrcImpl::unlock` / `unlock_stop` are one line and every kind
+//!   of wait (`poll`, a pool wait, a pacing sleep, a nap between polls) ends at once.
+//! - [`counters!`](crate::counters): an element's counter set declared once, with its
+//!   `stats` structure, its reset at start and its description generated from it;
+//!   [`append_pool`] adds the pool's counters.
+//! - [`PoolSettings`] / [`PoolProps`]: the `memory` and `pool-size` properties (bytes)
+//!   of every element that owns a pool, with the deprecated aliases (`hugepages` and
+//!   the old slot counts: `slots`, `frames`, `mbufs`) still working; and
+//!   [`batch_size`], [`set_live`].
+//! - [`src_template`]: the `src` pad template.
+
+mod control;
+mod counters;
+mod pool_props;
+
+pub use control::LiveControl;
+pub use counters::{append_pool, append_slot_pool};
+pub use pool_props::{CountAlias, PoolProps, PoolSettings, PoolSize};
+
+use gst::glib;
+use gst::prelude::*;
+
+/// The always-present `src` pad template with `caps`.
+pub fn src_template(caps: &gst::Caps) -> gst::PadTemplate {
+    gst::PadTemplate::new(
+        "src",
+        gst::PadDirection::Src,
+        gst::PadPresence::Always,
+        caps,
+    )
+    .expect("a valid src pad template")
+}
+
+/// The `batch-size` property: `blurb`, 1 to `max`, `default`.
+pub fn batch_size(blurb: &str, max: u32, default: u32) -> glib::ParamSpec {
+    glib::ParamSpecUInt::builder("batch-size")
+        .nick("Batch size")
+        .blurb(blurb)
+        .minimum(1)
+        .maximum(max)
+        .default_value(default)
+        .mutable_ready()
+        .build()
+}
+
+/// What a live source sets in `constructed`: live (`live = false` for sources that
+/// pace themselves, like replay and the test source), and time segments.
+pub fn set_live(src: &impl IsA<gst_base::BaseSrc>, live: bool) {
+    use gst_base::prelude::BaseSrcExt;
+    let src = src.upcast_ref::<gst_base::BaseSrc>();
+    if live {
+        src.set_live(true);
+    }
+    src.set_format(gst::Format::Time);
+}

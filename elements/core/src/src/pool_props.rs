@@ -1,0 +1,289 @@
+//! The pool properties of every element that owns a pool: `memory` and `pool-size`
+//! (bytes), plus the deprecated aliases they replace (`hugepages`, and the old slot
+//! count: `slots`, `frames`, `mbufs`).
+//!
+//! Why a size in bytes: it is what a user budgets, and it means the same on every
+//! element; the slot count follows from the element's slot size (`slot-size`,
+//! `frame-size`, `mbuf-size`, or the batch size) and is shown in `stats`
+//! (`pool-slots`). An old count alias sets the count itself, so a pipeline that set
+//! `frames=4096 frame-size=2048` still gets 4096 frames whatever the order.
+
+use gst::glib;
+use gst::prelude::*;
+
+use crate::memory::HugepagePolicy;
+use crate::props::{Hugepages, Memory};
+
+/// How big a pool was asked to be: in bytes (`pool-size`), or as a slot count through
+/// a deprecated alias.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolSize {
+    /// Bytes: the count is these over the slot size.
+    Bytes(u64),
+    /// A slot count, set through an old count property.
+    Count(u64),
+}
+
+/// The deprecated count property of an element whose pool was sized by count.
+#[derive(Clone, Copy, Debug)]
+pub struct CountAlias {
+    /// Its name (`slots`, `frames`, `mbufs`).
+    pub name: &'static str,
+    /// Its smallest value.
+    pub min: u32,
+    /// Its largest value.
+    pub max: u32,
+}
+
+/// The description of an element's pool properties: builds their `ParamSpec`s.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolProps {
+    /// What the pool is, for the blurbs ("pool", "UMEM", "receive region").
+    pub what: &'static str,
+    /// The blurb of `pool-size`: what the bytes become (e.g. "… divided into
+    /// frame-size frames").
+    pub size_blurb: &'static str,
+    /// The default size.
+    pub default: PoolSize,
+    /// Bytes per slot with default settings: the `pool-size` default shown when the
+    /// default is a count.
+    pub default_slot_bytes: u64,
+    /// Whether the element had a `hugepages` property to keep as an alias.
+    pub hugepages_alias: bool,
+    /// The old count property to keep as an alias, if any.
+    pub count_alias: Option<CountAlias>,
+}
+
+impl PoolProps {
+    /// The default size in bytes.
+    pub fn default_bytes(&self) -> u64 {
+        match self.default {
+            PoolSize::Bytes(b) => b,
+            PoolSize::Count(n) => n * self.default_slot_bytes,
+        }
+    }
+
+    /// `memory`, `pool-size`, then the deprecated aliases.
+    pub fn param_specs(&self) -> Vec<glib::ParamSpec> {
+        let what = self.what;
+        let mut v = vec![
+            glib::ParamSpecEnum::builder::<Memory>("memory")
+                .nick("Memory")
+                .blurb(&format!(
+                    "What backs the {what}: auto (hugepages if reserved, else normal pages \
+                     with a warning), hugepages (fail at start without them), system \
+                     (normal pages)"
+                ))
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt64::builder("pool-size")
+                .nick("Pool size")
+                .blurb(self.size_blurb)
+                .minimum(1)
+                .default_value(self.default_bytes())
+                .mutable_ready()
+                .build(),
+        ];
+        if self.hugepages_alias {
+            v.push(
+                glib::ParamSpecEnum::builder::<Hugepages>("hugepages")
+                    .nick("Hugepages")
+                    .blurb(
+                        "Deprecated: use memory (auto = auto, require = hugepages, off = system)",
+                    )
+                    .mutable_ready()
+                    .build(),
+            );
+        }
+        if let Some(a) = self.count_alias {
+            let default = match self.default {
+                PoolSize::Count(n) => n,
+                PoolSize::Bytes(b) => b / self.default_slot_bytes.max(1),
+            };
+            v.push(
+                glib::ParamSpecUInt::builder(a.name)
+                    .nick(a.name)
+                    .blurb(&format!(
+                        "Deprecated: use pool-size (bytes); sets the number of {} directly",
+                        a.name
+                    ))
+                    .minimum(a.min)
+                    .maximum(a.max)
+                    .default_value(default.clamp(a.min.into(), a.max.into()) as u32)
+                    .mutable_ready()
+                    .build(),
+            );
+        }
+        v
+    }
+}
+
+/// An element's pool settings: set and read through the properties [`PoolProps`]
+/// builds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolSettings {
+    /// What backs the pool.
+    pub memory: Memory,
+    /// How big it is.
+    pub size: PoolSize,
+    alias: Option<&'static str>,
+}
+
+impl PoolSettings {
+    /// The defaults of `props`.
+    pub fn new(props: &PoolProps) -> Self {
+        Self {
+            memory: Memory::Auto,
+            size: props.default,
+            alias: props.count_alias.map(|a| a.name),
+        }
+    }
+
+    /// Sets the property `pspec` if it is one of these; false if it is not.
+    pub fn set(&mut self, value: &glib::Value, pspec: &glib::ParamSpec) -> bool {
+        match pspec.name() {
+            "memory" => self.memory = value.get().expect("type checked upstream"),
+            "hugepages" => {
+                self.memory = value
+                    .get::<Hugepages>()
+                    .expect("type checked upstream")
+                    .into()
+            }
+            "pool-size" => self.size = PoolSize::Bytes(value.get().expect("type checked upstream")),
+            n if Some(n) == self.alias => {
+                self.size =
+                    PoolSize::Count(value.get::<u32>().expect("type checked upstream").into())
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// The value of property `pspec` if it is one of these, with slots of `slot_bytes`
+    /// (to convert between bytes and counts).
+    pub fn get(&self, pspec: &glib::ParamSpec, slot_bytes: u64) -> Option<glib::Value> {
+        Some(match pspec.name() {
+            "memory" => self.memory.to_value(),
+            "hugepages" => Hugepages::from(self.memory).to_value(),
+            "pool-size" => self.bytes(slot_bytes).to_value(),
+            n if Some(n) == self.alias => {
+                (self.count(slot_bytes).min(u32::MAX.into()) as u32).to_value()
+            }
+            _ => return None,
+        })
+    }
+
+    /// Slots of `slot_bytes` bytes: the count set through an alias, or the bytes over
+    /// the slot size (rounded down).
+    pub fn count(&self, slot_bytes: u64) -> u64 {
+        match self.size {
+            PoolSize::Bytes(b) => b / slot_bytes.max(1),
+            PoolSize::Count(n) => n,
+        }
+    }
+
+    /// The size in bytes, with slots of `slot_bytes` bytes.
+    pub fn bytes(&self, slot_bytes: u64) -> u64 {
+        match self.size {
+            PoolSize::Bytes(b) => b,
+            PoolSize::Count(n) => n.saturating_mul(slot_bytes),
+        }
+    }
+
+    /// The hugepage policy of [`PoolSettings::memory`].
+    pub fn policy(&self) -> HugepagePolicy {
+        self.memory.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PROPS: PoolProps = PoolProps {
+        what: "UMEM",
+        size_blurb: "Bytes of UMEM",
+        default: PoolSize::Count(16384),
+        default_slot_bytes: 4096,
+        hugepages_alias: true,
+        count_alias: Some(CountAlias {
+            name: "frames",
+            min: 64,
+            max: 1 << 20,
+        }),
+    };
+
+    fn spec(name: &str) -> glib::ParamSpec {
+        PROPS
+            .param_specs()
+            .into_iter()
+            .find(|p| p.name() == name)
+            .unwrap()
+    }
+
+    #[test]
+    fn the_deprecated_aliases_set_the_new_properties() {
+        gst::init().unwrap();
+        let mut s = PoolSettings::new(&PROPS);
+        assert!(s.set(&Hugepages::Off.to_value(), &spec("hugepages")));
+        assert_eq!(s.memory, Memory::System);
+        assert_eq!(s.policy(), HugepagePolicy::Off);
+        assert_eq!(
+            s.get(&spec("memory"), 4096)
+                .unwrap()
+                .get::<Memory>()
+                .unwrap(),
+            Memory::System
+        );
+        assert!(s.set(&Memory::Hugepages.to_value(), &spec("memory")));
+        assert_eq!(
+            s.get(&spec("hugepages"), 4096)
+                .unwrap()
+                .get::<Hugepages>()
+                .unwrap(),
+            Hugepages::Require
+        );
+        // The count alias sets the count; pool-size reads back in bytes.
+        assert!(s.set(&4096u32.to_value(), &spec("frames")));
+        assert_eq!(s.count(2048), 4096);
+        assert_eq!(
+            s.get(&spec("pool-size"), 2048)
+                .unwrap()
+                .get::<u64>()
+                .unwrap(),
+            8 << 20
+        );
+        // Not ours.
+        let other = glib::ParamSpecUInt::builder("queue").build();
+        assert!(!s.set(&1u32.to_value(), &other));
+        assert!(s.get(&other, 1).is_none());
+    }
+
+    #[test]
+    fn pool_size_in_bytes_derives_the_count() {
+        gst::init().unwrap();
+        let mut s = PoolSettings::new(&PROPS);
+        // Default: today's 16384 frames of 4096 B, shown as 64 MiB.
+        assert_eq!(
+            spec("pool-size").default_value().get::<u64>().unwrap(),
+            64 << 20
+        );
+        assert_eq!(spec("frames").default_value().get::<u32>().unwrap(), 16384);
+        assert_eq!(s.count(4096), 16384);
+        assert!(s.set(&(16u64 << 20).to_value(), &spec("pool-size")));
+        assert_eq!(s.count(4096), 4096);
+        assert_eq!(s.count(2048), 8192);
+        assert_eq!(
+            s.get(&spec("frames"), 4096).unwrap().get::<u32>().unwrap(),
+            4096
+        );
+        assert!(spec("hugepages")
+            .blurb()
+            .unwrap()
+            .starts_with("Deprecated: use memory"));
+        assert!(spec("frames")
+            .blurb()
+            .unwrap()
+            .starts_with("Deprecated: use pool-size"));
+    }
+}
