@@ -5,13 +5,13 @@ use firehose_core::sync::lock;
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
-use firehose_core::pace::{Interrupt, Pacer};
-use firehose_core::stats::{self, names, Counter, StatsTimer};
-use firehose_core::{caps, gstmem, HugepagePolicy, PacketInfo, PoolConfig, SlotPool};
+use firehose_core::pace::Pacer;
+use firehose_core::src::{self as live, LiveControl, PoolProps, PoolSettings, PoolSize};
+use firehose_core::stats::{self, names, StatsTimer};
+use firehose_core::{caps, gstmem, PacketInfo, PoolConfig, SlotPool};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
-use gst_base::prelude::*;
 use gst_base::subclass::base_src::CreateSuccess;
 use gst_base::subclass::prelude::*;
 
@@ -32,7 +32,17 @@ const DEFAULT_BATCH_SIZE: u32 = 64;
 const MAX_BATCH_SIZE: u32 = 65536;
 /// Batches in flight at once: enough for a queue downstream to smooth over hiccups,
 /// few enough that the pool stays small.
-const POOL_SLOTS: usize = 8;
+const POOL_SLOTS: u64 = 8;
+/// The pool properties: 8 batches unless `pool-size` says otherwise.
+const POOL: PoolProps = PoolProps {
+    what: "packet pool",
+    size_blurb: "Bytes of preallocated packet pool, in slots of batch-size x packet-size \
+                 bytes (default: 8 batches)",
+    default: PoolSize::Count(POOL_SLOTS),
+    default_slot_bytes: DEFAULT_PACKET_SIZE as u64 * DEFAULT_BATCH_SIZE as u64,
+    hugepages_alias: false,
+    count_alias: None,
+};
 /// Largest batch, so a typo in `batch-size` cannot reserve gigabytes.
 const MAX_SLOT_BYTES: usize = 32 << 20;
 /// How often a pool wait re-checks the unlock flag if a wake-up were ever missed.
@@ -45,7 +55,15 @@ struct Settings {
     rate: u64,
     num_packets: u64,
     first_seq: u64,
+    pool: PoolSettings,
     stats_interval: u32,
+}
+
+impl Settings {
+    /// Bytes per pool slot: one batch.
+    fn slot_bytes(&self) -> u64 {
+        u64::from(self.packet_size) * u64::from(self.batch_size)
+    }
 }
 
 impl Default for Settings {
@@ -56,6 +74,7 @@ impl Default for Settings {
             rate: 0,
             num_packets: 0,
             first_seq: 0,
+            pool: PoolSettings::new(&POOL),
             stats_interval: firehose_core::stats::DEFAULT_INTERVAL_MS,
         }
     }
@@ -85,11 +104,13 @@ impl Default for State {
     }
 }
 
-#[derive(Debug, Default)]
-struct Counters {
-    packets: Counter,
-    bytes: Counter,
-    batches: Counter,
+firehose_core::counters! {
+    /// Counters read by the `stats` property from any thread.
+    struct Counters {
+        packets: names::PACKETS,
+        bytes: names::BYTES,
+        batches: names::BATCHES,
+    }
 }
 
 /// The `fhtestsrc` element.
@@ -97,29 +118,17 @@ struct Counters {
 pub struct FhTestSrc {
     settings: Mutex<Settings>,
     state: Mutex<State>,
-    /// Separate from `state` so `unlock()` can wake a pool wait the streaming thread is
-    /// in while it holds `state`.
+    /// For `stats`; `live` holds it too, to wake a pool wait on `unlock()`.
     pool: Mutex<Option<SlotPool>>,
-    interrupt: Interrupt,
+    live: LiveControl,
     counters: Counters,
 }
 
 impl FhTestSrc {
     fn stats(&self) -> gst::Structure {
-        let c = &self.counters;
-        let pool = lock(&self.pool)
-            .as_ref()
-            .map(SlotPool::stats)
-            .unwrap_or_default();
-        stats::structure(&[
-            (names::PACKETS, c.packets.get()),
-            (names::BYTES, c.bytes.get()),
-            (names::BATCHES, c.batches.get()),
-            (names::POOL_SLOTS, pool.slots as u64),
-            (names::POOL_IN_USE, pool.in_use as u64),
-            (names::POOL_HIGH_WATER, pool.high_water as u64),
-            (names::POOL_EXHAUSTED, pool.exhausted),
-        ])
+        let mut s = self.counters.structure();
+        live::append_slot_pool(&mut s, lock(&self.pool).as_ref());
+        s
     }
 
     fn post_stats(&self) {
@@ -170,14 +179,7 @@ impl ObjectImpl for FhTestSrc {
                     .default_value(DEFAULT_PACKET_SIZE)
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecUInt::builder("batch-size")
-                    .nick("Batch size")
-                    .blurb("Packets per buffer")
-                    .minimum(1)
-                    .maximum(MAX_BATCH_SIZE)
-                    .default_value(DEFAULT_BATCH_SIZE)
-                    .mutable_ready()
-                    .build(),
+                live::batch_size("Packets per buffer", MAX_BATCH_SIZE, DEFAULT_BATCH_SIZE),
                 glib::ParamSpecUInt64::builder("rate")
                     .nick("Rate")
                     .blurb("Packet bytes per second, in bits/s (0 = as fast as possible)")
@@ -194,9 +196,8 @@ impl ObjectImpl for FhTestSrc {
                     .mutable_ready()
                     .build(),
             ];
-            v.extend(firehose_core::stats::properties(
-                "packets, bytes, batches and pool counters",
-            ));
+            v.extend(POOL.param_specs());
+            v.extend(stats::properties(&Counters::describe("pool-*, memory")));
             v
         });
         PROPS.as_ref()
@@ -204,6 +205,9 @@ impl ObjectImpl for FhTestSrc {
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = lock(&self.settings);
+        if s.pool.set(value, pspec) {
+            return;
+        }
         match pspec.name() {
             "packet-size" => s.packet_size = value.get().expect("type checked upstream"),
             "batch-size" => s.batch_size = value.get().expect("type checked upstream"),
@@ -217,6 +221,9 @@ impl ObjectImpl for FhTestSrc {
 
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
         let s = *lock(&self.settings);
+        if let Some(v) = s.pool.get(pspec, s.slot_bytes()) {
+            return v;
+        }
         match pspec.name() {
             "packet-size" => s.packet_size.to_value(),
             "batch-size" => s.batch_size.to_value(),
@@ -231,8 +238,9 @@ impl ObjectImpl for FhTestSrc {
 
     fn constructed(&self) {
         self.parent_constructed();
-        // Buffers carry times from the start of the stream, so segments are in time.
-        self.obj().set_format(gst::Format::Time);
+        // Not live: it paces itself. Buffers carry times from the start of the stream,
+        // so segments are in time.
+        live::set_live(&*self.obj(), false);
     }
 }
 
@@ -252,15 +260,8 @@ impl ElementImpl for FhTestSrc {
     }
 
     fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
-            vec![gst::PadTemplate::new(
-                "src",
-                gst::PadDirection::Src,
-                gst::PadPresence::Always,
-                &caps::packets_caps(),
-            )
-            .expect("valid src template")]
-        });
+        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
+            LazyLock::new(|| vec![live::src_template(&caps::packets_caps())]);
         TEMPLATES.as_ref()
     }
 }
@@ -281,20 +282,23 @@ impl BaseSrcImpl for FhTestSrc {
                 )
             ));
         }
+        let slots = settings.pool.count(slot_size as u64).max(2) as usize;
         let pool = SlotPool::new(&PoolConfig {
             slot_size,
-            slots: POOL_SLOTS,
-            hugepages: HugepagePolicy::Auto,
+            slots,
+            hugepages: settings.pool.policy(),
         })
         .map_err(|e| {
             gst::error_msg!(
                 gst::ResourceError::NoSpaceLeft,
-                ("cannot allocate the {POOL_SLOTS} x {slot_size}-byte packet pool: {e}; lower batch-size or packet-size")
+                ("cannot allocate the {slots} x {slot_size}-byte packet pool: {e}; lower pool-size, batch-size or packet-size")
             )
         })?;
         if let Some(why) = pool.fallback_reason() {
             gst::warning!(CAT, imp = self, "not using hugepages: {why}");
         }
+        self.live.start();
+        self.live.add_pool(pool.clone());
         *lock(&self.pool) = Some(pool);
         *lock(&self.state) = State {
             settings,
@@ -304,9 +308,7 @@ impl BaseSrcImpl for FhTestSrc {
             pacer: Pacer::new(settings.rate),
             timer: StatsTimer::new(settings.stats_interval),
         };
-        self.counters.packets.reset();
-        self.counters.bytes.reset();
-        self.counters.batches.reset();
+        self.counters.reset();
         gst::debug!(CAT, imp = self, "started with {settings:?}");
         Ok(())
     }
@@ -314,6 +316,7 @@ impl BaseSrcImpl for FhTestSrc {
     fn stop(&self) -> Result<(), gst::ErrorMessage> {
         // Buffers still downstream keep their slots (and the pool's memory) alive.
         *lock(&self.pool) = None;
+        self.live.stop();
         Ok(())
     }
 
@@ -322,16 +325,11 @@ impl BaseSrcImpl for FhTestSrc {
     }
 
     fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.interrupt.raise();
-        if let Some(pool) = lock(&self.pool).as_ref() {
-            pool.wake_waiters();
-        }
-        Ok(())
+        self.live.unlock()
     }
 
     fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        self.interrupt.clear();
-        Ok(())
+        self.live.unlock_stop()
     }
 }
 
@@ -355,14 +353,14 @@ impl PushSrcImpl for FhTestSrc {
 
         // A batch leaves at the start of its slot (its PTS), once the bytes before it
         // have had their time: a send of nothing beyond what was already sent.
-        if !state.pacer.wait(0, &self.interrupt) {
+        if !state.pacer.wait(0, self.live.interrupt()) {
             return Err(gst::FlowError::Flushing);
         }
         let now = Instant::now();
         let pool = lock(&self.pool).clone().ok_or(gst::FlowError::Flushing)?;
         // A test source never drops: wait for downstream to give a slot back.
         let slot = pool
-            .acquire_blocking(self.interrupt.flag(), POOL_POLL)
+            .acquire_blocking(self.live.flag(), POOL_POLL)
             .ok_or(gst::FlowError::Flushing)?;
 
         let seq = s.first_seq.wrapping_add(state.sent);
