@@ -7,14 +7,13 @@ use std::path::PathBuf;
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
-use firehose_core::pace::{Interrupt, Pacer};
-use firehose_core::props::Hugepages;
-use firehose_core::stats::{self, names, Counter, StatsTimer};
+use firehose_core::pace::Pacer;
+use firehose_core::src::{self as live, LiveControl, PoolProps, PoolSettings, PoolSize};
+use firehose_core::stats::{self, names, StatsTimer};
 use firehose_core::{caps, gstmem, PacketBatchMeta, PacketInfo, PoolConfig, SlotPool};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
-use gst_base::prelude::*;
 use gst_base::subclass::base_src::CreateSuccess;
 use gst_base::subclass::prelude::*;
 
@@ -35,7 +34,16 @@ const DEFAULT_BATCH_SIZE: u32 = 64;
 const SLOT_SIZE: usize = 2 << 20;
 /// The largest UDP payload: a slot with less room left is pushed.
 const MAX_DATAGRAM: usize = 65535;
-const POOL_SLOTS: usize = 16;
+const POOL_SLOTS: u64 = 16;
+/// The pool properties: 16 slots of 2 MiB by default.
+const POOL: PoolProps = PoolProps {
+    what: "replay pool",
+    size_blurb: "Bytes of preallocated replay pool, in slots of 2 MiB (at least 2)",
+    default: PoolSize::Bytes(POOL_SLOTS * SLOT_SIZE as u64),
+    default_slot_bytes: SLOT_SIZE as u64,
+    hugepages_alias: true,
+    count_alias: None,
+};
 const POOL_POLL: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone)]
@@ -47,7 +55,7 @@ struct Settings {
     rate: String,
     loops: u32,
     batch_size: u32,
-    hugepages: Hugepages,
+    pool: PoolSettings,
     stats_interval: u32,
 }
 
@@ -60,7 +68,7 @@ impl Default for Settings {
             rate: "original".into(),
             loops: 1,
             batch_size: DEFAULT_BATCH_SIZE,
-            hugepages: Hugepages::Auto,
+            pool: PoolSettings::new(&POOL),
             stats_interval: stats::DEFAULT_INTERVAL_MS,
         }
     }
@@ -86,14 +94,16 @@ struct State {
     timer: StatsTimer,
 }
 
-#[derive(Default)]
-struct Counters {
-    packets: Counter,
-    bytes: Counter,
-    batches: Counter,
-    malformed: Counter,
-    truncated: Counter,
-    filtered: Counter,
+firehose_core::counters! {
+    /// Counters read by the `stats` property from any thread.
+    struct Counters {
+        packets: names::PACKETS,
+        bytes: names::BYTES,
+        batches: names::BATCHES,
+        malformed: names::MALFORMED,
+        truncated: names::TRUNCATED,
+        filtered: names::FILTERED,
+    }
 }
 
 /// The `fhpcapsrc` element.
@@ -101,31 +111,17 @@ struct Counters {
 pub struct PcapSrc {
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
-    /// Outside `state` so `unlock()` can wake a pool wait.
+    /// For `stats`; `live` holds it too, to wake a pool wait on `unlock()`.
     pool: Mutex<Option<SlotPool>>,
-    interrupt: Interrupt,
+    live: LiveControl,
     counters: Counters,
 }
 
 impl PcapSrc {
     fn stats(&self) -> gst::Structure {
-        let c = &self.counters;
-        let pool = lock(&self.pool)
-            .as_ref()
-            .map(SlotPool::stats)
-            .unwrap_or_default();
-        stats::structure(&[
-            (names::PACKETS, c.packets.get()),
-            (names::BYTES, c.bytes.get()),
-            (names::BATCHES, c.batches.get()),
-            (names::MALFORMED, c.malformed.get()),
-            (names::TRUNCATED, c.truncated.get()),
-            (names::FILTERED, c.filtered.get()),
-            (names::POOL_SLOTS, pool.slots as u64),
-            (names::POOL_IN_USE, pool.in_use as u64),
-            (names::POOL_HIGH_WATER, pool.high_water as u64),
-            (names::POOL_EXHAUSTED, pool.exhausted),
-        ])
+        let mut s = self.counters.structure();
+        live::append_slot_pool(&mut s, lock(&self.pool).as_ref());
+        s
     }
 
     fn sync_counts(&self, state: &State) {
@@ -178,7 +174,7 @@ impl PcapSrc {
                         state.replay.unread(d, &data[fill..fill + d.len]);
                         break;
                     }
-                    if !self.interrupt.sleep_until(due) {
+                    if !self.live.interrupt().sleep_until(due) {
                         state.replay.unread(d, &data[fill..fill + d.len]);
                         return Err(gst::FlowError::Flushing);
                     }
@@ -236,23 +232,10 @@ impl ObjectImpl for PcapSrc {
                     .default_value(1)
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecUInt::builder("batch-size")
-                    .nick("Batch size")
-                    .blurb("Most datagrams per buffer")
-                    .minimum(1)
-                    .maximum(1024)
-                    .default_value(DEFAULT_BATCH_SIZE)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecEnum::builder::<Hugepages>("hugepages")
-                    .nick("Hugepages")
-                    .blurb("Pool memory in hugepages: auto (fall back with a warning), require, off")
-                    .mutable_ready()
-                    .build(),
+                live::batch_size("Most datagrams per buffer", 1024, DEFAULT_BATCH_SIZE),
             ];
-            v.extend(stats::properties(
-                "packets, bytes, batches, malformed, truncated, filtered, pool-*",
-            ));
+            v.extend(POOL.param_specs());
+            v.extend(stats::properties(&Counters::describe("pool-*, memory")));
             v
         });
         PROPS.as_ref()
@@ -261,6 +244,9 @@ impl ObjectImpl for PcapSrc {
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let opt = |v: Option<String>| v.filter(|x| !x.is_empty());
         let mut s = lock(&self.settings);
+        if s.pool.set(value, pspec) {
+            return;
+        }
         match pspec.name() {
             "location" => s.location = opt(value.get().expect("type checked upstream")),
             "port" => s.port = value.get().expect("type checked upstream"),
@@ -271,7 +257,6 @@ impl ObjectImpl for PcapSrc {
             }
             "loop" => s.loops = value.get().expect("type checked upstream"),
             "batch-size" => s.batch_size = value.get().expect("type checked upstream"),
-            "hugepages" => s.hugepages = value.get().expect("type checked upstream"),
             "stats-interval" => s.stats_interval = value.get().expect("type checked upstream"),
             other => unreachable!("unknown property {other}"),
         }
@@ -282,6 +267,9 @@ impl ObjectImpl for PcapSrc {
             return self.stats().to_value();
         }
         let s = lock(&self.settings);
+        if let Some(v) = s.pool.get(pspec, SLOT_SIZE as u64) {
+            return v;
+        }
         match pspec.name() {
             "location" => s.location.to_value(),
             "port" => s.port.to_value(),
@@ -289,7 +277,6 @@ impl ObjectImpl for PcapSrc {
             "rate" => s.rate.to_value(),
             "loop" => s.loops.to_value(),
             "batch-size" => s.batch_size.to_value(),
-            "hugepages" => s.hugepages.to_value(),
             "stats-interval" => s.stats_interval.to_value(),
             other => unreachable!("unknown property {other}"),
         }
@@ -297,7 +284,8 @@ impl ObjectImpl for PcapSrc {
 
     fn constructed(&self) {
         self.parent_constructed();
-        self.obj().set_format(gst::Format::Time);
+        // Not live: replay paces itself.
+        live::set_live(&*self.obj(), false);
     }
 }
 
@@ -318,15 +306,8 @@ impl ElementImpl for PcapSrc {
     }
 
     fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
-            vec![gst::PadTemplate::new(
-                "src",
-                gst::PadDirection::Src,
-                gst::PadPresence::Always,
-                &caps::packets_caps(),
-            )
-            .expect("valid src template")]
-        });
+        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
+            LazyLock::new(|| vec![live::src_template(&caps::packets_caps())]);
         TEMPLATES.as_ref()
     }
 }
@@ -370,8 +351,8 @@ impl BaseSrcImpl for PcapSrc {
         })?;
         let pool = SlotPool::new(&PoolConfig {
             slot_size: SLOT_SIZE,
-            slots: POOL_SLOTS,
-            hugepages: settings.hugepages.into(),
+            slots: settings.pool.count(SLOT_SIZE as u64).max(2) as usize,
+            hugepages: settings.pool.policy(),
         })
         .map_err(|e| {
             gst::error_msg!(
@@ -382,6 +363,8 @@ impl BaseSrcImpl for PcapSrc {
         if let Some(why) = pool.fallback_reason() {
             gst::warning!(CAT, imp = self, "not using hugepages: {why}");
         }
+        self.live.start();
+        self.live.add_pool(pool.clone());
         *lock(&self.pool) = Some(pool);
         let pacer = match rate {
             Rate::Bits(b) => Pacer::new(b),
@@ -400,22 +383,14 @@ impl BaseSrcImpl for PcapSrc {
             sent: 0,
             eos: false,
         });
-        for c in [
-            &self.counters.packets,
-            &self.counters.bytes,
-            &self.counters.batches,
-            &self.counters.malformed,
-            &self.counters.truncated,
-            &self.counters.filtered,
-        ] {
-            c.reset();
-        }
+        self.counters.reset();
         Ok(())
     }
 
     fn stop(&self) -> Result<(), gst::ErrorMessage> {
         *lock(&self.state) = None;
         *lock(&self.pool) = None;
+        self.live.stop();
         Ok(())
     }
 
@@ -424,16 +399,11 @@ impl BaseSrcImpl for PcapSrc {
     }
 
     fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.interrupt.raise();
-        if let Some(pool) = lock(&self.pool).as_ref() {
-            pool.wake_waiters();
-        }
-        Ok(())
+        self.live.unlock()
     }
 
     fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        self.interrupt.clear();
-        Ok(())
+        self.live.unlock_stop()
     }
 }
 
@@ -453,7 +423,7 @@ impl PushSrcImpl for PcapSrc {
         let pool = lock(&self.pool).clone().ok_or(gst::FlowError::Flushing)?;
         // Replay never drops: wait for downstream to give a slot back.
         let mut slot = pool
-            .acquire_blocking(self.interrupt.flag(), POOL_POLL)
+            .acquire_blocking(self.live.flag(), POOL_POLL)
             .ok_or(gst::FlowError::Flushing)?;
         let packets = self.fill(state, slot.as_mut_full())?;
         self.sync_counts(state);
@@ -474,7 +444,7 @@ impl PushSrcImpl for PcapSrc {
                 })
                 .unwrap_or_default(),
             Rate::Bits(_) => {
-                if !state.pacer.wait(0, &self.interrupt) {
+                if !state.pacer.wait(0, self.live.interrupt()) {
                     return Err(gst::FlowError::Flushing);
                 }
                 state.pacer.time_of(state.pacer.sent())
