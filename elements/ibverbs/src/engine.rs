@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 
 use firehose_core::batch::batch_buffer;
 use firehose_core::ring::{lend_batch, ReceiveRing, RingError, SharedRing};
-use firehose_core::stats::Counter;
+use firehose_core::stats::names;
 use firehose_core::sync::lock;
 use firehose_core::{MemoryRegion, PacketInfo};
 
@@ -110,47 +110,32 @@ pub trait RxDevice {
     fn poll(&mut self, out: &mut [Completion]) -> Result<usize, DeviceError>;
 }
 
-/// Counters the engine updates and the element reads for `stats`.
-#[derive(Debug, Default)]
-pub struct RxCounters {
-    /// Datagrams delivered downstream.
-    pub packets: Counter,
-    /// UDP payload bytes delivered.
-    pub bytes: Counter,
-    /// Buffers produced.
-    pub batches: Counter,
-    /// Good frames dropped to keep the NIC supplied with slots.
-    pub drops_pool: Counter,
-    /// Frames that are not UDP over IP or do not parse.
-    pub malformed: Counter,
-    /// Frames longer than a slot, or IP fragments.
-    pub truncated: Counter,
-    /// UDP for another address or port.
-    pub filtered: Counter,
-    /// UDP datagrams with no payload.
-    pub empty: Counter,
-    /// Completions with an error status other than "too long".
-    pub completion_errors: Counter,
-}
-
-impl RxCounters {
-    /// All counters back to zero.
-    pub fn reset(&self) {
-        for c in [
-            &self.packets,
-            &self.bytes,
-            &self.batches,
-            &self.drops_pool,
-            &self.malformed,
-            &self.truncated,
-            &self.filtered,
-            &self.empty,
-            &self.completion_errors,
-        ] {
-            c.reset();
-        }
+firehose_core::counters! {
+    /// Counters the engine updates and the element reads for `stats`.
+    pub struct RxCounters {
+        /// Datagrams delivered downstream.
+        packets: names::PACKETS,
+        /// UDP payload bytes delivered.
+        bytes: names::BYTES,
+        /// Buffers produced.
+        batches: names::BATCHES,
+        /// Good frames dropped to keep the NIC supplied with slots.
+        drops_pool: names::DROPS_POOL,
+        /// Frames that are not UDP over IP or do not parse.
+        malformed: names::MALFORMED,
+        /// Frames longer than a slot, or IP fragments.
+        truncated: names::TRUNCATED,
+        /// UDP for another address or port.
+        filtered: names::FILTERED,
+        /// UDP datagrams with no payload.
+        empty: names::EMPTY,
+        /// Completions with an error status other than "too long".
+        completion_errors: COMPLETION_ERRORS,
     }
 }
+
+/// Element-local counter name: completions with an error status other than "too long".
+pub const COMPLETION_ERRORS: &str = "completion-errors";
 
 /// Engine settings.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,19 +4,19 @@
 
 use firehose_core::sync::lock;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use firehose_core::caps as fcaps;
-use firehose_core::props::Hugepages;
 use firehose_core::ring::SharedRing;
+use firehose_core::src::{
+    self as live, CountAlias, LiveControl, PoolProps, PoolSettings, PoolSize,
+};
 use firehose_core::stats::{self, names, StatsTimer};
 use firehose_core::MemoryRegion;
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
-use gst_base::prelude::*;
 use gst_base::subclass::base_src::CreateSuccess;
 use gst_base::subclass::prelude::*;
 
@@ -39,8 +39,22 @@ const DEFAULT_PORT: u32 = 7148;
 const DEFAULT_SLOTS: u32 = 8192;
 const DEFAULT_SLOT_SIZE: u32 = 9728;
 const DEFAULT_BATCH_SIZE: u32 = 64;
-/// Element-local counter: completions with an error status other than "too long".
-const COMPLETION_ERRORS: &str = "completion-errors";
+/// Most receive slots (`pool-size` / `slot-size`).
+const MAX_SLOTS: u32 = 1 << 20;
+/// The pool properties: today's 8192 slots of 9728 bytes by default.
+const POOL: PoolProps = PoolProps {
+    what: "receive region",
+    size_blurb: "Bytes of the registered receive region, in slots of slot-size bytes (one \
+                 frame each; at least 2, at most 1048576 slots)",
+    default: PoolSize::Bytes(DEFAULT_SLOTS as u64 * DEFAULT_SLOT_SIZE as u64),
+    default_slot_bytes: DEFAULT_SLOT_SIZE as u64,
+    hugepages_alias: true,
+    count_alias: Some(CountAlias {
+        name: "slots",
+        min: 2,
+        max: MAX_SLOTS,
+    }),
+};
 /// Empty polls spun before the receive loop starts sleeping between polls.
 const IDLE_SPINS: u32 = 2048;
 /// Sleep between empty polls once idle: bounds the latency added to a quiet stream
@@ -53,11 +67,17 @@ struct Settings {
     port: u32,
     interface: Option<String>,
     device: Option<String>,
-    slots: u32,
+    pool: PoolSettings,
     slot_size: u32,
     batch_size: u32,
-    hugepages: Hugepages,
     stats_interval: u32,
+}
+
+impl Settings {
+    /// Receive slots: `pool-size` over `slot-size` (or the deprecated `slots`).
+    fn slots(&self) -> u64 {
+        self.pool.count(self.slot_size.into())
+    }
 }
 
 impl Default for Settings {
@@ -67,10 +87,9 @@ impl Default for Settings {
             port: DEFAULT_PORT,
             interface: None,
             device: None,
-            slots: DEFAULT_SLOTS,
+            pool: PoolSettings::new(&POOL),
             slot_size: DEFAULT_SLOT_SIZE,
             batch_size: DEFAULT_BATCH_SIZE,
-            hugepages: Hugepages::Auto,
             stats_interval: stats::DEFAULT_INTERVAL_MS,
         }
     }
@@ -94,29 +113,19 @@ pub struct IbvSrc {
     state: Mutex<Option<State>>,
     /// The ring, for `stats` (its own lock is only held briefly).
     ring: Mutex<Option<SharedRing>>,
-    flushing: AtomicBool,
+    live: LiveControl,
 }
 
 impl IbvSrc {
     fn stats(&self) -> gst::Structure {
-        let c = &self.counters;
-        let slots = u64::from(lock(&self.settings).slots);
+        let slots = lock(&self.settings).slots();
         let held = lock(&self.ring)
             .as_ref()
             .map_or(0, |r| lock(r).counts().held as u64);
-        stats::structure(&[
-            (names::PACKETS, c.packets.get()),
-            (names::BYTES, c.bytes.get()),
-            (names::BATCHES, c.batches.get()),
-            (names::DROPS_POOL, c.drops_pool.get()),
-            (names::MALFORMED, c.malformed.get()),
-            (names::TRUNCATED, c.truncated.get()),
-            (names::FILTERED, c.filtered.get()),
-            (names::EMPTY, c.empty.get()),
-            (COMPLETION_ERRORS, c.completion_errors.get()),
-            (names::POOL_IN_USE, held),
-            (names::POOL_SLOTS, slots),
-        ])
+        let mut s = self.counters.structure();
+        s.set(names::POOL_IN_USE, held);
+        s.set(names::POOL_SLOTS, slots);
+        s
     }
 
     /// Sets up everything between the probe and the first poll.
@@ -126,8 +135,23 @@ impl IbvSrc {
         address: Ipv4Addr,
         target: &Target,
     ) -> Result<State, gst::ErrorMessage> {
-        let bytes = s.slots as usize * s.slot_size as usize;
-        let region = MemoryRegion::allocate(bytes, s.hugepages.into()).map_err(|e| {
+        let slots = match u32::try_from(s.slots()) {
+            Ok(n) if (2..=MAX_SLOTS).contains(&n) => n,
+            _ => {
+                return Err(gst::error_msg!(
+                    gst::ResourceError::Settings,
+                    (
+                        "pool-size {} B makes {} slots of {} B: set pool-size to between 2 and {} slots' worth",
+                        s.pool.bytes(s.slot_size.into()),
+                        s.slots(),
+                        s.slot_size,
+                        MAX_SLOTS
+                    )
+                ))
+            }
+        };
+        let bytes = slots as usize * s.slot_size as usize;
+        let region = MemoryRegion::allocate(bytes, s.pool.policy()).map_err(|e| {
             gst::error_msg!(gst::ResourceError::NoSpaceLeft, ("{}", e), ["{:?}", e])
         })?;
         if let Some(why) = region.fallback_reason() {
@@ -140,7 +164,7 @@ impl IbvSrc {
             &QueueConfig {
                 device: target.device.clone(),
                 port: target.port,
-                slots: s.slots,
+                slots,
                 batch: s.batch_size,
             },
             region.clone(),
@@ -160,10 +184,10 @@ impl IbvSrc {
         );
         let base = dev.base();
         let cfg = EngineConfig {
-            slots: s.slots,
+            slots,
             slot_size: s.slot_size,
             batch: s.batch_size,
-            reserve: EngineConfig::default_reserve(s.slots, s.batch_size),
+            reserve: EngineConfig::default_reserve(slots, s.batch_size),
             filter: UdpFilter::port(
                 port,
                 (!address.is_unspecified()).then_some(IpAddr::V4(address)),
@@ -243,14 +267,6 @@ impl ObjectImpl for IbvSrc {
                     .blurb("RDMA device (e.g. mlx5_0; empty = the first, see ibv_devices)")
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecUInt::builder("slots")
-                    .nick("Slots")
-                    .blurb("Receive slots in the registered region (one frame each)")
-                    .minimum(2)
-                    .maximum(1 << 20)
-                    .default_value(DEFAULT_SLOTS)
-                    .mutable_ready()
-                    .build(),
                 glib::ParamSpecUInt::builder("slot-size")
                     .nick("Slot size")
                     .blurb("Bytes per receive slot: the largest Ethernet frame accepted")
@@ -259,23 +275,16 @@ impl ObjectImpl for IbvSrc {
                     .default_value(DEFAULT_SLOT_SIZE)
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecUInt::builder("batch-size")
-                    .nick("Batch size")
-                    .blurb("Completions polled, and slots re-posted, per batch (one buffer per batch)")
-                    .minimum(1)
-                    .maximum(4096)
-                    .default_value(DEFAULT_BATCH_SIZE)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecEnum::builder::<Hugepages>("hugepages")
-                    .nick("Hugepages")
-                    .blurb("Receive region in hugepages: auto (fall back with a warning), require, off")
-                    .mutable_ready()
-                    .build(),
+                live::batch_size(
+                    "Completions polled, and slots re-posted, per batch (one buffer per batch)",
+                    4096,
+                    DEFAULT_BATCH_SIZE,
+                ),
             ];
-            v.extend(stats::properties(
-                "packets, bytes, batches, drops-pool, malformed, truncated, filtered, empty, completion-errors, pool-in-use, pool-slots",
-            ));
+            v.extend(POOL.param_specs());
+            v.extend(stats::properties(&RxCounters::describe(
+                "pool-in-use, pool-slots",
+            )));
             v
         });
         PROPS.as_ref()
@@ -283,6 +292,9 @@ impl ObjectImpl for IbvSrc {
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = lock(&self.settings);
+        if s.pool.set(value, pspec) {
+            return;
+        }
         let opt = |v: Option<String>| v.filter(|x| !x.is_empty());
         match pspec.name() {
             "address" => {
@@ -294,10 +306,8 @@ impl ObjectImpl for IbvSrc {
             "port" => s.port = value.get::<i32>().unwrap() as u32,
             "interface" => s.interface = opt(value.get().unwrap()),
             "device" => s.device = opt(value.get().unwrap()),
-            "slots" => s.slots = value.get().unwrap(),
             "slot-size" => s.slot_size = value.get().unwrap(),
             "batch-size" => s.batch_size = value.get().unwrap(),
-            "hugepages" => s.hugepages = value.get().unwrap(),
             "stats-interval" => s.stats_interval = value.get().unwrap(),
             other => unreachable!("unknown property {other}"),
         }
@@ -308,15 +318,16 @@ impl ObjectImpl for IbvSrc {
             return self.stats().to_value();
         }
         let s = lock(&self.settings);
+        if let Some(v) = s.pool.get(pspec, s.slot_size.into()) {
+            return v;
+        }
         match pspec.name() {
             "address" => s.address.to_value(),
             "port" => (s.port as i32).to_value(),
             "interface" => s.interface.to_value(),
             "device" => s.device.to_value(),
-            "slots" => s.slots.to_value(),
             "slot-size" => s.slot_size.to_value(),
             "batch-size" => s.batch_size.to_value(),
-            "hugepages" => s.hugepages.to_value(),
             "stats-interval" => s.stats_interval.to_value(),
             other => unreachable!("unknown property {other}"),
         }
@@ -324,9 +335,7 @@ impl ObjectImpl for IbvSrc {
 
     fn constructed(&self) {
         self.parent_constructed();
-        let obj = self.obj();
-        obj.set_live(true);
-        obj.set_format(gst::Format::Time);
+        live::set_live(&*self.obj(), true);
     }
 }
 
@@ -346,15 +355,8 @@ impl ElementImpl for IbvSrc {
     }
 
     fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
-            vec![gst::PadTemplate::new(
-                "src",
-                gst::PadDirection::Src,
-                gst::PadPresence::Always,
-                &fcaps::packets_caps(),
-            )
-            .unwrap()]
-        });
+        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
+            LazyLock::new(|| vec![live::src_template(&fcaps::packets_caps())]);
         TEMPLATES.as_ref()
     }
 }
@@ -398,7 +400,11 @@ impl BaseSrcImpl for IbvSrc {
             target
         );
         self.counters.reset();
-        self.flushing.store(false, Ordering::Release);
+        self.live.start();
+        // The idle naps between polls sleep in ppoll on it, so unlock() cuts them short.
+        self.live.new_waker().map_err(|e| {
+            gst::error_msg!(gst::ResourceError::OpenRead, ("eventfd failed: {}", e))
+        })?;
         let state = self.open(&s, address, &target)?;
         *lock(&self.state) = Some(state);
         Ok(())
@@ -410,17 +416,16 @@ impl BaseSrcImpl for IbvSrc {
         // buffers go (the region stays mapped until then).
         *lock(&self.state) = None;
         *lock(&self.ring) = None;
+        self.live.stop();
         Ok(())
     }
 
     fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.flushing.store(true, Ordering::Release);
-        Ok(())
+        self.live.unlock()
     }
 
     fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        self.flushing.store(false, Ordering::Release);
-        Ok(())
+        self.live.unlock_stop()
     }
 
     fn is_seekable(&self) -> bool {
@@ -445,7 +450,7 @@ impl PushSrcImpl for IbvSrc {
         let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
         let mut idle = 0u32;
         loop {
-            if self.flushing.load(Ordering::Acquire) {
+            if self.live.is_flushing() {
                 return Err(gst::FlowError::Flushing);
             }
             let step = state.engine.fill().and_then(|_| {
@@ -466,7 +471,9 @@ impl PushSrcImpl for IbvSrc {
                     if idle < IDLE_SPINS {
                         std::hint::spin_loop();
                     } else {
-                        std::thread::sleep(IDLE_SLEEP);
+                        if !self.live.nap(IDLE_SLEEP) {
+                            return Err(gst::FlowError::Flushing);
+                        }
                         if state.timer.due(Instant::now()) {
                             stats::post(self.obj().upcast_ref(), self.stats());
                         }
