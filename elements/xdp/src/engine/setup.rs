@@ -12,6 +12,9 @@ use crate::prog::{self, Match};
 use crate::sys::{self, action};
 use crate::xsk::{self, XskError, XskSocket};
 
+/// The fewest UMEM frames: a batch's worth for the kernel while one is lent.
+pub const MIN_FRAMES: u32 = 64;
+
 /// The interface index of `cfg.interface`.
 pub(super) fn interface(cfg: &Config) -> Result<u32, SetupError> {
     let iface = &cfg.interface;
@@ -46,6 +49,16 @@ pub(super) fn check_queue(cfg: &Config) -> Result<u32, SetupError> {
 
 /// Checks the UMEM geometry the rings and the kernel accept.
 pub(super) fn check_frames(cfg: &Config) -> Result<(), SetupError> {
+    if cfg.frames < MIN_FRAMES {
+        return Err(SetupError::new(
+            ErrorKind::Settings,
+            format!(
+                "{} frames of {} B are too few: AF_XDP capture needs at least {MIN_FRAMES}; \
+                 raise pool-size",
+                cfg.frames, cfg.frame_size
+            ),
+        ));
+    }
     if !cfg.frames.is_power_of_two() {
         return Err(SetupError::new(
             ErrorKind::Settings,

@@ -2,20 +2,20 @@
 //! loop, stats and teardown.
 
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
 use firehose_core::batch::batch_buffer;
-use firehose_core::props::Hugepages;
 use firehose_core::ring::{lend_batch, SharedRing};
+use firehose_core::src::{
+    self as live, CountAlias, LiveControl, PoolProps, PoolSettings, PoolSize,
+};
 use firehose_core::stats::{self, names, Counter, StatsTimer};
 use firehose_core::sync::lock;
 use firehose_core::{caps as fcaps, MemoryRegion, PacketInfo};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
-use gst_base::prelude::*;
 use gst_base::subclass::base_src::CreateSuccess;
 use gst_base::subclass::prelude::*;
 
@@ -50,6 +50,22 @@ const IDLE_WAIT_MS: i32 = 100;
 /// without waking us, so look again soon for frames released downstream.
 const STARVED_WAIT_MS: i32 = 1;
 
+/// The pool properties: today's 16384 frames of 4096 bytes by default.
+const POOL: PoolProps = PoolProps {
+    what: "UMEM",
+    size_blurb: "Bytes of UMEM, in frames of frame-size bytes (rounded down to a power of two \
+                 of frames, at least 64): the fill and RX ring sizes and the most frames lent \
+                 downstream at once",
+    default: PoolSize::Bytes(DEFAULT_FRAMES as u64 * DEFAULT_FRAME_SIZE as u64),
+    default_slot_bytes: DEFAULT_FRAME_SIZE as u64,
+    hugepages_alias: true,
+    count_alias: Some(CountAlias {
+        name: "frames",
+        min: 64,
+        max: 1 << 20,
+    }),
+};
+
 #[derive(Debug, Clone)]
 struct Settings {
     interface: Option<String>,
@@ -62,10 +78,9 @@ struct Settings {
     busy_poll: u32,
     poll_interval: u32,
     busy_poll_budget: u32,
-    frames: u32,
+    pool: PoolSettings,
     frame_size: u32,
     batch_size: u32,
-    hugepages: Hugepages,
     stats_interval: u32,
 }
 
@@ -82,49 +97,48 @@ impl Default for Settings {
             busy_poll: 0,
             poll_interval: DEFAULT_POLL_US,
             busy_poll_budget: DEFAULT_BUSY_POLL_BUDGET,
-            frames: DEFAULT_FRAMES,
+            pool: PoolSettings::new(&POOL),
             frame_size: DEFAULT_FRAME_SIZE,
             batch_size: DEFAULT_BATCH_SIZE,
-            hugepages: Hugepages::Auto,
             stats_interval: stats::DEFAULT_INTERVAL_MS,
         }
     }
 }
 
-/// Counters read by the `stats` property from any thread.
-#[derive(Default)]
-struct Counters {
-    packets: Counter,
-    bytes: Counter,
-    batches: Counter,
-    malformed: Counter,
-    truncated: Counter,
-    filtered: Counter,
-    empty: Counter,
-    high_water: Counter,
-    // Mirrored from getsockopt(XDP_STATISTICS).
-    rx_dropped: Counter,
-    rx_invalid_descs: Counter,
-    rx_ring_full: Counter,
-    rx_fill_ring_empty: Counter,
+impl Settings {
+    /// UMEM frames: as set through the deprecated `frames`, or `pool-size` over
+    /// `frame-size` rounded down to a power of two (the rings need one).
+    fn frames(&self) -> u64 {
+        match self.pool.size {
+            PoolSize::Count(n) => n,
+            PoolSize::Bytes(_) => match self.pool.count(self.frame_size.into()) {
+                0 => 0,
+                n => 1 << n.ilog2(),
+            },
+        }
+    }
 }
 
-impl Counters {
-    fn all(&self) -> [&Counter; 12] {
-        [
-            &self.packets,
-            &self.bytes,
-            &self.batches,
-            &self.malformed,
-            &self.truncated,
-            &self.filtered,
-            &self.empty,
-            &self.high_water,
-            &self.rx_dropped,
-            &self.rx_invalid_descs,
-            &self.rx_ring_full,
-            &self.rx_fill_ring_empty,
-        ]
+firehose_core::counters! {
+    /// Counters read by the `stats` property from any thread.
+    struct Counters {
+        packets: names::PACKETS,
+        bytes: names::BYTES,
+        batches: names::BATCHES,
+        malformed: names::MALFORMED,
+        truncated: names::TRUNCATED,
+        filtered: names::FILTERED,
+        empty: names::EMPTY,
+    }
+}
+
+firehose_core::counters! {
+    /// Mirrored from getsockopt(XDP_STATISTICS).
+    struct KernelCounters {
+        rx_dropped: "rx-dropped",
+        rx_invalid_descs: "rx-invalid-descs",
+        rx_ring_full: "rx-ring-full",
+        rx_fill_ring_empty: "rx-fill-ring-empty-descs",
     }
 }
 
@@ -155,7 +169,7 @@ struct State {
     busy_poll: bool,
     /// Sleep this long after an empty RX ring instead of blocking (`None` = block).
     poll_interval: Option<std::time::Duration>,
-    /// Also in `XdpSrc::waker`; here so the receive loop takes no extra lock.
+    /// Also in `XdpSrc::live`; here so the receive loop takes no extra lock.
     waker: Arc<Waker>,
     timer: StatsTimer,
     /// Reused list of slots taken for the fill ring.
@@ -166,42 +180,34 @@ struct State {
 pub struct XdpSrc {
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
-    /// Kept outside `state`, which the streaming thread holds while it waits.
-    waker: Mutex<Option<Arc<Waker>>>,
     /// The slot accounting, kept after stop for the final `stats` read.
     ring: Mutex<Option<SharedRing>>,
     mode: Mutex<Option<Mode>>,
-    flushing: AtomicBool,
+    live: LiveControl,
     counters: Counters,
+    kernel: KernelCounters,
+    /// Most frames held downstream at once.
+    high_water: Counter,
 }
 
 impl XdpSrc {
     fn stats(&self) -> gst::Structure {
-        let c = &self.counters;
+        let k = &self.kernel;
         let counts = lock(&self.ring).as_ref().map(|r| {
             let r = lock(r);
             (r.counts(), r.len())
         });
         let (counts, slots) = counts.unwrap_or_default();
-        let mut s = stats::structure(&[
-            (names::PACKETS, c.packets.get()),
-            (names::BYTES, c.bytes.get()),
-            (names::BATCHES, c.batches.get()),
-            (names::MALFORMED, c.malformed.get()),
-            (names::TRUNCATED, c.truncated.get()),
-            (names::FILTERED, c.filtered.get()),
-            (names::EMPTY, c.empty.get()),
-            (names::DROPS_POOL, c.rx_dropped.get()),
-            (names::DROPS_KERNEL, c.rx_ring_full.get()),
-            ("rx-dropped", c.rx_dropped.get()),
-            ("rx-invalid-descs", c.rx_invalid_descs.get()),
-            ("rx-ring-full", c.rx_ring_full.get()),
-            ("rx-fill-ring-empty-descs", c.rx_fill_ring_empty.get()),
-            (names::POOL_SLOTS, slots as u64),
-            (names::POOL_IN_USE, counts.held as u64),
-            (names::POOL_HIGH_WATER, c.high_water.get()),
-            ("pool-posted", counts.posted as u64),
-        ]);
+        let mut s = self.counters.structure();
+        s.set(names::DROPS_POOL, k.rx_dropped.get());
+        s.set(names::DROPS_KERNEL, k.rx_ring_full.get());
+        for (name, v) in k.fields() {
+            s.set(name, v);
+        }
+        s.set(names::POOL_SLOTS, slots as u64);
+        s.set(names::POOL_IN_USE, counts.held as u64);
+        s.set(names::POOL_HIGH_WATER, self.high_water.get());
+        s.set("pool-posted", counts.posted as u64);
         if let Some(m) = lock(&self.mode).as_ref() {
             s.set("xdp-mode", m.xdp);
             s.set("bind-mode", m.bind);
@@ -213,7 +219,7 @@ impl XdpSrc {
     fn read_kernel_stats(&self, sock: &XskSocket) {
         match sock.statistics() {
             Ok(k) => {
-                let c = &self.counters;
+                let c = &self.kernel;
                 c.rx_dropped.set(k.rx_dropped);
                 c.rx_invalid_descs.set(k.rx_invalid_descs);
                 c.rx_ring_full.set(k.rx_ring_full);
@@ -250,10 +256,10 @@ impl XdpSrc {
             },
             busy_poll: s.busy_poll,
             busy_poll_budget: s.busy_poll_budget,
-            frames: s.frames,
+            frames: u32::try_from(s.frames()).unwrap_or(u32::MAX),
             frame_size: s.frame_size,
             batch_size: s.batch_size,
-            hugepages: s.hugepages.into(),
+            hugepages: s.pool.policy(),
         })
     }
 
@@ -277,7 +283,7 @@ impl XdpSrc {
             };
             gst::error_msg!(kind, ("{}", e.message))
         })?;
-        let waker = Waker::new().map_err(|e| {
+        let waker = self.live.new_waker().map_err(|e| {
             gst::error_msg!(gst::ResourceError::OpenRead, ("eventfd failed: {}", e))
         })?;
         let mode = Mode {
@@ -295,22 +301,22 @@ impl XdpSrc {
             s.queue,
             mode.xdp,
             mode.bind,
-            s.frames,
+            cfg.frames,
             s.frame_size,
             mode.memory
         );
         Ok((
             State {
                 cap,
-                frames: s.frames,
+                frames: cfg.frames,
                 frame_size: s.frame_size as usize,
                 batch: s.batch_size,
                 busy_poll: s.busy_poll > 0,
                 poll_interval: (s.poll_interval > 0)
                     .then(|| std::time::Duration::from_micros(s.poll_interval.into())),
-                waker: Arc::new(waker),
+                waker,
                 timer: StatsTimer::new(s.stats_interval),
-                post: Vec::with_capacity(s.frames as usize),
+                post: Vec::with_capacity(cfg.frames as usize),
             },
             mode,
         ))
@@ -320,7 +326,7 @@ impl XdpSrc {
     /// frames plus the datagrams), the wait is interrupted, or an error occurs.
     fn receive(&self, st: &mut State) -> Result<(gst::Memory, Vec<PacketInfo>), gst::FlowError> {
         loop {
-            if self.flushing.load(Ordering::Acquire) {
+            if self.live.is_flushing() {
                 return Err(gst::FlowError::Flushing);
             }
             let (start, n) = st.cap.sock.rx.peek(st.batch);
@@ -342,8 +348,10 @@ impl XdpSrc {
                 if let Some(nap) = st.poll_interval {
                     // Nobody waits on the socket, so the kernel wakes no one per
                     // packet; the RX ring holds what arrives meanwhile. Stop and
-                    // unlock are seen within one nap.
-                    std::thread::sleep(nap);
+                    // unlock() cuts the nap short.
+                    if !self.live.nap(nap) {
+                        return Err(gst::FlowError::Flushing);
+                    }
                     continue;
                 }
                 let timeout = if posted < st.batch as usize {
@@ -438,8 +446,8 @@ impl XdpSrc {
                 }
                 engine::refill(&mut ring, &mut st.cap.sock.fill, &mut st.post);
                 let held = ring.counts().held as u64;
-                if held > self.counters.high_water.get() {
-                    self.counters.high_water.set(held);
+                if held > self.high_water.get() {
+                    self.high_water.set(held);
                 }
             }
             if st.cap.sock.fill.needs_wakeup() {
@@ -537,14 +545,6 @@ impl ObjectImpl for XdpSrc {
                     .default_value(DEFAULT_BUSY_POLL_BUDGET)
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecUInt::builder("frames")
-                    .nick("Frames")
-                    .blurb("UMEM frames (a power of two): the fill and RX ring sizes and the most frames lent downstream at once")
-                    .minimum(64)
-                    .maximum(1 << 20)
-                    .default_value(DEFAULT_FRAMES)
-                    .mutable_ready()
-                    .build(),
                 glib::ParamSpecUInt::builder("frame-size")
                     .nick("Frame size")
                     .blurb("Bytes per UMEM frame, 2048 or 4096; frames longer than this less 256 B of headroom are dropped by the kernel")
@@ -553,25 +553,17 @@ impl ObjectImpl for XdpSrc {
                     .default_value(DEFAULT_FRAME_SIZE)
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecUInt::builder("batch-size")
-                    .nick("Batch size")
-                    .blurb("Most frames taken from the RX ring, and pushed as one buffer, per batch")
-                    .minimum(1)
-                    .maximum(4096)
-                    .default_value(DEFAULT_BATCH_SIZE)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecEnum::builder::<Hugepages>("hugepages")
-                    .nick("Hugepages")
-                    .blurb("UMEM in hugepages: auto (fall back with a warning), require, off")
-                    .mutable_ready()
-                    .build(),
+                live::batch_size(
+                    "Most frames taken from the RX ring, and pushed as one buffer, per batch",
+                    4096,
+                    DEFAULT_BATCH_SIZE,
+                ),
             ];
-            v.extend(stats::properties(
-                "packets, bytes, batches, malformed, truncated, filtered, empty, drops-pool, \
-                 drops-kernel, rx-dropped, rx-invalid-descs, rx-ring-full, \
-                 rx-fill-ring-empty-descs, pool-*, xdp-mode, bind-mode, memory",
-            ));
+            v.extend(POOL.param_specs());
+            let kernel = KernelCounters::describe("pool-*, xdp-mode, bind-mode, memory");
+            v.extend(stats::properties(&Counters::describe(&format!(
+                "drops-pool, drops-kernel, {kernel}"
+            ))));
             v
         });
         PROPS.as_ref()
@@ -579,6 +571,9 @@ impl ObjectImpl for XdpSrc {
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = lock(&self.settings);
+        if s.pool.set(value, pspec) {
+            return;
+        }
         let opt = |v: Option<String>| v.filter(|x| !x.is_empty());
         match pspec.name() {
             "interface" => s.interface = opt(value.get().unwrap()),
@@ -596,10 +591,8 @@ impl ObjectImpl for XdpSrc {
             "busy-poll" => s.busy_poll = value.get().unwrap(),
             "poll-interval" => s.poll_interval = value.get().unwrap(),
             "busy-poll-budget" => s.busy_poll_budget = value.get().unwrap(),
-            "frames" => s.frames = value.get().unwrap(),
             "frame-size" => s.frame_size = value.get().unwrap(),
             "batch-size" => s.batch_size = value.get().unwrap(),
-            "hugepages" => s.hugepages = value.get().unwrap(),
             "stats-interval" => s.stats_interval = value.get().unwrap(),
             other => unreachable!("unknown property {other}"),
         }
@@ -610,6 +603,9 @@ impl ObjectImpl for XdpSrc {
             return self.stats().to_value();
         }
         let s = lock(&self.settings);
+        if let Some(v) = s.pool.get(pspec, s.frame_size.into()) {
+            return v;
+        }
         match pspec.name() {
             "interface" => s.interface.to_value(),
             "queue" => s.queue.to_value(),
@@ -621,10 +617,8 @@ impl ObjectImpl for XdpSrc {
             "busy-poll" => s.busy_poll.to_value(),
             "poll-interval" => s.poll_interval.to_value(),
             "busy-poll-budget" => s.busy_poll_budget.to_value(),
-            "frames" => s.frames.to_value(),
             "frame-size" => s.frame_size.to_value(),
             "batch-size" => s.batch_size.to_value(),
-            "hugepages" => s.hugepages.to_value(),
             "stats-interval" => s.stats_interval.to_value(),
             other => unreachable!("unknown property {other}"),
         }
@@ -632,9 +626,7 @@ impl ObjectImpl for XdpSrc {
 
     fn constructed(&self) {
         self.parent_constructed();
-        let obj = self.obj();
-        obj.set_live(true);
-        obj.set_format(gst::Format::Time);
+        live::set_live(&*self.obj(), true);
     }
 }
 
@@ -655,15 +647,8 @@ impl ElementImpl for XdpSrc {
     }
 
     fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
-            vec![gst::PadTemplate::new(
-                "src",
-                gst::PadDirection::Src,
-                gst::PadPresence::Always,
-                &fcaps::packets_caps(),
-            )
-            .unwrap()]
-        });
+        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
+            LazyLock::new(|| vec![live::src_template(&fcaps::packets_caps())]);
         TEMPLATES.as_ref()
     }
 }
@@ -671,12 +656,11 @@ impl ElementImpl for XdpSrc {
 impl BaseSrcImpl for XdpSrc {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
-        for c in self.counters.all() {
-            c.reset();
-        }
+        self.counters.reset();
+        self.kernel.reset();
+        self.high_water.reset();
+        self.live.start();
         let (state, mode) = self.open(&s)?;
-        self.flushing.store(false, Ordering::Release);
-        *lock(&self.waker) = Some(state.waker.clone());
         *lock(&self.ring) = Some(state.cap.ring.clone());
         *lock(&self.mode) = Some(mode);
         *lock(&self.state) = Some(state);
@@ -688,7 +672,7 @@ impl BaseSrcImpl for XdpSrc {
             self.read_kernel_stats(&st.cap.sock);
             st.cap.close();
         }
-        *lock(&self.waker) = None;
+        self.live.stop();
         Ok(())
     }
 
@@ -705,19 +689,11 @@ impl BaseSrcImpl for XdpSrc {
     }
 
     fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.flushing.store(true, Ordering::Release);
-        if let Some(w) = lock(&self.waker).as_ref() {
-            w.wake();
-        }
-        Ok(())
+        self.live.unlock()
     }
 
     fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        if let Some(w) = lock(&self.waker).as_ref() {
-            w.clear();
-        }
-        self.flushing.store(false, Ordering::Release);
-        Ok(())
+        self.live.unlock_stop()
     }
 }
 
