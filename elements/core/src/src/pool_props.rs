@@ -48,6 +48,9 @@ pub struct PoolProps {
     /// Bytes per slot with default settings: the `pool-size` default shown when the
     /// default is a count.
     pub default_slot_bytes: u64,
+    /// Whether the element chooses its memory (`memory`; not for DPDK, whose EAL
+    /// does).
+    pub memory: bool,
     /// Whether the element had a `hugepages` property to keep as an alias.
     pub hugepages_alias: bool,
     /// The old count property to keep as an alias, if any.
@@ -66,16 +69,21 @@ impl PoolProps {
     /// `memory`, `pool-size`, then the deprecated aliases.
     pub fn param_specs(&self) -> Vec<glib::ParamSpec> {
         let what = self.what;
-        let mut v = vec![
-            glib::ParamSpecEnum::builder::<Memory>("memory")
-                .nick("Memory")
-                .blurb(&format!(
-                    "What backs the {what}: auto (hugepages if reserved, else normal pages \
+        let mut v = vec![];
+        if self.memory {
+            v.push(
+                glib::ParamSpecEnum::builder::<Memory>("memory")
+                    .nick("Memory")
+                    .blurb(&format!(
+                        "What backs the {what}: auto (hugepages if reserved, else normal pages \
                      with a warning), hugepages (fail at start without them), system \
                      (normal pages)"
-                ))
-                .mutable_ready()
-                .build(),
+                    ))
+                    .mutable_ready()
+                    .build(),
+            );
+        }
+        v.push(
             glib::ParamSpecUInt64::builder("pool-size")
                 .nick("Pool size")
                 .blurb(self.size_blurb)
@@ -83,7 +91,7 @@ impl PoolProps {
                 .default_value(self.default_bytes())
                 .mutable_ready()
                 .build(),
-        ];
+        );
         if self.hugepages_alias {
             v.push(
                 glib::ParamSpecEnum::builder::<Hugepages>("hugepages")
@@ -205,6 +213,7 @@ mod tests {
         size_blurb: "Bytes of UMEM",
         default: PoolSize::Count(16384),
         default_slot_bytes: 4096,
+        memory: true,
         hugepages_alias: true,
         count_alias: Some(CountAlias {
             name: "frames",

@@ -1,19 +1,20 @@
 //! `fhdpdksrc` implementation: a live `PushSrc` polling one DPDK receive queue.
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use firehose_core::batch::batch_buffer;
 use firehose_core::frame::accept::{accept, Rejected, UdpFilter as Filter};
-use firehose_core::stats::{self, names, Counter, StatsTimer};
+use firehose_core::src::{
+    self as live, CountAlias, LiveControl, PoolProps, PoolSettings, PoolSize,
+};
+use firehose_core::stats::{self, names, StatsTimer};
 use firehose_core::sync::lock;
 use firehose_core::{caps as fcaps, PacketAddr, PacketInfo};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
-use gst_base::prelude::*;
 use gst_base::subclass::base_src::CreateSuccess;
 use gst_base::subclass::prelude::*;
 
@@ -39,6 +40,22 @@ const DEFAULT_BATCH: u32 = 64;
 /// Largest burst: bounds the per-element arrays allocated at start.
 const MAX_BATCH: u32 = 512;
 const DEFAULT_POLL_US: u32 = 20;
+/// The pool properties: today's 16384 mbufs of 2176 bytes by default. No `memory`:
+/// the EAL decides what backs the pool (hugepages unless `--no-huge`).
+const POOL: PoolProps = PoolProps {
+    what: "mbuf pool",
+    size_blurb: "Bytes of the receive mbuf pool, in mbufs of mbuf-size bytes (at least 64): \
+                 the receive descriptors plus every batch held downstream",
+    default: PoolSize::Bytes(DEFAULT_MBUFS as u64 * DEFAULT_MBUF_SIZE as u64),
+    default_slot_bytes: DEFAULT_MBUF_SIZE as u64,
+    memory: false,
+    hugepages_alias: false,
+    count_alias: Some(CountAlias {
+        name: "mbufs",
+        min: 64,
+        max: u32::MAX,
+    }),
+};
 
 #[derive(Debug, Clone)]
 struct Settings {
@@ -47,7 +64,7 @@ struct Settings {
     queue: u32,
     port: i32,
     address: Option<String>,
-    mbufs: u32,
+    pool: PoolSettings,
     mbuf_cache: u32,
     mbuf_size: u32,
     rx_descriptors: u32,
@@ -65,7 +82,7 @@ impl Default for Settings {
             queue: 0,
             port: DEFAULT_PORT,
             address: None,
-            mbufs: DEFAULT_MBUFS,
+            pool: PoolSettings::new(&POOL),
             mbuf_cache: DEFAULT_MBUF_CACHE,
             mbuf_size: DEFAULT_MBUF_SIZE,
             rx_descriptors: DEFAULT_RX_DESC,
@@ -77,18 +94,33 @@ impl Default for Settings {
     }
 }
 
-/// Counters read by the `stats` property from any thread.
-#[derive(Default)]
-struct Counters {
-    packets: Counter,
-    bytes: Counter,
-    batches: Counter,
-    filtered: Counter,
-    malformed: Counter,
-    empty: Counter,
-    imissed: Counter,
-    ierrors: Counter,
-    rx_nombuf: Counter,
+impl Settings {
+    /// Mbufs: `pool-size` over `mbuf-size` (or the deprecated `mbufs`), at least 64.
+    fn mbufs(&self) -> u32 {
+        let n = self.pool.count(self.mbuf_size.into());
+        u32::try_from(n).unwrap_or(u32::MAX).max(64)
+    }
+}
+
+firehose_core::counters! {
+    /// Counters read by the `stats` property from any thread.
+    struct Counters {
+        packets: names::PACKETS,
+        bytes: names::BYTES,
+        batches: names::BATCHES,
+        filtered: names::FILTERED,
+        malformed: names::MALFORMED,
+        empty: names::EMPTY,
+    }
+}
+
+firehose_core::counters! {
+    /// Mirrored from the port's `rte_eth_stats`.
+    struct NicCounters {
+        imissed: "imissed",
+        ierrors: "ierrors",
+        rx_nombuf: "rx-nombuf",
+    }
 }
 
 /// The mbufs of one batch, lent downstream as one memory over the part of the pool they
@@ -157,8 +189,9 @@ pub struct DpdkSrc {
     /// The open port's id, for `stats` reads from other threads; cleared (under this
     /// lock) before the port is closed.
     nic: Mutex<Option<u16>>,
-    flushing: AtomicBool,
+    live: LiveControl,
     counters: Counters,
+    nic_counters: NicCounters,
 }
 
 /// What to do with one received frame.
@@ -201,20 +234,13 @@ unsafe fn classify(m: *mut sys::rte_mbuf, filter: &Filter) -> Verdict {
 impl DpdkSrc {
     fn stats(&self) -> gst::Structure {
         self.refresh_nic();
-        let c = &self.counters;
-        let drops = c.imissed.get() + c.ierrors.get() + c.rx_nombuf.get();
-        stats::structure(&[
-            (names::PACKETS, c.packets.get()),
-            (names::BYTES, c.bytes.get()),
-            (names::BATCHES, c.batches.get()),
-            (names::FILTERED, c.filtered.get()),
-            (names::MALFORMED, c.malformed.get()),
-            (names::EMPTY, c.empty.get()),
-            ("drops-nic", drops),
-            ("imissed", c.imissed.get()),
-            ("ierrors", c.ierrors.get()),
-            ("rx-nombuf", c.rx_nombuf.get()),
-        ])
+        let nic = self.nic_counters.fields();
+        let mut s = self.counters.structure();
+        s.set("drops-nic", nic.iter().map(|&(_, v)| v).sum::<u64>());
+        for (name, v) in nic {
+            s.set(name, v);
+        }
+        s
     }
 
     /// Mirrors the port's drop counters while it is open.
@@ -222,9 +248,9 @@ impl DpdkSrc {
         let nic = lock(&self.nic);
         if let Some(id) = *nic {
             let s = dpdk::port_stats(id);
-            self.counters.imissed.set(s.imissed);
-            self.counters.ierrors.set(s.ierrors);
-            self.counters.rx_nombuf.set(s.rx_nombuf);
+            self.nic_counters.imissed.set(s.imissed);
+            self.nic_counters.ierrors.set(s.ierrors);
+            self.nic_counters.rx_nombuf.set(s.rx_nombuf);
         }
     }
 
@@ -232,7 +258,7 @@ impl DpdkSrc {
     fn receive(&self, st: &mut State) -> Result<(gst::Memory, Vec<PacketInfo>), gst::FlowError> {
         let id = st.port.id();
         loop {
-            if self.flushing.load(Ordering::Acquire) {
+            if self.live.is_flushing() {
                 return Err(gst::FlowError::Flushing);
             }
             // SAFETY: a started port and set-up queue; `rx` has room for `burst` pointers.
@@ -242,8 +268,8 @@ impl DpdkSrc {
             if n == 0 {
                 if st.poll.is_zero() {
                     std::hint::spin_loop();
-                } else {
-                    std::thread::sleep(st.poll);
+                } else if !self.live.nap(st.poll) {
+                    return Err(gst::FlowError::Flushing);
                 }
                 continue;
             }
@@ -359,16 +385,6 @@ impl ObjectImpl for DpdkSrc {
                     .blurb("Destination IP address to accept (unset = any); others count as filtered")
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecUInt::builder("mbufs")
-                    .nick("Mbufs")
-                    .blurb(
-                        "Mbufs in the receive pool: the receive descriptors plus every batch \
-                         held downstream",
-                    )
-                    .minimum(64)
-                    .default_value(DEFAULT_MBUFS)
-                    .mutable_ready()
-                    .build(),
                 glib::ParamSpecUInt::builder("mbuf-cache")
                     .nick("Mbuf cache")
                     .blurb("Per-lcore mbuf cache (used by EAL threads only; 0 = none)")
@@ -392,14 +408,11 @@ impl ObjectImpl for DpdkSrc {
                     .default_value(DEFAULT_RX_DESC)
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecUInt::builder("batch-size")
-                    .nick("Batch size")
-                    .blurb("Most frames per rte_eth_rx_burst, pushed as one buffer")
-                    .minimum(1)
-                    .maximum(MAX_BATCH)
-                    .default_value(DEFAULT_BATCH)
-                    .mutable_ready()
-                    .build(),
+                live::batch_size(
+                    "Most frames per rte_eth_rx_burst, pushed as one buffer",
+                    MAX_BATCH,
+                    DEFAULT_BATCH,
+                ),
                 glib::ParamSpecBoolean::builder("promiscuous")
                     .nick("Promiscuous")
                     .blurb("Receive frames for any MAC address")
@@ -417,10 +430,11 @@ impl ObjectImpl for DpdkSrc {
                     .mutable_ready()
                     .build(),
             ];
-            v.extend(stats::properties(
-                "packets, bytes, batches, filtered, malformed, empty, drops-nic \
-                 (imissed + ierrors + rx-nombuf from rte_eth_stats), imissed, ierrors, rx-nombuf",
-            ));
+            v.extend(POOL.param_specs());
+            v.extend(stats::properties(&Counters::describe(&format!(
+                "drops-nic (imissed + ierrors + rx-nombuf from rte_eth_stats), {}",
+                NicCounters::describe("")
+            ))));
             v
         });
         PROPS.as_ref()
@@ -428,6 +442,9 @@ impl ObjectImpl for DpdkSrc {
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = lock(&self.settings);
+        if s.pool.set(value, pspec) {
+            return;
+        }
         let string = || {
             value
                 .get::<Option<String>>()
@@ -440,7 +457,6 @@ impl ObjectImpl for DpdkSrc {
             "queue" => s.queue = value.get().expect("type checked upstream"),
             "port" => s.port = value.get().expect("type checked upstream"),
             "address" => s.address = string(),
-            "mbufs" => s.mbufs = value.get().expect("type checked upstream"),
             "mbuf-cache" => s.mbuf_cache = value.get().expect("type checked upstream"),
             "mbuf-size" => s.mbuf_size = value.get().expect("type checked upstream"),
             "rx-descriptors" => s.rx_descriptors = value.get().expect("type checked upstream"),
@@ -457,13 +473,15 @@ impl ObjectImpl for DpdkSrc {
             return self.stats().to_value();
         }
         let s = lock(&self.settings);
+        if let Some(v) = s.pool.get(pspec, s.mbuf_size.into()) {
+            return v;
+        }
         match pspec.name() {
             "eal-args" => s.eal_args.to_value(),
             "dpdk-port" => s.dpdk_port.to_value(),
             "queue" => s.queue.to_value(),
             "port" => s.port.to_value(),
             "address" => s.address.to_value(),
-            "mbufs" => s.mbufs.to_value(),
             "mbuf-cache" => s.mbuf_cache.to_value(),
             "mbuf-size" => s.mbuf_size.to_value(),
             "rx-descriptors" => s.rx_descriptors.to_value(),
@@ -477,9 +495,7 @@ impl ObjectImpl for DpdkSrc {
 
     fn constructed(&self) {
         self.parent_constructed();
-        let obj = self.obj();
-        obj.set_live(true);
-        obj.set_format(gst::Format::Time);
+        live::set_live(&*self.obj(), true);
     }
 }
 
@@ -500,15 +516,8 @@ impl ElementImpl for DpdkSrc {
     }
 
     fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
-            vec![gst::PadTemplate::new(
-                "src",
-                gst::PadDirection::Src,
-                gst::PadPresence::Always,
-                &fcaps::packets_caps(),
-            )
-            .expect("valid pad template")]
-        });
+        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
+            LazyLock::new(|| vec![live::src_template(&fcaps::packets_caps())]);
         TEMPLATES.as_ref()
     }
 }
@@ -532,13 +541,13 @@ impl BaseSrcImpl for DpdkSrc {
         let session = Session::open(&s.eal_args).map_err(|e| e.to_gst())?;
         let data_room = u16::try_from(s.mbuf_size).unwrap_or(u16::MAX);
         let mut port = Port::claim(&s.dpdk_port).map_err(|e| e.to_gst())?;
-        let pool = Pool::new("rx", s.mbufs, s.mbuf_cache, data_room, port.is_virtual())
+        let pool = Pool::new("rx", s.mbufs(), s.mbuf_cache, data_room, port.is_virtual())
             .map_err(|e| e.to_gst())?;
         if pool.span().len() > u32::MAX as usize {
             return Err(gst::error_msg!(
                 gst::ResourceError::Settings,
                 ("The receive pool spans more than 4 GiB, beyond the batch meta's offsets: \
-                  lower mbufs or mbuf-size")
+                  lower pool-size")
             ));
         }
         let cfg = PortConfig {
@@ -555,27 +564,19 @@ impl BaseSrcImpl for DpdkSrc {
             port,
             port.bus(),
             s.queue,
-            s.mbufs,
+            s.mbufs(),
             data_room,
             session.vdevs()
         );
-        let c = &self.counters;
-        for k in [
-            &c.packets,
-            &c.bytes,
-            &c.batches,
-            &c.filtered,
-            &c.malformed,
-            &c.empty,
-            &c.imissed,
-            &c.ierrors,
-            &c.rx_nombuf,
-        ] {
-            k.reset();
-        }
+        self.counters.reset();
+        self.nic_counters.reset();
         let burst = s.batch_size.min(MAX_BATCH) as usize;
         *lock(&self.nic) = Some(port.id());
-        self.flushing.store(false, Ordering::Release);
+        self.live.start();
+        // The naps between empty bursts sleep in ppoll on it, so unlock() cuts them short.
+        self.live.new_waker().map_err(|e| {
+            gst::error_msg!(gst::ResourceError::OpenRead, ("eventfd failed: {}", e))
+        })?;
         *lock(&self.state) = Some(State {
             port,
             pool,
@@ -601,6 +602,7 @@ impl BaseSrcImpl for DpdkSrc {
         };
         // Port stop + close, then the pool reference and the hot-plugged devices.
         drop(state);
+        self.live.stop();
         Ok(())
     }
 
@@ -617,13 +619,11 @@ impl BaseSrcImpl for DpdkSrc {
     }
 
     fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.flushing.store(true, Ordering::Release);
-        Ok(())
+        self.live.unlock()
     }
 
     fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        self.flushing.store(false, Ordering::Release);
-        Ok(())
+        self.live.unlock_stop()
     }
 }
 

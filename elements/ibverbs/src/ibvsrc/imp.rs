@@ -48,6 +48,7 @@ const POOL: PoolProps = PoolProps {
                  frame each; at least 2, at most 1048576 slots)",
     default: PoolSize::Bytes(DEFAULT_SLOTS as u64 * DEFAULT_SLOT_SIZE as u64),
     default_slot_bytes: DEFAULT_SLOT_SIZE as u64,
+    memory: true,
     hugepages_alias: true,
     count_alias: Some(CountAlias {
         name: "slots",

@@ -41,6 +41,7 @@ const POOL: PoolProps = PoolProps {
     size_blurb: "Bytes of preallocated replay pool, in slots of 2 MiB (at least 2)",
     default: PoolSize::Bytes(POOL_SLOTS * SLOT_SIZE as u64),
     default_slot_bytes: SLOT_SIZE as u64,
+    memory: true,
     hugepages_alias: true,
     count_alias: None,
 };

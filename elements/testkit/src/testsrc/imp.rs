@@ -40,6 +40,7 @@ const POOL: PoolProps = PoolProps {
                  bytes (default: 8 batches)",
     default: PoolSize::Count(POOL_SLOTS),
     default_slot_bytes: DEFAULT_PACKET_SIZE as u64 * DEFAULT_BATCH_SIZE as u64,
+    memory: true,
     hugepages_alias: false,
     count_alias: None,
 };

@@ -58,6 +58,7 @@ const POOL: PoolProps = PoolProps {
                  downstream at once",
     default: PoolSize::Bytes(DEFAULT_FRAMES as u64 * DEFAULT_FRAME_SIZE as u64),
     default_slot_bytes: DEFAULT_FRAME_SIZE as u64,
+    memory: true,
     hugepages_alias: true,
     count_alias: Some(CountAlias {
         name: "frames",
