@@ -3,20 +3,19 @@
 //! chunks one per `create`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{LazyLock, Mutex};
 use std::time::Instant;
 
 use firehose_chunk::front::ChunkFront;
 use firehose_chunk::settings::ChunkSettings;
 use firehose_chunk::{ChunkAssembler, StatsMirror};
 use firehose_core::caps as fcaps;
-use firehose_core::stats::{self, names, Counter, StatsTimer};
+use firehose_core::src::{self as live, LiveControl};
+use firehose_core::stats::{self, names, StatsTimer};
 use firehose_core::sync::lock;
-use firehose_core::wake::Waker;
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
-use gst_base::prelude::*;
 use gst_base::subclass::base_src::CreateSuccess;
 use gst_base::subclass::prelude::*;
 
@@ -62,18 +61,19 @@ impl Default for Settings {
     }
 }
 
-/// The receiver's counters, mirrored for `stats` as [`StatsMirror`] mirrors the
-/// engine's.
-#[derive(Debug, Default)]
-struct RecvCounters {
-    datagrams: Counter,
-    landed: Counter,
-    copied: Counter,
-    truncated: Counter,
-    empty: Counter,
-    batches: Counter,
-    /// Read from the kernel (a system call) only when stats are posted, and at stop.
-    kernel_drops: Counter,
+firehose_core::counters! {
+    /// The receiver's counters, mirrored for `stats` as [`StatsMirror`] mirrors the
+    /// engine's.
+    struct RecvCounters {
+        datagrams: names::DATAGRAMS,
+        landed: names::PACKETS_LANDED,
+        copied: names::PACKETS_COPIED,
+        truncated: names::TRUNCATED,
+        empty: names::EMPTY,
+        batches: names::BATCHES,
+        /// Read from the kernel (a system call) only when stats are posted, and at stop.
+        kernel_drops: names::DROPS_KERNEL,
+    }
 }
 
 impl RecvCounters {
@@ -85,32 +85,6 @@ impl RecvCounters {
         self.truncated.set(c.truncated);
         self.empty.set(c.empty);
         self.batches.set(c.batches);
-    }
-
-    fn fields(&self) -> [(&'static str, u64); 7] {
-        [
-            (names::DATAGRAMS, self.datagrams.get()),
-            (names::PACKETS_LANDED, self.landed.get()),
-            (names::PACKETS_COPIED, self.copied.get()),
-            (names::TRUNCATED, self.truncated.get()),
-            (names::EMPTY, self.empty.get()),
-            (names::BATCHES, self.batches.get()),
-            (names::DROPS_KERNEL, self.kernel_drops.get()),
-        ]
-    }
-
-    fn reset(&self) {
-        for c in [
-            &self.datagrams,
-            &self.landed,
-            &self.copied,
-            &self.truncated,
-            &self.empty,
-            &self.batches,
-            &self.kernel_drops,
-        ] {
-            c.reset();
-        }
     }
 }
 
@@ -124,8 +98,9 @@ struct State {
 pub struct UdpChunkSrc {
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
-    /// Kept outside `state`, which the streaming thread holds while it waits.
-    waker: Mutex<Option<Arc<Waker>>>,
+    /// The receiver's waker, outside `state` (which the streaming thread holds while
+    /// it waits); the flushing flag that matters is `chunks`'.
+    live: LiveControl,
     /// The output caps while started; outside `state` so a caps query never waits for
     /// a receive.
     caps: Mutex<Option<gst::Caps>>,
@@ -193,15 +168,9 @@ impl ObjectImpl for UdpChunkSrc {
             );
             v.extend(ChunkSettings::properties());
             v.extend(stats::properties(&format!(
-                "{}, {}, {}, {}, {}, {}, {}, {}",
+                "{}, {}",
                 StatsMirror::COUNTERS,
-                names::DATAGRAMS,
-                names::PACKETS_LANDED,
-                names::PACKETS_COPIED,
-                names::TRUNCATED,
-                names::EMPTY,
-                names::BATCHES,
-                names::DROPS_KERNEL
+                RecvCounters::describe("")
             )));
             v
         });
@@ -239,9 +208,7 @@ impl ObjectImpl for UdpChunkSrc {
 
     fn constructed(&self) {
         self.parent_constructed();
-        let obj = self.obj();
-        obj.set_live(true);
-        obj.set_format(gst::Format::Time);
+        live::set_live(&*self.obj(), true);
     }
 }
 
@@ -262,13 +229,9 @@ impl ElementImpl for UdpChunkSrc {
 
     fn pad_templates() -> &'static [gst::PadTemplate] {
         static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
-            vec![gst::PadTemplate::new(
-                "src",
-                gst::PadDirection::Src,
-                gst::PadPresence::Always,
-                &gst::Caps::new_empty_simple(fcaps::CHUNK),
-            )
-            .unwrap()]
+            vec![live::src_template(&gst::Caps::new_empty_simple(
+                fcaps::CHUNK,
+            ))]
         });
         TEMPLATES.as_ref()
     }
@@ -281,7 +244,7 @@ impl ElementImpl for UdpChunkSrc {
     fn send_event(&self, event: gst::Event) -> bool {
         if event.type_() == gst::EventType::Eos {
             // Started: a receive can take it (the waker is set from start to stop).
-            if let Some(w) = lock(&self.waker).as_ref() {
+            if let Some(w) = self.live.waker() {
                 gst::debug!(CAT, imp = self, "EOS: pushing the open chunks first");
                 self.eos.store(true, Ordering::Release);
                 w.wake();
@@ -336,8 +299,8 @@ impl BaseSrcImpl for UdpChunkSrc {
         let port_changed = lock(&self.settings).socket.set_bound_port(&report);
         self.recv_counters.reset();
         self.eos.store(false, Ordering::Release);
-        let waker = rx.waker();
-        *lock(&self.waker) = Some(waker);
+        self.live.start();
+        self.live.set_waker(rx.waker());
         *lock(&self.caps) = Some(caps);
         let src = LandingSource::new(
             rx,
@@ -363,7 +326,7 @@ impl BaseSrcImpl for UdpChunkSrc {
             let drops = state.src.rx.kernel_drops();
             self.recv_counters.kernel_drops.set(drops);
         }
-        *lock(&self.waker) = None;
+        self.live.stop();
         *lock(&self.caps) = None;
         Ok(())
     }
@@ -384,16 +347,11 @@ impl BaseSrcImpl for UdpChunkSrc {
 
     fn unlock(&self) -> Result<(), gst::ErrorMessage> {
         self.chunks.set_flushing(true);
-        if let Some(w) = lock(&self.waker).as_ref() {
-            w.wake();
-        }
-        Ok(())
+        self.live.unlock()
     }
 
     fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        if let Some(w) = lock(&self.waker).as_ref() {
-            w.clear();
-        }
+        self.live.unlock_stop()?;
         self.chunks.set_flushing(false);
         Ok(())
     }
