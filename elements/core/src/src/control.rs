@@ -62,6 +62,12 @@ impl LiveControl {
         lock(&self.pools).push(pool);
     }
 
+    /// Replaces the pools with `pool` (a source that changed its pool mid-stream, e.g.
+    /// for memory downstream proposed: the old one is no longer waited on).
+    pub fn set_pool(&self, pool: SlotPool) {
+        *lock(&self.pools) = vec![pool];
+    }
+
     /// `BaseSrcImpl::unlock`: raises the flag, then fires the waker and wakes the
     /// pools' waiters, so a wait sees the flag when it wakes.
     pub fn unlock(&self) -> Result<(), gst::ErrorMessage> {

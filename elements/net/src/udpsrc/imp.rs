@@ -3,25 +3,23 @@
 
 use firehose_core::batch::batch_buffer;
 use firehose_core::sync::lock;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use firehose_core::alloc::{self, Proposal};
-use firehose_core::props::{Hugepages, WhenFull};
-use firehose_core::stats::{self, names, Counter, StatsTimer};
+use firehose_core::props::WhenFull;
+use firehose_core::src::{self as live, LiveControl, PoolProps, PoolSettings, PoolSize};
+use firehose_core::stats::{self, names, StatsTimer};
 use firehose_core::{caps as fcaps, PacketInfo, PoolConfig, SlotArena, SlotPool};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
-use gst_base::prelude::*;
 use gst_base::subclass::base_src::CreateSuccess;
 use gst_base::subclass::prelude::*;
 
 use super::Output;
 use crate::recv::{Recv, RecvCounts, UdpReceiver};
 use crate::socket_settings::{insert_after, SocketSettings};
-use firehose_core::wake::Waker;
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -36,7 +34,16 @@ const DEFAULT_BATCH_SIZE: u32 = 64;
 /// it (in `firehose bench spead` under a quarter core, 4 MiB batches lost 15–27 % at
 /// 8 Gb/s of 8972-byte packets where 256–512 KiB ones lost nothing).
 const DEFAULT_BATCH_BYTES: u32 = 256 << 10;
-const DEFAULT_POOL_SIZE: u64 = 64 << 20;
+/// The pool properties: 64 MiB in slots of one batch slab each.
+const POOL: PoolProps = PoolProps {
+    what: "pool",
+    size_blurb: "Bytes of preallocated, pre-faulted pool memory (at least 2 batches)",
+    default: PoolSize::Bytes(64 << 20),
+    default_slot_bytes: DEFAULT_BATCH_BYTES as u64,
+    memory: true,
+    hugepages_alias: true,
+    count_alias: None,
+};
 
 #[derive(Debug, Clone)]
 struct Settings {
@@ -47,8 +54,7 @@ struct Settings {
     output: Output,
     caps: Option<gst::Caps>,
     when_full: WhenFull,
-    hugepages: Hugepages,
-    pool_size: u64,
+    pool: PoolSettings,
     stats_interval: u32,
 }
 
@@ -62,22 +68,24 @@ impl Default for Settings {
             output: Output::Batch,
             caps: None,
             when_full: WhenFull::Drop,
-            hugepages: Hugepages::Auto,
-            pool_size: DEFAULT_POOL_SIZE,
+            pool: PoolSettings::new(&POOL),
             stats_interval: firehose_core::stats::DEFAULT_INTERVAL_MS,
         }
     }
 }
 
-/// Counters read by the `stats` property from any thread.
-#[derive(Default)]
-struct Counters {
-    packets: Counter,
-    bytes: Counter,
-    batches: Counter,
-    drops_pool: Counter,
-    truncated: Counter,
-    empty: Counter,
+firehose_core::counters! {
+    /// Counters read by the `stats` property from any thread.
+    struct Counters {
+        packets: names::PACKETS,
+        bytes: names::BYTES,
+        batches: names::BATCHES,
+        /// Read from the kernel when stats are posted, and at stop.
+        kernel_drops: names::DROPS_KERNEL,
+        drops_pool: names::DROPS_POOL,
+        truncated: names::TRUNCATED,
+        empty: names::EMPTY,
+    }
 }
 
 impl Counters {
@@ -109,45 +117,22 @@ struct State {
 pub struct UdpSrc {
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
-    /// Kept outside `state`, which the streaming thread holds while it waits.
-    waker: Mutex<Option<Arc<Waker>>>,
+    /// The unlock flag, the receiver's waker and the pool.
+    live: LiveControl,
+    /// Kept after stop for the final `stats` read.
     pool: Mutex<Option<SlotPool>>,
-    kernel_drops: Counter,
-    flushing: AtomicBool,
     counters: Counters,
 }
 
 impl UdpSrc {
     fn stats(&self) -> gst::Structure {
-        let c = &self.counters;
-        let pool = self
-            .pool
-            .lock()
-            .unwrap()
-            .as_ref()
-            .map(|p| p.stats())
-            .unwrap_or_default();
-        let mut s = stats::structure(&[
-            (names::PACKETS, c.packets.get()),
-            (names::BYTES, c.bytes.get()),
-            (names::BATCHES, c.batches.get()),
-            (names::DROPS_KERNEL, self.kernel_drops.get()),
-            (names::DROPS_POOL, c.drops_pool.get()),
-            (names::TRUNCATED, c.truncated.get()),
-            (names::EMPTY, c.empty.get()),
-            (names::POOL_SLOTS, pool.slots as u64),
-            (names::POOL_IN_USE, pool.in_use as u64),
-            (names::POOL_HIGH_WATER, pool.high_water as u64),
-            (names::POOL_EXHAUSTED, pool.exhausted),
-        ]);
-        if let Some(p) = lock(&self.pool).as_ref() {
-            s.set("memory", p.kind().as_str());
-        }
+        let mut s = self.counters.structure();
+        live::append_slot_pool(&mut s, lock(&self.pool).as_ref());
         s
     }
 
     fn post_stats(&self, state: &State) {
-        self.kernel_drops.set(state.rx.kernel_drops());
+        self.counters.kernel_drops.set(state.rx.kernel_drops());
         stats::post(self.obj().upcast_ref(), self.stats());
     }
 
@@ -155,7 +140,7 @@ impl UdpSrc {
     /// datagrams), the wait is interrupted, or an error occurs.
     fn receive(&self, state: &mut State) -> Result<(gst::Memory, Vec<PacketInfo>), gst::FlowError> {
         loop {
-            if self.flushing.load(Ordering::Acquire) {
+            if self.live.is_flushing() {
                 return Err(gst::FlowError::Flushing);
             }
             let need = state.rx.per_msg();
@@ -166,7 +151,7 @@ impl UdpSrc {
                     WhenFull::Block => Some(
                         state
                             .pool
-                            .acquire_blocking(&self.flushing, Duration::from_millis(100))
+                            .acquire_blocking(self.live.flag(), Duration::from_millis(100))
                             .ok_or(gst::FlowError::Flushing)?,
                     ),
                 };
@@ -217,7 +202,7 @@ impl UdpSrc {
         let config = PoolConfig {
             slot_size: stats.slot_size,
             slots: stats.slots,
-            hugepages: lock(&self.settings).hugepages.into(),
+            hugepages: lock(&self.settings).pool.policy(),
         };
         let pool = SlotPool::with_provider(&config, provider).map_err(|e| {
             gst::element_imp_error!(
@@ -239,6 +224,7 @@ impl UdpSrc {
         );
         state.arena = None;
         state.pool = pool.clone();
+        self.live.set_pool(pool.clone());
         *lock(&self.pool) = Some(pool);
         Ok(())
     }
@@ -332,22 +318,9 @@ impl ObjectImpl for UdpSrc {
                     .blurb("When every pool slot is in use downstream: drop (count drops-pool) or block")
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecEnum::builder::<Hugepages>("hugepages")
-                    .nick("Hugepages")
-                    .blurb("Pool memory in hugepages: auto (fall back with a warning), require, off")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt64::builder("pool-size")
-                    .nick("Pool size")
-                    .blurb("Bytes of preallocated, pre-faulted pool memory (at least 2 batches)")
-                    .minimum(1)
-                    .default_value(DEFAULT_POOL_SIZE)
-                    .mutable_ready()
-                    .build(),
             ]);
-            v.extend(firehose_core::stats::properties(
-                "packets, bytes, batches, drops-kernel, drops-pool, truncated, empty, pool-*",
-            ));
+            v.extend(POOL.param_specs());
+            v.extend(stats::properties(&Counters::describe("pool-*, memory")));
             v
         });
         PROPS.as_ref()
@@ -355,7 +328,7 @@ impl ObjectImpl for UdpSrc {
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = lock(&self.settings);
-        if s.socket.set(value, pspec) {
+        if s.socket.set(value, pspec) || s.pool.set(value, pspec) {
             return;
         }
         match pspec.name() {
@@ -365,8 +338,6 @@ impl ObjectImpl for UdpSrc {
             "output" => s.output = value.get().unwrap(),
             "caps" => s.caps = value.get().unwrap(),
             "when-full" => s.when_full = value.get().unwrap(),
-            "hugepages" => s.hugepages = value.get().unwrap(),
-            "pool-size" => s.pool_size = value.get().unwrap(),
             "stats-interval" => s.stats_interval = value.get().unwrap(),
             other => unreachable!("unknown property {other}"),
         }
@@ -380,6 +351,10 @@ impl ObjectImpl for UdpSrc {
         if let Some(v) = s.socket.get(pspec) {
             return v;
         }
+        // Sized in bytes only: the slot (batch slab) size is known at start.
+        if let Some(v) = s.pool.get(pspec, u64::from(s.batch_bytes).max(1)) {
+            return v;
+        }
         match pspec.name() {
             "batch-size" => s.batch_size.to_value(),
             "batch-bytes" => s.batch_bytes.to_value(),
@@ -387,8 +362,6 @@ impl ObjectImpl for UdpSrc {
             "output" => s.output.to_value(),
             "caps" => s.caps.to_value(),
             "when-full" => s.when_full.to_value(),
-            "hugepages" => s.hugepages.to_value(),
-            "pool-size" => s.pool_size.to_value(),
             "stats-interval" => s.stats_interval.to_value(),
             other => unreachable!("unknown property {other}"),
         }
@@ -396,9 +369,7 @@ impl ObjectImpl for UdpSrc {
 
     fn constructed(&self) {
         self.parent_constructed();
-        let obj = self.obj();
-        obj.set_live(true);
-        obj.set_format(gst::Format::Time);
+        live::set_live(&*self.obj(), true);
     }
 }
 
@@ -418,15 +389,8 @@ impl ElementImpl for UdpSrc {
     }
 
     fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
-            vec![gst::PadTemplate::new(
-                "src",
-                gst::PadDirection::Src,
-                gst::PadPresence::Always,
-                &gst::Caps::new_any(),
-            )
-            .unwrap()]
-        });
+        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
+            LazyLock::new(|| vec![live::src_template(&gst::Caps::new_any())]);
         TEMPLATES.as_ref()
     }
 }
@@ -442,11 +406,11 @@ impl BaseSrcImpl for UdpSrc {
             s.batch_bytes as usize,
         )?;
         let slab = rx.slab_size();
-        let slots = (s.pool_size as usize / slab).max(2);
+        let slots = (s.pool.count(slab as u64) as usize).max(2);
         let pool = SlotPool::new(&PoolConfig {
             slot_size: slab,
             slots,
-            hugepages: s.hugepages.into(),
+            hugepages: s.pool.policy(),
         })
         .map_err(|e| gst::error_msg!(gst::ResourceError::NoSpaceLeft, ("{}", e)))?;
         if let Some(reason) = pool.fallback_reason() {
@@ -465,19 +429,10 @@ impl BaseSrcImpl for UdpSrc {
             pool.kind().as_str()
         );
         let port_changed = lock(&self.settings).socket.set_bound_port(&report);
-        for c in [
-            &self.counters.packets,
-            &self.counters.bytes,
-            &self.counters.batches,
-            &self.counters.drops_pool,
-            &self.counters.truncated,
-            &self.counters.empty,
-            &self.kernel_drops,
-        ] {
-            c.reset();
-        }
-        self.flushing.store(false, Ordering::Release);
-        *lock(&self.waker) = Some(rx.waker());
+        self.counters.reset();
+        self.live.start();
+        self.live.set_waker(rx.waker());
+        self.live.set_pool(pool.clone());
         *lock(&self.pool) = Some(pool.clone());
         *lock(&self.state) = Some(State {
             arena: None,
@@ -498,9 +453,9 @@ impl BaseSrcImpl for UdpSrc {
 
     fn stop(&self) -> Result<(), gst::ErrorMessage> {
         if let Some(state) = lock(&self.state).take() {
-            self.kernel_drops.set(state.rx.kernel_drops());
+            self.counters.kernel_drops.set(state.rx.kernel_drops());
         }
-        *lock(&self.waker) = None;
+        self.live.stop();
         // The pool stays reachable for the final `stats` read; slots still held
         // downstream keep its memory alive until they are dropped.
         Ok(())
@@ -546,22 +501,11 @@ impl BaseSrcImpl for UdpSrc {
     }
 
     fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.flushing.store(true, Ordering::Release);
-        if let Some(w) = lock(&self.waker).as_ref() {
-            w.wake();
-        }
-        if let Some(p) = lock(&self.pool).as_ref() {
-            p.wake_waiters();
-        }
-        Ok(())
+        self.live.unlock()
     }
 
     fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        if let Some(w) = lock(&self.waker).as_ref() {
-            w.clear();
-        }
-        self.flushing.store(false, Ordering::Release);
-        Ok(())
+        self.live.unlock_stop()
     }
 }
 
