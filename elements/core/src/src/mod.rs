@@ -58,3 +58,12 @@ pub fn set_live(src: &impl IsA<gst_base::BaseSrc>, live: bool) {
     }
     src.set_format(gst::Format::Time);
 }
+
+/// `BaseSrcImpl::caps` for a source whose caps are `caps`: them, or their intersection
+/// with `filter` (in `caps`' order).
+pub fn caps_query(caps: gst::Caps, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
+    Some(match filter {
+        Some(f) => f.intersect_with_mode(&caps, gst::CapsIntersectMode::First),
+        None => caps,
+    })
+}

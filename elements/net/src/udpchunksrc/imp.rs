@@ -339,10 +339,7 @@ impl BaseSrcImpl for UdpChunkSrc {
         let caps = lock(&self.caps)
             .clone()
             .unwrap_or_else(|| gst::Caps::new_empty_simple(fcaps::CHUNK));
-        Some(match filter {
-            Some(f) => f.intersect_with_mode(&caps, gst::CapsIntersectMode::First),
-            None => caps,
-        })
+        live::caps_query(caps, filter)
     }
 
     fn unlock(&self) -> Result<(), gst::ErrorMessage> {

@@ -494,10 +494,7 @@ impl BaseSrcImpl for UdpSrc {
             Output::Batch => fcaps::packets_caps(),
             Output::List => s.caps.clone().unwrap_or_else(gst::Caps::new_any),
         };
-        Some(match filter {
-            Some(f) => f.intersect_with_mode(&caps, gst::CapsIntersectMode::First),
-            None => caps,
-        })
+        live::caps_query(caps, filter)
     }
 
     fn unlock(&self) -> Result<(), gst::ErrorMessage> {

@@ -682,11 +682,7 @@ impl BaseSrcImpl for XdpSrc {
     }
 
     fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
-        let caps = fcaps::packets_caps();
-        Some(match filter {
-            Some(f) => f.intersect_with_mode(&caps, gst::CapsIntersectMode::First),
-            None => caps,
-        })
+        live::caps_query(fcaps::packets_caps(), filter)
     }
 
     fn unlock(&self) -> Result<(), gst::ErrorMessage> {
