@@ -146,6 +146,57 @@ pub fn proposed_provider(query: &gst::query::Allocation) -> Proposal {
     foreign.map_or(Proposal::Nothing, Proposal::Foreign)
 }
 
+/// A source's answer to downstream's proposal for its pool `current` (from its
+/// `decide_allocation`): a new pool of the same slots cut from the proposed provider, or
+/// `None` to keep `current` (nothing proposed, the same kind already, or a foreign
+/// allocator, which gets a warning on `element` saying why it is not used). A provider
+/// that cannot make the pool is an element error naming the memory and the cause.
+pub fn decide_pool(
+    element: &gst::Element,
+    query: &gst::query::Allocation,
+    current: &crate::SlotPool,
+) -> Result<Option<crate::SlotPool>, gst::LoggableError> {
+    let provider = match proposed_provider(query) {
+        Proposal::Provider(p) if p.kind() != current.kind() => p,
+        Proposal::Foreign(name) => {
+            gst::element_warning!(
+                element,
+                gst::ResourceError::Settings,
+                (
+                    "downstream proposes memory from {}, which {} cannot receive into; it \
+                     receives into its own pool and downstream copies if it must",
+                    name,
+                    element.name()
+                )
+            );
+            return Ok(None);
+        }
+        _ => return Ok(None),
+    };
+    let stats = current.stats();
+    let config = crate::PoolConfig {
+        slot_size: stats.slot_size,
+        slots: stats.slots,
+        // The provider decides what backs the region.
+        hugepages: crate::HugepagePolicy::Off,
+    };
+    let kind = provider.kind().as_str();
+    crate::SlotPool::with_provider(&config, &*provider)
+        .map(Some)
+        .map_err(|e| {
+            gst::element_error!(
+                element,
+                gst::ResourceError::NoSpaceLeft,
+                (
+                    "could not make the pool of {} memory that downstream asked for: {}",
+                    kind,
+                    e
+                )
+            );
+            gst::loggable_error!(gst::CAT_RUST, "no pool of the proposed memory")
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,6 +227,26 @@ mod tests {
             matches!(proposed_provider(&q), Proposal::Nothing),
             "system memory is ours to use"
         );
+    }
+
+    #[test]
+    fn a_source_gets_a_pool_of_the_proposed_kind_with_the_same_slots() {
+        gst::init().unwrap();
+        let el = gst::ElementFactory::make("fakesrc").build().unwrap();
+        let current = crate::SlotPool::new(&crate::PoolConfig {
+            slot_size: 4096,
+            slots: 3,
+            hugepages: HugepagePolicy::Off,
+        })
+        .unwrap();
+        let mut q = gst::query::Allocation::new(None, true);
+        assert!(decide_pool(&el, &q, &current).unwrap().is_none());
+        propose(&mut q, Arc::new(SharedSegment::new("firehose-test")));
+        let pool = decide_pool(&el, &q, &current).unwrap().expect("a new pool");
+        assert_eq!(pool.kind(), MemoryKind::Shared);
+        assert_eq!((pool.stats().slots, pool.slot_size()), (3, 4096));
+        // Already of the proposed kind: kept.
+        assert!(decide_pool(&el, &q, &pool).unwrap().is_none());
     }
 
     #[test]

@@ -6,7 +6,7 @@ use firehose_core::sync::lock;
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
-use firehose_core::alloc::{self, Proposal};
+use firehose_core::alloc;
 use firehose_core::props::WhenFull;
 use firehose_core::src::{self as live, LiveControl, PoolProps, PoolSettings, PoolSize};
 use firehose_core::stats::{self, names, StatsTimer};
@@ -182,51 +182,6 @@ impl UdpSrc {
     fn read_failed(&self, e: &std::io::Error) -> gst::FlowError {
         gst::element_imp_error!(self, gst::ResourceError::Read, ("recvmmsg failed: {}", e));
         gst::FlowError::Error
-    }
-
-    /// Cuts the pool from `provider` (what the element downstream proposed in the
-    /// allocation query) unless it already is of its kind; the old pool's memory goes
-    /// when the buffers still using it are dropped.
-    fn use_provider(
-        &self,
-        provider: &dyn firehose_core::MemoryProvider,
-    ) -> Result<(), gst::LoggableError> {
-        let mut guard = lock(&self.state);
-        let Some(state) = guard.as_mut() else {
-            return Ok(());
-        };
-        if state.pool.kind() == provider.kind() {
-            return Ok(());
-        }
-        let stats = state.pool.stats();
-        let config = PoolConfig {
-            slot_size: stats.slot_size,
-            slots: stats.slots,
-            hugepages: lock(&self.settings).pool.policy(),
-        };
-        let pool = SlotPool::with_provider(&config, provider).map_err(|e| {
-            gst::element_imp_error!(
-                self,
-                gst::ResourceError::NoSpaceLeft,
-                (
-                    "could not make the pool of {} memory that downstream asked for: {}",
-                    provider.kind().as_str(),
-                    e
-                )
-            );
-            gst::loggable_error!(*CAT, "no pool of the proposed memory")
-        })?;
-        gst::info!(
-            CAT,
-            imp = self,
-            "receiving into {} memory, as downstream proposed",
-            pool.kind().as_str()
-        );
-        state.arena = None;
-        state.pool = pool.clone();
-        self.live.set_pool(pool.clone());
-        *lock(&self.pool) = Some(pool);
-        Ok(())
     }
 
     /// The pool is empty: counts what is queued on the socket now as `drops-pool` (so
@@ -472,18 +427,20 @@ impl BaseSrcImpl for UdpSrc {
         &self,
         query: &mut gst::query::Allocation,
     ) -> Result<(), gst::LoggableError> {
-        match alloc::proposed_provider(query) {
-            Proposal::Provider(p) => self.use_provider(&*p)?,
-            Proposal::Foreign(name) => gst::element_imp_warning!(
-                self,
-                gst::ResourceError::Settings,
-                (
-                    "downstream proposes memory from {}, which fhudpsrc cannot receive into; \
-                     it receives into its own pool and downstream copies if it must",
-                    name
-                )
-            ),
-            Proposal::Nothing => {}
+        // Called from the streaming thread before it receives: the state is free.
+        if let Some(state) = lock(&self.state).as_mut() {
+            if let Some(pool) = alloc::decide_pool(self.obj().upcast_ref(), query, &state.pool)? {
+                gst::info!(
+                    CAT,
+                    imp = self,
+                    "receiving into {} memory, as downstream proposed",
+                    pool.kind().as_str()
+                );
+                state.arena = None;
+                state.pool = pool.clone();
+                self.live.set_pool(pool.clone());
+                *lock(&self.pool) = Some(pool);
+            }
         }
         self.parent_decide_allocation(query)
     }
