@@ -21,13 +21,7 @@ use gst_base::subclass::prelude::*;
 use crate::dpdk::{self, Pool, Port, PortConfig, Session};
 use crate::sys;
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "fhdpdksrc",
-        gst::DebugColorFlags::empty(),
-        Some("Firehose DPDK source"),
-    )
-});
+firehose_core::debug_category!(CAT, "fhdpdksrc", "Firehose DPDK source");
 
 const DEFAULT_DPDK_PORT: &str = "0";
 const DEFAULT_PORT: i32 = 5004;
@@ -493,33 +487,20 @@ impl ObjectImpl for DpdkSrc {
         }
     }
 
-    fn constructed(&self) {
-        self.parent_constructed();
-        live::set_live(&*self.obj(), true);
-    }
+    firehose_core::live_src_constructed!(true);
 }
 
 impl GstObjectImpl for DpdkSrc {}
 
 impl ElementImpl for DpdkSrc {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "Firehose DPDK source",
-                "Source/Network",
-                "Receives UDP from a DPDK port (kernel bypass), one buffer per burst, \
-                 the mbufs lent downstream without a copy",
-                "Firehose developers",
-            )
-        });
-        Some(&*META)
-    }
+    firehose_core::element_metadata!(
+        "Firehose DPDK source",
+        "Source/Network",
+        "Receives UDP from a DPDK port (kernel bypass), one buffer per burst, \
+         the mbufs lent downstream without a copy",
+    );
 
-    fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
-            LazyLock::new(|| vec![live::src_template(&fcaps::packets_caps())]);
-        TEMPLATES.as_ref()
-    }
+    firehose_core::pad_templates!(live::src_template(&fcaps::packets_caps()));
 }
 
 impl BaseSrcImpl for DpdkSrc {
@@ -606,21 +587,7 @@ impl BaseSrcImpl for DpdkSrc {
         Ok(())
     }
 
-    fn is_seekable(&self) -> bool {
-        false
-    }
-
-    fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
-        live::caps_query(fcaps::packets_caps(), filter)
-    }
-
-    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock()
-    }
-
-    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock_stop()
-    }
+    firehose_core::live_src_base!(live, caps: fcaps::packets_caps());
 }
 
 impl PushSrcImpl for DpdkSrc {

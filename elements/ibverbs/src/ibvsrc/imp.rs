@@ -26,13 +26,7 @@ use crate::netif::{self, Membership, Target};
 use crate::probe::{self, RdmaUnavailable};
 use firehose_core::frame::accept::UdpFilter;
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "fhibvsrc",
-        gst::DebugColorFlags::empty(),
-        Some("Firehose RDMA raw-packet source"),
-    )
-});
+firehose_core::debug_category!(CAT, "fhibvsrc", "Firehose RDMA raw-packet source");
 
 const DEFAULT_ADDRESS: &str = "0.0.0.0";
 const DEFAULT_PORT: u32 = 7148;
@@ -334,32 +328,19 @@ impl ObjectImpl for IbvSrc {
         }
     }
 
-    fn constructed(&self) {
-        self.parent_constructed();
-        live::set_live(&*self.obj(), true);
-    }
+    firehose_core::live_src_constructed!(true);
 }
 
 impl GstObjectImpl for IbvSrc {}
 
 impl ElementImpl for IbvSrc {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "Firehose RDMA raw-packet source",
-                "Source/Network",
-                "Receives UDP through an RDMA raw-packet queue pair into a registered region (libibverbs loaded at run time)",
-                "Firehose developers",
-            )
-        });
-        Some(&*META)
-    }
+    firehose_core::element_metadata!(
+        "Firehose RDMA raw-packet source",
+        "Source/Network",
+        "Receives UDP through an RDMA raw-packet queue pair into a registered region (libibverbs loaded at run time)",
+    );
 
-    fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
-            LazyLock::new(|| vec![live::src_template(&fcaps::packets_caps())]);
-        TEMPLATES.as_ref()
-    }
+    firehose_core::pad_templates!(live::src_template(&fcaps::packets_caps()));
 }
 
 impl BaseSrcImpl for IbvSrc {
@@ -421,21 +402,7 @@ impl BaseSrcImpl for IbvSrc {
         Ok(())
     }
 
-    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock()
-    }
-
-    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock_stop()
-    }
-
-    fn is_seekable(&self) -> bool {
-        false
-    }
-
-    fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
-        live::caps_query(fcaps::packets_caps(), filter)
-    }
+    firehose_core::live_src_base!(live, caps: fcaps::packets_caps());
 }
 
 impl PushSrcImpl for IbvSrc {

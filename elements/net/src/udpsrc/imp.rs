@@ -21,13 +21,7 @@ use super::Output;
 use crate::recv::{Recv, RecvCounts, UdpReceiver};
 use crate::socket_settings::{insert_after, SocketSettings};
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "fhudpsrc",
-        gst::DebugColorFlags::empty(),
-        Some("Firehose UDP source"),
-    )
-});
+firehose_core::debug_category!(CAT, "fhudpsrc", "Firehose UDP source");
 
 const DEFAULT_BATCH_SIZE: u32 = 64;
 /// Slab bytes per batch: small enough to stay in a CPU's L2 cache until downstream reads
@@ -367,32 +361,19 @@ impl ObjectImpl for UdpSrc {
         }
     }
 
-    fn constructed(&self) {
-        self.parent_constructed();
-        live::set_live(&*self.obj(), true);
-    }
+    firehose_core::live_src_constructed!(true);
 }
 
 impl GstObjectImpl for UdpSrc {}
 
 impl ElementImpl for UdpSrc {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "Firehose UDP source",
-                "Source/Network",
-                "Receives UDP with recvmmsg and GRO into pooled memory, one buffer per batch",
-                "Firehose developers",
-            )
-        });
-        Some(&*META)
-    }
+    firehose_core::element_metadata!(
+        "Firehose UDP source",
+        "Source/Network",
+        "Receives UDP with recvmmsg and GRO into pooled memory, one buffer per batch",
+    );
 
-    fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
-            LazyLock::new(|| vec![live::src_template(&gst::Caps::new_any())]);
-        TEMPLATES.as_ref()
-    }
+    firehose_core::pad_templates!(live::src_template(&gst::Caps::new_any()));
 }
 
 impl BaseSrcImpl for UdpSrc {
@@ -461,10 +442,6 @@ impl BaseSrcImpl for UdpSrc {
         Ok(())
     }
 
-    fn is_seekable(&self) -> bool {
-        false
-    }
-
     /// An element downstream that needs its memory (shared segments, pinned pages)
     /// proposes its provider ([`firehose_core::alloc`]): the pool is cut from it, so the
     /// kernel's copy lands there. Another allocator cannot be received into: say so.
@@ -497,13 +474,7 @@ impl BaseSrcImpl for UdpSrc {
         live::caps_query(caps, filter)
     }
 
-    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock()
-    }
-
-    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock_stop()
-    }
+    firehose_core::live_src_base!(live);
 }
 
 impl PushSrcImpl for UdpSrc {

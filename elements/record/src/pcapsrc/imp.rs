@@ -20,13 +20,7 @@ use gst_base::subclass::prelude::*;
 use super::replay::{Filter, Replay};
 use super::Rate;
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "fhpcapsrc",
-        gst::DebugColorFlags::empty(),
-        Some("Firehose pcap replay source"),
-    )
-});
+firehose_core::debug_category!(CAT, "fhpcapsrc", "Firehose pcap replay source");
 
 const DEFAULT_BATCH_SIZE: u32 = 64;
 /// Bytes per pool slot: room for a batch of jumbo datagrams, and always for one more
@@ -283,34 +277,21 @@ impl ObjectImpl for PcapSrc {
         }
     }
 
-    fn constructed(&self) {
-        self.parent_constructed();
-        // Not live: replay paces itself.
-        live::set_live(&*self.obj(), false);
-    }
+    // Not live: replay paces itself.
+    firehose_core::live_src_constructed!(false);
 }
 
 impl GstObjectImpl for PcapSrc {}
 
 impl ElementImpl for PcapSrc {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "Firehose pcap replay",
-                "Source/File/Network",
-                "Replays the UDP datagrams of a pcap or pcapng file as packet batches, at the \
-                 original pace, a set rate or as fast as possible",
-                "Firehose developers",
-            )
-        });
-        Some(&*META)
-    }
+    firehose_core::element_metadata!(
+        "Firehose pcap replay",
+        "Source/File/Network",
+        "Replays the UDP datagrams of a pcap or pcapng file as packet batches, at the \
+         original pace, a set rate or as fast as possible",
+    );
 
-    fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
-            LazyLock::new(|| vec![live::src_template(&caps::packets_caps())]);
-        TEMPLATES.as_ref()
-    }
+    firehose_core::pad_templates!(live::src_template(&caps::packets_caps()));
 }
 
 impl BaseSrcImpl for PcapSrc {
@@ -395,17 +376,7 @@ impl BaseSrcImpl for PcapSrc {
         Ok(())
     }
 
-    fn is_seekable(&self) -> bool {
-        false
-    }
-
-    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock()
-    }
-
-    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock_stop()
-    }
+    firehose_core::live_src_base!(live);
 }
 
 impl PushSrcImpl for PcapSrc {

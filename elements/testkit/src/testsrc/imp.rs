@@ -17,13 +17,7 @@ use gst_base::subclass::prelude::*;
 
 use crate::pattern;
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "fhtestsrc",
-        gst::DebugColorFlags::empty(),
-        Some("Firehose test packet source"),
-    )
-});
+firehose_core::debug_category!(CAT, "fhtestsrc", "Firehose test packet source");
 
 const DEFAULT_PACKET_SIZE: u32 = 1472;
 /// The largest UDP payload over IPv4, so every test packet fits one datagram.
@@ -237,34 +231,21 @@ impl ObjectImpl for FhTestSrc {
         }
     }
 
-    fn constructed(&self) {
-        self.parent_constructed();
-        // Not live: it paces itself. Buffers carry times from the start of the stream,
-        // so segments are in time.
-        live::set_live(&*self.obj(), false);
-    }
+    // Not live: it paces itself. Buffers carry times from the start of the stream,
+    // so segments are in time.
+    firehose_core::live_src_constructed!(false);
 }
 
 impl GstObjectImpl for FhTestSrc {}
 
 impl ElementImpl for FhTestSrc {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "Firehose test source",
-                "Source/Network",
-                "Produces batches of numbered, verifiable test packets (check them with fhcheck)",
-                "Firehose developers",
-            )
-        });
-        Some(&*META)
-    }
+    firehose_core::element_metadata!(
+        "Firehose test source",
+        "Source/Network",
+        "Produces batches of numbered, verifiable test packets (check them with fhcheck)",
+    );
 
-    fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
-            LazyLock::new(|| vec![live::src_template(&caps::packets_caps())]);
-        TEMPLATES.as_ref()
-    }
+    firehose_core::pad_templates!(live::src_template(&caps::packets_caps()));
 }
 
 impl BaseSrcImpl for FhTestSrc {
@@ -321,17 +302,7 @@ impl BaseSrcImpl for FhTestSrc {
         Ok(())
     }
 
-    fn is_seekable(&self) -> bool {
-        false
-    }
-
-    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock()
-    }
-
-    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock_stop()
-    }
+    firehose_core::live_src_base!(live);
 }
 
 impl PushSrcImpl for FhTestSrc {

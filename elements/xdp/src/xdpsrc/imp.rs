@@ -25,13 +25,7 @@ use crate::xsk::XskSocket;
 use firehose_core::frame::accept::{packet_entry, Rejected};
 use firehose_core::wake::{wait_readable, Waker};
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "fhxdpsrc",
-        gst::DebugColorFlags::empty(),
-        Some("Firehose AF_XDP source"),
-    )
-});
+firehose_core::debug_category!(CAT, "fhxdpsrc", "Firehose AF_XDP source");
 
 const DEFAULT_ADDRESS: &str = "0.0.0.0";
 const DEFAULT_PORT: u32 = 7148;
@@ -625,33 +619,20 @@ impl ObjectImpl for XdpSrc {
         }
     }
 
-    fn constructed(&self) {
-        self.parent_constructed();
-        live::set_live(&*self.obj(), true);
-    }
+    firehose_core::live_src_constructed!(true);
 }
 
 impl GstObjectImpl for XdpSrc {}
 
 impl ElementImpl for XdpSrc {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "Firehose AF_XDP source",
-                "Source/Network",
-                "Captures UDP to chosen ports with its own XDP program and an AF_XDP socket, \
-                 lending UMEM frames downstream, one buffer per batch",
-                "Firehose developers",
-            )
-        });
-        Some(&*META)
-    }
+    firehose_core::element_metadata!(
+        "Firehose AF_XDP source",
+        "Source/Network",
+        "Captures UDP to chosen ports with its own XDP program and an AF_XDP socket, \
+         lending UMEM frames downstream, one buffer per batch",
+    );
 
-    fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
-            LazyLock::new(|| vec![live::src_template(&fcaps::packets_caps())]);
-        TEMPLATES.as_ref()
-    }
+    firehose_core::pad_templates!(live::src_template(&fcaps::packets_caps()));
 }
 
 impl BaseSrcImpl for XdpSrc {
@@ -677,21 +658,7 @@ impl BaseSrcImpl for XdpSrc {
         Ok(())
     }
 
-    fn is_seekable(&self) -> bool {
-        false
-    }
-
-    fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
-        live::caps_query(fcaps::packets_caps(), filter)
-    }
-
-    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock()
-    }
-
-    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock_stop()
-    }
+    firehose_core::live_src_base!(live, caps: fcaps::packets_caps());
 }
 
 impl PushSrcImpl for XdpSrc {
