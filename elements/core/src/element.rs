@@ -13,6 +13,16 @@ use gst::subclass::prelude::*;
 
 use crate::stats;
 
+/// What an element's `imp.rs` uses of GStreamer's subclassing API, and
+/// [`ElementStats`], in one import.
+pub mod prelude {
+    pub use super::ElementStats;
+    pub use gst::glib;
+    pub use gst::prelude::*;
+    pub use gst::subclass::prelude::*;
+    pub use gst_base::subclass::prelude::*;
+}
+
 /// The author in every element's metadata.
 pub const AUTHOR: &str = "Firehose developers";
 
@@ -35,6 +45,35 @@ macro_rules! debug_category {
                     ::std::option::Option::Some($description),
                 )
             });
+    };
+}
+
+/// Declares the GObject subclass `$imp` (in an element's `imp` module; the wrapper type
+/// is `super::$imp`) named `$type_name`, of `$parent`, and its empty `GstObjectImpl`.
+#[macro_export]
+macro_rules! element_subclass {
+    ($imp:ident, $type_name:expr, $parent:ty $(,)?) => {
+        #[$crate::__glib::object_subclass]
+        impl ObjectSubclass for $imp {
+            const NAME: &'static str = $type_name;
+            type Type = super::$imp;
+            type ParentType = $parent;
+        }
+
+        impl GstObjectImpl for $imp {}
+    };
+}
+
+/// Expands to `ObjectImpl::properties`: the `ParamSpec`s that `$build` (a closure)
+/// returns, built once. Use inside `impl ObjectImpl`.
+#[macro_export]
+macro_rules! properties {
+    ($build:expr $(,)?) => {
+        fn properties() -> &'static [$crate::__glib::ParamSpec] {
+            static PROPS: ::std::sync::LazyLock<::std::vec::Vec<$crate::__glib::ParamSpec>> =
+                ::std::sync::LazyLock::new($build);
+            PROPS.as_ref()
+        }
     };
 }
 

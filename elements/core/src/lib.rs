@@ -52,6 +52,8 @@ pub mod wake;
 
 #[doc(hidden)]
 pub use gst as __gst;
+#[doc(hidden)]
+pub use gst::glib as __glib;
 
 pub use arena::SlotArena;
 pub use batch::{PacketAddr, PacketBatchMeta, PacketInfo};

@@ -28,6 +28,12 @@ pub use pool_props::{CountAlias, PoolProps, PoolSettings, PoolSize};
 use gst::glib;
 use gst::prelude::*;
 
+/// What a source's `imp.rs` imports: [`crate::element::prelude`] and `CreateSuccess`.
+pub mod prelude {
+    pub use crate::element::prelude::*;
+    pub use gst_base::subclass::base_src::CreateSuccess;
+}
+
 /// The always-present `src` pad template with `caps`.
 pub fn src_template(caps: &gst::Caps) -> gst::PadTemplate {
     gst::PadTemplate::new(

@@ -3,21 +3,16 @@
 //! chunks one per `create`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{LazyLock, Mutex};
+use std::sync::Mutex;
 
 use firehose_chunk::front::ChunkFront;
 use firehose_chunk::settings::ChunkSettings;
 use firehose_chunk::{ChunkAssembler, StatsMirror};
 use firehose_core::caps as fcaps;
-use firehose_core::element::ElementStats;
+use firehose_core::src::prelude::*;
 use firehose_core::src::{self as live, LiveControl};
 use firehose_core::stats::{self, StatsTimer};
 use firehose_core::sync::lock;
-use gst::glib;
-use gst::prelude::*;
-use gst::subclass::prelude::*;
-use gst_base::subclass::base_src::CreateSuccess;
-use gst_base::subclass::prelude::*;
 
 use super::Landing;
 use crate::land_counters::LandingCounters;
@@ -97,41 +92,33 @@ impl UdpChunkSrc {
     }
 }
 
-#[glib::object_subclass]
-impl ObjectSubclass for UdpChunkSrc {
-    const NAME: &'static str = "GstFhUdpChunkSrc";
-    type Type = super::UdpChunkSrc;
-    type ParentType = gst_base::PushSrc;
-}
+firehose_core::element_subclass!(UdpChunkSrc, "GstFhUdpChunkSrc", gst_base::PushSrc);
 
 impl ObjectImpl for UdpChunkSrc {
-    fn properties() -> &'static [glib::ParamSpec] {
-        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            let mut v = SocketSettings::properties();
-            insert_after(
-                &mut v,
-                "buffer-size",
-                [live::batch_size(
-                    "Messages received by one recvmmsg; with GRO each message carries up to 64 KiB of datagrams",
-                    MAX_BATCH_SIZE,
-                    DEFAULT_BATCH_SIZE,
-                ),
-                glib::ParamSpecEnum::builder::<Landing>("landing")
-                    .nick("Landing")
-                    .blurb("Receive payloads straight into the chunks: auto = for chunks of at most 2 MiB, which stay in the CPU cache between uses (into larger ones the kernel's copy reads each destination line from memory first: they are copied as by fhdepay), on, off")
-                    .mutable_ready()
-                    .build()],
-            );
-            v.extend(ChunkSettings::properties());
-            v.extend(stats::properties(&format!(
-                "{}, {}",
-                StatsMirror::COUNTERS,
-                LandingCounters::describe("")
-            )));
-            v
-        });
-        PROPS.as_ref()
-    }
+    firehose_core::properties!(|| {
+        let mut v = SocketSettings::properties();
+        insert_after(
+            &mut v,
+            "buffer-size",
+            [live::batch_size(
+                "Messages received by one recvmmsg; with GRO each message carries up to 64 KiB of datagrams",
+                MAX_BATCH_SIZE,
+                DEFAULT_BATCH_SIZE,
+            ),
+            glib::ParamSpecEnum::builder::<Landing>("landing")
+                .nick("Landing")
+                .blurb("Receive payloads straight into the chunks: auto = for chunks of at most 2 MiB, which stay in the CPU cache between uses (into larger ones the kernel's copy reads each destination line from memory first: they are copied as by fhdepay), on, off")
+                .mutable_ready()
+                .build()],
+        );
+        v.extend(ChunkSettings::properties());
+        v.extend(stats::properties(&format!(
+            "{}, {}",
+            StatsMirror::COUNTERS,
+            LandingCounters::describe("")
+        )));
+        v
+    });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = lock(&self.settings);
@@ -164,8 +151,6 @@ impl ObjectImpl for UdpChunkSrc {
 
     firehose_core::live_src_constructed!(true);
 }
-
-impl GstObjectImpl for UdpChunkSrc {}
 
 impl ElementImpl for UdpChunkSrc {
     firehose_core::element_metadata!(

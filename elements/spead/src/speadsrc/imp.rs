@@ -2,21 +2,16 @@
 //! [`Reassembler`], pushing one heap per `create`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{LazyLock, Mutex};
+use std::sync::Mutex;
 
 use firehose_core::caps as fcaps;
-use firehose_core::element::ElementStats;
+use firehose_core::src::prelude::*;
 use firehose_core::src::{self as live, LiveControl};
 use firehose_core::stats::{self, StatsTimer};
 use firehose_core::sync::lock;
 use firehose_net::land_counters::LandingCounters;
 use firehose_net::landsrc::LandingSource;
 use firehose_net::socket_settings::{flow_error, insert_after, SocketSettings};
-use gst::glib;
-use gst::prelude::*;
-use gst::subclass::prelude::*;
-use gst_base::subclass::base_src::CreateSuccess;
-use gst_base::subclass::prelude::*;
 
 use crate::depay::{heap_properties, Settings as HeapSettings};
 use crate::heapout::{self, heap_buffer, HeapCounters};
@@ -88,36 +83,28 @@ impl SpeadSrc {
     }
 }
 
-#[glib::object_subclass]
-impl ObjectSubclass for SpeadSrc {
-    const NAME: &'static str = "GstFhSpeadSrc";
-    type Type = super::SpeadSrc;
-    type ParentType = gst_base::PushSrc;
-}
+firehose_core::element_subclass!(SpeadSrc, "GstFhSpeadSrc", gst_base::PushSrc);
 
 impl ObjectImpl for SpeadSrc {
-    fn properties() -> &'static [glib::ParamSpec] {
-        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            let mut v = SocketSettings::properties();
-            insert_after(
-                &mut v,
-                "buffer-size",
-                [live::batch_size(
-                    "Most datagrams received by one recvmmsg (at most 256 KiB of them)",
-                    MAX_BATCH_SIZE,
-                    DEFAULT_BATCH_SIZE,
-                )],
-            );
-            v.extend(heap_properties());
-            v.extend(stats::properties(&format!(
-                "{}, {}",
-                heapout::COUNTERS,
-                LandingCounters::describe("")
-            )));
-            v
-        });
-        PROPS.as_ref()
-    }
+    firehose_core::properties!(|| {
+        let mut v = SocketSettings::properties();
+        insert_after(
+            &mut v,
+            "buffer-size",
+            [live::batch_size(
+                "Most datagrams received by one recvmmsg (at most 256 KiB of them)",
+                MAX_BATCH_SIZE,
+                DEFAULT_BATCH_SIZE,
+            )],
+        );
+        v.extend(heap_properties());
+        v.extend(stats::properties(&format!(
+            "{}, {}",
+            heapout::COUNTERS,
+            LandingCounters::describe("")
+        )));
+        v
+    });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = lock(&self.settings);
@@ -146,8 +133,6 @@ impl ObjectImpl for SpeadSrc {
 
     firehose_core::live_src_constructed!(true);
 }
-
-impl GstObjectImpl for SpeadSrc {}
 
 impl ElementImpl for SpeadSrc {
     firehose_core::element_metadata!(

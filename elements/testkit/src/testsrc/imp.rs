@@ -2,18 +2,14 @@
 
 use firehose_core::batch::batch_buffer;
 use firehose_core::sync::lock;
-use std::sync::{LazyLock, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use firehose_core::pace::Pacer;
+use firehose_core::src::prelude::*;
 use firehose_core::src::{self as live, LiveControl, PoolProps, PoolSettings, PoolSize};
 use firehose_core::stats::{self, names, StatsTimer};
 use firehose_core::{caps, gstmem, PacketInfo, PoolConfig, SlotPool};
-use gst::glib;
-use gst::prelude::*;
-use gst::subclass::prelude::*;
-use gst_base::subclass::base_src::CreateSuccess;
-use gst_base::subclass::prelude::*;
 
 use crate::pattern;
 
@@ -155,48 +151,40 @@ impl FhTestSrc {
     }
 }
 
-#[glib::object_subclass]
-impl ObjectSubclass for FhTestSrc {
-    const NAME: &'static str = "FhTestSrc";
-    type Type = super::FhTestSrc;
-    type ParentType = gst_base::PushSrc;
-}
+firehose_core::element_subclass!(FhTestSrc, "FhTestSrc", gst_base::PushSrc);
 
 impl ObjectImpl for FhTestSrc {
-    fn properties() -> &'static [glib::ParamSpec] {
-        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            let mut v = vec![
-                glib::ParamSpecUInt::builder("packet-size")
-                    .nick("Packet size")
-                    .blurb("Bytes per test packet (header included)")
-                    .minimum(pattern::MIN_LEN as u32)
-                    .maximum(MAX_PACKET_SIZE)
-                    .default_value(DEFAULT_PACKET_SIZE)
-                    .mutable_ready()
-                    .build(),
-                live::batch_size("Packets per buffer", MAX_BATCH_SIZE, DEFAULT_BATCH_SIZE),
-                glib::ParamSpecUInt64::builder("rate")
-                    .nick("Rate")
-                    .blurb("Packet bytes per second, in bits/s (0 = as fast as possible)")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt64::builder("num-packets")
-                    .nick("Number of packets")
-                    .blurb("Packets to send before EOS (0 = unlimited)")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt64::builder("first-seq")
-                    .nick("First sequence number")
-                    .blurb("Sequence number of the first packet")
-                    .mutable_ready()
-                    .build(),
-            ];
-            v.extend(POOL.param_specs());
-            v.extend(stats::properties(&Counters::describe("pool-*, memory")));
-            v
-        });
-        PROPS.as_ref()
-    }
+    firehose_core::properties!(|| {
+        let mut v = vec![
+            glib::ParamSpecUInt::builder("packet-size")
+                .nick("Packet size")
+                .blurb("Bytes per test packet (header included)")
+                .minimum(pattern::MIN_LEN as u32)
+                .maximum(MAX_PACKET_SIZE)
+                .default_value(DEFAULT_PACKET_SIZE)
+                .mutable_ready()
+                .build(),
+            live::batch_size("Packets per buffer", MAX_BATCH_SIZE, DEFAULT_BATCH_SIZE),
+            glib::ParamSpecUInt64::builder("rate")
+                .nick("Rate")
+                .blurb("Packet bytes per second, in bits/s (0 = as fast as possible)")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt64::builder("num-packets")
+                .nick("Number of packets")
+                .blurb("Packets to send before EOS (0 = unlimited)")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt64::builder("first-seq")
+                .nick("First sequence number")
+                .blurb("Sequence number of the first packet")
+                .mutable_ready()
+                .build(),
+        ];
+        v.extend(POOL.param_specs());
+        v.extend(stats::properties(&Counters::describe("pool-*, memory")));
+        v
+    });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = lock(&self.settings);
@@ -235,8 +223,6 @@ impl ObjectImpl for FhTestSrc {
     // so segments are in time.
     firehose_core::live_src_constructed!(false);
 }
-
-impl GstObjectImpl for FhTestSrc {}
 
 impl ElementImpl for FhTestSrc {
     firehose_core::element_metadata!(
