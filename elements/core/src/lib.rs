@@ -14,6 +14,9 @@
 //! - [`pace`]: drift-free rate pacing, the nominal time of each byte of a paced stream,
 //!   and the interruptible sleep an element's `unlock()` cuts short;
 //! - [`caps`]: caps names;
+//! - [`element`]: the GObject/GStreamer skeleton every element repeats (debug category,
+//!   metadata, pad templates, posting `stats`), as macros and a trait;
+//! - [`src`]: the live-source layer (unlock, counters, pool properties);
 //! - [`frame`]: decoding the UDP datagram in an Ethernet / cooked / raw-IP frame;
 //! - [`netif`]: network interface indexes by name;
 //! - [`meta`]: the buffer metas: `rust_meta!` for Rust-only ones, the chunk meta, and
@@ -30,6 +33,7 @@ pub mod alloc;
 pub mod arena;
 pub mod batch;
 pub mod caps;
+pub mod element;
 pub mod frame;
 pub mod gstmem;
 pub mod memory;
@@ -48,6 +52,8 @@ pub mod wake;
 
 #[doc(hidden)]
 pub use gst as __gst;
+#[doc(hidden)]
+pub use gst::glib as __glib;
 
 pub use arena::SlotArena;
 pub use batch::{PacketAddr, PacketBatchMeta, PacketInfo};

@@ -18,7 +18,7 @@
 //! No GStreamer types: the pacing of an engine can be tested without a pipeline.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Schedules sends so that the bytes sent by time `t` after the origin are
@@ -172,8 +172,7 @@ const SPIN: Duration = Duration::from_micros(50);
 /// [`Interrupt::raise`] is called, and stays interrupted until [`Interrupt::clear`].
 #[derive(Debug, Default)]
 pub struct Interrupt {
-    /// Shared so a wait elsewhere (e.g. a chunk host's pool wait) can watch it too.
-    raised: Arc<AtomicBool>,
+    raised: AtomicBool,
     lock: Mutex<()>,
     cond: Condvar,
 }
@@ -201,11 +200,6 @@ impl Interrupt {
     /// The flag itself, for waits that watch it (e.g. `SlotPool::acquire_blocking`).
     pub fn flag(&self) -> &AtomicBool {
         &self.raised
-    }
-
-    /// The flag, shared, for a wait that outlives a borrow of this interrupt.
-    pub fn shared_flag(&self) -> Arc<AtomicBool> {
-        self.raised.clone()
     }
 
     /// Sleeps until `deadline`, spinning the last 50 µs so the wake-up is on time.

@@ -7,7 +7,6 @@ use std::collections::VecDeque;
 use firehose_core::meta::message;
 use firehose_core::stats::{self, names, Counter};
 use firehose_core::RegionError;
-use firehose_net::direct::DirectCounts;
 use firehose_net::landsrc::SourceEngine;
 
 use crate::depay::Settings;
@@ -81,21 +80,6 @@ impl HeapCounters {
             s.set("memory", kind);
         }
         s
-    }
-}
-
-/// The receiver's counters of `fhspeadsrc`, added to its stats.
-pub fn receive_fields(s: &mut gst::Structure, c: &DirectCounts, kernel_drops: u64) {
-    for (name, value) in [
-        (names::DATAGRAMS, c.datagrams),
-        (names::PACKETS_LANDED, c.landed),
-        (names::PACKETS_COPIED, c.copied),
-        (names::TRUNCATED, c.truncated),
-        (names::EMPTY, c.empty),
-        (names::BATCHES, c.batches),
-        (names::DROPS_KERNEL, kernel_drops),
-    ] {
-        s.set(name, value);
     }
 }
 

@@ -100,11 +100,6 @@ impl LiveControl {
         self.interrupt.flag()
     }
 
-    /// The flag, shared, for a wait set up elsewhere (a chunk host's pool wait).
-    pub fn shared_flag(&self) -> Arc<AtomicBool> {
-        self.interrupt.shared_flag()
-    }
-
     /// The interrupt, for a [`crate::pace::Pacer`] wait or a sleep until a deadline.
     pub fn interrupt(&self) -> &Interrupt {
         &self.interrupt

@@ -12,7 +12,10 @@
 //!   of every element that owns a pool, with the deprecated aliases (`hugepages` and
 //!   the old slot counts: `slots`, `frames`, `mbufs`) still working; and
 //!   [`batch_size`], [`set_live`].
-//! - [`src_template`]: the `src` pad template.
+//! - [`src_template`]: the `src` pad template; [`caps_query`].
+//! - [`live_src_base!`](crate::live_src_base) and
+//!   [`live_src_constructed!`](crate::live_src_constructed): the `BaseSrcImpl` and
+//!   `ObjectImpl` items every source writes the same way.
 
 mod control;
 mod counters;
@@ -24,6 +27,12 @@ pub use pool_props::{CountAlias, PoolProps, PoolSettings, PoolSize};
 
 use gst::glib;
 use gst::prelude::*;
+
+/// What a source's `imp.rs` imports: [`crate::element::prelude`] and `CreateSuccess`.
+pub mod prelude {
+    pub use crate::element::prelude::*;
+    pub use gst_base::subclass::base_src::CreateSuccess;
+}
 
 /// The always-present `src` pad template with `caps`.
 pub fn src_template(caps: &gst::Caps) -> gst::PadTemplate {
@@ -66,4 +75,55 @@ pub fn caps_query(caps: gst::Caps, filter: Option<&gst::Caps>) -> Option<gst::Ca
         Some(f) => f.intersect_with_mode(&caps, gst::CapsIntersectMode::First),
         None => caps,
     })
+}
+
+/// Expands to the `BaseSrcImpl` items every Firehose source has: `is_seekable` (false:
+/// a live stream or a replay cannot seek), and `unlock` / `unlock_stop` through the
+/// [`LiveControl`] in field `$live`. Use inside `impl BaseSrcImpl`.
+///
+/// - `live_src_base!(live)`: just those.
+/// - `live_src_base!(live, caps: expr)`: also `caps`, answered with the fixed caps
+///   `expr` ([`caps_query`]).
+/// - `live_src_base!(live, flushing: field)`: `unlock` also calls
+///   `self.field.set_flushing(true)` first and `unlock_stop` `set_flushing(false)` last
+///   (a chunk engine's front, whose own flag cuts short a wait for a pool chunk).
+#[macro_export]
+macro_rules! live_src_base {
+    ($live:ident $(, flushing: $also:ident)? $(, caps: $caps:expr)? $(,)?) => {
+        fn is_seekable(&self) -> bool {
+            false
+        }
+
+        $(
+            fn caps(
+                &self,
+                filter: ::std::option::Option<&$crate::__gst::Caps>,
+            ) -> ::std::option::Option<$crate::__gst::Caps> {
+                $crate::src::caps_query($caps, filter)
+            }
+        )?
+
+        fn unlock(&self) -> ::std::result::Result<(), $crate::__gst::ErrorMessage> {
+            $( self.$also.set_flushing(true); )?
+            self.$live.unlock()
+        }
+
+        fn unlock_stop(&self) -> ::std::result::Result<(), $crate::__gst::ErrorMessage> {
+            self.$live.unlock_stop()?;
+            $( self.$also.set_flushing(false); )?
+            ::std::result::Result::Ok(())
+        }
+    };
+}
+
+/// Expands to `ObjectImpl::constructed` of a source: chains up, then [`set_live`] with
+/// `$live` (false for a source that paces itself). Use inside `impl ObjectImpl`.
+#[macro_export]
+macro_rules! live_src_constructed {
+    ($live:expr) => {
+        fn constructed(&self) {
+            self.parent_constructed();
+            $crate::src::set_live(&*self.obj(), $live);
+        }
+    };
 }

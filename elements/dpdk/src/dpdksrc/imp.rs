@@ -1,33 +1,23 @@
 //! `fhdpdksrc` implementation: a live `PushSrc` polling one DPDK receive queue.
 
 use std::net::IpAddr;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use firehose_core::batch::batch_buffer;
 use firehose_core::frame::accept::{accept, Rejected, UdpFilter as Filter};
+use firehose_core::src::prelude::*;
 use firehose_core::src::{
     self as live, CountAlias, LiveControl, PoolProps, PoolSettings, PoolSize,
 };
 use firehose_core::stats::{self, names, StatsTimer};
 use firehose_core::sync::lock;
 use firehose_core::{caps as fcaps, PacketAddr, PacketInfo};
-use gst::glib;
-use gst::prelude::*;
-use gst::subclass::prelude::*;
-use gst_base::subclass::base_src::CreateSuccess;
-use gst_base::subclass::prelude::*;
 
 use crate::dpdk::{self, Pool, Port, PortConfig, Session};
 use crate::sys;
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "fhdpdksrc",
-        gst::DebugColorFlags::empty(),
-        Some("Firehose DPDK source"),
-    )
-});
+firehose_core::debug_category!(CAT, "fhdpdksrc", "Firehose DPDK source");
 
 const DEFAULT_DPDK_PORT: &str = "0";
 const DEFAULT_PORT: i32 = 5004;
@@ -340,105 +330,99 @@ impl DpdkSrc {
     }
 }
 
-#[glib::object_subclass]
-impl ObjectSubclass for DpdkSrc {
-    const NAME: &'static str = "GstFhDpdkSrc";
-    type Type = super::DpdkSrc;
-    type ParentType = gst_base::PushSrc;
-}
+firehose_core::element_subclass!(DpdkSrc, "GstFhDpdkSrc", gst_base::PushSrc);
 
 impl ObjectImpl for DpdkSrc {
-    fn properties() -> &'static [glib::ParamSpec] {
-        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            let mut v = vec![
-                glib::ParamSpecString::builder("eal-args")
-                    .nick("EAL arguments")
-                    .blurb(
-                        "DPDK EAL arguments, e.g. \"--no-huge --vdev=net_af_packet0,iface=eth1,\
-                         framecnt=4096\". The EAL starts once per process: later elements must \
-                         give the same arguments apart from --vdev (devices are hot-plugged)",
-                    )
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("dpdk-port")
-                    .nick("DPDK port")
-                    .blurb("Port index or device name (e.g. net_af_packet0)")
-                    .default_value(Some(DEFAULT_DPDK_PORT))
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("queue")
-                    .nick("Queue")
-                    .blurb("Receive queue to poll (queues below it are set up but not read)")
-                    .maximum(1023)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecInt::builder("port")
-                    .nick("UDP port")
-                    .blurb("UDP destination port to accept (0 = any); others count as filtered")
-                    .minimum(0)
-                    .maximum(65535)
-                    .default_value(DEFAULT_PORT)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("address")
-                    .nick("Address")
-                    .blurb("Destination IP address to accept (unset = any); others count as filtered")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("mbuf-cache")
-                    .nick("Mbuf cache")
-                    .blurb("Per-lcore mbuf cache (used by EAL threads only; 0 = none)")
-                    .maximum(512)
-                    .default_value(DEFAULT_MBUF_CACHE)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("mbuf-size")
-                    .nick("Mbuf size")
-                    .blurb("Data room per mbuf in bytes, 128 bytes of headroom included (frames must fit)")
-                    .minimum(512)
-                    .maximum(65535)
-                    .default_value(DEFAULT_MBUF_SIZE)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("rx-descriptors")
-                    .nick("Receive descriptors")
-                    .blurb("Receive ring size (adjusted to the device's limits)")
-                    .minimum(32)
-                    .maximum(32768)
-                    .default_value(DEFAULT_RX_DESC)
-                    .mutable_ready()
-                    .build(),
-                live::batch_size(
-                    "Most frames per rte_eth_rx_burst, pushed as one buffer",
-                    MAX_BATCH,
-                    DEFAULT_BATCH,
-                ),
-                glib::ParamSpecBoolean::builder("promiscuous")
-                    .nick("Promiscuous")
-                    .blurb("Receive frames for any MAC address")
-                    .default_value(false)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("poll-interval")
-                    .nick("Poll interval")
-                    .blurb(
-                        "Microseconds to sleep after an empty burst (0 = busy-poll a whole \
-                         core; the device ring must hold what arrives meanwhile)",
-                    )
-                    .maximum(100_000)
-                    .default_value(DEFAULT_POLL_US)
-                    .mutable_ready()
-                    .build(),
-            ];
-            v.extend(POOL.param_specs());
-            v.extend(stats::properties(&Counters::describe(&format!(
-                "drops-nic (imissed + ierrors + rx-nombuf from rte_eth_stats), {}",
-                NicCounters::describe("")
-            ))));
-            v
-        });
-        PROPS.as_ref()
-    }
+    firehose_core::properties!(|| {
+        let mut v = vec![
+            glib::ParamSpecString::builder("eal-args")
+                .nick("EAL arguments")
+                .blurb(
+                    "DPDK EAL arguments, e.g. \"--no-huge --vdev=net_af_packet0,iface=eth1,\
+                     framecnt=4096\". The EAL starts once per process: later elements must \
+                     give the same arguments apart from --vdev (devices are hot-plugged)",
+                )
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecString::builder("dpdk-port")
+                .nick("DPDK port")
+                .blurb("Port index or device name (e.g. net_af_packet0)")
+                .default_value(Some(DEFAULT_DPDK_PORT))
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("queue")
+                .nick("Queue")
+                .blurb("Receive queue to poll (queues below it are set up but not read)")
+                .maximum(1023)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecInt::builder("port")
+                .nick("UDP port")
+                .blurb("UDP destination port to accept (0 = any); others count as filtered")
+                .minimum(0)
+                .maximum(65535)
+                .default_value(DEFAULT_PORT)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecString::builder("address")
+                .nick("Address")
+                .blurb("Destination IP address to accept (unset = any); others count as filtered")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("mbuf-cache")
+                .nick("Mbuf cache")
+                .blurb("Per-lcore mbuf cache (used by EAL threads only; 0 = none)")
+                .maximum(512)
+                .default_value(DEFAULT_MBUF_CACHE)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("mbuf-size")
+                .nick("Mbuf size")
+                .blurb(
+                    "Data room per mbuf in bytes, 128 bytes of headroom included (frames must fit)",
+                )
+                .minimum(512)
+                .maximum(65535)
+                .default_value(DEFAULT_MBUF_SIZE)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("rx-descriptors")
+                .nick("Receive descriptors")
+                .blurb("Receive ring size (adjusted to the device's limits)")
+                .minimum(32)
+                .maximum(32768)
+                .default_value(DEFAULT_RX_DESC)
+                .mutable_ready()
+                .build(),
+            live::batch_size(
+                "Most frames per rte_eth_rx_burst, pushed as one buffer",
+                MAX_BATCH,
+                DEFAULT_BATCH,
+            ),
+            glib::ParamSpecBoolean::builder("promiscuous")
+                .nick("Promiscuous")
+                .blurb("Receive frames for any MAC address")
+                .default_value(false)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("poll-interval")
+                .nick("Poll interval")
+                .blurb(
+                    "Microseconds to sleep after an empty burst (0 = busy-poll a whole \
+                     core; the device ring must hold what arrives meanwhile)",
+                )
+                .maximum(100_000)
+                .default_value(DEFAULT_POLL_US)
+                .mutable_ready()
+                .build(),
+        ];
+        v.extend(POOL.param_specs());
+        v.extend(stats::properties(&Counters::describe(&format!(
+            "drops-nic (imissed + ierrors + rx-nombuf from rte_eth_stats), {}",
+            NicCounters::describe("")
+        ))));
+        v
+    });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = lock(&self.settings);
@@ -493,33 +477,18 @@ impl ObjectImpl for DpdkSrc {
         }
     }
 
-    fn constructed(&self) {
-        self.parent_constructed();
-        live::set_live(&*self.obj(), true);
-    }
+    firehose_core::live_src_constructed!(true);
 }
 
-impl GstObjectImpl for DpdkSrc {}
-
 impl ElementImpl for DpdkSrc {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "Firehose DPDK source",
-                "Source/Network",
-                "Receives UDP from a DPDK port (kernel bypass), one buffer per burst, \
-                 the mbufs lent downstream without a copy",
-                "Firehose developers",
-            )
-        });
-        Some(&*META)
-    }
+    firehose_core::element_metadata!(
+        "Firehose DPDK source",
+        "Source/Network",
+        "Receives UDP from a DPDK port (kernel bypass), one buffer per burst, \
+         the mbufs lent downstream without a copy",
+    );
 
-    fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
-            LazyLock::new(|| vec![live::src_template(&fcaps::packets_caps())]);
-        TEMPLATES.as_ref()
-    }
+    firehose_core::pad_templates!(live::src_template(&fcaps::packets_caps()));
 }
 
 impl BaseSrcImpl for DpdkSrc {
@@ -606,21 +575,7 @@ impl BaseSrcImpl for DpdkSrc {
         Ok(())
     }
 
-    fn is_seekable(&self) -> bool {
-        false
-    }
-
-    fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
-        live::caps_query(fcaps::packets_caps(), filter)
-    }
-
-    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock()
-    }
-
-    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock_stop()
-    }
+    firehose_core::live_src_base!(live, caps: fcaps::packets_caps());
 }
 
 impl PushSrcImpl for DpdkSrc {

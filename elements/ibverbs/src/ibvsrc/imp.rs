@@ -4,21 +4,17 @@
 
 use firehose_core::sync::lock;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use firehose_core::caps as fcaps;
 use firehose_core::ring::SharedRing;
+use firehose_core::src::prelude::*;
 use firehose_core::src::{
     self as live, CountAlias, LiveControl, PoolProps, PoolSettings, PoolSize,
 };
 use firehose_core::stats::{self, names, StatsTimer};
 use firehose_core::MemoryRegion;
-use gst::glib;
-use gst::prelude::*;
-use gst::subclass::prelude::*;
-use gst_base::subclass::base_src::CreateSuccess;
-use gst_base::subclass::prelude::*;
 
 use crate::device::{QueueConfig, VerbsDevice};
 use crate::engine::{EngineConfig, RxCounters, RxEngine, Step};
@@ -26,13 +22,7 @@ use crate::netif::{self, Membership, Target};
 use crate::probe::{self, RdmaUnavailable};
 use firehose_core::frame::accept::UdpFilter;
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "fhibvsrc",
-        gst::DebugColorFlags::empty(),
-        Some("Firehose RDMA raw-packet source"),
-    )
-});
+firehose_core::debug_category!(CAT, "fhibvsrc", "Firehose RDMA raw-packet source");
 
 const DEFAULT_ADDRESS: &str = "0.0.0.0";
 const DEFAULT_PORT: u32 = 7148;
@@ -233,63 +223,55 @@ impl IbvSrc {
     }
 }
 
-#[glib::object_subclass]
-impl ObjectSubclass for IbvSrc {
-    const NAME: &'static str = "GstFhIbvSrc";
-    type Type = super::IbvSrc;
-    type ParentType = gst_base::PushSrc;
-}
+firehose_core::element_subclass!(IbvSrc, "GstFhIbvSrc", gst_base::PushSrc);
 
 impl ObjectImpl for IbvSrc {
-    fn properties() -> &'static [glib::ParamSpec] {
-        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            let mut v = vec![
-                glib::ParamSpecString::builder("address")
-                    .nick("Address")
-                    .blurb("Destination IP (unicast or multicast group) to steer to this queue; 0.0.0.0 = any")
-                    .default_value(Some(DEFAULT_ADDRESS))
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecInt::builder("port")
-                    .nick("Port")
-                    .blurb("UDP destination port to steer to this queue")
-                    .minimum(1)
-                    .maximum(65535)
-                    .default_value(DEFAULT_PORT as i32)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("interface")
-                    .nick("Interface")
-                    .blurb("Network interface (its MAC and RDMA device; multicast is joined on it)")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("device")
-                    .nick("Device")
-                    .blurb("RDMA device (e.g. mlx5_0; empty = the first, see ibv_devices)")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("slot-size")
-                    .nick("Slot size")
-                    .blurb("Bytes per receive slot: the largest Ethernet frame accepted")
-                    .minimum(64)
-                    .maximum(65536)
-                    .default_value(DEFAULT_SLOT_SIZE)
-                    .mutable_ready()
-                    .build(),
-                live::batch_size(
-                    "Completions polled, and slots re-posted, per batch (one buffer per batch)",
-                    4096,
-                    DEFAULT_BATCH_SIZE,
-                ),
-            ];
-            v.extend(POOL.param_specs());
-            v.extend(stats::properties(&RxCounters::describe(
-                "pool-in-use, pool-slots",
-            )));
-            v
-        });
-        PROPS.as_ref()
-    }
+    firehose_core::properties!(|| {
+        let mut v = vec![
+            glib::ParamSpecString::builder("address")
+                .nick("Address")
+                .blurb("Destination IP (unicast or multicast group) to steer to this queue; 0.0.0.0 = any")
+                .default_value(Some(DEFAULT_ADDRESS))
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecInt::builder("port")
+                .nick("Port")
+                .blurb("UDP destination port to steer to this queue")
+                .minimum(1)
+                .maximum(65535)
+                .default_value(DEFAULT_PORT as i32)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecString::builder("interface")
+                .nick("Interface")
+                .blurb("Network interface (its MAC and RDMA device; multicast is joined on it)")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecString::builder("device")
+                .nick("Device")
+                .blurb("RDMA device (e.g. mlx5_0; empty = the first, see ibv_devices)")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("slot-size")
+                .nick("Slot size")
+                .blurb("Bytes per receive slot: the largest Ethernet frame accepted")
+                .minimum(64)
+                .maximum(65536)
+                .default_value(DEFAULT_SLOT_SIZE)
+                .mutable_ready()
+                .build(),
+            live::batch_size(
+                "Completions polled, and slots re-posted, per batch (one buffer per batch)",
+                4096,
+                DEFAULT_BATCH_SIZE,
+            ),
+        ];
+        v.extend(POOL.param_specs());
+        v.extend(stats::properties(&RxCounters::describe(
+            "pool-in-use, pool-slots",
+        )));
+        v
+    });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = lock(&self.settings);
@@ -334,32 +316,17 @@ impl ObjectImpl for IbvSrc {
         }
     }
 
-    fn constructed(&self) {
-        self.parent_constructed();
-        live::set_live(&*self.obj(), true);
-    }
+    firehose_core::live_src_constructed!(true);
 }
 
-impl GstObjectImpl for IbvSrc {}
-
 impl ElementImpl for IbvSrc {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "Firehose RDMA raw-packet source",
-                "Source/Network",
-                "Receives UDP through an RDMA raw-packet queue pair into a registered region (libibverbs loaded at run time)",
-                "Firehose developers",
-            )
-        });
-        Some(&*META)
-    }
+    firehose_core::element_metadata!(
+        "Firehose RDMA raw-packet source",
+        "Source/Network",
+        "Receives UDP through an RDMA raw-packet queue pair into a registered region (libibverbs loaded at run time)",
+    );
 
-    fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
-            LazyLock::new(|| vec![live::src_template(&fcaps::packets_caps())]);
-        TEMPLATES.as_ref()
-    }
+    firehose_core::pad_templates!(live::src_template(&fcaps::packets_caps()));
 }
 
 impl BaseSrcImpl for IbvSrc {
@@ -421,21 +388,7 @@ impl BaseSrcImpl for IbvSrc {
         Ok(())
     }
 
-    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock()
-    }
-
-    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock_stop()
-    }
-
-    fn is_seekable(&self) -> bool {
-        false
-    }
-
-    fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
-        live::caps_query(fcaps::packets_caps(), filter)
-    }
+    firehose_core::live_src_base!(live, caps: fcaps::packets_caps());
 }
 
 impl PushSrcImpl for IbvSrc {

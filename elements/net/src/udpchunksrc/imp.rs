@@ -3,34 +3,23 @@
 //! chunks one per `create`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{LazyLock, Mutex};
-use std::time::Instant;
+use std::sync::Mutex;
 
 use firehose_chunk::front::ChunkFront;
 use firehose_chunk::settings::ChunkSettings;
 use firehose_chunk::{ChunkAssembler, StatsMirror};
 use firehose_core::caps as fcaps;
+use firehose_core::src::prelude::*;
 use firehose_core::src::{self as live, LiveControl};
-use firehose_core::stats::{self, names, StatsTimer};
+use firehose_core::stats::{self, StatsTimer};
 use firehose_core::sync::lock;
-use gst::glib;
-use gst::prelude::*;
-use gst::subclass::prelude::*;
-use gst_base::subclass::base_src::CreateSuccess;
-use gst_base::subclass::prelude::*;
 
 use super::Landing;
-use crate::direct::DirectCounts;
+use crate::land_counters::LandingCounters;
 use crate::landsrc::LandingSource;
 use crate::socket_settings::{flow_error, insert_after, SocketSettings};
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "fhudpchunksrc",
-        gst::DebugColorFlags::empty(),
-        Some("Firehose UDP chunk source"),
-    )
-});
+firehose_core::debug_category!(CAT, "fhudpchunksrc", "Firehose UDP chunk source");
 
 /// Default `batch-size`. Why 4: with GRO each message carries up to 64 KiB, so a
 /// receive takes up to 256 KiB, the batch that `fhudpsrc`'s `batch-bytes` keeps within a
@@ -61,33 +50,6 @@ impl Default for Settings {
     }
 }
 
-firehose_core::counters! {
-    /// The receiver's counters, mirrored for `stats` as [`StatsMirror`] mirrors the
-    /// engine's.
-    struct RecvCounters {
-        datagrams: names::DATAGRAMS,
-        landed: names::PACKETS_LANDED,
-        copied: names::PACKETS_COPIED,
-        truncated: names::TRUNCATED,
-        empty: names::EMPTY,
-        batches: names::BATCHES,
-        /// Read from the kernel (a system call) only when stats are posted, and at stop.
-        kernel_drops: names::DROPS_KERNEL,
-    }
-}
-
-impl RecvCounters {
-    /// Copies the receiver's counts (once per receive).
-    fn update(&self, c: &DirectCounts) {
-        self.datagrams.set(c.datagrams);
-        self.landed.set(c.landed);
-        self.copied.set(c.copied);
-        self.truncated.set(c.truncated);
-        self.empty.set(c.empty);
-        self.batches.set(c.batches);
-    }
-}
-
 struct State {
     /// The socket, the chunk engine its payloads land in, and the chunks not yet pushed.
     src: LandingSource<ChunkAssembler>,
@@ -107,75 +69,56 @@ pub struct UdpChunkSrc {
     /// The engine's pool and counters, and the flag unlock sets: it cuts short a wait
     /// for data or (`when-full=block`) for a pool chunk.
     chunks: ChunkFront,
-    recv_counters: RecvCounters,
+    /// The receiver's counters, mirrored as [`StatsMirror`] mirrors the engine's.
+    recv_counters: LandingCounters,
     /// Set by an application's EOS: push what was received, then end the stream.
     eos: AtomicBool,
 }
 
-impl UdpChunkSrc {
+impl ElementStats for UdpChunkSrc {
     fn stats(&self) -> gst::Structure {
         let mut s = self.chunks.stats();
-        for (name, value) in self.recv_counters.fields() {
-            s.set(name, value);
-        }
+        self.recv_counters.append_to(&mut s);
         s
     }
+}
 
-    /// Copies the engine's and the receiver's counters to the atomics `stats` reads.
-    fn mirror(&self, src: &LandingSource<ChunkAssembler>) {
-        self.chunks.update(&src.engine);
-        self.recv_counters.update(&src.counts());
-    }
-
+impl UdpChunkSrc {
     /// Mirrors the counters (once per receive) and posts the stats when due or `force`.
     fn publish(&self, src: &LandingSource<ChunkAssembler>, timer: &mut StatsTimer, force: bool) {
-        self.mirror(src);
-        if timer.due(Instant::now()) || force {
-            let drops = src.rx.kernel_drops();
-            self.recv_counters.kernel_drops.set(drops);
-            stats::post(self.obj().upcast_ref(), self.stats());
-        }
+        self.chunks.update(&src.engine);
+        let due = self.recv_counters.mirror(src, timer, force);
+        self.post_stats_if(due);
     }
 }
 
-#[glib::object_subclass]
-impl ObjectSubclass for UdpChunkSrc {
-    const NAME: &'static str = "GstFhUdpChunkSrc";
-    type Type = super::UdpChunkSrc;
-    type ParentType = gst_base::PushSrc;
-}
+firehose_core::element_subclass!(UdpChunkSrc, "GstFhUdpChunkSrc", gst_base::PushSrc);
 
 impl ObjectImpl for UdpChunkSrc {
-    fn properties() -> &'static [glib::ParamSpec] {
-        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            let mut v = SocketSettings::properties();
-            insert_after(
-                &mut v,
-                "buffer-size",
-                [glib::ParamSpecUInt::builder("batch-size")
-                    .nick("Batch size")
-                    .blurb("Messages received by one recvmmsg; with GRO each message carries up to 64 KiB of datagrams")
-                    .minimum(1)
-                    .maximum(MAX_BATCH_SIZE)
-                    .default_value(DEFAULT_BATCH_SIZE)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecEnum::builder::<Landing>("landing")
-                    .nick("Landing")
-                    .blurb("Receive payloads straight into the chunks: auto = for chunks of at most 2 MiB, which stay in the CPU cache between uses (into larger ones the kernel's copy reads each destination line from memory first: they are copied as by fhdepay), on, off")
-                    .mutable_ready()
-                    .build()],
-            );
-            v.extend(ChunkSettings::properties());
-            v.extend(stats::properties(&format!(
-                "{}, {}",
-                StatsMirror::COUNTERS,
-                RecvCounters::describe("")
-            )));
-            v
-        });
-        PROPS.as_ref()
-    }
+    firehose_core::properties!(|| {
+        let mut v = SocketSettings::properties();
+        insert_after(
+            &mut v,
+            "buffer-size",
+            [live::batch_size(
+                "Messages received by one recvmmsg; with GRO each message carries up to 64 KiB of datagrams",
+                MAX_BATCH_SIZE,
+                DEFAULT_BATCH_SIZE,
+            ),
+            glib::ParamSpecEnum::builder::<Landing>("landing")
+                .nick("Landing")
+                .blurb("Receive payloads straight into the chunks: auto = for chunks of at most 2 MiB, which stay in the CPU cache between uses (into larger ones the kernel's copy reads each destination line from memory first: they are copied as by fhdepay), on, off")
+                .mutable_ready()
+                .build()],
+        );
+        v.extend(ChunkSettings::properties());
+        v.extend(stats::properties(&format!(
+            "{}, {}",
+            StatsMirror::COUNTERS,
+            LandingCounters::describe("")
+        )));
+        v
+    });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = lock(&self.settings);
@@ -206,35 +149,19 @@ impl ObjectImpl for UdpChunkSrc {
         }
     }
 
-    fn constructed(&self) {
-        self.parent_constructed();
-        live::set_live(&*self.obj(), true);
-    }
+    firehose_core::live_src_constructed!(true);
 }
 
-impl GstObjectImpl for UdpChunkSrc {}
-
 impl ElementImpl for UdpChunkSrc {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "Firehose UDP chunk source",
-                "Source/Network",
-                "Receives UDP payloads straight into pooled chunks, placed by a named packet handler; the handler must support it (SPEAD's does: handler=spead), otherwise every packet is copied once as with fhdepay",
-                "Firehose developers",
-            )
-        });
-        Some(&*META)
-    }
+    firehose_core::element_metadata!(
+        "Firehose UDP chunk source",
+        "Source/Network",
+        "Receives UDP payloads straight into pooled chunks, placed by a named packet handler; the handler must support it (SPEAD's does: handler=spead), otherwise every packet is copied once as with fhdepay",
+    );
 
-    fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
-            vec![live::src_template(&gst::Caps::new_empty_simple(
-                fcaps::CHUNK,
-            ))]
-        });
-        TEMPLATES.as_ref()
-    }
+    firehose_core::pad_templates!(live::src_template(&gst::Caps::new_empty_simple(
+        fcaps::CHUNK
+    )));
 
     /// An application's EOS (`gst_element_send_event`, which a bin forwards to its
     /// sources). GstBaseSrc's own handling unlocks `create` and then ends the stream
@@ -322,17 +249,12 @@ impl BaseSrcImpl for UdpChunkSrc {
     fn stop(&self) -> Result<(), gst::ErrorMessage> {
         // Chunks still open go back to the pool with the engine.
         if let Some(state) = lock(&self.state).take() {
-            self.mirror(&state.src);
-            let drops = state.src.rx.kernel_drops();
-            self.recv_counters.kernel_drops.set(drops);
+            self.chunks.update(&state.src.engine);
+            self.recv_counters.update(&state.src, true);
         }
         self.live.stop();
         *lock(&self.caps) = None;
         Ok(())
-    }
-
-    fn is_seekable(&self) -> bool {
-        false
     }
 
     fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
@@ -342,16 +264,7 @@ impl BaseSrcImpl for UdpChunkSrc {
         live::caps_query(caps, filter)
     }
 
-    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.chunks.set_flushing(true);
-        self.live.unlock()
-    }
-
-    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock_stop()?;
-        self.chunks.set_flushing(false);
-        Ok(())
-    }
+    firehose_core::live_src_base!(live, flushing: chunks);
 }
 
 impl PushSrcImpl for UdpChunkSrc {
@@ -384,6 +297,7 @@ impl PushSrcImpl for UdpChunkSrc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use firehose_core::stats::names;
 
     fn element() -> super::super::UdpChunkSrc {
         gst::init().unwrap();

@@ -3,31 +3,21 @@
 
 use firehose_core::batch::batch_buffer;
 use firehose_core::sync::lock;
-use std::sync::{LazyLock, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use firehose_core::alloc;
 use firehose_core::props::WhenFull;
+use firehose_core::src::prelude::*;
 use firehose_core::src::{self as live, LiveControl, PoolProps, PoolSettings, PoolSize};
 use firehose_core::stats::{self, names, StatsTimer};
 use firehose_core::{caps as fcaps, PacketInfo, PoolConfig, SlotArena, SlotPool};
-use gst::glib;
-use gst::prelude::*;
-use gst::subclass::prelude::*;
-use gst_base::subclass::base_src::CreateSuccess;
-use gst_base::subclass::prelude::*;
 
 use super::Output;
 use crate::recv::{Recv, RecvCounts, UdpReceiver};
 use crate::socket_settings::{insert_after, SocketSettings};
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "fhudpsrc",
-        gst::DebugColorFlags::empty(),
-        Some("Firehose UDP source"),
-    )
-});
+firehose_core::debug_category!(CAT, "fhudpsrc", "Firehose UDP source");
 
 const DEFAULT_BATCH_SIZE: u32 = 64;
 /// Slab bytes per batch: small enough to stay in a CPU's L2 cache until downstream reads
@@ -215,71 +205,65 @@ impl UdpSrc {
     }
 }
 
-#[glib::object_subclass]
-impl ObjectSubclass for UdpSrc {
-    const NAME: &'static str = "GstFhUdpSrc";
-    type Type = super::UdpSrc;
-    type ParentType = gst_base::PushSrc;
-}
+firehose_core::element_subclass!(UdpSrc, "GstFhUdpSrc", gst_base::PushSrc);
 
 impl ObjectImpl for UdpSrc {
-    fn properties() -> &'static [glib::ParamSpec] {
-        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            let mut v = SocketSettings::properties();
-            insert_after(
-                &mut v,
-                "buffer-size",
-                [
-                    glib::ParamSpecUInt::builder("batch-size")
-                        .nick("Batch size")
-                        .blurb("Most datagrams received by one recvmmsg and pushed as one buffer")
-                        .minimum(1)
-                        .maximum(1024)
-                        .default_value(DEFAULT_BATCH_SIZE)
-                        .mutable_ready()
-                        .build(),
-                    glib::ParamSpecUInt::builder("batch-bytes")
-                        .nick("Batch bytes")
-                        .blurb("Most buffer bytes one batch may fill (0 = no limit): lowers batch-size so that a batch stays in the CPU cache until downstream reads it; with GRO each message takes 64 KiB")
-                        .maximum(64 << 20)
-                        .default_value(DEFAULT_BATCH_BYTES)
-                        .mutable_ready()
-                        .build(),
-                ],
-            );
-            insert_after(
-                &mut v,
-                "gro",
-                [glib::ParamSpecBoolean::builder("timestamps")
-                    .nick("Kernel timestamps")
-                    .blurb("Record each datagram's kernel receive time (SO_TIMESTAMPNS) in the batch meta")
-                    .default_value(true)
-                    .mutable_ready()
-                    .build()],
-            );
-            v.extend([
-                glib::ParamSpecEnum::builder::<Output>("output")
-                    .nick("Output")
-                    .blurb("batch: one buffer per batch (fast); list: one buffer per datagram in a buffer list (for stock elements)")
+    firehose_core::properties!(|| {
+        let mut v = SocketSettings::properties();
+        insert_after(
+            &mut v,
+            "buffer-size",
+            [
+                glib::ParamSpecUInt::builder("batch-size")
+                    .nick("Batch size")
+                    .blurb("Most datagrams received by one recvmmsg and pushed as one buffer")
+                    .minimum(1)
+                    .maximum(1024)
+                    .default_value(DEFAULT_BATCH_SIZE)
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecBoxed::builder::<gst::Caps>("caps")
-                    .nick("Caps")
-                    .blurb("Caps of the datagrams with output=list (e.g. application/x-rtp,…)")
+                glib::ParamSpecUInt::builder("batch-bytes")
+                    .nick("Batch bytes")
+                    .blurb("Most buffer bytes one batch may fill (0 = no limit): lowers batch-size so that a batch stays in the CPU cache until downstream reads it; with GRO each message takes 64 KiB")
+                    .maximum(64 << 20)
+                    .default_value(DEFAULT_BATCH_BYTES)
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecEnum::builder::<WhenFull>("when-full")
-                    .nick("When full")
-                    .blurb("When every pool slot is in use downstream: drop (count drops-pool) or block")
-                    .mutable_ready()
-                    .build(),
-            ]);
-            v.extend(POOL.param_specs());
-            v.extend(stats::properties(&Counters::describe("pool-*, memory")));
-            v
-        });
-        PROPS.as_ref()
-    }
+            ],
+        );
+        insert_after(
+            &mut v,
+            "gro",
+            [glib::ParamSpecBoolean::builder("timestamps")
+                .nick("Kernel timestamps")
+                .blurb(
+                    "Record each datagram's kernel receive time (SO_TIMESTAMPNS) in the batch meta",
+                )
+                .default_value(true)
+                .mutable_ready()
+                .build()],
+        );
+        v.extend([
+            glib::ParamSpecEnum::builder::<Output>("output")
+                .nick("Output")
+                .blurb("batch: one buffer per batch (fast); list: one buffer per datagram in a buffer list (for stock elements)")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecBoxed::builder::<gst::Caps>("caps")
+                .nick("Caps")
+                .blurb("Caps of the datagrams with output=list (e.g. application/x-rtp,…)")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecEnum::builder::<WhenFull>("when-full")
+                .nick("When full")
+                .blurb("When every pool slot is in use downstream: drop (count drops-pool) or block")
+                .mutable_ready()
+                .build(),
+        ]);
+        v.extend(POOL.param_specs());
+        v.extend(stats::properties(&Counters::describe("pool-*, memory")));
+        v
+    });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = lock(&self.settings);
@@ -322,32 +306,17 @@ impl ObjectImpl for UdpSrc {
         }
     }
 
-    fn constructed(&self) {
-        self.parent_constructed();
-        live::set_live(&*self.obj(), true);
-    }
+    firehose_core::live_src_constructed!(true);
 }
 
-impl GstObjectImpl for UdpSrc {}
-
 impl ElementImpl for UdpSrc {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "Firehose UDP source",
-                "Source/Network",
-                "Receives UDP with recvmmsg and GRO into pooled memory, one buffer per batch",
-                "Firehose developers",
-            )
-        });
-        Some(&*META)
-    }
+    firehose_core::element_metadata!(
+        "Firehose UDP source",
+        "Source/Network",
+        "Receives UDP with recvmmsg and GRO into pooled memory, one buffer per batch",
+    );
 
-    fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
-            LazyLock::new(|| vec![live::src_template(&gst::Caps::new_any())]);
-        TEMPLATES.as_ref()
-    }
+    firehose_core::pad_templates!(live::src_template(&gst::Caps::new_any()));
 }
 
 impl BaseSrcImpl for UdpSrc {
@@ -416,10 +385,6 @@ impl BaseSrcImpl for UdpSrc {
         Ok(())
     }
 
-    fn is_seekable(&self) -> bool {
-        false
-    }
-
     /// An element downstream that needs its memory (shared segments, pinned pages)
     /// proposes its provider ([`firehose_core::alloc`]): the pool is cut from it, so the
     /// kernel's copy lands there. Another allocator cannot be received into: say so.
@@ -454,13 +419,7 @@ impl BaseSrcImpl for UdpSrc {
         live::caps_query(caps, filter)
     }
 
-    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock()
-    }
-
-    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock_stop()
-    }
+    firehose_core::live_src_base!(live);
 }
 
 impl PushSrcImpl for UdpSrc {

@@ -4,29 +4,19 @@
 use firehose_core::sync::lock;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::{LazyLock, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use firehose_core::pace::Pacer;
+use firehose_core::src::prelude::*;
 use firehose_core::src::{self as live, LiveControl, PoolProps, PoolSettings, PoolSize};
 use firehose_core::stats::{self, names, StatsTimer};
 use firehose_core::{caps, gstmem, PacketBatchMeta, PacketInfo, PoolConfig, SlotPool};
-use gst::glib;
-use gst::prelude::*;
-use gst::subclass::prelude::*;
-use gst_base::subclass::base_src::CreateSuccess;
-use gst_base::subclass::prelude::*;
 
 use super::replay::{Filter, Replay};
 use super::Rate;
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "fhpcapsrc",
-        gst::DebugColorFlags::empty(),
-        Some("Firehose pcap replay source"),
-    )
-});
+firehose_core::debug_category!(CAT, "fhpcapsrc", "Firehose pcap replay source");
 
 const DEFAULT_BATCH_SIZE: u32 = 64;
 /// Bytes per pool slot: room for a batch of jumbo datagrams, and always for one more
@@ -194,53 +184,45 @@ impl PcapSrc {
     }
 }
 
-#[glib::object_subclass]
-impl ObjectSubclass for PcapSrc {
-    const NAME: &'static str = "GstFhPcapSrc";
-    type Type = super::PcapSrc;
-    type ParentType = gst_base::PushSrc;
-}
+firehose_core::element_subclass!(PcapSrc, "GstFhPcapSrc", gst_base::PushSrc);
 
 impl ObjectImpl for PcapSrc {
-    fn properties() -> &'static [glib::ParamSpec] {
-        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            let mut v = vec![
-                glib::ParamSpecString::builder("location")
-                    .nick("Location")
-                    .blurb("The pcap or pcapng file to replay")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("port")
-                    .nick("Port")
-                    .blurb("Only UDP datagrams to this destination port (0 = any)")
-                    .maximum(65535)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("address")
-                    .nick("Address")
-                    .blurb("Only datagrams to this destination address (empty = any)")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("rate")
-                    .nick("Rate")
-                    .blurb("original (the capture's timing), max (as fast as possible), or payload bits/s such as 500M or 2G")
-                    .default_value(Some("original"))
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("loop")
-                    .nick("Loop")
-                    .blurb("Times to play the file (0 = forever)")
-                    .default_value(1)
-                    .mutable_ready()
-                    .build(),
-                live::batch_size("Most datagrams per buffer", 1024, DEFAULT_BATCH_SIZE),
-            ];
-            v.extend(POOL.param_specs());
-            v.extend(stats::properties(&Counters::describe("pool-*, memory")));
-            v
-        });
-        PROPS.as_ref()
-    }
+    firehose_core::properties!(|| {
+        let mut v = vec![
+            glib::ParamSpecString::builder("location")
+                .nick("Location")
+                .blurb("The pcap or pcapng file to replay")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("port")
+                .nick("Port")
+                .blurb("Only UDP datagrams to this destination port (0 = any)")
+                .maximum(65535)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecString::builder("address")
+                .nick("Address")
+                .blurb("Only datagrams to this destination address (empty = any)")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecString::builder("rate")
+                .nick("Rate")
+                .blurb("original (the capture's timing), max (as fast as possible), or payload bits/s such as 500M or 2G")
+                .default_value(Some("original"))
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("loop")
+                .nick("Loop")
+                .blurb("Times to play the file (0 = forever)")
+                .default_value(1)
+                .mutable_ready()
+                .build(),
+            live::batch_size("Most datagrams per buffer", 1024, DEFAULT_BATCH_SIZE),
+        ];
+        v.extend(POOL.param_specs());
+        v.extend(stats::properties(&Counters::describe("pool-*, memory")));
+        v
+    });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let opt = |v: Option<String>| v.filter(|x| !x.is_empty());
@@ -283,34 +265,19 @@ impl ObjectImpl for PcapSrc {
         }
     }
 
-    fn constructed(&self) {
-        self.parent_constructed();
-        // Not live: replay paces itself.
-        live::set_live(&*self.obj(), false);
-    }
+    // Not live: replay paces itself.
+    firehose_core::live_src_constructed!(false);
 }
 
-impl GstObjectImpl for PcapSrc {}
-
 impl ElementImpl for PcapSrc {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "Firehose pcap replay",
-                "Source/File/Network",
-                "Replays the UDP datagrams of a pcap or pcapng file as packet batches, at the \
-                 original pace, a set rate or as fast as possible",
-                "Firehose developers",
-            )
-        });
-        Some(&*META)
-    }
+    firehose_core::element_metadata!(
+        "Firehose pcap replay",
+        "Source/File/Network",
+        "Replays the UDP datagrams of a pcap or pcapng file as packet batches, at the \
+         original pace, a set rate or as fast as possible",
+    );
 
-    fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
-            LazyLock::new(|| vec![live::src_template(&caps::packets_caps())]);
-        TEMPLATES.as_ref()
-    }
+    firehose_core::pad_templates!(live::src_template(&caps::packets_caps()));
 }
 
 impl BaseSrcImpl for PcapSrc {
@@ -395,17 +362,7 @@ impl BaseSrcImpl for PcapSrc {
         Ok(())
     }
 
-    fn is_seekable(&self) -> bool {
-        false
-    }
-
-    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock()
-    }
-
-    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock_stop()
-    }
+    firehose_core::live_src_base!(live);
 }
 
 impl PushSrcImpl for PcapSrc {

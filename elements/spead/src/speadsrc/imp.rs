@@ -2,34 +2,22 @@
 //! [`Reassembler`], pushing one heap per `create`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
-use std::time::Instant;
+use std::sync::Mutex;
 
 use firehose_core::caps as fcaps;
-use firehose_core::stats::{self, names, Counter, StatsTimer};
+use firehose_core::src::prelude::*;
+use firehose_core::src::{self as live, LiveControl};
+use firehose_core::stats::{self, StatsTimer};
 use firehose_core::sync::lock;
-use firehose_core::wake::Waker;
-use firehose_net::direct::DirectCounts;
+use firehose_net::land_counters::LandingCounters;
 use firehose_net::landsrc::LandingSource;
 use firehose_net::socket_settings::{flow_error, insert_after, SocketSettings};
-use gst::glib;
-use gst::prelude::*;
-use gst::subclass::prelude::*;
-use gst_base::prelude::*;
-use gst_base::subclass::base_src::CreateSuccess;
-use gst_base::subclass::prelude::*;
 
 use crate::depay::{heap_properties, Settings as HeapSettings};
 use crate::heapout::{self, heap_buffer, HeapCounters};
 use crate::reassembly::{Emitted, Reassembler};
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "fhspeadsrc",
-        gst::DebugColorFlags::empty(),
-        Some("Firehose SPEAD source"),
-    )
-});
+firehose_core::debug_category!(CAT, "fhspeadsrc", "Firehose SPEAD source");
 
 /// Default `batch-size`: `fhudpsrc`'s, so one receive takes what one of its batches
 /// would (at most `BATCH_BYTES`).
@@ -68,77 +56,55 @@ struct State {
 pub struct SpeadSrc {
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
-    /// Kept outside `state`, which the streaming thread holds while it waits.
-    waker: Mutex<Option<Arc<Waker>>>,
+    /// The flag unlock sets (it cuts short a wait for data) and the receiver's waker,
+    /// outside `state`, which the streaming thread holds while it waits.
+    live: LiveControl,
     heap_counters: HeapCounters,
-    /// The receiver's counters, mirrored once per receive.
-    recv_counts: Mutex<DirectCounts>,
-    /// Read from the kernel (a system call) only when stats are posted, and at stop.
-    kernel_drops: Counter,
+    recv_counters: LandingCounters,
     memory: Mutex<Option<&'static str>>,
-    /// Set by unlock: cuts short a wait for data.
-    flushing: AtomicBool,
     /// Set by an application's EOS: push what was received, then end the stream.
     eos: AtomicBool,
 }
 
-impl SpeadSrc {
+impl ElementStats for SpeadSrc {
     fn stats(&self) -> gst::Structure {
         let mut s = self.heap_counters.structure(*lock(&self.memory));
-        heapout::receive_fields(&mut s, &lock(&self.recv_counts), self.kernel_drops.get());
+        self.recv_counters.append_to(&mut s);
         s
     }
+}
 
+impl SpeadSrc {
     /// Mirrors the counters (once per receive) and posts the stats when due or `force`.
     fn publish(&self, src: &LandingSource<Reassembler>, timer: &mut StatsTimer, force: bool) {
         self.heap_counters.update(&src.engine);
-        *lock(&self.recv_counts) = src.counts();
-        if timer.due(Instant::now()) || force {
-            self.kernel_drops.set(src.rx.kernel_drops());
-            stats::post(self.obj().upcast_ref(), self.stats());
-        }
+        let due = self.recv_counters.mirror(src, timer, force);
+        self.post_stats_if(due);
     }
 }
 
-#[glib::object_subclass]
-impl ObjectSubclass for SpeadSrc {
-    const NAME: &'static str = "GstFhSpeadSrc";
-    type Type = super::SpeadSrc;
-    type ParentType = gst_base::PushSrc;
-}
+firehose_core::element_subclass!(SpeadSrc, "GstFhSpeadSrc", gst_base::PushSrc);
 
 impl ObjectImpl for SpeadSrc {
-    fn properties() -> &'static [glib::ParamSpec] {
-        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            let mut v = SocketSettings::properties();
-            insert_after(
-                &mut v,
-                "buffer-size",
-                [glib::ParamSpecUInt::builder("batch-size")
-                    .nick("Batch size")
-                    .blurb("Most datagrams received by one recvmmsg (at most 256 KiB of them)")
-                    .minimum(1)
-                    .maximum(MAX_BATCH_SIZE)
-                    .default_value(DEFAULT_BATCH_SIZE)
-                    .mutable_ready()
-                    .build()],
-            );
-            v.extend(heap_properties());
-            v.extend(stats::properties(&format!(
-                "{}, {}, {}, {}, {}, {}, {}, {}",
-                heapout::COUNTERS,
-                names::DATAGRAMS,
-                names::PACKETS_LANDED,
-                names::PACKETS_COPIED,
-                names::TRUNCATED,
-                names::EMPTY,
-                names::BATCHES,
-                names::DROPS_KERNEL
-            )));
-            v
-        });
-        PROPS.as_ref()
-    }
+    firehose_core::properties!(|| {
+        let mut v = SocketSettings::properties();
+        insert_after(
+            &mut v,
+            "buffer-size",
+            [live::batch_size(
+                "Most datagrams received by one recvmmsg (at most 256 KiB of them)",
+                MAX_BATCH_SIZE,
+                DEFAULT_BATCH_SIZE,
+            )],
+        );
+        v.extend(heap_properties());
+        v.extend(stats::properties(&format!(
+            "{}, {}",
+            heapout::COUNTERS,
+            LandingCounters::describe("")
+        )));
+        v
+    });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = lock(&self.settings);
@@ -165,48 +131,27 @@ impl ObjectImpl for SpeadSrc {
         }
     }
 
-    fn constructed(&self) {
-        self.parent_constructed();
-        let obj = self.obj();
-        obj.set_live(true);
-        obj.set_format(gst::Format::Time);
-    }
+    firehose_core::live_src_constructed!(true);
 }
 
-impl GstObjectImpl for SpeadSrc {}
-
 impl ElementImpl for SpeadSrc {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "Firehose SPEAD source",
-                "Source/Network",
-                "Receives SPEAD over UDP into heaps, each payload straight into its heap where the stream allows (one buffer per heap, with a heap meta); interoperates with spead2",
-                "Firehose developers",
-            )
-        });
-        Some(&*META)
-    }
+    firehose_core::element_metadata!(
+        "Firehose SPEAD source",
+        "Source/Network",
+        "Receives SPEAD over UDP into heaps, each payload straight into its heap where the stream allows (one buffer per heap, with a heap meta); interoperates with spead2",
+    );
 
-    fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
-            vec![gst::PadTemplate::new(
-                "src",
-                gst::PadDirection::Src,
-                gst::PadPresence::Always,
-                &gst::Caps::new_empty_simple(fcaps::SPEAD_HEAP),
-            )
-            .unwrap()]
-        });
-        TEMPLATES.as_ref()
-    }
+    firehose_core::pad_templates!(live::src_template(&gst::Caps::new_empty_simple(
+        fcaps::SPEAD_HEAP
+    )));
 
     /// An application's EOS: `create` is woken with the `eos` flag, takes what the
     /// socket holds, pushes every heap under construction and returns EOS (GstBaseSrc's
     /// own handling would end the stream without them).
     fn send_event(&self, event: gst::Event) -> bool {
         if event.type_() == gst::EventType::Eos {
-            if let Some(w) = lock(&self.waker).as_ref() {
+            // Started: a receive can take it (the waker is set from start to stop).
+            if let Some(w) = self.live.waker() {
                 gst::debug!(
                     CAT,
                     imp = self,
@@ -246,12 +191,11 @@ impl BaseSrcImpl for SpeadSrc {
         );
         let port_changed = lock(&self.settings).socket.set_bound_port(&report);
         self.heap_counters.update(&engine);
-        *lock(&self.recv_counts) = DirectCounts::default();
-        self.kernel_drops.reset();
+        self.recv_counters.reset();
         *lock(&self.memory) = Some(memory);
-        self.flushing.store(false, Ordering::Release);
         self.eos.store(false, Ordering::Release);
-        *lock(&self.waker) = Some(rx.waker());
+        self.live.start();
+        self.live.set_waker(rx.waker());
         let buffer = report.buffer_granted as u64;
         *lock(&self.state) = Some(State {
             src: LandingSource::new(rx, engine, batch, buffer, Emitted::default()),
@@ -269,32 +213,13 @@ impl BaseSrcImpl for SpeadSrc {
         // downstream keep their memory alive until dropped.
         if let Some(state) = lock(&self.state).take() {
             self.heap_counters.update(&state.src.engine);
-            *lock(&self.recv_counts) = state.src.counts();
-            self.kernel_drops.set(state.src.rx.kernel_drops());
+            self.recv_counters.update(&state.src, true);
         }
-        *lock(&self.waker) = None;
+        self.live.stop();
         Ok(())
     }
 
-    fn is_seekable(&self) -> bool {
-        false
-    }
-
-    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.flushing.store(true, Ordering::Release);
-        if let Some(w) = lock(&self.waker).as_ref() {
-            w.wake();
-        }
-        Ok(())
-    }
-
-    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        if let Some(w) = lock(&self.waker).as_ref() {
-            w.clear();
-        }
-        self.flushing.store(false, Ordering::Release);
-        Ok(())
-    }
+    firehose_core::live_src_base!(live);
 }
 
 impl PushSrcImpl for SpeadSrc {
@@ -310,7 +235,7 @@ impl PushSrcImpl for SpeadSrc {
         } = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
         let obj = self.obj();
         let next = src.next(
-            &self.flushing,
+            self.live.flag(),
             &self.eos,
             || obj.current_running_time().map(gst::ClockTime::nseconds),
             |src, ended| self.publish(src, timer, ended),
@@ -331,6 +256,7 @@ impl PushSrcImpl for SpeadSrc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use firehose_core::stats::names;
 
     fn element() -> super::super::SpeadSrc {
         gst::init().unwrap();

@@ -2,28 +2,18 @@
 
 use firehose_core::batch::batch_buffer;
 use firehose_core::sync::lock;
-use std::sync::{LazyLock, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use firehose_core::pace::Pacer;
+use firehose_core::src::prelude::*;
 use firehose_core::src::{self as live, LiveControl, PoolProps, PoolSettings, PoolSize};
 use firehose_core::stats::{self, names, StatsTimer};
 use firehose_core::{caps, gstmem, PacketInfo, PoolConfig, SlotPool};
-use gst::glib;
-use gst::prelude::*;
-use gst::subclass::prelude::*;
-use gst_base::subclass::base_src::CreateSuccess;
-use gst_base::subclass::prelude::*;
 
 use crate::pattern;
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "fhtestsrc",
-        gst::DebugColorFlags::empty(),
-        Some("Firehose test packet source"),
-    )
-});
+firehose_core::debug_category!(CAT, "fhtestsrc", "Firehose test packet source");
 
 const DEFAULT_PACKET_SIZE: u32 = 1472;
 /// The largest UDP payload over IPv4, so every test packet fits one datagram.
@@ -161,48 +151,40 @@ impl FhTestSrc {
     }
 }
 
-#[glib::object_subclass]
-impl ObjectSubclass for FhTestSrc {
-    const NAME: &'static str = "FhTestSrc";
-    type Type = super::FhTestSrc;
-    type ParentType = gst_base::PushSrc;
-}
+firehose_core::element_subclass!(FhTestSrc, "FhTestSrc", gst_base::PushSrc);
 
 impl ObjectImpl for FhTestSrc {
-    fn properties() -> &'static [glib::ParamSpec] {
-        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            let mut v = vec![
-                glib::ParamSpecUInt::builder("packet-size")
-                    .nick("Packet size")
-                    .blurb("Bytes per test packet (header included)")
-                    .minimum(pattern::MIN_LEN as u32)
-                    .maximum(MAX_PACKET_SIZE)
-                    .default_value(DEFAULT_PACKET_SIZE)
-                    .mutable_ready()
-                    .build(),
-                live::batch_size("Packets per buffer", MAX_BATCH_SIZE, DEFAULT_BATCH_SIZE),
-                glib::ParamSpecUInt64::builder("rate")
-                    .nick("Rate")
-                    .blurb("Packet bytes per second, in bits/s (0 = as fast as possible)")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt64::builder("num-packets")
-                    .nick("Number of packets")
-                    .blurb("Packets to send before EOS (0 = unlimited)")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt64::builder("first-seq")
-                    .nick("First sequence number")
-                    .blurb("Sequence number of the first packet")
-                    .mutable_ready()
-                    .build(),
-            ];
-            v.extend(POOL.param_specs());
-            v.extend(stats::properties(&Counters::describe("pool-*, memory")));
-            v
-        });
-        PROPS.as_ref()
-    }
+    firehose_core::properties!(|| {
+        let mut v = vec![
+            glib::ParamSpecUInt::builder("packet-size")
+                .nick("Packet size")
+                .blurb("Bytes per test packet (header included)")
+                .minimum(pattern::MIN_LEN as u32)
+                .maximum(MAX_PACKET_SIZE)
+                .default_value(DEFAULT_PACKET_SIZE)
+                .mutable_ready()
+                .build(),
+            live::batch_size("Packets per buffer", MAX_BATCH_SIZE, DEFAULT_BATCH_SIZE),
+            glib::ParamSpecUInt64::builder("rate")
+                .nick("Rate")
+                .blurb("Packet bytes per second, in bits/s (0 = as fast as possible)")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt64::builder("num-packets")
+                .nick("Number of packets")
+                .blurb("Packets to send before EOS (0 = unlimited)")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt64::builder("first-seq")
+                .nick("First sequence number")
+                .blurb("Sequence number of the first packet")
+                .mutable_ready()
+                .build(),
+        ];
+        v.extend(POOL.param_specs());
+        v.extend(stats::properties(&Counters::describe("pool-*, memory")));
+        v
+    });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = lock(&self.settings);
@@ -237,34 +219,19 @@ impl ObjectImpl for FhTestSrc {
         }
     }
 
-    fn constructed(&self) {
-        self.parent_constructed();
-        // Not live: it paces itself. Buffers carry times from the start of the stream,
-        // so segments are in time.
-        live::set_live(&*self.obj(), false);
-    }
+    // Not live: it paces itself. Buffers carry times from the start of the stream,
+    // so segments are in time.
+    firehose_core::live_src_constructed!(false);
 }
 
-impl GstObjectImpl for FhTestSrc {}
-
 impl ElementImpl for FhTestSrc {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "Firehose test source",
-                "Source/Network",
-                "Produces batches of numbered, verifiable test packets (check them with fhcheck)",
-                "Firehose developers",
-            )
-        });
-        Some(&*META)
-    }
+    firehose_core::element_metadata!(
+        "Firehose test source",
+        "Source/Network",
+        "Produces batches of numbered, verifiable test packets (check them with fhcheck)",
+    );
 
-    fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
-            LazyLock::new(|| vec![live::src_template(&caps::packets_caps())]);
-        TEMPLATES.as_ref()
-    }
+    firehose_core::pad_templates!(live::src_template(&caps::packets_caps()));
 }
 
 impl BaseSrcImpl for FhTestSrc {
@@ -321,17 +288,7 @@ impl BaseSrcImpl for FhTestSrc {
         Ok(())
     }
 
-    fn is_seekable(&self) -> bool {
-        false
-    }
-
-    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock()
-    }
-
-    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock_stop()
-    }
+    firehose_core::live_src_base!(live);
 }
 
 impl PushSrcImpl for FhTestSrc {

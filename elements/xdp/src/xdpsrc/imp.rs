@@ -2,22 +2,18 @@
 //! loop, stats and teardown.
 
 use std::os::fd::AsRawFd;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use firehose_core::batch::batch_buffer;
 use firehose_core::ring::{lend_batch, SharedRing};
+use firehose_core::src::prelude::*;
 use firehose_core::src::{
     self as live, CountAlias, LiveControl, PoolProps, PoolSettings, PoolSize,
 };
 use firehose_core::stats::{self, names, Counter, StatsTimer};
 use firehose_core::sync::lock;
 use firehose_core::{caps as fcaps, MemoryRegion, PacketInfo};
-use gst::glib;
-use gst::prelude::*;
-use gst::subclass::prelude::*;
-use gst_base::subclass::base_src::CreateSuccess;
-use gst_base::subclass::prelude::*;
 
 use super::{XdpMode, ZeroCopy};
 use crate::engine::{self, AttachMode, BindMode, Capture, ErrorKind, Notice};
@@ -25,13 +21,7 @@ use crate::xsk::XskSocket;
 use firehose_core::frame::accept::{packet_entry, Rejected};
 use firehose_core::wake::{wait_readable, Waker};
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "fhxdpsrc",
-        gst::DebugColorFlags::empty(),
-        Some("Firehose AF_XDP source"),
-    )
-});
+firehose_core::debug_category!(CAT, "fhxdpsrc", "Firehose AF_XDP source");
 
 const DEFAULT_ADDRESS: &str = "0.0.0.0";
 const DEFAULT_PORT: u32 = 7148;
@@ -474,101 +464,93 @@ impl XdpSrc {
     }
 }
 
-#[glib::object_subclass]
-impl ObjectSubclass for XdpSrc {
-    const NAME: &'static str = "GstFhXdpSrc";
-    type Type = super::XdpSrc;
-    type ParentType = gst_base::PushSrc;
-}
+firehose_core::element_subclass!(XdpSrc, "GstFhXdpSrc", gst_base::PushSrc);
 
 impl ObjectImpl for XdpSrc {
-    fn properties() -> &'static [glib::ParamSpec] {
-        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            let mut v = vec![
-                glib::ParamSpecString::builder("interface")
-                    .nick("Interface")
-                    .blurb("Network interface to capture on (required)")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("queue")
-                    .nick("Queue")
-                    .blurb("Receive queue of the interface to bind (steer the stream there, e.g. with ethtool -N)")
-                    .default_value(0)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecInt::builder("port")
-                    .nick("Port")
-                    .blurb("UDP destination port to capture; all other traffic goes to the kernel")
-                    .minimum(0)
-                    .maximum(65535)
-                    .default_value(DEFAULT_PORT as i32)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("extra-ports")
-                    .nick("Extra ports")
-                    .blurb("More UDP destination ports to capture, comma-separated")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("address")
-                    .nick("Address")
-                    .blurb("Destination IP to capture (IPv4 or IPv6); 0.0.0.0 = any, both families")
-                    .default_value(Some(DEFAULT_ADDRESS))
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecEnum::builder::<XdpMode>("mode")
-                    .nick("XDP mode")
-                    .blurb("Where the XDP program runs: auto, native (in the driver) or generic (on the skb)")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecEnum::builder::<ZeroCopy>("zero-copy")
-                    .nick("Zero-copy")
-                    .blurb("Bind the socket in zero-copy mode: auto (fall back to copy), on, off")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("busy-poll")
-                    .nick("Busy poll")
-                    .blurb("0: sleep in poll() until packets arrive. N: spin on the socket and ask the kernel to busy-poll the queue for N µs per call (SO_PREFER_BUSY_POLL, SO_BUSY_POLL); uses a whole core")
-                    .default_value(0)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("poll-interval")
-                    .nick("Poll interval")
-                    .blurb("Microseconds to sleep after an empty RX ring instead of blocking in poll() (0 = block until packets arrive); the RX ring must hold what arrives meanwhile")
-                    .maximum(100_000)
-                    .default_value(DEFAULT_POLL_US)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("busy-poll-budget")
-                    .nick("Busy poll budget")
-                    .blurb("Packets per busy-poll round (SO_BUSY_POLL_BUDGET)")
-                    .minimum(1)
-                    .maximum(65535)
-                    .default_value(DEFAULT_BUSY_POLL_BUDGET)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("frame-size")
-                    .nick("Frame size")
-                    .blurb("Bytes per UMEM frame, 2048 or 4096; frames longer than this less 256 B of headroom are dropped by the kernel")
-                    .minimum(2048)
-                    .maximum(4096)
-                    .default_value(DEFAULT_FRAME_SIZE)
-                    .mutable_ready()
-                    .build(),
-                live::batch_size(
-                    "Most frames taken from the RX ring, and pushed as one buffer, per batch",
-                    4096,
-                    DEFAULT_BATCH_SIZE,
-                ),
-            ];
-            v.extend(POOL.param_specs());
-            let kernel = KernelCounters::describe("pool-*, xdp-mode, bind-mode, memory");
-            v.extend(stats::properties(&Counters::describe(&format!(
-                "drops-pool, drops-kernel, {kernel}"
-            ))));
-            v
-        });
-        PROPS.as_ref()
-    }
+    firehose_core::properties!(|| {
+        let mut v = vec![
+            glib::ParamSpecString::builder("interface")
+                .nick("Interface")
+                .blurb("Network interface to capture on (required)")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("queue")
+                .nick("Queue")
+                .blurb("Receive queue of the interface to bind (steer the stream there, e.g. with ethtool -N)")
+                .default_value(0)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecInt::builder("port")
+                .nick("Port")
+                .blurb("UDP destination port to capture; all other traffic goes to the kernel")
+                .minimum(0)
+                .maximum(65535)
+                .default_value(DEFAULT_PORT as i32)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecString::builder("extra-ports")
+                .nick("Extra ports")
+                .blurb("More UDP destination ports to capture, comma-separated")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecString::builder("address")
+                .nick("Address")
+                .blurb("Destination IP to capture (IPv4 or IPv6); 0.0.0.0 = any, both families")
+                .default_value(Some(DEFAULT_ADDRESS))
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecEnum::builder::<XdpMode>("mode")
+                .nick("XDP mode")
+                .blurb("Where the XDP program runs: auto, native (in the driver) or generic (on the skb)")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecEnum::builder::<ZeroCopy>("zero-copy")
+                .nick("Zero-copy")
+                .blurb("Bind the socket in zero-copy mode: auto (fall back to copy), on, off")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("busy-poll")
+                .nick("Busy poll")
+                .blurb("0: sleep in poll() until packets arrive. N: spin on the socket and ask the kernel to busy-poll the queue for N µs per call (SO_PREFER_BUSY_POLL, SO_BUSY_POLL); uses a whole core")
+                .default_value(0)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("poll-interval")
+                .nick("Poll interval")
+                .blurb("Microseconds to sleep after an empty RX ring instead of blocking in poll() (0 = block until packets arrive); the RX ring must hold what arrives meanwhile")
+                .maximum(100_000)
+                .default_value(DEFAULT_POLL_US)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("busy-poll-budget")
+                .nick("Busy poll budget")
+                .blurb("Packets per busy-poll round (SO_BUSY_POLL_BUDGET)")
+                .minimum(1)
+                .maximum(65535)
+                .default_value(DEFAULT_BUSY_POLL_BUDGET)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("frame-size")
+                .nick("Frame size")
+                .blurb("Bytes per UMEM frame, 2048 or 4096; frames longer than this less 256 B of headroom are dropped by the kernel")
+                .minimum(2048)
+                .maximum(4096)
+                .default_value(DEFAULT_FRAME_SIZE)
+                .mutable_ready()
+                .build(),
+            live::batch_size(
+                "Most frames taken from the RX ring, and pushed as one buffer, per batch",
+                4096,
+                DEFAULT_BATCH_SIZE,
+            ),
+        ];
+        v.extend(POOL.param_specs());
+        let kernel = KernelCounters::describe("pool-*, xdp-mode, bind-mode, memory");
+        v.extend(stats::properties(&Counters::describe(&format!(
+            "drops-pool, drops-kernel, {kernel}"
+        ))));
+        v
+    });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = lock(&self.settings);
@@ -625,33 +607,18 @@ impl ObjectImpl for XdpSrc {
         }
     }
 
-    fn constructed(&self) {
-        self.parent_constructed();
-        live::set_live(&*self.obj(), true);
-    }
+    firehose_core::live_src_constructed!(true);
 }
 
-impl GstObjectImpl for XdpSrc {}
-
 impl ElementImpl for XdpSrc {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "Firehose AF_XDP source",
-                "Source/Network",
-                "Captures UDP to chosen ports with its own XDP program and an AF_XDP socket, \
-                 lending UMEM frames downstream, one buffer per batch",
-                "Firehose developers",
-            )
-        });
-        Some(&*META)
-    }
+    firehose_core::element_metadata!(
+        "Firehose AF_XDP source",
+        "Source/Network",
+        "Captures UDP to chosen ports with its own XDP program and an AF_XDP socket, \
+         lending UMEM frames downstream, one buffer per batch",
+    );
 
-    fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
-            LazyLock::new(|| vec![live::src_template(&fcaps::packets_caps())]);
-        TEMPLATES.as_ref()
-    }
+    firehose_core::pad_templates!(live::src_template(&fcaps::packets_caps()));
 }
 
 impl BaseSrcImpl for XdpSrc {
@@ -677,21 +644,7 @@ impl BaseSrcImpl for XdpSrc {
         Ok(())
     }
 
-    fn is_seekable(&self) -> bool {
-        false
-    }
-
-    fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
-        live::caps_query(fcaps::packets_caps(), filter)
-    }
-
-    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock()
-    }
-
-    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock_stop()
-    }
+    firehose_core::live_src_base!(live, caps: fcaps::packets_caps());
 }
 
 impl PushSrcImpl for XdpSrc {
