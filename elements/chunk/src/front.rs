@@ -147,7 +147,7 @@ mod tests {
             handler: Some("front-test".into()),
             slots_per_chunk: 2,
             slot_size: 8,
-            hugepages: firehose_core::props::Hugepages::Off,
+            memory: firehose_core::props::Memory::System,
             ..Default::default()
         };
         let element = gst::Bin::new().upcast::<gst::Element>();

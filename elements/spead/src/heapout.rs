@@ -97,7 +97,7 @@ pub fn new_reassembler(
         incomplete: s.incomplete.into(),
         max_heap_size: s.max_heap_size as usize,
         pool_size: s.pool_size,
-        hugepages: s.hugepages.into(),
+        hugepages: s.memory.into(),
     };
     let engine = Reassembler::new(&config).map_err(|e| match e {
         // Already says how to reserve hugepages.

@@ -14,7 +14,7 @@ use gst::prelude::*;
 
 use super::{ChunkConfig, ChunkHost};
 use crate::handler::{self, CONFIG_SLOTS_PER_CHUNK, CONFIG_SLOT_SIZE};
-use firehose_core::props::{Hugepages, WhenFull};
+use firehose_core::props::{self, Memory, WhenFull};
 
 /// Default `slots-per-chunk`.
 pub const DEFAULT_SLOTS_PER_CHUNK: u32 = 64;
@@ -25,9 +25,19 @@ pub const DEFAULT_MAX_CHUNKS: u32 = 4;
 /// Default `max-messages`.
 pub const DEFAULT_MAX_MESSAGES: u32 = 32;
 
+/// How big the chunk pool was asked to be: `pool-size` in bytes, or a chunk count
+/// through the deprecated `pool-chunks`; 0 either way: twice `max-chunks`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolAsk {
+    /// `pool-size`: as many chunks as these bytes hold.
+    Bytes(u64),
+    /// `pool-chunks` (deprecated).
+    Chunks(u32),
+}
+
 /// The chunk engine's properties: `handler`, `handler-config`, `slots-per-chunk`,
-/// `slot-size`, `max-chunks`, `max-messages`, `packet-payload-size`, `pool-chunks`,
-/// `hugepages` and `when-full`.
+/// `slot-size`, `max-chunks`, `max-messages`, `packet-payload-size`, `memory`,
+/// `pool-size` and `when-full`, and the deprecated `pool-chunks` and `hugepages`.
 #[derive(Clone, Debug)]
 pub struct ChunkSettings {
     /// `handler`: the packet handler's name.
@@ -45,10 +55,10 @@ pub struct ChunkSettings {
     pub max_messages: u32,
     /// `packet-payload-size`: per-packet presence (0: off).
     pub packet_payload_size: u32,
-    /// `pool-chunks` (0: twice `max-chunks`).
-    pub pool_chunks: u32,
-    /// `hugepages`: the pool's memory.
-    pub hugepages: Hugepages,
+    /// `pool-size` or `pool-chunks`.
+    pub pool: PoolAsk,
+    /// `memory` (or the deprecated `hugepages`): what backs the pool.
+    pub memory: Memory,
     /// `when-full`: drop or wait when a chunk opens and the pool is empty.
     pub when_full: WhenFull,
 }
@@ -63,8 +73,8 @@ impl Default for ChunkSettings {
             max_chunks: DEFAULT_MAX_CHUNKS,
             max_messages: DEFAULT_MAX_MESSAGES,
             packet_payload_size: 0,
-            pool_chunks: 0,
-            hugepages: Hugepages::Auto,
+            pool: PoolAsk::Bytes(0),
+            memory: Memory::Auto,
             when_full: WhenFull::Drop,
         }
     }
@@ -78,6 +88,7 @@ impl ChunkSettings {
             "Packet handler by name (registered: {}); empty = the name of handler-config",
             handler::handler_names().join(", ")
         );
+        let [memory, hugepages] = props::memory_properties("chunk pool");
         vec![
             glib::ParamSpecString::builder("handler")
                 .nick("Handler")
@@ -127,17 +138,20 @@ impl ChunkSettings {
                 .default_value(0)
                 .mutable_ready()
                 .build(),
-            glib::ParamSpecUInt::builder("pool-chunks")
-                .nick("Pool chunks")
-                .blurb("Chunks of preallocated, pre-faulted pool memory, more than max-chunks (0 = twice max-chunks, at least 2)")
+            memory,
+            glib::ParamSpecUInt64::builder("pool-size")
+                .nick("Pool size")
+                .blurb("Bytes of preallocated, pre-faulted chunk memory: as many chunks (slots-per-chunk x slot-size) as fit, more than max-chunks (0 = twice max-chunks); the count is pool-slots in stats")
                 .default_value(0)
                 .mutable_ready()
                 .build(),
-            glib::ParamSpecEnum::builder::<Hugepages>("hugepages")
-                .nick("Hugepages")
-                .blurb("Chunk memory in hugepages: auto (fall back with a warning), require, off")
+            glib::ParamSpecUInt::builder("pool-chunks")
+                .nick("Pool chunks")
+                .blurb("Deprecated: use pool-size (bytes); sets the number of chunks directly (0 = twice max-chunks)")
+                .default_value(0)
                 .mutable_ready()
                 .build(),
+            hugepages,
             glib::ParamSpecEnum::builder::<WhenFull>("when-full")
                 .nick("When full")
                 .blurb("When a chunk opens and every pool chunk is in use downstream: drop its packets (count drops-pool) or block")
@@ -157,8 +171,11 @@ impl ChunkSettings {
             "max-chunks" => self.max_chunks = value.get().unwrap(),
             "max-messages" => self.max_messages = value.get().unwrap(),
             "packet-payload-size" => self.packet_payload_size = value.get().unwrap(),
-            "pool-chunks" => self.pool_chunks = value.get().unwrap(),
-            "hugepages" => self.hugepages = value.get().unwrap(),
+            "pool-size" => self.pool = PoolAsk::Bytes(value.get().unwrap()),
+            "pool-chunks" => self.pool = PoolAsk::Chunks(value.get().unwrap()),
+            name @ ("memory" | "hugepages") => {
+                props::set_memory(&mut self.memory, name, value);
+            }
             "when-full" => self.when_full = value.get().unwrap(),
             _ => return false,
         }
@@ -175,8 +192,13 @@ impl ChunkSettings {
             "max-chunks" => self.max_chunks.to_value(),
             "max-messages" => self.max_messages.to_value(),
             "packet-payload-size" => self.packet_payload_size.to_value(),
-            "pool-chunks" => self.pool_chunks.to_value(),
-            "hugepages" => self.hugepages.to_value(),
+            "pool-size" => self.pool_bytes().to_value(),
+            "pool-chunks" => match self.pool {
+                PoolAsk::Bytes(0) | PoolAsk::Chunks(0) => 0u32,
+                _ => u32::try_from(self.pool_chunks()).unwrap_or(u32::MAX),
+            }
+            .to_value(),
+            name @ ("memory" | "hugepages") => props::memory_value(self.memory, name)?,
             "when-full" => self.when_full.to_value(),
             _ => return None,
         })
@@ -193,11 +215,24 @@ impl ChunkSettings {
         }
     }
 
-    /// Chunks in the pool: `pool-chunks`, or twice the window when 0.
+    /// Chunks in the pool: as many as `pool-size` holds (or `pool-chunks`), or twice
+    /// the window when 0.
     pub fn pool_chunks(&self) -> usize {
-        match self.pool_chunks {
-            0 => 2 * self.max_chunks.max(1) as usize,
-            n => n as usize,
+        let chunk = self.chunk_config().chunk_bytes().max(1) as u64;
+        match self.pool {
+            PoolAsk::Bytes(0) | PoolAsk::Chunks(0) => 2 * self.max_chunks.max(1) as usize,
+            PoolAsk::Bytes(b) => usize::try_from(b / chunk).unwrap_or(usize::MAX),
+            PoolAsk::Chunks(n) => n as usize,
+        }
+    }
+
+    /// `pool-size` as read back: the bytes asked for, those of the chunks `pool-chunks`
+    /// asked for, or 0 for the default.
+    fn pool_bytes(&self) -> u64 {
+        match self.pool {
+            PoolAsk::Bytes(b) => b,
+            PoolAsk::Chunks(0) => 0,
+            PoolAsk::Chunks(n) => n as u64 * self.chunk_config().chunk_bytes() as u64,
         }
     }
 
@@ -242,7 +277,7 @@ impl ChunkSettings {
             .map_err(|e| gst::error_msg!(gst::LibraryError::Settings, ("{}", e)))?;
         let (slots, slot_size) = (cfg.slots_per_chunk, cfg.slot_size);
         let chunks = self.pool_chunks();
-        let mut host = ChunkHost::new(cfg, config.clone(), chunks, self.hugepages.into())?;
+        let mut host = ChunkHost::new(cfg, config.clone(), chunks, self.memory.into())?;
         gst::info!(
             cat,
             obj = element,
@@ -282,6 +317,7 @@ fn parse_config(handler: Option<&str>, text: &str) -> Result<gst::Structure, Str
 #[cfg(test)]
 mod tests {
     use super::*;
+    use firehose_core::props::Hugepages;
 
     fn settings(handler: Option<&str>, config: Option<&str>) -> ChunkSettings {
         gst::init().unwrap();
@@ -337,6 +373,8 @@ mod tests {
             5u32.to_value(),
             7u32.to_value(),
             10u32.to_value(),
+            Memory::System.to_value(),
+            2700u64.to_value(),
             9u32.to_value(),
             Hugepages::Off.to_value(),
             WhenFull::Block.to_value(),
@@ -356,7 +394,17 @@ mod tests {
         );
         assert_eq!((cfg.max_messages, cfg.packet_payload_size), (7, 10));
         assert_eq!(s.pool_chunks(), 9);
-        s.pool_chunks = 0;
+        assert_eq!(s.memory, Memory::System);
+        // pool-size in bytes: as many 300-byte chunks as fit; the alias reads it back.
+        s.set(&3000u64.to_value(), &props[8]);
+        assert_eq!(s.pool_chunks(), 10);
+        assert_eq!(s.get(&props[9]).unwrap().get::<u32>(), Ok(10));
+        s.set(&Hugepages::Require.to_value(), &props[10]);
+        assert_eq!(
+            s.get(&props[7]).unwrap().get::<Memory>(),
+            Ok(Memory::Hugepages)
+        );
+        s.pool = PoolAsk::Bytes(0);
         assert_eq!(s.pool_chunks(), 10, "0: twice max-chunks");
 
         let other = glib::ParamSpecUInt::builder("batch-size").build();
@@ -373,7 +421,7 @@ mod tests {
         let cancel = Arc::new(AtomicBool::new(false));
         let s = ChunkSettings {
             handler: Some("no-such-handler".into()),
-            hugepages: Hugepages::Off,
+            memory: Memory::System,
             ..Default::default()
         };
         let err = s.host(&element, cat, &cancel).unwrap_err().to_string();

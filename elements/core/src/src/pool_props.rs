@@ -12,7 +12,7 @@ use gst::glib;
 use gst::prelude::*;
 
 use crate::memory::HugepagePolicy;
-use crate::props::{Hugepages, Memory};
+use crate::props::Memory;
 
 /// How big a pool was asked to be: in bytes (`pool-size`), or as a slot count through
 /// a deprecated alias.
@@ -70,18 +70,9 @@ impl PoolProps {
     pub fn param_specs(&self) -> Vec<glib::ParamSpec> {
         let what = self.what;
         let mut v = vec![];
+        let [memory, hugepages] = crate::props::memory_properties(what);
         if self.memory {
-            v.push(
-                glib::ParamSpecEnum::builder::<Memory>("memory")
-                    .nick("Memory")
-                    .blurb(&format!(
-                        "What backs the {what}: auto (hugepages if reserved, else normal pages \
-                     with a warning), hugepages (fail at start without them), system \
-                     (normal pages)"
-                    ))
-                    .mutable_ready()
-                    .build(),
-            );
+            v.push(memory);
         }
         v.push(
             glib::ParamSpecUInt64::builder("pool-size")
@@ -93,15 +84,7 @@ impl PoolProps {
                 .build(),
         );
         if self.hugepages_alias {
-            v.push(
-                glib::ParamSpecEnum::builder::<Hugepages>("hugepages")
-                    .nick("Hugepages")
-                    .blurb(
-                        "Deprecated: use memory (auto = auto, require = hugepages, off = system)",
-                    )
-                    .mutable_ready()
-                    .build(),
-            );
+            v.push(hugepages);
         }
         if let Some(a) = self.count_alias {
             let default = match self.default {
@@ -149,14 +132,10 @@ impl PoolSettings {
 
     /// Sets the property `pspec` if it is one of these; false if it is not.
     pub fn set(&mut self, value: &glib::Value, pspec: &glib::ParamSpec) -> bool {
+        if crate::props::set_memory(&mut self.memory, pspec.name(), value) {
+            return true;
+        }
         match pspec.name() {
-            "memory" => self.memory = value.get().expect("type checked upstream"),
-            "hugepages" => {
-                self.memory = value
-                    .get::<Hugepages>()
-                    .expect("type checked upstream")
-                    .into()
-            }
             "pool-size" => self.size = PoolSize::Bytes(value.get().expect("type checked upstream")),
             n if Some(n) == self.alias => {
                 self.size =
@@ -170,9 +149,10 @@ impl PoolSettings {
     /// The value of property `pspec` if it is one of these, with slots of `slot_bytes`
     /// (to convert between bytes and counts).
     pub fn get(&self, pspec: &glib::ParamSpec, slot_bytes: u64) -> Option<glib::Value> {
+        if let Some(v) = crate::props::memory_value(self.memory, pspec.name()) {
+            return Some(v);
+        }
         Some(match pspec.name() {
-            "memory" => self.memory.to_value(),
-            "hugepages" => Hugepages::from(self.memory).to_value(),
             "pool-size" => self.bytes(slot_bytes).to_value(),
             n if Some(n) == self.alias => {
                 (self.count(slot_bytes).min(u32::MAX.into()) as u32).to_value()
@@ -207,6 +187,7 @@ impl PoolSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::props::Hugepages;
 
     const PROPS: PoolProps = PoolProps {
         what: "UMEM",

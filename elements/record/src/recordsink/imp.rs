@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use firehose_core::props::{Hugepages, WhenFull};
+use firehose_core::props::{self, Memory, WhenFull};
 use firehose_core::stats::{self, names, Counter, StatsTimer};
 use firehose_core::{PacketBatchMeta, PoolConfig, SlotPool};
 use gst::glib;
@@ -66,7 +66,7 @@ struct Settings {
     fsync: Fsync,
     fsync_bytes: u64,
     when_full: WhenFull,
-    hugepages: Hugepages,
+    memory: Memory,
     stats_source: Option<String>,
     stats_interval: u32,
 }
@@ -89,7 +89,7 @@ impl Default for Settings {
             fsync: Fsync::None,
             fsync_bytes: DEFAULT_FSYNC_BYTES,
             when_full: WhenFull::Drop,
-            hugepages: Hugepages::Auto,
+            memory: Memory::Auto,
             stats_source: None,
             stats_interval: stats::DEFAULT_INTERVAL_MS,
         }
@@ -329,7 +329,7 @@ impl RecordSink {
         let pool = SlotPool::new(&PoolConfig {
             slot_size: block,
             slots,
-            hugepages: settings.hugepages.into(),
+            hugepages: settings.memory.into(),
         })
         .map_err(|e| {
             gst::error_msg!(
@@ -444,7 +444,9 @@ impl ObjectImpl for RecordSink {
             "fsync" => s.fsync = value.get().expect("type checked upstream"),
             "fsync-bytes" => s.fsync_bytes = value.get().expect("type checked upstream"),
             "when-full" => s.when_full = value.get().expect("type checked upstream"),
-            "hugepages" => s.hugepages = value.get().expect("type checked upstream"),
+            name @ ("memory" | "hugepages") => {
+                props::set_memory(&mut s.memory, name, value);
+            }
             "stats-source" => s.stats_source = opt(value.get().expect("type checked upstream")),
             "stats-interval" => s.stats_interval = value.get().expect("type checked upstream"),
             other => unreachable!("unknown property {other}"),
@@ -472,7 +474,9 @@ impl ObjectImpl for RecordSink {
             "fsync" => s.fsync.to_value(),
             "fsync-bytes" => s.fsync_bytes.to_value(),
             "when-full" => s.when_full.to_value(),
-            "hugepages" => s.hugepages.to_value(),
+            name @ ("memory" | "hugepages") => {
+                props::memory_value(s.memory, name).expect("a memory property")
+            }
             "stats-source" => s.stats_source.to_value(),
             "stats-interval" => s.stats_interval.to_value(),
             other => unreachable!("unknown property {other}"),

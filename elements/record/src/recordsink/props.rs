@@ -1,6 +1,6 @@
 //! The properties of `fhrecordsink` (all read at start, READY → PAUSED).
 
-use firehose_core::props::{Hugepages, WhenFull};
+use firehose_core::props::{self, WhenFull};
 use gst::glib;
 use gst::prelude::*;
 
@@ -8,6 +8,7 @@ use super::{Format, Fsync};
 
 /// The element's property specs.
 pub fn specs() -> Vec<glib::ParamSpec> {
+    let [memory, hugepages] = props::memory_properties("staging blocks");
     let mut v = vec![
         glib::ParamSpecString::builder("location")
             .nick("Location")
@@ -99,11 +100,8 @@ pub fn specs() -> Vec<glib::ParamSpec> {
             .blurb("When the disk falls behind and the queue is full: drop whole buffers (counted as drops-disk) or block the streaming thread")
             .mutable_ready()
             .build(),
-        glib::ParamSpecEnum::builder::<Hugepages>("hugepages")
-            .nick("Hugepages")
-            .blurb("Staging blocks in hugepages: auto (fall back with a warning), require, off")
-            .mutable_ready()
-            .build(),
+        memory,
+        hugepages,
         glib::ParamSpecString::builder("stats-source")
             .nick("Statistics source")
             .blurb("Element whose drops-kernel/drops-pool go into pcapng interface statistics (default: the nearest upstream Firehose element)")

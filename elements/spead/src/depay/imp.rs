@@ -281,7 +281,7 @@ impl SpeadDepay {
         let cfg = s.chunk_config();
         let (slots, slot_size) = (cfg.slots_per_chunk, cfg.slot_size);
         let chunks = s.pool_chunks();
-        let host = ChunkHost::new(cfg, s.handler_config(), chunks, s.hugepages.into())?;
+        let host = ChunkHost::new(cfg, s.handler_config(), chunks, s.memory.into())?;
         let memory = host.pool.kind().as_str();
         gst::info!(
             CAT,

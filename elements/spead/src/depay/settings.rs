@@ -4,7 +4,7 @@ use std::sync::LazyLock;
 
 use firehose_chunk::landing::Mode as Landing;
 use firehose_chunk::ChunkConfig;
-use firehose_core::props::Hugepages;
+use firehose_core::props::{self, Memory};
 use firehose_core::stats;
 use gst::glib;
 use gst::prelude::*;
@@ -32,7 +32,7 @@ pub(crate) struct Settings {
     pub incomplete: IncompletePolicy,
     pub max_heap_size: u64,
     pub stop_is_eos: bool,
-    pub hugepages: Hugepages,
+    pub memory: Memory,
     pub pool_size: u64,
     pub stats_interval: u32,
     pub mode: Mode,
@@ -55,7 +55,7 @@ impl Default for Settings {
             incomplete: IncompletePolicy::Drop,
             max_heap_size: DEFAULT_MAX_HEAP_SIZE as u64,
             stop_is_eos: true,
-            hugepages: Hugepages::Auto,
+            memory: Memory::Auto,
             pool_size: 0,
             stats_interval: stats::DEFAULT_INTERVAL_MS,
             mode: Mode::Heaps,
@@ -81,7 +81,9 @@ impl Settings {
             "incomplete" => self.incomplete = value.get().unwrap(),
             "max-heap-size" => self.max_heap_size = value.get().unwrap(),
             "stop-is-eos" => self.stop_is_eos = value.get().unwrap(),
-            "hugepages" => self.hugepages = value.get().unwrap(),
+            "memory" | "hugepages" => {
+                props::set_memory(&mut self.memory, name, value);
+            }
             "pool-size" => self.pool_size = value.get().unwrap(),
             "stats-interval" => self.stats_interval = value.get().unwrap(),
             "mode" => self.mode = value.get().unwrap(),
@@ -106,7 +108,9 @@ impl Settings {
             "incomplete" => self.incomplete.to_value(),
             "max-heap-size" => self.max_heap_size.to_value(),
             "stop-is-eos" => self.stop_is_eos.to_value(),
-            "hugepages" => self.hugepages.to_value(),
+            "memory" | "hugepages" => {
+                props::memory_value(self.memory, name).expect("a memory property")
+            }
             "pool-size" => self.pool_size.to_value(),
             "stats-interval" => self.stats_interval.to_value(),
             "mode" => self.mode.to_value(),
@@ -187,6 +191,7 @@ pub(super) fn properties() -> &'static [glib::ParamSpec] {
 }
 
 fn build_properties() -> Vec<glib::ParamSpec> {
+    let [memory, hugepages] = props::memory_properties("heap (or chunk) memory");
     let mut v = vec![
             glib::ParamSpecUInt::builder("max-heaps")
                 .nick("Maximum heaps")
@@ -234,11 +239,8 @@ fn build_properties() -> Vec<glib::ParamSpec> {
                 .default_value(true)
                 .mutable_ready()
                 .build(),
-            glib::ParamSpecEnum::builder::<Hugepages>("hugepages")
-                .nick("Hugepages")
-                .blurb("Payload memory in hugepages: auto (fall back with a warning), require, off")
-                .mutable_ready()
-                .build(),
+            memory,
+            hugepages,
             glib::ParamSpecUInt64::builder("pool-size")
                 .nick("Pool size")
                 .blurb("Bytes of preallocated heap memory: an eighth (up to 8 MiB) for single-packet heaps, the rest split so every size class (16 KiB x4 ... max-heap-size) holds as many heaps (at least 2); 0 = max-heaps x substreams + 4 heaps per class, plus 8 MiB. mode=chunks: as many chunks as fit (more than max-chunks); 0 = twice max-chunks")

@@ -145,7 +145,7 @@ impl SpeadPay {
         let pool = SlotPool::new(&PoolConfig {
             slot_size,
             slots: POOL_SLOTS,
-            hugepages: s.hugepages.into(),
+            hugepages: s.memory.into(),
         })
         .map_err(|e| gst::error_msg!(gst::ResourceError::NoSpaceLeft, ("{}", e)))?;
         if let Some(reason) = pool.fallback_reason() {

@@ -3,7 +3,7 @@
 
 use std::sync::LazyLock;
 
-use firehose_core::props::Hugepages;
+use firehose_core::props::{self, Memory};
 use firehose_core::stats;
 use gst::glib;
 use gst::prelude::*;
@@ -55,8 +55,8 @@ pub(super) struct Settings {
     pub stop_at_eos: bool,
     /// `batch-bytes`: the pool's slab size.
     pub batch_bytes: u32,
-    /// `hugepages`: the pool's memory.
-    pub hugepages: Hugepages,
+    /// `memory` (or the deprecated `hugepages`): the pool's memory.
+    pub memory: Memory,
     /// `stats-interval`.
     pub stats_interval: u32,
 }
@@ -80,7 +80,7 @@ impl Default for Settings {
             timestamp_step: 1,
             stop_at_eos: true,
             batch_bytes: DEFAULT_BATCH_BYTES,
-            hugepages: Hugepages::default(),
+            memory: Memory::default(),
             stats_interval: stats::DEFAULT_INTERVAL_MS,
         }
     }
@@ -116,7 +116,9 @@ impl Settings {
             "timestamp-step" => self.timestamp_step = value.get().expect("type checked upstream"),
             "stop-at-eos" => self.stop_at_eos = value.get().expect("type checked upstream"),
             "batch-bytes" => self.batch_bytes = value.get().expect("type checked upstream"),
-            "hugepages" => self.hugepages = value.get().expect("type checked upstream"),
+            "memory" | "hugepages" => {
+                props::set_memory(&mut self.memory, name, value);
+            }
             "stats-interval" => self.stats_interval = value.get().expect("type checked upstream"),
             other => unreachable!("unknown property {other}"),
         }
@@ -141,7 +143,9 @@ impl Settings {
             "timestamp-step" => self.timestamp_step.to_value(),
             "stop-at-eos" => self.stop_at_eos.to_value(),
             "batch-bytes" => self.batch_bytes.to_value(),
-            "hugepages" => self.hugepages.to_value(),
+            "memory" | "hugepages" => {
+                props::memory_value(self.memory, name).expect("a memory property")
+            }
             "stats-interval" => self.stats_interval.to_value(),
             other => unreachable!("unknown property {other}"),
         }
@@ -281,12 +285,8 @@ pub(super) fn properties() -> &'static [glib::ParamSpec] {
                 .default_value(DEFAULT_BATCH_BYTES)
                 .mutable_ready()
                 .build(),
-            glib::ParamSpecEnum::builder::<Hugepages>("hugepages")
-                .nick("Hugepages")
-                .blurb("Pool memory in hugepages: auto (fall back with a warning), require, off")
-                .mutable_ready()
-                .build(),
         ];
+        v.extend(props::memory_properties("packet pool"));
         v.extend(stats::properties("heaps, packets, bytes, batches, pool-*"));
         v
     });
