@@ -146,6 +146,21 @@ pub fn proposed_provider(query: &gst::query::Allocation) -> Proposal {
     foreign.map_or(Proposal::Nothing, Proposal::Foreign)
 }
 
+/// Says that `element` cannot receive into the foreign allocator `name` downstream
+/// proposed.
+fn warn_foreign(element: &gst::Element, name: &str) {
+    gst::element_warning!(
+        element,
+        gst::ResourceError::Settings,
+        (
+            "downstream proposes memory from {}, which {} cannot receive into; it receives \
+             into its own pool and downstream copies if it must",
+            name,
+            element.name()
+        )
+    );
+}
+
 /// A source's answer to downstream's proposal for its pool `current` (from its
 /// `decide_allocation`): a new pool of the same slots cut from the proposed provider, or
 /// `None` to keep `current` (nothing proposed, the same kind already, or a foreign
@@ -159,16 +174,7 @@ pub fn decide_pool(
     let provider = match proposed_provider(query) {
         Proposal::Provider(p) if p.kind() != current.kind() => p,
         Proposal::Foreign(name) => {
-            gst::element_warning!(
-                element,
-                gst::ResourceError::Settings,
-                (
-                    "downstream proposes memory from {}, which {} cannot receive into; it \
-                     receives into its own pool and downstream copies if it must",
-                    name,
-                    element.name()
-                )
-            );
+            warn_foreign(element, &name);
             return Ok(None);
         }
         _ => return Ok(None),
@@ -195,6 +201,110 @@ pub fn decide_pool(
             );
             gst::loggable_error!(gst::CAT_RUST, "no pool of the proposed memory")
         })
+}
+
+/// For a source that cannot receive into the memory downstream proposed (its device
+/// owns its receive memory): a pool of the proposed kind and the copy of each outgoing
+/// buffer into one of its slots, counted. The copy is the one the brief allows: once, in
+/// the source, instead of downstream copying again.
+#[derive(Debug)]
+pub struct CopyInto {
+    pool: crate::SlotPool,
+    copied: crate::stats::Counter,
+    dropped: crate::stats::Counter,
+}
+
+impl CopyInto {
+    /// What a source that cannot receive into downstream's memory does with an answered
+    /// allocation query: `Some` (and a warning on `element` saying it copies) when a
+    /// provider was proposed, with `slots` slots of `slot_size` bytes (its own batch
+    /// size); `None` otherwise (a foreign allocator gets the warning of
+    /// [`decide_pool`]). A provider that cannot make the pool is an element error.
+    pub fn decide(
+        element: &gst::Element,
+        query: &gst::query::Allocation,
+        why: &str,
+        slot_size: usize,
+        slots: usize,
+    ) -> Result<Option<Self>, gst::LoggableError> {
+        let provider = match proposed_provider(query) {
+            Proposal::Provider(p) => p,
+            Proposal::Foreign(name) => {
+                warn_foreign(element, &name);
+                return Ok(None);
+            }
+            Proposal::Nothing => return Ok(None),
+        };
+        let kind = provider.kind();
+        let config = crate::PoolConfig {
+            slot_size,
+            slots: slots.max(2),
+            hugepages: crate::HugepagePolicy::Off,
+        };
+        let pool = crate::SlotPool::with_provider(&config, &*provider).map_err(|e| {
+            gst::element_error!(element, gst::ResourceError::NoSpaceLeft, ("{}", e));
+            gst::loggable_error!(gst::CAT_RUST, "no pool of the proposed memory")
+        })?;
+        gst::element_warning!(
+            element,
+            gst::ResourceError::Settings,
+            (
+                "downstream asks for {} memory, which {} cannot receive into ({}): each buffer is \
+                 copied once into it (bytes-copied in stats)",
+                kind.as_str(),
+                element.name(),
+                why
+            )
+        );
+        Ok(Some(Self {
+            pool,
+            copied: Default::default(),
+            dropped: Default::default(),
+        }))
+    }
+
+    /// `buf`'s bytes copied into one slot of the proposed memory, with its metas and
+    /// timestamps; `None` when no slot is free or `buf` does not fit one (counted as
+    /// dropped: the caller counts it as a pool drop).
+    pub fn copy(&self, buf: &gst::BufferRef) -> Option<gst::Buffer> {
+        let map = buf.map_readable().ok()?;
+        let Some(mut slot) = self
+            .pool
+            .try_acquire()
+            .filter(|s| s.capacity() >= map.len())
+        else {
+            self.dropped.add(1);
+            return None;
+        };
+        slot.as_mut_full()[..map.len()].copy_from_slice(&map);
+        slot.set_len(map.len());
+        let mut out = crate::gstmem::slot_into_buffer(slot);
+        let o = out.get_mut().expect("a new buffer is writable");
+        let _ = buf.copy_into(
+            o,
+            gst::BufferCopyFlags::FLAGS
+                | gst::BufferCopyFlags::TIMESTAMPS
+                | gst::BufferCopyFlags::META,
+            ..,
+        );
+        self.copied.add(map.len() as u64);
+        Some(out)
+    }
+
+    /// Bytes copied so far (`bytes-copied` in stats: [`crate::stats::names::BYTES_COPIED`]).
+    pub fn bytes_copied(&self) -> u64 {
+        self.copied.get()
+    }
+
+    /// Buffers that found no free slot (counted by the source as `drops-pool`).
+    pub fn dropped(&self) -> u64 {
+        self.dropped.get()
+    }
+
+    /// The pool copies go into (its stats, its memory kind).
+    pub fn pool(&self) -> &crate::SlotPool {
+        &self.pool
+    }
 }
 
 #[cfg(test)]
@@ -247,6 +357,50 @@ mod tests {
         assert_eq!((pool.stats().slots, pool.slot_size()), (3, 4096));
         // Already of the proposed kind: kept.
         assert!(decide_pool(&el, &q, &pool).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_source_that_cannot_receive_into_it_copies_once_with_its_metas() {
+        gst::init().unwrap();
+        let el = gst::ElementFactory::make("fakesrc").build().unwrap();
+        let mut q = gst::query::Allocation::new(None, true);
+        assert!(CopyInto::decide(&el, &q, "test", 4096, 2)
+            .unwrap()
+            .is_none());
+        propose(&mut q, Arc::new(SharedSegment::new("firehose-test")));
+        let c = CopyInto::decide(&el, &q, "its device owns the memory", 4096, 2)
+            .unwrap()
+            .expect("copies");
+        let mut buf = gst::Buffer::from_slice(vec![7u8; 1000]);
+        buf.get_mut()
+            .unwrap()
+            .set_pts(gst::ClockTime::from_seconds(3));
+        crate::meta::message::register();
+        let m = crate::meta::message::Message {
+            id: 9,
+            complete: true,
+            bytes_expected: 1000,
+            bytes_received: 1000,
+        };
+        crate::meta::message::add(buf.get_mut().unwrap(), &m);
+        let out = c.copy(&buf).unwrap();
+        assert_eq!(
+            crate::gstmem::buffer_memory_kind(&out),
+            Some(MemoryKind::Shared)
+        );
+        assert_eq!(out.map_readable().unwrap().as_slice(), &[7u8; 1000][..]);
+        assert_eq!(out.pts(), Some(gst::ClockTime::from_seconds(3)));
+        assert_eq!(crate::meta::message::read(&out).map(|m| m.id), Some(9));
+        assert_eq!(c.bytes_copied(), 1000);
+        // Two slots: the third buffer held at once finds none and is counted.
+        let second = c.copy(&buf).unwrap();
+        assert!(c.copy(&buf).is_none());
+        assert_eq!(c.dropped(), 1);
+        drop((out, second));
+        assert!(
+            c.copy(&gst::Buffer::from_slice(vec![0u8; 5000])).is_none(),
+            "too big for a slot"
+        );
     }
 
     #[test]

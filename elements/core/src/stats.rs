@@ -103,6 +103,9 @@ pub mod names {
     pub const FILTERED: &str = "filtered";
     /// Packets of heaps larger than `max-heap-size` (heap reassembly).
     pub const TOO_LARGE: &str = "too-large";
+    /// Bytes a source copied into the memory downstream proposed because it cannot
+    /// receive into it (its device owns its receive memory).
+    pub const BYTES_COPIED: &str = "bytes-copied";
     /// Packets dropped because they did not continue their heap in order, or came after
     /// their heap was given up (heap reassembly).
     pub const OUT_OF_ORDER_DROPPED: &str = "out-of-order-dropped";
