@@ -188,6 +188,52 @@ pub fn properties(counters: &str) -> [gst::glib::ParamSpec; 2] {
     ]
 }
 
+/// The `stats-interval` setting of an element: milliseconds between its stats
+/// messages (0 = none), [`DEFAULT_INTERVAL_MS`] by default.
+///
+/// Why it also ends an element's property `match`: it is the one property every
+/// element has, so `other => s.stats_interval.set(other, value)` and
+/// `other => s.stats_interval.value(other)` handle it and say, in one place, that any other
+/// name is a property the element declared but forgot to handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatsInterval(pub u32);
+
+impl Default for StatsInterval {
+    fn default() -> Self {
+        Self(DEFAULT_INTERVAL_MS)
+    }
+}
+
+impl StatsInterval {
+    /// Sets `stats-interval`.
+    ///
+    /// # Panics
+    /// On any other property: one the element declared and did not handle (a bug).
+    pub fn set(&mut self, name: &str, value: &gst::glib::Value) {
+        match name {
+            "stats-interval" => self.0 = value.get().expect("type checked upstream"),
+            other => unreachable!("unknown property {other}"),
+        }
+    }
+
+    /// The value of `stats-interval`.
+    ///
+    /// # Panics
+    /// On any other property, as [`StatsInterval::set`].
+    pub fn value(&self, name: &str) -> gst::glib::Value {
+        use gst::prelude::*;
+        match name {
+            "stats-interval" => self.0.to_value(),
+            other => unreachable!("unknown property {other}"),
+        }
+    }
+
+    /// A timer firing at this interval.
+    pub fn timer(&self) -> StatsTimer {
+        StatsTimer::new(self.0)
+    }
+}
+
 /// Decides when the next periodic stats message is due; checked once per batch.
 #[derive(Debug)]
 pub struct StatsTimer {
@@ -247,6 +293,24 @@ mod tests {
         assert!(!t.due(now + Duration::from_millis(160)));
         let mut never = StatsTimer::new(0);
         assert!(!never.due(now + Duration::from_secs(3600)));
+    }
+
+    #[test]
+    fn stats_interval_is_set_and_read_through_its_property() {
+        use gst::prelude::*;
+        gst::init().unwrap();
+        let [_, spec] = properties("packets");
+        let mut i = StatsInterval::default();
+        assert_eq!(
+            i.value(spec.name()).get::<u32>().unwrap(),
+            DEFAULT_INTERVAL_MS
+        );
+        assert_eq!(spec.default_value().get::<u32>().unwrap(), i.0);
+        i.set(spec.name(), &250u32.to_value());
+        assert_eq!(i, StatsInterval(250));
+        assert_eq!(i.value("stats-interval").get::<u32>().unwrap(), 250);
+        let r = std::panic::catch_unwind(move || i.set("queue", &1u32.to_value()));
+        assert!(r.is_err(), "an unknown property is a bug");
     }
 
     #[test]

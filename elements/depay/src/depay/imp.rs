@@ -8,7 +8,7 @@ use std::time::Instant;
 use firehose_chunk::front::{self, ChunkFront};
 use firehose_chunk::{ChunkAssembler, Flow, StatsMirror};
 use firehose_core::caps as fcaps;
-use firehose_core::stats::{self, StatsTimer};
+use firehose_core::stats::{self, StatsInterval, StatsTimer};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
@@ -27,14 +27,14 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
 #[derive(Clone, Debug)]
 struct Settings {
     chunk: ChunkSettings,
-    stats_interval: u32,
+    stats_interval: StatsInterval,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
             chunk: ChunkSettings::default(),
-            stats_interval: stats::DEFAULT_INTERVAL_MS,
+            stats_interval: StatsInterval::default(),
         }
     }
 }
@@ -173,7 +173,7 @@ impl FhDepay {
         *lock(&self.state) = Some(State {
             engine,
             caps,
-            timer: StatsTimer::new(s.stats_interval),
+            timer: s.stats_interval.timer(),
             ended: false,
         });
         Ok(())
@@ -247,8 +247,7 @@ impl ObjectImpl for FhDepay {
             return;
         }
         match pspec.name() {
-            "stats-interval" => s.stats_interval = value.get().unwrap(),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.set(other, value),
         }
     }
 
@@ -261,8 +260,7 @@ impl ObjectImpl for FhDepay {
             return v;
         }
         match pspec.name() {
-            "stats-interval" => s.stats_interval.to_value(),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.value(other),
         }
     }
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use firehose_core::pace::{Interrupt, Pacer};
-use firehose_core::stats::{self, names, Counter, StatsTimer};
+use firehose_core::stats::{self, names, Counter, StatsInterval, StatsTimer};
 use firehose_core::sync::lock;
 use firehose_core::PacketBatchMeta;
 use gst::glib;
@@ -57,7 +57,7 @@ struct Settings {
     mbufs: u32,
     tx_descriptors: u32,
     ttl: u32,
-    stats_interval: u32,
+    stats_interval: StatsInterval,
 }
 
 impl Default for Settings {
@@ -76,7 +76,7 @@ impl Default for Settings {
             mbufs: DEFAULT_MBUFS,
             tx_descriptors: DEFAULT_TX_DESC,
             ttl: DEFAULT_TTL,
-            stats_interval: stats::DEFAULT_INTERVAL_MS,
+            stats_interval: StatsInterval::default(),
         }
     }
 }
@@ -348,7 +348,7 @@ impl DpdkSink {
             ip_id: 0,
             ranges: Vec::with_capacity(256),
             mbufs: [std::ptr::null_mut(); TX_BURST],
-            timer: StatsTimer::new(s.stats_interval),
+            timer: s.stats_interval.timer(),
         })
     }
 }
@@ -486,8 +486,7 @@ impl ObjectImpl for DpdkSink {
             "mbufs" => s.mbufs = value.get().expect("type checked upstream"),
             "tx-descriptors" => s.tx_descriptors = value.get().expect("type checked upstream"),
             "ttl" => s.ttl = value.get().expect("type checked upstream"),
-            "stats-interval" => s.stats_interval = value.get().expect("type checked upstream"),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.set(other, value),
         }
     }
 
@@ -510,8 +509,7 @@ impl ObjectImpl for DpdkSink {
             "mbufs" => s.mbufs.to_value(),
             "tx-descriptors" => s.tx_descriptors.to_value(),
             "ttl" => s.ttl.to_value(),
-            "stats-interval" => s.stats_interval.to_value(),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.value(other),
         }
     }
 

@@ -10,7 +10,7 @@ use firehose_core::src::prelude::*;
 use firehose_core::src::{
     self as live, CountAlias, LiveControl, PoolProps, PoolSettings, PoolSize,
 };
-use firehose_core::stats::{self, names, StatsTimer};
+use firehose_core::stats::{self, names, StatsInterval, StatsTimer};
 use firehose_core::sync::lock;
 use firehose_core::{caps as fcaps, PacketAddr, PacketInfo};
 
@@ -61,7 +61,7 @@ struct Settings {
     batch_size: u32,
     promiscuous: bool,
     poll_interval: u32,
-    stats_interval: u32,
+    stats_interval: StatsInterval,
 }
 
 impl Default for Settings {
@@ -79,7 +79,7 @@ impl Default for Settings {
             batch_size: DEFAULT_BATCH,
             promiscuous: false,
             poll_interval: DEFAULT_POLL_US,
-            stats_interval: stats::DEFAULT_INTERVAL_MS,
+            stats_interval: StatsInterval::default(),
         }
     }
 }
@@ -447,8 +447,7 @@ impl ObjectImpl for DpdkSrc {
             "batch-size" => s.batch_size = value.get().expect("type checked upstream"),
             "promiscuous" => s.promiscuous = value.get().expect("type checked upstream"),
             "poll-interval" => s.poll_interval = value.get().expect("type checked upstream"),
-            "stats-interval" => s.stats_interval = value.get().expect("type checked upstream"),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.set(other, value),
         }
     }
 
@@ -472,8 +471,7 @@ impl ObjectImpl for DpdkSrc {
             "batch-size" => s.batch_size.to_value(),
             "promiscuous" => s.promiscuous.to_value(),
             "poll-interval" => s.poll_interval.to_value(),
-            "stats-interval" => s.stats_interval.to_value(),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.value(other),
         }
     }
 
@@ -557,7 +555,7 @@ impl BaseSrcImpl for DpdkSrc {
             rx: vec![std::ptr::null_mut(); burst],
             rejected: Vec::with_capacity(burst),
             addrs: Vec::with_capacity(burst),
-            timer: StatsTimer::new(s.stats_interval),
+            timer: s.stats_interval.timer(),
         });
         Ok(())
     }

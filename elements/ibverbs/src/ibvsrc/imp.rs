@@ -13,7 +13,7 @@ use firehose_core::src::prelude::*;
 use firehose_core::src::{
     self as live, CountAlias, LiveControl, PoolProps, PoolSettings, PoolSize,
 };
-use firehose_core::stats::{self, names, StatsTimer};
+use firehose_core::stats::{self, names, StatsInterval, StatsTimer};
 use firehose_core::MemoryRegion;
 
 use crate::device::{QueueConfig, VerbsDevice};
@@ -61,7 +61,7 @@ struct Settings {
     pool: PoolSettings,
     slot_size: u32,
     batch_size: u32,
-    stats_interval: u32,
+    stats_interval: StatsInterval,
 }
 
 impl Settings {
@@ -81,7 +81,7 @@ impl Default for Settings {
             pool: PoolSettings::new(&POOL),
             slot_size: DEFAULT_SLOT_SIZE,
             batch_size: DEFAULT_BATCH_SIZE,
-            stats_interval: stats::DEFAULT_INTERVAL_MS,
+            stats_interval: StatsInterval::default(),
         }
     }
 }
@@ -218,7 +218,7 @@ impl IbvSrc {
         Ok(State {
             engine,
             _membership: membership,
-            timer: StatsTimer::new(s.stats_interval),
+            timer: s.stats_interval.timer(),
         })
     }
 }
@@ -291,8 +291,7 @@ impl ObjectImpl for IbvSrc {
             "device" => s.device = opt(value.get().unwrap()),
             "slot-size" => s.slot_size = value.get().unwrap(),
             "batch-size" => s.batch_size = value.get().unwrap(),
-            "stats-interval" => s.stats_interval = value.get().unwrap(),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.set(other, value),
         }
     }
 
@@ -311,8 +310,7 @@ impl ObjectImpl for IbvSrc {
             "device" => s.device.to_value(),
             "slot-size" => s.slot_size.to_value(),
             "batch-size" => s.batch_size.to_value(),
-            "stats-interval" => s.stats_interval.to_value(),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.value(other),
         }
     }
 

@@ -11,7 +11,7 @@ use firehose_chunk::{ChunkAssembler, StatsMirror};
 use firehose_core::caps as fcaps;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{self as live, LiveControl};
-use firehose_core::stats::{self, StatsTimer};
+use firehose_core::stats::{self, StatsInterval, StatsTimer};
 use firehose_core::sync::lock;
 
 use super::Landing;
@@ -35,7 +35,7 @@ struct Settings {
     chunk: ChunkSettings,
     batch_size: u32,
     landing: Landing,
-    stats_interval: u32,
+    stats_interval: StatsInterval,
 }
 
 impl Default for Settings {
@@ -45,7 +45,7 @@ impl Default for Settings {
             chunk: ChunkSettings::default(),
             batch_size: DEFAULT_BATCH_SIZE,
             landing: Landing::Auto,
-            stats_interval: stats::DEFAULT_INTERVAL_MS,
+            stats_interval: StatsInterval::default(),
         }
     }
 }
@@ -128,8 +128,7 @@ impl ObjectImpl for UdpChunkSrc {
         match pspec.name() {
             "batch-size" => s.batch_size = value.get().unwrap(),
             "landing" => s.landing = value.get().unwrap(),
-            "stats-interval" => s.stats_interval = value.get().unwrap(),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.set(other, value),
         }
     }
 
@@ -144,8 +143,7 @@ impl ObjectImpl for UdpChunkSrc {
         match pspec.name() {
             "batch-size" => s.batch_size.to_value(),
             "landing" => s.landing.to_value(),
-            "stats-interval" => s.stats_interval.to_value(),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.value(other),
         }
     }
 
@@ -238,7 +236,7 @@ impl BaseSrcImpl for UdpChunkSrc {
         );
         *lock(&self.state) = Some(State {
             src,
-            timer: StatsTimer::new(s.stats_interval),
+            timer: s.stats_interval.timer(),
         });
         if port_changed {
             self.obj().notify("port");
@@ -352,7 +350,7 @@ mod tests {
         assert_eq!(s.batch_size, 16);
         assert_eq!(s.chunk.handler.as_deref(), Some("spead"));
         assert_eq!(s.chunk.slot_size, 65536);
-        assert_eq!(s.stats_interval, 0);
+        assert_eq!(s.stats_interval.0, 0);
         assert_eq!(el.property::<u32>("batch-size"), 16);
         assert_eq!(
             el.property::<Option<String>>("handler").as_deref(),

@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
-use firehose_core::stats::{self, names, Counter, StatsTimer};
+use firehose_core::stats::{self, names, Counter, StatsInterval, StatsTimer};
 use firehose_core::{PacketBatchMeta, PacketInfo};
 use gst::glib;
 use gst::prelude::*;
@@ -45,7 +45,7 @@ struct Settings {
     bind_address: Option<String>,
     bind_port: i32,
     buffer_size: i32,
-    stats_interval: u32,
+    stats_interval: StatsInterval,
 }
 
 impl Default for Settings {
@@ -64,7 +64,7 @@ impl Default for Settings {
             bind_address: None,
             bind_port: 0,
             buffer_size: 0,
-            stats_interval: firehose_core::stats::DEFAULT_INTERVAL_MS,
+            stats_interval: StatsInterval::default(),
         }
     }
 }
@@ -391,7 +391,6 @@ impl ObjectImpl for UdpSink {
             "bind-address" => s.bind_address = string(),
             "bind-port" => s.bind_port = value.get().expect("type checked upstream"),
             "buffer-size" => s.buffer_size = value.get().expect("type checked upstream"),
-            "stats-interval" => s.stats_interval = value.get().expect("type checked upstream"),
             other => unimplemented!("property {other}"),
         }
     }
@@ -415,7 +414,6 @@ impl ObjectImpl for UdpSink {
             "bind-address" => s.bind_address.to_value(),
             "bind-port" => s.bind_port.to_value(),
             "buffer-size" => s.buffer_size.to_value(),
-            "stats-interval" => s.stats_interval.to_value(),
             other => unimplemented!("property {other}"),
         }
     }
@@ -489,7 +487,7 @@ impl BaseSinkImpl for UdpSink {
         );
         *lock(&self.state) = Some(State {
             sender,
-            timer: StatsTimer::new(settings.stats_interval),
+            timer: settings.stats_interval.timer(),
             logged_errno: None,
         });
         Ok(())

@@ -10,7 +10,7 @@ use firehose_core::alloc;
 use firehose_core::props::WhenFull;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{self as live, LiveControl, PoolProps, PoolSettings, PoolSize};
-use firehose_core::stats::{self, names, StatsTimer};
+use firehose_core::stats::{self, names, StatsInterval, StatsTimer};
 use firehose_core::{caps as fcaps, PacketInfo, PoolConfig, SlotArena, SlotPool};
 
 use super::Output;
@@ -45,7 +45,7 @@ struct Settings {
     caps: Option<gst::Caps>,
     when_full: WhenFull,
     pool: PoolSettings,
-    stats_interval: u32,
+    stats_interval: StatsInterval,
 }
 
 impl Default for Settings {
@@ -59,7 +59,7 @@ impl Default for Settings {
             caps: None,
             when_full: WhenFull::Drop,
             pool: PoolSettings::new(&POOL),
-            stats_interval: firehose_core::stats::DEFAULT_INTERVAL_MS,
+            stats_interval: StatsInterval::default(),
         }
     }
 }
@@ -277,8 +277,7 @@ impl ObjectImpl for UdpSrc {
             "output" => s.output = value.get().unwrap(),
             "caps" => s.caps = value.get().unwrap(),
             "when-full" => s.when_full = value.get().unwrap(),
-            "stats-interval" => s.stats_interval = value.get().unwrap(),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.set(other, value),
         }
     }
 
@@ -301,8 +300,7 @@ impl ObjectImpl for UdpSrc {
             "output" => s.output.to_value(),
             "caps" => s.caps.to_value(),
             "when-full" => s.when_full.to_value(),
-            "stats-interval" => s.stats_interval.to_value(),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.value(other),
         }
     }
 
@@ -365,7 +363,7 @@ impl BaseSrcImpl for UdpSrc {
             batch_hint: s.batch_size as usize,
             rx,
             pool,
-            timer: StatsTimer::new(s.stats_interval),
+            timer: s.stats_interval.timer(),
             output: s.output,
             when_full: s.when_full,
         });

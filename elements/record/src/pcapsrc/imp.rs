@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use firehose_core::pace::Pacer;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{self as live, LiveControl, PoolProps, PoolSettings, PoolSize};
-use firehose_core::stats::{self, names, StatsTimer};
+use firehose_core::stats::{self, names, StatsInterval, StatsTimer};
 use firehose_core::{caps, gstmem, PacketBatchMeta, PacketInfo, PoolConfig, SlotPool};
 
 use super::replay::{Filter, Replay};
@@ -47,7 +47,7 @@ struct Settings {
     loops: u32,
     batch_size: u32,
     pool: PoolSettings,
-    stats_interval: u32,
+    stats_interval: StatsInterval,
 }
 
 impl Default for Settings {
@@ -60,7 +60,7 @@ impl Default for Settings {
             loops: 1,
             batch_size: DEFAULT_BATCH_SIZE,
             pool: PoolSettings::new(&POOL),
-            stats_interval: stats::DEFAULT_INTERVAL_MS,
+            stats_interval: StatsInterval::default(),
         }
     }
 }
@@ -240,8 +240,7 @@ impl ObjectImpl for PcapSrc {
             }
             "loop" => s.loops = value.get().expect("type checked upstream"),
             "batch-size" => s.batch_size = value.get().expect("type checked upstream"),
-            "stats-interval" => s.stats_interval = value.get().expect("type checked upstream"),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.set(other, value),
         }
     }
 
@@ -260,8 +259,7 @@ impl ObjectImpl for PcapSrc {
             "rate" => s.rate.to_value(),
             "loop" => s.loops.to_value(),
             "batch-size" => s.batch_size.to_value(),
-            "stats-interval" => s.stats_interval.to_value(),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.value(other),
         }
     }
 
@@ -339,7 +337,7 @@ impl BaseSrcImpl for PcapSrc {
             _ => Pacer::new(0),
         };
         *lock(&self.state) = Some(State {
-            timer: StatsTimer::new(settings.stats_interval),
+            timer: settings.stats_interval.timer(),
             settings,
             rate,
             replay,

@@ -9,7 +9,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use firehose_core::props::{self, Memory, WhenFull};
-use firehose_core::stats::{self, names, Counter, StatsTimer};
+use firehose_core::stats::{self, names, Counter, StatsInterval, StatsTimer};
 use firehose_core::{PacketBatchMeta, PoolConfig, SlotPool};
 use gst::glib;
 use gst::prelude::*;
@@ -68,7 +68,7 @@ struct Settings {
     when_full: WhenFull,
     memory: Memory,
     stats_source: Option<String>,
-    stats_interval: u32,
+    stats_interval: StatsInterval,
 }
 
 impl Default for Settings {
@@ -91,7 +91,7 @@ impl Default for Settings {
             when_full: WhenFull::Drop,
             memory: Memory::Auto,
             stats_source: None,
-            stats_interval: stats::DEFAULT_INTERVAL_MS,
+            stats_interval: StatsInterval::default(),
         }
     }
 }
@@ -406,7 +406,7 @@ impl RecordSink {
             header_len,
             trailer_len,
             destination_known: false,
-            timer: StatsTimer::new(settings.stats_interval),
+            timer: settings.stats_interval.timer(),
             error_posted: false,
         })
     }
@@ -448,8 +448,7 @@ impl ObjectImpl for RecordSink {
                 props::set_memory(&mut s.memory, name, value);
             }
             "stats-source" => s.stats_source = opt(value.get().expect("type checked upstream")),
-            "stats-interval" => s.stats_interval = value.get().expect("type checked upstream"),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.set(other, value),
         }
     }
 
@@ -478,8 +477,7 @@ impl ObjectImpl for RecordSink {
                 props::memory_value(s.memory, name).expect("a memory property")
             }
             "stats-source" => s.stats_source.to_value(),
-            "stats-interval" => s.stats_interval.to_value(),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.value(other),
         }
     }
 

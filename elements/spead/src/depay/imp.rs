@@ -265,7 +265,7 @@ impl SpeadDepay {
         *lock(&self.state) = Some(State {
             engine: Engine::Heaps(engine),
             caps: gst::Caps::new_empty_simple(fcaps::SPEAD_HEAP),
-            timer: StatsTimer::new(s.stats_interval),
+            timer: s.stats_interval.timer(),
             stop_is_eos: s.stop_is_eos,
             ended: false,
             memory,
@@ -294,7 +294,7 @@ impl SpeadDepay {
         *lock(&self.state) = Some(State {
             engine: Engine::Chunks(engine),
             caps,
-            timer: StatsTimer::new(s.stats_interval),
+            timer: s.stats_interval.timer(),
             stop_is_eos: s.stop_is_eos,
             ended: false,
             memory,

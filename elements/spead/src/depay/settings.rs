@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 use firehose_chunk::landing::Mode as Landing;
 use firehose_chunk::ChunkConfig;
 use firehose_core::props::{self, Memory};
-use firehose_core::stats;
+use firehose_core::stats::{self, StatsInterval};
 use gst::glib;
 use gst::prelude::*;
 
@@ -34,7 +34,7 @@ pub(crate) struct Settings {
     pub stop_is_eos: bool,
     pub memory: Memory,
     pub pool_size: u64,
-    pub stats_interval: u32,
+    pub stats_interval: StatsInterval,
     pub mode: Mode,
     pub heaps_per_chunk: u32,
     pub heap_size: u32,
@@ -57,7 +57,7 @@ impl Default for Settings {
             stop_is_eos: true,
             memory: Memory::Auto,
             pool_size: 0,
-            stats_interval: stats::DEFAULT_INTERVAL_MS,
+            stats_interval: StatsInterval::default(),
             mode: Mode::Heaps,
             heaps_per_chunk: DEFAULT_HEAPS_PER_CHUNK,
             heap_size: DEFAULT_HEAP_SIZE,
@@ -85,7 +85,6 @@ impl Settings {
                 props::set_memory(&mut self.memory, name, value);
             }
             "pool-size" => self.pool_size = value.get().unwrap(),
-            "stats-interval" => self.stats_interval = value.get().unwrap(),
             "mode" => self.mode = value.get().unwrap(),
             "heaps-per-chunk" => self.heaps_per_chunk = value.get().unwrap(),
             "heap-size" => self.heap_size = value.get().unwrap(),
@@ -95,7 +94,7 @@ impl Settings {
             "place-offset" => self.place_offset = value.get().unwrap(),
             "packet-presence-size" => self.packet_presence_size = value.get().unwrap(),
             "landing" => self.landing = value.get().unwrap(),
-            other => unreachable!("unknown property {other}"),
+            other => self.stats_interval.set(other, value),
         }
     }
 
@@ -112,7 +111,6 @@ impl Settings {
                 props::memory_value(self.memory, name).expect("a memory property")
             }
             "pool-size" => self.pool_size.to_value(),
-            "stats-interval" => self.stats_interval.to_value(),
             "mode" => self.mode.to_value(),
             "heaps-per-chunk" => self.heaps_per_chunk.to_value(),
             "heap-size" => self.heap_size.to_value(),
@@ -122,7 +120,7 @@ impl Settings {
             "place-offset" => self.place_offset.to_value(),
             "packet-presence-size" => self.packet_presence_size.to_value(),
             "landing" => self.landing.to_value(),
-            other => unreachable!("unknown property {other}"),
+            other => self.stats_interval.value(other),
         }
     }
 }

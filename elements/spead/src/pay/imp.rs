@@ -184,7 +184,7 @@ impl SpeadPay {
             plain_descriptors: None,
             warned_len: false,
             known: None,
-            timer: StatsTimer::new(s.stats_interval),
+            timer: s.stats_interval.timer(),
         });
         Ok(())
     }

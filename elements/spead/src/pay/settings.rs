@@ -4,7 +4,7 @@
 use std::sync::LazyLock;
 
 use firehose_core::props::{self, Memory};
-use firehose_core::stats;
+use firehose_core::stats::{self, StatsInterval};
 use gst::glib;
 use gst::prelude::*;
 
@@ -58,7 +58,7 @@ pub(super) struct Settings {
     /// `memory` (or the deprecated `hugepages`): the pool's memory.
     pub memory: Memory,
     /// `stats-interval`.
-    pub stats_interval: u32,
+    pub stats_interval: StatsInterval,
 }
 
 impl Default for Settings {
@@ -81,7 +81,7 @@ impl Default for Settings {
             stop_at_eos: true,
             batch_bytes: DEFAULT_BATCH_BYTES,
             memory: Memory::default(),
-            stats_interval: stats::DEFAULT_INTERVAL_MS,
+            stats_interval: StatsInterval::default(),
         }
     }
 }
@@ -119,8 +119,7 @@ impl Settings {
             "memory" | "hugepages" => {
                 props::set_memory(&mut self.memory, name, value);
             }
-            "stats-interval" => self.stats_interval = value.get().expect("type checked upstream"),
-            other => unreachable!("unknown property {other}"),
+            other => self.stats_interval.set(other, value),
         }
     }
 
@@ -146,8 +145,7 @@ impl Settings {
             "memory" | "hugepages" => {
                 props::memory_value(self.memory, name).expect("a memory property")
             }
-            "stats-interval" => self.stats_interval.to_value(),
-            other => unreachable!("unknown property {other}"),
+            other => self.stats_interval.value(other),
         }
     }
 }

@@ -199,7 +199,7 @@ impl BaseSrcImpl for SpeadSrc {
         let buffer = report.buffer_granted as u64;
         *lock(&self.state) = Some(State {
             src: LandingSource::new(rx, engine, batch, buffer, Emitted::default()),
-            timer: StatsTimer::new(s.heaps.stats_interval),
+            timer: s.heaps.stats_interval.timer(),
             stop_is_eos: s.heaps.stop_is_eos,
         });
         if port_changed {

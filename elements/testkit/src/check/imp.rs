@@ -5,7 +5,7 @@ use std::sync::{LazyLock, Mutex};
 use std::time::Instant;
 
 use firehose_core::batch::{for_each_packet, PacketBatchMeta};
-use firehose_core::stats::{self, names, Counter, StatsTimer};
+use firehose_core::stats::{self, names, Counter, StatsInterval, StatsTimer};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
@@ -30,7 +30,7 @@ const CORRUPTIONS_LOGGED: u32 = 10;
 struct Settings {
     expected_packets: u64,
     first_seq: u64,
-    stats_interval: u32,
+    stats_interval: StatsInterval,
 }
 
 impl Default for Settings {
@@ -38,7 +38,7 @@ impl Default for Settings {
         Self {
             expected_packets: 0,
             first_seq: 0,
-            stats_interval: firehose_core::stats::DEFAULT_INTERVAL_MS,
+            stats_interval: StatsInterval::default(),
         }
     }
 }
@@ -196,8 +196,7 @@ impl ObjectImpl for FhCheck {
         match pspec.name() {
             "expected-packets" => s.expected_packets = value.get().expect("type checked upstream"),
             "first-seq" => s.first_seq = value.get().expect("type checked upstream"),
-            "stats-interval" => s.stats_interval = value.get().expect("type checked upstream"),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.set(other, value),
         }
     }
 
@@ -207,8 +206,7 @@ impl ObjectImpl for FhCheck {
             "expected-packets" => s.expected_packets.to_value(),
             "first-seq" => s.first_seq.to_value(),
             "stats" => self.stats().to_value(),
-            "stats-interval" => s.stats_interval.to_value(),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.value(other),
         }
     }
 
@@ -255,7 +253,7 @@ impl BaseSinkImpl for FhCheck {
         state.checker.reset(settings.first_seq);
         state.expected = (settings.expected_packets > 0).then_some(settings.expected_packets);
         state.bytes = 0;
-        state.timer = StatsTimer::new(settings.stats_interval);
+        state.timer = settings.stats_interval.timer();
         state.corruptions_logged = 0;
         self.publish(&mut state);
         Ok(())

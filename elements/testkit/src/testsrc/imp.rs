@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use firehose_core::pace::Pacer;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{self as live, LiveControl, PoolProps, PoolSettings, PoolSize};
-use firehose_core::stats::{self, names, StatsTimer};
+use firehose_core::stats::{self, names, StatsInterval, StatsTimer};
 use firehose_core::{caps, gstmem, PacketInfo, PoolConfig, SlotPool};
 
 use crate::pattern;
@@ -47,7 +47,7 @@ struct Settings {
     num_packets: u64,
     first_seq: u64,
     pool: PoolSettings,
-    stats_interval: u32,
+    stats_interval: StatsInterval,
 }
 
 impl Settings {
@@ -66,7 +66,7 @@ impl Default for Settings {
             num_packets: 0,
             first_seq: 0,
             pool: PoolSettings::new(&POOL),
-            stats_interval: firehose_core::stats::DEFAULT_INTERVAL_MS,
+            stats_interval: StatsInterval::default(),
         }
     }
 }
@@ -197,8 +197,7 @@ impl ObjectImpl for FhTestSrc {
             "rate" => s.rate = value.get().expect("type checked upstream"),
             "num-packets" => s.num_packets = value.get().expect("type checked upstream"),
             "first-seq" => s.first_seq = value.get().expect("type checked upstream"),
-            "stats-interval" => s.stats_interval = value.get().expect("type checked upstream"),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.set(other, value),
         }
     }
 
@@ -214,8 +213,7 @@ impl ObjectImpl for FhTestSrc {
             "num-packets" => s.num_packets.to_value(),
             "first-seq" => s.first_seq.to_value(),
             "stats" => self.stats().to_value(),
-            "stats-interval" => s.stats_interval.to_value(),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.value(other),
         }
     }
 
@@ -274,7 +272,7 @@ impl BaseSrcImpl for FhTestSrc {
             // No burst and no lag limit: the schedule never moves, so timestamps taken
             // from it are exact and evenly spaced even after a stall downstream.
             pacer: Pacer::new(settings.rate),
-            timer: StatsTimer::new(settings.stats_interval),
+            timer: settings.stats_interval.timer(),
         };
         self.counters.reset();
         gst::debug!(CAT, imp = self, "started with {settings:?}");

@@ -11,7 +11,7 @@ use firehose_core::src::prelude::*;
 use firehose_core::src::{
     self as live, CountAlias, LiveControl, PoolProps, PoolSettings, PoolSize,
 };
-use firehose_core::stats::{self, names, Counter, StatsTimer};
+use firehose_core::stats::{self, names, Counter, StatsInterval, StatsTimer};
 use firehose_core::sync::lock;
 use firehose_core::{caps as fcaps, MemoryRegion, PacketInfo};
 
@@ -72,7 +72,7 @@ struct Settings {
     pool: PoolSettings,
     frame_size: u32,
     batch_size: u32,
-    stats_interval: u32,
+    stats_interval: StatsInterval,
 }
 
 impl Default for Settings {
@@ -91,7 +91,7 @@ impl Default for Settings {
             pool: PoolSettings::new(&POOL),
             frame_size: DEFAULT_FRAME_SIZE,
             batch_size: DEFAULT_BATCH_SIZE,
-            stats_interval: stats::DEFAULT_INTERVAL_MS,
+            stats_interval: StatsInterval::default(),
         }
     }
 }
@@ -306,7 +306,7 @@ impl XdpSrc {
                 poll_interval: (s.poll_interval > 0)
                     .then(|| std::time::Duration::from_micros(s.poll_interval.into())),
                 waker,
-                timer: StatsTimer::new(s.stats_interval),
+                timer: s.stats_interval.timer(),
                 post: Vec::with_capacity(cfg.frames as usize),
             },
             mode,
@@ -576,8 +576,7 @@ impl ObjectImpl for XdpSrc {
             "busy-poll-budget" => s.busy_poll_budget = value.get().unwrap(),
             "frame-size" => s.frame_size = value.get().unwrap(),
             "batch-size" => s.batch_size = value.get().unwrap(),
-            "stats-interval" => s.stats_interval = value.get().unwrap(),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.set(other, value),
         }
     }
 
@@ -602,8 +601,7 @@ impl ObjectImpl for XdpSrc {
             "busy-poll-budget" => s.busy_poll_budget.to_value(),
             "frame-size" => s.frame_size.to_value(),
             "batch-size" => s.batch_size.to_value(),
-            "stats-interval" => s.stats_interval.to_value(),
-            other => unreachable!("unknown property {other}"),
+            other => s.stats_interval.value(other),
         }
     }
 
