@@ -1,27 +1,19 @@
 //! `fhcheck` implementation: a `BaseSink` feeding every packet to a [`SeqChecker`].
 
 use firehose_core::sync::lock;
-use std::sync::{LazyLock, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use firehose_core::batch::{for_each_packet, PacketBatchMeta};
-use firehose_core::stats::{self, names, Counter, StatsInterval, StatsTimer};
-use gst::glib;
-use gst::prelude::*;
-use gst::subclass::prelude::*;
+use firehose_core::element::prelude::*;
+use firehose_core::element::sink_template;
+use firehose_core::stats::{self, names, StatsInterval, StatsTimer};
 use gst_base::prelude::*;
-use gst_base::subclass::prelude::*;
 
 use crate::checker::SeqChecker;
 use crate::pattern;
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "fhcheck",
-        gst::DebugColorFlags::empty(),
-        Some("Firehose test packet checker"),
-    )
-});
+firehose_core::debug_category!(CAT, "fhcheck", "Firehose test packet checker");
 
 /// Corruptions described in the log before going quiet (they are all counted).
 const CORRUPTIONS_LOGGED: u32 = 10;
@@ -66,16 +58,18 @@ impl Default for State {
     }
 }
 
-/// Mirrors of the checker's counters, so `stats` never waits for the streaming thread.
-#[derive(Debug, Default)]
-struct Counters {
-    packets: Counter,
-    bytes: Counter,
-    lost: Counter,
-    duplicated: Counter,
-    reordered: Counter,
-    corrupted: Counter,
-    late: Counter,
+firehose_core::counters! {
+    /// Mirrors of the checker's counters, so `stats` never waits for the streaming
+    /// thread.
+    struct Counters {
+        packets: names::PACKETS,
+        bytes: names::BYTES,
+        lost: names::LOST,
+        duplicated: names::DUPLICATED,
+        reordered: names::REORDERED,
+        corrupted: names::CORRUPTED,
+        late: names::LATE,
+    }
 }
 
 /// The `fhcheck` element.
@@ -86,24 +80,13 @@ pub struct FhCheck {
     counters: Counters,
 }
 
-impl FhCheck {
+impl ElementStats for FhCheck {
     fn stats(&self) -> gst::Structure {
-        let c = &self.counters;
-        stats::structure(&[
-            (names::PACKETS, c.packets.get()),
-            (names::BYTES, c.bytes.get()),
-            (names::LOST, c.lost.get()),
-            (names::DUPLICATED, c.duplicated.get()),
-            (names::REORDERED, c.reordered.get()),
-            (names::CORRUPTED, c.corrupted.get()),
-            (names::LATE, c.late.get()),
-        ])
+        self.counters.structure()
     }
+}
 
-    fn post_stats(&self) {
-        stats::post(self.obj().upcast_ref(), self.stats());
-    }
-
+impl FhCheck {
     /// Copies the checker's counters to the atomics; true when a stats message is due.
     fn publish(&self, state: &mut State) -> bool {
         let s = state.checker.stats();
@@ -161,35 +144,25 @@ impl FhCheck {
     }
 }
 
-#[glib::object_subclass]
-impl ObjectSubclass for FhCheck {
-    const NAME: &'static str = "FhCheck";
-    type Type = super::FhCheck;
-    type ParentType = gst_base::BaseSink;
-}
+firehose_core::element_subclass!(FhCheck, "FhCheck", gst_base::BaseSink);
 
 impl ObjectImpl for FhCheck {
-    fn properties() -> &'static [glib::ParamSpec] {
-        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            let mut v = vec![
-                glib::ParamSpecUInt64::builder("expected-packets")
-                    .nick("Expected packets")
-                    .blurb("Packets the source sends; those missing at EOS count as lost (0 = unknown)")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt64::builder("first-seq")
-                    .nick("First sequence number")
-                    .blurb("Sequence number of the first packet the source sends")
-                    .mutable_ready()
-                    .build(),
-            ];
-            v.extend(firehose_core::stats::properties(
-                "packets, bytes, lost, duplicated, reordered, corrupted, late",
-            ));
-            v
-        });
-        PROPS.as_ref()
-    }
+    firehose_core::properties!(|| {
+        let mut v = vec![
+            glib::ParamSpecUInt64::builder("expected-packets")
+                .nick("Expected packets")
+                .blurb("Packets the source sends; those missing at EOS count as lost (0 = unknown)")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt64::builder("first-seq")
+                .nick("First sequence number")
+                .blurb("Sequence number of the first packet the source sends")
+                .mutable_ready()
+                .build(),
+        ];
+        v.extend(stats::properties(&Counters::describe("")));
+        v
+    });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = lock(&self.settings);
@@ -217,33 +190,14 @@ impl ObjectImpl for FhCheck {
     }
 }
 
-impl GstObjectImpl for FhCheck {}
-
 impl ElementImpl for FhCheck {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "Firehose test packet checker",
-                "Sink/Network",
-                "Verifies fhtestsrc packets byte by byte and counts lost, duplicated and reordered ones",
-                "Firehose developers",
-            )
-        });
-        Some(&*META)
-    }
+    firehose_core::element_metadata!(
+        "Firehose test packet checker",
+        "Sink/Network",
+        "Verifies fhtestsrc packets byte by byte and counts lost, duplicated and reordered ones",
+    );
 
-    fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
-            vec![gst::PadTemplate::new(
-                "sink",
-                gst::PadDirection::Sink,
-                gst::PadPresence::Always,
-                &gst::Caps::new_any(),
-            )
-            .expect("valid sink template")]
-        });
-        TEMPLATES.as_ref()
-    }
+    firehose_core::pad_templates!(sink_template(&gst::Caps::new_any()));
 }
 
 impl BaseSinkImpl for FhCheck {
@@ -264,9 +218,7 @@ impl BaseSinkImpl for FhCheck {
         self.check_buffer(&mut state, buffer)?;
         let due = self.publish(&mut state);
         drop(state);
-        if due {
-            self.post_stats();
-        }
+        self.post_stats_if(due);
         Ok(gst::FlowSuccess::Ok)
     }
 
@@ -278,9 +230,7 @@ impl BaseSinkImpl for FhCheck {
         }
         let due = self.publish(&mut state);
         drop(state);
-        if due {
-            self.post_stats();
-        }
+        self.post_stats_if(due);
         Ok(gst::FlowSuccess::Ok)
     }
 
