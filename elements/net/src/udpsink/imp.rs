@@ -2,27 +2,19 @@
 
 use firehose_core::sync::lock;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use firehose_core::element::prelude::*;
+use firehose_core::element::sink_template;
 use firehose_core::stats::{self, names, Counter, StatsInterval, StatsTimer};
 use firehose_core::{PacketBatchMeta, PacketInfo};
-use gst::glib;
-use gst::prelude::*;
-use gst::subclass::prelude::*;
 use gst_base::prelude::*;
-use gst_base::subclass::prelude::*;
 
 use crate::send::{Datagrams, Interrupt, SendError, SendStats, SenderConfig, UdpSender};
 use crate::sockaddr::{parse_clients, resolve};
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "fhudpsink",
-        gst::DebugColorFlags::empty(),
-        Some("Firehose UDP sink"),
-    )
-});
+firehose_core::debug_category!(CAT, "fhudpsink", "Firehose UDP sink");
 
 const DEFAULT_HOST: &str = "localhost";
 const DEFAULT_PORT: i32 = 5004;
@@ -155,8 +147,10 @@ impl UdpSink {
             burst_bytes: s.burst.into(),
         })
     }
+}
 
-    fn stats_structure(&self) -> gst::Structure {
+impl ElementStats for UdpSink {
+    fn stats(&self) -> gst::Structure {
         let st = &self.stats;
         stats::structure(&[
             (names::PACKETS_SENT, st.packets.get()),
@@ -168,7 +162,9 @@ impl UdpSink {
             (names::PACING_SLIP_NS, st.pacing_slip_ns.get()),
         ])
     }
+}
 
+impl UdpSink {
     /// Sends one batch, waiting in preroll when a state change interrupts the pacing
     /// (and resuming after it, unless flushing).
     fn send<D: Datagrams + ?Sized>(
@@ -226,7 +222,7 @@ impl UdpSink {
             }
         }
         if state.timer.due(Instant::now()) {
-            stats::post(self.obj().upcast_ref(), self.stats_structure());
+            self.post_stats();
         }
     }
 
@@ -256,119 +252,111 @@ impl UdpSink {
     }
 }
 
-#[glib::object_subclass]
-impl ObjectSubclass for UdpSink {
-    const NAME: &'static str = "FhUdpSink";
-    type Type = super::UdpSink;
-    type ParentType = gst_base::BaseSink;
-}
+firehose_core::element_subclass!(UdpSink, "FhUdpSink", gst_base::BaseSink);
 
 impl ObjectImpl for UdpSink {
-    fn properties() -> &'static [glib::ParamSpec] {
-        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            let mut v = vec![
-                glib::ParamSpecString::builder("host")
-                    .nick("Host")
-                    .blurb("Address or name to send to (unless clients is set)")
-                    .default_value(Some(DEFAULT_HOST))
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecInt::builder("port")
-                    .nick("Port")
-                    .blurb("UDP port to send to (unless clients is set)")
-                    .minimum(0)
-                    .maximum(65535)
-                    .default_value(DEFAULT_PORT)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("clients")
-                    .nick("Clients")
-                    .blurb(
-                        "host:port,host:port… ([addr]:port for IPv6); every datagram goes \
+    firehose_core::properties!(|| {
+        let mut v = vec![
+            glib::ParamSpecString::builder("host")
+                .nick("Host")
+                .blurb("Address or name to send to (unless clients is set)")
+                .default_value(Some(DEFAULT_HOST))
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecInt::builder("port")
+                .nick("Port")
+                .blurb("UDP port to send to (unless clients is set)")
+                .minimum(0)
+                .maximum(65535)
+                .default_value(DEFAULT_PORT)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecString::builder("clients")
+                .nick("Clients")
+                .blurb(
+                    "host:port,host:port… ([addr]:port for IPv6); every datagram goes \
                             to every client. Overrides host and port when set",
-                    )
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt64::builder("rate")
-                    .nick("Rate")
-                    .blurb(
-                        "Target rate in bits/s of UDP payload, all clients together \
+                )
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt64::builder("rate")
+                .nick("Rate")
+                .blurb(
+                    "Target rate in bits/s of UDP payload, all clients together \
                          (0 = as fast as possible). The rate paces the sink, so sync \
                          defaults to false",
-                    )
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("burst")
-                    .nick("Burst")
-                    .blurb("Bytes sent back-to-back before pacing applies (with rate)")
-                    .default_value(DEFAULT_BURST)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecBoolean::builder("gso")
-                    .nick("GSO")
-                    .blurb(
-                        "Send runs of equal-size datagrams as one UDP GSO send when the \
+                )
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("burst")
+                .nick("Burst")
+                .blurb("Bytes sent back-to-back before pacing applies (with rate)")
+                .default_value(DEFAULT_BURST)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecBoolean::builder("gso")
+                .nick("GSO")
+                .blurb(
+                    "Send runs of equal-size datagrams as one UDP GSO send when the \
                             kernel allows it",
-                    )
-                    .default_value(true)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecInt::builder("ttl")
-                    .nick("TTL")
-                    .blurb("Unicast TTL / hop limit")
-                    .minimum(1)
-                    .maximum(255)
-                    .default_value(DEFAULT_TTL)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecInt::builder("ttl-mc")
-                    .nick("Multicast TTL")
-                    .blurb("Multicast TTL / hop limit")
-                    .minimum(0)
-                    .maximum(255)
-                    .default_value(DEFAULT_TTL_MC)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecBoolean::builder("loop")
-                    .nick("Multicast loopback")
-                    .blurb("Deliver sent multicast to receivers on this machine too")
-                    .default_value(true)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("multicast-iface")
-                    .nick("Multicast interface")
-                    .blurb("Network interface to send multicast on (e.g. eth0)")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("bind-address")
-                    .nick("Bind address")
-                    .blurb("Local address to send from (default: chosen by the route)")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecInt::builder("bind-port")
-                    .nick("Bind port")
-                    .blurb("Local port to send from (0 = any)")
-                    .minimum(0)
-                    .maximum(65535)
-                    .default_value(0)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecInt::builder("buffer-size")
-                    .nick("Send buffer size")
-                    .blurb("SO_SNDBUF in bytes (0 = system default)")
-                    .minimum(0)
-                    .default_value(0)
-                    .mutable_ready()
-                    .build(),
-            ];
-            v.extend(firehose_core::stats::properties(
-                "packets-sent, bytes-sent, batches, send-errors, gso-sends, gso-fallbacks, \
+                )
+                .default_value(true)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecInt::builder("ttl")
+                .nick("TTL")
+                .blurb("Unicast TTL / hop limit")
+                .minimum(1)
+                .maximum(255)
+                .default_value(DEFAULT_TTL)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecInt::builder("ttl-mc")
+                .nick("Multicast TTL")
+                .blurb("Multicast TTL / hop limit")
+                .minimum(0)
+                .maximum(255)
+                .default_value(DEFAULT_TTL_MC)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecBoolean::builder("loop")
+                .nick("Multicast loopback")
+                .blurb("Deliver sent multicast to receivers on this machine too")
+                .default_value(true)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecString::builder("multicast-iface")
+                .nick("Multicast interface")
+                .blurb("Network interface to send multicast on (e.g. eth0)")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecString::builder("bind-address")
+                .nick("Bind address")
+                .blurb("Local address to send from (default: chosen by the route)")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecInt::builder("bind-port")
+                .nick("Bind port")
+                .blurb("Local port to send from (0 = any)")
+                .minimum(0)
+                .maximum(65535)
+                .default_value(0)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecInt::builder("buffer-size")
+                .nick("Send buffer size")
+                .blurb("SO_SNDBUF in bytes (0 = system default)")
+                .minimum(0)
+                .default_value(0)
+                .mutable_ready()
+                .build(),
+        ];
+        v.extend(firehose_core::stats::properties(
+            "packets-sent, bytes-sent, batches, send-errors, gso-sends, gso-fallbacks, \
                  pacing-slip-ns",
-            ));
-            v
-        });
-        PROPS.as_ref()
-    }
+        ));
+        v
+    });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = lock(&self.settings);
@@ -391,13 +379,13 @@ impl ObjectImpl for UdpSink {
             "bind-address" => s.bind_address = string(),
             "bind-port" => s.bind_port = value.get().expect("type checked upstream"),
             "buffer-size" => s.buffer_size = value.get().expect("type checked upstream"),
-            other => unimplemented!("property {other}"),
+            other => s.stats_interval.set(other, value),
         }
     }
 
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
         if pspec.name() == "stats" {
-            return self.stats_structure().to_value();
+            return self.stats().to_value();
         }
         let s = lock(&self.settings);
         match pspec.name() {
@@ -414,7 +402,7 @@ impl ObjectImpl for UdpSink {
             "bind-address" => s.bind_address.to_value(),
             "bind-port" => s.bind_port.to_value(),
             "buffer-size" => s.buffer_size.to_value(),
-            other => unimplemented!("property {other}"),
+            other => s.stats_interval.value(other),
         }
     }
 
@@ -425,34 +413,15 @@ impl ObjectImpl for UdpSink {
     }
 }
 
-impl GstObjectImpl for UdpSink {}
-
 impl ElementImpl for UdpSink {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "Firehose UDP sink",
-                "Sink/Network",
-                "Sends datagrams (packet batches, buffers or buffer lists) with sendmmsg and \
+    firehose_core::element_metadata!(
+        "Firehose UDP sink",
+        "Sink/Network",
+        "Sends datagrams (packet batches, buffers or buffer lists) with sendmmsg and \
                  UDP GSO, to one or several clients, paced to a target rate",
-                "Firehose developers",
-            )
-        });
-        Some(&*META)
-    }
+    );
 
-    fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
-            vec![gst::PadTemplate::new(
-                "sink",
-                gst::PadDirection::Sink,
-                gst::PadPresence::Always,
-                &gst::Caps::new_any(),
-            )
-            .expect("valid pad template")]
-        });
-        TEMPLATES.as_ref()
-    }
+    firehose_core::pad_templates!(sink_template(&gst::Caps::new_any()));
 }
 
 impl BaseSinkImpl for UdpSink {
