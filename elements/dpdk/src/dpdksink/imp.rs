@@ -21,13 +21,7 @@ use crate::dpdk::{Pool, Port, PortConfig, Session};
 use crate::sys;
 use firehose_core::frame::build;
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "fhdpdksink",
-        gst::DebugColorFlags::empty(),
-        Some("Firehose DPDK sink"),
-    )
-});
+firehose_core::debug_category!(CAT, "fhdpdksink", "Firehose DPDK sink");
 
 const DEFAULT_DPDK_PORT: &str = "0";
 const DEFAULT_PORT: i32 = 5004;
@@ -353,12 +347,7 @@ impl DpdkSink {
     }
 }
 
-#[glib::object_subclass]
-impl ObjectSubclass for DpdkSink {
-    const NAME: &'static str = "GstFhDpdkSink";
-    type Type = super::DpdkSink;
-    type ParentType = gst_base::BaseSink;
-}
+firehose_core::element_subclass!(DpdkSink, "GstFhDpdkSink", gst_base::BaseSink);
 
 impl ObjectImpl for DpdkSink {
     fn properties() -> &'static [glib::ParamSpec] {
@@ -520,34 +509,15 @@ impl ObjectImpl for DpdkSink {
     }
 }
 
-impl GstObjectImpl for DpdkSink {}
-
 impl ElementImpl for DpdkSink {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "Firehose DPDK sink",
-                "Sink/Network",
-                "Sends datagrams (packet batches or buffers) as Ethernet/IPv4/UDP frames \
+    firehose_core::element_metadata!(
+        "Firehose DPDK sink",
+        "Sink/Network",
+        "Sends datagrams (packet batches or buffers) as Ethernet/IPv4/UDP frames \
                  through a DPDK port (kernel bypass), paced to a target rate",
-                "Firehose developers",
-            )
-        });
-        Some(&*META)
-    }
+    );
 
-    fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
-            vec![gst::PadTemplate::new(
-                "sink",
-                gst::PadDirection::Sink,
-                gst::PadPresence::Always,
-                &gst::Caps::new_any(),
-            )
-            .expect("valid pad template")]
-        });
-        TEMPLATES.as_ref()
-    }
+    firehose_core::pad_templates!(firehose_core::element::sink_template(&gst::Caps::new_any()));
 }
 
 impl BaseSinkImpl for DpdkSink {

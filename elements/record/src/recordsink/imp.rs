@@ -27,13 +27,7 @@ use crate::disk::writer::{
 };
 use crate::format::pcap::{IfStats, DEFAULT_SNAPLEN};
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "fhrecordsink",
-        gst::DebugColorFlags::empty(),
-        Some("Firehose recorder"),
-    )
-});
+firehose_core::debug_category!(CAT, "fhrecordsink", "Firehose recorder");
 
 const DEFAULT_BLOCK_SIZE: u32 = 4 << 20;
 const DEFAULT_QUEUE_SIZE: u64 = 64 << 20;
@@ -412,12 +406,7 @@ impl RecordSink {
     }
 }
 
-#[glib::object_subclass]
-impl ObjectSubclass for RecordSink {
-    const NAME: &'static str = "GstFhRecordSink";
-    type Type = super::RecordSink;
-    type ParentType = gst_base::BaseSink;
-}
+firehose_core::element_subclass!(RecordSink, "GstFhRecordSink", gst_base::BaseSink);
 
 impl ObjectImpl for RecordSink {
     fn properties() -> &'static [glib::ParamSpec] {
@@ -488,34 +477,15 @@ impl ObjectImpl for RecordSink {
     }
 }
 
-impl GstObjectImpl for RecordSink {}
-
 impl ElementImpl for RecordSink {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "Firehose recorder",
-                "Sink/File",
-                "Records packet batches as pcap/pcapng, or any buffer as raw payload plus index, \
+    firehose_core::element_metadata!(
+        "Firehose recorder",
+        "Sink/File",
+        "Records packet batches as pcap/pcapng, or any buffer as raw payload plus index, \
                  with O_DIRECT block writes, rotation and a ring of files",
-                "Firehose developers",
-            )
-        });
-        Some(&*META)
-    }
+    );
 
-    fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
-            vec![gst::PadTemplate::new(
-                "sink",
-                gst::PadDirection::Sink,
-                gst::PadPresence::Always,
-                &gst::Caps::new_any(),
-            )
-            .expect("valid sink template")]
-        });
-        TEMPLATES.as_ref()
-    }
+    firehose_core::pad_templates!(firehose_core::element::sink_template(&gst::Caps::new_any()));
 }
 
 impl BaseSinkImpl for RecordSink {
