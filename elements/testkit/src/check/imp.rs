@@ -18,21 +18,11 @@ firehose_core::debug_category!(CAT, "fhcheck", "Firehose test packet checker");
 /// Corruptions described in the log before going quiet (they are all counted).
 const CORRUPTIONS_LOGGED: u32 = 10;
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Settings {
     expected_packets: u64,
     first_seq: u64,
     stats_interval: StatsInterval,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            expected_packets: 0,
-            first_seq: 0,
-            stats_interval: StatsInterval::default(),
-        }
-    }
 }
 
 #[derive(Debug)]
