@@ -24,19 +24,10 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
 });
 
 /// The chunk engine's properties, and how often to post stats.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 struct Settings {
     chunk: ChunkSettings,
     stats_interval: StatsInterval,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            chunk: ChunkSettings::default(),
-            stats_interval: StatsInterval::default(),
-        }
-    }
 }
 
 struct State {
@@ -246,9 +237,7 @@ impl ObjectImpl for FhDepay {
         if s.chunk.set(value, pspec) {
             return;
         }
-        match pspec.name() {
-            other => s.stats_interval.set(other, value),
-        }
+        s.stats_interval.set(pspec.name(), value);
     }
 
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
@@ -259,9 +248,7 @@ impl ObjectImpl for FhDepay {
         if let Some(v) = s.chunk.get(pspec) {
             return v;
         }
-        match pspec.name() {
-            other => s.stats_interval.value(other),
-        }
+        s.stats_interval.value(pspec.name())
     }
 
     fn constructed(&self) {
