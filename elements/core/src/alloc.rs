@@ -307,6 +307,76 @@ impl CopyInto {
     }
 }
 
+/// What a source that cannot receive into downstream's memory keeps: the [`CopyInto`]
+/// its last allocation decision made, if any, applied to every outgoing buffer.
+#[derive(Debug, Default)]
+pub struct CopyOut {
+    copy: std::sync::Mutex<Option<CopyInto>>,
+    /// Bytes of buffers that found no free slot and went out uncopied (counted, not
+    /// dropped: downstream then copies, as it would without a proposal).
+    uncopied: crate::stats::Counter,
+}
+
+impl CopyOut {
+    /// Bytes per slot of the copy pool: a batch of 64 jumbo frames.
+    pub const SLOT_BYTES: usize = 1 << 20;
+    /// Slots of the copy pool: buffers downstream may hold at once.
+    pub const SLOTS: usize = 16;
+
+    /// From `decide_allocation`: copies from now on if downstream proposed a provider
+    /// (saying so in a warning that gives `why` the source cannot receive into it).
+    pub fn decide(
+        &self,
+        element: &gst::Element,
+        query: &gst::query::Allocation,
+        why: &str,
+    ) -> Result<(), gst::LoggableError> {
+        let c = CopyInto::decide(element, query, why, Self::SLOT_BYTES, Self::SLOTS)?;
+        *self.copy.lock().unwrap_or_else(|e| e.into_inner()) = c;
+        Ok(())
+    }
+
+    /// `buf`, copied into downstream's memory when it asked for some and a slot is free;
+    /// as it is otherwise (counted in `bytes-uncopied` when it asked).
+    pub fn out(&self, buf: gst::Buffer) -> gst::Buffer {
+        let guard = self.copy.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(c) = guard.as_ref() else {
+            return buf;
+        };
+        c.copy(&buf).unwrap_or_else(|| {
+            self.uncopied.add(buf.size() as u64);
+            buf
+        })
+    }
+
+    /// Adds `bytes-copied` and `bytes-uncopied` to `s` once a copy was decided.
+    pub fn append_stats(&self, s: &mut gst::Structure) {
+        if let Some(c) = self.copy.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            s.set(crate::stats::names::BYTES_COPIED, c.bytes_copied());
+            s.set("bytes-uncopied", self.uncopied.get());
+            s.set("memory-copied-into", c.pool().kind().as_str());
+        }
+    }
+}
+
+/// `BaseSrcImpl::decide_allocation` for a source whose device owns its receive memory:
+/// its [`CopyOut`] field `$copy` decides (saying `$why` in the warning), then GstBaseSrc
+/// goes on as usual. Used inside `impl BaseSrcImpl for …`.
+#[macro_export]
+macro_rules! decide_allocation_copies {
+    ($copy:ident, $why:expr) => {
+        fn decide_allocation(
+            &self,
+            query: &mut $crate::__gst::query::Allocation,
+        ) -> Result<(), $crate::__gst::LoggableError> {
+            let element = self.obj();
+            let element: &$crate::__gst::Element = element.upcast_ref();
+            self.$copy.decide(element, query, $why)?;
+            self.parent_decide_allocation(query)
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -401,6 +471,29 @@ mod tests {
             c.copy(&gst::Buffer::from_slice(vec![0u8; 5000])).is_none(),
             "too big for a slot"
         );
+    }
+
+    #[test]
+    fn copy_out_passes_buffers_through_until_a_provider_is_proposed() {
+        gst::init().unwrap();
+        let el = gst::ElementFactory::make("fakesrc").build().unwrap();
+        let out = CopyOut::default();
+        let buf = gst::Buffer::from_slice(vec![1u8; 10]);
+        assert_eq!(
+            crate::gstmem::buffer_memory_kind(&out.out(buf.clone())),
+            None
+        );
+        let mut q = gst::query::Allocation::new(None, true);
+        propose(&mut q, Arc::new(SharedSegment::new("firehose-test")));
+        out.decide(&el, &q, "test").unwrap();
+        let copied = out.out(buf);
+        assert_eq!(
+            crate::gstmem::buffer_memory_kind(&copied),
+            Some(MemoryKind::Shared)
+        );
+        let mut s = gst::Structure::new_empty("s");
+        out.append_stats(&mut s);
+        assert_eq!(s.get::<u64>(crate::stats::names::BYTES_COPIED), Ok(10));
     }
 
     #[test]

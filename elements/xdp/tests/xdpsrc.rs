@@ -453,3 +453,49 @@ fn spead_over_xdp_reassembles_like_fhudpsrc() {
     assert!(xdp == udp, "fhxdpsrc heaps differ from fhudpsrc heaps");
     assert!(!xdp_attached(&pair.host_if));
 }
+
+#[test]
+fn batches_are_copied_once_into_the_memory_downstream_proposes() {
+    use firehose_core::provider::SharedSegment;
+    use firehose_core::MemoryKind;
+    let pair = VethPair::create("c").expect("needs root and iproute2");
+    pair.pin_host_neighbour().unwrap();
+    let port = 7302;
+    init();
+    let mut h = Harness::new("fhxdpsrc");
+    // The harness's sink pad answers the allocation query as fhshmsink will. The NIC
+    // writes into the UMEM, so the source copies each batch once into shared memory.
+    h.sinkpad()
+        .unwrap()
+        .add_probe(gst::PadProbeType::QUERY_DOWNSTREAM, |_, info| {
+            if let Some(gst::QueryViewMut::Allocation(q)) = info.query_mut().map(|q| q.view_mut()) {
+                firehose_core::alloc::propose(
+                    q,
+                    std::sync::Arc::new(SharedSegment::new("xdp-test")),
+                );
+                return gst::PadProbeReturn::Handled;
+            }
+            gst::PadProbeReturn::Ok
+        });
+    let el = h.element().unwrap();
+    el.set_property("interface", &pair.host_if);
+    el.set_property("port", i32::from(port));
+    el.set_property_from_str("memory", "system");
+    el.set_property_from_str("mode", "generic");
+    h.play();
+    send_stream(&pair, port, 64, 1000);
+    let buf = pull(&mut h);
+    assert_eq!(
+        firehose_core::gstmem::buffer_memory_kind(&buf),
+        Some(MemoryKind::Shared)
+    );
+    let mut first = None;
+    for_each_packet(&buf, |_, d| {
+        first.get_or_insert_with(|| d.to_vec());
+    })
+    .expect("the batch meta is copied with the bytes");
+    assert_eq!(first.unwrap(), payload(0, 1000));
+    let s = stats(&el);
+    assert!(field(&s, names::BYTES_COPIED) >= 1000, "{s}");
+    assert_eq!(s.get::<String>("memory-copied-into").unwrap(), "shared");
+}

@@ -174,6 +174,9 @@ unsafe impl Send for State {}
 /// The `fhdpdksrc` element.
 #[derive(Default)]
 pub struct DpdkSrc {
+    /// Copies each batch into the memory downstream asked for, if it did (the NIC
+    /// cannot write there).
+    copy: firehose_core::alloc::CopyOut,
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
     /// The open port's id, for `stats` reads from other threads; cleared (under this
@@ -226,6 +229,7 @@ impl DpdkSrc {
         self.refresh_nic();
         let nic = self.nic_counters.fields();
         let mut s = self.counters.structure();
+        self.copy.append_stats(&mut s);
         s.set("drops-nic", nic.iter().map(|&(_, v)| v).sum::<u64>());
         for (name, v) in nic {
             s.set(name, v);
@@ -574,6 +578,7 @@ impl BaseSrcImpl for DpdkSrc {
     }
 
     firehose_core::live_src_base!(live, caps: fcaps::packets_caps());
+    firehose_core::decide_allocation_copies!(copy, "the NIC writes into DPDK's mbufs");
 }
 
 impl PushSrcImpl for DpdkSrc {
@@ -591,6 +596,8 @@ impl PushSrcImpl for DpdkSrc {
         if post {
             stats::post(self.obj().upcast_ref(), self.stats());
         }
-        Ok(CreateSuccess::NewBuffer(batch_buffer(mem, packets, pts)))
+        Ok(CreateSuccess::NewBuffer(
+            self.copy.out(batch_buffer(mem, packets, pts)),
+        ))
     }
 }

@@ -98,6 +98,9 @@ struct State {
 /// started.
 #[derive(Default)]
 pub struct IbvSrc {
+    /// Copies each batch into the memory downstream asked for, if it did (the NIC
+    /// cannot write there).
+    copy: firehose_core::alloc::CopyOut,
     settings: Mutex<Settings>,
     counters: Arc<RxCounters>,
     /// Held for the whole receive loop: `stats` and `unlock` never take it.
@@ -114,6 +117,7 @@ impl IbvSrc {
             .as_ref()
             .map_or(0, |r| lock(r).counts().held as u64);
         let mut s = self.counters.structure();
+        self.copy.append_stats(&mut s);
         s.set(names::POOL_IN_USE, held);
         s.set(names::POOL_SLOTS, slots);
         s
@@ -387,6 +391,10 @@ impl BaseSrcImpl for IbvSrc {
     }
 
     firehose_core::live_src_base!(live, caps: fcaps::packets_caps());
+    firehose_core::decide_allocation_copies!(
+        copy,
+        "the NIC writes into its registered receive region"
+    );
 }
 
 impl PushSrcImpl for IbvSrc {
@@ -411,7 +419,9 @@ impl PushSrcImpl for IbvSrc {
                     if state.timer.due(Instant::now()) {
                         stats::post(self.obj().upcast_ref(), self.stats());
                     }
-                    return Ok(CreateSuccess::NewBuffer(batch.into_buffer(pts)));
+                    return Ok(CreateSuccess::NewBuffer(
+                        self.copy.out(batch.into_buffer(pts)),
+                    ));
                 }
                 Ok(Step::Busy) => idle = 0,
                 Ok(Step::Idle) => {

@@ -100,6 +100,8 @@ firehose_core::counters! {
 /// The `fhpcapsrc` element.
 #[derive(Default)]
 pub struct PcapSrc {
+    /// Copies each batch into the memory downstream asked for, if it did.
+    copy: firehose_core::alloc::CopyOut,
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
     /// For `stats`; `live` holds it too, to wake a pool wait on `unlock()`.
@@ -111,6 +113,7 @@ pub struct PcapSrc {
 impl PcapSrc {
     fn stats(&self) -> gst::Structure {
         let mut s = self.counters.structure();
+        self.copy.append_stats(&mut s);
         live::append_slot_pool(&mut s, lock(&self.pool).as_ref());
         s
     }
@@ -361,6 +364,7 @@ impl BaseSrcImpl for PcapSrc {
     }
 
     firehose_core::live_src_base!(live);
+    firehose_core::decide_allocation_copies!(copy, "it replays into its own pool");
 }
 
 impl PushSrcImpl for PcapSrc {
@@ -427,6 +431,6 @@ impl PushSrcImpl for PcapSrc {
         if due {
             stats::post(self.obj().upcast_ref(), self.stats());
         }
-        Ok(CreateSuccess::NewBuffer(buf))
+        Ok(CreateSuccess::NewBuffer(self.copy.out(buf)))
     }
 }

@@ -107,6 +107,8 @@ firehose_core::counters! {
 /// The `fhtestsrc` element.
 #[derive(Default)]
 pub struct FhTestSrc {
+    /// Copies each batch into the memory downstream asked for, if it did.
+    copy: firehose_core::alloc::CopyOut,
     settings: Mutex<Settings>,
     state: Mutex<State>,
     /// For `stats`; `live` holds it too, to wake a pool wait on `unlock()`.
@@ -118,6 +120,7 @@ pub struct FhTestSrc {
 impl FhTestSrc {
     fn stats(&self) -> gst::Structure {
         let mut s = self.counters.structure();
+        self.copy.append_stats(&mut s);
         live::append_slot_pool(&mut s, lock(&self.pool).as_ref());
         s
     }
@@ -287,6 +290,7 @@ impl BaseSrcImpl for FhTestSrc {
     }
 
     firehose_core::live_src_base!(live);
+    firehose_core::decide_allocation_copies!(copy, "it generates into its own pool");
 }
 
 impl PushSrcImpl for FhTestSrc {
@@ -353,6 +357,6 @@ impl PushSrcImpl for FhTestSrc {
         if due {
             self.post_stats();
         }
-        Ok(CreateSuccess::NewBuffer(buf))
+        Ok(CreateSuccess::NewBuffer(self.copy.out(buf)))
     }
 }

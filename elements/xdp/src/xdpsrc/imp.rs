@@ -169,6 +169,9 @@ struct State {
 
 #[derive(Default)]
 pub struct XdpSrc {
+    /// Copies each batch into the memory downstream asked for, if it did (the NIC
+    /// cannot write there).
+    copy: firehose_core::alloc::CopyOut,
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
     /// The slot accounting, kept after stop for the final `stats` read.
@@ -190,6 +193,7 @@ impl XdpSrc {
         });
         let (counts, slots) = counts.unwrap_or_default();
         let mut s = self.counters.structure();
+        self.copy.append_stats(&mut s);
         s.set(names::DROPS_POOL, k.rx_dropped.get());
         s.set(names::DROPS_KERNEL, k.rx_ring_full.get());
         for (name, v) in k.fields() {
@@ -643,6 +647,7 @@ impl BaseSrcImpl for XdpSrc {
     }
 
     firehose_core::live_src_base!(live, caps: fcaps::packets_caps());
+    firehose_core::decide_allocation_copies!(copy, "the NIC writes into its AF_XDP UMEM");
 }
 
 impl PushSrcImpl for XdpSrc {
@@ -663,6 +668,8 @@ impl PushSrcImpl for XdpSrc {
         } else {
             drop(guard);
         }
-        Ok(CreateSuccess::NewBuffer(batch_buffer(mem, packets, pts)))
+        Ok(CreateSuccess::NewBuffer(
+            self.copy.out(batch_buffer(mem, packets, pts)),
+        ))
     }
 }
