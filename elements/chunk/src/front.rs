@@ -116,20 +116,8 @@ impl ChunkFront {
 /// (packet batches or single packets) and a source for `src_caps`.
 pub fn pad_templates(src_caps: &gst::Caps) -> Vec<gst::PadTemplate> {
     vec![
-        gst::PadTemplate::new(
-            "sink",
-            gst::PadDirection::Sink,
-            gst::PadPresence::Always,
-            &gst::Caps::new_any(),
-        )
-        .expect("a valid sink template"),
-        gst::PadTemplate::new(
-            "src",
-            gst::PadDirection::Src,
-            gst::PadPresence::Always,
-            src_caps,
-        )
-        .expect("a valid src template"),
+        firehose_core::element::sink_template(&gst::Caps::new_any()),
+        firehose_core::src::src_template(src_caps),
     ]
 }
 

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 
 use firehose_core::meta::message;
-use firehose_core::stats::{self, names, Counter};
+use firehose_core::stats::names;
 use firehose_core::RegionError;
 use firehose_net::landsrc::SourceEngine;
 
@@ -17,24 +17,25 @@ use crate::wire::ctrl;
 /// The counters `stats` lists for heaps, besides the receiver's.
 pub const COUNTERS: &str = "packets, heaps, bytes, heaps-incomplete, malformed, too-large, out-of-order-dropped, duplicated, drops-pool, pool-*, descriptors";
 
-/// The reassembler's counts and pool accounting, mirrored once per buffer or receive
-/// for the `stats` property, which may be read from any thread.
-#[derive(Default)]
-pub struct HeapCounters {
-    packets: Counter,
-    heaps: Counter,
-    bytes: Counter,
-    heaps_incomplete: Counter,
-    malformed: Counter,
-    too_large: Counter,
-    out_of_order_dropped: Counter,
-    duplicates: Counter,
-    drops_pool: Counter,
-    pool_slots: Counter,
-    pool_in_use: Counter,
-    pool_high_water: Counter,
-    pool_exhausted: Counter,
-    descriptors: Counter,
+firehose_core::counters! {
+    /// The reassembler's counts and pool accounting, mirrored once per buffer or receive
+    /// for the `stats` property, which may be read from any thread.
+    pub struct HeapCounters {
+        packets: names::PACKETS,
+        heaps: names::HEAPS,
+        bytes: names::BYTES,
+        heaps_incomplete: names::HEAPS_INCOMPLETE,
+        malformed: names::MALFORMED,
+        too_large: names::TOO_LARGE,
+        out_of_order_dropped: names::OUT_OF_ORDER_DROPPED,
+        duplicates: names::DUPLICATED,
+        drops_pool: names::DROPS_POOL,
+        pool_slots: names::POOL_SLOTS,
+        pool_in_use: names::POOL_IN_USE,
+        pool_high_water: names::POOL_HIGH_WATER,
+        pool_exhausted: names::POOL_EXHAUSTED,
+        descriptors: "descriptors",
+    }
 }
 
 impl HeapCounters {
@@ -59,23 +60,8 @@ impl HeapCounters {
     }
 
     /// The stats structure; `memory` is the pool's memory kind once started.
-    pub fn structure(&self, memory: Option<&str>) -> gst::Structure {
-        let mut s = stats::structure(&[
-            (names::PACKETS, self.packets.get()),
-            (names::HEAPS, self.heaps.get()),
-            (names::BYTES, self.bytes.get()),
-            (names::HEAPS_INCOMPLETE, self.heaps_incomplete.get()),
-            (names::MALFORMED, self.malformed.get()),
-            (names::TOO_LARGE, self.too_large.get()),
-            (names::OUT_OF_ORDER_DROPPED, self.out_of_order_dropped.get()),
-            (names::DUPLICATED, self.duplicates.get()),
-            (names::DROPS_POOL, self.drops_pool.get()),
-            (names::POOL_SLOTS, self.pool_slots.get()),
-            (names::POOL_IN_USE, self.pool_in_use.get()),
-            (names::POOL_HIGH_WATER, self.pool_high_water.get()),
-            (names::POOL_EXHAUSTED, self.pool_exhausted.get()),
-            ("descriptors", self.descriptors.get()),
-        ]);
+    pub fn stats(&self, memory: Option<&str>) -> gst::Structure {
+        let mut s = self.structure();
         if let Some(kind) = memory {
             s.set("memory", kind);
         }

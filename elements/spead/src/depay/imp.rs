@@ -90,7 +90,7 @@ impl SpeadDepay {
         if *lock(&self.mode) == Mode::Chunks {
             return self.chunks.stats();
         }
-        self.mirror.structure(*lock(&self.memory))
+        self.mirror.stats(*lock(&self.memory))
     }
 
     /// Feeds buffers to the engine under one lock and collects the heap buffers.

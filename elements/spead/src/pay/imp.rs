@@ -539,27 +539,10 @@ impl ElementImpl for SpeadPay {
         Some(&*META)
     }
 
-    fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
-            vec![
-                gst::PadTemplate::new(
-                    "sink",
-                    gst::PadDirection::Sink,
-                    gst::PadPresence::Always,
-                    &gst::Caps::new_any(),
-                )
-                .expect("valid sink template"),
-                gst::PadTemplate::new(
-                    "src",
-                    gst::PadDirection::Src,
-                    gst::PadPresence::Always,
-                    &caps::packets_caps(),
-                )
-                .expect("valid src template"),
-            ]
-        });
-        TEMPLATES.as_ref()
-    }
+    firehose_core::pad_templates!(
+        firehose_core::element::sink_template(&gst::Caps::new_any()),
+        firehose_core::src::src_template(&caps::packets_caps()),
+    );
 
     fn change_state(
         &self,

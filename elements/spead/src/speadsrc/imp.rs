@@ -68,7 +68,7 @@ pub struct SpeadSrc {
 
 impl ElementStats for SpeadSrc {
     fn stats(&self) -> gst::Structure {
-        let mut s = self.heap_counters.structure(*lock(&self.memory));
+        let mut s = self.heap_counters.stats(*lock(&self.memory));
         self.recv_counters.append_to(&mut s);
         s
     }
