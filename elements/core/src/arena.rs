@@ -16,7 +16,7 @@ use crate::pool::Slot;
 /// Commits are rounded up to this, so every memory starts cache-line aligned.
 const ALIGN: usize = 64;
 
-struct Cell(UnsafeCell<Slot>);
+pub(crate) struct Cell(UnsafeCell<Slot>);
 
 // SAFETY: the slot's bytes are only ever accessed through disjoint ranges: the arena
 // writes only past `filled`, and each piece owns the range it was committed with.
@@ -74,33 +74,55 @@ impl SlotArena {
         self.filled = (self.filled + len)
             .next_multiple_of(ALIGN)
             .min(self.capacity);
-        gst::Memory::from_mut_slice(Piece {
+        PoolBytes::Piece {
             cell: self.cell.clone(),
             range,
-        })
+        }
+        .into_memory()
     }
 }
 
-/// A committed range of an arena's slot.
-struct Piece {
-    cell: Arc<Cell>,
-    range: Range<usize>,
+/// Pool memory as the bytes of a `gst::Memory`: a whole slot, or a committed range of an
+/// arena's slot. The one way pool memory becomes a `GstMemory`
+/// ([`PoolBytes::into_memory`]); a whole slot costs no more than the slot itself.
+pub(crate) enum PoolBytes {
+    /// A whole slot (its first `len()` bytes).
+    Whole(Slot),
+    /// A committed range of an arena's slot.
+    Piece {
+        cell: Arc<Cell>,
+        range: Range<usize>,
+    },
 }
 
-impl AsRef<[u8]> for Piece {
+impl PoolBytes {
+    /// Wraps the bytes as a writable `gst::Memory`, no copy: the slot returns to its pool
+    /// when the last memory over it (sub-memories included) is dropped.
+    pub(crate) fn into_memory(self) -> gst::Memory {
+        gst::Memory::from_mut_slice(self)
+    }
+}
+
+impl AsRef<[u8]> for PoolBytes {
     fn as_ref(&self) -> &[u8] {
-        // SAFETY: the range was committed to this piece alone and lies within the slot.
-        unsafe {
-            std::slice::from_raw_parts(self.cell.base().add(self.range.start), self.range.len())
+        match self {
+            PoolBytes::Whole(slot) => slot.as_ref(),
+            // SAFETY: the range was committed to this piece alone and lies within the slot.
+            PoolBytes::Piece { cell, range } => unsafe {
+                std::slice::from_raw_parts(cell.base().add(range.start), range.len())
+            },
         }
     }
 }
 
-impl AsMut<[u8]> for Piece {
+impl AsMut<[u8]> for PoolBytes {
     fn as_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as above; `&mut self` is the only access to this range.
-        unsafe {
-            std::slice::from_raw_parts_mut(self.cell.base().add(self.range.start), self.range.len())
+        match self {
+            PoolBytes::Whole(slot) => slot.as_mut(),
+            // SAFETY: as above; `&mut self` is the only access to this range.
+            PoolBytes::Piece { cell, range } => unsafe {
+                std::slice::from_raw_parts_mut(cell.base().add(range.start), range.len())
+            },
         }
     }
 }

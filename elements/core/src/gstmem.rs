@@ -1,9 +1,9 @@
 //! Pool slots as `gst::Memory`, without a copy, and the kind of memory behind a buffer.
 //!
-//! One path wraps pool memory as `GstMemory`: a committed range of a slot
-//! ([`crate::arena::SlotArena::commit`]); a whole slot is an arena committed once.
+//! One path wraps pool memory as `GstMemory` (`arena::PoolBytes`): a whole slot here, a
+//! committed range of a slot in [`crate::arena::SlotArena::commit`].
 
-use crate::arena::SlotArena;
+use crate::arena::PoolBytes;
 use crate::memory::{kind_of_ptr, MemoryKind};
 use crate::pool::Slot;
 
@@ -13,8 +13,7 @@ use crate::pool::Slot;
 /// memory is dropped, sub-memories (`share`, buffer lists cut from it) included, since
 /// they keep their parent alive.
 pub fn slot_into_memory(slot: Slot) -> gst::Memory {
-    let len = slot.len();
-    SlotArena::new(slot).commit(len)
+    PoolBytes::Whole(slot).into_memory()
 }
 
 /// Wraps `slot` as the only memory of a new buffer.
