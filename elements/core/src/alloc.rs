@@ -312,33 +312,45 @@ impl CopyInto {
 #[derive(Debug, Default)]
 pub struct CopyOut {
     copy: std::sync::Mutex<Option<CopyInto>>,
+    /// Whether `copy` is set: read first, so that a source nobody asked to copy takes no
+    /// lock per batch.
+    active: std::sync::atomic::AtomicBool,
     /// Bytes of buffers that found no free slot and went out uncopied (counted, not
     /// dropped: downstream then copies, as it would without a proposal).
     uncopied: crate::stats::Counter,
 }
 
 impl CopyOut {
-    /// Bytes per slot of the copy pool: a batch of 64 jumbo frames.
+    /// Bytes per slot of the copy pool by default: a batch of 64 jumbo frames (a larger
+    /// batch goes out uncopied, counted).
     pub const SLOT_BYTES: usize = 1 << 20;
     /// Slots of the copy pool: buffers downstream may hold at once.
     pub const SLOTS: usize = 16;
 
-    /// From `decide_allocation`: copies from now on if downstream proposed a provider
-    /// (saying so in a warning that gives `why` the source cannot receive into it).
+    /// From `decide_allocation`: copies from now on, into slots of `slot_bytes` (the
+    /// source's largest buffer), if downstream proposed a provider (saying so in a
+    /// warning that gives `why` the source cannot receive into it).
     pub fn decide(
         &self,
         element: &gst::Element,
         query: &gst::query::Allocation,
         why: &str,
+        slot_bytes: usize,
     ) -> Result<(), gst::LoggableError> {
-        let c = CopyInto::decide(element, query, why, Self::SLOT_BYTES, Self::SLOTS)?;
-        *self.copy.lock().unwrap_or_else(|e| e.into_inner()) = c;
+        let c = CopyInto::decide(element, query, why, slot_bytes, Self::SLOTS)?;
+        let mut guard = self.copy.lock().unwrap_or_else(|e| e.into_inner());
+        self.active
+            .store(c.is_some(), std::sync::atomic::Ordering::Release);
+        *guard = c;
         Ok(())
     }
 
     /// `buf`, copied into downstream's memory when it asked for some and a slot is free;
     /// as it is otherwise (counted in `bytes-uncopied` when it asked).
     pub fn out(&self, buf: gst::Buffer) -> gst::Buffer {
+        if !self.active.load(std::sync::atomic::Ordering::Acquire) {
+            return buf;
+        }
         let guard = self.copy.lock().unwrap_or_else(|e| e.into_inner());
         let Some(c) = guard.as_ref() else {
             return buf;
@@ -360,18 +372,22 @@ impl CopyOut {
 }
 
 /// `BaseSrcImpl::decide_allocation` for a source whose device owns its receive memory:
-/// its [`CopyOut`] field `$copy` decides (saying `$why` in the warning), then GstBaseSrc
-/// goes on as usual. Used inside `impl BaseSrcImpl for …`.
+/// its [`CopyOut`] field `$copy` decides (saying `$why` in the warning; copy slots of
+/// `$slot_bytes`, [`CopyOut::SLOT_BYTES`] when left out), then GstBaseSrc goes on as
+/// usual. Used inside `impl BaseSrcImpl for …`.
 #[macro_export]
 macro_rules! decide_allocation_copies {
     ($copy:ident, $why:expr) => {
+        $crate::decide_allocation_copies!($copy, $why, $crate::alloc::CopyOut::SLOT_BYTES);
+    };
+    ($copy:ident, $why:expr, $slot_bytes:expr) => {
         fn decide_allocation(
             &self,
             query: &mut $crate::__gst::query::Allocation,
         ) -> Result<(), $crate::__gst::LoggableError> {
             let element = self.obj();
             let element: &$crate::__gst::Element = element.upcast_ref();
-            self.$copy.decide(element, query, $why)?;
+            self.$copy.decide(element, query, $why, $slot_bytes)?;
             self.parent_decide_allocation(query)
         }
     };
@@ -425,6 +441,8 @@ mod tests {
         let pool = decide_pool(&el, &q, &current).unwrap().expect("a new pool");
         assert_eq!(pool.kind(), MemoryKind::Shared);
         assert_eq!((pool.stats().slots, pool.slot_size()), (3, 4096));
+        assert!(pool.fd().is_some(), "a shared pool hands out its segment");
+        assert!(current.fd().is_none());
         // Already of the proposed kind: kept.
         assert!(decide_pool(&el, &q, &pool).unwrap().is_none());
     }
@@ -485,7 +503,7 @@ mod tests {
         );
         let mut q = gst::query::Allocation::new(None, true);
         propose(&mut q, Arc::new(SharedSegment::new("firehose-test")));
-        out.decide(&el, &q, "test").unwrap();
+        out.decide(&el, &q, "test", CopyOut::SLOT_BYTES).unwrap();
         let copied = out.out(buf);
         assert_eq!(
             crate::gstmem::buffer_memory_kind(&copied),

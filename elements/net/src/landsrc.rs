@@ -69,7 +69,7 @@ pub struct LandingSource<E: SourceEngine> {
     /// The engine.
     pub engine: E,
     /// Receives from `rx` into `engine`.
-    pub direct: DirectReceiver,
+    direct: DirectReceiver,
     /// Where a receive puts what it finishes (kept for its capacity).
     out: E::Output,
     /// Finished, pushed one per `create`.
@@ -108,11 +108,6 @@ impl<E: SourceEngine> LandingSource<E> {
     /// The receiver's counters.
     pub fn counts(&self) -> DirectCounts {
         self.direct.counts()
-    }
-
-    /// True once the stream has ended (nothing more will be pending).
-    pub fn ended(&self) -> bool {
-        self.ended
     }
 
     /// The next item to push: receives (and waits) until one is finished; `None` once

@@ -364,7 +364,7 @@ impl BaseSrcImpl for PcapSrc {
     }
 
     firehose_core::live_src_base!(live);
-    firehose_core::decide_allocation_copies!(copy, "it replays into its own pool");
+    firehose_core::decide_allocation_copies!(copy, "it replays into its own pool", SLOT_SIZE);
 }
 
 impl PushSrcImpl for PcapSrc {
