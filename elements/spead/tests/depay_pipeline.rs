@@ -67,6 +67,12 @@ fn spead_src(props: &str) -> String {
 /// Runs `<receiver> ! fakesink` over the stream (packets of `chunk` payload bytes);
 /// checks every heap and the counts, and returns the stats of the element named `depay`.
 fn run(receiver: &str, chunk: usize) -> gst::Structure {
+    run_with_junk(receiver, chunk, &[])
+}
+
+/// [`run`], with the datagrams `junk` sent after every heap: none of them may cost the
+/// stream a heap.
+fn run_with_junk(receiver: &str, chunk: usize, junk: &[Vec<u8>]) -> gst::Structure {
     init();
     let pipeline = gst::parse::launch(&format!(
         "{receiver} ! fakesink name=sink signal-handoffs=true sync=false"
@@ -110,6 +116,10 @@ fn run(receiver: &str, chunk: usize) -> gst::Structure {
         }
         for p in heap_packets(f, cnt, &items, chunk) {
             sock.send_to(&p, ("127.0.0.1", port)).unwrap();
+            sent += 1;
+        }
+        for j in junk {
+            sock.send_to(j, ("127.0.0.1", port)).unwrap();
             sent += 1;
         }
         // Paced so the default socket buffer never overflows.
@@ -159,7 +169,12 @@ fn run(receiver: &str, chunk: usize) -> gst::Structure {
     }
     assert_eq!(field(&stats, names::PACKETS), sent);
     assert_eq!(field(&stats, names::HEAPS), HEAPS);
-    assert_eq!(field(&stats, names::MALFORMED), 0);
+    // Nothing malformed or oversized but the junk (none in a clean stream).
+    assert_eq!(
+        field(&stats, names::MALFORMED) + field(&stats, names::TOO_LARGE),
+        HEAPS * junk.len() as u64,
+        "{stats}"
+    );
     assert!(stats_messages > 0, "periodic stats messages");
     stats
 }
@@ -211,4 +226,30 @@ fn spead_source_copies_small_payloads() {
         field(&stats, names::PACKETS),
         "{stats}"
     );
+}
+
+#[test]
+fn spead_source_counts_a_flood_of_lying_packets_and_keeps_every_heap() {
+    let f = Flavour::SPEAD_64_48;
+    let real = heap_packets(f, 7, &[(0x1000, Val::Bytes(pattern(7, 64)))], 8192).remove(0);
+    let mut junk = Vec::new();
+    for i in 0..50u64 {
+        // Not SPEAD at all.
+        junk.push(vec![0xa5u8; 64]);
+        // Cut short inside the item pointers.
+        junk.push(real[..12].to_vec());
+        // A heap far larger than max-heap-size (1 MiB): bounded by the property.
+        junk.push(packet(f, 1 << 40 | i, Some(1 << 40), 0, &[0u8; 64], &[]));
+        // A payload offset far past its heap's length.
+        junk.push(packet(f, 1 << 41 | i, Some(100), 1 << 30, &[0u8; 64], &[]));
+    }
+    let stats = run_with_junk(&spead_src(""), 8192, &junk);
+    let bad = field(&stats, names::MALFORMED) + field(&stats, names::TOO_LARGE);
+    assert_eq!(
+        bad,
+        HEAPS * junk.len() as u64,
+        "every lying packet counted: {stats}"
+    );
+    // Most payloads still land in place between the lies.
+    assert!(field(&stats, names::PACKETS_LANDED) > 0, "{stats}");
 }
