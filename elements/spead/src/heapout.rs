@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 
+use firehose_core::alloc;
 use firehose_core::meta::message;
 use firehose_core::stats::names;
 use firehose_core::RegionError;
@@ -102,6 +103,30 @@ pub fn new_reassembler(
         gst::element_warning!(element, gst::ResourceError::Settings, ("{}", reason));
     }
     Ok(engine)
+}
+
+/// Downstream's allocation answer for the heaps (a source's `decide_allocation`, or
+/// [`firehose_core::alloc::query_downstream`] once the caps are set): when it proposes
+/// another kind of memory, heap payloads are cut from it from now on, and its kind is
+/// returned (for `stats`). A provider that cannot make the pools is an element error.
+pub fn decide_allocation(
+    element: &gst::Element,
+    query: &gst::query::Allocation,
+    engine: &mut Reassembler,
+) -> Result<Option<&'static str>, gst::LoggableError> {
+    let Some(provider) = alloc::decide_provider(element, query, engine.memory_kind()) else {
+        return Ok(None);
+    };
+    engine
+        .use_provider(&*provider)
+        .map_err(|e| alloc::provider_failed(element, &*provider, e))?;
+    let kind = engine.memory_kind().as_str();
+    gst::info!(
+        gst::CAT_RUST,
+        obj = element,
+        "heaps in {kind} memory, as downstream proposed"
+    );
+    Ok(Some(kind))
 }
 
 /// The heap as a buffer: its payload memory (no copy), the heap meta and the message

@@ -239,6 +239,19 @@ impl Reassembler {
         self.pools.kind()
     }
 
+    /// Cuts the payload memory of heaps opened from now on from `provider` (downstream
+    /// proposed another kind of memory): the same pools, made again. Heaps under
+    /// construction keep their slots (which return to the old pools); the slot taken
+    /// ahead for the next heap is given back.
+    pub fn use_provider(
+        &mut self,
+        provider: &dyn firehose_core::provider::MemoryProvider,
+    ) -> Result<(), RegionError> {
+        self.pools = self.pools.remake(provider)?;
+        self.reserved = None;
+        Ok(())
+    }
+
     /// Why hugepages were not used under [`HugepagePolicy::Auto`], if they were not.
     pub fn fallback_reason(&self) -> Option<&str> {
         self.pools.fallback_reason()
