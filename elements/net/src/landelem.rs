@@ -47,13 +47,25 @@ impl<E: SourceEngine> LandingElement<E> {
     }
 
     /// Starts a run over `src` (its socket open and bound): counters zeroed, `live`
-    /// started with the socket's waker, stats posted by `timer`.
-    pub fn start(&self, live: &LiveControl, src: LandingSource<E>, timer: StatsTimer) {
+    /// started with the socket's waker, stats posted by `timer`; `port` notified on
+    /// `element` when `port_changed` (port 0 bound a free one: the settings lock must
+    /// not be held, a handler may read the property).
+    pub fn start(
+        &self,
+        element: &gst::Element,
+        live: &LiveControl,
+        src: LandingSource<E>,
+        timer: StatsTimer,
+        port_changed: bool,
+    ) {
         self.counters.reset();
         self.eos.store(false, Ordering::Release);
         live.start();
         live.set_waker(src.rx.waker());
         *lock(&self.state) = Some(Running { src, timer });
+        if port_changed {
+            element.notify("port");
+        }
     }
 
     /// Ends the run: `last` reads the engine's counters one last time (what is still

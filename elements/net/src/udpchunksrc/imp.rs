@@ -211,10 +211,9 @@ impl BaseSrcImpl for UdpChunkSrc {
         let port_changed = lock(&self.settings).socket.set_bound_port(&report);
         let buffer = report.buffer_granted as u64;
         let src = LandingSource::new(rx, engine, s.batch_size as usize, buffer, Vec::new());
-        self.land.start(&self.live, src, s.stats_interval.timer());
-        if port_changed {
-            self.obj().notify("port");
-        }
+        let timer = s.stats_interval.timer();
+        self.land
+            .start(element, &self.live, src, timer, port_changed);
         Ok(())
     }
 

@@ -185,11 +185,9 @@ impl BaseSrcImpl for SpeadSrc {
             .store(s.heaps.stop_is_eos, Ordering::Relaxed);
         let buffer = report.buffer_granted as u64;
         let src = LandingSource::new(rx, engine, batch, buffer, Emitted::default());
+        let timer = s.heaps.stats_interval.timer();
         self.land
-            .start(&self.live, src, s.heaps.stats_interval.timer());
-        if port_changed {
-            self.obj().notify("port");
-        }
+            .start(element, &self.live, src, timer, port_changed);
         Ok(())
     }
 
