@@ -1,0 +1,192 @@
+//! fhcudaupload's real CUDA code (src/driver.rs through cudarc's run-time loading)
+//! against the stand-in driver of tests/fixture/fakecuda.c: a TEST FIXTURE built here
+//! with the C compiler, whose "device" memory is host memory and whose copies and
+//! events complete on a worker thread. It proves the driver calls, the pinned
+//! proposal, the ordering and the clean-up on machines without a GPU; nothing it
+//! measures is a GPU figure.
+//!
+//! The dynamic loader reads LD_LIBRARY_PATH when a process starts, so the test runs
+//! itself again as a child process with the fixture's directory in it.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+use firehose_core::stats::field;
+use firehose_cuda::devmem;
+use gst::prelude::*;
+
+const CHILD: &str = "FIREHOSE_FAKECUDA_CHILD";
+
+/// Compiles the fixture into its own directory as libcuda.so and libcuda.so.1.
+fn build_fixture() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fakecuda");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixture/fakecuda.c");
+    let lib = dir.join("libcuda.so");
+    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-shared", "-fPIC", "-O2", "-pthread", "-Wall", "-Werror", src, "-o"])
+        .arg(&lib)
+        .status()
+        .expect("a C compiler (cc) to build the stand-in driver");
+    assert!(status.success(), "the stand-in driver did not compile");
+    std::fs::copy(&lib, dir.join("libcuda.so.1")).unwrap();
+    dir
+}
+
+#[test]
+fn the_cuda_code_runs_against_the_stand_in_driver() {
+    if std::env::var_os(CHILD).is_some() {
+        child();
+        return;
+    }
+    let dir = build_fixture();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "the_cuda_code_runs_against_the_stand_in_driver",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("LD_LIBRARY_PATH", &dir)
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "child failed:\n{text}");
+    assert!(text.contains("1 passed"), "the child ran the test:\n{text}");
+}
+
+/// `[registrations live, device blocks live, copies done, operations queued]` of the
+/// fixture (loaded already by the element, so dlopen finds it).
+fn fixture_stats() -> [i64; 4] {
+    // SAFETY: looks up the fixture's own function in the library already loaded, and
+    // calls it with room for its four counters.
+    unsafe {
+        let h = libc::dlopen(c"libcuda.so".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        assert!(!h.is_null(), "the stand-in driver is loaded");
+        let f = libc::dlsym(h, c"fake_cuda_stats".as_ptr());
+        assert!(!f.is_null(), "the stand-in driver, not a real one, was loaded");
+        let f: extern "C" fn(*mut i64) = std::mem::transmute(f);
+        let mut out = [0i64; 4];
+        f(out.as_mut_ptr());
+        libc::dlclose(h);
+        out
+    }
+}
+
+/// Starts `fhtestsrc ! fhcudaupload device=… ! fakesink` and returns its error.
+fn start_error(device: i32) -> String {
+    let p = gst::parse::launch(&format!(
+        "fhtestsrc num-packets=10 ! fhcudaupload device={device} ! fakesink"
+    ))
+    .unwrap();
+    assert!(p.set_state(gst::State::Playing).is_err());
+    let msg = p
+        .bus()
+        .unwrap()
+        .timed_pop_filtered(gst::ClockTime::from_seconds(5), &[gst::MessageType::Error])
+        .expect("an error");
+    p.set_state(gst::State::Null).unwrap();
+    match msg.view() {
+        gst::MessageView::Error(e) => e.error().to_string(),
+        _ => unreachable!(),
+    }
+}
+
+fn child() {
+    gst::init().unwrap();
+    firehose_cuda::register_elements(None).unwrap();
+    firehose_testkit::testsrc::register(None).unwrap();
+    assert!(firehose_cuda::driver::library_present());
+
+    // SAFETY (set_var): this child runs one test on one thread, before any pipeline.
+    std::env::set_var("FAKE_CUDA_VERSION", "11080");
+    let e = start_error(0);
+    assert!(e.contains("older than the 12.0") && e.contains("nvidia-smi"), "{e}");
+    std::env::remove_var("FAKE_CUDA_VERSION");
+    std::env::set_var("FAKE_CUDA_DEVICES", "0");
+    let e = start_error(0);
+    assert!(e.contains("no CUDA device"), "{e}");
+    std::env::remove_var("FAKE_CUDA_DEVICES");
+    let e = start_error(3);
+    assert!(e.contains("device 3 does not exist"), "{e}");
+
+    // The stream, through the real driver calls: what went in is what the "device"
+    // holds, in order.
+    let p = gst::parse::launch(
+        "fhtestsrc num-packets=3000 packet-size=1400 ! identity name=tap signal-handoffs=true \
+         ! fhcudaupload name=up max-in-flight=3 ! fakesink name=sink sync=false signal-handoffs=true",
+    )
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    let inputs: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let i2 = inputs.clone();
+    p.by_name("tap")
+        .unwrap()
+        .connect("handoff", false, move |args| {
+            let b = args[1].get::<gst::Buffer>().unwrap();
+            i2.lock().unwrap().push(b.map_readable().unwrap().to_vec());
+            None
+        });
+    let outputs: Arc<Mutex<Vec<gst::Buffer>>> = Arc::default();
+    let registered_while_running = Arc::new(Mutex::new(0i64));
+    let (o2, r2) = (outputs.clone(), registered_while_running.clone());
+    p.by_name("sink")
+        .unwrap()
+        .connect("handoff", false, move |args| {
+            let mut r = r2.lock().unwrap();
+            *r = (*r).max(fixture_stats()[0]);
+            o2.lock().unwrap().push(args[1].get::<gst::Buffer>().unwrap());
+            None
+        });
+    p.set_state(gst::State::Playing).unwrap();
+    let msg = p
+        .bus()
+        .unwrap()
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(30),
+            &[gst::MessageType::Eos, gst::MessageType::Error],
+        )
+        .expect("the stream ends");
+    assert_eq!(msg.type_(), gst::MessageType::Eos, "{msg:?}");
+    let outputs = std::mem::take(&mut *outputs.lock().unwrap());
+    let registered_while_running = *registered_while_running.lock().unwrap();
+    let up = p.by_name("up").unwrap();
+    let stats = up.property::<gst::Structure>("stats");
+    p.set_state(gst::State::Null).unwrap();
+
+    let inputs = inputs.lock().unwrap();
+    assert!(!inputs.is_empty());
+    assert_eq!(outputs.len(), inputs.len());
+    for (i, (out, want)) in outputs.iter().zip(inputs.iter()).enumerate() {
+        let view = devmem::buffer_device_memory(out).expect("device memory");
+        assert_eq!(view.size, want.len());
+        // SAFETY: the stand-in driver's device memory is host memory, alive while
+        // `out` holds it.
+        let got = unsafe { std::slice::from_raw_parts(view.ptr as *const u8, view.size) };
+        assert!(got == &want[..], "buffer {i} differs on the device");
+    }
+    assert_eq!(field(&stats, "transfers"), inputs.len() as u64);
+    assert_eq!(
+        field(&stats, "bounce-copies"),
+        0,
+        "fhtestsrc copied into the pinned memory proposed to it: no bounce"
+    );
+    assert!(registered_while_running > 0, "pinned memory was registered");
+    assert!(field(&stats, "in-flight-high-water") <= 3);
+
+    // The EOS message holds the pipeline; the source keeps its pinned copy pool until
+    // it is gone.
+    drop((outputs, up, msg));
+    drop(p);
+    let [registered, allocated, _, pending] = fixture_stats();
+    assert_eq!(pending, 0, "nothing left queued");
+    assert_eq!(allocated, 0, "every device block freed");
+    assert_eq!(registered, 0, "every pinned region unregistered");
+}
