@@ -77,7 +77,8 @@ mod imp {
     impl ObjectImpl for DeviceAllocator {
         fn constructed(&self) {
             self.parent_constructed();
-            let a: *mut gst::ffi::GstAllocator = self.obj().upcast_ref::<gst::Allocator>().to_glib_none().0;
+            let a: *mut gst::ffi::GstAllocator =
+                self.obj().upcast_ref::<gst::Allocator>().to_glib_none().0;
             // SAFETY: our own allocator, being constructed: its vfuncs and type name
             // are set once, before any memory exists. Device memory cannot be mapped,
             // shared or copied on the host, so those functions refuse.
@@ -165,7 +166,8 @@ pub fn allocator() -> &'static DeviceAllocator {
 pub fn wrap(block: DeviceBlock, size: usize, device: i32) -> gst::Memory {
     let size = size.min(block.capacity());
     let maxsize = block.capacity();
-    let a: *mut gst::ffi::GstAllocator = allocator().upcast_ref::<gst::Allocator>().to_glib_none().0;
+    let a: *mut gst::ffi::GstAllocator =
+        allocator().upcast_ref::<gst::Allocator>().to_glib_none().0;
     // SAFETY: a zeroed GstMemory header is what gst_memory_init expects to fill; the
     // box is handed to GStreamer, which frees it through our allocator's `free`.
     unsafe {
@@ -255,4 +257,3 @@ pub fn read_meta(buf: &gst::BufferRef) -> Option<(DeviceView, Option<PayloadTabl
     });
     Some((view, table))
 }
-

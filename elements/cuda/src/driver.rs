@@ -275,8 +275,12 @@ impl Backend for Cuda {
         let flags = sys::CUevent_flags_enum::CU_EVENT_DISABLE_TIMING as u32
             | sys::CUevent_flags_enum::CU_EVENT_BLOCKING_SYNC as u32;
         // SAFETY: a valid out-pointer; the context is current.
-        self.ctx
-            .with(|| check(unsafe { sys::cuEventCreate(&mut e, flags) }, "cuEventCreate"))?;
+        self.ctx.with(|| {
+            check(
+                unsafe { sys::cuEventCreate(&mut e, flags) },
+                "cuEventCreate",
+            )
+        })?;
         Ok(Event(e as u64))
     }
 

@@ -527,10 +527,7 @@ impl<H: HostBytes, T> Engine<H, T> {
     /// A bounce slot of at least `len` bytes (a new, larger pool when the current one's
     /// slots are too small: the old one goes when its last slot comes back).
     fn bounce_slot(&mut self, len: usize) -> Result<Slot, UploadError> {
-        let fits = self
-            .bounce
-            .as_ref()
-            .is_some_and(|p| p.slot_size() >= len);
+        let fits = self.bounce.as_ref().is_some_and(|p| p.slot_size() >= len);
         if !fits {
             let config = PoolConfig {
                 slot_size: len.max(MIN_BOUNCE_SLOT).next_power_of_two(),
@@ -569,7 +566,8 @@ impl<H: HostBytes, T> Engine<H, T> {
         let table_offset = total.next_multiple_of(16);
         let len = table_offset + (n + 1) * 4;
         let table = PayloadTable {
-            packets: u32::try_from(n).map_err(|_| UploadError::Bounce("too many packets".into()))?,
+            packets: u32::try_from(n)
+                .map_err(|_| UploadError::Bounce("too many packets".into()))?,
             payload_bytes: u32::try_from(total)
                 .map_err(|_| UploadError::Bounce("payloads over 4 GiB".into()))?,
             table_offset: u32::try_from(table_offset)

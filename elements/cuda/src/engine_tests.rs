@@ -135,9 +135,15 @@ impl Rig {
 fn outputs_keep_input_order_and_bytes_though_transfers_complete_out_of_order() {
     let mut rig = Rig::new(8, 300, 7);
     let out = rig.run(300, true);
-    assert_eq!(out.iter().map(|u| u.tag).collect::<Vec<_>>(), (0..300).collect::<Vec<_>>());
+    assert_eq!(
+        out.iter().map(|u| u.tag).collect::<Vec<_>>(),
+        (0..300).collect::<Vec<_>>()
+    );
     for u in &out {
-        assert_eq!(rig.device_bytes(u), Rig::expected(u.tag, 100 + u.tag as usize % 50));
+        assert_eq!(
+            rig.device_bytes(u),
+            Rig::expected(u.tag, 100 + u.tag as usize % 50)
+        );
     }
     assert!(
         rig.backend.out_of_order() > 0,
@@ -159,7 +165,11 @@ fn the_ring_never_holds_more_than_max_in_flight_and_a_full_ring_stalls() {
         assert!(rig.engine.in_flight() <= 3);
         assert!(rig.backend.queued() <= 3);
     }
-    assert!(rig.backend.high_water() <= 3, "{}", rig.backend.high_water());
+    assert!(
+        rig.backend.high_water() <= 3,
+        "{}",
+        rig.backend.high_water()
+    );
     let s = rig.engine.stats();
     assert_eq!(s.in_flight_high_water.get(), 3);
     assert!(s.stall_ns.get() > 0, "waiting for a place is counted");
@@ -195,7 +205,11 @@ fn pinned_input_goes_back_to_its_pool_only_after_its_event() {
         }
     }
     assert_eq!(rig.pool.stats().in_use, 0);
-    assert_eq!(rig.early.load(Ordering::Relaxed), 0, "no input released early");
+    assert_eq!(
+        rig.early.load(Ordering::Relaxed),
+        0,
+        "no input released early"
+    );
 }
 
 #[test]
@@ -207,7 +221,11 @@ fn unpinned_input_goes_through_a_counted_pinned_bounce_slot_and_is_released_at_o
     let bounce = rig.engine.bounce_pool().expect("a bounce pool").clone();
     assert_eq!(bounce.kind(), MemoryKind::Pinned);
     assert!(rig.registrar.0.load(Ordering::Relaxed) > 0);
-    assert_eq!(bounce.stats().in_use, 1, "the bounce slot is held in flight");
+    assert_eq!(
+        bounce.stats().in_use,
+        1,
+        "the bounce slot is held in flight"
+    );
     rig.engine.drain().unwrap();
     let u = rig.engine.pop_ready().unwrap().unwrap();
     assert_eq!(bounce.stats().in_use, 0);
@@ -269,7 +287,10 @@ fn discard_waits_for_the_copies_and_drops_their_results() {
     assert_eq!(rig.early.load(Ordering::Relaxed), 0);
     // The stream goes on after a flush.
     let out = rig.run(10, true);
-    assert_eq!(out.iter().map(|u| u.tag).collect::<Vec<_>>(), (0..10).collect::<Vec<_>>());
+    assert_eq!(
+        out.iter().map(|u| u.tag).collect::<Vec<_>>(),
+        (0..10).collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -294,7 +315,9 @@ fn dropping_the_engine_mid_transfer_leaks_nothing() {
         }
     };
     for i in 0..5 {
-        engine.submit(make(i, i % 2 == 0), Layout::Whole, i).unwrap();
+        engine
+            .submit(make(i, i % 2 == 0), Layout::Whole, i)
+            .unwrap();
     }
     // One output taken out and still held downstream when the engine goes.
     engine.drain().unwrap();
@@ -304,12 +327,20 @@ fn dropping_the_engine_mid_transfer_leaks_nothing() {
     }
     assert!(backend.live_events() > 0);
     drop(engine);
-    assert_eq!(early.load(Ordering::Relaxed), 0, "nothing released under a copy");
+    assert_eq!(
+        early.load(Ordering::Relaxed),
+        0,
+        "nothing released under a copy"
+    );
     assert_eq!(pool.stats().in_use, 0, "every input back in its pool");
     assert_eq!(backend.live_events(), 0, "every event destroyed");
     assert_eq!(backend.live_blocks(), 1, "only the block downstream holds");
     drop(held);
-    assert_eq!(backend.live_blocks(), 0, "and it is freed when downstream lets go");
+    assert_eq!(
+        backend.live_blocks(),
+        0,
+        "and it is freed when downstream lets go"
+    );
 }
 
 #[test]
@@ -323,6 +354,13 @@ fn device_blocks_are_reused_not_allocated_per_buffer() {
             drop(u);
         }
     }
-    assert!(rig.backend.allocs() <= 5, "{} allocations", rig.backend.allocs());
-    assert_eq!(rig.engine.stats().transfers.get() + rig.engine.in_flight() as u64, 100);
+    assert!(
+        rig.backend.allocs() <= 5,
+        "{} allocations",
+        rig.backend.allocs()
+    );
+    assert_eq!(
+        rig.engine.stats().transfers.get() + rig.engine.in_flight() as u64,
+        100
+    );
 }

@@ -114,7 +114,10 @@ impl HostBackend {
     /// there.
     pub fn read(&self, ptr: DevicePtr, len: usize) -> Option<Vec<u8>> {
         let st = lock(&self.shared.state);
-        st.blocks.get(&ptr).and_then(|b| b.get(..len)).map(<[u8]>::to_vec)
+        st.blocks
+            .get(&ptr)
+            .and_then(|b| b.get(..len))
+            .map(<[u8]>::to_vec)
     }
 
     /// Whether a queued copy still has to read any byte of `ptr..ptr + len`.

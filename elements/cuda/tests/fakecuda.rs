@@ -25,7 +25,9 @@ fn build_fixture() -> PathBuf {
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixture/fakecuda.c");
     let lib = dir.join("libcuda.so");
     let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-shared", "-fPIC", "-O2", "-pthread", "-Wall", "-Werror", src, "-o"])
+        .args([
+            "-shared", "-fPIC", "-O2", "-pthread", "-Wall", "-Werror", src, "-o",
+        ])
         .arg(&lib)
         .status()
         .expect("a C compiler (cc) to build the stand-in driver");
@@ -70,7 +72,10 @@ fn fixture_stats() -> [i64; 4] {
         let h = libc::dlopen(c"libcuda.so".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
         assert!(!h.is_null(), "the stand-in driver is loaded");
         let f = libc::dlsym(h, c"fake_cuda_stats".as_ptr());
-        assert!(!f.is_null(), "the stand-in driver, not a real one, was loaded");
+        assert!(
+            !f.is_null(),
+            "the stand-in driver, not a real one, was loaded"
+        );
         let f: extern "C" fn(*mut i64) = std::mem::transmute(f);
         let mut out = [0i64; 4];
         f(out.as_mut_ptr());
@@ -107,7 +112,10 @@ fn child() {
     // SAFETY (set_var): this child runs one test on one thread, before any pipeline.
     std::env::set_var("FAKE_CUDA_VERSION", "11080");
     let e = start_error(0);
-    assert!(e.contains("older than the 12.0") && e.contains("nvidia-smi"), "{e}");
+    assert!(
+        e.contains("older than the 12.0") && e.contains("nvidia-smi"),
+        "{e}"
+    );
     std::env::remove_var("FAKE_CUDA_VERSION");
     std::env::set_var("FAKE_CUDA_DEVICES", "0");
     let e = start_error(0);
@@ -142,7 +150,9 @@ fn child() {
         .connect("handoff", false, move |args| {
             let mut r = r2.lock().unwrap();
             *r = (*r).max(fixture_stats()[0]);
-            o2.lock().unwrap().push(args[1].get::<gst::Buffer>().unwrap());
+            o2.lock()
+                .unwrap()
+                .push(args[1].get::<gst::Buffer>().unwrap());
             None
         });
     p.set_state(gst::State::Playing).unwrap();

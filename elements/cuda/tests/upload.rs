@@ -8,12 +8,15 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use firehose_core::alloc::{proposed_provider, Proposal};
 use firehose_core::meta::message::{self, Message};
-use firehose_core::provider::{Registrar, Registered, Anonymous};
+use firehose_core::provider::{Anonymous, Registered};
 use firehose_core::stats::field;
-use firehose_core::{HugepagePolicy, MemoryKind, PacketBatchMeta, PacketInfo, PoolConfig, SlotPool};
+use firehose_core::{
+    HugepagePolicy, MemoryKind, PacketBatchMeta, PacketInfo, PoolConfig, SlotPool,
+};
 use firehose_cuda::devmem;
 use firehose_cuda::engine::Backend;
 use firehose_cuda::testing::{HostBackend, HostRegistrar};
+use firehose_cuda::upload::Opened;
 use gst::prelude::*;
 use gst_check::Harness;
 
@@ -22,9 +25,7 @@ static CURRENT: Mutex<Option<(Arc<HostBackend>, Arc<HostRegistrar>)>> = Mutex::n
 /// The element's backend is process-wide: tests take turns.
 static TURN: Mutex<()> = Mutex::new(());
 
-type Opened = Result<(Arc<dyn Backend>, Arc<dyn Registrar>), String>;
-
-fn current(_device: i32) -> Opened {
+fn current(_device: i32) -> Result<Opened, String> {
     let c = CURRENT.lock().unwrap();
     let (b, r) = c.as_ref().expect("a test backend set");
     Ok((b.clone(), r.clone()))
@@ -111,11 +112,18 @@ fn buffers_come_out_in_order_in_device_memory_with_their_metas() {
         assert!(out.map_readable().is_err(), "device memory is not mappable");
     }
     let caps = h.sinkpad().unwrap().current_caps().unwrap();
-    assert_eq!(caps.structure(0).unwrap().name(), "application/x-spead-heap");
+    assert_eq!(
+        caps.structure(0).unwrap().name(),
+        "application/x-spead-heap"
+    );
     assert!(caps.features(0).unwrap().contains(devmem::CAPS_FEATURE));
     let s = h.element().unwrap().property::<gst::Structure>("stats");
     assert_eq!(field(&s, "transfers"), 40);
-    assert_eq!(field(&s, "bounce-copies"), 40, "plain buffers are not pinned");
+    assert_eq!(
+        field(&s, "bounce-copies"),
+        40,
+        "plain buffers are not pinned"
+    );
     assert!(field(&s, "in-flight-high-water") <= 3);
     assert!(r.backend.high_water() <= 3);
 }
@@ -153,7 +161,10 @@ fn pinned_input_is_copied_directly_and_held_until_its_copy_completes() {
     h.push_event(gst::event::Eos::new());
     assert_eq!(pool.stats().in_use, 0, "all back once drained");
     for i in 0..6 {
-        assert_eq!(device_bytes(&r.backend, &h.pull().unwrap()), pattern(i, 3000));
+        assert_eq!(
+            device_bytes(&r.backend, &h.pull().unwrap()),
+            pattern(i, 3000)
+        );
     }
     let s = h.element().unwrap().property::<gst::Structure>("stats");
     assert_eq!(field(&s, "bounce-copies"), 0);
@@ -197,7 +208,10 @@ fn payload_layout_gathers_a_batch_and_rebases_its_meta() {
     let got: Vec<(u32, u32)> = m.packets().iter().map(|p| (p.offset, p.len)).collect();
     assert_eq!(got, vec![(0, 100), (100, 50), (150, 192)]);
     let caps = h.sinkpad().unwrap().current_caps().unwrap();
-    assert_eq!(caps.structure(0).unwrap().get::<&str>("layout"), Ok("payloads"));
+    assert_eq!(
+        caps.structure(0).unwrap().get::<&str>("layout"),
+        Ok("payloads")
+    );
     let s = h.element().unwrap().property::<gst::Structure>("stats");
     assert_eq!(field(&s, "malformed"), 1);
 }
@@ -259,14 +273,22 @@ fn pinning_refused_is_an_error_unless_pinned_fallback() {
     h.element().unwrap().set_bus(Some(&bus));
     h.push(gst::Buffer::from_slice(vec![1u8; 10])).unwrap();
     let s = h.element().unwrap().property::<gst::Structure>("stats");
-    assert_eq!(field(&s, "pinned-fallbacks"), 2, "the pool and the bounce pool");
+    assert_eq!(
+        field(&s, "pinned-fallbacks"),
+        2,
+        "the pool and the bounce pool"
+    );
     let w = bus
         .pop_filtered(&[gst::MessageType::Warning])
         .expect("a warning");
     let gst::MessageView::Warning(w) = w.view() else {
         unreachable!()
     };
-    assert!(w.error().to_string().contains("pinned-fallback=true"), "{}", w.error());
+    assert!(
+        w.error().to_string().contains("pinned-fallback=true"),
+        "{}",
+        w.error()
+    );
 }
 
 #[test]
@@ -277,7 +299,10 @@ fn stopping_mid_transfer_waits_for_the_copies_and_leaks_nothing() {
     for i in 0..6 {
         h.push(pinned_buffer(&pool, i, 2048)).unwrap();
     }
-    assert!(r.backend.queued() > 0, "copies still queued (they take up to 20 ms)");
+    assert!(
+        r.backend.queued() > 0,
+        "copies still queued (they take up to 20 ms)"
+    );
     let el = h.element().unwrap();
     el.set_state(gst::State::Null).unwrap();
     assert_eq!(r.backend.queued(), 0, "stopping waited for every copy");
@@ -307,9 +332,9 @@ fn flush_drops_what_is_in_flight_and_the_stream_goes_on() {
     let before = std::iter::from_fn(|| h.try_pull()).count();
     assert!(before < 5, "some buffers were flushed");
     // A reset flush ends the segment: a new one comes first, as from upstream.
-    h.push_event(gst::event::Segment::new(
-        &gst::FormattedSegment::<gst::ClockTime>::new(),
-    ));
+    h.push_event(gst::event::Segment::new(&gst::FormattedSegment::<
+        gst::ClockTime,
+    >::new()));
     h.push(gst::Buffer::from_slice(pattern(9, 100))).unwrap();
     h.push_event(gst::event::Eos::new());
     let after: Vec<_> = std::iter::from_fn(|| h.try_pull()).collect();

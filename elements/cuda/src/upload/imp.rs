@@ -63,8 +63,11 @@ impl Default for Settings {
     }
 }
 
+/// An opened device: the backend of the uploads and the registrar of pinned memory.
+pub type Opened = (Arc<dyn Backend>, Arc<dyn Registrar>);
+
 /// What opens the device: CUDA, unless a test put another backend in its place.
-type BackendFactory = fn(i32) -> Result<(Arc<dyn Backend>, Arc<dyn Registrar>), String>;
+pub type BackendFactory = fn(i32) -> Result<Opened, String>;
 
 static BACKEND_FOR_TESTS: Mutex<Option<BackendFactory>> = Mutex::new(None);
 
@@ -76,10 +79,10 @@ pub fn set_backend_for_tests(factory: Option<BackendFactory>) {
     *lock(&BACKEND_FOR_TESTS) = factory;
 }
 
-fn open_backend(device: i32) -> Result<(Arc<dyn Backend>, Arc<dyn Registrar>, String), String> {
+/// The device opened, and words saying which it is.
+fn open_backend(device: i32) -> Result<(Opened, String), String> {
     if let Some(f) = *lock(&BACKEND_FOR_TESTS) {
-        let (b, r) = f(device)?;
-        return Ok((b, r, "test backend".into()));
+        return Ok((f(device)?, "test backend".into()));
     }
     let cuda = crate::driver::Cuda::open(device)?;
     let i = cuda.info();
@@ -92,7 +95,7 @@ fn open_backend(device: i32) -> Result<(Arc<dyn Backend>, Arc<dyn Registrar>, St
         i.driver_version % 1000 / 10
     );
     let registrar = cuda.registrar();
-    Ok((cuda, registrar, what))
+    Ok(((cuda, registrar), what))
 }
 
 /// Pinned memory (anonymous regions, hugepages where reserved, registered with the
@@ -175,7 +178,7 @@ impl ElementStats for CudaUpload {
 impl CudaUpload {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
-        let (backend, registrar, what) = open_backend(s.device)
+        let ((backend, registrar), what) = open_backend(s.device)
             .map_err(|e| gst::error_msg!(gst::ResourceError::NotFound, ("{}", e)))?;
         gst::info!(CAT, imp = self, "uploading to {what}");
         self.stats.reset();
@@ -438,14 +441,18 @@ impl ObjectSubclass for CudaUpload {
                 )
             })
             .event_function(|pad, parent, event| {
-                CudaUpload::catch_panic_pad_function(parent, || false, |imp| {
-                    imp.sink_event(pad, event)
-                })
+                CudaUpload::catch_panic_pad_function(
+                    parent,
+                    || false,
+                    |imp| imp.sink_event(pad, event),
+                )
             })
             .query_function(|pad, parent, query| {
-                CudaUpload::catch_panic_pad_function(parent, || false, |imp| {
-                    imp.sink_query(pad, query)
-                })
+                CudaUpload::catch_panic_pad_function(
+                    parent,
+                    || false,
+                    |imp| imp.sink_query(pad, query),
+                )
             })
             .build();
         let srcpad = gst::Pad::builder_from_template(&klass.pad_template("src").unwrap()).build();

@@ -22,9 +22,9 @@ use gst::prelude::*;
 
 mod imp;
 
-pub use imp::UploadLayout;
 #[doc(hidden)]
 pub use imp::set_backend_for_tests as imp_set_backend_for_tests;
+pub use imp::{BackendFactory, Opened, UploadLayout};
 
 glib::wrapper! {
     /// The `fhcudaupload` element.
