@@ -393,6 +393,26 @@ impl<H: HostBytes, T> Engine<H, T> {
         self.ring.len()
     }
 
+    /// The event of the oldest transfer when it is the next result and not known to be
+    /// complete: what a thread that pushes results waits on (outside any lock: the event
+    /// may be recorded again meanwhile, which only makes the wait longer).
+    pub fn next_event(&self) -> Option<Event> {
+        if !self.done.is_empty() {
+            return None;
+        }
+        self.ring.front().map(|f| f.event)
+    }
+
+    /// Whether a result is waiting in [`Engine::pop_ready`] already.
+    pub fn has_done(&self) -> bool {
+        !self.done.is_empty()
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
     /// The bounce pool, once one was needed (its stats say how many slots are held).
     pub fn bounce_pool(&self) -> Option<&SlotPool> {
         self.bounce.as_ref()

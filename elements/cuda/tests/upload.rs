@@ -341,3 +341,26 @@ fn flush_drops_what_is_in_flight_and_the_stream_goes_on() {
     assert_eq!(after.len(), 1, "only the buffer after the flush");
     assert_eq!(device_bytes(&r.backend, &after[0]), pattern(9, 100));
 }
+
+#[test]
+fn results_go_out_when_their_copies_complete_without_waiting_for_more_input() {
+    let r = rig(2000, false);
+    let mut h = harness(&[("max-in-flight", "8")]);
+    for i in 0..3 {
+        h.push(gst::Buffer::from_slice(pattern(i, 500))).unwrap();
+    }
+    // A live stream that pauses: no more buffers, no EOS. The copies complete and the
+    // results go downstream anyway.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut got = Vec::new();
+    while got.len() < 3 && std::time::Instant::now() < deadline {
+        match h.try_pull() {
+            Some(b) => got.push(b),
+            None => std::thread::sleep(std::time::Duration::from_millis(1)),
+        }
+    }
+    assert_eq!(got.len(), 3, "every result pushed without more input");
+    for (i, b) in got.iter().enumerate() {
+        assert_eq!(device_bytes(&r.backend, b), pattern(i, 500));
+    }
+}

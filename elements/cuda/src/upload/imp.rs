@@ -3,8 +3,9 @@
 //! properties, the allocation proposal).
 
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use firehose_core::element::prelude::*;
 use firehose_core::element::sink_template;
@@ -157,11 +158,23 @@ struct State {
 }
 
 /// The `fhcudaupload` element.
+///
+/// Two threads: upstream's streaming thread submits (`chain`), and the src pad's task
+/// waits for the oldest transfer and pushes results as they complete, so a live stream
+/// that pauses does not leave buffers in flight until the next one arrives. Whoever
+/// pushes holds `push_lock` from taking a result to pushing it, so results and
+/// serialized events go out in their order.
 pub struct CudaUpload {
     sinkpad: gst::Pad,
     srcpad: gst::Pad,
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
+    /// Signalled (with `state`) when a transfer is submitted or the task must look up.
+    wake: Condvar,
+    push_lock: Mutex<()>,
+    /// What the last push downstream returned: `chain` returns an error it holds.
+    flow: Mutex<Result<gst::FlowSuccess, gst::FlowError>>,
+    flushing: AtomicBool,
     stats: Arc<EngineStats>,
     /// Pinned registrations that failed and fell back to unpinned memory.
     fallbacks: Arc<Counter>,
@@ -241,15 +254,101 @@ impl CudaUpload {
         buf
     }
 
-    /// Pushes every completed transfer (all of them with `drain`).
-    fn push_ready(&self, st: &mut State, drain: bool) -> Result<gst::FlowSuccess, gst::FlowError> {
+    /// Pushes every completed transfer (all of them with `drain`: the caller waits for
+    /// the copies in flight), one at a time, holding `push_lock` so no other thread
+    /// pushes in between.
+    fn push_ready(&self, drain: bool) -> Result<gst::FlowSuccess, gst::FlowError> {
+        let _push = lock(&self.push_lock);
         if drain {
-            st.engine.drain().map_err(|e| self.upload_error(e))?;
+            if let Some(st) = lock(&self.state).as_mut() {
+                st.engine.drain().map_err(|e| self.upload_error(e))?;
+            }
         }
-        while let Some(u) = st.engine.pop_ready().map_err(|e| self.upload_error(e))? {
-            self.srcpad.push(Self::finish(u, st.device))?;
+        loop {
+            let next = {
+                let mut guard = lock(&self.state);
+                let Some(st) = guard.as_mut() else {
+                    return Err(gst::FlowError::Flushing);
+                };
+                let device = st.device;
+                st.engine
+                    .pop_ready()
+                    .map_err(|e| self.upload_error(e))?
+                    .map(|u| Self::finish(u, device))
+            };
+            let Some(buf) = next else {
+                return Ok(gst::FlowSuccess::Ok);
+            };
+            let r = self.srcpad.push(buf);
+            *lock(&self.flow) = r;
+            r?;
         }
-        Ok(gst::FlowSuccess::Ok)
+    }
+
+    /// One round of the src pad's task: waits (outside any lock) for the oldest
+    /// transfer, then pushes what has completed. Pauses itself when flushing, stopped,
+    /// or downstream refused a buffer.
+    fn task_iteration(&self) {
+        let waited = {
+            let mut guard = lock(&self.state);
+            loop {
+                if self.flushing.load(Ordering::Acquire) {
+                    drop(guard);
+                    let _ = self.srcpad.pause_task();
+                    return;
+                }
+                match guard.as_ref() {
+                    None => {
+                        drop(guard);
+                        let _ = self.srcpad.pause_task();
+                        return;
+                    }
+                    Some(st) if st.engine.has_done() => break None,
+                    Some(st) => {
+                        if let Some(ev) = st.engine.next_event() {
+                            break Some((st.engine.backend().clone(), ev));
+                        }
+                    }
+                }
+                guard = self
+                    .wake
+                    .wait_timeout(guard, Duration::from_millis(100))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        };
+        if let Some((backend, ev)) = waited {
+            // An error shows again (and is reported) in pop_ready below.
+            let _ = backend.wait(ev);
+        }
+        if let Err(e) = self.push_ready(false) {
+            gst::debug!(CAT, imp = self, "pausing the task: {e:?}");
+            if e != gst::FlowError::Flushing && e != gst::FlowError::Eos {
+                gst::element_imp_error!(
+                    self,
+                    gst::StreamError::Failed,
+                    ("downstream refused a buffer: {:?}", e)
+                );
+            }
+            let _ = self.srcpad.pause_task();
+        }
+    }
+
+    /// Starts the src pad's task (after start, and after a flush).
+    fn start_task(&self) {
+        let weak = self.obj().downgrade();
+        let _ = self.srcpad.start_task(move || {
+            if let Some(el) = weak.upgrade() {
+                el.imp().task_iteration();
+            }
+        });
+    }
+
+    /// Stops the task: wakes it so it sees `flushing`, then waits for it to end.
+    fn stop_task(&self) {
+        self.flushing.store(true, Ordering::Release);
+        self.wake.notify_all();
+        let _ = self.srcpad.stop_task();
     }
 
     fn warn_fallback(&self, st: &State) {
@@ -267,6 +366,15 @@ impl CudaUpload {
     }
 
     fn chain(&self, buffer: gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
+        // An error downstream returned to the task stops upstream too.
+        lock(&self.flow).map_err(|e| {
+            gst::debug!(
+                CAT,
+                imp = self,
+                "refusing a buffer: downstream returned {e:?}"
+            );
+            e
+        })?;
         let mut guard = lock(&self.state);
         let Some(st) = guard.as_mut() else {
             return Err(gst::FlowError::Flushing);
@@ -304,11 +412,11 @@ impl CudaUpload {
             .submit(input, layout, tag)
             .map_err(|e| self.upload_error(e))?;
         self.warn_fallback(st);
-        let r = self.push_ready(st, false);
         let due = st.timer.due(Instant::now());
         drop(guard);
+        self.wake.notify_all();
         self.post_stats_if(due);
-        r
+        Ok(gst::FlowSuccess::Ok)
     }
 
     /// Fills `ranges` with the payloads of `buffer`'s batch and puts the batch meta of
@@ -365,47 +473,64 @@ impl CudaUpload {
         out
     }
 
-    fn sink_event(&self, pad: &gst::Pad, event: gst::Event) -> bool {
+    fn sink_event(&self, event: gst::Event) -> bool {
         use gst::EventView;
         match event.view() {
-            EventView::FlushStart(_) => self.srcpad.push_event(event),
+            EventView::FlushStart(_) => {
+                self.flushing.store(true, Ordering::Release);
+                self.wake.notify_all();
+                let ok = self.srcpad.push_event(event);
+                // Downstream is flushing, so the task's push returns: it pauses.
+                let _ = self.srcpad.pause_task();
+                ok
+            }
             EventView::FlushStop(_) => {
-                if let Some(st) = lock(&self.state).as_mut() {
-                    if let Err(e) = st.engine.discard() {
-                        let _ = self.upload_error(e);
+                {
+                    let _push = lock(&self.push_lock);
+                    if let Some(st) = lock(&self.state).as_mut() {
+                        if let Err(e) = st.engine.discard() {
+                            let _ = self.upload_error(e);
+                        }
                     }
                 }
-                self.srcpad.push_event(event)
+                *lock(&self.flow) = Ok(gst::FlowSuccess::Ok);
+                let ok = self.srcpad.push_event(event);
+                self.flushing.store(false, Ordering::Release);
+                if lock(&self.state).is_some() {
+                    self.start_task();
+                }
+                ok
             }
             EventView::Caps(c) => {
                 let out = self.output_caps(c.caps());
                 gst::debug!(CAT, imp = self, "output caps {out}");
-                if !self.drain_before(pad) {
-                    return false;
-                }
-                self.srcpad.push_event(gst::event::Caps::new(&out))
+                self.push_serialized(gst::event::Caps::new(&out))
             }
             EventView::Eos(_) => {
-                let ok = self.drain_before(pad);
+                let ok = self.push_serialized(event);
                 self.post_stats();
-                ok && self.srcpad.push_event(event)
+                ok
             }
-            _ if event.is_serialized() => self.drain_before(pad) && self.srcpad.push_event(event),
+            _ if event.is_serialized() => self.push_serialized(event),
             _ => self.srcpad.push_event(event),
         }
     }
 
-    /// Pushes every transfer in flight before a serialized event, so the event keeps its
-    /// place in the stream.
-    fn drain_before(&self, _pad: &gst::Pad) -> bool {
-        let mut guard = lock(&self.state);
-        let Some(st) = guard.as_mut() else {
-            return true;
-        };
-        if st.engine.in_flight() == 0 {
-            return true;
+    /// Pushes every transfer in flight, then `event`, with no push from the task in
+    /// between: a serialized event keeps its place in the stream.
+    fn push_serialized(&self, event: gst::Event) -> bool {
+        let _push = lock(&self.push_lock);
+        let in_flight = lock(&self.state)
+            .as_ref()
+            .is_some_and(|st| st.engine.in_flight() > 0 || st.engine.has_done());
+        // push_ready takes push_lock itself: release ours first, then hold it again
+        // for the event (the task may push nothing in between: nothing is left).
+        drop(_push);
+        if in_flight && self.push_ready(true).is_err() {
+            return false;
         }
-        self.push_ready(st, true).is_ok()
+        let _push = lock(&self.push_lock);
+        self.srcpad.push_event(event)
     }
 
     fn sink_query(&self, pad: &gst::Pad, query: &mut gst::QueryRef) -> bool {
@@ -430,22 +555,15 @@ impl ObjectSubclass for CudaUpload {
 
     fn with_class(klass: &Self::Class) -> Self {
         let sinkpad = gst::Pad::builder_from_template(&klass.pad_template("sink").unwrap())
-            .chain_function(|pad, parent, buffer| {
+            .chain_function(|_pad, parent, buffer| {
                 CudaUpload::catch_panic_pad_function(
                     parent,
                     || Err(gst::FlowError::Error),
-                    |imp| {
-                        let _ = pad;
-                        imp.chain(buffer)
-                    },
+                    |imp| imp.chain(buffer),
                 )
             })
-            .event_function(|pad, parent, event| {
-                CudaUpload::catch_panic_pad_function(
-                    parent,
-                    || false,
-                    |imp| imp.sink_event(pad, event),
-                )
+            .event_function(|_pad, parent, event| {
+                CudaUpload::catch_panic_pad_function(parent, || false, |imp| imp.sink_event(event))
             })
             .query_function(|pad, parent, query| {
                 CudaUpload::catch_panic_pad_function(
@@ -461,6 +579,10 @@ impl ObjectSubclass for CudaUpload {
             srcpad,
             settings: Mutex::default(),
             state: Mutex::new(None),
+            wake: Condvar::new(),
+            push_lock: Mutex::new(()),
+            flow: Mutex::new(Ok(gst::FlowSuccess::Ok)),
+            flushing: AtomicBool::new(false),
             stats: Arc::default(),
             fallbacks: Arc::default(),
         }
@@ -576,12 +698,19 @@ impl ElementImpl for CudaUpload {
                 return Err(gst::StateChangeError);
             }
         }
-        let r = self.parent_change_state(transition);
         if transition == gst::StateChange::PausedToReady {
-            self.stop();
+            self.stop_task();
         }
-        if r.is_err() && transition == gst::StateChange::ReadyToPaused {
-            self.stop();
+        let r = self.parent_change_state(transition);
+        match transition {
+            gst::StateChange::ReadyToPaused if r.is_err() => self.stop(),
+            gst::StateChange::ReadyToPaused => {
+                self.flushing.store(false, Ordering::Release);
+                *lock(&self.flow) = Ok(gst::FlowSuccess::Ok);
+                self.start_task();
+            }
+            gst::StateChange::PausedToReady => self.stop(),
+            _ => {}
         }
         r
     }
