@@ -367,14 +367,15 @@ impl CudaUpload {
 
     fn chain(&self, buffer: gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
         // An error downstream returned to the task stops upstream too.
-        lock(&self.flow).map_err(|e| {
+        let flow = *lock(&self.flow);
+        if let Err(e) = flow {
             gst::debug!(
                 CAT,
                 imp = self,
                 "refusing a buffer: downstream returned {e:?}"
             );
-            e
-        })?;
+            return Err(e);
+        }
         let mut guard = lock(&self.state);
         let Some(st) = guard.as_mut() else {
             return Err(gst::FlowError::Flushing);
