@@ -9,6 +9,7 @@
 //!   needs the driver, and its absence is an element error that says how to check.
 //! - `fhcudaupload` ([`upload`]): the element.
 //! - [`devmem`]: the device memory of output buffers, as Rust and Python see it.
+//! - [`rawloop`]: the bare copy loop `firehose bench gpu` compares the element with.
 //!
 //! docs/gpu.md is the user guide.
 
@@ -19,6 +20,7 @@ use gst::glib;
 pub mod devmem;
 pub mod driver;
 pub mod engine;
+pub mod rawloop;
 pub mod testing;
 pub mod upload;
 
