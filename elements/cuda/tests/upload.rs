@@ -42,6 +42,7 @@ fn rig(max_delay_us: u64, refuse_pinning: bool) -> Rig {
     INIT.get_or_init(|| {
         gst::init().unwrap();
         firehose_cuda::register_elements(None).unwrap();
+        firehose_testkit::testsrc::register(None).unwrap();
         message::register();
     });
     let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
@@ -362,5 +363,52 @@ fn results_go_out_when_their_copies_complete_without_waiting_for_more_input() {
     assert_eq!(got.len(), 3, "every result pushed without more input");
     for (i, b) in got.iter().enumerate() {
         assert_eq!(device_bytes(&r.backend, b), pattern(i, 500));
+    }
+}
+
+#[test]
+fn caps_queries_move_the_memory_feature_across_the_element() {
+    let _r = rig(100, false);
+    let run = |downstream: &str| {
+        let p = gst::parse::launch(&format!(
+            "fhtestsrc num-packets=64 ! fhcudaupload name=up ! capsfilter caps=\"{downstream}\" \
+             ! fakesink"
+        ))
+        .unwrap()
+        .downcast::<gst::Pipeline>()
+        .unwrap();
+        let sink = p.by_name("up").unwrap().static_pad("sink").unwrap();
+        let upstream_view = sink.query_caps(None);
+        p.set_state(gst::State::Playing).unwrap();
+        let msg = p
+            .bus()
+            .unwrap()
+            .timed_pop_filtered(
+                gst::ClockTime::from_seconds(5),
+                &[gst::MessageType::Eos, gst::MessageType::Error],
+            )
+            .unwrap();
+        p.set_state(gst::State::Null).unwrap();
+        (upstream_view, msg.type_())
+    };
+    let (view, end) = run("application/x-firehose-packets(memory:CUDAMemory)");
+    assert_eq!(end, gst::MessageType::Eos);
+    assert_eq!(
+        view.to_string(),
+        "application/x-firehose-packets",
+        "upstream sees host memory"
+    );
+    // Downstream wants heaps, or packets in host memory: fhtestsrc's packets in device
+    // memory cannot go there, and linking says so.
+    for refused in [
+        "application/x-spead-heap(memory:CUDAMemory)",
+        "application/x-firehose-packets",
+    ] {
+        let e = gst::parse::launch(&format!(
+            "fhtestsrc ! fhcudaupload ! capsfilter caps=\"{refused}\" ! fakesink"
+        ))
+        .err()
+        .expect("no link");
+        assert!(e.to_string().contains("could not link"), "{e}");
     }
 }

@@ -460,11 +460,10 @@ impl CudaUpload {
     /// gathered so).
     fn output_caps(&self, caps: &gst::CapsRef) -> gst::Caps {
         let layout = lock(&self.settings).layout;
-        let mut out = caps.to_owned();
+        let mut out = with_memory(caps, Some(devmem::CAPS_FEATURE));
         {
             let o = out.get_mut().expect("a new copy is writable");
             for i in 0..o.size() {
-                o.set_features(i, Some(gst::CapsFeatures::new([devmem::CAPS_FEATURE])));
                 let s = o.structure_mut(i).expect("index in range");
                 if layout == UploadLayout::Payloads && s.name() == firehose_core::caps::PACKETS {
                     s.set("layout", "payloads");
@@ -535,17 +534,57 @@ impl CudaUpload {
     }
 
     fn sink_query(&self, pad: &gst::Pad, query: &mut gst::QueryRef) -> bool {
-        if let gst::QueryViewMut::Allocation(q) = query.view_mut() {
-            let Some(provider) = lock(&self.state).as_ref().map(|s| s.provider.clone()) else {
-                return false;
-            };
-            // Upstream sources that own a pool cut it from pinned memory: the device
-            // reads what they receive, with no bounce copy.
-            firehose_core::alloc::propose(q, provider);
-            return true;
+        match query.view_mut() {
+            gst::QueryViewMut::Allocation(q) => {
+                let Some(provider) = lock(&self.state).as_ref().map(|s| s.provider.clone()) else {
+                    return false;
+                };
+                // Upstream sources that own a pool cut it from pinned memory: the device
+                // reads what they receive, with no bounce copy.
+                firehose_core::alloc::propose(q, provider);
+                true
+            }
+            // What downstream takes in device memory, upstream may send in host memory.
+            gst::QueryViewMut::Caps(q) => {
+                let filter = q
+                    .filter()
+                    .map(|f| with_memory(f, Some(devmem::CAPS_FEATURE)));
+                let theirs = self.srcpad.peer_query_caps(filter.as_ref());
+                q.set_result(&with_memory(&theirs, None));
+                true
+            }
+            _ => gst::Pad::query_default(pad, Some(&*self.obj()), query),
         }
-        gst::Pad::query_default(pad, Some(&*self.obj()), query)
     }
+
+    fn src_query(&self, pad: &gst::Pad, query: &mut gst::QueryRef) -> bool {
+        match query.view_mut() {
+            // What upstream sends in host memory comes out in device memory.
+            gst::QueryViewMut::Caps(q) => {
+                let filter = q.filter().map(|f| with_memory(f, None));
+                let theirs = self.sinkpad.peer_query_caps(filter.as_ref());
+                q.set_result(&with_memory(&theirs, Some(devmem::CAPS_FEATURE)));
+                true
+            }
+            _ => gst::Pad::query_default(pad, Some(&*self.obj()), query),
+        }
+    }
+}
+
+/// `caps` with every structure's memory feature set to `feature` (`None`: system
+/// memory); ANY stays ANY.
+fn with_memory(caps: &gst::CapsRef, feature: Option<&str>) -> gst::Caps {
+    let mut out = caps.to_owned();
+    if out.is_any() {
+        return out;
+    }
+    {
+        let o = out.get_mut().expect("a new copy is writable");
+        for i in 0..o.size() {
+            o.set_features(i, feature.map(|f| gst::CapsFeatures::new([f])));
+        }
+    }
+    out
 }
 
 #[glib::object_subclass]
@@ -574,7 +613,15 @@ impl ObjectSubclass for CudaUpload {
                 )
             })
             .build();
-        let srcpad = gst::Pad::builder_from_template(&klass.pad_template("src").unwrap()).build();
+        let srcpad = gst::Pad::builder_from_template(&klass.pad_template("src").unwrap())
+            .query_function(|pad, parent, query| {
+                CudaUpload::catch_panic_pad_function(
+                    parent,
+                    || false,
+                    |imp| imp.src_query(pad, query),
+                )
+            })
+            .build();
         Self {
             sinkpad,
             srcpad,
