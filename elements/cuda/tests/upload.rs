@@ -407,8 +407,7 @@ fn caps_queries_move_the_memory_feature_across_the_element() {
         let e = gst::parse::launch(&format!(
             "fhtestsrc ! fhcudaupload ! capsfilter caps=\"{refused}\" ! fakesink"
         ))
-        .err()
-        .expect("no link");
+        .expect_err("no link");
         assert!(e.to_string().contains("could not link"), "{e}");
     }
 }
