@@ -445,27 +445,13 @@ impl<H: HostBytes, T> Engine<H, T> {
                 slot.as_mut_full()[..bytes.len()].copy_from_slice(bytes);
                 slot.set_len(bytes.len());
                 drop(host);
-                self.stats.bounce_copies.add(1);
-                let len = slot.len();
-                let block = self.devices.take(len.max(1))?;
-                // SAFETY: the slot is held in the ring until the event completes.
-                unsafe {
-                    self.backend
-                        .copy_to_device(block.ptr, slot.as_ref().as_ptr(), len)?
-                };
+                let (block, len) = self.copy_from_bounce(&slot)?;
                 (Held::Bounce(slot), block, len, None)
             }
             Layout::Payloads(ranges) => {
                 let (slot, table) = self.gather(host.bytes(), ranges)?;
                 drop(host);
-                self.stats.bounce_copies.add(1);
-                let len = slot.len();
-                let block = self.devices.take(len.max(1))?;
-                // SAFETY: as above.
-                unsafe {
-                    self.backend
-                        .copy_to_device(block.ptr, slot.as_ref().as_ptr(), len)?
-                };
+                let (block, len) = self.copy_from_bounce(&slot)?;
                 (Held::Bounce(slot), block, len, Some(table))
             }
         };
@@ -493,6 +479,21 @@ impl<H: HostBytes, T> Engine<H, T> {
             self.stats.in_flight_high_water.set(n);
         }
         Ok(())
+    }
+
+    /// Queues the copy of a filled bounce slot (counted) into a device block; the caller
+    /// holds the slot in the ring until the event recorded next completes.
+    fn copy_from_bounce(&mut self, slot: &Slot) -> Result<(DeviceBlock, usize), UploadError> {
+        self.stats.bounce_copies.add(1);
+        let len = slot.len();
+        let block = self.devices.take(len.max(1))?;
+        // SAFETY: the caller holds the slot (stable pool memory) in the ring until the
+        // event recorded after this copy completes; the block holds `len` bytes.
+        unsafe {
+            self.backend
+                .copy_to_device(block.ptr, slot.as_ref().as_ptr(), len)?
+        };
+        Ok((block, len))
     }
 
     /// The oldest transfer if it has completed (in submission order: a later transfer

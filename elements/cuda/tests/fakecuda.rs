@@ -16,6 +16,8 @@ use firehose_core::stats::field;
 use firehose_cuda::devmem;
 use gst::prelude::*;
 
+mod common;
+
 const CHILD: &str = "FIREHOSE_FAKECUDA_CHILD";
 
 /// Compiles the fixture into its own directory as libcuda.so and libcuda.so.1.
@@ -104,16 +106,7 @@ fn start_error(device: i32) -> String {
 }
 
 fn child() {
-    gst::init().unwrap();
-    firehose_cuda::register_elements(None).unwrap();
-    firehose_testkit::testsrc::register(None).unwrap();
-    gst::Element::register(
-        None,
-        "fhudpsrc",
-        gst::Rank::NONE,
-        firehose_net::udpsrc::UdpSrc::static_type(),
-    )
-    .unwrap();
+    common::register_elements();
     assert!(firehose_cuda::driver::library_present());
     udp_receives_into_pinned_memory();
 
@@ -134,55 +127,19 @@ fn child() {
 
     // The stream, through the real driver calls: what went in is what the "device"
     // holds, in order.
-    let p = gst::parse::launch(
+    let registered = Arc::new(Mutex::new(0i64));
+    let r2 = registered.clone();
+    let run = common::run_tapped(
         "fhtestsrc num-packets=3000 packet-size=1400 ! identity name=tap signal-handoffs=true \
          ! fhcudaupload name=up max-in-flight=3 ! fakesink name=sink sync=false signal-handoffs=true",
-    )
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
-    let inputs: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
-    let i2 = inputs.clone();
-    p.by_name("tap")
-        .unwrap()
-        .connect("handoff", false, move |args| {
-            let b = args[1].get::<gst::Buffer>().unwrap();
-            i2.lock().unwrap().push(b.map_readable().unwrap().to_vec());
-            None
-        });
-    let outputs: Arc<Mutex<Vec<gst::Buffer>>> = Arc::default();
-    let registered_while_running = Arc::new(Mutex::new(0i64));
-    let (o2, r2) = (outputs.clone(), registered_while_running.clone());
-    p.by_name("sink")
-        .unwrap()
-        .connect("handoff", false, move |args| {
+        move || {
             let mut r = r2.lock().unwrap();
             *r = (*r).max(fixture_stats()[0]);
-            o2.lock()
-                .unwrap()
-                .push(args[1].get::<gst::Buffer>().unwrap());
-            None
-        });
-    p.set_state(gst::State::Playing).unwrap();
-    let msg = p
-        .bus()
-        .unwrap()
-        .timed_pop_filtered(
-            gst::ClockTime::from_seconds(30),
-            &[gst::MessageType::Eos, gst::MessageType::Error],
-        )
-        .expect("the stream ends");
-    assert_eq!(msg.type_(), gst::MessageType::Eos, "{msg:?}");
-    let outputs = std::mem::take(&mut *outputs.lock().unwrap());
-    let registered_while_running = *registered_while_running.lock().unwrap();
-    let up = p.by_name("up").unwrap();
-    let stats = up.property::<gst::Structure>("stats");
-    p.set_state(gst::State::Null).unwrap();
-
-    let inputs = inputs.lock().unwrap();
-    assert!(!inputs.is_empty());
-    assert_eq!(outputs.len(), inputs.len());
-    for (i, (out, want)) in outputs.iter().zip(inputs.iter()).enumerate() {
+        },
+    );
+    assert!(!run.inputs.is_empty());
+    assert_eq!(run.outputs.len(), run.inputs.len());
+    for (i, (out, want)) in run.outputs.iter().zip(run.inputs.iter()).enumerate() {
         let view = devmem::buffer_device_memory(out).expect("device memory");
         assert_eq!(view.size, want.len());
         // SAFETY: the stand-in driver's device memory is host memory, alive while
@@ -190,19 +147,21 @@ fn child() {
         let got = unsafe { std::slice::from_raw_parts(view.ptr as *const u8, view.size) };
         assert!(got == &want[..], "buffer {i} differs on the device");
     }
-    assert_eq!(field(&stats, "transfers"), inputs.len() as u64);
+    let stats = &run.stats;
+    assert_eq!(field(stats, "transfers"), run.inputs.len() as u64);
     assert_eq!(
-        field(&stats, "bounce-copies"),
+        field(stats, "bounce-copies"),
         0,
         "fhtestsrc copied into the pinned memory proposed to it: no bounce"
     );
-    assert!(registered_while_running > 0, "pinned memory was registered");
-    assert!(field(&stats, "in-flight-high-water") <= 3);
+    assert!(
+        *registered.lock().unwrap() > 0,
+        "pinned memory was registered"
+    );
+    assert!(field(stats, "in-flight-high-water") <= 3);
 
-    // The EOS message holds the pipeline; the source keeps its pinned copy pool until
-    // it is gone.
-    drop((outputs, up, msg));
-    drop(p);
+    // The pipeline is gone; the outputs were the last holders of device memory.
+    drop(run);
     let [registered, allocated, _, pending] = fixture_stats();
     assert_eq!(pending, 0, "nothing left queued");
     assert_eq!(allocated, 0, "every device block freed");

@@ -10,26 +10,14 @@
 //! went in: the round trip proves the bytes are unchanged. The device they ran on is
 //! printed (run with `--nocapture` to see it), so a report can name it.
 
-use std::sync::{Arc, Mutex};
-
 use cudarc::driver::sys;
 use firehose_core::stats::field;
 use firehose_cuda::devmem;
-use gst::prelude::*;
+
+mod common;
 
 fn init() -> firehose_cuda::driver::DeviceInfo {
-    gst::init().unwrap();
-    firehose_cuda::register_elements(None).unwrap();
-    let _ = firehose_testkit::testsrc::register(None);
-    if gst::ElementFactory::find("fhudpsrc").is_none() {
-        gst::Element::register(
-            None,
-            "fhudpsrc",
-            gst::Rank::NONE,
-            firehose_net::udpsrc::UdpSrc::static_type(),
-        )
-        .unwrap();
-    }
+    common::register_elements();
     let cuda = firehose_cuda::driver::Cuda::open(0)
         .unwrap_or_else(|e| panic!("the GPU tests need a CUDA device: {e}"));
     let info = cuda.info().clone();
@@ -60,55 +48,17 @@ fn read_back(ptr: u64, len: usize) -> Vec<u8> {
     out
 }
 
-/// Runs `launch` (ending in `fakesink name=sink signal-handoffs=true`, with the upload
-/// named `up`) to EOS with `tap` an identity before the upload; returns the inputs, the
-/// outputs and the upload's stats.
-fn run(launch: &str) -> (Vec<Vec<u8>>, Vec<gst::Buffer>, gst::Structure) {
-    let p = gst::parse::launch(launch)
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap();
-    let inputs: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
-    let outputs: Arc<Mutex<Vec<gst::Buffer>>> = Arc::default();
-    let (i2, o2) = (inputs.clone(), outputs.clone());
-    p.by_name("tap")
-        .unwrap()
-        .connect("handoff", false, move |args| {
-            let b = args[1].get::<gst::Buffer>().unwrap();
-            i2.lock().unwrap().push(b.map_readable().unwrap().to_vec());
-            None
-        });
-    p.by_name("sink")
-        .unwrap()
-        .connect("handoff", false, move |args| {
-            o2.lock()
-                .unwrap()
-                .push(args[1].get::<gst::Buffer>().unwrap());
-            None
-        });
-    p.set_state(gst::State::Playing).unwrap();
-    let msg = p
-        .bus()
-        .unwrap()
-        .timed_pop_filtered(
-            gst::ClockTime::from_seconds(60),
-            &[gst::MessageType::Eos, gst::MessageType::Error],
-        )
-        .expect("the stream ends");
-    assert_eq!(msg.type_(), gst::MessageType::Eos, "{msg:?}");
-    let stats = p.by_name("up").unwrap().property::<gst::Structure>("stats");
-    p.set_state(gst::State::Null).unwrap();
-    let i = std::mem::take(&mut *inputs.lock().unwrap());
-    let o = std::mem::take(&mut *outputs.lock().unwrap());
-    (i, o, stats)
-}
-
 #[test]
 fn a_round_trip_leaves_the_bytes_unchanged() {
     init();
-    let (inputs, outputs, stats) = run(
+    let common::Run {
+        inputs,
+        outputs,
+        stats,
+    } = common::run_tapped(
         "fhtestsrc num-packets=20000 packet-size=8000 ! identity name=tap signal-handoffs=true \
          ! fhcudaupload name=up ! fakesink name=sink sync=false signal-handoffs=true",
+        || {},
     );
     assert_eq!(inputs.len(), outputs.len());
     for (want, out) in inputs.iter().zip(&outputs) {
@@ -121,10 +71,13 @@ fn a_round_trip_leaves_the_bytes_unchanged() {
 #[test]
 fn payload_layout_on_the_device() {
     init();
-    let (inputs, outputs, _) = run(
+    let common::Run {
+        inputs, outputs, ..
+    } = common::run_tapped(
         "fhtestsrc num-packets=2000 packet-size=1400 ! identity name=tap signal-handoffs=true \
          ! fhcudaupload name=up layout=payloads ! fakesink name=sink sync=false \
          signal-handoffs=true",
+        || {},
     );
     assert_eq!(inputs.len(), outputs.len());
     for out in &outputs {
