@@ -80,14 +80,15 @@ mod imp {
             let a: *mut gst::ffi::GstAllocator =
                 self.obj().upcast_ref::<gst::Allocator>().to_glib_none().0;
             // SAFETY: our own allocator, being constructed: its vfuncs and type name
-            // are set once, before any memory exists. Device memory cannot be mapped,
-            // shared or copied on the host, so those functions refuse.
+            // are set once, before any memory exists. Device memory cannot be mapped or
+            // copied on the host, so those functions refuse; a share is a view of a
+            // range of its parent's block.
             unsafe {
                 (*a).mem_type = MEMORY_TYPE_C.as_ptr();
                 (*a).mem_map = Some(no_map);
                 (*a).mem_unmap = Some(no_unmap);
                 (*a).mem_copy = Some(no_copy);
-                (*a).mem_share = Some(no_share);
+                (*a).mem_share = Some(share);
                 (*a).mem_is_span = Some(no_span);
                 (*a).object.flags |= gst::ffi::GST_ALLOCATOR_FLAG_CUSTOM_ALLOC;
             }
@@ -131,12 +132,45 @@ mod imp {
         std::ptr::null_mut()
     }
 
-    unsafe extern "C" fn no_share(
-        _mem: *mut gst::ffi::GstMemory,
-        _offset: isize,
-        _size: isize,
+    /// A sub-memory over `offset..offset + size` of `mem` (size -1: to its end): no
+    /// block of its own, its parent (which it holds) has it.
+    unsafe extern "C" fn share(
+        mem: *mut gst::ffi::GstMemory,
+        offset: isize,
+        size: isize,
     ) -> *mut gst::ffi::GstMemory {
-        std::ptr::null_mut()
+        // SAFETY: `mem` is a live DevMem of our allocator (GStreamer calls mem_share on
+        // its own memories only); the new one is initialised by gst_memory_init, which
+        // takes a reference to the parent, released before our `free` runs.
+        unsafe {
+            let m = &*mem;
+            let parent = if m.parent.is_null() { mem } else { m.parent };
+            let size = if size < 0 {
+                m.size as isize - offset
+            } else {
+                size
+            };
+            if offset < 0 || size < 0 || (offset + size) as usize > m.size {
+                return std::ptr::null_mut();
+            }
+            let device = (*(mem as *const DevMem)).device;
+            let sub = Box::into_raw(Box::new(DevMem {
+                mem: std::mem::zeroed(),
+                block: None,
+                device,
+            }));
+            gst::ffi::gst_memory_init(
+                sub as *mut gst::ffi::GstMemory,
+                gst::ffi::GST_MEMORY_FLAG_NOT_MAPPABLE | gst::ffi::GST_MEMORY_FLAG_READONLY,
+                m.allocator,
+                parent,
+                m.maxsize,
+                m.align,
+                m.offset + offset as usize,
+                size as usize,
+            );
+            sub as *mut gst::ffi::GstMemory
+        }
     }
 
     unsafe extern "C" fn no_span(
@@ -196,9 +230,14 @@ pub fn device_memory(mem: &gst::MemoryRef) -> Option<DeviceView> {
     if !mem.is_type(MEMORY_TYPE) || mem.allocator()?.type_() != DeviceAllocator::static_type() {
         return None;
     }
-    // SAFETY: memories of our allocator are DevMem (checked just above).
+    // SAFETY: memories of our allocator are DevMem (checked just above), and so is the
+    // parent of a share, which the share keeps alive.
     let m = unsafe { &*(mem.as_ptr() as *const DevMem) };
-    let block = m.block.as_ref()?;
+    let block = match m.block.as_ref() {
+        Some(b) => b,
+        // SAFETY: as above.
+        None => unsafe { (*(m.mem.parent as *const DevMem)).block.as_ref()? },
+    };
     Some(DeviceView {
         ptr: block.ptr() + mem.offset() as u64,
         size: mem.size(),
@@ -256,4 +295,57 @@ pub fn read_meta(buf: &gst::BufferRef) -> Option<(DeviceView, Option<PayloadTabl
         table_offset: s.get("table-offset").unwrap_or(0),
     });
     Some((view, table))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{Engine, EngineConfig, Layout};
+    use crate::testing::HostBackend;
+    use firehose_core::provider::Anonymous;
+    use firehose_core::{HugepagePolicy, PoolConfig, SlotPool};
+    use std::sync::Arc;
+
+    #[test]
+    fn device_memory_is_unmappable_shares_its_block_and_frees_it_last() {
+        gst::init().unwrap();
+        let backend = HostBackend::new(100, 3);
+        let mut engine: Engine<firehose_core::Slot, ()> = Engine::new(
+            backend.clone(),
+            &EngineConfig {
+                max_in_flight: 2,
+                bounce_provider: Arc::new(Anonymous(HugepagePolicy::Off)),
+                stats: Arc::default(),
+            },
+        )
+        .unwrap();
+        let pool = SlotPool::new(&PoolConfig {
+            slot_size: 4096,
+            slots: 1,
+            hugepages: HugepagePolicy::Off,
+        })
+        .unwrap();
+        let mut slot = pool.try_acquire().unwrap();
+        slot.as_mut_full()[..100].copy_from_slice(&[5u8; 100]);
+        slot.set_len(100);
+        engine.submit(slot, Layout::Whole, ()).unwrap();
+        engine.drain().unwrap();
+        let u = engine.pop_ready().unwrap().unwrap();
+        drop(engine);
+        let base = u.block.ptr();
+        let mem = wrap(u.block, u.size, 0);
+        assert!(mem.map_readable().is_err(), "device memory is not mappable");
+        let v = device_memory(&mem).unwrap();
+        assert_eq!((v.ptr, v.size, v.stream), (base, 100, 0x5eed));
+        let sub = mem.share(10..30);
+        let sv = device_memory(&sub).expect("a share is device memory too");
+        assert_eq!((sv.ptr, sv.size), (base + 10, 20));
+        let subsub = sub.share(5..);
+        assert_eq!(device_memory(&subsub).unwrap().ptr, base + 15);
+        assert_eq!(device_memory(&subsub).unwrap().size, 15);
+        drop(mem);
+        assert_eq!(backend.live_blocks(), 1, "the shares hold the block");
+        drop((sub, subsub));
+        assert_eq!(backend.live_blocks(), 0);
+    }
 }
