@@ -124,6 +124,7 @@ fn child() {
     std::env::remove_var("FAKE_CUDA_DEVICES");
     let e = start_error(3);
     assert!(e.contains("device 3 does not exist"), "{e}");
+    pinning_refused();
 
     // The stream, through the real driver calls: what went in is what the "device"
     // holds, in order.
@@ -252,5 +253,46 @@ fn udp_receives_into_pinned_memory() {
         field(&stats, "bounce-copies"),
         0,
         "fhudpsrc received into the proposed pinned memory: no bounce copy"
+    );
+}
+
+/// The driver refuses to pin (as under a low RLIMIT_MEMLOCK): the source cannot make its
+/// pool of the proposed memory and says why; with `pinned-fallback=true` the stream runs
+/// on unpinned memory, counted.
+fn pinning_refused() {
+    // SAFETY (set_var): one test on one thread, between pipelines.
+    std::env::set_var("FAKE_CUDA_REFUSE_PIN", "1");
+    let p = gst::parse::launch("fhtestsrc num-packets=100 ! fhcudaupload ! fakesink").unwrap();
+    let _ = p.set_state(gst::State::Playing);
+    let msg = p
+        .bus()
+        .unwrap()
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(5),
+            &[gst::MessageType::Error, gst::MessageType::Eos],
+        )
+        .expect("an error");
+    p.set_state(gst::State::Null).unwrap();
+    let gst::MessageView::Error(e) = msg.view() else {
+        panic!("the stream must not run on memory that could not be pinned: {msg:?}")
+    };
+    let e = e.error().to_string();
+    assert!(
+        e.contains("cuMemHostRegister") && e.contains("RLIMIT_MEMLOCK"),
+        "{e}"
+    );
+
+    let run = common::run_tapped(
+        "fhtestsrc num-packets=500 ! identity name=tap signal-handoffs=true \
+         ! fhcudaupload name=up pinned-fallback=true ! fakesink name=sink signal-handoffs=true",
+        || {},
+    );
+    std::env::remove_var("FAKE_CUDA_REFUSE_PIN");
+    assert_eq!(run.outputs.len(), run.inputs.len());
+    assert!(field(&run.stats, "pinned-fallbacks") >= 1, "{}", run.stats);
+    assert_eq!(
+        field(&run.stats, "bounce-copies"),
+        run.inputs.len() as u64,
+        "unpinned input goes through the bounce pool"
     );
 }
