@@ -411,3 +411,29 @@ fn caps_queries_move_the_memory_feature_across_the_element() {
         assert!(e.to_string().contains("could not link"), "{e}");
     }
 }
+
+#[test]
+fn restarts_under_traffic_leak_nothing() {
+    let r = rig(3000, false);
+    let pool = pinned_pool(r.registrar.clone(), 8);
+    let mut h = harness(&[("max-in-flight", "4")]);
+    let el = h.element().unwrap();
+    for round in 0..5 {
+        h.set_src_caps(gst::Caps::new_empty_simple("application/x-spead-heap"));
+        for i in 0..6 {
+            h.push(pinned_buffer(&pool, round * 10 + i, 1500)).unwrap();
+        }
+        // Stopped with copies in flight, then started again.
+        el.set_state(gst::State::Ready).unwrap();
+        assert_eq!(r.backend.queued(), 0, "round {round}: stopping waited");
+        assert_eq!(pool.stats().in_use, 0, "round {round}: inputs back");
+        assert_eq!(
+            r.backend.live_events(),
+            0,
+            "round {round}: events destroyed"
+        );
+        while h.try_pull().is_some() {}
+        assert_eq!(r.backend.live_blocks(), 0, "round {round}: blocks freed");
+        h.play();
+    }
+}
