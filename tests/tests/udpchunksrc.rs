@@ -165,8 +165,20 @@ impl Sender {
 /// A harness around `fhudpchunksrc` with [`PROPS`] and `props`, playing, and the port
 /// it bound.
 fn harness(props: &[(&str, &str)]) -> (Harness, u16) {
+    harness_proposing(props, None)
+}
+
+/// [`harness`], whose sink pad proposes memory from `provider` when given (as
+/// fhshmsink and fhcudaupload do).
+fn harness_proposing(
+    props: &[(&str, &str)],
+    provider: Option<Arc<dyn firehose_core::provider::MemoryProvider>>,
+) -> (Harness, u16) {
     init();
     let mut h = Harness::new("fhudpchunksrc");
+    if let Some(p) = provider {
+        firehose_core::alloc::propose_on(&h.sinkpad().unwrap(), p);
+    }
     let el = h.element().unwrap();
     for (k, v) in PROPS.iter().chain(props) {
         el.set_property_from_str(k, v);
@@ -290,6 +302,29 @@ fn payloads_land_in_chunks_without_a_copy_once_the_stream_is_going() {
         field(&st, names::PACKETS_LANDED) > 0,
         "no payload was received in place: {st}"
     );
+}
+
+#[test]
+fn chunks_are_cut_from_the_memory_downstream_proposes() {
+    use firehose_core::provider::SharedSegment;
+    use firehose_core::MemoryKind;
+    let shared = Arc::new(SharedSegment::new("fhudpchunksrc-test"));
+    let (mut h, port) = harness_proposing(&[], Some(shared));
+    let tx = Sender::paced(port, h.element().unwrap());
+    for cnt in 1..=16 {
+        tx.heap(cnt);
+    }
+    for _ in 0..4 {
+        let buf = h.pull().expect("a chunk");
+        check_chunk(&buf);
+        assert_eq!(
+            firehose_core::gstmem::buffer_memory_kind(&buf),
+            Some(MemoryKind::Shared)
+        );
+    }
+    let st = stats(&h.element().unwrap());
+    assert_eq!(st.get::<String>("memory").unwrap(), "shared", "{st}");
+    assert!(field(&st, names::PACKETS_LANDED) > 0, "{st}");
 }
 
 #[test]

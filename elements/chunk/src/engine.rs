@@ -257,6 +257,23 @@ impl ChunkAssembler {
         &self.pool
     }
 
+    /// Takes chunks from `pool` from now on (downstream proposed another kind of
+    /// memory). Chunks already open keep their slots, which return to the old pool; the
+    /// slot taken ahead is given back so that the next chunk comes from `pool`. Refused
+    /// when `pool`'s slots cannot hold a chunk.
+    pub fn replace_pool(&mut self, pool: SlotPool) -> Result<(), String> {
+        if pool.slot_size() < self.cfg.chunk_bytes() {
+            return Err(format!(
+                "pool slots of {} bytes cannot hold a chunk of {} bytes",
+                pool.slot_size(),
+                self.cfg.chunk_bytes()
+            ));
+        }
+        self.reserved = None;
+        self.pool = pool;
+        Ok(())
+    }
+
     /// The counters so far.
     pub fn stats(&self) -> ChunkStats {
         self.stats

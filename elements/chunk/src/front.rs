@@ -12,6 +12,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use firehose_core::alloc;
 use firehose_core::sync::lock;
 use firehose_core::SlotPool;
 
@@ -49,6 +50,33 @@ impl ChunkFront {
         self.flushing.store(false, Ordering::Release);
         *lock(&self.pool) = Some(pool);
         (engine, caps)
+    }
+
+    /// Downstream's allocation answer for the chunks (`decide_allocation` of a source,
+    /// or [`firehose_core::alloc::query_downstream`] once the caps are set): when it
+    /// proposes another kind of memory, the engine's chunks are cut from it from now on
+    /// (so `fhudpchunksrc` receives straight into it). A provider that cannot make the
+    /// pool is an element error.
+    pub fn decide_allocation(
+        &self,
+        element: &gst::Element,
+        query: &gst::query::Allocation,
+        engine: &mut ChunkAssembler,
+    ) -> Result<(), gst::LoggableError> {
+        let Some(pool) = alloc::decide_pool(element, query, engine.pool())? else {
+            return Ok(());
+        };
+        gst::info!(
+            gst::CAT_RUST,
+            obj = element,
+            "chunks in {} memory, as downstream proposed",
+            pool.kind().as_str()
+        );
+        engine
+            .replace_pool(pool.clone())
+            .map_err(|e| gst::loggable_error!(gst::CAT_RUST, "{}", e))?;
+        *lock(&self.pool) = Some(pool);
+        Ok(())
     }
 
     /// Sets or clears the flushing flag; setting it also wakes a streaming thread that

@@ -117,6 +117,22 @@ pub fn propose(query: &mut gst::query::Allocation, provider: Arc<dyn MemoryProvi
     }
 }
 
+/// Has `pad` answer the allocation queries that reach it with `provider`, as a consumer
+/// element's `propose_allocation` does: for tests, and for an application that wants a
+/// source to receive into a kind of memory with a stock element (appsink) downstream.
+pub fn propose_on(pad: &gst::Pad, provider: Arc<dyn MemoryProvider>) -> Option<gst::PadProbeId> {
+    pad.add_probe(
+        gst::PadProbeType::QUERY_DOWNSTREAM,
+        move |_, info| match info.query_mut().map(|q| q.view_mut()) {
+            Some(gst::QueryViewMut::Allocation(q)) => {
+                propose(q, provider.clone());
+                gst::PadProbeReturn::Handled
+            }
+            _ => gst::PadProbeReturn::Ok,
+        },
+    )
+}
+
 /// What downstream proposed in an answered allocation query: a provider to cut the pool
 /// from, or the name of a foreign allocator this source cannot receive into (to say so).
 #[derive(Debug)]
@@ -161,23 +177,55 @@ fn warn_foreign(element: &gst::Element, name: &str) {
     );
 }
 
+/// The provider an element that owns memory of kind `current` should switch to after
+/// downstream's answer `query`: `None` to keep its memory (nothing proposed, the same kind
+/// already, or a foreign allocator, which gets a warning on `element` saying why it is not
+/// used).
+pub fn decide_provider(
+    element: &gst::Element,
+    query: &gst::query::Allocation,
+    current: crate::MemoryKind,
+) -> Option<Arc<dyn MemoryProvider>> {
+    match proposed_provider(query) {
+        Proposal::Provider(p) if p.kind() != current => Some(p),
+        Proposal::Foreign(name) => {
+            warn_foreign(element, &name);
+            None
+        }
+        _ => None,
+    }
+}
+
+/// The element error (and the loggable error to return) for a provider that could not
+/// make the memory downstream asked for.
+pub fn provider_failed(
+    element: &gst::Element,
+    provider: &dyn MemoryProvider,
+    e: impl std::fmt::Display,
+) -> gst::LoggableError {
+    gst::element_error!(
+        element,
+        gst::ResourceError::NoSpaceLeft,
+        (
+            "could not make the pool of {} memory that downstream asked for: {}",
+            provider.kind().as_str(),
+            e
+        )
+    );
+    gst::loggable_error!(gst::CAT_RUST, "no pool of the proposed memory")
+}
+
 /// A source's answer to downstream's proposal for its pool `current` (from its
 /// `decide_allocation`): a new pool of the same slots cut from the proposed provider, or
-/// `None` to keep `current` (nothing proposed, the same kind already, or a foreign
-/// allocator, which gets a warning on `element` saying why it is not used). A provider
-/// that cannot make the pool is an element error naming the memory and the cause.
+/// `None` to keep `current` ([`decide_provider`]). A provider that cannot make the pool
+/// is an element error naming the memory and the cause.
 pub fn decide_pool(
     element: &gst::Element,
     query: &gst::query::Allocation,
     current: &crate::SlotPool,
 ) -> Result<Option<crate::SlotPool>, gst::LoggableError> {
-    let provider = match proposed_provider(query) {
-        Proposal::Provider(p) if p.kind() != current.kind() => p,
-        Proposal::Foreign(name) => {
-            warn_foreign(element, &name);
-            return Ok(None);
-        }
-        _ => return Ok(None),
+    let Some(provider) = decide_provider(element, query, current.kind()) else {
+        return Ok(None);
     };
     let stats = current.stats();
     let config = crate::PoolConfig {
@@ -186,21 +234,21 @@ pub fn decide_pool(
         // The provider decides what backs the region.
         hugepages: crate::HugepagePolicy::Off,
     };
-    let kind = provider.kind().as_str();
     crate::SlotPool::with_provider(&config, &*provider)
         .map(Some)
-        .map_err(|e| {
-            gst::element_error!(
-                element,
-                gst::ResourceError::NoSpaceLeft,
-                (
-                    "could not make the pool of {} memory that downstream asked for: {}",
-                    kind,
-                    e
-                )
-            );
-            gst::loggable_error!(gst::CAT_RUST, "no pool of the proposed memory")
-        })
+        .map_err(|e| provider_failed(element, &*provider, e))
+}
+
+/// For an element that is not a GstBaseSrc (which runs the query itself) but owns the
+/// pool its output is cut from (the depayloaders in chunk or heap mode): asks the
+/// elements downstream of `srcpad` how they want buffers of `caps` allocated, once the
+/// caps are set. `None` when nobody answered.
+pub fn query_downstream(
+    srcpad: &gst::Pad,
+    caps: &gst::Caps,
+) -> Option<gst::query::Allocation<gst::Query>> {
+    let mut query = gst::query::Allocation::new(Some(caps), false);
+    srcpad.peer_query(&mut query).then_some(query)
 }
 
 /// For a source that cannot receive into the memory downstream proposed (its device
@@ -241,10 +289,8 @@ impl CopyInto {
             slots: slots.max(2),
             hugepages: crate::HugepagePolicy::Off,
         };
-        let pool = crate::SlotPool::with_provider(&config, &*provider).map_err(|e| {
-            gst::element_error!(element, gst::ResourceError::NoSpaceLeft, ("{}", e));
-            gst::loggable_error!(gst::CAT_RUST, "no pool of the proposed memory")
-        })?;
+        let pool = crate::SlotPool::with_provider(&config, &*provider)
+            .map_err(|e| provider_failed(element, &*provider, e))?;
         gst::element_warning!(
             element,
             gst::ResourceError::Settings,

@@ -16,6 +16,7 @@ use gst::glib;
 pub mod direct;
 pub mod groadapt;
 pub mod land_counters;
+pub mod landelem;
 pub mod landsrc;
 pub mod recv;
 pub mod send;

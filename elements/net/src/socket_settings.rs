@@ -256,31 +256,6 @@ pub fn insert_after(
     props.splice(at..at, more);
 }
 
-/// Posts the element error for a [`crate::landsrc::LandingSource`] that stopped on an
-/// error (nothing for a flush); the flow error `create` returns.
-pub fn flow_error(element: &gst::Element, stop: crate::landsrc::Stop) -> gst::FlowError {
-    use crate::landsrc::Stop;
-    match stop {
-        Stop::Flushing => gst::FlowError::Flushing,
-        Stop::Receive(e) => {
-            gst::element_error!(
-                element,
-                gst::ResourceError::Read,
-                ("recvmmsg failed: {}", e)
-            );
-            gst::FlowError::Error
-        }
-        Stop::Wait(e) => {
-            gst::element_error!(
-                element,
-                gst::ResourceError::Read,
-                ("waiting for datagrams failed: {}", e)
-            );
-            gst::FlowError::Error
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -120,15 +120,8 @@ fn the_pool_is_cut_from_the_memory_downstream_proposes() {
     let mut h = Harness::new("fhudpsrc");
     // The harness's sink pad answers the allocation query as fhshmsink will: with a
     // provider of shared segments.
-    h.sinkpad()
-        .unwrap()
-        .add_probe(gst::PadProbeType::QUERY_DOWNSTREAM, |_, info| {
-            if let Some(gst::QueryViewMut::Allocation(q)) = info.query_mut().map(|q| q.view_mut()) {
-                firehose_core::alloc::propose(q, Arc::new(SharedSegment::new("fhudpsrc-test")));
-                return gst::PadProbeReturn::Handled;
-            }
-            gst::PadProbeReturn::Ok
-        });
+    let provider = Arc::new(SharedSegment::new("fhudpsrc-test"));
+    firehose_core::alloc::propose_on(&h.sinkpad().unwrap(), provider);
     let el = h.element().unwrap();
     el.set_property_from_str("address", "127.0.0.1");
     el.set_property("port", 0i32);

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 
+use firehose_core::alloc;
 use firehose_core::meta::message;
 use firehose_core::stats::names;
 use firehose_core::RegionError;
@@ -15,7 +16,7 @@ use crate::reassembly::{Config, Counts, Emitted, Heap, Reassembler};
 use crate::wire::ctrl;
 
 /// The counters `stats` lists for heaps, besides the receiver's.
-pub const COUNTERS: &str = "packets, heaps, bytes, heaps-incomplete, malformed, too-large, out-of-order-dropped, duplicated, drops-pool, pool-*, descriptors";
+pub const COUNTERS: &str = "packets, heaps, bytes, heaps-incomplete, malformed, too-large, out-of-order-dropped, duplicated, drops-pool, pool-*, descriptors, descriptors-dropped";
 
 firehose_core::counters! {
     /// The reassembler's counts and pool accounting, mirrored once per buffer or receive
@@ -35,6 +36,7 @@ firehose_core::counters! {
         pool_high_water: names::POOL_HIGH_WATER,
         pool_exhausted: names::POOL_EXHAUSTED,
         descriptors: "descriptors",
+        descriptors_dropped: "descriptors-dropped",
     }
 }
 
@@ -57,6 +59,7 @@ impl HeapCounters {
         self.pool_high_water.set(p.high_water as u64);
         self.pool_exhausted.set(p.exhausted);
         self.descriptors.set(engine.descriptors().len() as u64);
+        self.descriptors_dropped.set(c.descriptors_dropped);
     }
 
     /// The stats structure; `memory` is the pool's memory kind once started.
@@ -84,6 +87,7 @@ pub fn new_reassembler(
         max_heap_size: s.max_heap_size as usize,
         pool_size: s.pool_size,
         hugepages: s.memory.into(),
+        max_descriptors: s.max_descriptors as usize,
     };
     let engine = Reassembler::new(&config).map_err(|e| match e {
         // Already says how to reserve hugepages.
@@ -102,6 +106,30 @@ pub fn new_reassembler(
         gst::element_warning!(element, gst::ResourceError::Settings, ("{}", reason));
     }
     Ok(engine)
+}
+
+/// Downstream's allocation answer for the heaps (a source's `decide_allocation`, or
+/// [`firehose_core::alloc::query_downstream`] once the caps are set): when it proposes
+/// another kind of memory, heap payloads are cut from it from now on, and its kind is
+/// returned (for `stats`). A provider that cannot make the pools is an element error.
+pub fn decide_allocation(
+    element: &gst::Element,
+    query: &gst::query::Allocation,
+    engine: &mut Reassembler,
+) -> Result<Option<&'static str>, gst::LoggableError> {
+    let Some(provider) = alloc::decide_provider(element, query, engine.memory_kind()) else {
+        return Ok(None);
+    };
+    engine
+        .use_provider(&*provider)
+        .map_err(|e| alloc::provider_failed(element, &*provider, e))?;
+    let kind = engine.memory_kind().as_str();
+    gst::info!(
+        gst::CAT_RUST,
+        obj = element,
+        "heaps in {kind} memory, as downstream proposed"
+    );
+    Ok(Some(kind))
 }
 
 /// The heap as a buffer: its payload memory (no copy), the heap meta and the message

@@ -40,6 +40,16 @@ fn init() {
 
 /// A harness around `speaddepay` with `props` (small heaps, normal pages), playing.
 fn harness(props: &[(&str, &str)], batches: bool) -> Harness {
+    harness_proposing(props, batches, None)
+}
+
+/// [`harness`], whose sink pad proposes memory from `provider` when given (as
+/// fhshmsink and fhcudaupload do).
+fn harness_proposing(
+    props: &[(&str, &str)],
+    batches: bool,
+    provider: Option<std::sync::Arc<dyn firehose_core::provider::MemoryProvider>>,
+) -> Harness {
     init();
     // Properties are set before the harness starts the element (they apply at start).
     let el = gst::ElementFactory::make("speaddepay").build().unwrap();
@@ -49,6 +59,9 @@ fn harness(props: &[(&str, &str)], batches: bool) -> Harness {
         el.set_property_from_str(k, v);
     }
     let mut h = Harness::with_element(&el, Some("sink"), Some("src"));
+    if let Some(p) = provider {
+        firehose_core::alloc::propose_on(&h.sinkpad().unwrap(), p);
+    }
     if batches {
         h.set_src_caps(firehose_core::caps::packets_caps());
     } else {
@@ -186,6 +199,32 @@ fn batches_of_multi_packet_heaps_in_both_flavours() {
 }
 
 #[test]
+fn heaps_are_cut_from_the_memory_downstream_proposes() {
+    use firehose_core::provider::SharedSegment;
+    let shared = std::sync::Arc::new(SharedSegment::new("speaddepay-test"));
+    let mut h = harness_proposing(&[], true, Some(shared));
+    // Multi-packet heaps (a slot of a size class each) and single-packet ones (the
+    // arena): both from the proposed memory.
+    let mut packets = Vec::new();
+    for cnt in 1..=4u64 {
+        let n = if cnt % 2 == 0 { 100 } else { 4000 };
+        packets.extend(heap_packets(F48, cnt, &items(cnt, n), 1400));
+    }
+    h.push(batch(&packets, 0)).unwrap();
+    let heaps = pull_all(&mut h);
+    assert_eq!(heaps.len(), 4);
+    for (buf, cnt) in heaps.iter().zip(1u64..) {
+        check_heap(buf, cnt, if cnt % 2 == 0 { 100 } else { 4000 });
+        assert_eq!(
+            buffer_memory_kind(buf),
+            Some(MemoryKind::Shared),
+            "heap {cnt}"
+        );
+    }
+    assert_eq!(stats(&h).get::<String>("memory").unwrap(), "shared");
+}
+
+#[test]
 fn single_buffers_and_buffer_lists() {
     let mut h = harness(&[], false);
     let a = heap_packets(F48, 1, &items(1, 3000), 1000);
@@ -227,7 +266,7 @@ fn descriptors_reach_the_meta() {
     let buf = h.pull().unwrap();
     check_heap_prefix(&buf);
     let meta = buf.meta::<HeapMeta>().unwrap();
-    assert_eq!(&meta.info().descriptors[..], &[d]);
+    assert_eq!(meta.info().descriptors.to_vec(), [d]);
     assert_eq!(field(&stats(&h), "descriptors"), 1);
 }
 

@@ -45,6 +45,16 @@ fn init() {
 
 /// A harness around `factory` with `props`, normal pages, playing.
 fn harness(factory: &str, props: &[(&str, &str)]) -> Harness {
+    harness_proposing(factory, props, None)
+}
+
+/// [`harness`], whose sink pad proposes memory from `provider` when given (as
+/// fhshmsink and fhcudaupload do).
+fn harness_proposing(
+    factory: &str,
+    props: &[(&str, &str)],
+    provider: Option<std::sync::Arc<dyn firehose_core::provider::MemoryProvider>>,
+) -> Harness {
     init();
     let el = gst::ElementFactory::make(factory).build().unwrap();
     el.set_property_from_str("hugepages", "off");
@@ -52,6 +62,9 @@ fn harness(factory: &str, props: &[(&str, &str)]) -> Harness {
         el.set_property_from_str(k, v);
     }
     let mut h = Harness::with_element(&el, Some("sink"), Some("src"));
+    if let Some(p) = provider {
+        firehose_core::alloc::propose_on(&h.sinkpad().unwrap(), p);
+    }
     h.set_src_caps(firehose_core::caps::packets_caps());
     h.play();
     h
@@ -356,6 +369,46 @@ fn run(h: &mut Harness, input: &[gst::Buffer]) -> Vec<gst::Buffer> {
     h.push_event(gst::event::Eos::new());
     copy(h);
     out
+}
+
+#[test]
+fn chunks_are_cut_from_the_memory_downstream_proposes() {
+    use firehose_core::gstmem::buffer_memory_kind;
+    use firehose_core::provider::SharedSegment;
+    use firehose_core::MemoryKind;
+    let fhdepay = [
+        ("handler", "spead"),
+        ("slots-per-chunk", "4"),
+        ("slot-size", "64"),
+        ("packet-payload-size", "16"),
+    ];
+    let chunks = [
+        ("mode", "chunks"),
+        ("heaps-per-chunk", "4"),
+        ("heap-size", "64"),
+    ];
+    for (factory, props) in [("speaddepay", &chunks[..]), ("fhdepay", &fhdepay[..])] {
+        let shared = std::sync::Arc::new(SharedSegment::new("depay-test"));
+        let mut h = harness_proposing(factory, props, Some(shared));
+        let packets: Vec<Vec<u8>> = (0..8).flat_map(|cnt| heap(cnt, 0, cnt)).collect();
+        assert_eq!(h.push(batch(&packets, 0)), Ok(gst::FlowSuccess::Ok));
+        assert!(h.push_event(gst::event::Eos::new()));
+        let out = pull_all(&mut h);
+        assert_eq!(out.len(), 2, "{factory}");
+        for c in &out {
+            assert_eq!(buffer_memory_kind(c), Some(MemoryKind::Shared), "{factory}");
+            for s in 0..4 {
+                let cnt = info(c).chunk_id * 4 + s as u64;
+                assert_eq!(slot(c, s), pattern(cnt, HEAP), "{factory}: heap {cnt}");
+            }
+        }
+        let st = h.element().unwrap().property::<gst::Structure>("stats");
+        assert_eq!(
+            st.get::<String>("memory").unwrap(),
+            "shared",
+            "{factory}: {st}"
+        );
+    }
 }
 
 #[test]

@@ -6,10 +6,11 @@
 
 use std::net::UdpSocket;
 use std::sync::mpsc;
-use std::sync::Once;
+use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
 use firehose_core::gstmem::buffer_memory_kind;
+use firehose_core::provider::{MemoryProvider, SharedSegment};
 use firehose_core::stats::{field, is_stats_message, names};
 use firehose_spead::heap::{HeapMeta, ItemValue};
 use firehose_spead::wire;
@@ -67,12 +68,18 @@ fn spead_src(props: &str) -> String {
 /// Runs `<receiver> ! fakesink` over the stream (packets of `chunk` payload bytes);
 /// checks every heap and the counts, and returns the stats of the element named `depay`.
 fn run(receiver: &str, chunk: usize) -> gst::Structure {
-    run_with_junk(receiver, chunk, &[])
+    run_with_junk(receiver, chunk, &[], None)
 }
 
 /// [`run`], with the datagrams `junk` sent after every heap: none of them may cost the
-/// stream a heap.
-fn run_with_junk(receiver: &str, chunk: usize, junk: &[Vec<u8>]) -> gst::Structure {
+/// stream a heap. With `provider`, the sink proposes its memory (as fhshmsink and
+/// fhcudaupload do) and every heap must be in it.
+fn run_with_junk(
+    receiver: &str,
+    chunk: usize,
+    junk: &[Vec<u8>],
+    provider: Option<Arc<dyn MemoryProvider>>,
+) -> gst::Structure {
     init();
     let pipeline = gst::parse::launch(&format!(
         "{receiver} ! fakesink name=sink signal-handoffs=true sync=false"
@@ -82,6 +89,10 @@ fn run_with_junk(receiver: &str, chunk: usize, junk: &[Vec<u8>]) -> gst::Structu
     .unwrap();
     let (tx, rx) = mpsc::channel::<gst::Buffer>();
     let sink = pipeline.by_name("sink").unwrap();
+    let want_kind = provider.as_ref().map(|p| p.kind());
+    if let Some(p) = provider {
+        firehose_core::alloc::propose_on(&sink.static_pad("sink").unwrap(), p);
+    }
     sink.connect("handoff", false, move |args| {
         let _ = tx.send(args[1].get::<gst::Buffer>().unwrap());
         None
@@ -163,9 +174,13 @@ fn run_with_junk(receiver: &str, chunk: usize, junk: &[Vec<u8>]) -> gst::Structu
             Some(ItemValue::Bytes(r)) => assert!(map[r.clone()] == pattern(cnt, ITEM)[..]),
             other => panic!("{other:?}"),
         }
-        assert_eq!(&info.descriptors[..], std::slice::from_ref(&desc));
+        assert_eq!(info.descriptors.to_vec(), std::slice::from_ref(&desc));
         assert!(buf.pts().is_some(), "PTS of the first packet's batch");
-        assert!(buffer_memory_kind(buf).is_some(), "pool memory");
+        let kind = buffer_memory_kind(buf);
+        assert!(kind.is_some(), "pool memory");
+        if want_kind.is_some() {
+            assert_eq!(kind, want_kind, "heap {cnt} in the proposed memory");
+        }
     }
     assert_eq!(field(&stats, names::PACKETS), sent);
     assert_eq!(field(&stats, names::HEAPS), HEAPS);
@@ -206,6 +221,14 @@ fn spead_source_lands_large_payloads_in_their_heaps() {
 }
 
 #[test]
+fn spead_source_lands_payloads_in_the_memory_downstream_proposes() {
+    let shared = Arc::new(SharedSegment::new("fhspeadsrc-test"));
+    let stats = run_with_junk(&spead_src(""), 8192, &[], Some(shared));
+    assert_eq!(stats.get::<String>("memory").unwrap(), "shared", "{stats}");
+    assert!(field(&stats, names::PACKETS_LANDED) > 0, "{stats}");
+}
+
+#[test]
 fn spead_source_with_landing_off_copies_every_payload() {
     let stats = run(&spead_src("landing=off"), 8192);
     assert_eq!(field(&stats, names::PACKETS_LANDED), 0, "{stats}");
@@ -243,7 +266,7 @@ fn spead_source_counts_a_flood_of_lying_packets_and_keeps_every_heap() {
         // A payload offset far past its heap's length.
         junk.push(packet(f, 1 << 41 | i, Some(100), 1 << 30, &[0u8; 64], &[]));
     }
-    let stats = run_with_junk(&spead_src(""), 8192, &junk);
+    let stats = run_with_junk(&spead_src(""), 8192, &junk, None);
     let bad = field(&stats, names::MALFORMED) + field(&stats, names::TOO_LARGE);
     assert_eq!(
         bad,

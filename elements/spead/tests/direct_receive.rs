@@ -171,8 +171,12 @@ fn gro_messages_land_in_their_chunks() {
     let c = round_trip(true, true, 8972);
     assert!(c.batches < c.datagrams, "GRO coalesced nothing: {c:?}");
     // The first receive and each heap's first packet (more items, so a different
-    // header) are copied; the rest land.
-    assert!(c.landed * 10 > c.datagrams * 9, "{c:?}");
+    // header) are copied; the rest land. How the kernel cuts GSO sends into GRO
+    // messages depends on how far behind the receiver is (on a loaded machine a message
+    // may begin mid-heap, and its first datagram is copied while the plan catches up),
+    // so this bound is looser than the single-datagram ones; the bytes of every heap
+    // are checked either way.
+    assert!(c.landed * 10 > c.datagrams * 7, "{c:?}");
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::receiver::Receiver;
 use super::spread::Spread;
-use super::sweep::{Step, LOSSLESS};
+use super::sweep::{opt3, Step, LOSSLESS};
 use crate::plot;
 
 /// What a report is about, beside its steps.
@@ -297,34 +297,17 @@ impl Report<'_> {
 
     fn step_table(&self) -> String {
         let mut r = String::new();
-        let mut head = String::from(
-            "| run | payload | receiver | asked Gb/s | offered Gb/s | received Gb/s | loss % | incomplete | kernel drops | element drops | CPU s/GB |",
-        );
+        let mut head = format!("| {} |", Step::FIGURES.join(" | "));
         let mut rule = String::from("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         if self.host_cpu {
             head.push_str(" host CPU s/GB |");
             rule.push_str("---:|");
         }
         let _ = writeln!(r, "{head}\n{rule}");
-        let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.3}"));
         for s in self.steps {
-            let _ = write!(
-                r,
-                "| {} | {} B | {} | {:.2} | {:.2} | {:.2} | {:.4} | {} | {} | {} | {} |",
-                s.repeat + 1,
-                s.size,
-                s.receiver.name(),
-                s.asked as f64 / 1e9,
-                s.offered_bps() / 1e9,
-                s.received_bps() / 1e9,
-                s.loss() * 100.0,
-                s.incomplete,
-                s.kernel_drops,
-                s.element_drops,
-                opt(s.cpu_per_gb())
-            );
+            let _ = write!(r, "| {} |", s.figures().join(" | "));
             if self.host_cpu {
-                let _ = write!(r, " {} |", opt(s.host_cpu_per_gb()));
+                let _ = write!(r, " {} |", opt3(s.host_cpu_per_gb()));
             }
             r.push('\n');
         }

@@ -164,6 +164,44 @@ impl Step {
     pub fn host_cpu_per_gb(&self) -> Option<f64> {
         (self.bytes > 0).then(|| self.host_cpu_s / (self.bytes as f64 / 1e9))
     }
+
+    /// The step's figures, formatted once for the report table and the progress log
+    /// (named by [`Step::FIGURES`]).
+    pub fn figures(&self) -> [String; 11] {
+        [
+            (self.repeat + 1).to_string(),
+            format!("{} B", self.size),
+            self.receiver.name().to_string(),
+            format!("{:.2}", self.asked as f64 / 1e9),
+            format!("{:.2}", self.offered_bps() / 1e9),
+            format!("{:.2}", self.received_bps() / 1e9),
+            format!("{:.4}", self.loss() * 100.0),
+            self.incomplete.to_string(),
+            self.kernel_drops.to_string(),
+            self.element_drops.to_string(),
+            opt3(self.cpu_per_gb()),
+        ]
+    }
+
+    /// What each of [`Step::figures`] is.
+    pub const FIGURES: [&str; 11] = [
+        "run",
+        "payload",
+        "receiver",
+        "asked Gb/s",
+        "offered Gb/s",
+        "received Gb/s",
+        "loss %",
+        "incomplete",
+        "kernel drops",
+        "element drops",
+        "CPU s/GB",
+    ];
+}
+
+/// A figure to 3 decimals, "-" when there is none.
+pub fn opt3(x: Option<f64>) -> String {
+    x.map_or("-".to_string(), |v| format!("{v:.3}"))
 }
 
 /// Why a sweep stopped early.
@@ -367,18 +405,12 @@ fn step(
 
 /// One line of progress on stderr for a finished step.
 pub fn log_step(s: &Step) {
-    eprintln!(
-        "bench: #{} {} B {:>14} asked {:.2} Gb/s: offered {:.2}, received {:.2} Gb/s, loss {:.4} %, kernel drops {}, {} CPU s/GB",
-        s.repeat + 1,
-        s.size,
-        s.receiver.name(),
-        s.asked as f64 / 1e9,
-        s.offered_bps() / 1e9,
-        s.received_bps() / 1e9,
-        s.loss() * 100.0,
-        s.kernel_drops,
-        s.cpu_per_gb().map_or("-".into(), |c| format!("{c:.3}"))
-    );
+    let line: Vec<String> = Step::FIGURES
+        .iter()
+        .zip(s.figures())
+        .map(|(name, value)| format!("{name} {value}"))
+        .collect();
+    eprintln!("bench: {}", line.join(", "));
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use firehose_chunk::front::{self, ChunkFront};
 use firehose_chunk::{ChunkAssembler, Flow, StatsMirror};
+use firehose_core::alloc;
 use firehose_core::caps as fcaps;
 use firehose_core::stats::{self, StatsInterval, StatsTimer};
 use gst::glib;
@@ -107,7 +108,10 @@ impl FhDepay {
             EventView::Caps(_) => {
                 let caps = lock(&self.state).as_ref().map(|s| s.caps.clone());
                 match caps {
-                    Some(caps) => self.srcpad.push_event(gst::event::Caps::new(&caps)),
+                    Some(caps) => {
+                        let pushed = self.srcpad.push_event(gst::event::Caps::new(&caps));
+                        pushed && self.decide_allocation(&caps)
+                    }
                     None => false,
                 }
             }
@@ -152,6 +156,25 @@ impl FhDepay {
                 self.srcpad.push_event(event)
             }
             _ => gst::Pad::event_default(pad, Some(&*self.obj()), event),
+        }
+    }
+
+    /// Once the output caps are set, downstream may propose the memory chunks are cut
+    /// from (shared segments, pinned pages): the engine switches to it before its first
+    /// packet. False when the proposed memory could not be had (an element error says
+    /// why).
+    fn decide_allocation(&self, caps: &gst::Caps) -> bool {
+        let Some(query) = alloc::query_downstream(&self.srcpad, caps) else {
+            return true;
+        };
+        let obj = self.obj();
+        match lock(&self.state).as_mut() {
+            Some(state) => self
+                .front
+                .decide_allocation(obj.upcast_ref(), &query, &mut state.engine)
+                .map_err(|e| e.log_with_imp(self))
+                .is_ok(),
+            None => true,
         }
     }
 

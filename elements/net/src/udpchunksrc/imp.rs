@@ -2,7 +2,6 @@
 //! [`DirectReceiver`] from its socket into its chunk engine, and pushes the finished
 //! chunks one per `create`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use firehose_chunk::front::ChunkFront;
@@ -11,13 +10,14 @@ use firehose_chunk::{ChunkAssembler, StatsMirror};
 use firehose_core::caps as fcaps;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{self as live, LiveControl};
-use firehose_core::stats::{self, StatsInterval, StatsTimer};
+use firehose_core::stats::{self, StatsInterval};
 use firehose_core::sync::lock;
 
 use super::Landing;
 use crate::land_counters::LandingCounters;
+use crate::landelem::LandingElement;
 use crate::landsrc::LandingSource;
-use crate::socket_settings::{flow_error, insert_after, SocketSettings};
+use crate::socket_settings::{insert_after, SocketSettings};
 
 firehose_core::debug_category!(CAT, "fhudpchunksrc", "Firehose UDP chunk source");
 
@@ -50,18 +50,14 @@ impl Default for Settings {
     }
 }
 
-struct State {
-    /// The socket, the chunk engine its payloads land in, and the chunks not yet pushed.
-    src: LandingSource<ChunkAssembler>,
-    timer: StatsTimer,
-}
-
 #[derive(Default)]
 pub struct UdpChunkSrc {
     settings: Mutex<Settings>,
-    state: Mutex<Option<State>>,
-    /// The receiver's waker, outside `state` (which the streaming thread holds while
-    /// it waits); the flushing flag that matters is `chunks`'.
+    /// The socket, the chunk engine its payloads land in, the chunks not yet pushed,
+    /// and the receive counters.
+    land: LandingElement<ChunkAssembler>,
+    /// The receiver's waker, outside the running state (which the streaming thread
+    /// holds while it waits); the flushing flag that matters is `chunks`'.
     live: LiveControl,
     /// The output caps while started; outside `state` so a caps query never waits for
     /// a receive.
@@ -69,25 +65,20 @@ pub struct UdpChunkSrc {
     /// The engine's pool and counters, and the flag unlock sets: it cuts short a wait
     /// for data or (`when-full=block`) for a pool chunk.
     chunks: ChunkFront,
-    /// The receiver's counters, mirrored as [`StatsMirror`] mirrors the engine's.
-    recv_counters: LandingCounters,
-    /// Set by an application's EOS: push what was received, then end the stream.
-    eos: AtomicBool,
 }
 
 impl ElementStats for UdpChunkSrc {
     fn stats(&self) -> gst::Structure {
         let mut s = self.chunks.stats();
-        self.recv_counters.append_to(&mut s);
+        self.land.counters().append_to(&mut s);
         s
     }
 }
 
 impl UdpChunkSrc {
-    /// Mirrors the counters (once per receive) and posts the stats when due or `force`.
-    fn publish(&self, src: &LandingSource<ChunkAssembler>, timer: &mut StatsTimer, force: bool) {
-        self.chunks.update(&src.engine);
-        let due = self.recv_counters.mirror(src, timer, force);
+    /// Mirrors the engine's counters (once per receive) and posts the stats when `due`.
+    fn publish(&self, engine: &ChunkAssembler, due: bool) {
+        self.chunks.update(engine);
         self.post_stats_if(due);
     }
 }
@@ -167,14 +158,9 @@ impl ElementImpl for UdpChunkSrc {
     /// `create` is woken with the `eos` flag, pushes them, and returns EOS, which
     /// GstBaseSrc sends downstream.
     fn send_event(&self, event: gst::Event) -> bool {
-        if event.type_() == gst::EventType::Eos {
-            // Started: a receive can take it (the waker is set from start to stop).
-            if let Some(w) = self.live.waker() {
-                gst::debug!(CAT, imp = self, "EOS: pushing the open chunks first");
-                self.eos.store(true, Ordering::Release);
-                w.wake();
-                return true;
-            }
+        if event.type_() == gst::EventType::Eos && self.land.send_eos(&self.live) {
+            gst::debug!(CAT, imp = self, "EOS: pushing the open chunks first");
+            return true;
         }
         self.parent_send_event(event)
     }
@@ -221,38 +207,38 @@ impl BaseSrcImpl for UdpChunkSrc {
                 engine.config().chunk_bytes()
             );
         }
-        let port_changed = lock(&self.settings).socket.set_bound_port(&report);
-        self.recv_counters.reset();
-        self.eos.store(false, Ordering::Release);
-        self.live.start();
-        self.live.set_waker(rx.waker());
         *lock(&self.caps) = Some(caps);
-        let src = LandingSource::new(
-            rx,
-            engine,
-            s.batch_size as usize,
-            report.buffer_granted as u64,
-            Vec::new(),
-        );
-        *lock(&self.state) = Some(State {
-            src,
-            timer: s.stats_interval.timer(),
-        });
-        if port_changed {
-            self.obj().notify("port");
-        }
+        let port_changed = lock(&self.settings).socket.set_bound_port(&report);
+        let buffer = report.buffer_granted as u64;
+        let src = LandingSource::new(rx, engine, s.batch_size as usize, buffer, Vec::new());
+        let timer = s.stats_interval.timer();
+        self.land
+            .start(element, &self.live, src, timer, port_changed);
         Ok(())
     }
 
     fn stop(&self) -> Result<(), gst::ErrorMessage> {
         // Chunks still open go back to the pool with the engine.
-        if let Some(state) = lock(&self.state).take() {
-            self.chunks.update(&state.src.engine);
-            self.recv_counters.update(&state.src, true);
-        }
-        self.live.stop();
+        self.land
+            .stop(&self.live, |engine| self.chunks.update(engine));
         *lock(&self.caps) = None;
         Ok(())
+    }
+
+    /// Downstream may propose the memory chunks are cut from (shared segments, pinned
+    /// pages): the kernel then receives straight into it.
+    fn decide_allocation(
+        &self,
+        query: &mut gst::query::Allocation,
+    ) -> Result<(), gst::LoggableError> {
+        let element = self.obj();
+        self.land
+            .with_engine(|engine| {
+                self.chunks
+                    .decide_allocation(element.upcast_ref(), query, engine)
+            })
+            .transpose()?;
+        self.parent_decide_allocation(query)
     }
 
     fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
@@ -270,21 +256,12 @@ impl PushSrcImpl for UdpChunkSrc {
         &self,
         _buffer: Option<&mut gst::BufferRef>,
     ) -> Result<CreateSuccess, gst::FlowError> {
-        let mut guard = lock(&self.state);
-        let State { src, timer } = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
         let obj = self.obj();
-        let next = src.next(
-            self.chunks.cancel(),
-            &self.eos,
-            || obj.current_running_time().map(gst::ClockTime::nseconds),
-            |src, ended| {
-                if ended {
-                    gst::info!(CAT, imp = self, "the stream ended");
-                }
-                self.publish(src, timer, ended);
-            },
-        );
-        match next.map_err(|e| flow_error(obj.upcast_ref(), e))? {
+        let flushing = self.chunks.cancel();
+        let next = self.land.next(obj.upcast_ref(), flushing, |engine, due| {
+            self.publish(engine, due)
+        })?;
+        match next {
             Some(chunk) => Ok(CreateSuccess::NewBuffer(chunk.into_buffer())),
             // Ended and every chunk pushed: GstBaseSrc sends EOS downstream.
             None => Err(gst::FlowError::Eos),

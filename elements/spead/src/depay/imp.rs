@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use firehose_chunk::front::{self, ChunkFront};
 use firehose_chunk::{ChunkAssembler, ChunkHost, Flow};
+use firehose_core::alloc;
 use firehose_core::batch::for_each_packet;
 use firehose_core::caps as fcaps;
 use firehose_core::stats::{self, StatsTimer};
@@ -208,7 +209,10 @@ impl SpeadDepay {
             gst::EventView::Caps(_) => {
                 let caps = lock(&self.state).as_ref().map(|s| s.caps.clone());
                 match caps {
-                    Some(caps) => self.srcpad.push_event(gst::event::Caps::new(&caps)),
+                    Some(caps) => {
+                        let pushed = self.srcpad.push_event(gst::event::Caps::new(&caps));
+                        pushed && self.decide_allocation(&caps)
+                    }
                     None => false,
                 }
             }
@@ -240,6 +244,40 @@ impl SpeadDepay {
             }
             _ => gst::Pad::event_default(pad, Some(&*self.obj()), event),
         }
+    }
+
+    /// Once the output caps are set, downstream may propose the memory heaps or chunks
+    /// are cut from (shared segments, pinned pages): the engine switches to it before
+    /// its first packet. False when the proposed memory could not be had (an element
+    /// error says why).
+    fn decide_allocation(&self, caps: &gst::Caps) -> bool {
+        let Some(query) = alloc::query_downstream(&self.srcpad, caps) else {
+            return true;
+        };
+        let obj = self.obj();
+        let element = obj.upcast_ref();
+        let mut guard = lock(&self.state);
+        let Some(state) = guard.as_mut() else {
+            return true;
+        };
+        let decided = match &mut state.engine {
+            Engine::Heaps(engine) => {
+                heapout::decide_allocation(element, &query, engine).map(|kind| {
+                    if let Some(kind) = kind {
+                        state.memory = kind;
+                        *lock(&self.memory) = Some(kind);
+                        self.mirror.update(engine);
+                    }
+                })
+            }
+            Engine::Chunks(engine) => {
+                let decided = self.chunks.decide_allocation(element, &query, engine);
+                state.memory = engine.pool().kind().as_str();
+                *lock(&self.memory) = Some(state.memory);
+                decided
+            }
+        };
+        decided.map_err(|e| e.log_with_imp(self)).is_ok()
     }
 
     fn start(&self) -> Result<(), gst::ErrorMessage> {

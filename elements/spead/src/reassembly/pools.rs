@@ -8,6 +8,7 @@
 //!   hold a whole slot of a class while it waits downstream.
 
 use firehose_core::gstmem::slot_into_memory;
+use firehose_core::provider::{Anonymous, MemoryProvider};
 use firehose_core::{
     HugepagePolicy, PoolConfig, PoolStats, RegionError, Slot, SlotArena, SlotPool,
 };
@@ -55,21 +56,36 @@ pub(crate) struct Pools {
     arena_pool: SlotPool,
     arena: Option<SlotArena>,
     fallback: Option<String>,
+    /// What the pools were made for, to make them again from another provider.
+    max_heap_size: usize,
+    layout: (usize, usize),
 }
 
 impl Pools {
-    /// Allocates (and pre-faults) every pool.
+    /// Allocates (and pre-faults) every pool in anonymous memory under `hugepages`.
     pub fn new(
         max_heap_size: usize,
-        (arena_slots, slots): (usize, usize),
+        layout: (usize, usize),
         hugepages: HugepagePolicy,
     ) -> Result<Self, RegionError> {
+        Self::with_provider(max_heap_size, layout, &Anonymous(hugepages))
+    }
+
+    /// Allocates (and pre-faults) every pool from `provider`: `layout` is (arena slots,
+    /// heaps per class).
+    pub fn with_provider(
+        max_heap_size: usize,
+        layout: (usize, usize),
+        provider: &dyn MemoryProvider,
+    ) -> Result<Self, RegionError> {
+        let (arena_slots, slots) = layout;
         let pool = |slot_size, slots| {
-            SlotPool::new(&PoolConfig {
+            let config = PoolConfig {
                 slot_size,
                 slots,
-                hugepages,
-            })
+                hugepages: HugepagePolicy::Off,
+            };
+            SlotPool::with_provider(&config, provider)
         };
         let classes = class_sizes(max_heap_size)
             .into_iter()
@@ -85,7 +101,14 @@ impl Pools {
             arena_pool,
             arena: None,
             fallback,
+            max_heap_size,
+            layout,
         })
+    }
+
+    /// The same pools, made again from `provider`.
+    pub fn remake(&self, provider: &dyn MemoryProvider) -> Result<Self, RegionError> {
+        Self::with_provider(self.max_heap_size, self.layout, provider)
     }
 
     /// A free slot of at least `size` bytes, or `None` when every class that could hold

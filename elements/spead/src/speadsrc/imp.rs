@@ -7,11 +7,12 @@ use std::sync::Mutex;
 use firehose_core::caps as fcaps;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{self as live, LiveControl};
-use firehose_core::stats::{self, StatsTimer};
+use firehose_core::stats;
 use firehose_core::sync::lock;
 use firehose_net::land_counters::LandingCounters;
+use firehose_net::landelem::LandingElement;
 use firehose_net::landsrc::LandingSource;
-use firehose_net::socket_settings::{flow_error, insert_after, SocketSettings};
+use firehose_net::socket_settings::{insert_after, SocketSettings};
 
 use crate::depay::{heap_properties, Settings as HeapSettings};
 use crate::heapout::{self, heap_buffer, HeapCounters};
@@ -45,40 +46,33 @@ impl Default for Settings {
     }
 }
 
-struct State {
-    /// The socket, the reassembler its payloads land in, and the heaps not yet pushed.
-    src: LandingSource<Reassembler>,
-    timer: StatsTimer,
-    stop_is_eos: bool,
-}
-
 #[derive(Default)]
 pub struct SpeadSrc {
     settings: Mutex<Settings>,
-    state: Mutex<Option<State>>,
+    /// The socket, the reassembler its payloads land in, the heaps not yet pushed, and
+    /// the receive counters.
+    land: LandingElement<Reassembler>,
     /// The flag unlock sets (it cuts short a wait for data) and the receiver's waker,
-    /// outside `state`, which the streaming thread holds while it waits.
+    /// outside the running state, which the streaming thread holds while it waits.
     live: LiveControl,
     heap_counters: HeapCounters,
-    recv_counters: LandingCounters,
     memory: Mutex<Option<&'static str>>,
-    /// Set by an application's EOS: push what was received, then end the stream.
-    eos: AtomicBool,
+    /// `stop-is-eos` of the current run.
+    stop_is_eos: AtomicBool,
 }
 
 impl ElementStats for SpeadSrc {
     fn stats(&self) -> gst::Structure {
         let mut s = self.heap_counters.stats(*lock(&self.memory));
-        self.recv_counters.append_to(&mut s);
+        self.land.counters().append_to(&mut s);
         s
     }
 }
 
 impl SpeadSrc {
-    /// Mirrors the counters (once per receive) and posts the stats when due or `force`.
-    fn publish(&self, src: &LandingSource<Reassembler>, timer: &mut StatsTimer, force: bool) {
-        self.heap_counters.update(&src.engine);
-        let due = self.recv_counters.mirror(src, timer, force);
+    /// Mirrors the engine's counters (once per receive) and posts the stats when `due`.
+    fn publish(&self, engine: &Reassembler, due: bool) {
+        self.heap_counters.update(engine);
         self.post_stats_if(due);
     }
 }
@@ -149,18 +143,13 @@ impl ElementImpl for SpeadSrc {
     /// socket holds, pushes every heap under construction and returns EOS (GstBaseSrc's
     /// own handling would end the stream without them).
     fn send_event(&self, event: gst::Event) -> bool {
-        if event.type_() == gst::EventType::Eos {
-            // Started: a receive can take it (the waker is set from start to stop).
-            if let Some(w) = self.live.waker() {
-                gst::debug!(
-                    CAT,
-                    imp = self,
-                    "EOS: pushing the heaps under construction first"
-                );
-                self.eos.store(true, Ordering::Release);
-                w.wake();
-                return true;
-            }
+        if event.type_() == gst::EventType::Eos && self.land.send_eos(&self.live) {
+            gst::debug!(
+                CAT,
+                imp = self,
+                "EOS: pushing the heaps under construction first"
+            );
+            return true;
         }
         self.parent_send_event(event)
     }
@@ -191,32 +180,43 @@ impl BaseSrcImpl for SpeadSrc {
         );
         let port_changed = lock(&self.settings).socket.set_bound_port(&report);
         self.heap_counters.update(&engine);
-        self.recv_counters.reset();
         *lock(&self.memory) = Some(memory);
-        self.eos.store(false, Ordering::Release);
-        self.live.start();
-        self.live.set_waker(rx.waker());
+        self.stop_is_eos
+            .store(s.heaps.stop_is_eos, Ordering::Relaxed);
         let buffer = report.buffer_granted as u64;
-        *lock(&self.state) = Some(State {
-            src: LandingSource::new(rx, engine, batch, buffer, Emitted::default()),
-            timer: s.heaps.stats_interval.timer(),
-            stop_is_eos: s.heaps.stop_is_eos,
-        });
-        if port_changed {
-            self.obj().notify("port");
-        }
+        let src = LandingSource::new(rx, engine, batch, buffer, Emitted::default());
+        let timer = s.heaps.stats_interval.timer();
+        self.land
+            .start(element, &self.live, src, timer, port_changed);
         Ok(())
     }
 
     fn stop(&self) -> Result<(), gst::ErrorMessage> {
         // Heaps under construction go back to the pool with the engine; those queued
         // downstream keep their memory alive until dropped.
-        if let Some(state) = lock(&self.state).take() {
-            self.heap_counters.update(&state.src.engine);
-            self.recv_counters.update(&state.src, true);
-        }
-        self.live.stop();
+        self.land
+            .stop(&self.live, |engine| self.heap_counters.update(engine));
         Ok(())
+    }
+
+    /// Downstream may propose the memory heaps are cut from (shared segments, pinned
+    /// pages): payloads then land straight in it.
+    fn decide_allocation(
+        &self,
+        query: &mut gst::query::Allocation,
+    ) -> Result<(), gst::LoggableError> {
+        let element = self.obj();
+        self.land
+            .with_engine(|engine| {
+                let kind = heapout::decide_allocation(element.upcast_ref(), query, engine)?;
+                if let Some(kind) = kind {
+                    *lock(&self.memory) = Some(kind);
+                    self.heap_counters.update(engine);
+                }
+                Ok::<_, gst::LoggableError>(())
+            })
+            .transpose()?;
+        self.parent_decide_allocation(query)
     }
 
     firehose_core::live_src_base!(live);
@@ -227,23 +227,17 @@ impl PushSrcImpl for SpeadSrc {
         &self,
         _buffer: Option<&mut gst::BufferRef>,
     ) -> Result<CreateSuccess, gst::FlowError> {
-        let mut guard = lock(&self.state);
-        let State {
-            src,
-            timer,
-            stop_is_eos,
-        } = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
         let obj = self.obj();
-        let next = src.next(
-            self.live.flag(),
-            &self.eos,
-            || obj.current_running_time().map(gst::ClockTime::nseconds),
-            |src, ended| self.publish(src, timer, ended),
-        );
-        match next.map_err(|e| flow_error(obj.upcast_ref(), e))? {
-            Some(h) if *stop_is_eos && heapout::is_stop(&h) => {
+        let next = self
+            .land
+            .next(obj.upcast_ref(), self.live.flag(), |engine, due| {
+                self.publish(engine, due)
+            })?;
+        match next {
+            Some(h) if self.stop_is_eos.load(Ordering::Relaxed) && heapout::is_stop(&h) => {
                 gst::info!(CAT, imp = self, "stop heap: end of stream");
-                self.publish(src, timer, true);
+                self.land
+                    .publish_now(|engine, due| self.publish(engine, due));
                 Err(gst::FlowError::Eos)
             }
             Some(h) => Ok(CreateSuccess::NewBuffer(heap_buffer(h))),
