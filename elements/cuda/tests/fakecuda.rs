@@ -109,6 +109,7 @@ fn child() {
     common::register_elements();
     assert!(firehose_cuda::driver::library_present());
     udp_receives_into_pinned_memory();
+    chunks_are_placed_into_pinned_memory();
 
     // SAFETY (set_var): this child runs one test on one thread, before any pipeline.
     std::env::set_var("FAKE_CUDA_VERSION", "11080");
@@ -294,5 +295,38 @@ fn pinning_refused() {
         field(&run.stats, "bounce-copies"),
         run.inputs.len() as u64,
         "unpinned input goes through the bounce pool"
+    );
+}
+
+/// `fhdepay` in chunk mode cuts its chunk pool from the pinned memory fhcudaupload
+/// proposes: the payloads are placed straight into memory the device reads, and each
+/// chunk is uploaded without a bounce, its chunk meta intact.
+fn chunks_are_placed_into_pinned_memory() {
+    let run = common::run_tapped(
+        "fhtestsrc rate=0 packet-size=1024 num-packets=8192 \
+         ! fhdepay handler=seq handler-config=\"seq,offset=8,width=8,payload-offset=16\" \
+           slots-per-chunk=1024 slot-size=1008 \
+         ! identity name=tap signal-handoffs=true ! fhcudaupload name=up \
+         ! fakesink name=sink sync=false signal-handoffs=true",
+        || {},
+    );
+    assert_eq!(run.inputs.len(), 8, "8 chunks of 1024 packets");
+    assert_eq!(run.outputs.len(), run.inputs.len());
+    for (out, want) in run.outputs.iter().zip(&run.inputs) {
+        let view = devmem::buffer_device_memory(out).expect("device memory");
+        // SAFETY: the stand-in driver's device memory is host memory, alive while `out`
+        // holds it.
+        let got = unsafe { std::slice::from_raw_parts(view.ptr as *const u8, view.size) };
+        assert!(got == &want[..], "a chunk differs on the device");
+        assert!(
+            out.meta::<firehose_core::meta::chunk::ChunkMeta>()
+                .is_some(),
+            "the chunk meta travels"
+        );
+    }
+    assert_eq!(
+        field(&run.stats, "bounce-copies"),
+        0,
+        "fhdepay placed the chunks in the proposed pinned memory: no bounce copy"
     );
 }

@@ -4,7 +4,7 @@
 //!
 //! The element is fed from this process through a pad linked to its sink, with buffers
 //! cut from the pinned memory it proposes in the allocation query (what a source that
-//! takes the proposal, such as fhudpsrc, hands it), so both sides copy
+//! takes the proposal, such as fhudpsrc or fhudpchunksrc, hands it), so both sides copy
 //! from pinned memory and the ratio is the element's own cost. Time runs from the first
 //! buffer pushed to the EOS at the sink. Without the CUDA driver the benchmark stops at
 //! once with the element's error, which says what is missing.

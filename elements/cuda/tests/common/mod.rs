@@ -5,10 +5,15 @@ use std::sync::{Arc, Mutex};
 
 use gst::prelude::*;
 
-/// Initialises GStreamer and registers fhcudaupload, fhtestsrc and fhudpsrc.
+/// Initialises GStreamer and registers fhcudaupload, fhtestsrc, fhudpsrc and fhdepay
+/// (with its `seq` handler).
 pub fn register_elements() {
     gst::init().unwrap();
     firehose_cuda::register_elements(None).unwrap();
+    if gst::ElementFactory::find("fhdepay").is_none() {
+        firehose_depay::register_handlers();
+        firehose_depay::depay::register(None).unwrap();
+    }
     if gst::ElementFactory::find("fhtestsrc").is_none() {
         firehose_testkit::testsrc::register(None).unwrap();
     }
