@@ -369,6 +369,14 @@ extern "C" fn remove_runtime_dir_at_exit() {
     });
 }
 
+/// Has `dir` removed when the process exits (once: the EAL runs once per process).
+fn remove_at_exit(dir: std::path::PathBuf) {
+    if RUNTIME_DIR.set(dir).is_ok() {
+        // SAFETY: registers a plain extern "C" function with no arguments.
+        unsafe { libc::atexit(remove_runtime_dir_at_exit) };
+    }
+}
+
 /// Runs `rte_eal_init` on its own thread (it re-pins its caller). The runtime directory
 /// the EAL makes is removed on every exit path: at once when the start failed, at
 /// process exit otherwise.
@@ -380,10 +388,7 @@ fn eal_init(args: &EalArgs) -> Result<(), DpdkError> {
         (Err(_), Some(dir)) => {
             let _ = std::fs::remove_dir_all(dir);
         }
-        (Ok(()), Some(dir)) if RUNTIME_DIR.set(dir).is_ok() => {
-            // SAFETY: registers a plain extern "C" function with no arguments.
-            unsafe { libc::atexit(remove_runtime_dir_at_exit) };
-        }
+        (Ok(()), Some(dir)) => remove_at_exit(dir),
         _ => {}
     }
     result
