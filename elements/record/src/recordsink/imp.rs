@@ -84,7 +84,7 @@ impl Default for Settings {
             max_files: 0,
             fsync: Fsync::None,
             fsync_bytes: DEFAULT_FSYNC_BYTES,
-            when_full: WhenFull::Drop,
+            when_full: WhenFull::Auto,
             memory: Memory::Auto,
             stats_source: None,
             stats_interval: StatsInterval::default(),
@@ -99,6 +99,9 @@ struct State {
     enc: Encoder,
     template: Template,
     next_index: u64,
+    /// Whether a full queue waits: `when-full`, with `auto` resolved at the first buffer
+    /// by whether upstream is live.
+    wait: Option<bool>,
     /// When the open file was opened (`None`: no file open).
     opened: Option<Instant>,
     /// Bytes every file starts with, and the most a file's trailer takes.
@@ -439,6 +442,7 @@ impl RecordSink {
             enc,
             template,
             next_index: 0,
+            wait: None,
             opened: None,
             header_len,
             trailer_len,
@@ -621,7 +625,10 @@ impl BaseSinkImpl for RecordSink {
         if state.opened.is_none() {
             self.open_next(state);
         }
-        let wait = state.settings.when_full == WhenFull::Block;
+        let when_full = state.settings.when_full;
+        let wait = *state.wait.get_or_insert_with(|| {
+            when_full.blocks_for(&self.obj().static_pad("sink").expect("sink pad"))
+        });
         match state.stage.reserve(bound, wait, &self.flushing) {
             Reserve::Ok => {}
             Reserve::Full => {

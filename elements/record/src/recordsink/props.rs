@@ -103,7 +103,7 @@ pub fn specs() -> Vec<glib::ParamSpec> {
             .build(),
         glib::ParamSpecEnum::builder::<WhenFull>("when-full")
             .nick("When full")
-            .blurb("When the disk falls behind and the queue is full: drop whole buffers (counted as drops-disk) or block the streaming thread")
+            .blurb("When the disk falls behind and the queue is full: drop whole buffers (counted as drops-disk) or block the streaming thread; auto blocks when upstream is not live (a replay, a file: nothing is lost) and drops when it is (a live capture must not stall its source)")
             .mutable_ready()
             .build(),
         memory,
