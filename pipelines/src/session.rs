@@ -38,8 +38,33 @@ pub struct Session {
 /// Parses a gst-launch style description into a pipeline. Every parse problem is fatal
 /// (no half-built pipelines with missing elements); a lone element is put in a pipeline.
 pub fn parse(description: &str) -> Result<gst::Pipeline, String> {
-    let element = gst::parse::launch_full(description, None, gst::ParseFlags::FATAL_ERRORS)
-        .map_err(|e| e.message().to_string())?;
+    // A value out of a property's range is only a GLib warning while parsing (the
+    // property keeps another value and the pipeline runs): caught here and made fatal,
+    // as an unparsable value already is.
+    let refused = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = refused.clone();
+    let handler = gst::glib::log_set_handler(
+        Some("GLib-GObject"),
+        gst::glib::LogLevels::LEVEL_WARNING | gst::glib::LogLevels::LEVEL_CRITICAL,
+        false,
+        false,
+        move |_, _, message| {
+            if let Ok(mut v) = seen.lock() {
+                v.push(message.to_string());
+            }
+        },
+    );
+    let parsed = gst::parse::launch_full(description, None, gst::ParseFlags::FATAL_ERRORS);
+    gst::glib::log_remove_handler(Some("GLib-GObject"), handler);
+    let element = parsed.map_err(|e| e.message().to_string())?;
+    let refused = std::mem::take(&mut *refused.lock().unwrap_or_else(|e| e.into_inner()));
+    if let Some(first) = refused
+        .into_iter()
+        .find(|m| m.contains("out of range") || m.contains("invalid"))
+    {
+        // The pipeline is dropped unstarted.
+        return Err(first);
+    }
     match element.downcast::<gst::Pipeline>() {
         Ok(pipeline) => Ok(pipeline),
         Err(element) => {

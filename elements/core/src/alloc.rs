@@ -32,6 +32,10 @@ mod imp {
     #[glib::object_subclass]
     impl ObjectSubclass for ProviderAllocator {
         const NAME: &'static str = "GstFhProviderAllocator";
+        // Each plugin links its own copy of this crate: the second one loaded registers
+        // "GstFhProviderAllocator-1" instead of failing, and allocators of either copy
+        // are recognised by name and by the provider they carry as qdata.
+        const ALLOW_NAME_CONFLICT: bool = true;
         type Type = super::ProviderAllocator;
         type ParentType = gst::Allocator;
     }
@@ -92,6 +96,8 @@ impl ProviderAllocator {
     /// An allocator for `provider`'s memory.
     pub fn new(provider: Arc<dyn MemoryProvider>) -> Self {
         let a: Self = glib::Object::new();
+        // SAFETY: the qdata under this key is always an `Arc<dyn MemoryProvider>`.
+        unsafe { a.set_qdata(provider_quark(), provider.clone()) };
         let _ = a.imp().provider.set(provider);
         a
     }
@@ -103,6 +109,31 @@ impl ProviderAllocator {
             .get()
             .cloned()
             .expect("set by ProviderAllocator::new")
+    }
+}
+
+/// The qdata key under which a [`ProviderAllocator`] keeps its provider.
+fn provider_quark() -> glib::Quark {
+    glib::Quark::from_str("firehose-memory-provider")
+}
+
+/// The provider `allocator` carries, if it is a [`ProviderAllocator`] of any copy of
+/// this crate (each plugin links its own: the type of the other copy is another GType,
+/// named with a `-1`).
+fn provider_of(allocator: &gst::Allocator) -> Option<Arc<dyn MemoryProvider>> {
+    if !allocator
+        .type_()
+        .name()
+        .starts_with("GstFhProviderAllocator")
+    {
+        return None;
+    }
+    // SAFETY: allocators of that type keep an `Arc<dyn MemoryProvider>` under this key
+    // (ProviderAllocator::new), the same type in every copy of this crate.
+    unsafe {
+        allocator
+            .qdata::<Arc<dyn MemoryProvider>>(provider_quark())
+            .map(|p| p.as_ref().clone())
     }
 }
 
@@ -151,8 +182,8 @@ pub fn proposed_provider(query: &gst::query::Allocation) -> Proposal {
     let mut foreign = None;
     for (allocator, _) in query.allocation_params() {
         let Some(allocator) = allocator else { continue };
-        if let Some(p) = allocator.downcast_ref::<ProviderAllocator>() {
-            return Proposal::Provider(p.provider());
+        if let Some(p) = provider_of(&allocator) {
+            return Proposal::Provider(p);
         }
         let name = allocator.memory_type().to_string();
         if name != "SystemMemory" && foreign.is_none() {

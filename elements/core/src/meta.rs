@@ -71,9 +71,15 @@ macro_rules! rust_meta {
                 use $crate::__gst::glib::translate::from_glib;
                 static TYPE: std::sync::LazyLock<$crate::__gst::glib::Type> = std::sync::LazyLock::new(|| {
                     let api: &std::ffi::CStr = $api;
-                    // SAFETY: registers a meta API with a NUL-terminated name and an
-                    // empty, NULL-terminated tag list, once.
+                    // SAFETY: looks the API type up by its NUL-terminated name, or
+                    // registers it with an empty, NULL-terminated tag list, once. Each
+                    // plugin links its own copy of this crate; the copy loaded second
+                    // finds the first one's type (same name, same layout: one rlib).
                     unsafe {
+                        let existing = $crate::__gst::glib::gobject_ffi::g_type_from_name(api.as_ptr());
+                        if existing != $crate::__gst::glib::gobject_ffi::G_TYPE_INVALID {
+                            return from_glib(existing);
+                        }
                         let mut tags: [*const std::os::raw::c_char; 1] = [std::ptr::null()];
                         let t: $crate::__gst::glib::Type = from_glib($crate::__gst::ffi::gst_meta_api_type_register(
                             api.as_ptr(),
@@ -166,9 +172,14 @@ macro_rules! rust_meta {
                     let api = $name::api_type().into_glib();
                     let impl_name: &std::ffi::CStr = $impl_name;
                     let size = std::mem::size_of::<$name>();
-                    // SAFETY: registers the implementation for our API type once, with
-                    // functions matching this struct's layout.
+                    // SAFETY: finds the implementation already registered under this
+                    // name (by the other plugin's copy of this crate, with the same
+                    // layout and functions from the same source), or registers it once,
+                    // with functions matching this struct's layout.
                     unsafe {
+                        if let Some(info) = std::ptr::NonNull::new(ffi::gst_meta_get_info(impl_name.as_ptr()) as *mut ffi::GstMetaInfo) {
+                            return Info(info);
+                        }
                         Info(
                             std::ptr::NonNull::new(ffi::gst_meta_register(
                                 api,

@@ -1,29 +1,169 @@
 //! Property enums shared by Firehose elements (GObject enum types).
+//!
+//! Each plugin (`libgstfirehose.so`, `libgstfirehosedpdk.so`) links its own copy of this
+//! crate, and both may load into one process (gst-launch with both on GST_PLUGIN_PATH,
+//! the registry scanner): the second copy registers its enums under the name with `-1`
+//! appended (`allow_name_conflict`) instead of failing. Enum properties are set by nick,
+//! so which of the two types a property has makes no difference to users.
 
 use gst::glib;
 use gst::prelude::*;
 
 use crate::memory::HugepagePolicy;
 
+/// The GObject enum type of a Rust enum, shared between copies of this crate: each
+/// plugin (`libgstfirehose.so`, `libgstfirehosedpdk.so`) links its own copy, and both
+/// may load into one process (gst-launch with both on GST_PLUGIN_PATH, the registry
+/// scanner). The copy that comes second finds the type by name and uses it (same values:
+/// same source) instead of registering it again, which GLib refuses and which
+/// `#[derive(glib::Enum)]` turns into a panic. Implements what that derive does: the
+/// type, values in and out of `glib::Value`, and `ParamSpecEnum` builders.
+macro_rules! shared_enum {
+    ($ty:ident, $gname:literal, [$($variant:ident = ($value:literal, $name:literal, $nick:literal)),+ $(,)?]) => {
+        impl $ty {
+            fn register_enum() -> glib::Type {
+                static TYPE: std::sync::OnceLock<glib::Type> = std::sync::OnceLock::new();
+                *TYPE.get_or_init(|| {
+                    const N: usize = [$($value),+].len() + 1;
+                    // GLib keeps pointers into the table for ever: leaked once.
+                    let values: &'static mut [glib::gobject_ffi::GEnumValue; N] = Box::leak(Box::new([
+                        $(glib::gobject_ffi::GEnumValue {
+                            value: $value,
+                            value_name: concat!($name, "\0").as_ptr().cast(),
+                            value_nick: concat!($nick, "\0").as_ptr().cast(),
+                        },)+
+                        glib::gobject_ffi::GEnumValue {
+                            value: 0,
+                            value_name: std::ptr::null(),
+                            value_nick: std::ptr::null(),
+                        },
+                    ]));
+                    let name = concat!($gname, "\0").as_ptr().cast();
+                    // SAFETY: a NUL-terminated name; a NULL-terminated value table that
+                    // lives for ever; the type found by name has the same values.
+                    unsafe {
+                        let existing = glib::gobject_ffi::g_type_from_name(name);
+                        let t = if existing != glib::gobject_ffi::G_TYPE_INVALID {
+                            existing
+                        } else {
+                            glib::gobject_ffi::g_enum_register_static(name, values.as_ptr())
+                        };
+                        let t: glib::Type = glib::translate::from_glib(t);
+                        assert!(t.is_valid(), "registering {}", $gname);
+                        t
+                    }
+                })
+            }
+        }
+
+        impl glib::translate::IntoGlib for $ty {
+            type GlibType = i32;
+            fn into_glib(self) -> i32 {
+                self as i32
+            }
+        }
+
+        impl glib::translate::TryFromGlib<i32> for $ty {
+            type Error = i32;
+            unsafe fn try_from_glib(value: i32) -> Result<Self, i32> {
+                match value {
+                    $(v if v == $value => Ok($ty::$variant),)+
+                    other => Err(other),
+                }
+            }
+        }
+
+        impl glib::translate::FromGlib<i32> for $ty {
+            unsafe fn from_glib(value: i32) -> Self {
+                // SAFETY: GLib only hands out values of the registered table.
+                unsafe { <Self as glib::translate::TryFromGlib<i32>>::try_from_glib(value) }
+                    .unwrap_or_default()
+            }
+        }
+
+        impl glib::value::ValueType for $ty {
+            type Type = Self;
+        }
+
+        // SAFETY: reads a GValue the checker has confirmed holds this enum type.
+        unsafe impl<'a> glib::value::FromValue<'a> for $ty {
+            type Checker = glib::value::GenericValueTypeChecker<Self>;
+            unsafe fn from_value(value: &'a glib::Value) -> Self {
+                // SAFETY: as above.
+                unsafe {
+                    glib::translate::from_glib(glib::gobject_ffi::g_value_get_enum(
+                        glib::translate::ToGlibPtr::to_glib_none(value).0,
+                    ))
+                }
+            }
+        }
+
+        impl glib::value::ToValue for $ty {
+            fn to_value(&self) -> glib::Value {
+                let mut value = glib::Value::for_value_type::<Self>();
+                // SAFETY: the value was made for this enum type.
+                unsafe {
+                    glib::gobject_ffi::g_value_set_enum(
+                        glib::translate::ToGlibPtrMut::to_glib_none_mut(&mut value).0,
+                        glib::translate::IntoGlib::into_glib(*self),
+                    )
+                }
+                value
+            }
+            fn value_type(&self) -> glib::Type {
+                <Self as glib::prelude::StaticType>::static_type()
+            }
+        }
+
+        impl From<$ty> for glib::Value {
+            fn from(v: $ty) -> Self {
+                glib::value::ToValue::to_value(&v)
+            }
+        }
+
+        impl glib::prelude::StaticType for $ty {
+            fn static_type() -> glib::Type {
+                Self::register_enum()
+            }
+        }
+
+        impl glib::HasParamSpec for $ty {
+            type ParamSpec = glib::ParamSpecEnum;
+            type SetValue = Self;
+            type BuilderFn = fn(&str, Self) -> glib::ParamSpecEnumBuilder<'_, Self>;
+            fn param_spec_builder() -> Self::BuilderFn {
+                |name, default_value| Self::ParamSpec::builder_with_default(name, default_value)
+            }
+        }
+    };
+}
+
 /// `hugepages=auto|require|off` (see [`HugepagePolicy`]).
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
+#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default)]
 #[repr(u32)]
-#[enum_type(name = "GstFirehoseHugepages")]
 pub enum Hugepages {
     /// Hugepages if reserved, else normal pages with one warning.
     #[default]
-    #[enum_value(
-        name = "Auto: hugepages if reserved, else normal pages with a warning",
-        nick = "auto"
-    )]
     Auto = 0,
     /// Hugepages or fail at start with the command that reserves them.
-    #[enum_value(name = "Require: fail at start without hugepages", nick = "require")]
     Require = 1,
     /// Normal pages.
-    #[enum_value(name = "Off: normal pages", nick = "off")]
     Off = 2,
 }
+
+shared_enum!(
+    Hugepages,
+    "GstFirehoseHugepages",
+    [
+        Auto = (
+            0,
+            "Auto: hugepages if reserved, else normal pages with a warning",
+            "auto"
+        ),
+        Require = (1, "Require: fail at start without hugepages", "require"),
+        Off = (2, "Off: normal pages", "off"),
+    ]
+);
 
 impl From<Hugepages> for HugepagePolicy {
     fn from(h: Hugepages) -> Self {
@@ -37,26 +177,33 @@ impl From<Hugepages> for HugepagePolicy {
 
 /// `when-full=auto|drop|block`: what an element does when its pool or queue has no
 /// room.
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
+#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default)]
 #[repr(u32)]
-#[enum_type(name = "GstFirehoseWhenFull")]
 pub enum WhenFull {
     /// Keep receiving, drop what does not fit and count it (`drops-pool`): live default.
-    #[enum_value(name = "Drop: receive and count as drops-pool (live)", nick = "drop")]
     Drop = 0,
     /// Wait for a slot (the kernel socket buffer absorbs, then drops: `drops-kernel`).
-    #[enum_value(name = "Block: wait for a free slot", nick = "block")]
     Block = 1,
     /// Block when the data comes from a source that is not live (a replay, a file: it
     /// can wait, and dropping would lose data for nothing), drop when it is live (a
     /// network: waiting would only move the loss into the kernel).
     #[default]
-    #[enum_value(
-        name = "Auto: block when upstream is not live (replay, files), drop when it is",
-        nick = "auto"
-    )]
     Auto = 2,
 }
+
+shared_enum!(
+    WhenFull,
+    "GstFirehoseWhenFull",
+    [
+        Drop = (0, "Drop: receive and count as drops-pool (live)", "drop"),
+        Block = (1, "Block: wait for a free slot", "block"),
+        Auto = (
+            2,
+            "Auto: block when upstream is not live (replay, files), drop when it is",
+            "auto"
+        ),
+    ]
+);
 
 impl WhenFull {
     /// Whether to wait when full, given whether the data's source is live (a source
@@ -86,27 +233,31 @@ impl WhenFull {
 /// `memory=auto|hugepages|system`: what backs an element's pool (see
 /// [`HugepagePolicy`]). Replaces `hugepages=auto|require|off`, which stays as a
 /// deprecated alias ([`Memory::from`] a [`Hugepages`]).
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
+#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default)]
 #[repr(u32)]
-#[enum_type(name = "GstFirehoseMemory")]
 pub enum Memory {
     /// Hugepages if reserved, else normal pages with one warning.
     #[default]
-    #[enum_value(
-        name = "Auto: hugepages if reserved, else normal pages with a warning",
-        nick = "auto"
-    )]
     Auto = 0,
     /// Hugepages, or fail at start with the command that reserves them.
-    #[enum_value(
-        name = "Hugepages: fail at start without hugepages",
-        nick = "hugepages"
-    )]
     Hugepages = 1,
     /// Normal (system) pages.
-    #[enum_value(name = "System: normal pages", nick = "system")]
     System = 2,
 }
+
+shared_enum!(
+    Memory,
+    "GstFirehoseMemory",
+    [
+        Auto = (
+            0,
+            "Auto: hugepages if reserved, else normal pages with a warning",
+            "auto"
+        ),
+        Hugepages = (1, "Hugepages: fail at start without hugepages", "hugepages"),
+        System = (2, "System: normal pages", "system"),
+    ]
+);
 
 impl From<Memory> for HugepagePolicy {
     fn from(m: Memory) -> Self {
