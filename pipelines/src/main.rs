@@ -67,6 +67,10 @@ struct LaunchArgs {
     /// Build the pipeline, print its description and exit
     #[arg(long)]
     dry_run: bool,
+    /// Serve every element's counters for Prometheus on ADDR:PORT (`GET /metrics`,
+    /// OpenMetrics text). A bare PORT listens on 127.0.0.1 only; 0 picks a free port
+    #[arg(long, value_name = "ADDR:PORT", value_parser = firehose_metrics::http::parse_addr)]
+    metrics: Option<std::net::SocketAddr>,
     /// The pipeline description (unquoted words are joined, as with gst-launch), or
     /// with -f the KEY=VALUE arguments. Words after the first are never taken as
     /// options, so property values may start with '-'.
@@ -128,6 +132,7 @@ fn cmd_launch(a: LaunchArgs) -> i32 {
     let opts = launch::LaunchOptions {
         quiet: a.quiet,
         eos_timeout: Duration::from_secs_f64(a.eos_timeout),
+        metrics: a.metrics,
     };
     let description = match a.file {
         Some(path) => {
