@@ -14,6 +14,7 @@ mod session;
 mod signals;
 mod statsline;
 mod sys;
+mod tune;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,6 +48,10 @@ enum Command {
     /// physical floor; prints a markdown report (and SVG charts with --plot or --out).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Check the host for line-rate capture (--check: ok / warn / fail per item with the
+    /// command that fixes it; exit 1 when something fails) or make the safe run-time
+    /// changes (--apply)
+    Tune(tune::TuneArgs),
     /// One benchmark receiver in its own process (used by `bench`).
     #[command(hide = true)]
     BenchRecv(bench::receiver::RecvConfig),
@@ -119,6 +124,7 @@ fn main() -> ExitCode {
         }),
         Command::Bench(b) => bench::run(b),
         Command::BenchRecv(cfg) => bench::receiver::run_child(&cfg),
+        Command::Tune(a) => tune::run(a),
     };
     ExitCode::from(status as u8)
 }
