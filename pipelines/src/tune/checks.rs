@@ -159,7 +159,7 @@ fn persist_sysctl(key: &str, value: &str) -> String {
 }
 
 fn mib(bytes: u64) -> String {
-    if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
         format!("{bytes} ({} MiB)", bytes >> 20)
     } else {
         bytes.to_string()
@@ -301,12 +301,17 @@ pub fn hugepages(ctx: &Ctx) -> Vec<Finding> {
     );
     // Per NUMA node: pools are allocated on the node of the capture thread, best the NIC's.
     if let Some(node) = iface_numa_node(ctx) {
-        let ndir = format!("/sys/devices/system/node/node{node}/hugepages/hugepages-{default_kb}kB");
+        let ndir =
+            format!("/sys/devices/system/node/node{node}/hugepages/hugepages-{default_kb}kB");
         if let (Ok(nfree), Ok(ntotal)) = (
             ctx.host.read_u64(&format!("{ndir}/free_hugepages")),
             ctx.host.read_u64(&format!("{ndir}/nr_hugepages")),
         ) {
-            let status = if nfree >= need_pages { Status::Ok } else { Status::Warn };
+            let status = if nfree >= need_pages {
+                Status::Ok
+            } else {
+                Status::Warn
+            };
             let ntarget = ntotal + need_pages.saturating_sub(nfree);
             let mut nf = f
                 .clone()
@@ -321,16 +326,28 @@ pub fn hugepages(ctx: &Ctx) -> Vec<Finding> {
                         path: format!("{ndir}/nr_hugepages"),
                         value: ntarget.to_string(),
                     },
-                    format!("kernel command line: hugepagesz={default_kb}K hugepages={node}:{ntarget}"),
+                    format!(
+                        "kernel command line: hugepagesz={default_kb}K hugepages={node}:{ntarget}"
+                    ),
                 );
             nf.check = "hugepages-numa";
             out.push(nf);
         }
     }
-    let others: Vec<&String> = sizes.iter().filter(|s| !s.contains(&format!("-{default_kb}kB"))).collect();
+    let others: Vec<&String> = sizes
+        .iter()
+        .filter(|s| !s.contains(&format!("-{default_kb}kB")))
+        .collect();
     for s in others {
-        if let Ok(free) = ctx.host.read_u64(&format!("/sys/kernel/mm/hugepages/{s}/free_hugepages")) {
-            let mut o = f.clone().with(Status::Ok, format!("{free} free ({s})"), "any (not the default size)");
+        if let Ok(free) = ctx
+            .host
+            .read_u64(&format!("/sys/kernel/mm/hugepages/{s}/free_hugepages"))
+        {
+            let mut o = f.clone().with(
+                Status::Ok,
+                format!("{free} free ({s})"),
+                "any (not the default size)",
+            );
             o.check = "hugepages-other";
             out.push(o);
         }
@@ -341,7 +358,10 @@ pub fn hugepages(ctx: &Ctx) -> Vec<Finding> {
 /// The NUMA node of the named interface's device, when sysfs says (-1 = none).
 fn iface_numa_node(ctx: &Ctx) -> Option<u32> {
     let iface = ctx.iface.as_ref()?;
-    let v = ctx.host.read(&format!("/sys/class/net/{iface}/device/numa_node")).ok()?;
+    let v = ctx
+        .host
+        .read(&format!("/sys/class/net/{iface}/device/numa_node"))
+        .ok()?;
     v.parse::<i64>().ok().filter(|n| *n >= 0).map(|n| n as u32)
 }
 
@@ -364,7 +384,15 @@ pub fn memlock(ctx: &Ctx) -> Finding {
     let fix = "ulimit -l unlimited (for services: LimitMEMLOCK=infinity in the systemd unit)";
     let persist = "echo '* - memlock unlimited' >> /etc/security/limits.d/90-firehose.conf";
     if soft == "unlimited" {
-        return f.with(Status::Ok, "unlimited", if need > 0 { format!(">= {}", mib(need)) } else { "unlimited".into() });
+        return f.with(
+            Status::Ok,
+            "unlimited",
+            if need > 0 {
+                format!(">= {}", mib(need))
+            } else {
+                "unlimited".into()
+            },
+        );
     }
     let Ok(bytes) = soft.parse::<u64>() else {
         return f.skip(format!("cannot parse '{line}'"));
@@ -374,13 +402,20 @@ pub fn memlock(ctx: &Ctx) -> Finding {
     }
     let (status, wanted) = if need > 0 {
         (
-            if bytes >= need { Status::Ok } else { Status::Fail },
+            if bytes >= need {
+                Status::Ok
+            } else {
+                Status::Fail
+            },
             format!(">= {}", mib(need)),
         )
     } else {
         // Kernels since 5.11 charge AF_XDP to the memory cgroup instead; older ones need
         // the limit. Only a warning without a pipeline that pins memory.
-        (Status::Warn, "unlimited (for fhxdpsrc / fhibvsrc)".to_string())
+        (
+            Status::Warn,
+            "unlimited (for fhxdpsrc / fhibvsrc)".to_string(),
+        )
     };
     f.with(status, mib(bytes), wanted).fix(fix).persist(persist)
 }
@@ -415,17 +450,21 @@ pub fn governor(ctx: &Ctx) -> Finding {
     if slow.is_empty() {
         return f.with(Status::Ok, found, "performance");
     }
-    f.with(Status::Warn, format!("{found} (CPUs {})", format_cpulist(&slow)), "performance")
-        .fix("cpupower frequency-set -g performance")
-        .acts(
-            slow.iter()
-                .map(|c| Action::Write {
-                    path: format!("/sys/devices/system/cpu/cpu{c}/cpufreq/scaling_governor"),
-                    value: "performance".into(),
-                })
-                .collect(),
-            "install cpufrequtils and set GOVERNOR=\"performance\" in /etc/default/cpufrequtils",
-        )
+    f.with(
+        Status::Warn,
+        format!("{found} (CPUs {})", format_cpulist(&slow)),
+        "performance",
+    )
+    .fix("cpupower frequency-set -g performance")
+    .acts(
+        slow.iter()
+            .map(|c| Action::Write {
+                path: format!("/sys/devices/system/cpu/cpu{c}/cpufreq/scaling_governor"),
+                value: "performance".into(),
+            })
+            .collect(),
+        "install cpufrequtils and set GOVERNOR=\"performance\" in /etc/default/cpufrequtils",
+    )
 }
 
 /// Idle states deeper than [`MAX_EXIT_LATENCY_US`] that are enabled.
@@ -447,14 +486,21 @@ pub fn cstates(ctx: &Ctx) -> Finding {
         let base = format!("/sys/devices/system/cpu/cpu0/cpuidle/{s}");
         let latency = ctx.host.read_u64(&format!("{base}/latency")).unwrap_or(0);
         let disabled = ctx.host.read_u64(&format!("{base}/disable")).unwrap_or(0) != 0;
-        let name = ctx.host.read(&format!("{base}/name")).unwrap_or_else(|_| s.clone());
+        let name = ctx
+            .host
+            .read(&format!("{base}/name"))
+            .unwrap_or_else(|_| s.clone());
         if latency > MAX_EXIT_LATENCY_US && !disabled {
             deep.push(format!("{name} ({latency} µs)"));
             deep_states.push(s.clone());
         }
     }
     if deep.is_empty() {
-        return f.with(Status::Ok, "no enabled state deeper than 10 µs", format!("exit latency <= {MAX_EXIT_LATENCY_US} µs"));
+        return f.with(
+            Status::Ok,
+            "no enabled state deeper than 10 µs",
+            format!("exit latency <= {MAX_EXIT_LATENCY_US} µs"),
+        );
     }
     f.with(Status::Warn, format!("enabled: {}", deep.join(", ")), format!("exit latency <= {MAX_EXIT_LATENCY_US} µs"))
         .fix(format!("cpupower idle-set -D {MAX_EXIT_LATENCY_US}"))
@@ -488,13 +534,21 @@ pub fn isolation(ctx: &Ctx) -> Finding {
     };
     let params: Vec<&str> = cmdline
         .split_whitespace()
-        .filter(|p| p.starts_with("isolcpus=") || p.starts_with("nohz_full=") || p.starts_with("rcu_nocbs="))
+        .filter(|p| {
+            p.starts_with("isolcpus=") || p.starts_with("nohz_full=") || p.starts_with("rcu_nocbs=")
+        })
         .collect();
-    let isolated = params.iter().find_map(|p| p.strip_prefix("isolcpus=")).map(|v| {
-        // "isolcpus=managed_irq,domain,2-3": the CPU list is the last part.
-        let list = v.rsplit(',').take_while(|p| parse_cpulist(p).is_some()).collect::<Vec<_>>();
-        list.into_iter().rev().collect::<Vec<_>>().join(",")
-    });
+    let isolated = params
+        .iter()
+        .find_map(|p| p.strip_prefix("isolcpus="))
+        .map(|v| {
+            // "isolcpus=managed_irq,domain,2-3": the CPU list is the last part.
+            let list = v
+                .rsplit(',')
+                .take_while(|p| parse_cpulist(p).is_some())
+                .collect::<Vec<_>>();
+            list.into_iter().rev().collect::<Vec<_>>().join(",")
+        });
     let wanted = match ctx.cpu {
         Some(c) => format!("CPU {c} isolated (isolcpus=, nohz_full=)"),
         None => "a core for the capture thread (isolcpus=, nohz_full=)".to_string(),
@@ -509,7 +563,13 @@ pub fn isolation(ctx: &Ctx) -> Finding {
         }
         (Some(_), None) => f.with(Status::Ok, params.join(" "), wanted),
         (Some(_), Some(_)) => f.with(Status::Warn, params.join(" "), wanted).fix(fix),
-        (None, _) => f.with(Status::Warn, "no isolcpus= on the kernel command line", wanted).fix(fix),
+        (None, _) => f
+            .with(
+                Status::Warn,
+                "no isolcpus= on the kernel command line",
+                wanted,
+            )
+            .fix(fix),
     }
 }
 
@@ -562,11 +622,17 @@ pub fn irq_affinity(ctx: &Ctx) -> Vec<Finding> {
     };
     let irqs = iface_irqs(ctx, &iface);
     if irqs.is_empty() {
-        return vec![f.skip(format!("no interrupts of {iface} found (virtual device, or none in /proc/interrupts)"))];
+        return vec![f.skip(format!(
+            "no interrupts of {iface} found (virtual device, or none in /proc/interrupts)"
+        ))];
     }
     let node = iface_numa_node(ctx);
     let node_cpus = node.and_then(|n| {
-        parse_cpulist(&ctx.host.read(&format!("/sys/devices/system/node/node{n}/cpulist")).ok()?)
+        parse_cpulist(
+            &ctx.host
+                .read(&format!("/sys/devices/system/node/node{n}/cpulist"))
+                .ok()?,
+        )
     });
     let mut wanted_cpus: Option<Vec<u32>> = node_cpus.clone();
     if let (Some(w), Some(c)) = (&mut wanted_cpus, ctx.cpu) {
@@ -579,10 +645,20 @@ pub fn irq_affinity(ctx: &Ctx) -> Vec<Finding> {
             out.push(f.clone().skip(format!("IRQ {irq}: cannot read {path}")));
             continue;
         };
-        let off_node = node_cpus.as_ref().is_some_and(|n| aff.iter().any(|c| !n.contains(c)));
+        let off_node = node_cpus
+            .as_ref()
+            .is_some_and(|n| aff.iter().any(|c| !n.contains(c)));
         let on_capture = ctx.cpu.is_some_and(|c| aff.contains(&c));
         let wanted = match (&node, &wanted_cpus) {
-            (Some(n), Some(w)) => format!("CPUs {} (node {n}{})", format_cpulist(w), if ctx.cpu.is_some() { ", not the capture CPU" } else { "" }),
+            (Some(n), Some(w)) => format!(
+                "CPUs {} (node {n}{})",
+                format_cpulist(w),
+                if ctx.cpu.is_some() {
+                    ", not the capture CPU"
+                } else {
+                    ""
+                }
+            ),
             _ => match ctx.cpu {
                 Some(c) => format!("not CPU {c} (the capture CPU)"),
                 None => "the NIC's NUMA node (sysfs shows none: single node)".into(),
@@ -597,7 +673,12 @@ pub fn irq_affinity(ctx: &Ctx) -> Vec<Finding> {
             Some(w) if !w.is_empty() => w.clone(),
             _ => {
                 // No node information: every CPU but the capture one.
-                let all = ctx.host.read("/sys/devices/system/cpu/online").ok().and_then(|t| parse_cpulist(&t)).unwrap_or_default();
+                let all = ctx
+                    .host
+                    .read("/sys/devices/system/cpu/online")
+                    .ok()
+                    .and_then(|t| parse_cpulist(&t))
+                    .unwrap_or_default();
                 all.into_iter().filter(|c| Some(*c) != ctx.cpu).collect()
             }
         };
@@ -622,7 +703,11 @@ pub fn irq_affinity(ctx: &Ctx) -> Vec<Finding> {
 /// NIC ring sizes, coalescing, flow control and GRO through the ethtool ioctl.
 pub fn nic(ctx: &Ctx) -> Vec<Finding> {
     let Some(iface) = ctx.iface.clone() else {
-        return vec![Finding::new("nic", "ring sizes, coalescing, pause frames and GRO are per interface").skip("no --interface given")];
+        return vec![Finding::new(
+            "nic",
+            "ring sizes, coalescing, pause frames and GRO are per interface",
+        )
+        .skip("no --interface given")];
     };
     let mut out = Vec::new();
     let f = Finding::new(
@@ -632,13 +717,28 @@ pub fn nic(ctx: &Ctx) -> Vec<Finding> {
     out.push(match ctx.nic.rings(&iface) {
         Err(e) => f.skip(format!("{iface}: cannot read ring sizes: {e}")),
         Ok(r) if r.rx_max == 0 => f.skip(format!("{iface}: the driver reports no ring limits")),
-        Ok(r) if r.rx >= r.rx_max => f.with(Status::Ok, format!("rx {} of max {}", r.rx, r.rx_max), format!("rx {}", r.rx_max)),
+        Ok(r) if r.rx >= r.rx_max => f.with(
+            Status::Ok,
+            format!("rx {} of max {}", r.rx, r.rx_max),
+            format!("rx {}", r.rx_max),
+        ),
         Ok(r) => f
-            .with(Status::Warn, format!("rx {} of max {}", r.rx, r.rx_max), format!("rx {}", r.rx_max))
+            .with(
+                Status::Warn,
+                format!("rx {} of max {}", r.rx, r.rx_max),
+                format!("rx {}", r.rx_max),
+            )
             .fix(format!("ethtool -G {iface} rx {}", r.rx_max))
             .act(
-                Action::Rings { ifname: iface.clone(), rx: r.rx_max, tx: r.tx },
-                format!("a udev rule or networkd .link file: [Link] RxBufferSize={}", r.rx_max),
+                Action::Rings {
+                    ifname: iface.clone(),
+                    rx: r.rx_max,
+                    tx: r.tx,
+                },
+                format!(
+                    "a udev rule or networkd .link file: [Link] RxBufferSize={}",
+                    r.rx_max
+                ),
             ),
     });
     let f = Finding::new(
@@ -648,7 +748,12 @@ pub fn nic(ctx: &Ctx) -> Vec<Finding> {
     out.push(match ctx.nic.coalesce(&iface) {
         Err(e) => f.skip(format!("{iface}: cannot read coalescing: {e}")),
         Ok(c) => {
-            let found = format!("rx-usecs {} rx-frames {} adaptive-rx {}", c.rx_usecs, c.rx_frames, if c.adaptive_rx { "on" } else { "off" });
+            let found = format!(
+                "rx-usecs {} rx-frames {} adaptive-rx {}",
+                c.rx_usecs,
+                c.rx_frames,
+                if c.adaptive_rx { "on" } else { "off" }
+            );
             if c.adaptive_rx || c.rx_usecs >= 8 || c.rx_frames > 1 {
                 f.with(Status::Ok, found, "rx-usecs >= 8, or adaptive")
             } else {
@@ -664,9 +769,15 @@ pub fn nic(ctx: &Ctx) -> Vec<Finding> {
     out.push(match ctx.nic.pause(&iface) {
         Err(e) => f.skip(format!("{iface}: cannot read flow control: {e}")),
         Ok(p) => {
-            let found = format!("autoneg {} rx {} tx {}", onoff(p.autoneg), onoff(p.rx), onoff(p.tx));
+            let found = format!(
+                "autoneg {} rx {} tx {}",
+                onoff(p.autoneg),
+                onoff(p.rx),
+                onoff(p.tx)
+            );
             if p.tx {
-                f.with(Status::Warn, found, "tx off").fix(format!("ethtool -A {iface} autoneg off rx off tx off"))
+                f.with(Status::Warn, found, "tx off")
+                    .fix(format!("ethtool -A {iface} autoneg off rx off tx off"))
             } else {
                 f.with(Status::Ok, found, "tx off")
             }
@@ -683,7 +794,8 @@ pub fn nic(ctx: &Ctx) -> Vec<Finding> {
             if on || !wants {
                 f.with(Status::Ok, onoff(on), if wants { "on" } else { "any" })
             } else {
-                f.with(Status::Warn, "off", "on").fix(format!("ethtool -K {iface} gro on"))
+                f.with(Status::Warn, "off", "on")
+                    .fix(format!("ethtool -K {iface} gro on"))
             }
         }
     });
@@ -725,40 +837,76 @@ pub fn mtu(ctx: &Ctx) -> Finding {
 
 /// Reverse-path filtering and IGMP limits, for multicast receivers.
 pub fn multicast(ctx: &Ctx) -> Vec<Finding> {
-    let groups: Vec<IpAddr> = ctx.needs.as_ref().map(|n| n.multicast_groups.clone()).unwrap_or_default();
+    let groups: Vec<IpAddr> = ctx
+        .needs
+        .as_ref()
+        .map(|n| n.multicast_groups.clone())
+        .unwrap_or_default();
     let mut out = Vec::new();
     let f = Finding::new(
         "rp_filter",
         "strict reverse-path filtering (1) drops multicast whose source is not routed back through the receiving interface, which is common for a dedicated capture network; loose (2) or off (0) keeps it",
     );
     let all = ctx.host.read_u64("/proc/sys/net/ipv4/conf/all/rp_filter");
-    let dev = ctx.iface.as_ref().map(|i| (i.clone(), ctx.host.read_u64(&format!("/proc/sys/net/ipv4/conf/{i}/rp_filter"))));
+    let dev = ctx.iface.as_ref().map(|i| {
+        (
+            i.clone(),
+            ctx.host
+                .read_u64(&format!("/proc/sys/net/ipv4/conf/{i}/rp_filter")),
+        )
+    });
     match (all, dev) {
         (Err(e), _) => out.push(f.skip(format!("cannot read net.ipv4.conf.all.rp_filter: {e}"))),
         (Ok(a), dev) => {
             // The kernel uses the larger of `all` and the interface's value.
             let (label, effective, key) = match &dev {
-                Some((i, Ok(d))) => (format!("all={a} {i}={d}"), a.max(*d), format!("net.ipv4.conf.{i}.rp_filter")),
-                _ => (format!("all={a}"), a, "net.ipv4.conf.all.rp_filter".to_string()),
+                Some((i, Ok(d))) => (
+                    format!("all={a} {i}={d}"),
+                    a.max(*d),
+                    format!("net.ipv4.conf.{i}.rp_filter"),
+                ),
+                _ => (
+                    format!("all={a}"),
+                    a,
+                    "net.ipv4.conf.all.rp_filter".to_string(),
+                ),
             };
             if effective != 1 {
                 out.push(f.with(Status::Ok, label, "0 or 2 (not strict)"));
             } else {
-                let status = if groups.is_empty() { Status::Warn } else { Status::Fail };
+                let status = if groups.is_empty() {
+                    Status::Warn
+                } else {
+                    Status::Fail
+                };
                 // Strict in `all` overrides the interface: both must be relaxed.
                 let mut fix = format!("sysctl -w {key}=2");
                 if a == 1 && key != "net.ipv4.conf.all.rp_filter" {
                     fix = format!("sysctl -w net.ipv4.conf.all.rp_filter=2 {key}=2");
                 }
-                let path = if a == 1 { sysctl_path("net.ipv4.conf.all.rp_filter") } else { sysctl_path(&key) };
+                let path = if a == 1 {
+                    sysctl_path("net.ipv4.conf.all.rp_filter")
+                } else {
+                    sysctl_path(&key)
+                };
                 let mut found = f.with(status, label, "0 or 2 (not strict)").fix(fix);
                 if groups.is_empty() {
                     // Only matters for multicast; without a pipeline say so, change nothing.
                     found.why = "strict reverse-path filtering (1) drops multicast whose source is not routed back through the receiving interface (only matters for multicast receivers)";
                 } else {
-                    found = found.act(Action::Write { path, value: "2".into() }, persist_sysctl(&key, "2"));
+                    found = found.act(
+                        Action::Write {
+                            path,
+                            value: "2".into(),
+                        },
+                        persist_sysctl(&key, "2"),
+                    );
                     if a == 1 && key != "net.ipv4.conf.all.rp_filter" {
-                        found.persist = format!("{}; {}", persist_sysctl("net.ipv4.conf.all.rp_filter", "2"), persist_sysctl(&key, "2"));
+                        found.persist = format!(
+                            "{}; {}",
+                            persist_sysctl("net.ipv4.conf.all.rp_filter", "2"),
+                            persist_sysctl(&key, "2")
+                        );
                     }
                 }
                 out.push(found);
@@ -766,10 +914,19 @@ pub fn multicast(ctx: &Ctx) -> Vec<Finding> {
                 if a == 1 && !groups.is_empty() {
                     if let Some((_, Ok(1))) = &dev {
                         out.push(
-                            Finding::new("rp_filter", "the interface's own rp_filter is strict too")
-                                .with(status, format!("{key}=1"), "0 or 2")
-                                .fix(format!("sysctl -w {key}=2"))
-                                .act(Action::Write { path: sysctl_path(&key), value: "2".into() }, persist_sysctl(&key, "2")),
+                            Finding::new(
+                                "rp_filter",
+                                "the interface's own rp_filter is strict too",
+                            )
+                            .with(status, format!("{key}=1"), "0 or 2")
+                            .fix(format!("sysctl -w {key}=2"))
+                            .act(
+                                Action::Write {
+                                    path: sysctl_path(&key),
+                                    value: "2".into(),
+                                },
+                                persist_sysctl(&key, "2"),
+                            ),
                         );
                     }
                 }
@@ -781,17 +938,33 @@ pub fn multicast(ctx: &Ctx) -> Vec<Finding> {
             "igmp",
             "a socket may join at most igmp_max_memberships groups (20 by default); a receiver of more streams fails to join the rest",
         );
-        out.push(match ctx.host.read_u64("/proc/sys/net/ipv4/igmp_max_memberships") {
-            Err(e) => f.skip(format!("cannot read net.ipv4.igmp_max_memberships: {e}")),
-            Ok(max) if max >= groups.len() as u64 => f.with(Status::Ok, max.to_string(), format!(">= {} groups", groups.len())),
-            Ok(max) => f
-                .with(Status::Fail, max.to_string(), format!(">= {} groups", groups.len()))
-                .fix(format!("sysctl -w net.ipv4.igmp_max_memberships={}", groups.len()))
-                .act(
-                    Action::Write { path: sysctl_path("net.ipv4.igmp_max_memberships"), value: groups.len().to_string() },
-                    persist_sysctl("net.ipv4.igmp_max_memberships", &groups.len().to_string()),
+        out.push(
+            match ctx.host.read_u64("/proc/sys/net/ipv4/igmp_max_memberships") {
+                Err(e) => f.skip(format!("cannot read net.ipv4.igmp_max_memberships: {e}")),
+                Ok(max) if max >= groups.len() as u64 => f.with(
+                    Status::Ok,
+                    max.to_string(),
+                    format!(">= {} groups", groups.len()),
                 ),
-        });
+                Ok(max) => f
+                    .with(
+                        Status::Fail,
+                        max.to_string(),
+                        format!(">= {} groups", groups.len()),
+                    )
+                    .fix(format!(
+                        "sysctl -w net.ipv4.igmp_max_memberships={}",
+                        groups.len()
+                    ))
+                    .act(
+                        Action::Write {
+                            path: sysctl_path("net.ipv4.igmp_max_memberships"),
+                            value: groups.len().to_string(),
+                        },
+                        persist_sysctl("net.ipv4.igmp_max_memberships", &groups.len().to_string()),
+                    ),
+            },
+        );
     }
     out
 }
@@ -804,18 +977,29 @@ pub fn conntrack(ctx: &Ctx) -> Finding {
     );
     // Built in or as a module, a live conntrack shows nf_conntrack_count; /proc/modules
     // is absent on kernels without module support.
-    let module = ctx
-        .host
-        .read("/proc/modules")
-        .is_ok_and(|m| m.lines().any(|l| l.split_whitespace().next() == Some("nf_conntrack")));
-    let loaded = module || ctx.host.exists("/proc/sys/net/netfilter/nf_conntrack_count");
+    let module = ctx.host.read("/proc/modules").is_ok_and(|m| {
+        m.lines()
+            .any(|l| l.split_whitespace().next() == Some("nf_conntrack"))
+    });
+    let loaded = module
+        || ctx
+            .host
+            .exists("/proc/sys/net/netfilter/nf_conntrack_count");
     if !loaded && !ctx.host.exists("/proc/sys/net") {
         return f.skip("cannot read /proc/modules or /proc/sys/net");
     }
     if !loaded {
-        return f.with(Status::Ok, "nf_conntrack not loaded", "not loaded, or the port exempt");
+        return f.with(
+            Status::Ok,
+            "nf_conntrack not loaded",
+            "not loaded, or the port exempt",
+        );
     }
-    let ports = ctx.needs.as_ref().map(|n| n.ports.clone()).unwrap_or_default();
+    let ports = ctx
+        .needs
+        .as_ref()
+        .map(|n| n.ports.clone())
+        .unwrap_or_default();
     let port = ports.first().map_or("PORT".to_string(), |p| p.to_string());
     f.with(Status::Warn, "nf_conntrack loaded", "the capture port exempt (NOTRACK)")
         .fix(format!("nft add table inet raw; nft add chain inet raw prerouting '{{ type filter hook prerouting priority -300; }}'; nft add rule inet raw prerouting udp dport {port} notrack"))
@@ -832,15 +1016,23 @@ pub fn busy_poll(ctx: &Ctx) -> Finding {
     let global = ctx.host.read_u64("/proc/sys/net/core/busy_poll");
     if asked == 0 {
         return match global {
-            Ok(v) => f.with(Status::Ok, format!("net.core.busy_poll={v}"), "any (the pipeline does not busy-poll)"),
+            Ok(v) => f.with(
+                Status::Ok,
+                format!("net.core.busy_poll={v}"),
+                "any (the pipeline does not busy-poll)",
+            ),
             Err(e) => f.skip(format!("cannot read net.core.busy_poll: {e}")),
         };
     }
     let Some(iface) = ctx.iface.clone() else {
         return f.skip("busy-poll asked for, but no --interface given");
     };
-    let defer = ctx.host.read_u64(&format!("/sys/class/net/{iface}/napi_defer_hard_irqs"));
-    let flush = ctx.host.read_u64(&format!("/sys/class/net/{iface}/gro_flush_timeout"));
+    let defer = ctx
+        .host
+        .read_u64(&format!("/sys/class/net/{iface}/napi_defer_hard_irqs"));
+    let flush = ctx
+        .host
+        .read_u64(&format!("/sys/class/net/{iface}/gro_flush_timeout"));
     match (defer, flush) {
         (Ok(d), Ok(t)) if d >= 2 && t >= 200_000 => f.with(Status::Ok, format!("napi_defer_hard_irqs={d} gro_flush_timeout={t}"), "napi_defer_hard_irqs >= 2, gro_flush_timeout >= 200000"),
         (Ok(d), Ok(t)) => f

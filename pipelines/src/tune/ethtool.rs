@@ -247,7 +247,10 @@ mod tests {
         assert_eq!(std::mem::size_of::<RingParam>(), 36);
         assert_eq!(std::mem::size_of::<CoalesceParam>(), 92);
         assert_eq!(std::mem::size_of::<PauseParam>(), 16);
-        assert_eq!(std::mem::size_of::<IfReq>(), std::mem::size_of::<libc::ifreq>());
+        assert_eq!(
+            std::mem::size_of::<IfReq>(),
+            std::mem::size_of::<libc::ifreq>()
+        );
     }
 
     #[test]

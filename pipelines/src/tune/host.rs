@@ -52,7 +52,7 @@ impl Host {
                     .collect()
             })
             .unwrap_or_default();
-        names.sort_by(|a, b| natural(a).cmp(&natural(b)));
+        names.sort_by_key(|n| natural(n));
         names
     }
 
@@ -122,7 +122,10 @@ mod tests {
 
     #[test]
     fn cpulists() {
-        assert_eq!(parse_cpulist("0-3,8,10-11\n"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
+        assert_eq!(
+            parse_cpulist("0-3,8,10-11\n"),
+            Some(vec![0, 1, 2, 3, 8, 10, 11])
+        );
         assert_eq!(parse_cpulist(""), Some(vec![]));
         assert_eq!(parse_cpulist("3-1"), None);
         assert_eq!(parse_cpulist("x"), None);

@@ -59,7 +59,11 @@ pub struct TuneArgs {
 /// Runs `firehose tune`; returns the exit status.
 pub fn run(a: TuneArgs) -> i32 {
     let host = Host::new(a.root.clone().unwrap_or_else(|| PathBuf::from("/")));
-    let nic: Box<dyn Nic> = if host.is_live() { Box::new(Ethtool) } else { Box::new(NoNic) };
+    let nic: Box<dyn Nic> = if host.is_live() {
+        Box::new(Ethtool)
+    } else {
+        Box::new(NoNic)
+    };
     let needs = match &a.pipeline {
         Some(desc) => match crate::session::parse(desc) {
             Ok(p) => Some(needs::of_pipeline(&p)),
@@ -117,11 +121,20 @@ pub fn report(ctx: &Ctx, findings: &[Finding]) -> String {
     if let Some(n) = &ctx.needs {
         out.push_str(&format!(
             "thresholds from the pipeline ({})\n",
-            if n.from.is_empty() { "no element asks for anything".to_string() } else { n.from.join(", ") }
+            if n.from.is_empty() {
+                "no element asks for anything".to_string()
+            } else {
+                n.from.join(", ")
+            }
         ));
     }
     for f in findings {
-        out.push_str(&format!("[{:>4}] {:<15} found: {}\n", f.status.word(), f.check, f.found));
+        out.push_str(&format!(
+            "[{:>4}] {:<15} found: {}\n",
+            f.status.word(),
+            f.check,
+            f.found
+        ));
         if !f.wanted.is_empty() && f.status != Status::Skip {
             out.push_str(&format!("       {:<15} wanted: {}\n", "", f.wanted));
         }
@@ -190,7 +203,9 @@ pub fn to_json(findings: &[Finding]) -> String {
 fn describe(a: &Action) -> String {
     match a {
         Action::Write { path, value } => format!("write {value} to {path}"),
-        Action::Rings { ifname, rx, tx } => format!("set {ifname} rings to rx {rx} tx {tx} (ethtool ioctl)"),
+        Action::Rings { ifname, rx, tx } => {
+            format!("set {ifname} rings to rx {rx} tx {tx} (ethtool ioctl)")
+        }
     }
 }
 
@@ -260,3 +275,6 @@ fn apply(ctx: &Ctx, findings: &[Finding], yes: bool, json: bool) -> i32 {
         exit_status(&again)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -67,7 +67,10 @@ fn enum_nick(e: &gst::Element, name: &str) -> Option<String> {
 pub fn of_pipeline(pipeline: &gst::Pipeline) -> Needs {
     let mut n = Needs::default();
     for e in pipeline.iterate_recurse().into_iter().flatten() {
-        let factory = e.factory().map(|f| f.name().to_string()).unwrap_or_default();
+        let factory = e
+            .factory()
+            .map(|f| f.name().to_string())
+            .unwrap_or_default();
         let sender = e.element_flags().contains(gst::ElementFlags::SINK);
         let mut used = false;
         if let Some(size) = int_property(&e, "buffer-size").filter(|s| *s > 0) {
@@ -106,7 +109,10 @@ pub fn of_pipeline(pipeline: &gst::Pipeline) -> Needs {
             }
             _ => {}
         }
-        if factory.starts_with("fhxdp") || factory.starts_with("fhibv") || factory.starts_with("fhdpdk") {
+        if factory.starts_with("fhxdp")
+            || factory.starts_with("fhibv")
+            || factory.starts_with("fhdpdk")
+        {
             let frames = int_property(&e, "pool-size").unwrap_or(0).max(4096);
             let frame = int_property(&e, "frame-size").unwrap_or(4096);
             n.pinned_bytes += frames * frame;
@@ -166,13 +172,17 @@ mod tests {
         assert_eq!(n.max_ip_packet, 9000);
         assert_eq!(n.hugepage_bytes, 16 * 64 * 8972);
         assert!(n.hugepages_required);
-        assert_eq!(n.multicast_groups, vec!["239.1.2.3".parse::<IpAddr>().unwrap()]);
+        assert_eq!(
+            n.multicast_groups,
+            vec!["239.1.2.3".parse::<IpAddr>().unwrap()]
+        );
         assert_eq!(n.ports, vec![7148]);
         assert_eq!(n.interfaces, vec!["eth7".to_string()]);
         assert!(n.udp_gro, "fhudpsrc asks for GRO by default");
         assert_eq!(n.from, vec!["fhudpsrc".to_string()]);
 
-        let p = crate::session::parse("fhtestsrc packet-size=1472 ! fhudpsink buffer-size=4194304").unwrap();
+        let p = crate::session::parse("fhtestsrc packet-size=1472 ! fhudpsink buffer-size=4194304")
+            .unwrap();
         let n = of_pipeline(&p);
         assert_eq!(n.sndbuf, 4 << 20);
         assert_eq!(n.rcvbuf, 0);
