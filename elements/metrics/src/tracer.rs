@@ -62,7 +62,9 @@ mod imp {
     pub struct FhMetrics {
         settings: Mutex<(i32, String)>,
         watched: Arc<Mutex<Watched>>,
-        server: Mutex<Option<MetricsServer>>,
+        /// The endpoint; `None` inside until the first element appears, or after a
+        /// failed bind (`tried` then stops further attempts).
+        server: Mutex<(bool, Option<MetricsServer>)>,
     }
 
     #[glib::object_subclass]
@@ -123,6 +125,18 @@ mod imp {
         fn constructed(&self) {
             self.parent_constructed();
             self.register_hook(TracerHook::ElementNew);
+        }
+    }
+
+    impl FhMetrics {
+        /// Starts the endpoint once. Not at construction: gst-inspect-1.0 makes a
+        /// tracer object just to list its properties, and must not open a port.
+        fn ensure_server(&self) {
+            let mut server = self.server.lock().unwrap();
+            if server.0 {
+                return;
+            }
+            server.0 = true;
             let (port, address) = self.settings.lock().unwrap().clone();
             let addr = match crate::http::parse_addr(&format!("{address}:{port}")) {
                 Ok(a) => a,
@@ -139,11 +153,11 @@ mod imp {
                 encode(&samples, format)
             });
             match MetricsServer::start(addr, render) {
-                Ok(server) => {
-                    let at = server.local_addr();
+                Ok(started) => {
+                    let at = started.local_addr();
                     gst::info!(CAT, "serving http://{at}/metrics");
                     eprintln!("fhmetrics: serving http://{at}/metrics");
-                    *self.server.lock().unwrap() = Some(server);
+                    server.1 = Some(started);
                 }
                 Err(e) => {
                     gst::error!(CAT, "cannot listen on {addr}: {e}");
@@ -162,6 +176,7 @@ mod imp {
         const USE_STRUCTURE_PARAMS: bool = true;
 
         fn element_new(&self, _ts: u64, element: &gst::Element) {
+            self.ensure_server();
             if collect::has_stats(element) {
                 self.watched.lock().unwrap().add(element);
             }
@@ -170,7 +185,12 @@ mod imp {
 
     impl FhMetrics {
         pub(super) fn server_addr(&self) -> Option<std::net::SocketAddr> {
-            self.server.lock().unwrap().as_ref().map(|s| s.local_addr())
+            self.server
+                .lock()
+                .unwrap()
+                .1
+                .as_ref()
+                .map(|s| s.local_addr())
         }
     }
 }
@@ -181,7 +201,8 @@ glib::wrapper! {
 }
 
 impl FhMetrics {
-    /// The address the endpoint listens on, if it could bind.
+    /// The address the endpoint listens on, once the first element was made and if it
+    /// could bind.
     pub fn server_addr(&self) -> Option<std::net::SocketAddr> {
         self.imp().server_addr()
     }
