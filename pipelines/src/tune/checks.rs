@@ -182,6 +182,7 @@ pub fn run_all(ctx: &Ctx) -> Vec<Finding> {
     out.extend(multicast(ctx));
     out.push(conntrack(ctx));
     out.push(busy_poll(ctx));
+    out.push(pcie_path(ctx));
     out
 }
 
@@ -1047,4 +1048,129 @@ pub fn busy_poll(ctx: &Ctx) -> Finding {
             ),
         _ => f.skip(format!("no napi_defer_hard_irqs / gro_flush_timeout for {iface} (kernel older than 5.11?)")),
     }
+}
+
+/// Where a PCI device sits: its chain of PCI addresses below the host bridge
+/// (`pci0000:00`), read from the sysfs device path, and its NUMA node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PciPlace {
+    /// The host bridge (root complex), e.g. "pci0000:00".
+    pub root: String,
+    /// Bridges and the device itself, from the root down.
+    pub chain: Vec<String>,
+    /// NUMA node, when sysfs gives one.
+    pub numa: Option<u32>,
+}
+
+/// The PCI place of a sysfs device directory (`/sys/class/net/IF/device`,
+/// `/sys/bus/pci/devices/ADDR`): the symlink resolved, then walked up past non-PCI
+/// parts (a virtio device hangs below its PCI function).
+pub fn pci_place(host: &Host, dir: &str) -> Option<PciPlace> {
+    let real = std::fs::canonicalize(host.path(dir)).ok()?;
+    let sys = std::fs::canonicalize(host.path("/sys/devices")).ok()?;
+    let rel = real.strip_prefix(&sys).ok()?;
+    let parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    let root = parts.first().filter(|p| p.starts_with("pci"))?.clone();
+    let is_addr = |p: &String| {
+        p.len() == 12 && p.as_bytes().get(4) == Some(&b':') && p.as_bytes().get(7) == Some(&b':')
+    };
+    let chain: Vec<String> = parts[1..]
+        .iter()
+        .take_while(|p| is_addr(p))
+        .cloned()
+        .collect();
+    if chain.is_empty() {
+        return None;
+    }
+    let mut devdir = sys.join(&root);
+    for c in &chain {
+        devdir = devdir.join(c);
+    }
+    let numa = std::fs::read_to_string(devdir.join("numa_node"))
+        .ok()
+        .and_then(|t| t.trim().parse::<i64>().ok())
+        .filter(|n| *n >= 0)
+        .map(|n| n as u32);
+    Some(PciPlace { root, chain, numa })
+}
+
+/// How data gets from one PCI device to another, in `nvidia-smi topo -m` words: PIX (one
+/// PCIe switch), PXB (several), PHB (through the host bridge), NODE (between host
+/// bridges of one NUMA node), SYS (across the inter-socket link).
+pub fn pci_link(a: &PciPlace, b: &PciPlace) -> &'static str {
+    if a.numa.is_some() && b.numa.is_some() && a.numa != b.numa {
+        return "SYS";
+    }
+    if a.root != b.root {
+        return "NODE";
+    }
+    // Shared bridges below the host bridge (the devices themselves are not bridges).
+    let shared = a
+        .chain
+        .iter()
+        .zip(&b.chain)
+        .take_while(|(x, y)| x == y)
+        .count();
+    let shared = shared.min(a.chain.len() - 1).min(b.chain.len() - 1);
+    match shared {
+        0 => "PHB",
+        1 => "PIX",
+        _ => "PXB",
+    }
+}
+
+/// The PCIe path between the capture NIC and each GPU (GPUDirect pipelines).
+pub fn pcie_path(ctx: &Ctx) -> Finding {
+    let f = Finding::new(
+        "pcie-path",
+        "NIC-to-GPU transfers (GPUDirect RDMA, or copies into GPU memory) run at full rate only through a PCIe switch the two share (PIX/PXB); through the host bridge (PHB) or another root complex (NODE) they are slower, and across sockets (SYS) they also load the inter-socket link",
+    );
+    let Some(iface) = ctx.iface.clone() else {
+        return f.skip("no --interface given");
+    };
+    let gpus: Vec<(String, PciPlace)> = ctx
+        .host
+        .list("/sys/bus/pci/devices")
+        .into_iter()
+        .filter(|d| {
+            let class = ctx
+                .host
+                .read(&format!("/sys/bus/pci/devices/{d}/class"))
+                .unwrap_or_default();
+            class.starts_with("0x0300") || class.starts_with("0x0302")
+        })
+        .filter_map(|d| {
+            Some((
+                d.clone(),
+                pci_place(ctx.host, &format!("/sys/bus/pci/devices/{d}"))?,
+            ))
+        })
+        .collect();
+    if gpus.is_empty() {
+        return f.skip("no GPU on the PCI bus");
+    }
+    let Some(nic) = pci_place(ctx.host, &format!("/sys/class/net/{iface}/device")) else {
+        return f.skip(format!("{iface} is not a PCI device"));
+    };
+    let links: Vec<(String, &'static str)> = gpus
+        .iter()
+        .map(|(d, g)| (d.clone(), pci_link(&nic, g)))
+        .collect();
+    let found = links
+        .iter()
+        .map(|(d, l)| format!("GPU {d}: {l}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let best_close = links.iter().any(|(_, l)| matches!(*l, "PIX" | "PXB"));
+    let gpu_pipeline = ctx.needs.as_ref().is_some_and(|n| n.gpu);
+    let status = if best_close || !gpu_pipeline {
+        Status::Ok
+    } else {
+        Status::Warn
+    };
+    f.with(status, found, "PIX or PXB (NIC and GPU behind one PCIe switch)")
+        .fix("move the NIC or the GPU into slots behind the same PCIe switch, or use the GPU closest to the NIC (CUDA_VISIBLE_DEVICES)")
 }

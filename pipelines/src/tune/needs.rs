@@ -38,6 +38,8 @@ pub struct Needs {
     pub busy_poll_us: u64,
     /// True when a receiver relies on UDP GRO (`gro=true`).
     pub udp_gro: bool,
+    /// True when an element works on a GPU (its factory names CUDA or a GPU).
+    pub gpu: bool,
     /// Factories of the elements that decided these needs, for the report.
     pub from: Vec<String>,
 }
@@ -145,6 +147,10 @@ pub fn of_pipeline(pipeline: &gst::Pipeline) -> Needs {
         }
         if !sender && bool_property(&e, "gro") == Some(true) {
             n.udp_gro = true;
+        }
+        if factory.contains("cuda") || factory.contains("gpu") {
+            n.gpu = true;
+            used = true;
         }
         if used && !n.from.contains(&factory) {
             n.from.push(factory);

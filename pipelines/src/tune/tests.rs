@@ -703,3 +703,97 @@ fn apply_writes_the_files_and_rings_of_the_named_interface_only() {
     );
     assert_eq!(t.host.read("/sys/class/net/eth0/mtu").unwrap(), "1500");
 }
+
+#[test]
+fn pcie_path_between_nic_and_gpus() {
+    let t = Tree::new(&[]);
+    // pci0000:00 ── 00:01.0 (switch) ─┬─ 01:00.0 NIC
+    //                                 └─ 02:00.0 GPU A (PIX)
+    // pci0000:40 ── 40:01.0 ── 41:00.0 GPU B (another root complex, node 1)
+    let nic = "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0";
+    let gpu_a = "/sys/devices/pci0000:00/0000:00:01.0/0000:02:00.0";
+    let gpu_b = "/sys/devices/pci0000:40/0000:40:01.0/0000:41:00.0";
+    t.put(&format!("{nic}/class"), "0x020000");
+    t.put(&format!("{nic}/numa_node"), "0");
+    t.put(&format!("{gpu_a}/class"), "0x030200");
+    t.put(&format!("{gpu_a}/numa_node"), "0");
+    t.put(&format!("{gpu_b}/class"), "0x030000");
+    t.put(&format!("{gpu_b}/numa_node"), "1");
+    t.mkdir("/sys/class/net");
+    t.mkdir("/sys/bus/pci/devices");
+    let link = |target: &str, at: &str| {
+        std::os::unix::fs::symlink(
+            t.dir.join(target.trim_start_matches('/')),
+            t.dir.join(at.trim_start_matches('/')),
+        )
+        .unwrap()
+    };
+    // As the kernel lays it out: the interface below its device, `device` pointing up.
+    t.mkdir(&format!("{nic}/net/eth1"));
+    link(&format!("{nic}/net/eth1"), "/sys/class/net/eth1");
+    link(nic, &format!("{nic}/net/eth1/device"));
+    link(nic, "/sys/bus/pci/devices/0000:01:00.0");
+    link(gpu_b, "/sys/bus/pci/devices/0000:41:00.0");
+    let gpu_needs = Needs {
+        gpu: true,
+        ..Default::default()
+    };
+    let f = checks::pcie_path(&ctx(&t, &NoNic, Some("eth1"), Some(gpu_needs.clone())));
+    assert_eq!(f.status, Status::Warn, "{f:?}");
+    assert_eq!(f.found, "GPU 0000:41:00.0: SYS");
+    link(gpu_a, "/sys/bus/pci/devices/0000:02:00.0");
+    let f = checks::pcie_path(&ctx(&t, &NoNic, Some("eth1"), Some(gpu_needs)));
+    assert_eq!(f.status, Status::Ok, "{f:?}");
+    assert_eq!(f.found, "GPU 0000:02:00.0: PIX, GPU 0000:41:00.0: SYS");
+    // Without GPUs, or without a PCI NIC, it says so.
+    let plain = Tree::new(&[]);
+    plain.mkdir("/sys/class/net/lo");
+    assert_eq!(
+        checks::pcie_path(&ctx(&plain, &NoNic, Some("lo"), None)).status,
+        Status::Skip
+    );
+}
+
+#[test]
+fn pci_links_in_nvidia_smi_words() {
+    let place = |root: &str, chain: &[&str], numa: u32| checks::PciPlace {
+        root: root.into(),
+        chain: chain.iter().map(|s| s.to_string()).collect(),
+        numa: Some(numa),
+    };
+    let nic = place(
+        "pci0000:00",
+        &["0000:00:01.0", "0000:01:00.0", "0000:02:00.0"],
+        0,
+    );
+    assert_eq!(
+        checks::pci_link(
+            &nic,
+            &place(
+                "pci0000:00",
+                &["0000:00:01.0", "0000:01:00.0", "0000:02:01.0"],
+                0
+            )
+        ),
+        "PXB"
+    );
+    assert_eq!(
+        checks::pci_link(
+            &nic,
+            &place("pci0000:00", &["0000:00:01.0", "0000:03:00.0"], 0)
+        ),
+        "PIX"
+    );
+    assert_eq!(
+        checks::pci_link(&nic, &place("pci0000:00", &["0000:00:02.0"], 0)),
+        "PHB"
+    );
+    assert_eq!(
+        checks::pci_link(&nic, &place("pci0000:40", &["0000:40:01.0"], 0)),
+        "NODE"
+    );
+    assert_eq!(
+        checks::pci_link(&nic, &place("pci0000:40", &["0000:40:01.0"], 1)),
+        "SYS"
+    );
+}
