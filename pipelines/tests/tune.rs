@@ -107,7 +107,7 @@ fn apply_on_a_fake_root_asks_then_changes_and_check_passes() {
         "0\n",
     );
     let r = root.to_str().unwrap();
-    let pipeline = "fhudpsrc buffer-size=33554432 memory=hugepages pool-size=4 batch-size=16 max-packet-size=8192 ! fakesink";
+    let pipeline = "fhudpsrc buffer-size=33554432 memory=hugepages pool-size=2097152 ! fakesink";
 
     let out = run(
         &["tune", "--check", "--root", r, "--pipeline", pipeline],

@@ -286,7 +286,16 @@ pub fn hugepages(ctx: &Ctx) -> Vec<Finding> {
             .with(
                 status,
                 format!("{free} of {total} free ({default_kb} kB pages)"),
-                format!(">= {need_pages} free ({} MiB of pools)", need_bytes.div_ceil(1 << 20)),
+                format!(
+                    ">= {need_pages} free ({} MiB of pools{})",
+                    need_bytes.div_ceil(1 << 20),
+                    match ctx.needs.as_ref().map(|n| &n.pools_sized_at_start) {
+                        Some(v) if !v.is_empty() => {
+                            format!(", plus the pools {} size at start", v.join(", "))
+                        }
+                        _ => String::new(),
+                    }
+                ),
             )
             .fix(format!("sysctl -w vm.nr_hugepages={target}"))
             .act(

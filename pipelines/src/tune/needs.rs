@@ -38,6 +38,9 @@ pub struct Needs {
     pub busy_poll_us: u64,
     /// True when a receiver relies on UDP GRO (`gro=true`).
     pub udp_gro: bool,
+    /// Elements whose hugepage pool is sized at start (`pool-size=0`), not counted in
+    /// `hugepage_bytes`.
+    pub pools_sized_at_start: Vec<String>,
     /// True when an element works on a GPU (its factory names CUDA or a GPU).
     pub gpu: bool,
     /// Factories of the elements that decided these needs, for the report.
@@ -90,34 +93,31 @@ pub fn of_pipeline(pipeline: &gst::Pipeline) -> Needs {
         if let Some(size) = int_property(&e, "packet-size").filter(|s| *s > 0) {
             n.max_ip_packet = n.max_ip_packet.max(size + IP_UDP_HEADERS);
         }
-        // Pool bytes: slots × (packets per slot × largest packet), where an element says.
-        let slot = match (
-            int_property(&e, "batch-size"),
-            int_property(&e, "max-packet-size").or_else(|| int_property(&e, "packet-size")),
-        ) {
-            (Some(b), Some(p)) => b * p,
-            _ => int_property(&e, "max-heap-size").unwrap_or(0),
-        };
-        let pool = int_property(&e, "pool-size").unwrap_or(0) * slot;
-        match enum_nick(&e, "memory").as_deref() {
+        // `pool-size` is bytes on every Firehose element; 0 means "sized at start from
+        // other properties", which only the element knows: such pools are listed apart.
+        let pool = int_property(&e, "pool-size");
+        let wants_huge = match enum_nick(&e, "memory").as_deref() {
             Some("hugepages") => {
-                n.hugepage_bytes += pool;
                 n.hugepages_required = true;
-                used = true;
+                true
             }
-            Some("auto") => {
-                n.hugepage_bytes += pool;
-                used = true;
+            Some("auto") => true,
+            _ => false,
+        };
+        if wants_huge {
+            match pool {
+                Some(bytes) if bytes > 0 => n.hugepage_bytes += bytes,
+                _ => n.pools_sized_at_start.push(e.name().to_string()),
             }
-            _ => {}
+            used = true;
         }
         if factory.starts_with("fhxdp")
             || factory.starts_with("fhibv")
             || factory.starts_with("fhdpdk")
         {
-            let frames = int_property(&e, "pool-size").unwrap_or(0).max(4096);
+            // UMEM / registered memory: the pool, or at least a ring's worth of frames.
             let frame = int_property(&e, "frame-size").unwrap_or(4096);
-            n.pinned_bytes += frames * frame;
+            n.pinned_bytes += pool.filter(|b| *b > 0).unwrap_or(4096 * frame);
             used = true;
         }
         for prop in ["address", "multicast-group"] {
@@ -169,14 +169,14 @@ mod tests {
         gstfirehose::register_static().unwrap();
         let p = crate::session::parse(
             "fhudpsrc address=239.1.2.3 port=7148 buffer-size=67108864 max-packet-size=8972 \
-             multicast-iface=eth7 pool-size=16 batch-size=64 memory=hugepages ! fakesink",
+             multicast-iface=eth7 pool-size=16777216 memory=hugepages ! fakesink",
         )
         .unwrap();
         let n = of_pipeline(&p);
         assert_eq!(n.rcvbuf, 64 << 20);
         assert_eq!(n.sndbuf, 0);
         assert_eq!(n.max_ip_packet, 9000);
-        assert_eq!(n.hugepage_bytes, 16 * 64 * 8972);
+        assert_eq!(n.hugepage_bytes, 16 << 20);
         assert!(n.hugepages_required);
         assert_eq!(
             n.multicast_groups,
@@ -187,12 +187,15 @@ mod tests {
         assert!(n.udp_gro, "fhudpsrc asks for GRO by default");
         assert_eq!(n.from, vec!["fhudpsrc".to_string()]);
 
-        let p = crate::session::parse("fhtestsrc packet-size=1472 ! fhudpsink buffer-size=4194304")
-            .unwrap();
+        let p = crate::session::parse(
+            "fhtestsrc packet-size=1472 memory=system ! fhudpsink buffer-size=4194304",
+        )
+        .unwrap();
         let n = of_pipeline(&p);
         assert_eq!(n.sndbuf, 4 << 20);
         assert_eq!(n.rcvbuf, 0);
         assert_eq!(n.max_ip_packet, 1500);
         assert!(n.multicast_groups.is_empty());
+        assert_eq!(n.hugepage_bytes, 0, "memory=system wants no hugepages");
     }
 }
