@@ -234,7 +234,7 @@ pub fn socket_buffer(ctx: &Ctx, key: &str, check: &'static str, receive: bool) -
 /// Hugepages: free pages of each size, and per NUMA node of the interface, against the
 /// pool bytes that want hugepages.
 pub fn hugepages(ctx: &Ctx) -> Vec<Finding> {
-    let why = "pools in hugepages take ~8x fewer TLB misses and first-touch faults than 4 KiB pages; a pool asking for hugepages falls back to normal pages (memory=auto) or fails to start (memory=hugepages) when too few are free";
+    let why = "pools in hugepages take far fewer TLB misses and page faults than in 4 KiB pages; a pool asking for hugepages falls back to normal pages (memory=auto) or fails to start (memory=hugepages) when too few are free";
     let f = Finding::new("hugepages", why);
     let sizes = ctx.host.list("/sys/kernel/mm/hugepages");
     if sizes.is_empty() {
@@ -380,7 +380,7 @@ fn iface_numa_node(ctx: &Ctx) -> Option<u32> {
 pub fn memlock(ctx: &Ctx) -> Finding {
     let f = Finding::new(
         "memlock",
-        "AF_XDP UMEM and RDMA memory regions are pinned and count against RLIMIT_MEMLOCK; above it the socket or region cannot be created",
+        "AF_XDP UMEM and RDMA memory regions are pinned and count against RLIMIT_MEMLOCK (unless the process has CAP_IPC_LOCK, as root does); above it the socket or region cannot be created",
     );
     let text = match ctx.host.read("/proc/self/limits") {
         Ok(t) => t,
@@ -420,8 +420,8 @@ pub fn memlock(ctx: &Ctx) -> Finding {
             format!(">= {}", mib(need)),
         )
     } else {
-        // Kernels since 5.11 charge AF_XDP to the memory cgroup instead; older ones need
-        // the limit. Only a warning without a pipeline that pins memory.
+        // Root (CAP_IPC_LOCK) is exempt, a service user is not. Only a warning without a
+        // pipeline that pins memory.
         (
             Status::Warn,
             "unlimited (for fhxdpsrc / fhibvsrc)".to_string(),
