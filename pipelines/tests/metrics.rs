@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -89,26 +88,9 @@ fn prometheus_scrapes_a_live_pipeline() {
         Some(0.0),
         "{body}"
     );
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool: install the Debian package `prometheus`");
-    promtool
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = promtool.wait_with_output().unwrap();
-    assert!(
-        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
-        "promtool: {}{}\n{body}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if let Err(said) = firehose_metrics::promtool::check_metrics(&body) {
+        panic!("promtool: {said}\n{body}");
+    }
 
     // Prometheus itself scrapes it (asking for OpenMetrics) and answers a query.
     let dir = temp_path("prometheus");

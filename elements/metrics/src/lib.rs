@@ -5,6 +5,7 @@
 //!   counter/gauge types; no GStreamer types, unit-tested alone.
 //! - [`http`] serves that text on `GET /metrics` from one thread (localhost by default).
 //! - [`collect`] reads the `stats` property of a pipeline's Firehose elements.
+//! - [`promtool`] runs `promtool check metrics` on an exposition (tests).
 //! - [`tracer`] is `fhmetrics`, a GStreamer tracer that does all of the above for
 //!   gst-launch and embedding applications: `GST_TRACERS="fhmetrics(port=9400)"`.
 //!
@@ -17,6 +18,7 @@ use gst::glib;
 pub mod collect;
 pub mod exposition;
 pub mod http;
+pub mod promtool;
 pub mod tracer;
 
 /// Registers the `fhmetrics` tracer with `plugin`.

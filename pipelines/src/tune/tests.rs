@@ -97,6 +97,11 @@ fn ctx<'a>(t: &'a Tree, nic: &'a dyn Nic, iface: Option<&str>, needs: Option<Nee
     }
 }
 
+/// The status `check` gives on tree `t` without an interface or a pipeline.
+fn status_of(check: fn(&Ctx) -> Finding, t: &Tree) -> Status {
+    check(&ctx(t, &NoNic, None, None)).status
+}
+
 fn write(path: &str, value: &str) -> Action {
     Action::Write {
         path: path.into(),
@@ -284,10 +289,7 @@ fn memlock_against_pinned_memory() {
         checks::memlock(&ctx(&t, &NoNic, None, Some(pins))).status,
         Status::Ok
     );
-    assert_eq!(
-        checks::memlock(&ctx(&Tree::new(&[]), &NoNic, None, None)).status,
-        Status::Skip
-    );
+    assert_eq!(status_of(checks::memlock, &Tree::new(&[])), Status::Skip);
 }
 
 #[test]
@@ -320,16 +322,10 @@ fn governor_per_cpu() {
         "/sys/devices/system/cpu/cpu1/cpufreq/scaling_governor",
         "performance",
     );
-    assert_eq!(
-        checks::governor(&ctx(&t, &NoNic, None, None)).status,
-        Status::Ok
-    );
+    assert_eq!(status_of(checks::governor, &t), Status::Ok);
     let vm = Tree::new(&[]);
     vm.mkdir("/sys/devices/system/cpu/cpu0");
-    assert_eq!(
-        checks::governor(&ctx(&vm, &NoNic, None, None)).status,
-        Status::Skip
-    );
+    assert_eq!(status_of(checks::governor, &vm), Status::Skip);
 }
 
 #[test]
@@ -370,14 +366,8 @@ fn deep_cstates() {
         ]
     );
     t.put("/sys/devices/system/cpu/cpu0/cpuidle/state1/disable", "1");
-    assert_eq!(
-        checks::cstates(&ctx(&t, &NoNic, None, None)).status,
-        Status::Ok
-    );
-    assert_eq!(
-        checks::cstates(&ctx(&Tree::new(&[]), &NoNic, None, None)).status,
-        Status::Skip
-    );
+    assert_eq!(status_of(checks::cstates, &t), Status::Ok);
+    assert_eq!(status_of(checks::cstates, &Tree::new(&[])), Status::Skip);
 }
 
 #[test]
@@ -396,10 +386,7 @@ fn isolated_cpus_from_the_command_line() {
     t.put("/proc/cmdline", "root=/dev/sda1 quiet");
     let f = checks::isolation(&ctx(&t, &NoNic, None, None));
     assert_eq!(f.status, Status::Warn);
-    assert_eq!(
-        checks::isolation(&ctx(&Tree::new(&[]), &NoNic, None, None)).status,
-        Status::Skip
-    );
+    assert_eq!(status_of(checks::isolation, &Tree::new(&[])), Status::Skip);
 }
 
 #[test]
@@ -596,20 +583,11 @@ fn conntrack_loaded_or_not() {
     assert!(f.fix.contains("udp dport 7148 notrack"), "{f:?}");
     t.put("/proc/modules", "veth 40960 0 - Live 0x0\n");
     t.mkdir("/proc/sys/net");
-    assert_eq!(
-        checks::conntrack(&ctx(&t, &NoNic, None, None)).status,
-        Status::Ok
-    );
+    assert_eq!(status_of(checks::conntrack, &t), Status::Ok);
     // Built in: no module line, but the sysctl is there.
     t.put("/proc/sys/net/netfilter/nf_conntrack_count", "3");
-    assert_eq!(
-        checks::conntrack(&ctx(&t, &NoNic, None, None)).status,
-        Status::Warn
-    );
-    assert_eq!(
-        checks::conntrack(&ctx(&Tree::new(&[]), &NoNic, None, None)).status,
-        Status::Skip
-    );
+    assert_eq!(status_of(checks::conntrack, &t), Status::Warn);
+    assert_eq!(status_of(checks::conntrack, &Tree::new(&[])), Status::Skip);
 }
 
 #[test]
