@@ -341,6 +341,11 @@ pub fn hugepages(ctx: &Ctx) -> Vec<Finding> {
                     ),
                 );
             nf.check = "hugepages-numa";
+            // Pages reserved on the node count globally too: with a node known, --apply
+            // reserves them there only, not twice.
+            if !nf.actions.is_empty() {
+                out[0].actions.clear();
+            }
             out.push(nf);
         }
     }
@@ -1011,7 +1016,12 @@ pub fn conntrack(ctx: &Ctx) -> Finding {
         .map(|n| n.ports.clone())
         .unwrap_or_default();
     let port = ports.first().map_or("PORT".to_string(), |p| p.to_string());
-    f.with(Status::Warn, "nf_conntrack loaded", "the capture port exempt (NOTRACK)")
+    // Firewall rules live in netlink, not in files: an existing exemption is not seen.
+    f.with(
+        Status::Warn,
+        format!("nf_conntrack loaded (firewall rules not read: ignore if port {port} is already notrack)"),
+        "the capture port exempt (NOTRACK)",
+    )
         .fix(format!("nft add table inet raw; nft add chain inet raw prerouting '{{ type filter hook prerouting priority -300; }}'; nft add rule inet raw prerouting udp dport {port} notrack"))
         .persist("save the rule in /etc/nftables.conf")
 }
