@@ -1,6 +1,7 @@
 //! The `firehose` command: run Firehose GStreamer pipelines with live statistics
-//! (`launch`), check a loopback capture end to end (`demo`) and compare receivers and
-//! writers (`bench`). The Firehose elements are registered statically, so no
+//! (`launch`, with `--metrics` for Prometheus), check a loopback capture end to end
+//! (`demo`), compare receivers and writers (`bench`) and check or tune the host
+//! (`tune`). The Firehose elements are registered statically, so no
 //! GST_PLUGIN_PATH is needed.
 
 mod args;
