@@ -591,9 +591,22 @@ pub fn isolation(ctx: &Ctx) -> Finding {
 /// The IRQs of the interface's queues: from the device's MSI list, else from
 /// /proc/interrupts lines naming the interface.
 fn iface_irqs(ctx: &Ctx, iface: &str) -> Vec<u32> {
-    // A PCI NIC lists its MSI vectors; a virtio NIC's are on its parent PCI device.
+    // A PCI NIC lists its MSI vectors; a virtio NIC's are on its parent PCI function
+    // (only then: a PCI NIC's parent is a bridge, whose vectors are the bridge's own).
+    let virtio = std::fs::canonicalize(ctx.host.path(&format!("/sys/class/net/{iface}/device")))
+        .ok()
+        .and_then(|p| {
+            p.file_name()
+                .map(|n| n.to_string_lossy().starts_with("virtio"))
+        })
+        .unwrap_or(false);
+    let dirs: &[&str] = if virtio {
+        &["device/msi_irqs", "device/../msi_irqs"]
+    } else {
+        &["device/msi_irqs"]
+    };
     let mut irqs: Vec<u32> = Vec::new();
-    for dir in ["device/msi_irqs", "device/../msi_irqs"] {
+    for dir in dirs {
         irqs = ctx
             .host
             .list(&format!("/sys/class/net/{iface}/{dir}"))

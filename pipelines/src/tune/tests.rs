@@ -775,3 +775,47 @@ fn pci_links_in_nvidia_smi_words() {
         "SYS"
     );
 }
+
+#[test]
+fn virtio_irqs_are_on_the_parent_function_pci_ones_are_not() {
+    let t = Tree::new(&[
+        ("/proc/irq/37/smp_affinity_list", "0-1"),
+        ("/proc/irq/24/smp_affinity_list", "0-1"),
+    ]);
+    let link = |target: &str, at: &str| {
+        t.mkdir(at.rsplit_once('/').unwrap().0);
+        std::os::unix::fs::symlink(
+            t.dir.join(target.trim_start_matches('/')),
+            t.dir.join(at.trim_start_matches('/')),
+        )
+        .unwrap()
+    };
+    // virtio: the net device hangs below virtio2, whose PCI function has the vectors.
+    t.mkdir("/sys/devices/pci0000:00/0000:00:03.0/msi_irqs/37");
+    t.mkdir("/sys/devices/pci0000:00/0000:00:03.0/virtio2/net/eth0");
+    link(
+        "/sys/devices/pci0000:00/0000:00:03.0/virtio2/net/eth0",
+        "/sys/class/net/eth0",
+    );
+    link(
+        "/sys/devices/pci0000:00/0000:00:03.0/virtio2",
+        "/sys/devices/pci0000:00/0000:00:03.0/virtio2/net/eth0/device",
+    );
+    let v = checks::irq_affinity(&ctx(&t, &NoNic, Some("eth0"), None));
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].found, "IRQ 37 on CPUs 0-1");
+    // A PCI NIC without MSI: its bridge's vectors (24) are not the NIC's.
+    t.mkdir("/sys/devices/pci0000:00/0000:00:01.0/msi_irqs/24");
+    t.mkdir("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/net/eth1");
+    link(
+        "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/net/eth1",
+        "/sys/class/net/eth1",
+    );
+    link(
+        "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0",
+        "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/net/eth1/device",
+    );
+    let v = checks::irq_affinity(&ctx(&t, &NoNic, Some("eth1"), None));
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].status, Status::Skip, "{v:?}");
+}
