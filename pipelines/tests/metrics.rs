@@ -160,6 +160,14 @@ fn prometheus_scrapes_a_live_pipeline() {
         assert!(Instant::now() < deadline, "no counter metadata: {meta}");
         std::thread::sleep(Duration::from_millis(200));
     }
+    // The info sample (OpenMetrics type info) carries the pool's memory as a label.
+    let (_, json) = get(
+        web,
+        "/api/v1/query?query=firehose_element_info%7Belement%3D%22src%22%7D",
+        "application/json",
+    )
+    .unwrap();
+    assert!(json.contains("\"memory\":\""), "{json}");
     let (_, targets) = get(web, "/api/v1/targets", "application/json").unwrap();
     assert!(targets.contains("\"health\":\"up\""), "{targets}");
 

@@ -51,6 +51,13 @@ pub fn integer_fields(s: &gst::StructureRef) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// The string fields of a stats structure (`memory=system`, `xdp-mode=native`).
+pub fn text_fields(s: &gst::StructureRef) -> Vec<(String, String)> {
+    s.iter()
+        .filter_map(|(name, v)| Some((name.to_string(), v.get::<String>().ok()?)))
+        .collect()
+}
+
 /// The name of the top-level bin (normally the pipeline) holding `element`.
 pub fn top_level_name(element: &gst::Element) -> String {
     let mut top: gst::Object = element.clone().upcast();
@@ -72,6 +79,7 @@ pub fn sample(element: &gst::Element) -> Option<Sample> {
             .map(|f| f.name().to_string())
             .unwrap_or_default(),
         values: integer_fields(&s),
+        info: text_fields(&s),
     })
 }
 
@@ -93,6 +101,10 @@ mod tests {
             .field("signed", -2i64)
             .field("xdp-mode", "native")
             .build();
+        assert_eq!(
+            text_fields(&s),
+            vec![("xdp-mode".to_string(), "native".to_string())]
+        );
         assert_eq!(
             integer_fields(&s),
             vec![

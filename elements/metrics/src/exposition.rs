@@ -256,6 +256,79 @@ pub struct Sample {
     pub factory: String,
     /// `(stats field, value)`, integer fields only.
     pub values: Vec<(String, u64)>,
+    /// `(stats field, text)`: the text fields (`memory=system`, `xdp-mode=native`),
+    /// exported as labels of one `firehose_element_info` sample.
+    pub info: Vec<(String, String)>,
+}
+
+/// Family of the per-element info sample (OpenMetrics type `info`).
+pub const INFO_FAMILY: &str = "firehose_element";
+
+/// Label names the info sample may not take: the identity labels, and Prometheus's.
+fn reserved_label(name: &str) -> bool {
+    matches!(name, "pipeline" | "element" | "factory") || name.starts_with("__")
+}
+
+/// A stats field as a label name: `[a-zA-Z_][a-zA-Z0-9_]*`.
+pub fn label_name(field: &str) -> String {
+    let mut name: String = field
+        .chars()
+        .map(|ch| if ch.is_ascii_alphanumeric() { ch } else { '_' })
+        .collect();
+    if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
+        name.insert(0, '_');
+    }
+    name
+}
+
+/// Writes `{pipeline="…",element="…",factory="…"[,extra…]}`.
+fn write_labels(s: &Sample, extra: &[(String, &str)], out: &mut String) {
+    out.push_str("{pipeline=\"");
+    escape_label(&s.pipeline, out);
+    out.push_str("\",element=\"");
+    escape_label(&s.element, out);
+    out.push_str("\",factory=\"");
+    escape_label(&s.factory, out);
+    out.push('"');
+    for (name, value) in extra {
+        out.push(',');
+        out.push_str(name);
+        out.push_str("=\"");
+        escape_label(value, out);
+        out.push('"');
+    }
+    out.push('}');
+}
+
+/// Writes the info family: one sample (value 1) per element that has text fields.
+fn write_info(samples: &[&Sample], format: Format, out: &mut String) {
+    let with_info: Vec<&&Sample> = samples.iter().filter(|s| !s.info.is_empty()).collect();
+    if with_info.is_empty() {
+        return;
+    }
+    let sample_name = format!("{INFO_FAMILY}_info");
+    let (header, type_name) = match format {
+        Format::OpenMetrics => (INFO_FAMILY, "info"),
+        // 0.0.4 has no info type: the convention is a gauge named *_info, always 1.
+        Format::Prometheus => (sample_name.as_str(), "gauge"),
+    };
+    let _ = writeln!(out, "# TYPE {header} {type_name}");
+    let _ = writeln!(
+        out,
+        "# HELP {header} Text settings an element reports in its stats (memory, modes)"
+    );
+    for s in with_info {
+        let mut extra: Vec<(String, &str)> = Vec::new();
+        for (field, text) in &s.info {
+            let name = label_name(field);
+            if !reserved_label(&name) && !extra.iter().any(|(n, _)| *n == name) {
+                extra.push((name, text));
+            }
+        }
+        out.push_str(&sample_name);
+        write_labels(s, &extra, out);
+        out.push_str(" 1\n");
+    }
 }
 
 /// Escapes a label value: backslash, double quote and newline, as both formats require.
@@ -290,10 +363,12 @@ pub fn encode(samples: &[Sample], format: Format) -> String {
     type Family<'a> = (&'a str, Vec<(usize, u64)>);
     let mut families: BTreeMap<String, Family> = BTreeMap::new();
     let mut seen = std::collections::HashSet::new();
+    let mut unique: Vec<&Sample> = Vec::new();
     for (i, s) in samples.iter().enumerate() {
         if !seen.insert((&s.pipeline, &s.element)) {
             continue;
         }
+        unique.push(s);
         for (stat, value) in &s.values {
             let entry = families
                 .entry(family_name(stat))
@@ -305,6 +380,7 @@ pub fn encode(samples: &[Sample], format: Format) -> String {
         }
     }
     let mut out = String::new();
+    write_info(&unique, format, &mut out);
     for (family, (stat, values)) in &families {
         let kind = kind_of(stat);
         let (type_name, sample_name) = match (kind, format) {
@@ -328,13 +404,8 @@ pub fn encode(samples: &[Sample], format: Format) -> String {
         for (i, value) in values {
             let s = &samples[*i];
             out.push_str(&sample_name);
-            out.push_str("{pipeline=\"");
-            escape_label(&s.pipeline, &mut out);
-            out.push_str("\",element=\"");
-            escape_label(&s.element, &mut out);
-            out.push_str("\",factory=\"");
-            escape_label(&s.factory, &mut out);
-            out.push_str("\"} ");
+            write_labels(s, &[], &mut out);
+            out.push(' ');
             write_value(stat, *value, &mut out);
             out.push('\n');
         }
@@ -355,7 +426,38 @@ mod tests {
             element: element.into(),
             factory: "fhudpsrc".into(),
             values: values.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            info: Vec::new(),
         }
+    }
+
+    #[test]
+    fn text_fields_become_one_info_sample() {
+        let mut s = sample("p", "rx", &[("packets", 1)]);
+        s.info = vec![
+            ("memory".into(), "system".into()),
+            ("xdp-mode".into(), "native \"drv\"".into()),
+            // Never overrides an identity label.
+            ("element".into(), "spoof".into()),
+        ];
+        let plain = sample("p", "sink", &[("packets", 1)]);
+        let text = encode(&[s.clone(), plain.clone()], Format::OpenMetrics);
+        assert!(text.starts_with("# TYPE firehose_element info\n"), "{text}");
+        assert!(text.contains(
+            "firehose_element_info{pipeline=\"p\",element=\"rx\",factory=\"fhudpsrc\",memory=\"system\",xdp_mode=\"native \\\"drv\\\"\"} 1\n"
+        ), "{text}");
+        assert_eq!(
+            text.matches("firehose_element_info{").count(),
+            1,
+            "only elements with text fields"
+        );
+        let text = encode(&[s, plain], Format::Prometheus);
+        assert!(
+            text.starts_with("# TYPE firehose_element_info gauge\n"),
+            "{text}"
+        );
+        assert_eq!(label_name("9x-y"), "_9x_y");
+        // No text fields anywhere: no info family at all.
+        assert!(!encode(&[sample("p", "e", &[])], Format::OpenMetrics).contains("info"));
     }
 
     #[test]

@@ -246,6 +246,7 @@ mod tests {
                     element: "e".into(),
                     factory: "f".into(),
                     values: vec![("packets".into(), 5)],
+                    info: Vec::new(),
                 }],
                 f,
             )

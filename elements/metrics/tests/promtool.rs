@@ -20,12 +20,17 @@ fn every_series_passes_promtool() {
             element: "fhudpsrc0".into(),
             factory: "fhudpsrc".into(),
             values: values.clone(),
+            info: vec![
+                ("memory".into(), "hugepages".into()),
+                ("xdp-mode".into(), "native".into()),
+            ],
         },
         Sample {
             pipeline: "pipeline \"two\"".into(),
             element: "rx\\1".into(),
             factory: String::new(),
             values,
+            info: Vec::new(),
         },
     ];
     let text = encode(&samples, Format::Prometheus);

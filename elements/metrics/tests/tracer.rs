@@ -63,6 +63,13 @@ fn tracer_serves_a_pipelines_counters() {
     assert!(body.contains("pipeline=\"capture\""), "{body}");
     assert!(body.contains("factory=\"fhtestsrc\""), "{body}");
     assert!(body.contains("# TYPE firehose_pool_in_use gauge"), "{body}");
+    // The pool's memory (a text field) is a label of the info sample.
+    assert!(
+        body.contains(
+            "firehose_element_info{pipeline=\"capture\",element=\"src\",factory=\"fhtestsrc\",memory=\""
+        ),
+        "{body}"
+    );
     // The stock fakesink has a `stats` structure too, but not ours: not exported.
     assert!(!body.contains("element=\"sink\""), "{body}");
     assert!(body.ends_with("# EOF\n"));
