@@ -182,7 +182,17 @@ pub const SERIES: &[Series] = &[
     ),
     g("consumers", "Consumers attached now"),
     g("in-flight", "Buffers or transfers in flight now"),
-    g("descriptors", "Descriptors in the device ring"),
+    c("descriptors", "SPEAD descriptor heaps received"),
+    c("rx-dropped", "Packets the kernel dropped for an AF_XDP socket (XDP_STATISTICS)"),
+    c("rx-invalid-descs", "Invalid descriptors on an AF_XDP receive ring"),
+    c("rx-ring-full", "Packets dropped because an AF_XDP receive ring was full"),
+    c("rx-fill-ring-empty-descs", "Times an AF_XDP fill ring was found empty"),
+    c("imissed", "Packets the NIC missed for lack of receive descriptors (DPDK)"),
+    c("ierrors", "Erroneous packets the NIC received (DPDK)"),
+    c("rx-nombuf", "Receive buffer allocation failures (DPDK)"),
+    c("drops-tx", "Packets the device did not accept for sending (DPDK)"),
+    c("completion-errors", "Work completions with an error status (ibverbs)"),
+    c("bytes-uncopied", "Bytes passed on in the source's own memory although downstream proposed its memory (no free slot)"),
 ];
 
 /// The table entry of stats field `stat`, if it is a known one.
