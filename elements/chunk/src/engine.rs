@@ -10,6 +10,9 @@
 //!      newest seen) → dropped, `too-old`; a whole window's worth of such messages in a
 //!      row means the sender restarted its counter, and the window starts again
 //!      (`resyncs`);
+//!    - a chunk far ahead ([`FAR_WINDOWS`] windows, at least [`FAR_CHUNKS`] chunks) →
+//!      dropped, `too-far`, until [`JUMP_CONFIRM`] messages in a row ask for chunks
+//!      there (a lying or random id must not end every open chunk);
 //!    - a chunk newer than the newest → the window advances and chunks that fall out of
 //!      it are emitted, oldest first;
 //!    - [`Placement::Drop`] → `drops-handler`; [`Placement::End`] → every open chunk is
@@ -110,7 +113,11 @@ struct OpenChunk {
 
 /// Why a placement did not give a slot.
 enum Unplaced {
+    /// The message is dropped: its later packets too, without a new placement.
     Drop(DropReason),
+    /// This packet alone lies about where its payload goes (`malformed`): dropped
+    /// without a trace, so it cannot cost the real packets of its message anything.
+    Lies,
     End,
 }
 
@@ -139,6 +146,9 @@ pub struct ChunkAssembler {
     ended: bool,
     /// Messages placed too old in a row (see [`ChunkStats::resyncs`]).
     stale_run: usize,
+    /// Messages in a row whose chunk lay beyond the whole window, near the first of
+    /// them (its chunk id, how many): see [`JUMP_CONFIRM`].
+    jump: Option<(u64, usize)>,
     /// Copy payloads with streaming stores ([`STREAMING_MIN_CHUNK_BYTES`]).
     streaming: bool,
     /// The handler allows receiving straight into chunks ([`ChunkAssembler::plan`]).
@@ -171,6 +181,17 @@ struct Target {
 /// chunks; up to this size a cached copy costs no more, and leaves the chunk in cache
 /// for a consumer that reads it soon. Figures in docs/benchmarks.md.
 pub const STREAMING_MIN_CHUNK_BYTES: usize = 4 << 20;
+
+/// Messages in a row, for chunks near each other far ahead of the newest one, that move
+/// the window there. Why 8: a stream that jumped (a paused sender, a timestamp-placed
+/// stream after a gap) loses its first 7 messages there; a packet with a lying id
+/// between the messages of the real stream never gets that far.
+pub const JUMP_CONFIRM: usize = 8;
+/// How many windows ahead of the newest chunk is far (see [`JUMP_CONFIRM`]): chunks
+/// lost whole within that distance move the window at once, as spead2's does.
+pub const FAR_WINDOWS: u64 = 4;
+/// The least distance, in chunks, that is far.
+pub const FAR_CHUNKS: u64 = 64;
 
 /// Payloads shorter than this are copied as usual even into large chunks: the partial
 /// lines at their ends (cached stores, so read from memory first) weigh more: on the
@@ -221,6 +242,7 @@ impl ChunkAssembler {
             clock: None,
             ended: false,
             stale_run: 0,
+            jump: None,
             streaming: handler.copies_payload_unchanged()
                 && cfg.chunk_bytes() > STREAMING_MIN_CHUNK_BYTES,
             can_land,
@@ -298,6 +320,19 @@ impl ChunkAssembler {
         Flow::Continue
     }
 
+    /// True when the packet's payload lies within a slot and within its message as the
+    /// packet itself describes them. (Whether it lies within the packet is checked where
+    /// it is copied: a landed payload is not in the bytes the engine is shown.)
+    fn fits_alone(&self, facts: &PacketFacts) -> bool {
+        let p = &facts.payload;
+        let end = facts.message_offset.checked_add(p.len());
+        p.start <= p.end
+            && end.is_some_and(|e| e <= self.cfg.slot_size)
+            && facts
+                .message_len
+                .is_none_or(|l| l <= self.cfg.slot_size && end.is_some_and(|e| e <= l))
+    }
+
     /// The slot position of the packet's message, placing it on its first packet; `Err`
     /// when the packet is dropped (and counted) or ends the stream.
     fn route(
@@ -317,6 +352,10 @@ impl ChunkAssembler {
                 Err(Unplaced::Drop(reason)) => {
                     self.stats.count(reason);
                     self.remember_drop(facts.message_id, reason);
+                    Err(Flow::Continue)
+                }
+                Err(Unplaced::Lies) => {
+                    self.stats.malformed += 1;
                     Err(Flow::Continue)
                 }
                 Err(Unplaced::End) => {
@@ -361,6 +400,7 @@ impl ChunkAssembler {
 
     fn forget(&mut self) {
         self.stale_run = 0;
+        self.jump = None;
         self.reserved = None;
         self.shape = crate::landing::Shape::default();
         self.table.clear();
@@ -390,6 +430,11 @@ impl ChunkAssembler {
         {
             return Err(Unplaced::Drop(DropReason::Malformed));
         }
+        // Every bound a packet can be checked against alone comes before anything that
+        // moves the window or opens a chunk: a lying packet touches no state.
+        if !self.fits_alone(facts) {
+            return Err(Unplaced::Lies);
+        }
         let w = match self.chunk(chunk_id, out) {
             Ok(w) => w,
             Err(DropReason::TooOld) if self.stale_run + 1 >= self.resync_after() => {
@@ -408,6 +453,7 @@ impl ChunkAssembler {
             }
         };
         self.stale_run = 0;
+        self.jump = None;
         let pos = w * self.cfg.slots_per_chunk + index;
         let st = self.states[pos];
         match st.status {
@@ -482,6 +528,9 @@ impl ChunkAssembler {
                 }
             }
             Some(head) => {
+                if chunk_id - head >= self.far() && !self.confirm_jump(chunk_id) {
+                    return Err(DropReason::TooFar);
+                }
                 // Every chunk that no longer fits behind the new head leaves, in order.
                 let keep_from = chunk_id - (max - 1).min(chunk_id);
                 let oldest = head.saturating_sub(max - 1);
@@ -495,6 +544,31 @@ impl ChunkAssembler {
             None => self.head = Some(chunk_id),
         }
         self.open(chunk_id, w)
+    }
+
+    /// How far ahead of the newest chunk a message's chunk must lie to be held back
+    /// ([`JUMP_CONFIRM`]): [`FAR_WINDOWS`] windows, at least [`FAR_CHUNKS`] chunks.
+    /// Nearer jumps (whole chunks lost) move the window at once.
+    fn far(&self) -> u64 {
+        (FAR_WINDOWS * self.cfg.max_chunks as u64).max(FAR_CHUNKS)
+    }
+
+    /// A message for `chunk_id`, [`ChunkAssembler::far`] ahead: true once [`JUMP_CONFIRM`]
+    /// messages in a row asked for chunks within a window of each other (the stream
+    /// really moved on: a sender that paused, or restarted ahead); until then each is
+    /// dropped, so a lone packet with a random or lying id cannot end every open chunk.
+    fn confirm_jump(&mut self, chunk_id: u64) -> bool {
+        let max = self.cfg.max_chunks as u64;
+        let (to, run) = match self.jump {
+            Some((to, run)) if chunk_id.abs_diff(to) < max => (to, run + 1),
+            _ => (chunk_id, 1),
+        };
+        if run >= JUMP_CONFIRM {
+            self.jump = None;
+            return true;
+        }
+        self.jump = Some((to, run));
+        false
     }
 
     fn open(&mut self, chunk_id: u64, w: usize) -> Result<usize, DropReason> {

@@ -79,6 +79,14 @@ impl ChunkFront {
         Ok(())
     }
 
+    /// Makes the engine wait for a pool chunk when all are in use (instead of dropping),
+    /// until flushing: `when-full=auto` in an element whose upstream turned out not to
+    /// be live (a replay, a file), decided once the caps arrive
+    /// ([`firehose_core::props::WhenFull::blocks_for`]).
+    pub fn block_when_full(&self, engine: &mut ChunkAssembler) {
+        engine.set_blocking(Some(self.flushing.clone()));
+    }
+
     /// Sets or clears the flushing flag; setting it also wakes a streaming thread that
     /// waits for a pool chunk, so that it returns (flush-start, stop, unlock).
     pub fn set_flushing(&self, on: bool) {

@@ -92,6 +92,14 @@ pub enum RegionError {
     },
     /// A zero-sized region was asked for.
     Empty,
+    /// More than the machine has available: refused before mapping (pre-faulting it
+    /// would push the machine into swap or the OOM killer first).
+    TooLarge {
+        /// Bytes asked for.
+        bytes: usize,
+        /// `MemAvailable` when we asked.
+        available: usize,
+    },
     /// A memory provider other than anonymous memory failed (shared segment, device
     /// registration): what it was, and what to do.
     Provider {
@@ -120,6 +128,12 @@ impl fmt::Display for RegionError {
                 write!(f, "could not map {bytes} bytes of pool memory: {error}")
             }
             RegionError::Empty => write!(f, "a memory region of 0 bytes was requested"),
+            RegionError::TooLarge { bytes, available } => write!(
+                f,
+                "{bytes} bytes of pool memory asked for, but only {available} are available \
+                 (MemAvailable in /proc/meminfo): lower pool-size (or the sizes it is made of), \
+                 or free memory first"
+            ),
             RegionError::Provider { reason } => f.write_str(reason),
         }
     }
@@ -184,6 +198,7 @@ impl MemoryRegion {
             }
         }
         let plen = round_up(len, page_size());
+        check_available(plen)?;
         let ptr = map(plen, false).map_err(|e| RegionError::Mmap {
             bytes: plen,
             error: e.to_string(),
@@ -433,6 +448,16 @@ fn meminfo_field(name: &str) -> Option<usize> {
         .and_then(|v| v.parse().ok())
 }
 
+/// Refuses `bytes` of normal pages when the kernel says fewer are available
+/// (`MemAvailable`), before anything is mapped or faulted. Where /proc does not say,
+/// the mapping itself decides.
+pub fn check_available(bytes: usize) -> Result<(), RegionError> {
+    match meminfo_field("MemAvailable").map(|kib| kib.saturating_mul(1024)) {
+        Some(available) if bytes > available => Err(RegionError::TooLarge { bytes, available }),
+        _ => Ok(()),
+    }
+}
+
 /// The default hugepage size in bytes (2 MiB when /proc does not say).
 pub fn hugepage_size() -> usize {
     meminfo_field("Hugepagesize").map_or(2 << 20, |kib| kib * 1024)
@@ -451,6 +476,25 @@ pub fn hugepages_total() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn more_than_the_machine_has_is_refused_before_mapping() {
+        let available = meminfo_field("MemAvailable").expect("Linux has MemAvailable") * 1024;
+        let asked = available.saturating_mul(4).max(1 << 40);
+        let t0 = std::time::Instant::now();
+        match MemoryRegion::allocate(asked, HugepagePolicy::Off) {
+            Err(RegionError::TooLarge { bytes, .. }) => assert!(bytes >= asked),
+            other => panic!("{:?}", other.map(|r| r.len())),
+        }
+        // Nothing was pre-faulted on the way.
+        assert!(t0.elapsed() < std::time::Duration::from_secs(1));
+        let text = RegionError::TooLarge {
+            bytes: 10,
+            available: 5,
+        }
+        .to_string();
+        assert!(text.contains("lower pool-size"), "{text}");
+    }
 
     #[test]
     fn streaming_copy_copies_every_byte_and_no_other() {

@@ -15,9 +15,84 @@ pub fn iface_index(name: &str) -> Result<u32, String> {
     }
 }
 
+/// Watches the interface a running capture receives on: whether it still exists (with
+/// the same index: deleted and made again is another interface) and is up. Checked at
+/// most every [`LinkWatch::EVERY`], from a receive loop that found nothing to read, so a
+/// busy capture never pays for it.
+#[derive(Debug)]
+pub struct LinkWatch {
+    name: String,
+    index: u32,
+    next: std::time::Instant,
+}
+
+impl LinkWatch {
+    /// How often [`LinkWatch::check`] looks.
+    pub const EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+    /// Watches `name`, which has index `index` now.
+    pub fn new(name: &str, index: u32) -> Self {
+        Self {
+            name: name.to_owned(),
+            index,
+            next: std::time::Instant::now() + Self::EVERY,
+        }
+    }
+
+    /// `Err` with a message naming the interface once it is gone, replaced or down.
+    pub fn check(&mut self, now: std::time::Instant) -> Result<(), String> {
+        if now < self.next {
+            return Ok(());
+        }
+        self.next = now + Self::EVERY;
+        let name = &self.name;
+        match iface_index(name) {
+            Ok(i) if i == self.index => {}
+            Ok(_) => {
+                return Err(format!(
+                    "network interface '{name}' was deleted and made again under the \
+                     capture: it can no longer receive. Restart the capture"
+                ))
+            }
+            Err(_) => {
+                return Err(format!(
+                    "network interface '{name}' disappeared under the capture (deleted, \
+                     renamed or its driver unloaded): it can no longer receive"
+                ))
+            }
+        }
+        // IFF_UP, as `ip link` shows it; where sysfs does not say, assume up.
+        let flags = std::fs::read_to_string(format!("/sys/class/net/{name}/flags"))
+            .ok()
+            .and_then(|t| u32::from_str_radix(t.trim().trim_start_matches("0x"), 16).ok());
+        if flags.is_some_and(|f| f & libc::IFF_UP as u32 == 0) {
+            return Err(format!(
+                "network interface '{name}' went down under the capture: it receives \
+                 nothing until it is up again (ip link set {name} up), then restart the capture"
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_watch_sees_loopback_up_and_a_missing_interface_gone() {
+        let later = std::time::Instant::now() + LinkWatch::EVERY * 2;
+        let mut lo = LinkWatch::new("lo", iface_index("lo").unwrap());
+        assert_eq!(lo.check(later), Ok(()));
+        let mut gone = LinkWatch::new("nosuchif0", 1234);
+        assert_eq!(gone.check(std::time::Instant::now()), Ok(()), "not due yet");
+        assert!(gone
+            .check(later)
+            .unwrap_err()
+            .contains("'nosuchif0' disappeared"));
+        let mut other = LinkWatch::new("lo", iface_index("lo").unwrap() + 1000);
+        assert!(other.check(later).unwrap_err().contains("made again"));
+    }
 
     #[test]
     fn loopback_has_an_index_and_unknown_names_are_named_in_the_error() {

@@ -1,6 +1,7 @@
 //! Property enums shared by Firehose elements (GObject enum types).
 
 use gst::glib;
+use gst::prelude::*;
 
 use crate::memory::HugepagePolicy;
 
@@ -34,18 +35,52 @@ impl From<Hugepages> for HugepagePolicy {
     }
 }
 
-/// `when-full=drop|block`: what a source does when its pool has no free slot.
+/// `when-full=auto|drop|block`: what an element does when its pool or queue has no
+/// room.
 #[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
 #[repr(u32)]
 #[enum_type(name = "GstFirehoseWhenFull")]
 pub enum WhenFull {
     /// Keep receiving, drop what does not fit and count it (`drops-pool`): live default.
-    #[default]
     #[enum_value(name = "Drop: receive and count as drops-pool (live)", nick = "drop")]
     Drop = 0,
     /// Wait for a slot (the kernel socket buffer absorbs, then drops: `drops-kernel`).
     #[enum_value(name = "Block: wait for a free slot", nick = "block")]
     Block = 1,
+    /// Block when the data comes from a source that is not live (a replay, a file: it
+    /// can wait, and dropping would lose data for nothing), drop when it is live (a
+    /// network: waiting would only move the loss into the kernel).
+    #[default]
+    #[enum_value(
+        name = "Auto: block when upstream is not live (replay, files), drop when it is",
+        nick = "auto"
+    )]
+    Auto = 2,
+}
+
+impl WhenFull {
+    /// Whether to wait when full, given whether the data's source is live (a source
+    /// element asks this of itself).
+    pub fn blocks(self, live: bool) -> bool {
+        match self {
+            WhenFull::Drop => false,
+            WhenFull::Block => true,
+            WhenFull::Auto => !live,
+        }
+    }
+
+    /// [`WhenFull::blocks`] for an element downstream of `sinkpad`, which asks upstream
+    /// with a latency query (answered once upstream is prerolling or playing: call it
+    /// when the caps or the first buffer arrive). An upstream that does not answer is
+    /// taken as live: dropping and counting is what a capture did before `auto`.
+    pub fn blocks_for(self, sinkpad: &gst::Pad) -> bool {
+        if self != WhenFull::Auto {
+            return self.blocks(true);
+        }
+        let mut q = gst::query::Latency::new();
+        let live = !sinkpad.peer_query(&mut q) || q.result().0;
+        self.blocks(live)
+    }
 }
 
 /// `memory=auto|hugepages|system`: what backs an element's pool (see

@@ -77,6 +77,7 @@ impl MemoryProvider for SharedSegment {
             return Err(RegionError::Empty);
         }
         let len = round_up(len, page_size());
+        crate::memory::check_available(len)?;
         let fail = |what: &str| RegionError::Provider {
             reason: format!(
                 "could not make a {len}-byte shared memory segment ({what}: {}); check \

@@ -87,6 +87,10 @@ pub mod names {
     /// Packets for a chunk that had already left the window, or for a message already
     /// ended incomplete (chunk engines).
     pub const TOO_OLD: &str = "too-old";
+    /// Packets of messages whose chunk lay so far ahead that the window would have left
+    /// every open chunk behind, until enough messages in a row agree on the jump (chunk
+    /// engines).
+    pub const TOO_FAR: &str = "too-far";
     /// Packets of messages the packet handler chose not to place (chunk engines).
     pub const DROPS_HANDLER: &str = "drops-handler";
     /// Times a chunk engine started its window again after a window's worth of

@@ -339,9 +339,62 @@ fn release_locked(reg: &mut Registry, names: &[String]) {
     }
 }
 
-/// Runs `rte_eal_init` on its own thread (it re-pins its caller).
+/// The EAL's runtime directory for `argv`'s file prefix, as DPDK names it: under
+/// `/var/run/dpdk` for root, else `$XDG_RUNTIME_DIR/dpdk` (or `/tmp/dpdk`). `None` when
+/// the prefix is not ours (`firehose-<pid>`): a directory the user named is theirs.
+pub fn own_runtime_dir(argv: &[String]) -> Option<std::path::PathBuf> {
+    let ours = format!("firehose-{}", std::process::id());
+    let prefix = argv.iter().find_map(|a| a.strip_prefix("--file-prefix="))?;
+    if prefix != ours {
+        return None;
+    }
+    // SAFETY: getuid cannot fail.
+    let base = if unsafe { libc::getuid() } == 0 {
+        std::path::PathBuf::from("/var/run")
+    } else {
+        std::env::var_os("XDG_RUNTIME_DIR").map_or_else(|| "/tmp".into(), Into::into)
+    };
+    Some(base.join("dpdk").join(prefix))
+}
+
+/// Our runtime directory while the EAL runs, removed when the process exits.
+static RUNTIME_DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+extern "C" fn remove_runtime_dir_at_exit() {
+    // No unwinding out of an atexit handler.
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(dir) = RUNTIME_DIR.get() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    });
+}
+
+/// Has `dir` removed when the process exits (once: the EAL runs once per process).
+fn remove_at_exit(dir: std::path::PathBuf) {
+    if RUNTIME_DIR.set(dir).is_ok() {
+        // SAFETY: registers a plain extern "C" function with no arguments.
+        unsafe { libc::atexit(remove_runtime_dir_at_exit) };
+    }
+}
+
+/// Runs `rte_eal_init` on its own thread (it re-pins its caller). The runtime directory
+/// the EAL makes is removed on every exit path: at once when the start failed, at
+/// process exit otherwise.
 fn eal_init(args: &EalArgs) -> Result<(), DpdkError> {
     let argv = args.argv();
+    let runtime = own_runtime_dir(&argv);
+    let result = eal_init_argv(args, argv);
+    match (&result, runtime) {
+        (Err(_), Some(dir)) => {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        (Ok(()), Some(dir)) => remove_at_exit(dir),
+        _ => {}
+    }
+    result
+}
+
+fn eal_init_argv(args: &EalArgs, argv: Vec<String>) -> Result<(), DpdkError> {
     let shown = argv[1..].join(" ");
     let result = std::thread::Builder::new()
         .name("fh-dpdk-eal".into())

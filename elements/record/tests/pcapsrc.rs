@@ -253,6 +253,27 @@ fn missing_and_foreign_files_fail_at_start_with_the_reason() {
 }
 
 #[test]
+fn a_capture_of_an_unsupported_link_type_is_an_error_that_names_it() {
+    let dir = TempDir::new("src-link");
+    let path = dir.join("wifi.pcap");
+    let mut f = classic_pcap(
+        &[(T0, frame("10.0.0.1:5", "10.0.0.2:7148", b"x"))],
+        false,
+        false,
+    );
+    // Link type 105 (IEEE 802.11): the last field of the file header.
+    f[20..24].copy_from_slice(&105u32.to_le_bytes());
+    std::fs::write(&path, f).unwrap();
+    let (got, _, r) = replay(
+        &format!("location={}", path.display()),
+        Duration::from_secs(10),
+    );
+    let e = r.unwrap_err();
+    assert!(e.contains("link type 105 is not supported"), "{e}");
+    assert!(got.is_empty());
+}
+
+#[test]
 fn a_bad_rate_fails_at_start_and_an_empty_match_never_spins() {
     let dir = TempDir::new("src-rate-errors");
     let path = dir.join("x.pcap");

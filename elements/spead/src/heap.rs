@@ -2,11 +2,10 @@
 //! holds the heap's payload; [`HeapMeta`] says what is in it.
 
 use std::ops::Range;
-use std::sync::Arc;
 
 use firehose_core::meta::message::Message;
 
-use crate::descriptor::Descriptor;
+use crate::descset::DescriptorSet;
 use crate::wire::Flavour;
 
 /// The value of one item of a heap.
@@ -37,7 +36,7 @@ pub struct HeapInfo {
     /// The heap's items (in the order of their pointers; DESCRIPTOR items included).
     pub items: Vec<HeapItem>,
     /// Every descriptor known on the stream so far (shared, not copied per heap).
-    pub descriptors: Arc<[Descriptor]>,
+    pub descriptors: DescriptorSet,
     /// All of HEAP_LENGTH arrived.
     pub complete: bool,
     /// The payload byte ranges that did arrive (one range when complete).

@@ -16,7 +16,7 @@ use crate::reassembly::{Config, Counts, Emitted, Heap, Reassembler};
 use crate::wire::ctrl;
 
 /// The counters `stats` lists for heaps, besides the receiver's.
-pub const COUNTERS: &str = "packets, heaps, bytes, heaps-incomplete, malformed, too-large, out-of-order-dropped, duplicated, drops-pool, pool-*, descriptors";
+pub const COUNTERS: &str = "packets, heaps, bytes, heaps-incomplete, malformed, too-large, out-of-order-dropped, duplicated, drops-pool, pool-*, descriptors, descriptors-dropped";
 
 firehose_core::counters! {
     /// The reassembler's counts and pool accounting, mirrored once per buffer or receive
@@ -36,6 +36,7 @@ firehose_core::counters! {
         pool_high_water: names::POOL_HIGH_WATER,
         pool_exhausted: names::POOL_EXHAUSTED,
         descriptors: "descriptors",
+        descriptors_dropped: "descriptors-dropped",
     }
 }
 
@@ -58,6 +59,7 @@ impl HeapCounters {
         self.pool_high_water.set(p.high_water as u64);
         self.pool_exhausted.set(p.exhausted);
         self.descriptors.set(engine.descriptors().len() as u64);
+        self.descriptors_dropped.set(c.descriptors_dropped);
     }
 
     /// The stats structure; `memory` is the pool's memory kind once started.
@@ -85,6 +87,7 @@ pub fn new_reassembler(
         max_heap_size: s.max_heap_size as usize,
         pool_size: s.pool_size,
         hugepages: s.memory.into(),
+        max_descriptors: s.max_descriptors as usize,
     };
     let engine = Reassembler::new(&config).map_err(|e| match e {
         // Already says how to reserve hugepages.

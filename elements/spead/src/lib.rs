@@ -18,6 +18,7 @@ use gst::glib;
 pub mod chunk;
 pub mod depay;
 pub mod descriptor;
+pub mod descset;
 pub mod heap;
 mod heapout;
 pub mod pay;

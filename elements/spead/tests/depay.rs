@@ -266,7 +266,7 @@ fn descriptors_reach_the_meta() {
     let buf = h.pull().unwrap();
     check_heap_prefix(&buf);
     let meta = buf.meta::<HeapMeta>().unwrap();
-    assert_eq!(&meta.info().descriptors[..], &[d]);
+    assert_eq!(meta.info().descriptors.to_vec(), [d]);
     assert_eq!(field(&stats(&h), "descriptors"), 1);
 }
 

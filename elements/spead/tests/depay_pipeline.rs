@@ -174,7 +174,7 @@ fn run_with_junk(
             Some(ItemValue::Bytes(r)) => assert!(map[r.clone()] == pattern(cnt, ITEM)[..]),
             other => panic!("{other:?}"),
         }
-        assert_eq!(&info.descriptors[..], std::slice::from_ref(&desc));
+        assert_eq!(info.descriptors.to_vec(), std::slice::from_ref(&desc));
         assert!(buf.pts().is_some(), "PTS of the first packet's batch");
         let kind = buffer_memory_kind(buf);
         assert!(kind.is_some(), "pool memory");

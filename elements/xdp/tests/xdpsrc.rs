@@ -499,3 +499,58 @@ fn batches_are_copied_once_into_the_memory_downstream_proposes() {
     assert!(field(&s, names::BYTES_COPIED) >= 1000, "{s}");
     assert_eq!(s.get::<String>("memory-copied-into").unwrap(), "shared");
 }
+
+/// Runs `fhxdpsrc ! fakesink` on `pair`, receiving, then does `fault` to the interface:
+/// the pipeline must end with an error containing `want` within 5 s.
+fn fault_ends_the_capture(pair: &VethPair, fault: &[&str], want: &str) {
+    init();
+    let port = 7320u16;
+    let pipeline = gst::parse::launch(&format!(
+        "fhxdpsrc name=src interface={} port={port} hugepages=off ! fakesink",
+        pair.host_if
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    let bus = pipeline.bus().unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    send_stream(pair, port, 64, 200);
+    let src = pipeline.by_name("src").unwrap();
+    let t0 = Instant::now();
+    while field(&stats(&src), names::PACKETS) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "nothing received");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    firehose_testkit::netns::ip(fault).unwrap();
+    let msg = bus
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(5),
+            &[gst::MessageType::Error, gst::MessageType::Eos],
+        )
+        .expect("an error within 5 s of the fault, not a capture that goes on");
+    pipeline.set_state(gst::State::Null).unwrap();
+    match msg.view() {
+        gst::MessageView::Error(e) => {
+            let text = e.error().to_string();
+            assert!(
+                text.contains(want) && text.contains(&pair.host_if),
+                "{text}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_interface_deleted_under_the_capture_is_an_error_naming_it() {
+    let pair = VethPair::create("d").expect("needs root and iproute2");
+    let host = pair.host_if.clone();
+    fault_ends_the_capture(&pair, &["link", "del", &host], "disappeared");
+}
+
+#[test]
+fn an_interface_taken_down_under_the_capture_is_an_error_naming_it() {
+    let pair = VethPair::create("w").expect("needs root and iproute2");
+    let host = pair.host_if.clone();
+    fault_ends_the_capture(&pair, &["link", "set", &host, "down"], "went down");
+}

@@ -11,6 +11,7 @@
 
 pub mod child;
 pub mod floor;
+pub mod gpu;
 pub mod receiver;
 pub mod record;
 pub mod report;
@@ -57,6 +58,9 @@ pub enum BenchCommand {
     /// fhrecordsink (raw and pcap) against fio (O_DIRECT, libaio, several writes in
     /// flight) and filesink, on one filesystem.
     Record(RecordArgs),
+    /// fhcudaupload's host-to-device throughput against a raw pinned cuMemcpyHtoDAsync
+    /// loop of the same sizes (needs the CUDA driver and a GPU).
+    Gpu(gpu::GpuArgs),
 }
 
 /// How many times, and where the results go: every benchmark's.
@@ -234,6 +238,7 @@ pub fn run(cmd: BenchCommand) -> i32 {
         BenchCommand::Spead(a) => spead(a),
         BenchCommand::Bypass(a) => bypass(a),
         BenchCommand::Record(a) => record(a),
+        BenchCommand::Gpu(a) => gpu::run(a),
     }
 }
 

@@ -233,7 +233,7 @@ fn writers(o: &Options) -> Vec<(String, String, PathBuf)> {
     };
     let rec = |format: &str, path: &Path| {
         format!(
-            "fhrecordsink name=rec format={format} location={} block-size={} when-full=block",
+            "fhrecordsink name=rec format={format} location={} block-size={} when-full=block overwrite=true",
             path.display(),
             o.block_size
         )

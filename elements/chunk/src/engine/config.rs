@@ -121,11 +121,15 @@ pub struct ChunkStats {
     pub drops_handler: u64,
     /// Packets dropped because their chunk got no pool slot.
     pub drops_pool: u64,
+    /// Packets of messages whose chunk lay beyond the whole window, dropped until
+    /// enough messages in a row confirmed the jump (a lying or random chunk id must not
+    /// end every open chunk).
+    pub too_far: u64,
 }
 
 impl ChunkStats {
     /// How many counters [`ChunkStats::fields`] gives.
-    pub const COUNT: usize = 12;
+    pub const COUNT: usize = 13;
 
     /// The counters as `(name, value)` pairs, for [`firehose_core::stats::structure`].
     pub fn fields(&self) -> [(&'static str, u64); Self::COUNT] {
@@ -142,6 +146,7 @@ impl ChunkStats {
             (names::DROPS_HANDLER, self.drops_handler),
             (names::DROPS_POOL, self.drops_pool),
             (names::RESYNCS, self.resyncs),
+            (names::TOO_FAR, self.too_far),
         ]
     }
 
@@ -153,6 +158,7 @@ impl ChunkStats {
             + self.duplicated
             + self.drops_handler
             + self.drops_pool
+            + self.too_far
     }
 
     pub(super) fn count(&mut self, reason: DropReason) {
@@ -162,6 +168,7 @@ impl ChunkStats {
             DropReason::Handler => self.drops_handler += 1,
             DropReason::Pool => self.drops_pool += 1,
             DropReason::Duplicated => self.duplicated += 1,
+            DropReason::TooFar => self.too_far += 1,
         }
     }
 }

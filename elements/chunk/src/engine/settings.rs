@@ -75,7 +75,7 @@ impl Default for ChunkSettings {
             packet_payload_size: 0,
             pool: PoolAsk::Bytes(0),
             memory: Memory::Auto,
-            when_full: WhenFull::Drop,
+            when_full: WhenFull::Auto,
         }
     }
 }
@@ -154,7 +154,7 @@ impl ChunkSettings {
             hugepages,
             glib::ParamSpecEnum::builder::<WhenFull>("when-full")
                 .nick("When full")
-                .blurb("When a chunk opens and every pool chunk is in use downstream: drop its packets (count drops-pool) or block")
+                .blurb("When a chunk opens and every pool chunk is in use downstream: drop its packets (count drops-pool) or block; auto blocks when upstream is not live (replay, files) and drops when it is")
                 .mutable_ready()
                 .build(),
         ]
@@ -287,6 +287,9 @@ impl ChunkSettings {
             slot_size,
             host.pool.kind().as_str()
         );
+        // `auto` is decided once upstream says whether it is live
+        // ([`crate::front::ChunkFront::decide_blocking`]); a live source of its own
+        // (fhudpchunksrc) leaves it dropping.
         if self.when_full == WhenFull::Block {
             host.engine.set_blocking(Some(cancel.clone()));
         }

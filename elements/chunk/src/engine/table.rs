@@ -20,6 +20,9 @@ pub(crate) enum DropReason {
     Pool,
     /// The message was already complete (`duplicated`).
     Duplicated,
+    /// The message's chunk lies beyond the whole window and the jump is not yet
+    /// confirmed (`too-far`).
+    TooFar,
 }
 
 /// Where the packets of a message go.

@@ -256,16 +256,63 @@ fn reordering_within_the_window_is_placed_and_older_is_too_old() {
 }
 
 #[test]
-fn a_big_jump_emits_the_whole_window() {
+fn a_confirmed_big_jump_emits_the_whole_window() {
     let mut e = engine(3);
     let mut out = Vec::new();
     for id in [0, 4, 8] {
         e.push(&whole(id), &mut out);
     }
-    e.push(&whole(4000), &mut out);
+    // Beyond the whole window: held back until JUMP_CONFIRM messages in a row agree.
+    for k in 0..JUMP_CONFIRM as u64 {
+        assert!(out.is_empty(), "message {k} of the jump ended chunks");
+        e.push(&whole(4000 + k), &mut out);
+    }
     assert_eq!(ids(&out), [0, 1, 2]);
+    assert_eq!(e.stats().too_far, JUMP_CONFIRM as u64 - 1);
     e.push(&whole(4), &mut out);
     assert_eq!(e.stats().too_old, 1);
+}
+
+#[test]
+fn lying_ids_between_the_real_messages_end_no_chunk() {
+    let mut e = engine(3);
+    let mut rng = firehose_core::testing::Xorshift(7);
+    let mut packets = Vec::new();
+    for id in 0..24u64 {
+        packets.push(whole(id));
+        // A random far id, and one just far enough: neither may move the window.
+        packets.push(whole(1000 + rng.next_u64() % (1 << 40)));
+        packets.push(whole((id / SPC as u64 + FAR_CHUNKS) * SPC as u64));
+    }
+    let out = run(&mut e, &packets);
+    assert_eq!(ids(&out), (0..6).collect::<Vec<_>>());
+    assert!(
+        out.iter().all(|c| c.info.is_complete()),
+        "every real chunk whole"
+    );
+    let s = e.stats();
+    assert_eq!(s.too_far, 48);
+    assert_eq!(s.packets_seen(), packets.len() as u64);
+}
+
+#[test]
+fn a_packet_that_cannot_fit_its_slot_touches_no_state() {
+    let mut e = engine(2);
+    let mut out = Vec::new();
+    e.push(&whole(0), &mut out);
+    // Chunk 1 (would advance the window), but its payload lies past the slot, or past
+    // the message length it gives, or the length exceeds a slot.
+    e.push(&pkt(5, SLOT as u16, SLOT as u16 - 2, &[1; 4]), &mut out);
+    e.push(&pkt(6, 4, 2, &[1; 4]), &mut out);
+    e.push(&pkt(7, SLOT as u16 + 1, 0, &[1; 4]), &mut out);
+    assert_eq!(e.stats().malformed, 3);
+    // Nothing moved: message 5 is still new, chunk 0 still open.
+    e.push(&whole(5), &mut out);
+    e.push(&whole(1), &mut out);
+    assert!(out.is_empty());
+    let out = run(&mut e, &[]);
+    assert_eq!(ids(&out), [0, 1]);
+    assert_eq!(missing(&out[0]), [2, 3]);
 }
 
 #[test]

@@ -62,6 +62,24 @@ fn be16(b: &[u8], i: usize) -> Option<u16> {
     Some(u16::from_be_bytes([*b.get(i)?, *b.get(i + 1)?]))
 }
 
+/// True for the link types [`datagram`] decodes: Ethernet (VLAN tags included), Linux
+/// cooked captures (SLL, SLL2), raw IP and BSD loopback.
+pub fn link_supported(linktype: u16) -> bool {
+    matches!(
+        linktype,
+        LINKTYPE_ETHERNET
+            | LINKTYPE_LINUX_SLL
+            | LINKTYPE_LINUX_SLL2
+            | LINKTYPE_NULL
+            | LINKTYPE_LOOP
+            | LINKTYPE_RAW
+            | DLT_RAW_12
+            | DLT_RAW_14
+            | LINKTYPE_IPV4
+            | LINKTYPE_IPV6
+    )
+}
+
 /// Decodes the UDP datagram in `frame` of link type `linktype`.
 pub fn datagram(linktype: u16, frame: &[u8]) -> Result<Datagram<'_>, Skip> {
     let (ethertype, ip) = match linktype {

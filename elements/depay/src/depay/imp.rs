@@ -9,6 +9,7 @@ use firehose_chunk::front::{self, ChunkFront};
 use firehose_chunk::{ChunkAssembler, Flow, StatsMirror};
 use firehose_core::alloc;
 use firehose_core::caps as fcaps;
+use firehose_core::props::WhenFull;
 use firehose_core::stats::{self, StatsInterval, StatsTimer};
 use gst::glib;
 use gst::prelude::*;
@@ -159,17 +160,26 @@ impl FhDepay {
         }
     }
 
-    /// Once the output caps are set, downstream may propose the memory chunks are cut
-    /// from (shared segments, pinned pages): the engine switches to it before its first
-    /// packet. False when the proposed memory could not be had (an element error says
-    /// why).
+    /// Once the output caps are set, `when-full=auto` learns whether upstream is live
+    /// (not live: wait for a pool chunk rather than drop), and downstream may propose
+    /// the memory chunks are cut from (shared segments, pinned pages): the engine
+    /// switches to it before its first packet. False when the proposed memory could not
+    /// be had (an element error says why).
     fn decide_allocation(&self, caps: &gst::Caps) -> bool {
-        let Some(query) = alloc::query_downstream(&self.srcpad, caps) else {
+        // Asked of upstream before the state lock is taken.
+        let when_full = lock(&self.settings).chunk.when_full;
+        let block = when_full == WhenFull::Auto && when_full.blocks_for(&self.sinkpad);
+        let query = alloc::query_downstream(&self.srcpad, caps);
+        let obj = self.obj();
+        let mut guard = lock(&self.state);
+        let Some(state) = guard.as_mut() else {
             return true;
         };
-        let obj = self.obj();
-        match lock(&self.state).as_mut() {
-            Some(state) => self
+        if block {
+            self.front.block_when_full(&mut state.engine);
+        }
+        match query {
+            Some(query) => self
                 .front
                 .decide_allocation(obj.upcast_ref(), &query, &mut state.engine)
                 .map_err(|e| e.log_with_imp(self))

@@ -57,7 +57,7 @@ impl Default for Settings {
             timestamps: true,
             output: Output::Batch,
             caps: None,
-            when_full: WhenFull::Drop,
+            when_full: WhenFull::Auto,
             pool: PoolSettings::new(&POOL),
             stats_interval: StatsInterval::default(),
         }
@@ -136,14 +136,16 @@ impl UdpSrc {
             let need = state.rx.per_msg();
             if state.arena.as_ref().is_none_or(|a| a.remaining() < need) {
                 state.arena = None;
-                let slot = match state.when_full {
-                    WhenFull::Drop => state.pool.try_acquire(),
-                    WhenFull::Block => Some(
+                // A network source is live: `auto` drops.
+                let slot = if state.when_full.blocks(true) {
+                    Some(
                         state
                             .pool
                             .acquire_blocking(self.live.flag(), Duration::from_millis(100))
                             .ok_or(gst::FlowError::Flushing)?,
-                    ),
+                    )
+                } else {
+                    state.pool.try_acquire()
                 };
                 match slot {
                     Some(slot) => state.arena = Some(SlotArena::new(slot)),
@@ -256,7 +258,7 @@ impl ObjectImpl for UdpSrc {
                 .build(),
             glib::ParamSpecEnum::builder::<WhenFull>("when-full")
                 .nick("When full")
-                .blurb("When every pool slot is in use downstream: drop (count drops-pool) or block")
+                .blurb("When every pool slot is in use downstream: drop (count drops-pool) or block; auto drops (a network source is live)")
                 .mutable_ready()
                 .build(),
         ]);

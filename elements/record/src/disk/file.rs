@@ -61,6 +61,24 @@ pub struct Placed {
     pub len: usize,
 }
 
+/// Opens `path` for writing a capture, never through a symbolic link (`O_NOFOLLOW`:
+/// `ELOOP`, so a link planted where a capture will go cannot point the recording at
+/// another file). Without `overwrite` the file must not exist (`O_EXCL`: `EEXIST`, so
+/// an earlier capture is never lost); with it, an existing file is truncated. `flags`
+/// are added (`O_DIRECT`).
+pub fn open_for_writing(path: &Path, overwrite: bool, flags: i32) -> io::Result<File> {
+    let mut o = OpenOptions::new();
+    o.write(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | flags);
+    if overwrite {
+        o.create(true).truncate(true);
+    } else {
+        o.create_new(true);
+    }
+    o.open(path)
+}
+
 /// `O_DIRECT` was asked for but the filesystem refused it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirectRefused {
@@ -69,28 +87,32 @@ pub struct DirectRefused {
 }
 
 impl DiskFile {
-    /// Creates (or truncates) `path`. With `direct`, tries `O_DIRECT` first. With
-    /// `preallocate > 0`, keeps that many bytes reserved on disk ahead of the write
+    /// Creates `path` ([`open_for_writing`]: a file that exists is an error unless
+    /// `overwrite`, a symbolic link always is). With `direct`, tries `O_DIRECT` first.
+    /// With `preallocate > 0`, keeps that many bytes reserved on disk ahead of the write
     /// position (see [`DiskFile::write_block`]).
     pub fn create(
         path: &Path,
         direct: bool,
         preallocate: u64,
+        overwrite: bool,
     ) -> io::Result<(Self, Option<DirectRefused>)> {
-        let open = |flags: i32| {
-            OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o644)
-                .custom_flags(flags)
-                .open(path)
-        };
+        // Created (or truncated) first without O_DIRECT: a filesystem that refuses
+        // O_DIRECT (ramfs) creates the file before it fails the open, and the buffered
+        // retry would then find it there. O_DIRECT goes on a second open of the same
+        // file, through its descriptor (the magic link cannot be swapped for another).
+        let plain = open_for_writing(path, overwrite, 0)?;
         let (file, direct, refused) = if direct {
-            match open(libc::O_DIRECT) {
+            use std::os::fd::AsRawFd;
+            let same = format!("/proc/self/fd/{}", plain.as_raw_fd());
+            match OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(&same)
+            {
                 Ok(f) => (f, true, None),
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (
-                    open(0)?,
+                    plain,
                     false,
                     Some(DirectRefused {
                         path: path.to_owned(),
@@ -99,7 +121,7 @@ impl DiskFile {
                 Err(e) => return Err(e),
             }
         } else {
-            (open(0)?, false, None)
+            (plain, false, None)
         };
         Ok((
             Self {
@@ -344,7 +366,7 @@ mod tests {
         })
         .unwrap();
         let mut slot = pool.try_acquire().unwrap();
-        let (mut f, _) = DiskFile::create(&path, true, 1 << 20).unwrap();
+        let (mut f, _) = DiskFile::create(&path, true, 1 << 20, true).unwrap();
         let block = slot.as_mut_full();
         block.fill(b'a');
         f.write_block(block, 2 * ALIGN).unwrap();

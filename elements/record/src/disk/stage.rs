@@ -202,6 +202,7 @@ mod tests {
         let mut writer = Writer::spawn(
             WriterConfig {
                 direct: true,
+                overwrite: true,
                 ..Default::default()
             },
             16,

@@ -56,6 +56,8 @@ pub struct WriterConfig {
     pub ring: u32,
     /// Direct writes in flight at once (0 or 1: one at a time).
     pub depth: u32,
+    /// Replace files that exist; otherwise opening one is an error (`EEXIST`).
+    pub overwrite: bool,
 }
 
 /// How far past the end of the blocks in flight a file's size is moved, in blocks per
@@ -466,10 +468,11 @@ fn open_file(
     index: Option<(PathBuf, Vec<u8>)>,
     config: &WriterConfig,
 ) -> io::Result<(Open, bool)> {
-    let (file, refused) = DiskFile::create(path, config.direct, config.preallocate)?;
+    let (file, refused) =
+        DiskFile::create(path, config.direct, config.preallocate, config.overwrite)?;
     let index = match index {
         Some((p, header)) => {
-            let mut f = File::create(&p)?;
+            let mut f = super::file::open_for_writing(&p, config.overwrite, 0)?;
             f.write_all(&header)?;
             Some((f, p))
         }
@@ -523,6 +526,7 @@ mod tests {
             WriterConfig {
                 direct: true,
                 depth: 4,
+                overwrite: true,
                 ..Default::default()
             },
             64,

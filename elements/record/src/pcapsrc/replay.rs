@@ -127,6 +127,21 @@ impl Replay {
             let Some(rec) = self.reader.next_record()? else {
                 return Ok(None);
             };
+            if !link::link_supported(rec.linktype) {
+                // Not a damaged record but a capture of another kind: every record of
+                // that interface would be skipped, and the replay would end "fine"
+                // having sent nothing.
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "link type {} is not supported: fhpcapsrc reads captures of \
+                         Ethernet (1), Linux cooked (113, 276), raw IP (101, 12, 14, 228, \
+                         229) and loopback (0, 108) interfaces; re-capture on such an \
+                         interface, e.g. tcpdump -i any or -i eth0",
+                        rec.linktype
+                    ),
+                ));
+            }
             match link::datagram(rec.linktype, rec.data) {
                 Ok(d) if self.filter.accepts(d.dst) => {
                     let Some(out) = dst.get_mut(..d.payload.len()) else {

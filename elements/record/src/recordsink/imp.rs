@@ -52,6 +52,7 @@ struct Settings {
     block_size: u32,
     queue_size: u64,
     direct: bool,
+    overwrite: bool,
     io_depth: u32,
     preallocate: u64,
     max_size: u64,
@@ -75,6 +76,7 @@ impl Default for Settings {
             block_size: DEFAULT_BLOCK_SIZE,
             queue_size: DEFAULT_QUEUE_SIZE,
             direct: true,
+            overwrite: false,
             io_depth: DEFAULT_IO_DEPTH,
             preallocate: DEFAULT_PREALLOCATE,
             max_size: 0,
@@ -82,7 +84,7 @@ impl Default for Settings {
             max_files: 0,
             fsync: Fsync::None,
             fsync_bytes: DEFAULT_FSYNC_BYTES,
-            when_full: WhenFull::Drop,
+            when_full: WhenFull::Auto,
             memory: Memory::Auto,
             stats_source: None,
             stats_interval: StatsInterval::default(),
@@ -97,6 +99,9 @@ struct State {
     enc: Encoder,
     template: Template,
     next_index: u64,
+    /// Whether a full queue waits: `when-full`, with `auto` resolved at the first buffer
+    /// by whether upstream is live.
+    wait: Option<bool>,
     /// When the open file was opened (`None`: no file open).
     opened: Option<Instant>,
     /// Bytes every file starts with, and the most a file's trailer takes.
@@ -168,7 +173,28 @@ impl RecordSink {
     /// The error to post for a failed write: the path, what happened, and the fix.
     fn write_error(e: &WriteError) -> gst::ErrorMessage {
         let path = e.path.display();
-        if e.is_disk_full() {
+        if e.error.raw_os_error() == Some(libc::EEXIST) {
+            gst::error_msg!(
+                gst::ResourceError::OpenWrite,
+                (
+                    "{} exists: fhrecordsink never overwrites a file. Set overwrite=true to \
+                     replace it, choose another location, or put %d in the location so that \
+                     numbered files continue after those present",
+                    path
+                ),
+                ["{}", e.error]
+            )
+        } else if e.error.raw_os_error() == Some(libc::ELOOP) {
+            gst::error_msg!(
+                gst::ResourceError::OpenWrite,
+                (
+                    "{} is a symbolic link: fhrecordsink does not write through links (one \
+                     could point the recording at any file). Give the real path",
+                    path
+                ),
+                ["{}", e.error]
+            )
+        } else if e.is_disk_full() {
             gst::error_msg!(
                 gst::ResourceError::NoSpaceLeft,
                 (
@@ -208,7 +234,12 @@ impl RecordSink {
     }
 
     fn open_next(&self, state: &mut State) {
-        let name = state.template.render(state.next_index, SystemTime::now());
+        let now = SystemTime::now();
+        if !state.settings.overwrite {
+            // Numbered files continue after those present: never onto a capture.
+            state.next_index = first_free(&state.template, state.next_index, now);
+        }
+        let name = state.template.render(state.next_index, now);
         state.next_index += 1;
         let path = PathBuf::from(name);
         let index = state.enc.index_header().map(|h| {
@@ -301,6 +332,20 @@ impl RecordSink {
             )
         })?;
         let template = Template::parse(&location).map_err(settings_error)?;
+        if !settings.overwrite && !template.has_index() {
+            // Said at start, not at the first buffer: the name is known now.
+            let path = template.render(0, SystemTime::now());
+            if std::fs::symlink_metadata(&path).is_ok() {
+                return Err(gst::error_msg!(
+                    gst::ResourceError::OpenWrite,
+                    (
+                        "{} exists: fhrecordsink never overwrites a file. Set overwrite=true \
+                         to replace it, or choose another location",
+                        path
+                    )
+                ));
+            }
+        }
         let rotates = settings.max_size > 0 || settings.max_duration > 0;
         if rotates && !template.has_index() {
             return Err(settings_error(format!(
@@ -369,6 +414,7 @@ impl RecordSink {
             WriterConfig {
                 direct: settings.direct,
                 preallocate: settings.preallocate,
+                overwrite: settings.overwrite,
                 fsync,
                 ring: settings.max_files,
                 // Never more writes in flight than blocks to fill: one is being staged.
@@ -396,6 +442,7 @@ impl RecordSink {
             enc,
             template,
             next_index: 0,
+            wait: None,
             opened: None,
             header_len,
             trailer_len,
@@ -425,6 +472,7 @@ impl ObjectImpl for RecordSink {
             "block-size" => s.block_size = value.get().expect("type checked upstream"),
             "queue-size" => s.queue_size = value.get().expect("type checked upstream"),
             "direct" => s.direct = value.get().expect("type checked upstream"),
+            "overwrite" => s.overwrite = value.get().expect("type checked upstream"),
             "io-depth" => s.io_depth = value.get().expect("type checked upstream"),
             "preallocate" => s.preallocate = value.get().expect("type checked upstream"),
             "max-size" => s.max_size = value.get().expect("type checked upstream"),
@@ -454,6 +502,7 @@ impl ObjectImpl for RecordSink {
             "block-size" => s.block_size.to_value(),
             "queue-size" => s.queue_size.to_value(),
             "direct" => s.direct.to_value(),
+            "overwrite" => s.overwrite.to_value(),
             "io-depth" => s.io_depth.to_value(),
             "preallocate" => s.preallocate.to_value(),
             "max-size" => s.max_size.to_value(),
@@ -576,7 +625,10 @@ impl BaseSinkImpl for RecordSink {
         if state.opened.is_none() {
             self.open_next(state);
         }
-        let wait = state.settings.when_full == WhenFull::Block;
+        let when_full = state.settings.when_full;
+        let wait = *state.wait.get_or_insert_with(|| {
+            when_full.blocks_for(&self.obj().static_pad("sink").expect("sink pad"))
+        });
         match state.stage.reserve(bound, wait, &self.flushing) {
             Reserve::Ok => {}
             Reserve::Full => {
@@ -615,4 +667,17 @@ impl BaseSinkImpl for RecordSink {
         }
         Ok(gst::FlowSuccess::Ok)
     }
+}
+
+/// The first file number from `from` whose file (named by `template` at `now`) does not
+/// exist yet; `from` itself when the template has no number.
+fn first_free(template: &Template, from: u64, now: SystemTime) -> u64 {
+    if !template.has_index() {
+        return from;
+    }
+    // Bounded: a directory with a million numbered captures is an operator's choice,
+    // and the open then says the file exists.
+    (from..from.saturating_add(1 << 20))
+        .find(|&i| std::fs::symlink_metadata(template.render(i, now)).is_err())
+        .unwrap_or(from)
 }

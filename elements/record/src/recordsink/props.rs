@@ -54,6 +54,12 @@ pub fn specs() -> Vec<glib::ParamSpec> {
             .default_value(true)
             .mutable_ready()
             .build(),
+        glib::ParamSpecBoolean::builder("overwrite")
+            .nick("Overwrite")
+            .blurb("Replace files that exist. false: a location without %d that exists is an error at start, and numbered files continue after those present. Symbolic links are never followed either way")
+            .default_value(false)
+            .mutable_ready()
+            .build(),
         glib::ParamSpecUInt::builder("io-depth")
             .nick("I/O depth")
             .blurb("Direct block writes in flight at once (the file's size runs up to 2 x io-depth blocks ahead of the data while recording; 1 = one write at a time, and a killed recording's open file ends exactly at its last whole block)")
@@ -97,7 +103,7 @@ pub fn specs() -> Vec<glib::ParamSpec> {
             .build(),
         glib::ParamSpecEnum::builder::<WhenFull>("when-full")
             .nick("When full")
-            .blurb("When the disk falls behind and the queue is full: drop whole buffers (counted as drops-disk) or block the streaming thread")
+            .blurb("When the disk falls behind and the queue is full: drop whole buffers (counted as drops-disk) or block the streaming thread; auto blocks when upstream is not live (a replay, a file: nothing is lost) and drops when it is (a live capture must not stall its source)")
             .mutable_ready()
             .build(),
         memory,

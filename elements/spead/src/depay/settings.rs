@@ -32,6 +32,7 @@ pub(crate) struct Settings {
     pub incomplete: IncompletePolicy,
     pub max_heap_size: u64,
     pub stop_is_eos: bool,
+    pub max_descriptors: u32,
     pub memory: Memory,
     pub pool_size: u64,
     pub stats_interval: StatsInterval,
@@ -55,6 +56,7 @@ impl Default for Settings {
             incomplete: IncompletePolicy::Drop,
             max_heap_size: DEFAULT_MAX_HEAP_SIZE as u64,
             stop_is_eos: true,
+            max_descriptors: crate::descset::DEFAULT_MAX_DESCRIPTORS as u32,
             memory: Memory::Auto,
             pool_size: 0,
             stats_interval: StatsInterval::default(),
@@ -81,6 +83,7 @@ impl Settings {
             "incomplete" => self.incomplete = value.get().unwrap(),
             "max-heap-size" => self.max_heap_size = value.get().unwrap(),
             "stop-is-eos" => self.stop_is_eos = value.get().unwrap(),
+            "max-descriptors" => self.max_descriptors = value.get().unwrap(),
             "memory" | "hugepages" => {
                 props::set_memory(&mut self.memory, name, value);
             }
@@ -107,6 +110,7 @@ impl Settings {
             "incomplete" => self.incomplete.to_value(),
             "max-heap-size" => self.max_heap_size.to_value(),
             "stop-is-eos" => self.stop_is_eos.to_value(),
+            "max-descriptors" => self.max_descriptors.to_value(),
             "memory" | "hugepages" => {
                 props::memory_value(self.memory, name).expect("a memory property")
             }
@@ -233,8 +237,16 @@ fn build_properties() -> Vec<glib::ParamSpec> {
                 .build(),
             glib::ParamSpecBoolean::builder("stop-is-eos")
                 .nick("Stop is EOS")
-                .blurb("A stop heap (STREAM_CTRL=2) ends the stream with EOS; false pushes it as a heap and keeps going")
+                .blurb("A stop heap (STREAM_CTRL=2) ends the stream with EOS; false pushes it as a heap and keeps going. Anyone who can send to the port can send one: on a network you do not control, set false and end the capture yourself")
                 .default_value(true)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("max-descriptors")
+                .nick("Maximum descriptors")
+                .blurb("Descriptors kept for the stream, each change of one counting again; more are refused and counted (descriptors-dropped), so a flood of descriptors costs a bounded amount of memory and time")
+                .minimum(1)
+                .maximum(1 << 20)
+                .default_value(crate::descset::DEFAULT_MAX_DESCRIPTORS as u32)
                 .mutable_ready()
                 .build(),
             memory,

@@ -7,7 +7,7 @@
 
 use firehose_core::sync::lock;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{LazyLock, Mutex};
 use std::time::Instant;
 
 use firehose_core::stats::{self, names, Counter, StatsTimer};
@@ -21,6 +21,7 @@ use super::plain::PlainSpec;
 use super::relay::heap_items;
 use super::settings::{self, Settings};
 use crate::descriptor::{self, Descriptor};
+use crate::descset::DescriptorSet;
 use crate::heap::HeapMeta;
 use crate::send::{HeapPackets, Item, PacketConfig};
 use crate::wire::Flavour;
@@ -38,7 +39,7 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
 const POOL_SLOTS: usize = 8;
 
 /// A descriptor list as upstream shares it, and its encoding in the output flavour.
-type KnownDescriptors = (Arc<[Descriptor]>, Vec<Vec<u8>>);
+type KnownDescriptors = (DescriptorSet, Vec<Vec<u8>>);
 
 /// Streaming state, from READY→PAUSED to PAUSED→READY.
 struct State {
@@ -203,8 +204,11 @@ impl SpeadPay {
         }
     }
 
-    fn encode_all(list: &[Descriptor], flavour: Flavour) -> Vec<Vec<u8>> {
-        list.iter()
+    fn encode_all<'a>(
+        list: impl IntoIterator<Item = &'a Descriptor>,
+        flavour: Flavour,
+    ) -> Vec<Vec<u8>> {
+        list.into_iter()
             .map(|d| descriptor::encode(d, flavour))
             .collect()
     }
@@ -243,9 +247,9 @@ impl SpeadPay {
             let stale = state
                 .known
                 .as_ref()
-                .is_none_or(|(list, _)| !Arc::ptr_eq(list, known));
+                .is_none_or(|(list, _)| !list.same_as(known));
             if stale && !known.is_empty() {
-                state.known = Some((known.clone(), Self::encode_all(known, flavour)));
+                state.known = Some((known.clone(), Self::encode_all(known.iter(), flavour)));
             }
         }
 

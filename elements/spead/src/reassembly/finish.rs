@@ -2,51 +2,20 @@
 //! descriptors.
 
 use std::ops::Range;
-use std::sync::Arc;
 
 use super::items::{extents, Extent};
-use crate::descriptor::{self, Descriptor};
+use crate::descriptor;
+use crate::descset::{DescriptorTable, Upsert};
 use crate::heap::{HeapInfo, HeapItem, ItemValue};
 use crate::wire::{ids, Flavour, ItemPointer};
 
-/// Every descriptor seen on the stream, latest version of each id, in order of first
-/// appearance; handed to heaps as a shared snapshot rebuilt only when something changed
-/// (senders repeat descriptors every few heaps).
-#[derive(Debug)]
-pub(crate) struct Descriptors {
-    list: Vec<Descriptor>,
-    snapshot: Arc<[Descriptor]>,
-}
-
-impl Default for Descriptors {
-    fn default() -> Self {
-        Self {
-            list: Vec::new(),
-            snapshot: Arc::from(Vec::new()),
-        }
-    }
-}
-
-impl Descriptors {
-    /// Adds or replaces `d`; true if that changed anything.
-    fn upsert(&mut self, d: Descriptor) -> bool {
-        match self.list.iter_mut().find(|x| x.id == d.id) {
-            Some(x) if *x == d => false,
-            Some(x) => {
-                *x = d;
-                true
-            }
-            None => {
-                self.list.push(d);
-                true
-            }
-        }
-    }
-
-    /// The current snapshot.
-    pub fn snapshot(&self) -> &Arc<[Descriptor]> {
-        &self.snapshot
-    }
+/// What building a heap's description found wrong with its descriptors.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Learned {
+    /// Descriptors that did not parse.
+    pub malformed: u64,
+    /// Descriptors refused because the table is full (`max-descriptors`).
+    pub refused: u64,
 }
 
 /// What [`build`] needs to know about a heap besides its bytes.
@@ -63,8 +32,8 @@ pub(crate) struct Parts<'a> {
 }
 
 /// Builds the heap's description, learning any descriptor it carries (only from bytes
-/// that arrived). Returns it and the number of descriptors that did not parse.
-pub(crate) fn build(parts: Parts<'_>, descriptors: &mut Descriptors) -> (HeapInfo, u64) {
+/// that arrived) into `descriptors`. Returns it and what was wrong with its descriptors.
+pub(crate) fn build(parts: Parts<'_>, descriptors: &mut DescriptorTable) -> (HeapInfo, Learned) {
     let f = parts.flavour;
     let len = parts.payload.len();
     let arrived = |r: &Range<usize>| {
@@ -75,8 +44,7 @@ pub(crate) fn build(parts: Parts<'_>, descriptors: &mut Descriptors) -> (HeapInf
                 .any(|x| x.start <= r.start && r.end <= x.end)
     };
     let mut items = Vec::with_capacity(parts.pointers.len());
-    let mut bad = 0;
-    let mut changed = false;
+    let mut learned = Learned::default();
     for (&p, extent) in parts.pointers.iter().zip(extents(f, parts.pointers, len)) {
         let ip = ItemPointer(p);
         let id = ip.id(f);
@@ -92,8 +60,12 @@ pub(crate) fn build(parts: Parts<'_>, descriptors: &mut Descriptors) -> (HeapInf
             Extent::Bytes(r) => {
                 if id == ids::DESCRIPTOR && arrived(&r) {
                     match descriptor::parse(&parts.payload[r.clone()]) {
-                        Ok(d) => changed |= descriptors.upsert(d),
-                        Err(_) => bad += 1,
+                        Ok(d) => {
+                            if descriptors.upsert(d) == Upsert::Full {
+                                learned.refused += 1;
+                            }
+                        }
+                        Err(_) => learned.malformed += 1,
                     }
                 }
                 ItemValue::Bytes(r)
@@ -101,19 +73,16 @@ pub(crate) fn build(parts: Parts<'_>, descriptors: &mut Descriptors) -> (HeapInf
         };
         items.push(HeapItem { id, value });
     }
-    if changed {
-        descriptors.snapshot = Arc::from(descriptors.list.as_slice());
-    }
     let info = HeapInfo {
         heap_cnt: parts.heap_cnt,
         flavour: f,
         items,
-        descriptors: descriptors.snapshot.clone(),
+        descriptors: descriptors.snapshot(),
         complete: parts.complete,
         received: parts.received,
         stream_ctrl: parts.stream_ctrl,
     };
-    (info, bad)
+    (info, learned)
 }
 
 /// The received ranges of a complete heap of `len` bytes.

@@ -60,16 +60,15 @@ mod tests;
 mod window;
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use firehose_core::gstmem::slot_into_memory;
 use firehose_core::{HugepagePolicy, MemoryKind, PoolStats, RegionError, Slot};
 
 use self::entry::{per_packet, Added, Limits, Payload, MAX_HEAP_ITEMS};
-use self::finish::{whole, zero_gaps, Descriptors, Parts};
+use self::finish::{whole, zero_gaps, Learned, Parts};
 use self::pools::Pools;
 use self::window::Substream;
-use crate::descriptor::Descriptor;
+use crate::descset::{DescriptorSet, DescriptorTable};
 use crate::heap::HeapInfo;
 use crate::wire::{ctrl, Packet};
 use firehose_chunk::landing::Shape;
@@ -104,6 +103,9 @@ pub struct Config {
     pub pool_size: u64,
     /// Hugepages for the payload memory.
     pub hugepages: HugepagePolicy,
+    /// Most descriptors kept, each change of one counting again
+    /// ([`crate::descset`]).
+    pub max_descriptors: usize,
 }
 
 /// The default `max_heap_size`: 16 MiB.
@@ -119,6 +121,7 @@ impl Default for Config {
             max_heap_size: DEFAULT_MAX_HEAP_SIZE,
             pool_size: 0,
             hugepages: HugepagePolicy::Auto,
+            max_descriptors: crate::descset::DEFAULT_MAX_DESCRIPTORS,
         }
     }
 }
@@ -145,6 +148,17 @@ pub struct Counts {
     pub duplicates: u64,
     /// Packets dropped because no pool slot was free.
     pub drops_pool: u64,
+    /// Descriptors refused because `max_descriptors` were known (new ids, or new
+    /// versions of known ones).
+    pub descriptors_dropped: u64,
+}
+
+impl Counts {
+    /// Counts what was wrong with a finished heap's descriptors.
+    fn learned(&mut self, learned: Learned) {
+        self.malformed += learned.malformed;
+        self.descriptors_dropped += learned.refused;
+    }
 }
 
 /// A finished heap.
@@ -167,7 +181,7 @@ pub struct Reassembler {
     subs: Vec<Substream>,
     seq: u64,
     counts: Counts,
-    descriptors: Descriptors,
+    descriptors: DescriptorTable,
     /// Pointers of a single-packet heap (reused).
     scratch: Vec<u64>,
     scratch_seen: HashSet<u64>,
@@ -204,7 +218,7 @@ impl Reassembler {
             subs: (0..substreams).map(|_| Substream::new(max_heaps)).collect(),
             seq: 0,
             counts: Counts::default(),
-            descriptors: Descriptors::default(),
+            descriptors: DescriptorTable::new(config.max_descriptors),
             scratch: Vec::new(),
             scratch_seen: HashSet::new(),
             landing: false,
@@ -220,7 +234,7 @@ impl Reassembler {
     }
 
     /// Every descriptor seen so far.
-    pub fn descriptors(&self) -> &Arc<[Descriptor]> {
+    pub fn descriptors(&self) -> DescriptorSet {
         self.descriptors.snapshot()
     }
 
@@ -495,7 +509,7 @@ impl Reassembler {
         } else {
             e.ranges.as_slice().to_vec()
         };
-        let (info, bad) = finish::build(
+        let (info, learned) = finish::build(
             Parts {
                 heap_cnt: cnt,
                 flavour: e.flavour.expect("an active entry has a flavour"),
@@ -507,7 +521,7 @@ impl Reassembler {
             },
             &mut self.descriptors,
         );
-        self.counts.malformed += bad;
+        self.counts.learned(learned);
         self.counts.heaps += 1;
         self.counts.bytes += len as u64;
         emit(Heap {
@@ -533,7 +547,7 @@ impl Reassembler {
             return;
         };
         self.collect_pointers(p);
-        let (info, bad) = finish::build(
+        let (info, learned) = finish::build(
             Parts {
                 heap_cnt: p.heap_cnt,
                 flavour: f,
@@ -545,7 +559,7 @@ impl Reassembler {
             },
             &mut self.descriptors,
         );
-        self.counts.malformed += bad;
+        self.counts.learned(learned);
         self.counts.heaps += 1;
         self.counts.bytes += len as u64;
         let s = (p.heap_cnt % self.subs.len() as u64) as usize;
@@ -582,7 +596,7 @@ impl Reassembler {
             .copy(p.payload)
             .unwrap_or_else(|| gst::Memory::from_slice(p.payload.to_vec()));
         self.collect_pointers(p);
-        let (info, bad) = finish::build(
+        let (info, learned) = finish::build(
             Parts {
                 heap_cnt: p.heap_cnt,
                 flavour: p.flavour,
@@ -595,7 +609,7 @@ impl Reassembler {
             &mut self.descriptors,
         );
         // Not counted in `heaps`: it carries no data, and usually becomes EOS.
-        self.counts.malformed += bad;
+        self.counts.learned(learned);
         emit(Heap {
             payload,
             info,

@@ -426,6 +426,60 @@ fn reset_discards_heaps_under_construction() {
 }
 
 #[test]
+fn a_descriptor_flood_is_bounded_and_costs_the_stream_nothing() {
+    let mut r = engine(Config {
+        max_descriptors: 16,
+        ..cfg()
+    });
+    let d = |id: u64| crate::descriptor::Descriptor {
+        id,
+        name: format!("junk{id}"),
+        description: "d".into(),
+        shape: vec![Some(2)],
+        format: vec![(b'u', 8)],
+        dtype: None,
+    };
+    // Heap 1 brings the real descriptor; then 1000 heaps of one new descriptor each,
+    // and every tenth a data heap of the real stream.
+    let real = crate::descriptor::encode(&d(0x1000), F40);
+    let mut pk = heap_packets(F40, 1, &[(ids::DESCRIPTOR, Val::Bytes(real))], 9000);
+    let mut data = Vec::new();
+    for k in 0..1000u64 {
+        let cnt = 2 + k;
+        if k % 10 == 0 {
+            data.push(cnt);
+            pk.extend(heap_packets(
+                F40,
+                cnt,
+                &[(0x1000, Val::Bytes(vec![k as u8, 7]))],
+                9000,
+            ));
+        } else {
+            let junk = crate::descriptor::encode(&d(0x2000 + k), F40);
+            pk.extend(heap_packets(
+                F40,
+                cnt,
+                &[(ids::DESCRIPTOR, Val::Bytes(junk))],
+                9000,
+            ));
+        }
+    }
+    let heaps = run(&mut r, &pk);
+    let got: Vec<&Heap> = heaps
+        .iter()
+        .filter(|h| data.contains(&h.info.heap_cnt))
+        .collect();
+    assert_eq!(got.len(), data.len(), "every data heap delivered");
+    for h in &got {
+        assert_eq!(item_bytes(h, 0x1000), vec![(h.info.heap_cnt - 2) as u8, 7]);
+        assert_eq!(h.info.descriptors.get(0x1000).unwrap().name, "junk4096");
+    }
+    assert_eq!(r.descriptors().len(), 16, "the table stays at its bound");
+    assert_eq!(r.counts().descriptors_dropped, 900 - 15);
+    assert_eq!(r.counts().malformed, 0);
+}
+
+#[test]
 fn descriptors_accumulate_and_garbage_is_counted() {
     let mut r = engine(cfg());
     let d = |id, name: &str| crate::descriptor::Descriptor {
@@ -460,9 +514,12 @@ fn descriptors_accumulate_and_garbage_is_counted() {
     assert_eq!(heaps[0].info.descriptors.len(), 1);
     assert_eq!(item_bytes(&heaps[0], 0x1000), vec![1, 2]);
     assert_eq!(heaps[1].info.descriptors.len(), 2);
-    assert_eq!(heaps[2].info.descriptors[1].name, "b");
+    assert_eq!(heaps[2].info.descriptors.iter().nth(1).unwrap().name, "b");
     assert!(
-        Arc::ptr_eq(&heaps[1].info.descriptors, &heaps[2].info.descriptors),
+        heaps[1]
+            .info
+            .descriptors
+            .same_as(&heaps[2].info.descriptors),
         "a snapshot is shared, not copied per heap"
     );
     assert_eq!(r.counts().malformed, 1);

@@ -105,6 +105,8 @@ pub struct Capture {
     pub xdp_mode: &'static str,
     /// `zero-copy` or `copy`.
     pub bind_mode: &'static str,
+    /// The interface's index when the capture started.
+    pub ifindex: u32,
 }
 
 /// Sets up the capture `cfg` describes; `notice` receives what should be logged.
@@ -138,6 +140,7 @@ pub fn open(cfg: &Config, notice: &mut dyn FnMut(Notice)) -> Result<Capture, Set
         _prog: prog,
         _map: map,
         region,
+        ifindex,
         ring,
         filter: UdpFilter {
             ports: cfg.ports.clone(),

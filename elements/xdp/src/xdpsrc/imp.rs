@@ -165,6 +165,8 @@ struct State {
     timer: StatsTimer,
     /// Reused list of slots taken for the fill ring.
     post: Vec<u32>,
+    /// The interface: gone or down is an error, not a capture that waits for ever.
+    watch: firehose_core::netif::LinkWatch,
 }
 
 #[derive(Default)]
@@ -300,6 +302,7 @@ impl XdpSrc {
             s.frame_size,
             mode.memory
         );
+        let watch = firehose_core::netif::LinkWatch::new(&cfg.interface, cap.ifindex);
         Ok((
             State {
                 cap,
@@ -312,6 +315,7 @@ impl XdpSrc {
                 waker,
                 timer: s.stats_interval.timer(),
                 post: Vec::with_capacity(cfg.frames as usize),
+                watch,
             },
             mode,
         ))
@@ -326,6 +330,11 @@ impl XdpSrc {
             }
             let (start, n) = st.cap.sock.rx.peek(st.batch);
             if n == 0 {
+                if let Err(e) = st.watch.check(std::time::Instant::now()) {
+                    st.cap.link = None;
+                    gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
+                    return Err(gst::FlowError::Error);
+                }
                 // Frames released downstream go back to the kernel before we wait:
                 // with the fill ring dry it drops packets without waking us.
                 let posted = {

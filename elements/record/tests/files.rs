@@ -1,0 +1,85 @@
+//! The recorder never loses a file already on disk and never writes through a
+//! symbolic link: an existing capture is an error at start unless `overwrite=true`,
+//! numbered files continue after those present, and a link where a capture would go is
+//! refused whatever `overwrite` says.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{read_capture, run_pipeline, TempDir};
+
+const OLD: &[u8] = b"an earlier capture that must survive";
+
+/// `fhtestsrc` (100 packets) into `fhrecordsink location=<loc> <props>`.
+fn record(loc: &std::path::Path, props: &str) -> Result<(), String> {
+    let (_, r) = run_pipeline(
+        &format!(
+            "fhtestsrc num-packets=100 packet-size=200 ! fhrecordsink location={} {props}",
+            loc.display()
+        ),
+        Duration::from_secs(20),
+    );
+    r
+}
+
+#[test]
+fn an_existing_file_is_an_error_at_start_and_stays_as_it_was() {
+    let dir = TempDir::new("files-exists");
+    let path = dir.join("cap.pcap");
+    std::fs::write(&path, OLD).unwrap();
+    let e = record(&path, "").unwrap_err();
+    assert!(
+        e.contains("exists") && e.contains("overwrite=true"),
+        "the error says what to do: {e}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), OLD);
+}
+
+#[test]
+fn overwrite_true_replaces_it() {
+    let dir = TempDir::new("files-overwrite");
+    let path = dir.join("cap.pcap");
+    std::fs::write(&path, OLD).unwrap();
+    record(&path, "overwrite=true").unwrap();
+    assert_eq!(read_capture(&path).0.len(), 100);
+}
+
+#[test]
+fn numbered_files_continue_after_those_present() {
+    let dir = TempDir::new("files-numbered");
+    for n in 0..2 {
+        std::fs::write(dir.join(&format!("cap-{n:03}.pcap")), OLD).unwrap();
+    }
+    record(&dir.join("cap-%03d.pcap"), "").unwrap();
+    for n in 0..2 {
+        assert_eq!(
+            std::fs::read(dir.join(&format!("cap-{n:03}.pcap"))).unwrap(),
+            OLD
+        );
+    }
+    assert_eq!(read_capture(&dir.join("cap-002.pcap")).0.len(), 100);
+    assert_eq!(dir.files().len(), 3, "{:?}", dir.files());
+}
+
+#[test]
+fn a_symbolic_link_is_never_written_through() {
+    let dir = TempDir::new("files-link");
+    let target = dir.join("precious");
+    std::fs::write(&target, OLD).unwrap();
+    let link = dir.join("cap.pcap");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let e = record(&link, "").unwrap_err();
+    assert!(e.contains("exists"), "{e}");
+    let e = record(&link, "overwrite=true").unwrap_err();
+    assert!(e.contains("symbolic link"), "{e}");
+    assert_eq!(std::fs::read(&target).unwrap(), OLD);
+    // A dangling link too: it would create the file it points at.
+    let gone = dir.join("gone");
+    let dangling = dir.join("dangling.pcap");
+    std::os::unix::fs::symlink(&gone, &dangling).unwrap();
+    for props in ["", "overwrite=true"] {
+        assert!(record(&dangling, props).is_err(), "{props}");
+    }
+    assert!(!gone.exists(), "nothing created through the link");
+}
