@@ -156,7 +156,7 @@ pub const SERIES: &[Series] = &[
     c("gso-fallbacks", "Times the kernel refused UDP GSO"),
     c(
         "pacing-slip-ns",
-        "Nanoseconds a paced sender fell behind its schedule",
+        "Time a paced sender fell behind its schedule",
     ),
     c("lost", "Packets missing from the sequence"),
     c("duplicated", "Packets seen twice"),
@@ -178,7 +178,7 @@ pub const SERIES: &[Series] = &[
     g("pool-posted", "Receive buffers posted to the device now"),
     g(
         "write-latency-max-us",
-        "Longest single disk write, microseconds",
+        "Longest single disk write",
     ),
     g("consumers", "Consumers attached now"),
     g("in-flight", "Buffers or transfers in flight now"),
@@ -192,6 +192,13 @@ pub const SERIES: &[Series] = &[
     c("rx-nombuf", "Receive buffer allocation failures (DPDK)"),
     c("drops-tx", "Packets the device did not accept for sending (DPDK)"),
     c("completion-errors", "Work completions with an error status (ibverbs)"),
+    c("too-far", "Packets for a chunk so far ahead the window would have left every open chunk behind"),
+    c("descriptors-dropped", "SPEAD descriptors not kept because the table was full"),
+    c("transfers", "Transfers to the GPU completed"),
+    c("bounce-copies", "Inputs copied through a pinned bounce slot before the GPU transfer"),
+    g("in-flight-high-water", "Most GPU transfers queued at once"),
+    c("stall-time-ns", "Time GPU submits waited for a free place in the ring"),
+    c("pinned-fallbacks", "Buffers uploaded from unpinned memory because pinning was refused"),
     c("bytes-uncopied", "Bytes passed on in the source's own memory although downstream proposed its memory (no free slot)"),
 ];
 

@@ -71,6 +71,8 @@ fn enum_nick(e: &gst::Element, name: &str) -> Option<String> {
 /// Reads the needs of every element of `pipeline`.
 pub fn of_pipeline(pipeline: &gst::Pipeline) -> Needs {
     let mut n = Needs::default();
+    // Every pool's bytes: a GPU upload element page-locks the pools upstream of it.
+    let mut all_pools = 0u64;
     for e in pipeline.iterate_recurse().into_iter().flatten() {
         let factory = e
             .factory()
@@ -96,6 +98,7 @@ pub fn of_pipeline(pipeline: &gst::Pipeline) -> Needs {
         // `pool-size` is bytes on every Firehose element; 0 means "sized at start from
         // other properties", which only the element knows: such pools are listed apart.
         let pool = int_property(&e, "pool-size");
+        all_pools += pool.unwrap_or(0);
         let wants_huge = match enum_nick(&e, "memory").as_deref() {
             Some("hugepages") => {
                 n.hugepages_required = true;
@@ -156,6 +159,10 @@ pub fn of_pipeline(pipeline: &gst::Pipeline) -> Needs {
             n.from.push(factory);
         }
     }
+    if n.gpu {
+        // cuMemHostRegister counts against RLIMIT_MEMLOCK like AF_XDP's UMEM.
+        n.pinned_bytes += all_pools;
+    }
     n
 }
 
@@ -196,6 +203,16 @@ mod tests {
         assert_eq!(n.rcvbuf, 0);
         assert_eq!(n.max_ip_packet, 1500);
         assert!(n.multicast_groups.is_empty());
+        assert!(!n.gpu);
         assert_eq!(n.hugepage_bytes, 0, "memory=system wants no hugepages");
+
+        // A GPU upload pins the pools upstream of it.
+        let p = crate::session::parse(
+            "fhtestsrc pool-size=8388608 memory=system ! fhcudaupload ! fakesink",
+        )
+        .unwrap();
+        let n = of_pipeline(&p);
+        assert!(n.gpu);
+        assert_eq!(n.pinned_bytes, 8 << 20);
     }
 }
