@@ -1,7 +1,12 @@
 //! `firehose launch`: run a pipeline with a live statistics line until EOS, an error or
 //! Ctrl-C, then print a summary.
 
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use firehose_metrics::http::{MetricsServer, Render};
+use gst::prelude::*;
 
 use crate::session::{BusEvent, Session};
 use crate::signals;
@@ -25,6 +30,8 @@ pub struct LaunchOptions {
     pub quiet: bool,
     /// How long to wait for EOS after the first Ctrl-C before forcing a stop.
     pub eos_timeout: Duration,
+    /// Serve every element's counters for Prometheus at this address while running.
+    pub metrics: Option<SocketAddr>,
 }
 
 impl Default for LaunchOptions {
@@ -32,6 +39,7 @@ impl Default for LaunchOptions {
         Self {
             quiet: false,
             eos_timeout: Duration::from_secs(5),
+            metrics: None,
         }
     }
 }
@@ -45,6 +53,19 @@ pub fn run(description: &str, opts: &LaunchOptions) -> i32 {
             eprintln!("  pipeline: {description}");
             return EXIT_USAGE;
         }
+    };
+    // Bound before the pipeline starts, so a taken port fails fast and nothing is lost;
+    // it lives until the pipeline is stopped, so the last scrape sees the final counts.
+    let _metrics = match opts
+        .metrics
+        .map(|addr| serve_metrics(addr, &session.pipeline))
+    {
+        Some(Ok(server)) => Some(server),
+        Some(Err(e)) => {
+            eprintln!("firehose: {e}");
+            return EXIT_USAGE;
+        }
+        None => None,
     };
     if let Err(e) = signals::install() {
         // Without the handler Ctrl-C still stops us, only without the clean EOS.
@@ -116,6 +137,23 @@ pub fn run(description: &str, opts: &LaunchOptions) -> i32 {
     session.stop();
     print_summary(&session, &reason, elapsed);
     status
+}
+
+/// Serves the counters of every Firehose element of `pipeline` on `addr`
+/// (`GET /metrics`), read from their `stats` properties at each scrape.
+pub fn serve_metrics(addr: SocketAddr, pipeline: &gst::Pipeline) -> Result<MetricsServer, String> {
+    let bin: gst::Bin = pipeline.clone().upcast();
+    let render: Arc<Render> = Arc::new(move |format| {
+        firehose_metrics::exposition::encode(&firehose_metrics::collect::snapshot(&bin), format)
+    });
+    let server = MetricsServer::start(addr, render).map_err(|e| {
+        format!("cannot serve metrics on {addr}: {e} (is the port taken? choose another with --metrics ADDR:PORT)")
+    })?;
+    eprintln!(
+        "firehose: metrics at http://{}/metrics",
+        server.local_addr()
+    );
+    Ok(server)
 }
 
 /// Prints "firehose: <reason> after N s" and the per-element totals to stdout.

@@ -1,6 +1,7 @@
 //! The `firehose` command: run Firehose GStreamer pipelines with live statistics
-//! (`launch`), check a loopback capture end to end (`demo`) and compare receivers and
-//! writers (`bench`). The Firehose elements are registered statically, so no
+//! (`launch`, with `--metrics` for Prometheus), check a loopback capture end to end
+//! (`demo`), compare receivers and writers (`bench`) and check or tune the host
+//! (`tune`). The Firehose elements are registered statically, so no
 //! GST_PLUGIN_PATH is needed.
 
 mod args;
@@ -14,6 +15,7 @@ mod session;
 mod signals;
 mod statsline;
 mod sys;
+mod tune;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,6 +49,10 @@ enum Command {
     /// physical floor; prints a markdown report (and SVG charts with --plot or --out).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Check the host for line-rate capture (--check: ok / warn / fail per item with the
+    /// command that fixes it; exit 1 when something fails) or make the safe run-time
+    /// changes (--apply)
+    Tune(tune::TuneArgs),
     /// One benchmark receiver in its own process (used by `bench`).
     #[command(hide = true)]
     BenchRecv(bench::receiver::RecvConfig),
@@ -67,6 +73,10 @@ struct LaunchArgs {
     /// Build the pipeline, print its description and exit
     #[arg(long)]
     dry_run: bool,
+    /// Serve every element's counters for Prometheus on ADDR:PORT (`GET /metrics`,
+    /// OpenMetrics text). A bare PORT listens on 127.0.0.1 only; 0 picks a free port
+    #[arg(long, value_name = "ADDR:PORT", value_parser = firehose_metrics::http::parse_addr)]
+    metrics: Option<std::net::SocketAddr>,
     /// The pipeline description (unquoted words are joined, as with gst-launch), or
     /// with -f the KEY=VALUE arguments. Words after the first are never taken as
     /// options, so property values may start with '-'.
@@ -115,6 +125,7 @@ fn main() -> ExitCode {
         }),
         Command::Bench(b) => bench::run(b),
         Command::BenchRecv(cfg) => bench::receiver::run_child(&cfg),
+        Command::Tune(a) => tune::run(a),
     };
     ExitCode::from(status as u8)
 }
@@ -128,6 +139,7 @@ fn cmd_launch(a: LaunchArgs) -> i32 {
     let opts = launch::LaunchOptions {
         quiet: a.quiet,
         eos_timeout: Duration::from_secs_f64(a.eos_timeout),
+        metrics: a.metrics,
     };
     let description = match a.file {
         Some(path) => {

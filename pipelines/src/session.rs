@@ -104,19 +104,9 @@ pub fn int_property(element: &gst::Element, name: &str) -> Option<u64> {
         .ok()
 }
 
-/// The "firehose-stats" structure in the `stats` property of `element`, if it has one.
-pub fn stats_property(element: &gst::Element) -> Option<gst::Structure> {
-    let pspec = element.find_property("stats")?;
-    if pspec.value_type() != gst::Structure::static_type() {
-        return None;
-    }
-    // Stock elements have `stats` too (GstBaseSink's, with other fields): only ours count.
-    element
-        .property_value("stats")
-        .get::<gst::Structure>()
-        .ok()
-        .filter(|s| s.name() == firehose_core::stats::STRUCTURE_NAME)
-}
+/// The "firehose-stats" structure in the `stats` property of an element, if it has one
+/// (shared with the metrics endpoint, so both see the same elements).
+pub use firehose_metrics::collect::stats_property;
 
 impl Session {
     /// Parses `description` (see [`parse`]) and wraps it in a session.
@@ -140,16 +130,7 @@ impl Session {
     }
 
     fn find_stats_elements(&mut self) {
-        self.stats_elements = self
-            .pipeline
-            .iterate_recurse()
-            .into_iter()
-            .flatten()
-            .filter(|e| {
-                e.find_property("stats")
-                    .is_some_and(|p| p.value_type() == gst::Structure::static_type())
-            })
-            .collect();
+        self.stats_elements = firehose_metrics::collect::stats_elements(self.pipeline.upcast_ref());
     }
 
     /// The element called `name` anywhere in the pipeline.

@@ -105,6 +105,11 @@ impl Running {
         false
     }
 
+    /// Everything written to stderr so far.
+    pub fn stderr_now(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
     /// Sends `signal` to the process.
     pub fn signal(&self, signal: libc::c_int) {
         let pid = self.child.id() as libc::pid_t;

@@ -1,0 +1,130 @@
+//! Reading the counters out of a running pipeline: the elements with a Firehose `stats`
+//! property, and their integer fields as exposition [`Sample`]s.
+
+use gst::prelude::*;
+
+use crate::exposition::Sample;
+
+/// True when `element` has a `stats` property holding a structure (the Firehose elements,
+/// and some stock ones whose structure [`stats_property`] then filters out).
+pub fn has_stats(element: &gst::Element) -> bool {
+    element
+        .find_property("stats")
+        .is_some_and(|p| p.value_type() == gst::Structure::static_type())
+}
+
+/// The "firehose-stats" structure in the `stats` property of `element`, if it has one.
+pub fn stats_property(element: &gst::Element) -> Option<gst::Structure> {
+    if !has_stats(element) {
+        return None;
+    }
+    // Stock elements have `stats` too (GstBaseSink's, with other fields): only ours count.
+    element
+        .property_value("stats")
+        .get::<gst::Structure>()
+        .ok()
+        .filter(|s| s.name() == firehose_core::stats::STRUCTURE_NAME)
+}
+
+/// Every element under `bin`, at any depth, that has a `stats` structure property.
+pub fn stats_elements(bin: &gst::Bin) -> Vec<gst::Element> {
+    bin.iterate_recurse()
+        .into_iter()
+        .flatten()
+        .filter(has_stats)
+        .collect()
+}
+
+/// The integer fields of a stats structure, whatever integer type each was stored as;
+/// other fields (mode strings) are left out.
+pub fn integer_fields(s: &gst::StructureRef) -> Vec<(String, u64)> {
+    s.iter()
+        .filter_map(|(name, v)| {
+            let n = v
+                .get::<u64>()
+                .ok()
+                .or_else(|| v.get::<u32>().ok().map(u64::from))
+                .or_else(|| v.get::<i64>().ok().map(|x| x.max(0) as u64))
+                .or_else(|| v.get::<i32>().ok().map(|x| x.max(0) as u64))?;
+            Some((name.to_string(), n))
+        })
+        .collect()
+}
+
+/// The string fields of a stats structure (`memory=system`, `xdp-mode=native`).
+pub fn text_fields(s: &gst::StructureRef) -> Vec<(String, String)> {
+    s.iter()
+        .filter_map(|(name, v)| Some((name.to_string(), v.get::<String>().ok()?)))
+        .collect()
+}
+
+/// The name of the top-level bin (normally the pipeline) holding `element`.
+pub fn top_level_name(element: &gst::Element) -> String {
+    let mut top: gst::Object = element.clone().upcast();
+    while let Some(parent) = top.parent() {
+        top = parent;
+    }
+    top.name().to_string()
+}
+
+/// The sample of one element now, labelled with its top-level bin, or `None` when it has
+/// no Firehose stats.
+pub fn sample(element: &gst::Element) -> Option<Sample> {
+    let s = stats_property(element)?;
+    Some(Sample {
+        pipeline: top_level_name(element),
+        element: element.name().to_string(),
+        factory: element
+            .factory()
+            .map(|f| f.name().to_string())
+            .unwrap_or_default(),
+        values: integer_fields(&s),
+        info: text_fields(&s),
+    })
+}
+
+/// The samples of every Firehose element under `bin`.
+pub fn snapshot(bin: &gst::Bin) -> Vec<Sample> {
+    stats_elements(bin).iter().filter_map(sample).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_fields_of_any_type_strings_skipped() {
+        gst::init().unwrap();
+        let s = gst::Structure::builder("firehose-stats")
+            .field("packets", 5u64)
+            .field("slots", 3u32)
+            .field("signed", -2i64)
+            .field("xdp-mode", "native")
+            .build();
+        assert_eq!(
+            text_fields(&s),
+            vec![("xdp-mode".to_string(), "native".to_string())]
+        );
+        assert_eq!(
+            integer_fields(&s),
+            vec![
+                ("packets".to_string(), 5),
+                ("slots".to_string(), 3),
+                ("signed".to_string(), 0)
+            ]
+        );
+    }
+
+    #[test]
+    fn stock_stats_are_not_ours() {
+        gst::init().unwrap();
+        let pipeline = gst::parse::launch("fakesrc num-buffers=1 ! fakesink name=sink").unwrap();
+        let bin = pipeline.downcast::<gst::Bin>().unwrap();
+        let sink = bin.by_name("sink").unwrap();
+        // GstBaseSink has a `stats` structure property, but not a firehose-stats one.
+        assert!(has_stats(&sink));
+        assert!(sample(&sink).is_none());
+        assert!(snapshot(&bin).is_empty());
+        assert_eq!(top_level_name(&sink), bin.name());
+    }
+}

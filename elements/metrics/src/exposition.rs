@@ -1,0 +1,590 @@
+//! The OpenMetrics (and Prometheus 0.0.4) text exposition of Firehose counters.
+//!
+//! No GStreamer types here: a [`Sample`] is the plain `(name, value)` list of one
+//! element's `firehose-stats` structure, with the labels that say where it came from.
+//! Which names are gauges, and the help text of each series, live in [`SERIES`], the one
+//! table that decides types; any name not in it is a counter, because every Firehose
+//! statistic not listed there counts events since the element started.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Prefix of every series name.
+pub const PREFIX: &str = "firehose_";
+
+/// Content type of the OpenMetrics 1.0 text format.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Content type of the Prometheus 0.0.4 text format.
+pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The metric type of a series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Only goes up (until the element restarts); exposed with a `_total` suffix.
+    Counter,
+    /// A level that goes up and down (pool slots in use), or a maximum so far.
+    Gauge,
+}
+
+/// The text format to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// OpenMetrics 1.0: family `firehose_packets`, sample `firehose_packets_total`, ends
+    /// with `# EOF`. What Prometheus asks for first.
+    OpenMetrics,
+    /// Prometheus 0.0.4: the family is named after the sample (`firehose_packets_total`),
+    /// no `# EOF`. For clients that do not ask for OpenMetrics (curl, older scrapers).
+    Prometheus,
+}
+
+impl Format {
+    /// The format to answer with for an HTTP `Accept` header (OpenMetrics when asked for).
+    pub fn negotiate(accept: Option<&str>) -> Self {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Self::OpenMetrics,
+            _ => Self::Prometheus,
+        }
+    }
+
+    /// The HTTP content type of this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
+            Self::Prometheus => PROMETHEUS_CONTENT_TYPE,
+        }
+    }
+}
+
+/// One statistic with a fixed meaning: its name in the stats structure, its type, its help.
+#[derive(Debug, Clone, Copy)]
+pub struct Series {
+    /// Field name in the `firehose-stats` structure.
+    pub stat: &'static str,
+    /// Counter or gauge.
+    pub kind: Kind,
+    /// The `# HELP` text.
+    pub help: &'static str,
+}
+
+const fn c(stat: &'static str, help: &'static str) -> Series {
+    Series {
+        stat,
+        kind: Kind::Counter,
+        help,
+    }
+}
+
+const fn g(stat: &'static str, help: &'static str) -> Series {
+    Series {
+        stat,
+        kind: Kind::Gauge,
+        help,
+    }
+}
+
+/// The known statistics. Gauges must be listed (a gauge taken for a counter would make
+/// `rate()` nonsense); counters are listed for their help text.
+pub const SERIES: &[Series] = &[
+    c("packets", "Datagrams or packets delivered downstream"),
+    c("bytes", "Payload bytes delivered downstream"),
+    c(
+        "batches",
+        "Buffers (batches) pushed, or receive calls that returned data",
+    ),
+    c(
+        "datagrams",
+        "Datagrams received, before any verdict on them",
+    ),
+    c(
+        "packets-landed",
+        "Packets received straight into their chunk or heap (no copy)",
+    ),
+    c(
+        "packets-copied",
+        "Packets received into scratch and copied once",
+    ),
+    c(
+        "drops-kernel",
+        "Datagrams the kernel dropped on a full socket buffer",
+    ),
+    c(
+        "drops-pool",
+        "Datagrams dropped because no pool slot was free",
+    ),
+    c(
+        "drops-disk",
+        "Packets or buffers dropped because the disk fell behind",
+    ),
+    c(
+        "drops-handler",
+        "Packets of messages the packet handler chose not to place",
+    ),
+    c(
+        "drops-nic",
+        "Packets the NIC dropped (DPDK imissed + rx_nombuf)",
+    ),
+    c(
+        "truncated",
+        "Datagrams longer than max-packet-size, dropped",
+    ),
+    c("empty", "Zero-length datagrams, counted and not delivered"),
+    c("malformed", "Packets that did not parse"),
+    c("heaps", "Reassembled heaps"),
+    c("heaps-incomplete", "Heaps that ended incomplete"),
+    c("chunks", "Chunks emitted"),
+    c(
+        "chunks-incomplete",
+        "Chunks emitted with at least one slot absent",
+    ),
+    c(
+        "too-old",
+        "Packets for a chunk that had already left the window",
+    ),
+    c("too-large", "Packets of heaps larger than max-heap-size"),
+    c("resyncs", "Times a chunk engine restarted its window"),
+    c(
+        "out-of-order-dropped",
+        "Packets dropped because they did not continue their heap in order",
+    ),
+    c("bytes-written", "Bytes written to disk"),
+    c("files", "Files opened"),
+    c("packets-sent", "Packets sent"),
+    c("bytes-sent", "Bytes sent"),
+    c("send-errors", "Send errors"),
+    c("gso-sends", "UDP GSO sends"),
+    c("gso-fallbacks", "Times the kernel refused UDP GSO"),
+    c(
+        "pacing-slip-ns",
+        "Time a paced sender fell behind its schedule",
+    ),
+    c("lost", "Packets missing from the sequence"),
+    c("duplicated", "Packets seen twice"),
+    c("reordered", "Packets that arrived after a later one"),
+    c("corrupted", "Packets whose content failed verification"),
+    c("late", "Packets older than the checker's window"),
+    c(
+        "filtered",
+        "Packets not delivered because they did not match the filter",
+    ),
+    c(
+        "bytes-copied",
+        "Bytes copied into the memory downstream proposed",
+    ),
+    c("pool-exhausted", "Times the pool was found empty"),
+    g("pool-in-use", "Pool slots in use now"),
+    g("pool-high-water", "Most pool slots ever in use at once"),
+    g("pool-slots", "Slots in the pool"),
+    g("pool-posted", "Receive buffers posted to the device now"),
+    g(
+        "write-latency-max-us",
+        "Longest single disk write",
+    ),
+    g("consumers", "Consumers attached now"),
+    g("in-flight", "Buffers or transfers in flight now"),
+    c("descriptors", "SPEAD descriptor heaps received"),
+    c("rx-dropped", "Packets the kernel dropped for an AF_XDP socket (XDP_STATISTICS)"),
+    c("rx-invalid-descs", "Invalid descriptors on an AF_XDP receive ring"),
+    c("rx-ring-full", "Packets dropped because an AF_XDP receive ring was full"),
+    c("rx-fill-ring-empty-descs", "Times an AF_XDP fill ring was found empty"),
+    c("imissed", "Packets the NIC missed for lack of receive descriptors (DPDK)"),
+    c("ierrors", "Erroneous packets the NIC received (DPDK)"),
+    c("rx-nombuf", "Receive buffer allocation failures (DPDK)"),
+    c("drops-tx", "Packets the device did not accept for sending (DPDK)"),
+    c("completion-errors", "Work completions with an error status (ibverbs)"),
+    c("too-far", "Packets for a chunk so far ahead the window would have left every open chunk behind"),
+    c("descriptors-dropped", "SPEAD descriptors not kept because the table was full"),
+    c("transfers", "Transfers to the GPU completed"),
+    c("bounce-copies", "Inputs copied through a pinned bounce slot before the GPU transfer"),
+    g("in-flight-high-water", "Most GPU transfers queued at once"),
+    c("stall-time-ns", "Time GPU submits waited for a free place in the ring"),
+    c("pinned-fallbacks", "Buffers uploaded from unpinned memory because pinning was refused"),
+    c("bytes-uncopied", "Bytes passed on in the source's own memory although downstream proposed its memory (no free slot)"),
+];
+
+/// The table entry of stats field `stat`, if it is a known one.
+pub fn series(stat: &str) -> Option<&'static Series> {
+    SERIES.iter().find(|s| s.stat == stat)
+}
+
+/// The type of stats field `stat`: a gauge only when [`SERIES`] says so.
+pub fn kind_of(stat: &str) -> Kind {
+    series(stat).map_or(Kind::Counter, |s| s.kind)
+}
+
+/// Time units Firehose statistics carry in their names, and how many make a second.
+/// Prometheus wants base units, so `pacing-slip-ns` is exposed as
+/// `firehose_pacing_slip_seconds_total`, its value divided by 1e9.
+const TIME_UNITS: &[(&str, f64)] = &[("-ns", 1e9), ("-us", 1e6), ("-ms", 1e3)];
+
+/// The stats field without its time unit, and the unit's divisor (1 when it has none).
+fn split_unit(stat: &str) -> (&str, f64) {
+    for (suffix, per_second) in TIME_UNITS {
+        if let Some(base) = stat.strip_suffix(suffix) {
+            return (base, *per_second);
+        }
+    }
+    (stat, 1.0)
+}
+
+/// The family name of stats field `stat`: `firehose_` + the name with every character
+/// outside `[a-zA-Z0-9_]` made `_` ("drops-kernel" → "firehose_drops_kernel"), a time
+/// unit made `_seconds`. A counter's family never ends in `_total` itself (OpenMetrics
+/// adds it to the sample).
+pub fn family_name(stat: &str) -> String {
+    let (base, per_second) = split_unit(stat);
+    let mut name = String::with_capacity(PREFIX.len() + stat.len() + 8);
+    name.push_str(PREFIX);
+    name.extend(
+        base.chars()
+            .map(|ch| if ch.is_ascii_alphanumeric() { ch } else { '_' }),
+    );
+    if per_second != 1.0 {
+        name.push_str("_seconds");
+    }
+    if kind_of(stat) == Kind::Counter {
+        if let Some(base) = name.strip_suffix("_total") {
+            name.truncate(base.len());
+        }
+    }
+    name
+}
+
+/// Writes the value of field `stat` in the family's unit: integers as they are, times
+/// in seconds.
+fn write_value(stat: &str, value: u64, out: &mut String) {
+    let (_, per_second) = split_unit(stat);
+    if per_second == 1.0 {
+        let _ = write!(out, "{value}");
+    } else {
+        // Rust prints the shortest exact decimal, never an exponent: valid in both formats.
+        let _ = write!(out, "{}", value as f64 / per_second);
+    }
+}
+
+/// The counters of one element at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    /// Name of the top-level pipeline (or bin) holding the element.
+    pub pipeline: String,
+    /// The element's name.
+    pub element: String,
+    /// The element's factory (`fhudpsrc`…), empty when unknown.
+    pub factory: String,
+    /// `(stats field, value)`, integer fields only.
+    pub values: Vec<(String, u64)>,
+    /// `(stats field, text)`: the text fields (`memory=system`, `xdp-mode=native`),
+    /// exported as labels of one `firehose_element_info` sample.
+    pub info: Vec<(String, String)>,
+}
+
+/// Family of the per-element info sample (OpenMetrics type `info`).
+pub const INFO_FAMILY: &str = "firehose_element";
+
+/// Label names the info sample may not take: the identity labels, and Prometheus's.
+fn reserved_label(name: &str) -> bool {
+    matches!(name, "pipeline" | "element" | "factory") || name.starts_with("__")
+}
+
+/// A stats field as a label name: `[a-zA-Z_][a-zA-Z0-9_]*`.
+pub fn label_name(field: &str) -> String {
+    let mut name: String = field
+        .chars()
+        .map(|ch| if ch.is_ascii_alphanumeric() { ch } else { '_' })
+        .collect();
+    if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
+        name.insert(0, '_');
+    }
+    name
+}
+
+/// Writes `{pipeline="…",element="…",factory="…"[,extra…]}`.
+fn write_labels(s: &Sample, extra: &[(String, &str)], out: &mut String) {
+    out.push_str("{pipeline=\"");
+    escape_label(&s.pipeline, out);
+    out.push_str("\",element=\"");
+    escape_label(&s.element, out);
+    out.push_str("\",factory=\"");
+    escape_label(&s.factory, out);
+    out.push('"');
+    for (name, value) in extra {
+        out.push(',');
+        out.push_str(name);
+        out.push_str("=\"");
+        escape_label(value, out);
+        out.push('"');
+    }
+    out.push('}');
+}
+
+/// Writes the info family: one sample (value 1) per element that has text fields.
+fn write_info(samples: &[&Sample], format: Format, out: &mut String) {
+    let with_info: Vec<&&Sample> = samples.iter().filter(|s| !s.info.is_empty()).collect();
+    if with_info.is_empty() {
+        return;
+    }
+    let sample_name = format!("{INFO_FAMILY}_info");
+    let (header, type_name) = match format {
+        Format::OpenMetrics => (INFO_FAMILY, "info"),
+        // 0.0.4 has no info type: the convention is a gauge named *_info, always 1.
+        Format::Prometheus => (sample_name.as_str(), "gauge"),
+    };
+    let _ = writeln!(out, "# TYPE {header} {type_name}");
+    let _ = writeln!(
+        out,
+        "# HELP {header} Text settings an element reports in its stats (memory, modes)"
+    );
+    for s in with_info {
+        let mut extra: Vec<(String, &str)> = Vec::new();
+        for (field, text) in &s.info {
+            let name = label_name(field);
+            if !reserved_label(&name) && !extra.iter().any(|(n, _)| *n == name) {
+                extra.push((name, text));
+            }
+        }
+        out.push_str(&sample_name);
+        write_labels(s, &extra, out);
+        out.push_str(" 1\n");
+    }
+}
+
+/// Escapes a label value: backslash, double quote and newline, as both formats require.
+fn escape_label(v: &str, out: &mut String) {
+    for ch in v.chars() {
+        match ch {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            _ => out.push(ch),
+        }
+    }
+}
+
+/// Escapes a HELP text (backslash and newline; OpenMetrics also escapes quotes).
+fn escape_help(v: &str, out: &mut String) {
+    for ch in v.chars() {
+        match ch {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            _ => out.push(ch),
+        }
+    }
+}
+
+/// Writes `samples` as a text exposition: one family per stats field (sorted by name),
+/// `# TYPE` and `# HELP` once per family, one sample per element with `pipeline`,
+/// `element` and `factory` labels. An element listed twice (same pipeline and name)
+/// keeps its first values: a series may appear only once.
+pub fn encode(samples: &[Sample], format: Format) -> String {
+    // family name -> (stat, [(sample index, value)])
+    type Family<'a> = (&'a str, Vec<(usize, u64)>);
+    let mut families: BTreeMap<String, Family> = BTreeMap::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut unique: Vec<&Sample> = Vec::new();
+    for (i, s) in samples.iter().enumerate() {
+        if !seen.insert((&s.pipeline, &s.element)) {
+            continue;
+        }
+        unique.push(s);
+        for (stat, value) in &s.values {
+            let entry = families
+                .entry(family_name(stat))
+                .or_insert_with(|| (stat.as_str(), Vec::new()));
+            // Two fields mapping to one family ("a-b" and "a_b") would repeat a series.
+            if entry.0 == stat {
+                entry.1.push((i, *value));
+            }
+        }
+    }
+    let mut out = String::new();
+    write_info(&unique, format, &mut out);
+    for (family, (stat, values)) in &families {
+        let kind = kind_of(stat);
+        let (type_name, sample_name) = match (kind, format) {
+            (Kind::Gauge, _) => ("gauge", family.clone()),
+            (Kind::Counter, _) => ("counter", format!("{family}_total")),
+        };
+        // 0.0.4 parsers match TYPE to the sample name, so there the family carries _total.
+        let header = match format {
+            Format::OpenMetrics => family.as_str(),
+            Format::Prometheus => sample_name.as_str(),
+        };
+        let help = series(stat)
+            .map(|s| s.help.to_string())
+            .unwrap_or_else(|| format!("Firehose statistic {stat}"));
+        let _ = writeln!(out, "# TYPE {header} {type_name}");
+        out.push_str("# HELP ");
+        out.push_str(header);
+        out.push(' ');
+        escape_help(&help, &mut out);
+        out.push('\n');
+        for (i, value) in values {
+            let s = &samples[*i];
+            out.push_str(&sample_name);
+            write_labels(s, &[], &mut out);
+            out.push(' ');
+            write_value(stat, *value, &mut out);
+            out.push('\n');
+        }
+    }
+    if format == Format::OpenMetrics {
+        out.push_str("# EOF\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(pipeline: &str, element: &str, values: &[(&str, u64)]) -> Sample {
+        Sample {
+            pipeline: pipeline.into(),
+            element: element.into(),
+            factory: "fhudpsrc".into(),
+            values: values.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            info: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn text_fields_become_one_info_sample() {
+        let mut s = sample("p", "rx", &[("packets", 1)]);
+        s.info = vec![
+            ("memory".into(), "system".into()),
+            ("xdp-mode".into(), "native \"drv\"".into()),
+            // Never overrides an identity label.
+            ("element".into(), "spoof".into()),
+        ];
+        let plain = sample("p", "sink", &[("packets", 1)]);
+        let text = encode(&[s.clone(), plain.clone()], Format::OpenMetrics);
+        assert!(text.starts_with("# TYPE firehose_element info\n"), "{text}");
+        assert!(text.contains(
+            "firehose_element_info{pipeline=\"p\",element=\"rx\",factory=\"fhudpsrc\",memory=\"system\",xdp_mode=\"native \\\"drv\\\"\"} 1\n"
+        ), "{text}");
+        assert_eq!(
+            text.matches("firehose_element_info{").count(),
+            1,
+            "only elements with text fields"
+        );
+        let text = encode(&[s, plain], Format::Prometheus);
+        assert!(
+            text.starts_with("# TYPE firehose_element_info gauge\n"),
+            "{text}"
+        );
+        assert_eq!(label_name("9x-y"), "_9x_y");
+        // No text fields anywhere: no info family at all.
+        assert!(!encode(&[sample("p", "e", &[])], Format::OpenMetrics).contains("info"));
+    }
+
+    #[test]
+    fn counters_get_total_gauges_do_not() {
+        let text = encode(
+            &[sample(
+                "pipeline0",
+                "src",
+                &[("packets", 7), ("pool-in-use", 3), ("drops-kernel", 1)],
+            )],
+            Format::OpenMetrics,
+        );
+        assert!(text.contains("# TYPE firehose_packets counter\n"), "{text}");
+        assert!(text.contains(
+            "firehose_packets_total{pipeline=\"pipeline0\",element=\"src\",factory=\"fhudpsrc\"} 7\n"
+        ));
+        assert!(text.contains("# TYPE firehose_pool_in_use gauge\n"));
+        assert!(text.contains("firehose_pool_in_use{pipeline=\"pipeline0\""));
+        assert!(!text.contains("pool_in_use_total"));
+        assert!(text.contains("firehose_drops_kernel_total{"));
+        assert!(text.ends_with("# EOF\n"));
+        // Prometheus 0.0.4 names the family after the sample and has no EOF.
+        let text = encode(&[sample("p", "src", &[("packets", 7)])], Format::Prometheus);
+        assert!(
+            text.starts_with("# TYPE firehose_packets_total counter\n"),
+            "{text}"
+        );
+        assert!(!text.contains("EOF"));
+    }
+
+    #[test]
+    fn one_family_per_stat_across_elements_sorted() {
+        let text = encode(
+            &[
+                sample("p", "b", &[("packets", 1), ("bytes", 10)]),
+                sample("p", "a", &[("packets", 2)]),
+                // The same element twice keeps its first values only.
+                sample("p", "b", &[("packets", 99)]),
+            ],
+            Format::OpenMetrics,
+        );
+        assert_eq!(text.matches("# TYPE firehose_packets counter").count(), 1);
+        assert_eq!(text.matches("firehose_packets_total{").count(), 2);
+        assert!(!text.contains("} 99"));
+        let bytes = text.find("# TYPE firehose_bytes").unwrap();
+        let packets = text.find("# TYPE firehose_packets").unwrap();
+        assert!(bytes < packets, "families sorted by name");
+    }
+
+    #[test]
+    fn names_and_labels_are_escaped() {
+        assert_eq!(family_name("drops-kernel"), "firehose_drops_kernel");
+        assert_eq!(family_name("x.y z"), "firehose_x_y_z");
+        assert_eq!(family_name("frames-total"), "firehose_frames");
+        assert_eq!(kind_of("unheard-of"), Kind::Counter);
+        // Base units: times in seconds.
+        assert_eq!(
+            family_name("pacing-slip-ns"),
+            "firehose_pacing_slip_seconds"
+        );
+        assert_eq!(
+            family_name("write-latency-max-us"),
+            "firehose_write_latency_max_seconds"
+        );
+        let text = encode(
+            &[sample(
+                "p",
+                "e",
+                &[
+                    ("pacing-slip-ns", 25_000_000),
+                    ("write-latency-max-us", 1500),
+                ],
+            )],
+            Format::OpenMetrics,
+        );
+        assert!(text.contains("firehose_pacing_slip_seconds_total{pipeline=\"p\",element=\"e\",factory=\"fhudpsrc\"} 0.025\n"), "{text}");
+        assert!(text.contains("# TYPE firehose_write_latency_max_seconds gauge"));
+        assert!(text.contains("} 0.0015\n"), "{text}");
+        assert_eq!(kind_of("pool-high-water"), Kind::Gauge);
+        let text = encode(
+            &[sample("my \"pipe\"\n", "a\\b", &[("packets", 1)])],
+            Format::OpenMetrics,
+        );
+        assert!(
+            text.contains("pipeline=\"my \\\"pipe\\\"\\n\",element=\"a\\\\b\""),
+            "{text}"
+        );
+        // A field that maps onto an existing family is left out, not repeated.
+        let text = encode(
+            &[sample("p", "e", &[("a-b", 1), ("a_b", 2)])],
+            Format::OpenMetrics,
+        );
+        assert_eq!(text.matches("firehose_a_b_total{").count(), 1);
+    }
+
+    #[test]
+    fn no_samples_is_just_eof() {
+        assert_eq!(encode(&[], Format::OpenMetrics), "# EOF\n");
+        assert_eq!(encode(&[], Format::Prometheus), "");
+    }
+
+    #[test]
+    fn negotiation() {
+        assert_eq!(
+            Format::negotiate(Some(
+                "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+            )),
+            Format::OpenMetrics
+        );
+        assert_eq!(Format::negotiate(Some("*/*")), Format::Prometheus);
+        assert_eq!(Format::negotiate(None), Format::Prometheus);
+    }
+}
