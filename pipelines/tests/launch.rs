@@ -48,6 +48,33 @@ fn unparsable_pipeline_exits_2_and_says_why() {
 }
 
 #[test]
+fn bad_property_values_exit_2_and_name_the_property() {
+    // Out of range: GLib only warns and the property keeps another value; fatal here.
+    let out = run(
+        &[
+            "launch",
+            "fhtestsrc num-packets=10 packet-size=999999999 ! fakesink",
+        ],
+        T,
+    );
+    assert_eq!(out.code, Some(2), "{}", out.all());
+    assert!(
+        out.stderr.contains("out of range") && out.stderr.contains("packet-size"),
+        "{}",
+        out.all()
+    );
+    assert!(
+        !out.stderr.contains("running"),
+        "never started: {}",
+        out.all()
+    );
+    // Not a number at all.
+    let out = run(&["launch", "fhtestsrc num-packets=abc ! fakesink"], T);
+    assert_eq!(out.code, Some(2), "{}", out.all());
+    assert!(out.stderr.contains("num-packets"), "{}", out.all());
+}
+
+#[test]
 fn usage_errors_exit_2() {
     let out = run(&["launch"], T);
     assert_eq!(out.code, Some(2), "{}", out.all());
