@@ -41,6 +41,26 @@ firehose_core::counters! {
 }
 
 impl HeapCounters {
+    /// Copies the engine's counts; says so once on `element`'s bus when the first heap
+    /// larger than `max-heap-size` was refused (a stream of larger heaps would otherwise
+    /// deliver nothing, with only a counter to say why).
+    pub fn update_warning(&self, engine: &Reassembler, element: &gst::Element) {
+        let first_too_large = self.too_large.get() == 0 && engine.counts().too_large > 0;
+        self.update(engine);
+        if first_too_large {
+            gst::element_warning!(
+                element,
+                gst::StreamError::Format,
+                (
+                    "a heap larger than max-heap-size ({} bytes) was refused (counted in \
+                     too-large, with every packet of such heaps): raise max-heap-size if \
+                     the stream's heaps are that large",
+                    engine.max_heap_size()
+                )
+            );
+        }
+    }
+
     /// Copies the engine's counts.
     pub fn update(&self, engine: &Reassembler) {
         let c: &Counts = engine.counts();

@@ -225,6 +225,72 @@ fn heaps_are_cut_from_the_memory_downstream_proposes() {
 }
 
 #[test]
+fn a_16_mib_heap_with_descriptors_passes_at_the_defaults() {
+    init();
+    let el = gst::ElementFactory::make("speaddepay").build().unwrap();
+    el.set_property_from_str("hugepages", "off");
+    el.set_property_from_str("max-heaps", "1");
+    let mut h = Harness::with_element(&el, Some("sink"), Some("src"));
+    h.set_src_caps(firehose_core::caps::packets_caps());
+    h.play();
+    let desc = firehose_spead::descriptor::Descriptor {
+        id: 0x1000,
+        name: "data".into(),
+        description: "16 MiB of samples".into(),
+        shape: vec![Some(16 << 20)],
+        format: vec![(b'u', 8)],
+        dtype: None,
+    };
+    let data = pattern(1, 16 << 20);
+    let items = vec![
+        (
+            wire::ids::DESCRIPTOR,
+            Val::Bytes(firehose_spead::descriptor::encode(&desc, F48)),
+        ),
+        (0x1000, Val::Bytes(data.clone())),
+    ];
+    for chunk in heap_packets(F48, 1, &items, 8972).chunks(64) {
+        h.push(batch(chunk, 0)).unwrap();
+    }
+    let heaps = pull_all(&mut h);
+    assert_eq!(heaps.len(), 1, "{}", stats(&h));
+    assert!(item(&heaps[0], 0x1000) == data);
+    assert_eq!(
+        heaps[0]
+            .meta::<HeapMeta>()
+            .unwrap()
+            .info()
+            .descriptors
+            .len(),
+        1
+    );
+    assert_eq!(field(&stats(&h), names::TOO_LARGE), 0);
+}
+
+#[test]
+fn the_first_heap_refused_for_size_is_said_on_the_bus() {
+    let mut h = harness(&[], true);
+    let bus = gst::Bus::new();
+    h.element().unwrap().set_bus(Some(&bus));
+    let big = heap_packets(F48, 1, &[(0x1000, Val::Bytes(pattern(1, 2 << 20)))], 8972);
+    h.push(batch(&big, 0)).unwrap();
+    h.push(batch(&big, 0)).unwrap();
+    assert!(field(&stats(&h), names::TOO_LARGE) > 0);
+    let warnings: Vec<String> =
+        std::iter::from_fn(|| bus.pop_filtered(&[gst::MessageType::Warning]))
+            .map(|m| match m.view() {
+                gst::MessageView::Warning(w) => w.error().to_string(),
+                _ => unreachable!(),
+            })
+            .collect();
+    assert_eq!(warnings.len(), 1, "once: {warnings:?}");
+    assert!(
+        warnings[0].contains("max-heap-size (1048576 bytes)"),
+        "{warnings:?}"
+    );
+}
+
+#[test]
 fn single_buffers_and_buffer_lists() {
     let mut h = harness(&[], false);
     let a = heap_packets(F48, 1, &items(1, 3000), 1000);

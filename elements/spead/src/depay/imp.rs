@@ -130,7 +130,7 @@ impl SpeadDepay {
             }
         }
         state.ended = out.eos;
-        self.mirror.update(engine);
+        self.mirror.update_warning(engine, self.obj().upcast_ref());
         out.stats_due = state.timer.due(Instant::now());
         Ok(out)
     }

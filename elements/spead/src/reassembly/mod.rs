@@ -108,8 +108,10 @@ pub struct Config {
     pub max_descriptors: usize,
 }
 
-/// The default `max_heap_size`: 16 MiB.
-pub const DEFAULT_MAX_HEAP_SIZE: usize = 16 << 20;
+/// The default `max_heap_size`: 17 MiB, so that a stream of 16 MiB data items (a
+/// common size, which spead2's receiver takes) fits with its descriptors and other items
+/// in the same heap.
+pub const DEFAULT_MAX_HEAP_SIZE: usize = 17 << 20;
 
 impl Default for Config {
     fn default() -> Self {
@@ -226,6 +228,11 @@ impl Reassembler {
             shape: Shape::default(),
             reserved: None,
         })
+    }
+
+    /// Largest heap payload accepted, in bytes.
+    pub fn max_heap_size(&self) -> usize {
+        self.limits.max_heap_size
     }
 
     /// The counts so far.

@@ -72,7 +72,8 @@ impl ElementStats for SpeadSrc {
 impl SpeadSrc {
     /// Mirrors the engine's counters (once per receive) and posts the stats when `due`.
     fn publish(&self, engine: &Reassembler, due: bool) {
-        self.heap_counters.update(engine);
+        self.heap_counters
+            .update_warning(engine, self.obj().upcast_ref());
         self.post_stats_if(due);
     }
 }
