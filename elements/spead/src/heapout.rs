@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 
 use firehose_core::alloc;
 use firehose_core::meta::message;
+use firehose_core::src::DryWarning;
 use firehose_core::stats::names;
 use firehose_core::RegionError;
 use firehose_net::landsrc::SourceEngine;
@@ -44,9 +45,16 @@ impl HeapCounters {
     /// Copies the engine's counts; says so once on `element`'s bus when the first heap
     /// larger than `max-heap-size` was refused (a stream of larger heaps would otherwise
     /// deliver nothing, with only a counter to say why).
-    pub fn update_warning(&self, engine: &Reassembler, element: &gst::Element) {
+    /// Also says on the bus when the payload pools ran dry (`dry`, rate-limited).
+    pub fn update_warning(&self, engine: &Reassembler, element: &gst::Element, dry: &DryWarning) {
         let first_too_large = self.too_large.get() == 0 && engine.counts().too_large > 0;
         self.update(engine);
+        dry.check(
+            element,
+            engine.counts().drops_pool,
+            "the heap payload pool",
+            "pool-size (or max-heaps)",
+        );
         if first_too_large {
             gst::element_warning!(
                 element,

@@ -291,6 +291,50 @@ fn the_first_heap_refused_for_size_is_said_on_the_bus() {
 }
 
 #[test]
+fn a_slow_application_shows_as_drops_pool_and_a_warning() {
+    // A pool of 2 heaps per class; the harness holds every heap pushed (an application
+    // that never gives its samples back).
+    let mut h = harness(&[("pool-size", "1"), ("max-heaps", "1")], true);
+    let bus = gst::Bus::new();
+    h.element().unwrap().set_bus(Some(&bus));
+    for cnt in 1..=12u64 {
+        let packets = heap_packets(
+            F48,
+            cnt,
+            &[(0x1000, Val::Bytes(pattern(cnt, 40_000)))],
+            1400,
+        );
+        h.push(batch(&packets, 0)).unwrap();
+    }
+    let st = stats(&h);
+    assert!(field(&st, names::DROPS_POOL) > 0, "{st}");
+    assert_eq!(
+        field(&st, names::OUT_OF_ORDER_DROPPED),
+        0,
+        "the pool's loss, not disorder: {st}"
+    );
+    let warnings: Vec<String> =
+        std::iter::from_fn(|| bus.pop_filtered(&[gst::MessageType::Warning]))
+            .map(|m| match m.view() {
+                gst::MessageView::Warning(w) => w.error().to_string(),
+                _ => unreachable!(),
+            })
+            .collect();
+    assert_eq!(warnings.len(), 1, "rate-limited: {warnings:?}");
+    assert!(
+        warnings[0].contains("ran dry") && warnings[0].contains("pool-size"),
+        "{warnings:?}"
+    );
+    // What was delivered is intact.
+    let heaps = pull_all(&mut h);
+    assert!(!heaps.is_empty());
+    for buf in &heaps {
+        let cnt = buf.meta::<HeapMeta>().unwrap().info().heap_cnt;
+        assert!(item(buf, 0x1000) == pattern(cnt, 40_000));
+    }
+}
+
+#[test]
 fn single_buffers_and_buffer_lists() {
     let mut h = harness(&[], false);
     let a = heap_packets(F48, 1, &items(1, 3000), 1000);

@@ -19,10 +19,12 @@
 
 mod control;
 mod counters;
+mod dry;
 mod pool_props;
 
 pub use control::LiveControl;
 pub use counters::{append_pool, append_slot_pool};
+pub use dry::DryWarning;
 pub use pool_props::{CountAlias, PoolProps, PoolSettings, PoolSize};
 
 use gst::glib;

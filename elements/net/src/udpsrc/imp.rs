@@ -112,6 +112,8 @@ pub struct UdpSrc {
     /// Kept after stop for the final `stats` read.
     pool: Mutex<Option<SlotPool>>,
     counters: Counters,
+    /// Says on the bus when the pool runs dry.
+    dry: live::DryWarning,
 }
 
 impl UdpSrc {
@@ -322,6 +324,7 @@ impl ElementImpl for UdpSrc {
 impl BaseSrcImpl for UdpSrc {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
+        self.dry.reset();
         let (rx, report) = s.socket.open(
             self.obj().upcast_ref(),
             *CAT,
@@ -433,6 +436,12 @@ impl PushSrcImpl for UdpSrc {
         // One clock read per batch: the running time at which the batch was complete.
         let pts = self.obj().current_running_time();
         self.counters.batches.add(1);
+        self.dry.check(
+            self.obj().upcast_ref(),
+            self.counters.drops_pool.get(),
+            "the receive pool",
+            "pool-size",
+        );
         if state.timer.due(Instant::now()) {
             self.post_stats(state);
         }

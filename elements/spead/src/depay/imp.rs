@@ -64,6 +64,8 @@ pub struct SpeadDepay {
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
     mirror: HeapCounters,
+    /// Says on the bus when the heap pool runs dry.
+    dry: firehose_core::src::DryWarning,
     memory: Mutex<Option<&'static str>>,
     /// The mode of the last start (`stats` reads its counters after stop too).
     mode: Mutex<Mode>,
@@ -130,7 +132,8 @@ impl SpeadDepay {
             }
         }
         state.ended = out.eos;
-        self.mirror.update_warning(engine, self.obj().upcast_ref());
+        self.mirror
+            .update_warning(engine, self.obj().upcast_ref(), &self.dry);
         out.stats_due = state.timer.due(Instant::now());
         Ok(out)
     }
@@ -283,6 +286,7 @@ impl SpeadDepay {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
         *lock(&self.mode) = s.mode;
+        self.dry.reset();
         if s.mode == Mode::Chunks {
             return self.start_chunks(&s);
         }
@@ -401,6 +405,7 @@ impl ObjectSubclass for SpeadDepay {
             settings: Mutex::new(Settings::default()),
             state: Mutex::new(None),
             mirror: HeapCounters::default(),
+            dry: firehose_core::src::DryWarning::default(),
             memory: Mutex::new(None),
             mode: Mutex::new(Mode::Heaps),
             chunks: ChunkFront::default(),

@@ -196,7 +196,14 @@ pub struct Reassembler {
     /// A pool slot taken ahead for the heap expected next, which packets may be
     /// received into before its first one is taken.
     reserved: Option<(u64, Slot)>,
+    /// The last heaps whose first packet found no pool memory (their later packets are
+    /// counted in `drops_pool` too, not as out of order).
+    starved: [Option<u64>; STARVED],
+    starved_at: usize,
 }
+
+/// How many starved heaps are remembered: more than a window holds at once.
+const STARVED: usize = 16;
 
 impl Reassembler {
     /// Builds the engine and allocates (pre-faults) its payload memory: size classes
@@ -227,6 +234,8 @@ impl Reassembler {
             landing_max_heap: 0,
             shape: Shape::default(),
             reserved: None,
+            starved: [None; STARVED],
+            starved_at: 0,
         })
     }
 
@@ -356,7 +365,13 @@ impl Reassembler {
             return true;
         }
         if !self.limits.allow_out_of_order && p.payload_offset != 0 {
-            self.counts.out_of_order_dropped += 1;
+            // A later packet of a heap whose start found no pool memory: the loss is the
+            // pool's, and counted as such.
+            if self.starved.contains(&Some(p.heap_cnt)) {
+                self.counts.drops_pool += 1;
+            } else {
+                self.counts.out_of_order_dropped += 1;
+            }
             return true;
         }
         if p.heap_length == Some(len as u64) {
@@ -396,6 +411,8 @@ impl Reassembler {
                     Some(slot) => slot,
                     None => {
                         self.counts.drops_pool += 1;
+                        self.starved[self.starved_at % STARVED] = Some(p.heap_cnt);
+                        self.starved_at += 1;
                         return true;
                     }
                 }

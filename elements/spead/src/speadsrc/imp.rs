@@ -59,6 +59,8 @@ pub struct SpeadSrc {
     memory: Mutex<Option<&'static str>>,
     /// `stop-is-eos` of the current run.
     stop_is_eos: AtomicBool,
+    /// Says on the bus when the heap pool runs dry.
+    dry: firehose_core::src::DryWarning,
 }
 
 impl ElementStats for SpeadSrc {
@@ -73,7 +75,7 @@ impl SpeadSrc {
     /// Mirrors the engine's counters (once per receive) and posts the stats when `due`.
     fn publish(&self, engine: &Reassembler, due: bool) {
         self.heap_counters
-            .update_warning(engine, self.obj().upcast_ref());
+            .update_warning(engine, self.obj().upcast_ref(), &self.dry);
         self.post_stats_if(due);
     }
 }
@@ -181,6 +183,7 @@ impl BaseSrcImpl for SpeadSrc {
         );
         let port_changed = lock(&self.settings).socket.set_bound_port(&report);
         self.heap_counters.update(&engine);
+        self.dry.reset();
         *lock(&self.memory) = Some(memory);
         self.stop_is_eos
             .store(s.heaps.stop_is_eos, Ordering::Relaxed);
