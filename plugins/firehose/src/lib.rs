@@ -19,6 +19,7 @@ fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     firehose_record::register(plugin)?;
     firehose_ibverbs::register(plugin)?;
     firehose_xdp::register(plugin)?;
+    firehose_shm::register(plugin)?;
     Ok(())
 }
 
