@@ -74,7 +74,7 @@ pub enum Leave {
     Lost(String),
     /// It broke the protocol.
     Malformed(String),
-    /// The producer is stopping.
+    /// The producer is stopping, or the consumer closed after end-of-stream.
     Stopped,
 }
 
@@ -98,6 +98,8 @@ pub struct Hub<T> {
     pub counters: Arc<HubCounters>,
     /// Consumers that left since [`Hub::take_left`], and why (for the element's log).
     left: Vec<(u64, Leave)>,
+    /// End-of-stream was sent: a consumer that closes now simply finished.
+    ended: bool,
 }
 
 impl<T> Default for Hub<T> {
@@ -114,6 +116,7 @@ impl<T> Default for Hub<T> {
             fds: Vec::new(),
             counters: Arc::default(),
             left: Vec::new(),
+            ended: false,
         }
     }
 }
@@ -321,6 +324,7 @@ impl<T> Hub<T> {
     /// Sends a last message (EOS or an error) to every consumer, as far as their
     /// sockets take it without waiting.
     pub fn broadcast(&mut self, msg: &Msg) {
+        self.ended |= matches!(msg, Msg::Eos);
         if proto::encode(msg, &mut self.out).is_ok() {
             for p in &self.peers {
                 let _ = wire::send(p.fd.as_fd(), &self.out, None);
@@ -341,6 +345,10 @@ impl<T> Hub<T> {
             let n = match r {
                 Ok(wire::Received::Message(n)) => n,
                 Ok(wire::Received::Nothing) => return released,
+                Ok(wire::Received::Closed) if self.ended => {
+                    self.detach(id, Leave::Stopped);
+                    return true;
+                }
                 Ok(wire::Received::Closed) => {
                     self.detach(id, Leave::Lost("it closed its connection".into()));
                     return true;
@@ -414,6 +422,7 @@ impl<T> Hub<T> {
         self.segments.clear();
         self.caps = None;
         self.left.clear();
+        self.ended = false;
     }
 }
 

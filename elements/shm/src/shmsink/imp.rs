@@ -97,6 +97,9 @@ pub struct ShmSink {
     registry: Arc<Registry>,
     hub_counters: Arc<HubCounters>,
     counters: Arc<SinkCounters>,
+    /// The copy pool, for its counters in `stats` (outside `state`, which a blocked
+    /// render holds).
+    copy_pool: Mutex<Option<SlotPool>>,
 }
 
 impl Default for ShmSink {
@@ -110,6 +113,7 @@ impl Default for ShmSink {
             registry: Registry::new(),
             hub_counters,
             counters: Arc::default(),
+            copy_pool: Mutex::default(),
         }
     }
 }
@@ -131,13 +135,14 @@ impl ElementStats for ShmSink {
         ] {
             s.set(name, v);
         }
+        firehose_core::src::append_slot_pool(&mut s, lock(&self.copy_pool).as_ref());
         s
     }
 }
 
 const HUB_COUNTERS: &str = "consumers, consumers-total, consumers-lost, consumers-malformed, \
                             messages, drops-held, drops-socket-full, drops-flushing, \
-                            metas-dropped";
+                            metas-dropped, pool-* (the copy pool)";
 
 /// The service thread: accepts consumers (checking their uid), reads their releases
 /// and notices when they go away.
@@ -271,6 +276,7 @@ impl ShmSink {
                 "upstream memory is not shared: copying into {slots} slots of {} bytes",
                 pool.slot_size()
             );
+            *lock(&self.copy_pool) = Some(pool.clone());
             state.copy_pool = Some(pool);
             self.sync_segments(state);
         }
@@ -539,6 +545,7 @@ impl BaseSinkImpl for ShmSink {
             }
             lock(&self.shared.hub).clear();
             st.copy_pool = None;
+            *lock(&self.copy_pool) = None;
         }
         self.post_stats();
         Ok(())
