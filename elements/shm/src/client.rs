@@ -236,9 +236,9 @@ impl Client {
         self.maps.len()
     }
 
-    /// The next event, without waiting (`Ok(None)`: nothing yet; wait on [`Client::fd`]
-    /// for `POLLIN`). Segments and the hello are handled here.
-    pub fn next(&mut self) -> Result<Option<Event>, ClientError> {
+    /// The next event, without waiting (`Ok(None)`: nothing yet, or only the hello;
+    /// wait on [`Client::fd`] for `POLLIN`). Segments and the hello are handled here.
+    pub fn poll_event(&mut self) -> Result<Option<Event>, ClientError> {
         self.releaser.flush();
         loop {
             self.fds.clear();
@@ -261,7 +261,11 @@ impl Client {
                     consumer,
                     on_full,
                     max_held,
-                } => self.hello = Some((consumer, on_full, max_held)),
+                } => {
+                    // Back to the caller, who may be waiting for just this.
+                    self.hello = Some((consumer, on_full, max_held));
+                    return Ok(None);
+                }
                 Msg::Segment { id, size } => {
                     let m = Mapping::new(self.fds[0].as_fd(), size)?;
                     self.maps.insert(id, Arc::new(m));
@@ -286,11 +290,11 @@ impl Client {
     }
 
     /// The next event, waiting up to `timeout_ms` (`Ok(None)` when none came).
-    pub fn next_timeout(&mut self, timeout_ms: i32) -> Result<Option<Event>, ClientError> {
-        if let Some(e) = self.next()? {
+    pub fn wait_event(&mut self, timeout_ms: i32) -> Result<Option<Event>, ClientError> {
+        if let Some(e) = self.poll_event()? {
             return Ok(Some(e));
         }
         wire::wait(self.fd.as_fd(), libc::POLLIN, timeout_ms).map_err(ClientError::Io)?;
-        self.next()
+        self.poll_event()
     }
 }

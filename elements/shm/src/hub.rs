@@ -580,7 +580,13 @@ mod tests {
         let (mut ca, mut cb) = (Client::new(ca), Client::new(cb));
         let first = ca.all();
         assert!(matches!(first[0], Msg::Hello { consumer: 1, .. }));
-        assert_eq!(first[1], Msg::Segment { id: 5, size: 1 << 20 });
+        assert_eq!(
+            first[1],
+            Msg::Segment {
+                id: 5,
+                size: 1 << 20
+            }
+        );
         assert_eq!(first[2], Msg::Caps("application/x-test".into()));
         let item = Arc::new(());
         let stop = AtomicBool::new(false);

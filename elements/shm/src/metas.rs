@@ -161,7 +161,10 @@ mod tests {
         let mut out = gst::Buffer::new();
         write(out.get_mut().unwrap(), wire);
         assert_eq!(message::read(&out), Some(msg));
-        assert_eq!(out.meta::<PacketBatchMeta>().unwrap().packets(), &packets[..]);
+        assert_eq!(
+            out.meta::<PacketBatchMeta>().unwrap().packets(),
+            &packets[..]
+        );
         assert_eq!(out.meta::<ChunkMeta>().unwrap().info(), &chunk);
     }
 }

@@ -327,9 +327,7 @@ pub fn encode(msg: &Msg, out: &mut Vec<u8>) -> Result<(), ProtoError> {
         Msg::Eos => out.push(EOS),
         Msg::Buffer(b) => {
             out.push(BUFFER);
-            for v in [b.seq] {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
+            out.extend_from_slice(&b.seq.to_le_bytes());
             out.extend_from_slice(&b.segment.to_le_bytes());
             for v in [b.offset, b.len, b.pts, b.dts, b.duration] {
                 out.extend_from_slice(&v.to_le_bytes());
@@ -682,7 +680,8 @@ impl Consumer {
         if fds != want {
             return Err(ProtoError::Descriptors { kind, got: fds });
         }
-        if !self.hello && !matches!(msg, Msg::Hello { .. }) {
+        // An error may come first: a producer that refuses a consumer says why.
+        if !self.hello && !matches!(msg, Msg::Hello { .. } | Msg::Error(_)) {
             return Err(ProtoError::Invalid(format!(
                 "a {kind} message before the hello"
             )));
@@ -694,9 +693,7 @@ impl Consumer {
             Msg::Hello { .. } => self.hello = true,
             Msg::Segment { id, size } => {
                 if self.segments.contains_key(id) {
-                    return Err(ProtoError::Invalid(format!(
-                        "segment {id} announced twice"
-                    )));
+                    return Err(ProtoError::Invalid(format!("segment {id} announced twice")));
                 }
                 if self.segments.len() >= MAX_SEGMENTS {
                     return Err(too_long("segments mapped", MAX_SEGMENTS + 1, MAX_SEGMENTS));

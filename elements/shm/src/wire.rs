@@ -82,13 +82,8 @@ fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
 
 fn socket() -> io::Result<OwnedFd> {
     // SAFETY: no pointers; the result is checked.
-    let fd = cvt(unsafe {
-        libc::socket(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-        )
-    })?;
+    let fd =
+        cvt(unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) })?;
     // SAFETY: a fresh descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
@@ -102,7 +97,13 @@ pub fn listen(addr: &Address, mode: u32) -> io::Result<OwnedFd> {
         remove_stale(p)?;
     }
     // SAFETY: `sa` is a valid sockaddr_un of `len` bytes.
-    cvt(unsafe { libc::bind(fd.as_raw_fd(), (&sa as *const libc::sockaddr_un).cast(), len) })?;
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sa as *const libc::sockaddr_un).cast(),
+            len,
+        )
+    })?;
     if let Address::Path(p) = addr {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))?;
@@ -140,7 +141,13 @@ pub fn connect(addr: &Address) -> io::Result<OwnedFd> {
     let (sa, len) = addr.sockaddr()?;
     let fd = socket()?;
     // SAFETY: `sa` is a valid sockaddr_un of `len` bytes.
-    cvt(unsafe { libc::connect(fd.as_raw_fd(), (&sa as *const libc::sockaddr_un).cast(), len) })?;
+    cvt(unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&sa as *const libc::sockaddr_un).cast(),
+            len,
+        )
+    })?;
     set_nonblocking(fd.as_raw_fd())?;
     Ok(fd)
 }
@@ -216,13 +223,8 @@ pub fn send(fd: BorrowedFd<'_>, msg: &[u8], pass: Option<BorrowedFd<'_>>) -> io:
     }
     loop {
         // SAFETY: `mh` points at live iovec and control buffers for the call.
-        let r = unsafe {
-            libc::sendmsg(
-                fd.as_raw_fd(),
-                &mh,
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
-        };
+        let r =
+            unsafe { libc::sendmsg(fd.as_raw_fd(), &mh, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
         if r >= 0 {
             return Ok(());
         }

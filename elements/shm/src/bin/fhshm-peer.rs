@@ -1,6 +1,6 @@
 //! A peer process for the shared-memory transport's tests and for trying it by hand.
 //!
-//! - `fhshm-peer read SOCKET [--hold-ms N] [--max N]`: a consumer without GStreamer (the
+//! - `fhshm-peer read SOCKET [--hold-ms N] [--max N]` (`@name`: abstract): a consumer without GStreamer (the
 //!   crate's client engine): reads buffers until EOS (or `--max` buffers), checks that
 //!   each byte equals its offset in the stream modulo 251 when `--check` is given,
 //!   holds each buffer `--hold-ms` before releasing it, and prints
@@ -26,7 +26,12 @@ fn read(path: &str, args: &[String]) -> i32 {
     let hold = Duration::from_millis(arg(args, "--hold-ms", 0));
     let max: u64 = arg(args, "--max", u64::MAX);
     let check = args.iter().any(|a| a == "--check");
-    let mut client = match Client::connect(&Address::new(path, false)) {
+    // `@name`: a name in the abstract namespace.
+    let address = match path.strip_prefix('@') {
+        Some(name) => Address::new(name, true),
+        None => Address::new(path, false),
+    };
+    let mut client = match Client::connect(&address) {
         Ok(c) => c,
         Err(e) => {
             println!("buffers=0 bytes=0 missed=0 end=error:connect {e}");
@@ -39,7 +44,7 @@ fn read(path: &str, args: &[String]) -> i32 {
         if buffers >= max {
             break "max".to_string();
         }
-        match client.next_timeout(1000) {
+        match client.wait_event(1000) {
             Ok(Some(Event::Buffer(v))) => {
                 missed += v.msg.missed;
                 if check {
@@ -100,7 +105,11 @@ fn serve(path: &str, size: usize, count: u64, args: &[String]) -> i32 {
     pipeline.set_state(gst::State::Playing).expect("playing");
     // Wait for a consumer, so that a test sees every buffer.
     let start = Instant::now();
-    while sink.property::<gst::Structure>("stats").get::<u64>("consumers") != Ok(1) {
+    while sink
+        .property::<gst::Structure>("stats")
+        .get::<u64>("consumers")
+        != Ok(1)
+    {
         if start.elapsed() > Duration::from_secs(10) {
             eprintln!("no consumer in 10 s");
             return 2;
@@ -110,7 +119,9 @@ fn serve(path: &str, size: usize, count: u64, args: &[String]) -> i32 {
     let mut offset = 0u64;
     let mut i = 0u64;
     while count == 0 || i < count {
-        let data: Vec<u8> = (0..size as u64).map(|k| ((offset + k) % 251) as u8).collect();
+        let data: Vec<u8> = (0..size as u64)
+            .map(|k| ((offset + k) % 251) as u8)
+            .collect();
         offset += size as u64;
         let mut b = gst::Buffer::from_mut_slice(data);
         b.get_mut()
@@ -134,6 +145,11 @@ fn serve(path: &str, size: usize, count: u64, args: &[String]) -> i32 {
 }
 
 fn main() {
+    // A test that fails (or is killed) must not leave its peer running.
+    // SAFETY: prctl with integer arguments only.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+    }
     let args: Vec<String> = std::env::args().collect();
     let code = match (args.get(1).map(String::as_str), args.get(2)) {
         (Some("read"), Some(p)) => read(p, &args[3..]),

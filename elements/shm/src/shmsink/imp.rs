@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use firehose_core::element::prelude::*;
 use firehose_core::element::sink_template;
-use gst_base::prelude::*;
 use firehose_core::stats::{names, StatsInterval, StatsTimer};
 use firehose_core::sync::lock;
 use firehose_core::{HugepagePolicy, PoolConfig, SlotPool};
+use gst_base::prelude::*;
 
 use super::OnFullMode;
 use crate::hub::{Hub, HubCounters, Leave};
@@ -416,9 +416,7 @@ impl ObjectImpl for ShmSink {
                 .build(),
             glib::ParamSpecInt64::builder("allow-uid")
                 .nick("Allowed uid")
-                .blurb(
-                    "Another uid admitted besides this process's and root's (-1: none)",
-                )
+                .blurb("Another uid admitted besides this process's and root's (-1: none)")
                 .minimum(-1)
                 .maximum(u32::MAX.into())
                 .default_value(-1)
@@ -508,8 +506,7 @@ impl BaseSinkImpl for ShmSink {
         shared.stop.store(false, Ordering::Release);
         shared.flushing.store(false, Ordering::Release);
         let thread = {
-            let (shared, counters, settings) =
-                (shared.clone(), self.counters.clone(), s.clone());
+            let (shared, counters, settings) = (shared.clone(), self.counters.clone(), s.clone());
             let element = self.obj().downgrade();
             std::thread::Builder::new()
                 .name("fhshmsink-serve".into())

@@ -6,9 +6,9 @@ use std::time::Instant;
 
 use firehose_core::src::prelude::*;
 use firehose_core::src::{src_template, LiveControl};
-use gst_base::prelude::*;
 use firehose_core::stats::{names, StatsInterval, StatsTimer};
 use firehose_core::sync::lock;
+use gst_base::prelude::*;
 
 use crate::client::{Client, ClientError, Event};
 use crate::proto::NONE_TIME;
@@ -185,7 +185,10 @@ impl BaseSrcImpl for ShmSrc {
         })?;
         self.live.start();
         self.live.new_waker().map_err(|e| {
-            gst::error_msg!(gst::ResourceError::Failed, ("Cannot make an eventfd: {}", e))
+            gst::error_msg!(
+                gst::ResourceError::Failed,
+                ("Cannot make an eventfd: {}", e)
+            )
         })?;
         self.counters.reset();
         *lock(&self.state) = Some(State {
@@ -222,7 +225,7 @@ impl PushSrcImpl for ShmSrc {
             if state.timer.due(Instant::now()) {
                 self.post_stats();
             }
-            match state.client.next() {
+            match state.client.poll_event() {
                 Ok(Some(Event::Buffer(view))) => {
                     return Ok(CreateSuccess::NewBuffer(self.buffer(view)));
                 }
