@@ -36,7 +36,7 @@ MAX_MESSAGE = 128 * 1024
 MAX_SEGMENT = 1 << 40
 NONE_TIME = (1 << 64) - 1
 
-HELLO, SEGMENT, SEGMENT_GONE, CAPS, BUFFER, EOS, ERROR, RELEASE = 1, 2, 3, 4, 5, 6, 7, 16
+HELLO, SEGMENT, SEGMENT_GONE, CAPS, BUFFER, EOS, ERROR, RELEASE, SUBSCRIBE = 1, 2, 3, 4, 5, 6, 7, 16, 17
 META_MESSAGE, META_PACKETS, META_CHUNK = 1, 2, 3
 
 #: One datagram of a packet batch, as the wire packs it (35 bytes, little-endian).
@@ -121,11 +121,18 @@ class Consumer:
     ``path``: the sink's ``socket-path``; ``abstract=True`` for a name in the abstract
     namespace. ``timeout``: seconds an iteration waits for the next item before raising
     ``TimeoutError`` (None: forever; a dead producer still ends the wait at once).
+    ``on_full``: ``"block"`` (the producer waits for this consumer) or ``"drop"`` (this
+    consumer misses buffers instead; ``item.missed`` says how many), None for the
+    producer's default; ``max_held``: items this consumer may hold at once (0: the
+    producer's limit, which it can only lower).
     """
 
-    def __init__(self, path, abstract=False, timeout=None):
+    def __init__(self, path, abstract=False, timeout=None, on_full=None, max_held=0):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock.connect(("\0" + path) if abstract else path)
+        if on_full is not None or max_held:
+            mode = {"block": 0, "drop": 1, None: 0}[on_full]
+            self.sock.send(struct.pack("<BBI", SUBSCRIBE, mode, max_held))
         self.timeout = timeout
         self.segments = {}  # id -> (mmap, size)
         self.caps = None

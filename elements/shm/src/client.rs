@@ -204,7 +204,20 @@ pub struct Client {
 impl Client {
     /// Connects to the producer at `addr`.
     pub fn connect(addr: &Address) -> io::Result<Self> {
+        Self::subscribe(addr, None)
+    }
+
+    /// Connects to the producer at `addr`, asking for this consumer's own back-pressure
+    /// (`on-full` and buffers held, 0: the producer's limit) instead of the producer's
+    /// default. The producer applies it when it reads it, right after the set-up.
+    pub fn subscribe(addr: &Address, mode: Option<(OnFull, u32)>) -> io::Result<Self> {
         let fd = Arc::new(wire::connect(addr)?);
+        if let Some((on_full, max_held)) = mode {
+            let mut out = Vec::new();
+            proto::encode(&Msg::Subscribe { on_full, max_held }, &mut out)
+                .expect("a subscribe fits");
+            wire::send(fd.as_fd(), &out, None)?;
+        }
         Ok(Self {
             releaser: Arc::new(Releaser {
                 fd: fd.clone(),
@@ -284,7 +297,7 @@ impl Client {
                         releaser: self.releaser.clone(),
                     })));
                 }
-                Msg::Release(_) => unreachable!("refused by accept"),
+                Msg::Release(_) | Msg::Subscribe { .. } => unreachable!("refused by accept"),
             }
         }
     }

@@ -38,8 +38,12 @@ const STUCK_MS: u64 = 10_000;
 pub struct HubCounters {
     /// Consumers attached now.
     pub consumers: Counter,
+    /// Consumers attached now whose `on-full` is drop.
+    pub consumers_drop: Counter,
     /// Consumers ever attached.
     pub consumers_total: Counter,
+    /// Buffers released by consumers (one per consumer per buffer).
+    pub released: Counter,
     /// Consumers that went away without being asked (hang-up, crash).
     pub consumers_lost: Counter,
     /// Consumers disconnected for breaking the protocol.
@@ -61,6 +65,8 @@ struct Peer {
     fd: OwnedFd,
     on_full: OnFull,
     max_held: usize,
+    /// The producer's limit, which a consumer's subscribe cannot raise.
+    cap_held: usize,
     held: HashSet<u64>,
     missed: u64,
     caps_sent: bool,
@@ -155,6 +161,7 @@ impl<T> Hub<T> {
             fd,
             on_full,
             max_held: max_held.max(1) as usize,
+            cap_held: max_held.max(1) as usize,
             held: HashSet::new(),
             missed: 0,
             caps_sent: false,
@@ -175,7 +182,7 @@ impl<T> Hub<T> {
         }
         self.peers.push(peer);
         self.counters.consumers_total.add(1);
-        self.counters.consumers.set(self.peers.len() as u64);
+        self.count_peers();
         Ok(id)
     }
 
@@ -368,6 +375,15 @@ impl<T> Hub<T> {
                     got: self.fds.len(),
                 }),
                 Ok(Msg::Release(seqs)) => self.release(i, &seqs),
+                Ok(Msg::Subscribe { on_full, max_held }) => {
+                    let p = &mut self.peers[i];
+                    p.on_full = on_full;
+                    if max_held > 0 {
+                        p.max_held = (max_held as usize).min(p.cap_held);
+                    }
+                    self.count_peers();
+                    Ok(())
+                }
                 Ok(_) => Err(ProtoError::Invalid(
                     "a consumer sent a producer's message".into(),
                 )),
@@ -383,12 +399,20 @@ impl<T> Hub<T> {
         }
     }
 
+    fn count_peers(&self) {
+        let c = &self.counters;
+        c.consumers.set(self.peers.len() as u64);
+        let drop = self.peers.iter().filter(|p| p.on_full == OnFull::Drop);
+        c.consumers_drop.set(drop.count() as u64);
+    }
+
     fn release(&mut self, i: usize, seqs: &[u64]) -> Result<(), ProtoError> {
         for &s in seqs {
             if !self.peers[i].held.remove(&s) {
                 return Err(ProtoError::NotHeld(s));
             }
             unref(&mut self.held, s);
+            self.counters.released.add(1);
         }
         Ok(())
     }
@@ -400,7 +424,7 @@ impl<T> Hub<T> {
             return;
         };
         let p = self.peers.swap_remove(i);
-        self.counters.consumers.set(self.peers.len() as u64);
+        self.count_peers();
         for s in p.held {
             unref(&mut self.held, s);
         }
@@ -634,6 +658,35 @@ mod tests {
         cb.release(vec![got[0].seq]);
         hub.service(2);
         assert!(!hub.must_wait());
+    }
+
+    #[test]
+    fn a_consumer_chooses_its_own_back_pressure_within_the_producers_limit() {
+        let mut hub: Hub<()> = Hub::default();
+        hub.sync_segments(vec![segment()]);
+        let (a, ca) = pair();
+        hub.attach(a, OnFull::Block, 4).unwrap();
+        let mut out = Vec::new();
+        proto::encode(
+            &Msg::Subscribe {
+                on_full: OnFull::Drop,
+                max_held: 100,
+            },
+            &mut out,
+        )
+        .unwrap();
+        wire::send(ca.as_fd(), &out, None).unwrap();
+        hub.service(1);
+        let stop = AtomicBool::new(false);
+        for _ in 0..6 {
+            hub.publish(&mut msg(), (), &stop);
+        }
+        assert!(!hub.must_wait(), "drop mode now");
+        assert_eq!(
+            hub.counters.drops_held.get(),
+            2,
+            "the producer's limit of 4 still holds"
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //!
 //! Producer → consumer: [`Msg::Hello`], [`Msg::Segment`], [`Msg::SegmentGone`],
 //! [`Msg::Caps`], [`Msg::Buffer`], [`Msg::Eos`], [`Msg::Error`].
-//! Consumer → producer: [`Msg::Release`].
+//! Consumer → producer: [`Msg::Release`], [`Msg::Subscribe`].
 //!
 //! Decoding trusts nothing: every length is checked against the message and against a
 //! cap, every segment id against the segments announced, every offset + length against
@@ -46,6 +46,7 @@ const BUFFER: u8 = 5;
 const EOS: u8 = 6;
 const ERROR: u8 = 7;
 const RELEASE: u8 = 16;
+const SUBSCRIBE: u8 = 17;
 
 /// Meta type tags on the wire. Unknown tags are skipped by readers.
 pub mod meta_tag {
@@ -210,6 +211,14 @@ pub enum Msg {
     Error(String),
     /// The consumer is done with these buffers.
     Release(Vec<u64>),
+    /// The consumer's own back-pressure, instead of the producer's default: its
+    /// `on-full`, and the buffers it may hold (0: the producer's limit; never more).
+    Subscribe {
+        /// What the producer does when this consumer is full.
+        on_full: OnFull,
+        /// Buffers it may hold at once.
+        max_held: u32,
+    },
 }
 
 /// A message that is not what the protocol allows: what was wrong.
@@ -341,6 +350,14 @@ pub fn encode(msg: &Msg, out: &mut Vec<u8>) -> Result<(), ProtoError> {
             for m in &b.metas {
                 encode_meta(m, out);
             }
+        }
+        Msg::Subscribe { on_full, max_held } => {
+            out.push(SUBSCRIBE);
+            out.push(match on_full {
+                OnFull::Block => 0,
+                OnFull::Drop => 1,
+            });
+            out.extend_from_slice(&max_held.to_le_bytes());
         }
         Msg::Release(seqs) => {
             if seqs.len() > MAX_RELEASE {
@@ -576,6 +593,14 @@ pub fn decode(b: &[u8]) -> Result<Msg, ProtoError> {
             }
             Msg::Release(seqs)
         }
+        SUBSCRIBE => Msg::Subscribe {
+            on_full: match r.u8("on-full")? {
+                0 => OnFull::Block,
+                1 => OnFull::Drop,
+                v => return Err(ProtoError::Invalid(format!("on-full {v}"))),
+            },
+            max_held: r.u32("max-held")?,
+        },
         t => return Err(ProtoError::UnknownType(t)),
     };
     r.end()?;
@@ -675,6 +700,7 @@ impl Consumer {
             Msg::Eos => "eos",
             Msg::Error(_) => "error",
             Msg::Release(_) => "release",
+            Msg::Subscribe { .. } => "subscribe",
         };
         let want = usize::from(matches!(msg, Msg::Segment { .. }));
         if fds != want {
@@ -724,10 +750,10 @@ impl Consumer {
                     }
                 }
             }
-            Msg::Release(_) => {
-                return Err(ProtoError::Invalid(
-                    "a release message from the producer".into(),
-                ))
+            Msg::Release(_) | Msg::Subscribe { .. } => {
+                return Err(ProtoError::Invalid(format!(
+                    "a {kind} message from the producer"
+                )))
             }
             Msg::Caps(_) | Msg::Eos | Msg::Error(_) => {}
         }
@@ -798,6 +824,10 @@ mod tests {
             Msg::Eos,
             Msg::Error("disk on fire".into()),
             Msg::Release(vec![1, 2, u64::MAX]),
+            Msg::Subscribe {
+                on_full: OnFull::Drop,
+                max_held: 3,
+            },
         ]
     }
 

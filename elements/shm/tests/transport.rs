@@ -418,11 +418,9 @@ fn in_drop_mode_a_stuck_consumer_misses_buffers_and_nobody_waits() {
     for i in 0..n {
         h.push(buffer(i, 1000, i)).unwrap();
         drop(next_buffer(&mut fast));
-        // The stuck one holds the first 4 for ever; wait until the fast one's release
-        // is in, so that only the stuck one is at its limit.
-        wait_for("the release", || {
-            field(&stats(&el), "pool-in-use") == (i + 1).min(4)
-        });
+        // Wait until the fast one's release is in, so that only the stuck one (which
+        // never releases) is ever at its limit.
+        wait_for("the release", || field(&stats(&el), "released") == i + 1);
         // The stuck one reads what reaches it but never releases.
         while let Ok(Some(Event::Buffer(v))) = stuck.poll_event() {
             kept.push(v);
@@ -440,10 +438,42 @@ fn in_drop_mode_a_stuck_consumer_misses_buffers_and_nobody_waits() {
     assert_eq!(field(&s, "messages"), n + 4);
     // Once it releases, its next buffer says how many it missed.
     drop(kept);
-    std::thread::sleep(Duration::from_millis(100));
+    wait_for("its releases", || field(&stats(&el), "pool-in-use") == 0);
     h.push(buffer(0, 1000, n)).unwrap();
     let v = next_buffer(&mut stuck);
     assert_eq!(v.msg.missed, n - 4);
+}
+
+#[test]
+fn a_consumer_that_asks_for_drop_never_holds_a_blocking_producer() {
+    let path = socket("subscribe");
+    let (mut h, el) = sink_harness(&path, &[("max-held", "4")]);
+    let mut fast = connect(&path);
+    let mut stuck =
+        Client::subscribe(&Address::new(&path, false), Some((proto::OnFull::Drop, 2))).unwrap();
+    wait_for("attach", || field(&stats(&el), "consumers") == 2);
+    wait_for("its subscribe", || {
+        field(&stats(&el), "consumers-drop") == 1
+    });
+    let mut kept = Vec::new();
+    let n = 50u64;
+    for i in 0..n {
+        h.push(buffer(i, 100, i)).unwrap();
+        drop(next_buffer(&mut fast));
+        wait_for("the release", || field(&stats(&el), "released") == i + 1);
+        while let Ok(Some(ev)) = stuck.poll_event() {
+            if let Event::Buffer(v) = ev {
+                kept.push(v);
+            }
+        }
+    }
+    while let Ok(Some(ev)) = stuck.wait_event(100) {
+        if let Event::Buffer(v) = ev {
+            kept.push(v);
+        }
+    }
+    assert_eq!(kept.len(), 2, "its own limit");
+    assert_eq!(field(&stats(&el), "drops-held"), n - 2);
 }
 
 #[test]
@@ -669,9 +699,11 @@ fn a_thousand_connects_leak_no_descriptor_and_no_mapping() {
     });
     // Some of the quickly closed ones may be gone before their set-up finished.
     assert!(field(&stats(&el), "consumers-total") > 900);
+    // Counted for the whole process, where other tests run at the same time: a few
+    // come and go; a leak per connect would show a thousand.
     let (fds2, maps2) = (fd_count(), map_count());
-    assert!(fds2 <= fds + 2, "descriptors: {fds} before, {fds2} after");
-    assert!(maps2 <= maps + 4, "mappings: {maps} before, {maps2} after");
+    assert!(fds2 <= fds + 50, "descriptors: {fds} before, {fds2} after");
+    assert!(maps2 <= maps + 50, "mappings: {maps} before, {maps2} after");
 }
 
 fn repo_root() -> PathBuf {

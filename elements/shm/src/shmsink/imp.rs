@@ -124,10 +124,12 @@ impl ElementStats for ShmSink {
         let h = &self.hub_counters;
         for (name, v) in [
             ("consumers", h.consumers.get()),
+            ("consumers-drop", h.consumers_drop.get()),
             ("consumers-total", h.consumers_total.get()),
             ("consumers-lost", h.consumers_lost.get()),
             ("consumers-malformed", h.consumers_malformed.get()),
             ("messages", h.messages.get()),
+            ("released", h.released.get()),
             ("drops-held", h.drops_held.get()),
             ("drops-socket-full", h.drops_socket.get()),
             ("drops-flushing", h.drops_flushing.get()),
@@ -140,8 +142,8 @@ impl ElementStats for ShmSink {
     }
 }
 
-const HUB_COUNTERS: &str = "consumers, consumers-total, consumers-lost, consumers-malformed, \
-                            messages, drops-held, drops-socket-full, drops-flushing, \
+const HUB_COUNTERS: &str = "consumers, consumers-drop, consumers-total, consumers-lost, \
+                            consumers-malformed, messages, released, drops-held, drops-socket-full, drops-flushing, \
                             metas-dropped, pool-* (the copy pool)";
 
 /// The service thread: accepts consumers (checking their uid), reads their releases

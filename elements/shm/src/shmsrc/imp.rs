@@ -10,7 +10,9 @@ use firehose_core::stats::{names, StatsInterval, StatsTimer};
 use firehose_core::sync::lock;
 use gst_base::prelude::*;
 
+use super::ConsumerOnFull;
 use crate::client::{Client, ClientError, Event};
+use crate::proto::OnFull;
 use crate::proto::NONE_TIME;
 use crate::wire::Address;
 
@@ -25,6 +27,8 @@ const WAIT_MS: i32 = 200;
 struct Settings {
     socket_path: String,
     abstract_ns: bool,
+    on_full: ConsumerOnFull,
+    max_held: u32,
     stats_interval: StatsInterval,
 }
 
@@ -33,6 +37,8 @@ impl Default for Settings {
         Self {
             socket_path: DEFAULT_PATH.into(),
             abstract_ns: false,
+            on_full: ConsumerOnFull::Producer,
+            max_held: 0,
             stats_interval: StatsInterval::default(),
         }
     }
@@ -120,6 +126,20 @@ impl ObjectImpl for ShmSrc {
                 .default_value(false)
                 .mutable_ready()
                 .build(),
+            glib::ParamSpecEnum::builder::<ConsumerOnFull>("on-full")
+                .nick("On full")
+                .blurb("The back-pressure this consumer asks the producer for")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("max-held")
+                .nick("Maximum held")
+                .blurb(
+                    "Buffers this consumer may hold at once (0: the producer's max-held, \
+                     which it can only lower)",
+                )
+                .default_value(0)
+                .mutable_ready()
+                .build(),
         ];
         v.extend(firehose_core::stats::properties(&SrcCounters::describe("")));
         v
@@ -135,6 +155,8 @@ impl ObjectImpl for ShmSrc {
                     .unwrap_or_else(|| DEFAULT_PATH.into())
             }
             "abstract" => s.abstract_ns = value.get().expect("type checked upstream"),
+            "on-full" => s.on_full = value.get().expect("type checked upstream"),
+            "max-held" => s.max_held = value.get().expect("type checked upstream"),
             other => s.stats_interval.set(other, value),
         }
     }
@@ -147,6 +169,8 @@ impl ObjectImpl for ShmSrc {
         match pspec.name() {
             "socket-path" => s.socket_path.to_value(),
             "abstract" => s.abstract_ns.to_value(),
+            "on-full" => s.on_full.to_value(),
+            "max-held" => s.max_held.to_value(),
             other => s.stats_interval.value(other),
         }
     }
@@ -171,7 +195,14 @@ impl BaseSrcImpl for ShmSrc {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
         let address = Address::new(&s.socket_path, s.abstract_ns);
-        let client = Client::connect(&address).map_err(|e| {
+        let mode = match (s.on_full, s.max_held) {
+            (ConsumerOnFull::Producer, 0) => None,
+            // A limit alone keeps the producer's default mode... which it does not
+            // tell before the hello: block, the safe one, unless drop is asked.
+            (ConsumerOnFull::Drop, n) => Some((OnFull::Drop, n)),
+            (_, n) => Some((OnFull::Block, n)),
+        };
+        let client = Client::subscribe(&address, mode).map_err(|e| {
             gst::error_msg!(
                 gst::ResourceError::OpenRead,
                 (

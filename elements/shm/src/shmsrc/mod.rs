@@ -8,6 +8,9 @@
 //! buffer after some this consumer missed (`on-full=drop` at the producer) is marked
 //! DISCONT and the count is in `missed` in stats.
 //!
+//! `on-full` and `max-held` ask the producer for this consumer's own back-pressure
+//! (within the producer's `max-held`).
+//!
 //! A producer that stops sends end-of-stream; one that dies (its socket closes without
 //! it) is an error that says so, never a hang.
 
@@ -15,6 +18,26 @@ use gst::glib;
 use gst::prelude::*;
 
 mod imp;
+
+/// `on-full`: the back-pressure this consumer asks its producer for.
+#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
+#[repr(u32)]
+#[enum_type(name = "GstFhShmSrcOnFull")]
+pub enum ConsumerOnFull {
+    /// Whatever the producer's `on-full` says.
+    #[default]
+    #[enum_value(name = "Producer: the fhshmsink's on-full", nick = "producer")]
+    Producer = 0,
+    /// The producer waits for this consumer.
+    #[enum_value(name = "Block: the producer waits for this consumer", nick = "block")]
+    Block = 1,
+    /// This consumer misses buffers rather than hold the producer.
+    #[enum_value(
+        name = "Drop: this consumer misses buffers, the producer never waits",
+        nick = "drop"
+    )]
+    Drop = 2,
+}
 
 glib::wrapper! {
     /// The `fhshmsrc` element.
