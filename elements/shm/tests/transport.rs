@@ -477,6 +477,29 @@ fn a_consumer_that_asks_for_drop_never_holds_a_blocking_producer() {
 }
 
 #[test]
+fn wait_for_connection_holds_the_first_buffer_until_a_consumer_comes() {
+    let path = socket("waitconn");
+    let (h, el) = sink_harness(&path, &[("wait-for-connection", "true")]);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let pusher = std::thread::spawn(move || {
+        let mut h = h;
+        h.push(buffer(0, 100, 0)).unwrap();
+        tx.send(()).unwrap();
+        h
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "it waits"
+    );
+    let mut c = connect(&path);
+    rx.recv_timeout(Duration::from_secs(5))
+        .expect("a consumer came");
+    assert_eq!(next_buffer(&mut c).as_ref(), &pattern(0, 100)[..]);
+    assert_eq!(field(&stats(&el), "buffers"), 1);
+    drop(pusher.join().unwrap());
+}
+
+#[test]
 fn a_killed_producer_ends_the_consumer_with_an_error_not_a_hang() {
     init();
     let path = socket("killp");

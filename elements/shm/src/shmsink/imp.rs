@@ -41,6 +41,7 @@ struct Settings {
     max_held: u32,
     copy_slots: u32,
     allow_uid: i64,
+    wait_for_connection: bool,
     stats_interval: StatsInterval,
 }
 
@@ -54,6 +55,7 @@ impl Default for Settings {
             max_held: DEFAULT_MAX_HELD,
             copy_slots: DEFAULT_COPY_SLOTS,
             allow_uid: -1,
+            wait_for_connection: false,
             stats_interval: StatsInterval::default(),
         }
     }
@@ -87,6 +89,7 @@ struct State {
     service: Option<JoinHandle<()>>,
     address: Address,
     on_full: OnFull,
+    wait_for_connection: bool,
 }
 
 /// The `fhshmsink` element.
@@ -193,6 +196,7 @@ fn serve(
                     continue;
                 }
                 let r = lock(&shared.hub).attach(fd, on_full, settings.max_held);
+                changed |= r.is_ok();
                 if let Some(e) = element.upgrade() {
                     match r {
                         Ok(id) => gst::info!(CAT, obj = e, "consumer {id} attached"),
@@ -324,7 +328,21 @@ impl ShmSink {
         self.counters.bytes.add(buf.size() as u64);
         self.sync_segments(state);
         if self.hub_counters.consumers.get() == 0 {
-            return Ok(());
+            if !state.wait_for_connection {
+                return Ok(());
+            }
+            let mut hub = lock(&self.shared.hub);
+            while hub.consumers() == 0 {
+                if self.shared.flushing.load(Ordering::Acquire) {
+                    return Err(gst::FlowError::Flushing);
+                }
+                hub = self
+                    .shared
+                    .released
+                    .wait_timeout(hub, Duration::from_millis(50))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
         }
         let Some((segment, offset, len, item)) = self.locate(state, buf)? else {
             return Ok(());
@@ -416,6 +434,15 @@ impl ObjectImpl for ShmSink {
                 .default_value(DEFAULT_COPY_SLOTS)
                 .mutable_ready()
                 .build(),
+            glib::ParamSpecBoolean::builder("wait-for-connection")
+                .nick("Wait for connection")
+                .blurb(
+                    "Hold each buffer until a consumer is attached (default: buffers with \
+                     no consumer are dropped, a capture never waits for one)",
+                )
+                .default_value(false)
+                .mutable_ready()
+                .build(),
             glib::ParamSpecInt64::builder("allow-uid")
                 .nick("Allowed uid")
                 .blurb("Another uid admitted besides this process's and root's (-1: none)")
@@ -447,6 +474,9 @@ impl ObjectImpl for ShmSink {
             "max-held" => s.max_held = v.get().expect("type checked upstream"),
             "copy-slots" => s.copy_slots = v.get().expect("type checked upstream"),
             "allow-uid" => s.allow_uid = v.get().expect("type checked upstream"),
+            "wait-for-connection" => {
+                s.wait_for_connection = v.get().expect("type checked upstream")
+            }
             other => s.stats_interval.set(other, value),
         }
     }
@@ -464,6 +494,7 @@ impl ObjectImpl for ShmSink {
             "max-held" => s.max_held.to_value(),
             "copy-slots" => s.copy_slots.to_value(),
             "allow-uid" => s.allow_uid.to_value(),
+            "wait-for-connection" => s.wait_for_connection.to_value(),
             other => s.stats_interval.value(other),
         }
     }
@@ -527,6 +558,7 @@ impl BaseSinkImpl for ShmSink {
             service: Some(thread),
             address,
             on_full: s.on_full.into(),
+            wait_for_connection: s.wait_for_connection,
         });
         gst::info!(CAT, imp = self, "listening on {}", s.socket_path);
         Ok(())
