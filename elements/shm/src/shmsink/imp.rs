@@ -25,7 +25,7 @@ firehose_core::debug_category!(CAT, "fhshmsink", "Firehose shared-memory sink");
 const DEFAULT_PATH: &str = "/tmp/firehose-shm.sock";
 const DEFAULT_MODE: u32 = 0o600;
 const DEFAULT_MAX_HELD: u32 = 64;
-const DEFAULT_COPY_SLOTS: u32 = 32;
+const DEFAULT_COPY_SLOTS: u32 = 16;
 /// Smallest copy slot: small buffers share a slot size, so a stream of slowly growing
 /// buffers does not make a new pool each time.
 const MIN_COPY_SLOT: usize = 64 * 1024;
