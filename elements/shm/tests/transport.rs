@@ -499,6 +499,63 @@ fn wait_for_connection_holds_the_first_buffer_until_a_consumer_comes() {
     drop(pusher.join().unwrap());
 }
 
+/// Caps and buffers (by their pts) as a consumer reads them, until `n` buffers came.
+fn read_events(c: &mut Client, n: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let start = Instant::now();
+    while out
+        .iter()
+        .filter(|e: &&String| e.starts_with("buffer"))
+        .count()
+        < n
+    {
+        match c.wait_event(100).unwrap() {
+            Some(Event::Caps(caps)) => out.push(caps),
+            Some(Event::Buffer(v)) => out.push(format!("buffer {}", v.msg.pts)),
+            Some(other) => panic!("{other:?}"),
+            None => assert!(start.elapsed() < Duration::from_secs(5), "{out:?}"),
+        }
+    }
+    out
+}
+
+#[test]
+fn a_late_joiner_gets_the_current_caps_then_the_next_buffer_and_caps_changes_reach_all() {
+    let path = socket("late");
+    let (mut h, el) = sink_harness(&path, &[]);
+    let mut early = connect(&path);
+    wait_for("attach", || field(&stats(&el), "consumers") == 1);
+    for i in 0..3 {
+        h.push(buffer(i, 10, i)).unwrap();
+    }
+    assert_eq!(
+        read_events(&mut early, 3),
+        [
+            "application/x-test, n=(int)1",
+            "buffer 0",
+            "buffer 1",
+            "buffer 2"
+        ]
+    );
+    let mut late = connect(&path);
+    wait_for("attach", || field(&stats(&el), "consumers") == 2);
+    h.push(buffer(3, 10, 3)).unwrap();
+    assert_eq!(
+        read_events(&mut late, 1),
+        ["application/x-test, n=(int)1", "buffer 3"]
+    );
+    h.set_src_caps_str("application/x-test, n=(int)2");
+    h.push(buffer(4, 10, 4)).unwrap();
+    assert_eq!(
+        read_events(&mut early, 2),
+        ["buffer 3", "application/x-test, n=(int)2", "buffer 4"]
+    );
+    assert_eq!(
+        read_events(&mut late, 1),
+        ["application/x-test, n=(int)2", "buffer 4"]
+    );
+}
+
 #[test]
 fn a_killed_producer_ends_the_consumer_with_an_error_not_a_hang() {
     init();
