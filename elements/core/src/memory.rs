@@ -536,8 +536,12 @@ mod tests {
         let (a, b) = (log.clone(), log.clone());
         let r = MemoryRegion::allocate(4096, HugepagePolicy::Off)
             .unwrap()
-            .on_release(Box::new(move |p, l| a.lock().unwrap().push((1, p as usize, l))))
-            .on_release(Box::new(move |p, l| b.lock().unwrap().push((2, p as usize, l))));
+            .on_release(Box::new(move |p, l| {
+                a.lock().unwrap().push((1, p as usize, l))
+            }))
+            .on_release(Box::new(move |p, l| {
+                b.lock().unwrap().push((2, p as usize, l))
+            }));
         let (p, l) = (r.as_ptr() as usize, r.len());
         assert!(log.lock().unwrap().is_empty());
         drop(r);
