@@ -832,19 +832,22 @@ fn another_uid_is_refused() {
     assert!(out.contains("Permission denied"), "{out}");
 }
 
-#[test]
-fn the_python_consumer_reads_every_byte_without_gstreamer() {
+/// Runs examples/shm_consumer.py against a block-mode sink whose consumer may hold
+/// `max_held` buffers: more buffers than that only get through if the consumer releases
+/// them (`release`: `with` blocks, or the arrays being collected).
+fn python_consumer(name: &str, release: &str, max_held: &str) {
     let py = repo_root().join(".venv/bin/python3");
     assert!(
         py.exists(),
         "{} is missing: python3 -m venv .venv && .venv/bin/pip install numpy (or: scripts/setup test)",
         py.display()
     );
-    let path = socket("python");
-    let (mut h, el) = sink_harness(&path, &[]);
+    let path = socket(name);
+    let (mut h, el) = sink_harness(&path, &[("max-held", max_held)]);
     let child = Command::new(&py)
         .arg(repo_root().join("examples/shm_consumer.py"))
-        .args(["--socket", &path, "--check"])
+        .args(["--socket", &path, "--check", "--release", release])
+        .args(["--timeout", "10"])
         .env("PYTHONPATH", repo_root().join("python"))
         .stdout(Stdio::piped())
         .spawn()
@@ -873,4 +876,14 @@ fn the_python_consumer_reads_every_byte_without_gstreamer() {
     assert_eq!(kv(&out, "messages"), n.to_string(), "message metas: {out}");
     assert_eq!(kv(&out, "end"), "eos", "{out}");
     wait_for("releases", || field(&stats(&el), "pool-in-use") == 0);
+}
+
+#[test]
+fn the_python_consumer_reads_every_byte_without_gstreamer() {
+    python_consumer("python", "with", "64");
+}
+
+#[test]
+fn the_python_consumer_releases_an_item_when_its_array_is_collected() {
+    python_consumer("pythongc", "gc", "4");
 }
