@@ -13,6 +13,8 @@
 //! is shared; [`hub`]: consumers, references and back-pressure; [`client`]: the
 //! consumer's side) use no GStreamer types; the elements are thin adapters over them.
 
+#![warn(missing_docs)]
+
 use gst::glib;
 
 pub mod client;

@@ -1,4 +1,4 @@
-//! Firehose's buffer metas to and from their wire form ([`proto::WireMeta`]): the
+//! Firehose's buffer metas to and from their wire form ([`crate::proto::WireMeta`]): the
 //! message meta, the packet batch meta and the chunk meta. Other metas do not travel.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
