@@ -14,6 +14,7 @@ pub mod floor;
 pub mod receiver;
 pub mod record;
 pub mod report;
+pub mod shm;
 pub mod spread;
 pub mod sweep;
 pub mod veth;
@@ -57,6 +58,9 @@ pub enum BenchCommand {
     /// fhrecordsink (raw and pcap) against fio (O_DIRECT, libaio, several writes in
     /// flight) and filesink, on one filesystem.
     Record(RecordArgs),
+    /// The shared-memory transport between two processes: fhshmsink → fhshmsrc against
+    /// stock shmsink → shmsrc, per buffer size.
+    Shm(shm::ShmArgs),
 }
 
 /// How many times, and where the results go: every benchmark's.
@@ -234,6 +238,7 @@ pub fn run(cmd: BenchCommand) -> i32 {
         BenchCommand::Spead(a) => spead(a),
         BenchCommand::Bypass(a) => bypass(a),
         BenchCommand::Record(a) => record(a),
+        BenchCommand::Shm(a) => shm::shm(a),
     }
 }
 
