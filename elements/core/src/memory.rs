@@ -255,6 +255,20 @@ impl MemoryRegion {
         self
     }
 
+    /// The same region, with `hook` also run right before it is unmapped (after any
+    /// hook it already had): how an element that hands the region's descriptor to
+    /// another process learns that the region is gone, so that it stops naming it.
+    pub fn on_release(mut self, hook: ReleaseHook) -> Self {
+        self.release = Some(match self.release.take() {
+            None => hook,
+            Some(first) => Box::new(move |ptr, len| {
+                first(ptr, len);
+                hook(ptr, len);
+            }),
+        });
+        self
+    }
+
     /// The shared segment's descriptor (a [`MemoryKind::Shared`] region), to pass to
     /// another process.
     pub fn fd(&self) -> Option<BorrowedFd<'_>> {
@@ -557,6 +571,25 @@ mod tests {
         if let Some(k) = kind_of_ptr(p) {
             assert_eq!(k, MemoryKind::System);
         }
+    }
+
+    #[test]
+    fn release_hooks_run_once_each_in_order_before_the_unmap() {
+        use std::sync::{Arc, Mutex};
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (a, b) = (log.clone(), log.clone());
+        let r = MemoryRegion::allocate(4096, HugepagePolicy::Off)
+            .unwrap()
+            .on_release(Box::new(move |p, l| {
+                a.lock().unwrap().push((1, p as usize, l))
+            }))
+            .on_release(Box::new(move |p, l| {
+                b.lock().unwrap().push((2, p as usize, l))
+            }));
+        let (p, l) = (r.as_ptr() as usize, r.len());
+        assert!(log.lock().unwrap().is_empty());
+        drop(r);
+        assert_eq!(*log.lock().unwrap(), vec![(1, p, l), (2, p, l)]);
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod gpu;
 pub mod receiver;
 pub mod record;
 pub mod report;
+pub mod shm;
 pub mod spread;
 pub mod sweep;
 pub mod veth;
@@ -61,6 +62,9 @@ pub enum BenchCommand {
     /// fhcudaupload's host-to-device throughput against a raw pinned cuMemcpyHtoDAsync
     /// loop of the same sizes (needs the CUDA driver and a GPU).
     Gpu(gpu::GpuArgs),
+    /// The shared-memory transport between two processes: fhshmsink → fhshmsrc against
+    /// stock shmsink → shmsrc, per buffer size.
+    Shm(shm::ShmArgs),
 }
 
 /// How many times, and where the results go: every benchmark's.
@@ -239,6 +243,7 @@ pub fn run(cmd: BenchCommand) -> i32 {
         BenchCommand::Bypass(a) => bypass(a),
         BenchCommand::Record(a) => record(a),
         BenchCommand::Gpu(a) => gpu::run(a),
+        BenchCommand::Shm(a) => shm::shm(a),
     }
 }
 

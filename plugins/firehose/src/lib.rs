@@ -21,6 +21,7 @@ fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     firehose_xdp::register(plugin)?;
     firehose_metrics::register(plugin)?;
     firehose_cuda::register(plugin)?;
+    firehose_shm::register(plugin)?;
     Ok(())
 }
 

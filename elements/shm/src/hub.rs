@@ -1,0 +1,770 @@
+//! The producer's engine: its consumers, what each holds, and who waits for whom. No
+//! GStreamer: the item a buffer keeps alive is any `T` (the sink's `gst::Buffer`).
+//!
+//! Every consumer gets every buffer, unless it already holds `max-held` of them:
+//! - `on-full=block`: the producer waits before the next buffer until it released one
+//!   ([`Hub::must_wait`]);
+//! - `on-full=drop`: that consumer skips the buffer and its `missed` count goes up; the
+//!   count travels in the next buffer message it gets. The producer never waits on it,
+//!   and a full socket (a consumer that stopped reading) is a miss too.
+//!
+//! A buffer's item is kept until every consumer it went to has released it, so the slot
+//! under it is reused only then. A consumer that goes away (its socket hangs up, it
+//! breaks the protocol) has its references dropped at once.
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use firehose_core::stats::Counter;
+
+use crate::proto::{self, BufferMsg, Msg, OnFull, ProtoError};
+use crate::segments::Segment;
+use crate::wire;
+
+/// Byte offset of `missed` in an encoded buffer message (patched per consumer, so the
+/// message is encoded once per buffer).
+const MISSED_AT: usize = 1 + 8 + 4 + 5 * 8 + 4;
+
+/// How long a send to a consumer that must not miss anything (a block-mode consumer,
+/// or the set-up messages of any) may wait for room in its socket before that consumer
+/// is declared stuck and disconnected.
+const STUCK_MS: u64 = 10_000;
+
+/// What the hub counts.
+#[derive(Debug, Default)]
+pub struct HubCounters {
+    /// Consumers attached now.
+    pub consumers: Counter,
+    /// Consumers attached now whose `on-full` is drop.
+    pub consumers_drop: Counter,
+    /// Consumers ever attached.
+    pub consumers_total: Counter,
+    /// Buffers released by consumers (one per consumer per buffer).
+    pub released: Counter,
+    /// Consumers that went away without being asked (hang-up, crash).
+    pub consumers_lost: Counter,
+    /// Consumers disconnected for breaking the protocol.
+    pub consumers_malformed: Counter,
+    /// Buffer messages sent (one per consumer per buffer).
+    pub messages: Counter,
+    /// Buffers a drop-mode consumer missed because it held its limit.
+    pub drops_held: Counter,
+    /// Buffers a drop-mode consumer missed because its socket was full.
+    pub drops_socket: Counter,
+    /// Buffers skipped for a block-mode consumer because the element was flushing.
+    pub drops_flushing: Counter,
+    /// Metas left out of a message that would have been over [`proto::MAX_MESSAGE`].
+    pub metas_dropped: Counter,
+}
+
+struct Peer {
+    id: u64,
+    fd: OwnedFd,
+    on_full: OnFull,
+    max_held: usize,
+    /// The producer's limit, which a consumer's subscribe cannot raise.
+    cap_held: usize,
+    held: HashSet<u64>,
+    missed: u64,
+    caps_sent: bool,
+    segments: HashSet<u32>,
+}
+
+/// Why a consumer left.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Leave {
+    /// Its socket hung up or failed.
+    Lost(String),
+    /// It broke the protocol.
+    Malformed(String),
+    /// The producer is stopping, or the consumer closed after end-of-stream.
+    Stopped,
+}
+
+struct Held<T> {
+    _item: T,
+    refs: u32,
+}
+
+/// The producer's consumers and the buffers they hold.
+pub struct Hub<T> {
+    peers: Vec<Peer>,
+    segments: Vec<Segment>,
+    caps: Option<String>,
+    held: HashMap<u64, Held<T>>,
+    next_seq: u64,
+    next_peer: u64,
+    out: Vec<u8>,
+    inbuf: Vec<u8>,
+    fds: Vec<OwnedFd>,
+    /// What it counts (shared: the element reads it without the hub's lock).
+    pub counters: Arc<HubCounters>,
+    /// Consumers that left since [`Hub::take_left`], and why (for the element's log).
+    left: Vec<(u64, Leave)>,
+    /// End-of-stream was sent: a consumer that closes now simply finished.
+    ended: bool,
+}
+
+impl<T> Default for Hub<T> {
+    fn default() -> Self {
+        Self {
+            peers: Vec::new(),
+            segments: Vec::new(),
+            caps: None,
+            held: HashMap::with_capacity(1024),
+            next_seq: 0,
+            next_peer: 1,
+            out: Vec::with_capacity(proto::MAX_MESSAGE),
+            inbuf: vec![0; proto::MAX_MESSAGE],
+            fds: Vec::new(),
+            counters: Arc::default(),
+            left: Vec::new(),
+            ended: false,
+        }
+    }
+}
+
+impl<T> Hub<T> {
+    /// Consumers attached now.
+    pub fn consumers(&self) -> usize {
+        self.peers.len()
+    }
+
+    /// Buffers some consumer still holds.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Consumers that left since the last call, and why.
+    pub fn take_left(&mut self) -> Vec<(u64, Leave)> {
+        std::mem::take(&mut self.left)
+    }
+
+    /// Each consumer's descriptor and id, for the service thread's `poll`.
+    pub fn poll_set(&self, out: &mut Vec<(RawFd, u64)>) {
+        use std::os::fd::AsRawFd;
+        out.clear();
+        out.extend(self.peers.iter().map(|p| (p.fd.as_raw_fd(), p.id)));
+    }
+
+    /// Attaches a consumer on `fd`: sends it the hello, every live segment and the
+    /// current caps; it gets buffers from the next one on. Its id, or why it could not
+    /// be set up (it is dropped then).
+    pub fn attach(&mut self, fd: OwnedFd, on_full: OnFull, max_held: u32) -> io::Result<u64> {
+        let id = self.next_peer;
+        self.next_peer += 1;
+        let mut peer = Peer {
+            id,
+            fd,
+            on_full,
+            max_held: max_held.max(1) as usize,
+            cap_held: max_held.max(1) as usize,
+            held: HashSet::new(),
+            missed: 0,
+            caps_sent: false,
+            segments: HashSet::new(),
+        };
+        let hello = Msg::Hello {
+            consumer: id,
+            on_full,
+            max_held,
+        };
+        proto::encode(&hello, &mut self.out).expect("a hello fits");
+        send_patient(peer.fd.as_fd(), &self.out, None, None)?;
+        for s in &self.segments {
+            announce(&mut self.out, &mut peer, s)?;
+        }
+        if let Some(c) = &self.caps {
+            send_caps(&mut self.out, &mut peer, c)?;
+        }
+        self.peers.push(peer);
+        self.counters.consumers_total.add(1);
+        self.count_peers();
+        Ok(id)
+    }
+
+    /// Announces new segments and retires those no longer in `live` (from the
+    /// registry). Consumers that cannot be told are dropped.
+    pub fn sync_segments(&mut self, live: Vec<Segment>) {
+        let gone: Vec<u32> = self
+            .segments
+            .iter()
+            .filter(|s| !live.iter().any(|l| l.id == s.id))
+            .map(|s| s.id)
+            .collect();
+        let mut lost = Vec::new();
+        for id in gone {
+            proto::encode(&Msg::SegmentGone { id }, &mut self.out).expect("fits");
+            for p in &mut self.peers {
+                if p.segments.remove(&id) {
+                    if let Err(e) = send_patient(p.fd.as_fd(), &self.out, None, None) {
+                        lost.push((p.id, e));
+                    }
+                }
+            }
+        }
+        for s in &live {
+            for p in &mut self.peers {
+                if !p.segments.contains(&s.id) {
+                    if let Err(e) = announce(&mut self.out, p, s) {
+                        lost.push((p.id, e));
+                    }
+                }
+            }
+        }
+        self.segments = live;
+        for (id, e) in lost {
+            self.detach(id, Leave::Lost(e.to_string()));
+        }
+    }
+
+    /// Sets the caps of the buffers that follow; every consumer gets them before its
+    /// next buffer.
+    pub fn set_caps(&mut self, caps: String) {
+        if self.caps.as_ref() != Some(&caps) {
+            self.caps = Some(caps);
+            for p in &mut self.peers {
+                p.caps_sent = false;
+            }
+        }
+    }
+
+    /// True when a block-mode consumer holds its limit: the producer waits (and calls
+    /// [`Hub::service`] meanwhile, or lets the service thread do so).
+    pub fn must_wait(&self) -> bool {
+        self.peers
+            .iter()
+            .any(|p| p.on_full == OnFull::Block && p.held.len() >= p.max_held)
+    }
+
+    /// Sends `msg` (its `seq` and `missed` are filled in here) to every consumer that
+    /// can take it, keeping `item` until all of them release it. A block-mode consumer
+    /// whose socket is full is waited for (until `flushing`); a drop-mode one misses the
+    /// buffer. Returns how many consumers got it.
+    pub fn publish(&mut self, msg: &mut BufferMsg, item: T, flushing: &AtomicBool) -> usize {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        msg.seq = seq;
+        msg.missed = 0;
+        let mut m = Msg::Buffer(std::mem::take(msg));
+        let encoded = loop {
+            match proto::encode(&m, &mut self.out) {
+                Ok(()) => break true,
+                Err(_) => {
+                    let Msg::Buffer(b) = &mut m else {
+                        unreachable!()
+                    };
+                    // Too large with its metas (a huge packet list): the largest goes.
+                    let Some(biggest) = (0..b.metas.len()).max_by_key(|&i| match &b.metas[i] {
+                        proto::WireMeta::Packets(p) => p.len(),
+                        proto::WireMeta::Chunk(c) => c.present.len() + c.packet_present.len(),
+                        proto::WireMeta::Message(_) => 0,
+                    }) else {
+                        break false;
+                    };
+                    b.metas.remove(biggest);
+                    self.counters.metas_dropped.add(1);
+                }
+            }
+        };
+        if let Msg::Buffer(b) = m {
+            *msg = b;
+        }
+        if !encoded {
+            return 0;
+        }
+        let mut refs = 0u32;
+        let mut lost = Vec::new();
+        let mut caps_buf = Vec::new();
+        for p in &mut self.peers {
+            if !p.caps_sent {
+                if let Some(c) = &self.caps {
+                    if let Err(e) = send_caps(&mut caps_buf, p, c) {
+                        lost.push((p.id, e));
+                        continue;
+                    }
+                }
+            }
+            if p.held.len() >= p.max_held {
+                p.missed += 1;
+                match p.on_full {
+                    OnFull::Drop => self.counters.drops_held.add(1),
+                    OnFull::Block => self.counters.drops_flushing.add(1),
+                }
+                continue;
+            }
+            self.out[MISSED_AT..MISSED_AT + 8].copy_from_slice(&p.missed.to_le_bytes());
+            let r = match p.on_full {
+                OnFull::Drop => wire::send(p.fd.as_fd(), &self.out, None),
+                OnFull::Block => send_patient(p.fd.as_fd(), &self.out, None, Some(flushing)),
+            };
+            match r {
+                Ok(()) => {
+                    p.held.insert(seq);
+                    p.missed = 0;
+                    refs += 1;
+                    self.counters.messages.add(1);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    p.missed += 1;
+                    self.counters.drops_socket.add(1);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    p.missed += 1;
+                    self.counters.drops_flushing.add(1);
+                }
+                Err(e) => lost.push((p.id, e)),
+            }
+        }
+        if refs > 0 {
+            self.held.insert(seq, Held { _item: item, refs });
+        }
+        for (id, e) in lost {
+            self.detach(id, Leave::Lost(e.to_string()));
+        }
+        refs as usize
+    }
+
+    /// Sends a last message (EOS or an error) to every consumer, as far as their
+    /// sockets take it without waiting.
+    pub fn broadcast(&mut self, msg: &Msg) {
+        self.ended |= matches!(msg, Msg::Eos);
+        if proto::encode(msg, &mut self.out).is_ok() {
+            for p in &self.peers {
+                let _ = wire::send(p.fd.as_fd(), &self.out, None);
+            }
+        }
+    }
+
+    /// Reads what consumer `id` sent (releases), without waiting. A consumer that hung
+    /// up or broke the protocol is detached. True if anything was released.
+    pub fn service(&mut self, id: u64) -> bool {
+        let Some(i) = self.peers.iter().position(|p| p.id == id) else {
+            return false;
+        };
+        let mut released = false;
+        loop {
+            self.fds.clear();
+            let r = wire::recv(self.peers[i].fd.as_fd(), &mut self.inbuf, &mut self.fds);
+            let n = match r {
+                Ok(wire::Received::Message(n)) => n,
+                Ok(wire::Received::Nothing) => return released,
+                Ok(wire::Received::Closed) if self.ended => {
+                    self.detach(id, Leave::Stopped);
+                    return true;
+                }
+                Ok(wire::Received::Closed) => {
+                    self.detach(id, Leave::Lost("it closed its connection".into()));
+                    return true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                    self.detach(id, Leave::Malformed(e.to_string()));
+                    return true;
+                }
+                Err(e) => {
+                    self.detach(id, Leave::Lost(e.to_string()));
+                    return true;
+                }
+            };
+            let verdict = match proto::decode(&self.inbuf[..n]) {
+                Ok(_) if !self.fds.is_empty() => Err(ProtoError::Descriptors {
+                    kind: "release",
+                    got: self.fds.len(),
+                }),
+                Ok(Msg::Release(seqs)) => self.release(i, &seqs),
+                Ok(Msg::Subscribe { on_full, max_held }) => {
+                    let p = &mut self.peers[i];
+                    p.on_full = on_full;
+                    if max_held > 0 {
+                        p.max_held = (max_held as usize).min(p.cap_held);
+                    }
+                    self.count_peers();
+                    Ok(())
+                }
+                Ok(_) => Err(ProtoError::Invalid(
+                    "a consumer sent a producer's message".into(),
+                )),
+                Err(e) => Err(e),
+            };
+            match verdict {
+                Ok(()) => released = true,
+                Err(e) => {
+                    self.detach(id, Leave::Malformed(e.to_string()));
+                    return true;
+                }
+            }
+        }
+    }
+
+    fn count_peers(&self) {
+        let c = &self.counters;
+        c.consumers.set(self.peers.len() as u64);
+        let drop = self.peers.iter().filter(|p| p.on_full == OnFull::Drop);
+        c.consumers_drop.set(drop.count() as u64);
+    }
+
+    fn release(&mut self, i: usize, seqs: &[u64]) -> Result<(), ProtoError> {
+        for &s in seqs {
+            if !self.peers[i].held.remove(&s) {
+                return Err(ProtoError::NotHeld(s));
+            }
+            unref(&mut self.held, s);
+            self.counters.released.add(1);
+        }
+        Ok(())
+    }
+
+    /// Detaches consumer `id`, dropping its references (a buffer it alone held is
+    /// freed now).
+    pub fn detach(&mut self, id: u64, why: Leave) {
+        let Some(i) = self.peers.iter().position(|p| p.id == id) else {
+            return;
+        };
+        let p = self.peers.swap_remove(i);
+        self.count_peers();
+        for s in p.held {
+            unref(&mut self.held, s);
+        }
+        match &why {
+            Leave::Lost(_) => self.counters.consumers_lost.add(1),
+            Leave::Malformed(_) => self.counters.consumers_malformed.add(1),
+            Leave::Stopped => {}
+        }
+        self.left.push((id, why));
+    }
+
+    /// Detaches every consumer and forgets every buffer (at stop).
+    pub fn clear(&mut self) {
+        let ids: Vec<u64> = self.peers.iter().map(|p| p.id).collect();
+        for id in ids {
+            self.detach(id, Leave::Stopped);
+        }
+        self.held.clear();
+        self.segments.clear();
+        self.caps = None;
+        self.left.clear();
+        self.ended = false;
+    }
+}
+
+fn unref<T>(held: &mut HashMap<u64, Held<T>>, seq: u64) {
+    if let Some(h) = held.get_mut(&seq) {
+        h.refs -= 1;
+        if h.refs == 0 {
+            held.remove(&seq);
+        }
+    }
+}
+
+fn announce(out: &mut Vec<u8>, p: &mut Peer, s: &Segment) -> io::Result<()> {
+    proto::encode(
+        &Msg::Segment {
+            id: s.id,
+            size: s.len as u64,
+        },
+        out,
+    )
+    .expect("fits");
+    send_patient(p.fd.as_fd(), out, Some(s.fd.as_fd()), None)?;
+    p.segments.insert(s.id);
+    Ok(())
+}
+
+fn send_caps(out: &mut Vec<u8>, p: &mut Peer, caps: &str) -> io::Result<()> {
+    proto::encode(&Msg::Caps(caps.to_owned()), out)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    send_patient(p.fd.as_fd(), out, None, None)?;
+    p.caps_sent = true;
+    Ok(())
+}
+
+/// Sends, waiting for room in the socket in short polls: until `flushing` is raised
+/// (`Interrupted`) or [`STUCK_MS`] pass (`TimedOut`: the consumer stopped reading).
+fn send_patient(
+    fd: BorrowedFd<'_>,
+    msg: &[u8],
+    pass: Option<BorrowedFd<'_>>,
+    flushing: Option<&AtomicBool>,
+) -> io::Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        match wire::send(fd, msg, pass) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            r => return r,
+        }
+        if flushing.is_some_and(|f| f.load(Ordering::Acquire)) {
+            return Err(io::ErrorKind::Interrupted.into());
+        }
+        if start.elapsed().as_millis() as u64 > STUCK_MS {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("its socket stayed full for {} s", STUCK_MS / 1000),
+            ));
+        }
+        let _ = wire::wait(fd, libc::POLLOUT, 20);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::FromRawFd;
+
+    fn pair() -> (OwnedFd, OwnedFd) {
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for two descriptors.
+        let r = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        assert_eq!(r, 0);
+        // SAFETY: fresh descriptors nothing else owns.
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    }
+
+    /// A consumer's end: reads and checks messages like a real one.
+    struct Client {
+        fd: OwnedFd,
+        state: proto::Consumer,
+        buf: Vec<u8>,
+    }
+
+    impl Client {
+        fn new(fd: OwnedFd) -> Self {
+            Self {
+                fd,
+                state: Default::default(),
+                buf: vec![0; proto::MAX_MESSAGE],
+            }
+        }
+        fn all(&mut self) -> Vec<Msg> {
+            let mut v = Vec::new();
+            loop {
+                let mut fds = Vec::new();
+                match wire::recv(self.fd.as_fd(), &mut self.buf, &mut fds).unwrap() {
+                    wire::Received::Message(n) => {
+                        let m = proto::decode(&self.buf[..n]).unwrap();
+                        v.push(self.state.accept(m, fds.len()).unwrap());
+                    }
+                    _ => return v,
+                }
+            }
+        }
+        fn buffers(&mut self) -> Vec<BufferMsg> {
+            self.all()
+                .into_iter()
+                .filter_map(|m| match m {
+                    Msg::Buffer(b) => Some(b),
+                    _ => None,
+                })
+                .collect()
+        }
+        fn release(&self, seqs: Vec<u64>) {
+            let mut out = Vec::new();
+            proto::encode(&Msg::Release(seqs), &mut out).unwrap();
+            wire::send(self.fd.as_fd(), &out, None).unwrap();
+        }
+    }
+
+    fn segment() -> Segment {
+        let f = std::fs::File::open("/proc/self/exe").unwrap();
+        Segment {
+            id: 5,
+            base: 0x1000,
+            len: 1 << 20,
+            fd: Arc::new(f.into()),
+        }
+    }
+
+    fn msg() -> BufferMsg {
+        BufferMsg {
+            segment: 5,
+            offset: 64,
+            len: 100,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn every_consumer_gets_every_buffer_and_the_item_lives_until_all_release() {
+        let mut hub: Hub<Arc<()>> = Hub::default();
+        hub.sync_segments(vec![segment()]);
+        hub.set_caps("application/x-test".into());
+        let (a, ca) = pair();
+        let (b, cb) = pair();
+        hub.attach(a, OnFull::Block, 8).unwrap();
+        hub.attach(b, OnFull::Drop, 8).unwrap();
+        let (mut ca, mut cb) = (Client::new(ca), Client::new(cb));
+        let first = ca.all();
+        assert!(matches!(first[0], Msg::Hello { consumer: 1, .. }));
+        assert_eq!(
+            first[1],
+            Msg::Segment {
+                id: 5,
+                size: 1 << 20
+            }
+        );
+        assert_eq!(first[2], Msg::Caps("application/x-test".into()));
+        let item = Arc::new(());
+        let stop = AtomicBool::new(false);
+        assert_eq!(hub.publish(&mut msg(), item.clone(), &stop), 2);
+        let (ba, bb) = (ca.buffers(), cb.buffers());
+        assert_eq!((ba.len(), bb.len()), (1, 1));
+        assert_eq!(ba[0].seq, bb[0].seq);
+        assert_eq!(Arc::strong_count(&item), 2);
+        ca.release(vec![ba[0].seq]);
+        hub.service(1);
+        assert_eq!(Arc::strong_count(&item), 2, "b still holds it");
+        cb.release(vec![bb[0].seq]);
+        hub.service(2);
+        assert_eq!(Arc::strong_count(&item), 1, "released by all");
+        assert_eq!(hub.held(), 0);
+    }
+
+    #[test]
+    fn a_full_drop_consumer_misses_and_is_told_a_full_block_consumer_holds_the_producer() {
+        let mut hub: Hub<()> = Hub::default();
+        hub.sync_segments(vec![segment()]);
+        let (a, ca) = pair();
+        let (b, cb) = pair();
+        hub.attach(a, OnFull::Drop, 2).unwrap();
+        let stop = AtomicBool::new(false);
+        let mut ca = Client::new(ca);
+        for _ in 0..5 {
+            hub.publish(&mut msg(), (), &stop);
+        }
+        assert!(!hub.must_wait(), "drop mode never holds the producer");
+        let got = ca.buffers();
+        assert_eq!(got.len(), 2);
+        assert_eq!(hub.counters.drops_held.get(), 3);
+        ca.release(vec![got[0].seq, got[1].seq]);
+        hub.service(1);
+        hub.publish(&mut msg(), (), &stop);
+        let next = ca.buffers();
+        assert_eq!(next[0].missed, 3, "told what it missed");
+        // A block-mode consumer at its limit makes the producer wait.
+        hub.attach(b, OnFull::Block, 1).unwrap();
+        let mut cb = Client::new(cb);
+        hub.publish(&mut msg(), (), &stop);
+        assert!(hub.must_wait());
+        let got = cb.buffers();
+        cb.release(vec![got[0].seq]);
+        hub.service(2);
+        assert!(!hub.must_wait());
+    }
+
+    #[test]
+    fn a_consumer_chooses_its_own_back_pressure_within_the_producers_limit() {
+        let mut hub: Hub<()> = Hub::default();
+        hub.sync_segments(vec![segment()]);
+        let (a, ca) = pair();
+        hub.attach(a, OnFull::Block, 4).unwrap();
+        let mut out = Vec::new();
+        proto::encode(
+            &Msg::Subscribe {
+                on_full: OnFull::Drop,
+                max_held: 100,
+            },
+            &mut out,
+        )
+        .unwrap();
+        wire::send(ca.as_fd(), &out, None).unwrap();
+        hub.service(1);
+        let stop = AtomicBool::new(false);
+        for _ in 0..6 {
+            hub.publish(&mut msg(), (), &stop);
+        }
+        assert!(!hub.must_wait(), "drop mode now");
+        assert_eq!(
+            hub.counters.drops_held.get(),
+            2,
+            "the producer's limit of 4 still holds"
+        );
+    }
+
+    #[test]
+    fn a_dead_consumer_gives_back_what_it_held_and_is_counted() {
+        let mut hub: Hub<Arc<()>> = Hub::default();
+        hub.sync_segments(vec![segment()]);
+        let (a, ca) = pair();
+        let (b, cb) = pair();
+        hub.attach(a, OnFull::Block, 8).unwrap();
+        hub.attach(b, OnFull::Block, 8).unwrap();
+        let item = Arc::new(());
+        let stop = AtomicBool::new(false);
+        hub.publish(&mut msg(), item.clone(), &stop);
+        drop(ca);
+        assert!(hub.service(1));
+        assert_eq!(hub.consumers(), 1);
+        assert_eq!(hub.counters.consumers_lost.get(), 1);
+        assert_eq!(Arc::strong_count(&item), 2, "b still holds it");
+        drop(cb);
+        hub.publish(&mut msg(), Arc::new(()), &stop);
+        assert_eq!(hub.consumers(), 0, "a send to a closed socket detaches");
+        assert_eq!(Arc::strong_count(&item), 1);
+    }
+
+    #[test]
+    fn a_lying_consumer_is_disconnected_and_nobody_else_is_touched() {
+        let mut hub: Hub<Arc<()>> = Hub::default();
+        hub.sync_segments(vec![segment()]);
+        let (a, ca) = pair();
+        let (b, cb) = pair();
+        hub.attach(a, OnFull::Block, 8).unwrap();
+        hub.attach(b, OnFull::Block, 8).unwrap();
+        let (ca, mut cb) = (Client::new(ca), Client::new(cb));
+        let item = Arc::new(());
+        let stop = AtomicBool::new(false);
+        hub.publish(&mut msg(), item.clone(), &stop);
+        // Releases a buffer it never got.
+        ca.release(vec![12345]);
+        hub.service(1);
+        let left = hub.take_left();
+        assert_eq!(left.len(), 1);
+        assert!(
+            matches!(&left[0].1, Leave::Malformed(m) if m.contains("12345")),
+            "{left:?}"
+        );
+        assert_eq!(hub.counters.consumers_malformed.get(), 1);
+        // Garbage, then a producer's message.
+        let (c, cc) = pair();
+        hub.attach(c, OnFull::Drop, 8).unwrap();
+        wire::send(cc.as_fd(), &[0xee, 1, 2], None).unwrap();
+        hub.service(3);
+        assert_eq!(hub.counters.consumers_malformed.get(), 2);
+        // b is untouched: it holds the buffer and gets the next.
+        assert_eq!(hub.consumers(), 1);
+        assert_eq!(Arc::strong_count(&item), 2);
+        hub.publish(&mut msg(), Arc::new(()), &stop);
+        assert_eq!(cb.buffers().len(), 2);
+    }
+
+    #[test]
+    fn late_joiners_get_segments_and_caps_then_only_new_buffers() {
+        let mut hub: Hub<()> = Hub::default();
+        let stop = AtomicBool::new(false);
+        hub.sync_segments(vec![segment()]);
+        hub.set_caps("a/b".into());
+        hub.publish(&mut msg(), (), &stop);
+        let (a, ca) = pair();
+        hub.attach(a, OnFull::Drop, 4).unwrap();
+        let mut ca = Client::new(ca);
+        let m = ca.all();
+        assert_eq!(m.len(), 3, "hello, segment, caps: {m:?}");
+        hub.set_caps("c/d".into());
+        hub.publish(&mut msg(), (), &stop);
+        let m = ca.all();
+        assert_eq!(m[0], Msg::Caps("c/d".into()));
+        assert!(matches!(&m[1], Msg::Buffer(b) if b.seq == 1));
+        // A segment retired is announced gone.
+        hub.sync_segments(vec![]);
+        assert_eq!(ca.all(), vec![Msg::SegmentGone { id: 5 }]);
+    }
+}

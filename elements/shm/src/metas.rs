@@ -1,0 +1,170 @@
+//! Firehose's buffer metas to and from their wire form ([`crate::proto::WireMeta`]): the
+//! message meta, the packet batch meta and the chunk meta. Other metas do not travel.
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+use firehose_core::meta::chunk::{ChunkInfo, ChunkMeta};
+use firehose_core::meta::message::{self, Message};
+use firehose_core::{PacketAddr, PacketBatchMeta, PacketInfo};
+
+use crate::proto::{ChunkMetaWire, MessageMeta, PacketMeta, WireMeta};
+
+/// Appends the wire form of `buf`'s Firehose metas to `out`.
+pub fn read(buf: &gst::BufferRef, out: &mut Vec<WireMeta>) {
+    if let Some(m) = message::read(buf) {
+        out.push(WireMeta::Message(MessageMeta {
+            id: m.id,
+            complete: m.complete,
+            bytes_expected: m.bytes_expected,
+            bytes_received: m.bytes_received,
+        }));
+    }
+    if let Some(b) = buf.meta::<PacketBatchMeta>() {
+        out.push(WireMeta::Packets(
+            b.packets()
+                .iter()
+                .map(|p| {
+                    let a = p.src.to_socket_addr();
+                    let (ip, v4) = match a.ip() {
+                        IpAddr::V4(v) => (v.to_ipv6_mapped().octets(), true),
+                        IpAddr::V6(v) => (v.octets(), false),
+                    };
+                    PacketMeta {
+                        offset: p.offset,
+                        len: p.len,
+                        rx_time_ns: p.rx_time_ns,
+                        ip,
+                        port: a.port(),
+                        v4,
+                    }
+                })
+                .collect(),
+        ));
+    }
+    if let Some(c) = buf.meta::<ChunkMeta>() {
+        let c = c.info();
+        out.push(WireMeta::Chunk(ChunkMetaWire {
+            chunk_id: c.chunk_id,
+            slots: c.slots as u64,
+            slot_size: c.slot_size as u64,
+            slots_present: c.slots_present as u64,
+            packets_per_slot: c.packets_per_slot as u64,
+            packets: c.packets,
+            bytes: c.bytes,
+            present: c.present.clone(),
+            packet_present: c.packet_present.clone(),
+        }));
+    }
+}
+
+/// Attaches `metas` to `buf`.
+pub fn write(buf: &mut gst::BufferRef, metas: Vec<WireMeta>) {
+    for m in metas {
+        match m {
+            WireMeta::Message(m) => message::add(
+                buf,
+                &Message {
+                    id: m.id,
+                    complete: m.complete,
+                    bytes_expected: m.bytes_expected,
+                    bytes_received: m.bytes_received,
+                },
+            ),
+            WireMeta::Packets(ps) => {
+                let packets = ps
+                    .iter()
+                    .map(|p| {
+                        let v6 = Ipv6Addr::from(p.ip);
+                        let ip = match (p.v4, v6.to_ipv4_mapped()) {
+                            (true, Some(v4)) => IpAddr::V4(v4),
+                            _ => IpAddr::V6(v6),
+                        };
+                        PacketInfo {
+                            offset: p.offset,
+                            len: p.len,
+                            rx_time_ns: p.rx_time_ns,
+                            src: PacketAddr::from(SocketAddr::new(ip, p.port)),
+                        }
+                    })
+                    .collect();
+                PacketBatchMeta::add(buf, packets);
+            }
+            WireMeta::Chunk(c) => {
+                ChunkMeta::add(
+                    buf,
+                    ChunkInfo {
+                        chunk_id: c.chunk_id,
+                        slots: c.slots as usize,
+                        slot_size: c.slot_size as usize,
+                        present: c.present,
+                        slots_present: c.slots_present as usize,
+                        packets_per_slot: c.packets_per_slot as usize,
+                        packet_present: c.packet_present,
+                        packets: c.packets,
+                        bytes: c.bytes,
+                    },
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn firehose_metas_survive_the_trip() {
+        gst::init().unwrap();
+        message::register();
+        let mut buf = gst::Buffer::from_slice(vec![0u8; 100]);
+        let packets = vec![
+            PacketInfo {
+                offset: 0,
+                len: 40,
+                rx_time_ns: 17,
+                src: PacketAddr::from("10.1.2.3:7148".parse::<SocketAddr>().unwrap()),
+            },
+            PacketInfo {
+                offset: 64,
+                len: 36,
+                rx_time_ns: 18,
+                src: PacketAddr::from("[fe80::1]:9".parse::<SocketAddr>().unwrap()),
+            },
+        ];
+        let chunk = ChunkInfo {
+            chunk_id: 3,
+            slots: 2,
+            slot_size: 50,
+            present: vec![1],
+            slots_present: 1,
+            packets_per_slot: 0,
+            packet_present: vec![],
+            packets: 1,
+            bytes: 40,
+        };
+        let msg = Message {
+            id: 42,
+            complete: false,
+            bytes_expected: 100,
+            bytes_received: 76,
+        };
+        {
+            let b = buf.get_mut().unwrap();
+            message::add(b, &msg);
+            PacketBatchMeta::add(b, packets.clone());
+            ChunkMeta::add(b, chunk.clone());
+        }
+        let mut wire = Vec::new();
+        read(&buf, &mut wire);
+        assert_eq!(wire.len(), 3);
+        let mut out = gst::Buffer::new();
+        write(out.get_mut().unwrap(), wire);
+        assert_eq!(message::read(&out), Some(msg));
+        assert_eq!(
+            out.meta::<PacketBatchMeta>().unwrap().packets(),
+            &packets[..]
+        );
+        assert_eq!(out.meta::<ChunkMeta>().unwrap().info(), &chunk);
+    }
+}

@@ -1,0 +1,636 @@
+//! `fhshmsink` implementation: a thin `BaseSink` over [`crate::hub::Hub`], with a
+//! service thread that accepts consumers and reads their releases.
+
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use firehose_core::element::prelude::*;
+use firehose_core::element::sink_template;
+use firehose_core::stats::{names, StatsInterval, StatsTimer};
+use firehose_core::sync::lock;
+use firehose_core::{HugepagePolicy, PoolConfig, SlotPool};
+use gst_base::prelude::*;
+
+use super::OnFullMode;
+use crate::hub::{Hub, HubCounters, Leave};
+use crate::proto::{BufferMsg, Msg, OnFull, NONE_TIME};
+use crate::segments::{Lookup, Registry, SegmentProvider};
+use crate::wire::{self, Address};
+
+firehose_core::debug_category!(CAT, "fhshmsink", "Firehose shared-memory sink");
+
+const DEFAULT_PATH: &str = "/tmp/firehose-shm.sock";
+const DEFAULT_MODE: u32 = 0o600;
+const DEFAULT_MAX_HELD: u32 = 64;
+const DEFAULT_COPY_SLOTS: u32 = 16;
+/// Smallest copy slot: small buffers share a slot size, so a stream of slowly growing
+/// buffers does not make a new pool each time.
+const MIN_COPY_SLOT: usize = 64 * 1024;
+/// How often the service thread looks at its stop flag when nothing happens.
+const SERVICE_POLL_MS: i32 = 100;
+
+#[derive(Debug, Clone)]
+struct Settings {
+    socket_path: String,
+    abstract_ns: bool,
+    socket_mode: u32,
+    on_full: OnFullMode,
+    max_held: u32,
+    copy_slots: u32,
+    allow_uid: i64,
+    wait_for_connection: bool,
+    stats_interval: StatsInterval,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            socket_path: DEFAULT_PATH.into(),
+            abstract_ns: false,
+            socket_mode: DEFAULT_MODE,
+            on_full: OnFullMode::Block,
+            max_held: DEFAULT_MAX_HELD,
+            copy_slots: DEFAULT_COPY_SLOTS,
+            allow_uid: -1,
+            wait_for_connection: false,
+            stats_interval: StatsInterval::default(),
+        }
+    }
+}
+
+firehose_core::counters! {
+    /// What the streaming thread counts.
+    struct SinkCounters {
+        buffers: "buffers",
+        bytes: names::BYTES,
+        bytes_copied: names::BYTES_COPIED,
+        drops_no_slot: "drops-no-slot",
+        consumers_refused: "consumers-refused",
+    }
+}
+
+/// What the streaming thread, the service thread and `unlock` share.
+#[derive(Default)]
+struct Shared {
+    hub: Mutex<Hub<gst::Buffer>>,
+    /// Signalled when a consumer released something or left (a blocked render waits).
+    released: Condvar,
+    flushing: AtomicBool,
+    stop: AtomicBool,
+}
+
+struct State {
+    lookup: Lookup,
+    copy_pool: Option<SlotPool>,
+    timer: StatsTimer,
+    service: Option<JoinHandle<()>>,
+    address: Address,
+    on_full: OnFull,
+    wait_for_connection: bool,
+}
+
+/// The `fhshmsink` element.
+pub struct ShmSink {
+    settings: Mutex<Settings>,
+    state: Mutex<Option<State>>,
+    shared: Arc<Shared>,
+    registry: Arc<Registry>,
+    hub_counters: Arc<HubCounters>,
+    counters: Arc<SinkCounters>,
+    /// The copy pool, for its counters in `stats` (outside `state`, which a blocked
+    /// render holds).
+    copy_pool: Mutex<Option<SlotPool>>,
+}
+
+impl Default for ShmSink {
+    fn default() -> Self {
+        let shared = Arc::new(Shared::default());
+        let hub_counters = lock(&shared.hub).counters.clone();
+        Self {
+            settings: Mutex::default(),
+            state: Mutex::default(),
+            shared,
+            registry: Registry::new(),
+            hub_counters,
+            counters: Arc::default(),
+            copy_pool: Mutex::default(),
+        }
+    }
+}
+
+impl ElementStats for ShmSink {
+    fn stats(&self) -> gst::Structure {
+        let mut s = self.counters.structure();
+        let h = &self.hub_counters;
+        for (name, v) in [
+            ("consumers", h.consumers.get()),
+            ("consumers-drop", h.consumers_drop.get()),
+            ("consumers-total", h.consumers_total.get()),
+            ("consumers-lost", h.consumers_lost.get()),
+            ("consumers-malformed", h.consumers_malformed.get()),
+            ("messages", h.messages.get()),
+            ("released", h.released.get()),
+            ("drops-held", h.drops_held.get()),
+            ("drops-socket-full", h.drops_socket.get()),
+            ("drops-flushing", h.drops_flushing.get()),
+            ("metas-dropped", h.metas_dropped.get()),
+        ] {
+            s.set(name, v);
+        }
+        firehose_core::src::append_slot_pool(&mut s, lock(&self.copy_pool).as_ref());
+        s
+    }
+}
+
+const HUB_COUNTERS: &str = "consumers, consumers-drop, consumers-total, consumers-lost, \
+                            consumers-malformed, messages, released, drops-held, drops-socket-full, drops-flushing, \
+                            metas-dropped, pool-* (the copy pool)";
+
+/// The service thread: accepts consumers (checking their uid), reads their releases
+/// and notices when they go away.
+fn serve(
+    shared: Arc<Shared>,
+    listener: std::os::fd::OwnedFd,
+    counters: Arc<SinkCounters>,
+    settings: Settings,
+    element: glib::WeakRef<super::ShmSink>,
+) {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let on_full: OnFull = settings.on_full.into();
+    let mut ids = Vec::new();
+    let mut pfds: Vec<libc::pollfd> = Vec::new();
+    while !shared.stop.load(Ordering::Acquire) {
+        lock(&shared.hub).poll_set(&mut ids);
+        pfds.clear();
+        pfds.push(pollfd(listener.as_raw_fd()));
+        pfds.extend(ids.iter().map(|&(fd, _)| pollfd(fd)));
+        // SAFETY: `pfds` is a live array of `len` pollfds.
+        let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as _, SERVICE_POLL_MS) };
+        if n <= 0 {
+            continue;
+        }
+        let mut changed = false;
+        if pfds[0].revents != 0 {
+            while let Ok(Some(fd)) = wire::accept(listener.as_fd()) {
+                let uid = wire::peer_cred(fd.as_fd()).map(|c| c.0);
+                let allowed = matches!(uid, Ok(u) if u == me || u == 0
+                    || i64::from(u) == settings.allow_uid);
+                if !allowed {
+                    counters.consumers_refused.add(1);
+                    let mut out = Vec::new();
+                    let why = format!(
+                        "refused: uid {:?} is not this producer's ({me}) nor root; set \
+                         allow-uid on fhshmsink to admit it",
+                        uid.ok()
+                    );
+                    if crate::proto::encode(&Msg::Error(why.clone()), &mut out).is_ok() {
+                        let _ = wire::send(fd.as_fd(), &out, None);
+                    }
+                    if let Some(e) = element.upgrade() {
+                        gst::warning!(CAT, obj = e, "consumer {why}");
+                    }
+                    continue;
+                }
+                let r = lock(&shared.hub).attach(fd, on_full, settings.max_held);
+                changed |= r.is_ok();
+                if let Some(e) = element.upgrade() {
+                    match r {
+                        Ok(id) => gst::info!(CAT, obj = e, "consumer {id} attached"),
+                        Err(err) => gst::warning!(CAT, obj = e, "consumer set-up failed: {err}"),
+                    }
+                }
+            }
+        }
+        {
+            let mut hub = lock(&shared.hub);
+            for (p, &(_, id)) in pfds[1..].iter().zip(&ids) {
+                if p.revents != 0 {
+                    changed |= hub.service(id);
+                }
+            }
+            if let Some(e) = element.upgrade() {
+                for (id, why) in hub.take_left() {
+                    match why {
+                        Leave::Lost(m) => gst::info!(CAT, obj = e, "consumer {id} lost: {m}"),
+                        Leave::Malformed(m) => gst::warning!(
+                            CAT,
+                            obj = e,
+                            "consumer {id} broke the protocol and was disconnected: {m}"
+                        ),
+                        Leave::Stopped => {}
+                    }
+                }
+            }
+        }
+        if changed {
+            shared.released.notify_all();
+        }
+    }
+}
+
+fn pollfd(fd: RawFd) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+impl ShmSink {
+    /// Where `buf`'s bytes are in a segment: its own memory when it lies in one (no
+    /// copy), else a copy into the sink's pool. `None`: dropped (no free copy slot in
+    /// drop mode).
+    fn locate(
+        &self,
+        state: &mut State,
+        buf: &gst::Buffer,
+    ) -> Result<Option<(u32, u64, u64, gst::Buffer)>, gst::FlowError> {
+        if buf.n_memory() == 1 {
+            if let Ok(map) = buf.peek_memory(0).map_readable() {
+                if let Some((seg, off)) = state.lookup.find(map.as_ptr() as usize, map.len()) {
+                    return Ok(Some((seg, off, map.len() as u64, buf.clone())));
+                }
+            }
+        }
+        let map = buf.map_readable().map_err(|_| {
+            gst::element_imp_error!(self, gst::ResourceError::Read, ("cannot map a buffer"));
+            gst::FlowError::Error
+        })?;
+        let len = map.len();
+        if state.copy_pool.as_ref().is_none_or(|p| p.slot_size() < len) {
+            let slots = lock(&self.settings).copy_slots as usize;
+            let provider = SegmentProvider::new("fhshmsink", &self.registry);
+            let pool = SlotPool::with_provider(
+                &PoolConfig {
+                    slot_size: len.max(MIN_COPY_SLOT).next_power_of_two(),
+                    slots,
+                    hugepages: HugepagePolicy::Off,
+                },
+                &provider,
+            )
+            .map_err(|e| {
+                gst::element_imp_error!(self, gst::ResourceError::NoSpaceLeft, ("{}", e));
+                gst::FlowError::Error
+            })?;
+            gst::info!(
+                CAT,
+                imp = self,
+                "upstream memory is not shared: copying into {slots} slots of {} bytes",
+                pool.slot_size()
+            );
+            *lock(&self.copy_pool) = Some(pool.clone());
+            state.copy_pool = Some(pool);
+            self.sync_segments(state);
+        }
+        let pool = state.copy_pool.as_ref().expect("made above");
+        let slot = match pool.try_acquire() {
+            Some(s) => s,
+            None if state.on_full == OnFull::Block => {
+                match pool.acquire_blocking(&self.shared.flushing, Duration::from_millis(50)) {
+                    Some(s) => s,
+                    None => return Err(gst::FlowError::Flushing),
+                }
+            }
+            None => {
+                self.counters.drops_no_slot.add(1);
+                return Ok(None);
+            }
+        };
+        let mut slot = slot;
+        slot.as_mut_full()[..len].copy_from_slice(&map);
+        slot.set_len(len);
+        self.counters.bytes_copied.add(len as u64);
+        let ptr = slot.as_mut_full().as_ptr() as usize;
+        let (seg, off) = state
+            .lookup
+            .find(ptr, len)
+            .expect("the copy pool's segment is registered");
+        Ok(Some((
+            seg,
+            off,
+            len as u64,
+            firehose_core::gstmem::slot_into_buffer(slot),
+        )))
+    }
+
+    fn sync_segments(&self, state: &mut State) {
+        if let Some(live) = state.lookup.refresh(&self.registry) {
+            lock(&self.shared.hub).sync_segments(live);
+        }
+    }
+
+    fn render_one(&self, state: &mut State, buf: &gst::Buffer) -> Result<(), gst::FlowError> {
+        self.counters.buffers.add(1);
+        self.counters.bytes.add(buf.size() as u64);
+        self.sync_segments(state);
+        if self.hub_counters.consumers.get() == 0 {
+            if !state.wait_for_connection {
+                return Ok(());
+            }
+            let mut hub = lock(&self.shared.hub);
+            while hub.consumers() == 0 {
+                if self.shared.flushing.load(Ordering::Acquire) {
+                    return Err(gst::FlowError::Flushing);
+                }
+                hub = self
+                    .shared
+                    .released
+                    .wait_timeout(hub, Duration::from_millis(50))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        }
+        let Some((segment, offset, len, item)) = self.locate(state, buf)? else {
+            return Ok(());
+        };
+        let t = |c: Option<gst::ClockTime>| c.map_or(NONE_TIME, |c| c.nseconds());
+        let mut msg = BufferMsg {
+            segment,
+            offset,
+            len,
+            pts: t(buf.pts()),
+            dts: t(buf.dts()),
+            duration: t(buf.duration()),
+            flags: buf.flags().bits(),
+            ..Default::default()
+        };
+        crate::metas::read(buf, &mut msg.metas);
+        let shared = &self.shared;
+        let mut hub = lock(&shared.hub);
+        while hub.must_wait() {
+            if shared.flushing.load(Ordering::Acquire) {
+                return Err(gst::FlowError::Flushing);
+            }
+            hub = shared
+                .released
+                .wait_timeout(hub, Duration::from_millis(50))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        hub.publish(&mut msg, item, &shared.flushing);
+        Ok(())
+    }
+
+    fn after(&self, state: &mut State) {
+        if state.timer.due(Instant::now()) {
+            self.post_stats();
+        }
+    }
+}
+
+impl ObjectImpl for ShmSink {
+    firehose_core::properties!(|| {
+        let mut v = vec![
+            glib::ParamSpecString::builder("socket-path")
+                .nick("Socket path")
+                .blurb(
+                    "Unix socket consumers connect to (a name in the abstract namespace \
+                     when abstract=true)",
+                )
+                .default_value(Some(DEFAULT_PATH))
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecBoolean::builder("abstract")
+                .nick("Abstract namespace")
+                .blurb(
+                    "Listen on socket-path in Linux's abstract namespace: no file, no \
+                     permissions (only the uid check guards it)",
+                )
+                .default_value(false)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("socket-mode")
+                .nick("Socket mode")
+                .blurb("Permissions of the socket file (0600 = 384: this user only)")
+                .maximum(0o777)
+                .default_value(DEFAULT_MODE)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecEnum::builder::<OnFullMode>("on-full")
+                .nick("On full")
+                .blurb("What to do when a consumer holds max-held buffers")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("max-held")
+                .nick("Maximum held")
+                .blurb("Buffers one consumer may hold at once")
+                .minimum(1)
+                .maximum(65536)
+                .default_value(DEFAULT_MAX_HELD)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("copy-slots")
+                .nick("Copy slots")
+                .blurb(
+                    "Slots of the sink's own shared pool, used when upstream's memory is \
+                     not shared and each buffer is copied once",
+                )
+                .minimum(2)
+                .maximum(65536)
+                .default_value(DEFAULT_COPY_SLOTS)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecBoolean::builder("wait-for-connection")
+                .nick("Wait for connection")
+                .blurb(
+                    "Hold each buffer until a consumer is attached (default: buffers with \
+                     no consumer are dropped, a capture never waits for one)",
+                )
+                .default_value(false)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecInt64::builder("allow-uid")
+                .nick("Allowed uid")
+                .blurb("Another uid admitted besides this process's and root's (-1: none)")
+                .minimum(-1)
+                .maximum(u32::MAX.into())
+                .default_value(-1)
+                .mutable_ready()
+                .build(),
+        ];
+        v.extend(firehose_core::stats::properties(&SinkCounters::describe(
+            HUB_COUNTERS,
+        )));
+        v
+    });
+
+    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        let mut s = lock(&self.settings);
+        let v = value;
+        match pspec.name() {
+            "socket-path" => {
+                s.socket_path = v
+                    .get::<Option<String>>()
+                    .expect("type checked upstream")
+                    .unwrap_or_else(|| DEFAULT_PATH.into())
+            }
+            "abstract" => s.abstract_ns = v.get().expect("type checked upstream"),
+            "socket-mode" => s.socket_mode = v.get().expect("type checked upstream"),
+            "on-full" => s.on_full = v.get().expect("type checked upstream"),
+            "max-held" => s.max_held = v.get().expect("type checked upstream"),
+            "copy-slots" => s.copy_slots = v.get().expect("type checked upstream"),
+            "allow-uid" => s.allow_uid = v.get().expect("type checked upstream"),
+            "wait-for-connection" => {
+                s.wait_for_connection = v.get().expect("type checked upstream")
+            }
+            other => s.stats_interval.set(other, value),
+        }
+    }
+
+    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        if pspec.name() == "stats" {
+            return self.stats().to_value();
+        }
+        let s = lock(&self.settings);
+        match pspec.name() {
+            "socket-path" => s.socket_path.to_value(),
+            "abstract" => s.abstract_ns.to_value(),
+            "socket-mode" => s.socket_mode.to_value(),
+            "on-full" => s.on_full.to_value(),
+            "max-held" => s.max_held.to_value(),
+            "copy-slots" => s.copy_slots.to_value(),
+            "allow-uid" => s.allow_uid.to_value(),
+            "wait-for-connection" => s.wait_for_connection.to_value(),
+            other => s.stats_interval.value(other),
+        }
+    }
+
+    fn constructed(&self) {
+        self.parent_constructed();
+        // Consumers set their own pace; the sink passes buffers on as they come.
+        self.obj().set_sync(false);
+    }
+}
+
+firehose_core::element_subclass!(ShmSink, "GstFhShmSink", gst_base::BaseSink);
+
+impl ElementImpl for ShmSink {
+    firehose_core::element_metadata!(
+        "Firehose shared-memory sink",
+        "Sink",
+        "Serves buffers to other processes through memfd segments passed over a unix \
+         socket: no copy when upstream receives into the segments it proposes, per-consumer \
+         back-pressure (block or drop), caps, timestamps and Firehose metas carried",
+    );
+    firehose_core::pad_templates!(sink_template(&gst::Caps::new_any()));
+}
+
+impl BaseSinkImpl for ShmSink {
+    fn start(&self) -> Result<(), gst::ErrorMessage> {
+        let s = lock(&self.settings).clone();
+        let address = Address::new(&s.socket_path, s.abstract_ns);
+        let listener = wire::listen(&address, s.socket_mode).map_err(|e| {
+            gst::error_msg!(
+                gst::ResourceError::OpenWrite,
+                (
+                    "Cannot listen on {}: {}; choose another socket-path (a directory \
+                     this user can write) or stop the process that uses it",
+                    address,
+                    e
+                )
+            )
+        })?;
+        self.counters.reset();
+        let shared = &self.shared;
+        shared.stop.store(false, Ordering::Release);
+        shared.flushing.store(false, Ordering::Release);
+        let thread = {
+            let (shared, counters, settings) = (shared.clone(), self.counters.clone(), s.clone());
+            let element = self.obj().downgrade();
+            std::thread::Builder::new()
+                .name("fhshmsink-serve".into())
+                .spawn(move || serve(shared, listener, counters, settings, element))
+                .map_err(|e| {
+                    gst::error_msg!(
+                        gst::ResourceError::Failed,
+                        ("Cannot start the service thread: {}", e)
+                    )
+                })?
+        };
+        *lock(&self.state) = Some(State {
+            lookup: Lookup::default(),
+            copy_pool: None,
+            timer: s.stats_interval.timer(),
+            service: Some(thread),
+            address,
+            on_full: s.on_full.into(),
+            wait_for_connection: s.wait_for_connection,
+        });
+        gst::info!(CAT, imp = self, "listening on {}", s.socket_path);
+        Ok(())
+    }
+
+    fn stop(&self) -> Result<(), gst::ErrorMessage> {
+        let state = lock(&self.state).take();
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(mut st) = state {
+            if let Some(t) = st.service.take() {
+                let _ = t.join();
+            }
+            if let Address::Path(p) = &st.address {
+                let _ = std::fs::remove_file(p);
+            }
+            lock(&self.shared.hub).clear();
+            st.copy_pool = None;
+            *lock(&self.copy_pool) = None;
+        }
+        self.post_stats();
+        Ok(())
+    }
+
+    fn set_caps(&self, caps: &gst::Caps) -> Result<(), gst::LoggableError> {
+        lock(&self.shared.hub).set_caps(caps.to_string());
+        Ok(())
+    }
+
+    fn propose_allocation(
+        &self,
+        query: &mut gst::query::Allocation,
+    ) -> Result<(), gst::LoggableError> {
+        firehose_core::alloc::propose(
+            query,
+            Arc::new(SegmentProvider::new("fhshmsink", &self.registry)),
+        );
+        Ok(())
+    }
+
+    fn event(&self, event: gst::Event) -> bool {
+        if let gst::EventView::Eos(_) = event.view() {
+            lock(&self.shared.hub).broadcast(&Msg::Eos);
+        }
+        self.parent_event(event)
+    }
+
+    fn render(&self, buffer: &gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
+        let mut guard = lock(&self.state);
+        let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+        self.render_one(state, buffer)?;
+        self.after(state);
+        Ok(gst::FlowSuccess::Ok)
+    }
+
+    fn render_list(&self, list: &gst::BufferList) -> Result<gst::FlowSuccess, gst::FlowError> {
+        let mut guard = lock(&self.state);
+        let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+        for b in list.iter_owned() {
+            self.render_one(state, &b)?;
+        }
+        self.after(state);
+        Ok(gst::FlowSuccess::Ok)
+    }
+
+    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
+        self.shared.flushing.store(true, Ordering::Release);
+        self.shared.released.notify_all();
+        Ok(())
+    }
+
+    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
+        self.shared.flushing.store(false, Ordering::Release);
+        Ok(())
+    }
+}

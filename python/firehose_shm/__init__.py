@@ -1,0 +1,275 @@
+"""Read buffers that Firehose's ``fhshmsink`` serves, without GStreamer.
+
+The producer passes each memfd segment once over a unix ``SOCK_SEQPACKET`` socket
+(``SCM_RIGHTS``); after that each buffer is a small message naming a segment, an offset
+and a length. Each item is a read-only numpy array that *views* the segment: no byte is
+copied. The item goes back to the producer (its slot may be reused) when you release it:
+``item.release()``, leaving a ``with item:`` block, or when the array and every view
+derived from it are garbage collected. Do not keep using ``item.data`` after a release.
+
+    from firehose_shm import Consumer
+    with Consumer("/tmp/firehose-shm.sock") as c:
+        for item in c:
+            with item:
+                print(item.data.nbytes, item.pts, item.metas.get("message"))
+
+Metas arrive as plain Python values: ``metas["message"]`` (a dict: id, complete,
+bytes_expected, bytes_received), ``metas["packets"]`` (a numpy structured array: offset,
+len, rx_time_ns, ip, port, v4 per datagram), ``metas["chunk"]`` (a dict). The protocol
+is described in docs/shared-memory.md.
+"""
+
+import mmap
+import os
+import select
+import socket
+import struct
+import weakref
+
+import numpy as np
+
+__all__ = ["Consumer", "Item", "ProtocolError", "ProducerGone", "PACKET_DTYPE"]
+
+MAGIC = 0x4D534846
+VERSION = 1
+MAX_MESSAGE = 128 * 1024
+MAX_SEGMENT = 1 << 40
+NONE_TIME = (1 << 64) - 1
+
+HELLO, SEGMENT, SEGMENT_GONE, CAPS, BUFFER, EOS, ERROR, RELEASE, SUBSCRIBE = 1, 2, 3, 4, 5, 6, 7, 16, 17
+META_MESSAGE, META_PACKETS, META_CHUNK = 1, 2, 3
+
+#: One datagram of a packet batch, as the wire packs it (35 bytes, little-endian).
+PACKET_DTYPE = np.dtype(
+    [
+        ("offset", "<u4"),
+        ("len", "<u4"),
+        ("rx_time_ns", "<u8"),
+        ("ip", "u1", (16,)),
+        ("port", "<u2"),
+        ("v4", "u1"),
+    ]
+)
+
+_BUFFER = struct.Struct("<QIQQQQQIQH")  # seq, segment, offset, len, pts, dts, duration, flags, missed, metas
+
+
+class ProtocolError(Exception):
+    """The producer sent something the protocol does not allow (the connection ends)."""
+
+
+class ProducerGone(Exception):
+    """The producer closed the connection without end-of-stream (it stopped or crashed)."""
+
+
+class Item:
+    """One buffer: ``data`` (read-only uint8 numpy array viewing the segment), ``pts``,
+    ``dts``, ``duration`` (ns or None), ``flags``, ``missed`` (buffers this consumer missed
+    before this one), ``metas`` (dict), ``caps`` (string or None)."""
+
+    __slots__ = ("data", "seq", "pts", "dts", "duration", "flags", "missed", "metas", "caps", "_finalizer", "__weakref__")
+
+    def release(self):
+        """Gives the buffer back to the producer (idempotent)."""
+        self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+
+def _time(v):
+    return None if v == NONE_TIME else v
+
+
+class _Releaser:
+    """Sends release messages without blocking; those that find the socket full wait in
+    a list that the receive loop sends later."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.pending = []
+
+    def __call__(self, seq):
+        try:
+            self.sock.send(struct.pack("<BHQ", RELEASE, 1, seq), socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            self.pending.append(seq)
+        except OSError:
+            pass  # the producer is gone: nothing to give back to
+
+    def flush(self):
+        while self.pending:
+            batch = self.pending[:1024]
+            msg = struct.pack("<BH", RELEASE, len(batch)) + struct.pack("<%dQ" % len(batch), *batch)
+            try:
+                self.sock.send(msg, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
+            except OSError:
+                self.pending.clear()
+                return
+            del self.pending[: len(batch)]
+
+
+class Consumer:
+    """A connection to an ``fhshmsink``; iterate over it for :class:`Item` s until EOS.
+
+    ``path``: the sink's ``socket-path``; ``abstract=True`` for a name in the abstract
+    namespace. ``timeout``: seconds an iteration waits for the next item before raising
+    ``TimeoutError`` (None: forever; a dead producer still ends the wait at once).
+    ``on_full``: ``"block"`` (the producer waits for this consumer) or ``"drop"`` (this
+    consumer misses buffers instead; ``item.missed`` says how many), None for the
+    producer's default; ``max_held``: items this consumer may hold at once (0: the
+    producer's limit, which it can only lower).
+    """
+
+    def __init__(self, path, abstract=False, timeout=None, on_full=None, max_held=0):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock.connect(("\0" + path) if abstract else path)
+        if on_full is not None or max_held:
+            mode = {"block": 0, "drop": 1, None: 0}[on_full]
+            self.sock.send(struct.pack("<BBI", SUBSCRIBE, mode, max_held))
+        self.timeout = timeout
+        self.segments = {}  # id -> (mmap, size)
+        self.caps = None
+        self.hello = None
+        self._release = _Releaser(self.sock)
+
+    def close(self):
+        """Closes the connection: the producer drops every reference this consumer held."""
+        self.sock.close()
+        self.segments.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __iter__(self):
+        while True:
+            item = self.next()
+            if item is None:
+                return
+            yield item
+
+    def next(self):
+        """The next item, or None at end-of-stream."""
+        while True:
+            self._release.flush()
+            r, _, _ = select.select([self.sock], [], [], self.timeout)
+            if not r:
+                raise TimeoutError("no message from the producer in %s s" % self.timeout)
+            try:
+                data, fds, flags, _ = socket.recv_fds(self.sock, MAX_MESSAGE, 4)
+            except ConnectionResetError:
+                raise ProducerGone("the producer closed the connection without end-of-stream") from None
+            try:
+                item = self._handle(data, fds, flags)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            if item is not None:
+                return None if item is EOS else item
+
+    def _handle(self, data, fds, flags):
+        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+            raise ProtocolError("a message longer than the protocol allows")
+        if not data and not fds:
+            raise ProducerGone("the producer closed the connection without end-of-stream (it stopped or crashed)")
+        kind = data[0]
+        want_fds = 1 if kind == SEGMENT else 0
+        if len(fds) != want_fds:
+            raise ProtocolError("%d descriptors came with a message of type %d" % (len(fds), kind))
+        if self.hello is None and kind not in (HELLO, ERROR):
+            raise ProtocolError("a message of type %d before the hello" % kind)
+        try:
+            return self._decode(kind, memoryview(data)[1:], fds)
+        except struct.error as e:
+            raise ProtocolError("message of type %d cut short: %s" % (kind, e)) from None
+
+    def _decode(self, kind, b, fds):
+        if kind == HELLO:
+            magic, version, on_full, consumer, max_held = struct.unpack("<IHBQI", b)
+            if magic != MAGIC or version != VERSION:
+                raise ProtocolError("not a Firehose shared-memory producer of protocol version %d" % VERSION)
+            self.hello = {"consumer": consumer, "on_full": ("block", "drop")[on_full], "max_held": max_held}
+        elif kind == SEGMENT:
+            sid, size = struct.unpack("<IQ", b)
+            if sid in self.segments or not 0 < size <= MAX_SEGMENT:
+                raise ProtocolError("segment %d of %d bytes" % (sid, size))
+            if os.fstat(fds[0]).st_size < size:
+                raise ProtocolError("segment %d announced larger than its file" % sid)
+            self.segments[sid] = (mmap.mmap(fds[0], size, mmap.MAP_SHARED, mmap.PROT_READ), size)
+        elif kind == SEGMENT_GONE:
+            (sid,) = struct.unpack("<I", b)
+            if self.segments.pop(sid, None) is None:
+                raise ProtocolError("segment %d was never announced" % sid)
+        elif kind in (CAPS, ERROR):
+            (n,) = struct.unpack_from("<I", b)
+            if n != len(b) - 4:
+                raise ProtocolError("text of %d bytes in a message of %d" % (n, len(b)))
+            text = bytes(b[4:]).decode()
+            if kind == ERROR:
+                raise ProtocolError("the producer reported: " + text)
+            self.caps = text
+        elif kind == EOS:
+            return EOS
+        elif kind == BUFFER:
+            return self._buffer(b)
+        else:
+            raise ProtocolError("unknown message type %d" % kind)
+        return None
+
+    def _buffer(self, b):
+        seq, sid, offset, length, pts, dts, duration, flags, missed, nmetas = _BUFFER.unpack_from(b)
+        seg = self.segments.get(sid)
+        if seg is None:
+            raise ProtocolError("a buffer in segment %d, never announced" % sid)
+        mm, size = seg
+        if offset + length > size:
+            raise ProtocolError("a buffer of %d bytes at %d outside segment %d (%d bytes)" % (length, offset, sid, size))
+        metas, pos = {}, _BUFFER.size
+        for _ in range(nmetas):
+            tag, n = struct.unpack_from("<HI", b, pos)
+            pos += 6
+            body = b[pos : pos + n]
+            if len(body) != n:
+                raise ProtocolError("meta cut short")
+            pos += n
+            if tag == META_MESSAGE:
+                i, complete, expected, received = struct.unpack("<QBQQ", body)
+                metas["message"] = {"id": i, "complete": bool(complete), "bytes_expected": expected, "bytes_received": received}
+            elif tag == META_PACKETS:
+                (count,) = struct.unpack_from("<I", body)
+                if 4 + count * PACKET_DTYPE.itemsize != n:
+                    raise ProtocolError("packet list of %d in %d bytes" % (count, n))
+                p = np.frombuffer(bytes(body), PACKET_DTYPE, count, 4)
+                if count and int((p["offset"].astype(np.uint64) + p["len"]).max()) > length:
+                    raise ProtocolError("a datagram outside its buffer")
+                metas["packets"] = p
+            elif tag == META_CHUNK:
+                names = ("chunk_id", "slots", "slot_size", "slots_present", "packets_per_slot", "packets", "bytes")
+                c = dict(zip(names, struct.unpack_from("<7Q", body)))
+                at = 56
+                for key in ("present", "packet_present"):
+                    (w,) = struct.unpack_from("<I", body, at)
+                    c[key] = list(struct.unpack_from("<%dQ" % w, body, at + 4))
+                    at += 4 + 8 * w
+                metas["chunk"] = c
+            # other tags: metas this reader does not know, skipped
+        if pos != len(b):
+            raise ProtocolError("%d bytes after the buffer's last meta" % (len(b) - pos))
+        item = Item()
+        item.data = np.frombuffer(mm, np.uint8, length, offset)
+        item.seq, item.flags, item.missed = seq, flags, missed
+        item.pts, item.dts, item.duration = _time(pts), _time(dts), _time(duration)
+        item.metas, item.caps = metas, self.caps
+        # Released when the array (and every view of it) is gone, or on release().
+        item._finalizer = weakref.finalize(item.data, self._release, seq)
+        return item
