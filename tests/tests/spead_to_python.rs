@@ -1,0 +1,108 @@
+//! The whole delivery path of issue 19: a live SPEAD capture (`fhspeadsrc`) served by
+//! `fhshmsink`, read by a Python process (`examples/shm_consumer.py`, numpy views of the
+//! shared segments, no GStreamer) — with the payloads received by the kernel straight
+//! into the shared memory (`bytes-copied` 0 at the sink: no copy of the payload
+//! anywhere in this process).
+
+use std::net::UdpSocket;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use firehose_core::stats::field;
+use firehose_spead::send::{Item, PacketConfig};
+use firehose_spead::wire::Flavour;
+use gst::prelude::*;
+
+const HEAPS: u64 = 40;
+const ITEM: usize = 256 << 10;
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+#[test]
+fn a_python_process_reads_a_live_spead_capture_from_shared_memory_without_a_copy() {
+    gst::init().unwrap();
+    gstfirehose::register_static().unwrap();
+    let sock = std::env::temp_dir().join(format!("fh-spead-py-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&sock);
+    let pipeline = gst::parse::launch(&format!(
+        "fhspeadsrc name=src address=127.0.0.1 port=0 max-heap-size=1048576 hugepages=off \
+         ! fhshmsink name=sink socket-path={}",
+        sock.display()
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let port = pipeline.by_name("src").unwrap().property::<i32>("port") as u16;
+    let sink = pipeline.by_name("sink").unwrap();
+
+    let python = repo_root().join(".venv/bin/python3");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/setup test",
+        python.display()
+    );
+    let child = Command::new(&python)
+        .arg(repo_root().join("examples/shm_consumer.py"))
+        .args(["--socket", sock.to_str().unwrap(), "--timeout", "20"])
+        .env("PYTHONPATH", repo_root().join("python"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while field(&sink.property::<gst::Structure>("stats"), "consumers") == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the consumer never attached"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    // Heaps of one 256 KiB item in 8972-byte packets (landed straight into heap memory),
+    // then the stop heap, which ends the stream with EOS.
+    let cfg = PacketConfig::new(Flavour::SPEAD_64_48, 8972 + 8).unwrap();
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut scratch = vec![0u8; 9000];
+    let data: Vec<Vec<u8>> = (0..HEAPS)
+        .map(|h| (0..ITEM).map(|i| (h as usize * 7 + i) as u8).collect())
+        .collect();
+    for (cnt, bytes) in (1..).zip(&data) {
+        let items = [Item::bytes(0x1000, bytes)];
+        let mut heap = cfg.heap(cnt, &items).unwrap();
+        while let Some(n) = heap.write_next(&mut scratch) {
+            tx.send_to(&scratch[..n], ("127.0.0.1", port)).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    let stop = [Item::stop()];
+    let mut heap = cfg.heap(HEAPS + 1, &stop).unwrap();
+    while let Some(n) = heap.write_next(&mut scratch) {
+        tx.send_to(&scratch[..n], ("127.0.0.1", port)).unwrap();
+    }
+
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stats = sink.property::<gst::Structure>("stats");
+    let src_stats = pipeline
+        .by_name("src")
+        .unwrap()
+        .property::<gst::Structure>("stats");
+    pipeline.set_state(gst::State::Null).unwrap();
+    let _ = std::fs::remove_file(&sock);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("messages={HEAPS}")) && stdout.contains("incomplete=0"),
+        "every heap, complete: {stdout}\nsource: {src_stats}"
+    );
+    assert!(stdout.contains("end=eos"), "{stdout}");
+    assert_eq!(field(&stats, "bytes-copied"), 0, "no copy: {stats}");
+    assert!(field(&src_stats, "packets-landed") > 0, "{src_stats}");
+}
