@@ -106,24 +106,31 @@ pub fn word(cnt: u64, w: u64) -> u64 {
     cnt.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ w.wrapping_mul(0xD6E8_FEB8_6659_FD93)
 }
 
-/// Writes the bytes of heap `cnt` from heap offset `at` into `out` (any alignment).
+/// Writes the bytes of heap `cnt` from heap offset `at` into `out` (any alignment): a
+/// byte at a time up to a word boundary, then whole words (the generators write
+/// hundreds of thousands of packets a second).
 pub fn fill(cnt: u64, at: u64, out: &mut [u8]) {
-    for (k, b) in out.iter_mut().enumerate() {
+    let head = (((8 - at % 8) % 8) as usize).min(out.len());
+    let (first, rest) = out.split_at_mut(head);
+    for (k, b) in first.iter_mut().enumerate() {
         let o = at + k as u64;
         *b = word(cnt, o / 8).to_le_bytes()[(o % 8) as usize];
     }
+    let w0 = (at + head as u64) / 8;
+    let mut words = rest.chunks_exact_mut(8);
+    let mut w = w0;
+    for c in &mut words {
+        c.copy_from_slice(&word(cnt, w).to_le_bytes());
+        w += 1;
+    }
+    for (k, b) in words.into_remainder().iter_mut().enumerate() {
+        *b = word(cnt, w).to_le_bytes()[k];
+    }
 }
 
-/// Writes a whole heap's bytes (8-byte aligned, the fast path of [`fill`]).
+/// Writes a whole heap's bytes.
 fn fill_heap(cnt: u64, out: &mut [u8]) {
-    let total = out.len();
-    let mut words = out.chunks_exact_mut(8);
-    for (w, c) in (&mut words).enumerate() {
-        c.copy_from_slice(&word(cnt, w as u64).to_le_bytes());
-    }
-    let tail = words.into_remainder();
-    let at = (total - tail.len()) as u64;
-    fill(cnt, at, tail);
+    fill(cnt, 0, out);
 }
 
 impl Legit {
@@ -212,10 +219,9 @@ pub fn check_bytes(cnt: u64, bytes: &[u8]) -> bool {
         .all(|(w, c)| u64::from_le_bytes(c.try_into().expect("8 bytes")) == word(cnt, w as u64));
     let tail = words.remainder();
     let at = (bytes.len() - tail.len()) as u64;
-    ok && tail
-        .iter()
-        .enumerate()
-        .all(|(k, b)| *b == word(cnt, (at + k as u64) / 8).to_le_bytes()[((at + k as u64) % 8) as usize])
+    ok && tail.iter().enumerate().all(|(k, b)| {
+        *b == word(cnt, (at + k as u64) / 8).to_le_bytes()[((at + k as u64) % 8) as usize]
+    })
 }
 
 /// A whole legitimate heap into `out` (its length must be the heap size); for senders
@@ -347,10 +353,9 @@ fn partial(rng: &mut Xorshift, t: &Target, cnt: u64, out: &mut [u8]) -> usize {
         (rng.next_u64() as usize) % t.legit.packets_per_heap()
     };
     // Short payloads: many heaps per second for the same bit rate.
-    let full = t.legit.packet(cnt, k, out);
     let f = t.legit.flavour();
-    let (at, _) = t.legit.payload_range(k);
-    let len = (8 * (1 + rng.next_u64() % 16) as usize).min(full);
+    let (at, full) = t.legit.payload_range(k);
+    let len = (8 * (1 + rng.next_u64() % 16) as usize).min(full.max(1));
     let extra = [ItemPointer::addressed(f, LEGIT_ITEM, 0)];
     let n = header(
         f,
@@ -416,7 +421,9 @@ pub fn descriptor_churn(rng: &mut Xorshift, t: &Target, out: &mut [u8]) -> usize
         id: LEGIT_ITEM,
         name: format!("churn_{r:x}"),
         description: "y".repeat((r % 500) as usize),
-        shape: (0..(r >> 9) % 4).map(|k| Some(k * (r >> 20) % 9999)).collect(),
+        shape: (0..(r >> 9) % 4)
+            .map(|k| Some(k * (r >> 20) % 9999))
+            .collect(),
         format: vec![(b"uif"[(r % 3) as usize], 8 << ((r >> 2) % 4))],
         dtype: None,
     };
@@ -585,11 +592,16 @@ mod tests {
 
     #[test]
     fn fill_matches_at_any_offset() {
-        let mut whole = vec![0u8; 100];
-        legit_heap(3, &mut whole);
-        let mut part = vec![0u8; 37];
-        fill(3, 13, &mut part);
-        assert_eq!(&whole[13..50], &part[..]);
+        let byte = |o: u64| word(3, o / 8).to_le_bytes()[(o % 8) as usize];
+        for at in 0..17u64 {
+            for len in 0..40 {
+                let mut part = vec![0u8; len];
+                fill(3, at, &mut part);
+                let want: Vec<u8> = (0..len as u64).map(|k| byte(at + k)).collect();
+                assert_eq!(part, want, "at {at} len {len}");
+                assert!(check_bytes(3, &want[..]) == (at == 0 || len == 0));
+            }
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@
 pub mod child;
 pub mod floor;
 pub mod gpu;
+pub mod hostile;
 pub mod receiver;
 pub mod record;
 pub mod report;
@@ -61,6 +62,9 @@ pub enum BenchCommand {
     /// fhcudaupload's host-to-device throughput against a raw pinned cuMemcpyHtoDAsync
     /// loop of the same sizes (needs the CUDA driver and a GPU).
     Gpu(gpu::GpuArgs),
+    /// SPEAD receivers (fhspeadsrc, fhudpsrc ! speaddepay, fhudpchunksrc) keeping a
+    /// legitimate stream intact while each class of bad packets floods them on loopback.
+    Hostile(hostile::HostileArgs),
 }
 
 /// How many times, and where the results go: every benchmark's.
@@ -239,6 +243,7 @@ pub fn run(cmd: BenchCommand) -> i32 {
         BenchCommand::Bypass(a) => bypass(a),
         BenchCommand::Record(a) => record(a),
         BenchCommand::Gpu(a) => gpu::run(a),
+        BenchCommand::Hostile(a) => hostile::run(a),
     }
 }
 
