@@ -20,7 +20,9 @@
 //! 3. lets the handler write the [`payload`](PacketHandler::payload) straight into the
 //!    chunk at `index × slot_size + message_offset`, after checking it fits the slot
 //!    (anything that would overflow is `malformed` and never written);
-//! 4. counts the message's bytes; when they reach its length, asks
+//! 4. counts the bytes the packet adds to its message (a repeated or overlapping packet
+//!    adds only what no earlier one covered; one that adds nothing is `duplicated`);
+//!    when they reach its length, asks
 //!    [`completion`](PacketHandler::completion) whether to set its presence bit. Messages
 //!    still open when their chunk leaves the window end incomplete (`heaps-incomplete`).
 //!
@@ -84,6 +86,10 @@ struct SlotState {
     /// written, so a receive may land a payload there on a guess.
     end: usize,
     len: Option<usize>,
+    /// The byte ranges written so far, so that a repeated or overlapping packet adds
+    /// only the bytes it newly covers: a replayed packet must not complete a message
+    /// whose other packets are still missing.
+    ranges: Ranges,
 }
 
 const EMPTY_SLOT: SlotState = SlotState {
@@ -92,7 +98,72 @@ const EMPTY_SLOT: SlotState = SlotState {
     bytes: 0,
     end: 0,
     len: None,
+    ranges: Ranges::EMPTY,
 };
+
+/// Ranges a message tracks before it falls back to counting bytes. In-order packets
+/// make one range; each gap left by reordering or loss takes one more.
+const RANGES: usize = 8;
+
+/// Disjoint, sorted byte ranges of a message, at most [`RANGES`]; fixed size, so the
+/// slot states stay allocated once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Ranges {
+    r: [(usize, usize); RANGES],
+    n: u8,
+    /// More disjoint ranges than fit: from then on every byte counts as new (the
+    /// engine's former rule; a duplicate is only seen once it overfills the message).
+    untracked: bool,
+}
+
+impl Ranges {
+    const EMPTY: Ranges = Ranges {
+        r: [(0, 0); RANGES],
+        n: 0,
+        untracked: false,
+    };
+
+    /// Bytes of `start..end` not yet covered.
+    fn fresh(&self, start: usize, end: usize) -> usize {
+        if self.untracked {
+            return end - start;
+        }
+        let covered: usize = self.r[..usize::from(self.n)]
+            .iter()
+            .map(|&(a, b)| b.min(end).saturating_sub(a.max(start)))
+            .sum();
+        end - start - covered
+    }
+
+    /// Adds `start..end`, merging it with the ranges it touches.
+    fn add(&mut self, start: usize, end: usize) {
+        if self.untracked || start >= end {
+            return;
+        }
+        let n = usize::from(self.n);
+        let (mut s, mut e) = (start, end);
+        let mut kept = [(0, 0); RANGES];
+        let mut k = 0;
+        for &(a, b) in &self.r[..n] {
+            if b < s || a > e {
+                kept[k] = (a, b);
+                k += 1;
+            } else {
+                s = s.min(a);
+                e = e.max(b);
+            }
+        }
+        if k == RANGES {
+            self.untracked = true;
+            return;
+        }
+        let at = kept[..k].iter().position(|&(a, _)| a > s).unwrap_or(k);
+        kept.copy_within(at..k, at + 1);
+        kept[at] = (s, e);
+        self.r = kept;
+        self.n = (k + 1) as u8;
+    }
+}
 
 /// A chunk in the window.
 struct OpenChunk {
@@ -171,6 +242,8 @@ struct Target {
     n: usize,
     /// Its per-packet presence bit, if tracked.
     bit: Option<usize>,
+    /// Bytes of the message it covers for the first time.
+    fresh: usize,
 }
 
 /// Chunks larger than this are filled with streaming stores ([`memory::copy_streaming`])
@@ -425,13 +498,14 @@ impl ChunkAssembler {
             Placement::Drop => return Err(Unplaced::Drop(DropReason::Handler)),
             Placement::End => return Err(Unplaced::End),
         };
-        if index >= self.cfg.slots_per_chunk
-            || facts.message_len.is_some_and(|l| l > self.cfg.slot_size)
-        {
+        if index >= self.cfg.slots_per_chunk {
             return Err(Unplaced::Drop(DropReason::Malformed));
         }
         // Every bound a packet can be checked against alone comes before anything that
-        // moves the window or opens a chunk: a lying packet touches no state.
+        // moves the window or opens a chunk: a lying packet touches no state. Not even
+        // the memory of dropped messages: a message length beyond the slot is the
+        // packet's own claim, and remembering its message as dropped would let one
+        // spoofed packet discard every real packet of that message.
         if !self.fits_alone(facts) {
             return Err(Unplaced::Lies);
         }
@@ -476,6 +550,7 @@ impl ChunkAssembler {
             bytes: 0,
             end: 0,
             len: facts.message_len,
+            ranges: Ranges::EMPTY,
         };
         self.stamp += 1;
         self.table
@@ -741,16 +816,18 @@ impl ChunkAssembler {
             self.stats.malformed += 1;
             return None;
         }
-        // A packet seen twice: its presence bit is already set, or (without per-packet
-        // presence) it brings more bytes than the message holds. Without per-packet
-        // presence a repeated packet of an unfinished message is indistinguishable from
-        // a new one and counts towards the message's length.
+        // A packet seen twice: its presence bit is already set, it covers no byte not
+        // written already, or (when a message is in more pieces than are tracked) it
+        // brings more bytes than the message holds.
         let bit = (self.packets_per_slot > 0).then(|| {
             let k = facts.message_offset / self.cfg.packet_payload_size;
             w * self.words_per_chunk * 64 + index * self.packets_per_slot + k
         });
         let seen = bit.is_some_and(|b| self.packet_bits[b / 64] >> (b % 64) & 1 == 1);
-        if seen || st.len.is_some_and(|l| st.bytes + n > l) {
+        let fresh = st
+            .ranges
+            .fresh(facts.message_offset, facts.message_offset + n);
+        if seen || (n > 0 && fresh == 0) || st.len.is_some_and(|l| st.bytes + fresh > l) {
             self.stats.duplicated += 1;
             return None;
         }
@@ -767,6 +844,7 @@ impl ChunkAssembler {
                 at: index * self.cfg.slot_size + facts.message_offset,
                 n,
                 bit,
+                fresh,
             }),
         }
     }
@@ -786,7 +864,9 @@ impl ChunkAssembler {
             open.bytes += t.n as u64;
         }
         let st = &mut self.states[pos];
-        st.bytes += t.n;
+        st.bytes += t.fresh;
+        st.ranges
+            .add(facts.message_offset, facts.message_offset + t.n);
         st.end = st.end.max(facts.message_offset + t.n);
         let (len, bytes) = (st.len, st.bytes);
         self.stats.packets += 1;

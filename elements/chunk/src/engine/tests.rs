@@ -394,9 +394,10 @@ fn handler_drops_and_duplicates_are_counted() {
         pkt(1, 4, 2, b"cd"),
     ];
     let out = run(&mut e, &packets);
-    // Without per-packet presence, "ab" twice reaches the length: the message is
-    // complete early and "cd" comes after its end.
-    assert_eq!(&slot_bytes(&out[0], 1)[..2], b"ab");
+    // Even without per-packet presence "ab" twice is a duplicate (it covers no new
+    // byte): the message completes with "cd", not early with a hole.
+    assert_eq!(&slot_bytes(&out[0], 1)[..4], b"abcd");
+    assert!(out[0].info.is_present(1));
     let s = e.stats();
     assert_eq!((s.drops_handler, s.duplicated, s.packets), (2, 2, 3));
     assert_eq!(s.packets_seen(), packets.len() as u64);
@@ -667,4 +668,102 @@ fn large_chunks_get_every_byte_whether_streamed_or_handed_to_payload() {
         }
         assert_eq!(e.stats().bytes, 4096 * 2 + 100 + 640 + 8192);
     }
+}
+
+/// A replayed packet of a message still being received must not count towards its
+/// length: before, two copies of one packet completed a message with a hole in it (the
+/// hostile-traffic suite's `duplicates` class lost every heap in chunk mode).
+#[test]
+fn replayed_packets_of_an_open_message_do_not_complete_it() {
+    let mut e = engine(2);
+    let packets = [
+        pkt(1, 16, 0, b"abcd"),
+        pkt(1, 16, 0, b"abcd"),
+        pkt(1, 16, 4, b"efgh"),
+        pkt(1, 16, 4, b"efgh"),
+        pkt(1, 16, 0, b"abcd"),
+    ];
+    let mut out = Vec::new();
+    for p in &packets {
+        e.push(p, &mut out);
+    }
+    let s = e.stats();
+    assert_eq!((s.duplicated, s.packets, s.heaps), (3, 2, 0), "still open");
+    // The rest arrives: now it is complete, every byte its own.
+    e.push(&pkt(1, 16, 8, b"ijklmnop"), &mut out);
+    e.flush(&mut out);
+    assert_eq!(slot_bytes(&out[0], 1), b"abcdefghijklmnop");
+    assert!(out[0].info.is_present(1));
+    assert_eq!(e.stats().heaps, 1);
+}
+
+/// Packets overlapping what arrived count only the bytes they add.
+#[test]
+fn overlapping_packets_count_only_new_bytes() {
+    let mut e = engine(2);
+    let packets = [
+        pkt(1, 16, 0, b"abcdef"),
+        pkt(1, 16, 4, b"efghij"),
+        pkt(1, 16, 2, b"cdefghij"),
+        pkt(1, 16, 10, b"klmnop"),
+    ];
+    let out = run(&mut e, &packets);
+    assert_eq!(slot_bytes(&out[0], 1), b"abcdefghijklmnop");
+    assert!(out[0].info.is_present(1));
+    let s = e.stats();
+    assert_eq!((s.duplicated, s.packets, s.heaps), (1, 3, 1));
+}
+
+/// A message in more pieces than are tracked falls back to counting bytes, and still
+/// completes.
+#[test]
+fn messages_in_many_pieces_still_complete() {
+    let mut cfg = config(2);
+    cfg.slot_size = 32;
+    let mut e = engine_with(cfg, 4, false);
+    // Even bytes first (16 disjoint pieces: more than tracked), then odd ones.
+    let mut packets: Vec<Vec<u8>> = (0..16u16)
+        .map(|k| pkt(1, 32, 2 * k, &[b'a' + 2 * k as u8]))
+        .collect();
+    packets.extend((0..16u16).map(|k| pkt(1, 32, 2 * k + 1, &[b'a' + 2 * k as u8 + 1])));
+    let out = run(&mut e, &packets);
+    let want: Vec<u8> = (0..32u8).map(|k| b'a' + k).collect();
+    assert_eq!(slot_bytes(&out[0], 1), &want[..]);
+    assert!(out[0].info.is_present(1));
+    assert_eq!(e.stats().heaps, 1);
+}
+
+#[test]
+fn ranges_merge_and_count() {
+    let mut r = Ranges::EMPTY;
+    assert_eq!(r.fresh(0, 8), 8);
+    r.add(0, 8);
+    r.add(16, 24);
+    assert_eq!(r.fresh(4, 20), 8);
+    r.add(8, 16);
+    assert_eq!((r.n, r.r[0]), (1, (0, 24)));
+    assert_eq!(r.fresh(0, 24), 0);
+    for k in 0..RANGES {
+        r.add(100 + 10 * k, 105 + 10 * k);
+    }
+    assert!(r.untracked, "{r:?}");
+    assert_eq!(r.fresh(0, 24), 24, "untracked: every byte counts");
+}
+
+/// One packet claiming a message length beyond the slot is malformed on its own: the
+/// real packets of the same message that follow are still placed (before, the message
+/// was remembered as dropped and every real packet of it went too).
+#[test]
+fn a_lying_message_length_does_not_condemn_the_real_message() {
+    let mut e = engine(2);
+    let packets = [
+        pkt(1, 0xFFFE, 0, b"abcd"),
+        pkt(1, 16, 0, b"abcdefgh"),
+        pkt(1, 16, 8, b"ijklmnop"),
+    ];
+    let out = run(&mut e, &packets);
+    assert_eq!(slot_bytes(&out[0], 1), b"abcdefghijklmnop");
+    assert!(out[0].info.is_present(1));
+    let s = e.stats();
+    assert_eq!((s.malformed, s.packets, s.heaps), (1, 2, 1));
 }
