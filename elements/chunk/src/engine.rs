@@ -101,9 +101,12 @@ const EMPTY_SLOT: SlotState = SlotState {
     ranges: Ranges::EMPTY,
 };
 
-/// Ranges a message tracks before it falls back to counting bytes. In-order packets
-/// make one range; each gap left by reordering or loss takes one more.
-const RANGES: usize = 8;
+/// Disjoint pieces a message may be in at once. In-order packets make one piece (each
+/// extends it); each gap left by reordering or loss takes one more. A packet that would
+/// start a piece beyond these is dropped (`malformed`): its message ends incomplete
+/// rather than be counted complete with a hole, and replayed packets from ahead in a
+/// message cannot make room for themselves.
+const RANGES: usize = 4;
 
 /// Disjoint, sorted byte ranges of a message, at most [`RANGES`]; fixed size, so the
 /// slot states stay allocated once.
@@ -111,23 +114,27 @@ const RANGES: usize = 8;
 struct Ranges {
     r: [(usize, usize); RANGES],
     n: u8,
-    /// More disjoint ranges than fit: from then on every byte counts as new (the
-    /// engine's former rule; a duplicate is only seen once it overfills the message).
-    untracked: bool,
 }
 
 impl Ranges {
     const EMPTY: Ranges = Ranges {
         r: [(0, 0); RANGES],
         n: 0,
-        untracked: false,
     };
+
+    /// True when `start..end` touches a range held, or a new one still fits. The last
+    /// place is kept for the message's start: packets from further in (replays,
+    /// reordering) cannot fill every place before the first packet arrives, after
+    /// which packets in order only extend its piece.
+    fn room(&self, start: usize, end: usize) -> bool {
+        let n = usize::from(self.n);
+        n + 1 < RANGES
+            || (n < RANGES && start == 0)
+            || self.r[..n].iter().any(|&(a, b)| b >= start && a <= end)
+    }
 
     /// Bytes of `start..end` not yet covered.
     fn fresh(&self, start: usize, end: usize) -> usize {
-        if self.untracked {
-            return end - start;
-        }
         let covered: usize = self.r[..usize::from(self.n)]
             .iter()
             .map(|&(a, b)| b.min(end).saturating_sub(a.max(start)))
@@ -137,7 +144,7 @@ impl Ranges {
 
     /// Adds `start..end`, merging it with the ranges it touches.
     fn add(&mut self, start: usize, end: usize) {
-        if self.untracked || start >= end {
+        if start >= end {
             return;
         }
         let n = usize::from(self.n);
@@ -153,10 +160,8 @@ impl Ranges {
                 e = e.max(b);
             }
         }
-        if k == RANGES {
-            self.untracked = true;
-            return;
-        }
+        // Only reached with room (see `room`): k < RANGES.
+        debug_assert!(k < RANGES);
         let at = kept[..k].iter().position(|&(a, _)| a > s).unwrap_or(k);
         kept.copy_within(at..k, at + 1);
         kept[at] = (s, e);
@@ -816,9 +821,9 @@ impl ChunkAssembler {
             self.stats.malformed += 1;
             return None;
         }
-        // A packet seen twice: its presence bit is already set, it covers no byte not
-        // written already, or (when a message is in more pieces than are tracked) it
-        // brings more bytes than the message holds.
+        // A packet seen twice: its presence bit is already set, or it covers no byte
+        // not written already. One that would split its message into more pieces
+        // than are tracked is dropped (see `RANGES`).
         let bit = (self.packets_per_slot > 0).then(|| {
             let k = facts.message_offset / self.cfg.packet_payload_size;
             w * self.words_per_chunk * 64 + index * self.packets_per_slot + k
@@ -829,6 +834,14 @@ impl ChunkAssembler {
             .fresh(facts.message_offset, facts.message_offset + n);
         if seen || (n > 0 && fresh == 0) || st.len.is_some_and(|l| st.bytes + fresh > l) {
             self.stats.duplicated += 1;
+            return None;
+        }
+        if n > 0
+            && !st
+                .ranges
+                .room(facts.message_offset, facts.message_offset + n)
+        {
+            self.stats.malformed += 1;
             return None;
         }
         match self.window[w].as_ref() {

@@ -21,9 +21,9 @@ use firehose_spead::send::{Item, PacketConfig};
 use firehose_spead::wire::{ctrl, ids, Flavour};
 
 /// Legitimate heaps per run.
-const HEAPS: u64 = 40;
-/// 64 KiB heaps: 8 packets of 8972 bytes.
-const HEAP_SIZE: usize = 64 << 10;
+const HEAPS: u64 = 24;
+/// 1 MiB heaps: 117 packets of 8972 bytes (room for replays from ahead in a heap).
+const HEAP_SIZE: usize = 1 << 20;
 /// Bad packets after each legitimate one.
 const ATTACK: usize = 3;
 /// Heaps per chunk.
