@@ -876,6 +876,10 @@ impl ChunkAssembler {
             open.packets += 1;
             open.bytes += t.n as u64;
         }
+        // The stream is alive: a run of too-old messages is not a restarted sender but
+        // stale or spoofed ids between its packets (a big message gets one placement
+        // for a hundred packets; without this the run would only break on those).
+        self.stale_run = 0;
         let st = &mut self.states[pos];
         st.bytes += t.fresh;
         st.ranges

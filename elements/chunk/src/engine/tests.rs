@@ -780,3 +780,23 @@ fn ranges_merge_and_count() {
         "the message's first packet always has a place"
     );
 }
+
+/// Too-old ids between the packets of a message still being received are not a
+/// restarted sender: the window does not start again (before, a window's worth of them
+/// between two placements did, and the real stream lost its open chunks).
+#[test]
+fn stale_ids_between_the_packets_of_a_live_message_cause_no_resync() {
+    let mut e = engine(2);
+    let mut packets = vec![pkt(20, 16, 0, b"abcd")];
+    for (k, part) in [b"efgh", b"ijkl", b"mnop"].iter().enumerate() {
+        // Six ids of chunks 0..2, long gone (the window holds chunks 4 and 5).
+        packets.extend((0..6).map(|i| whole(6 * k as u64 + i)));
+        packets.push(pkt(20, 16, 4 * (k as u16 + 1), &part[..]));
+    }
+    let out = run(&mut e, &packets);
+    let s = e.stats();
+    assert_eq!(s.resyncs, 0, "{s:?}");
+    let c = out.iter().find(|c| c.info.chunk_id == 5).expect("chunk 5");
+    assert!(c.info.is_present(0));
+    assert_eq!(slot_bytes(c, 0), b"abcdefghijklmnop");
+}
