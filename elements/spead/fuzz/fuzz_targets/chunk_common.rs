@@ -67,5 +67,8 @@ pub fn run(mut e: ChunkAssembler, data: &[u8]) {
     let s = e.stats();
     assert!(s.heaps_incomplete + s.heaps <= pushed + 1 || ended, "{s:?}");
     // Every packet is written or counted by one reason: none vanishes.
-    assert!(s.packets_seen() + s.too_far >= pushed || ended, "{s:?} of {pushed}");
+    assert!(
+        s.packets_seen() + s.too_far >= pushed || ended,
+        "{s:?} of {pushed}"
+    );
 }

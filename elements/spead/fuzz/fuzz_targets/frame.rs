@@ -16,7 +16,11 @@ fuzz_target!(|data: &[u8]| {
     // Mostly the link types the decoder knows, sometimes any.
     let raw = u16::from_be_bytes([data[0], data[1]]);
     let known = [1u16, 101, 108, 113, 228, 229, 276, 0];
-    let linktype = if raw & 0x8000 != 0 { raw } else { known[usize::from(raw) % known.len()] };
+    let linktype = if raw & 0x8000 != 0 {
+        raw
+    } else {
+        known[usize::from(raw) % known.len()]
+    };
     let f = &data[2..];
     let Ok(d) = frame::datagram(linktype, f) else {
         return;
