@@ -3,6 +3,11 @@
 #   reassembly  packet decode, heap reassembly in every configuration, descriptors in
 #               heaps, with the engine's invariants asserted on every heap
 #   descriptor  descriptor parsing, and encode(parse(x)) == x
+#   chunk_spead the chunk engine with the spead handler (chunk presence and byte
+#               counts consistent, every packet written or counted)
+#   chunk_seq   the chunk engine with the seq handler (counter widths, orders, wraps)
+#   capture     pcap / pcapng reading and the UDP datagram in each record
+#   frame       frame decoding to UDP datagrams for every link type, and the UDP filter
 #
 #   scripts/fuzz-spead.sh                 10 minutes per target
 #   FUZZ_SECONDS=60 scripts/fuzz-spead.sh one minute per target
@@ -20,7 +25,7 @@ SECONDS_PER_TARGET=${FUZZ_SECONDS:-600}
 RSS_LIMIT_MB=${FUZZ_RSS_MB:-2048}
 JOBS=${FUZZ_JOBS:-1}
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(reassembly descriptor)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(reassembly descriptor chunk_spead chunk_seq capture frame)
 
 export PATH="$HOME/.cargo/bin:$PATH"
 if ! cargo fuzz --version >/dev/null 2>&1; then
@@ -54,14 +59,17 @@ def packets(b):
     return out
 os.makedirs(f"{corpus}/reassembly", exist_ok=True)
 os.makedirs(f"{corpus}/descriptor", exist_ok=True)
+os.makedirs(f"{corpus}/chunk_spead", exist_ok=True)
 for name in sorted(os.listdir(data)):
     if not name.endswith(".hex"):
         continue
     pk = packets(bytes.fromhex(open(os.path.join(data, name)).read().strip()))
     for cfg in (b"\x00\x03\x00\x07", b"\x03\x00\x01\x05", b"\x07\x01\x00\x02"):
         body = b"".join(len(p).to_bytes(2, "big") + p for p in pk)
-        with open(f"{corpus}/reassembly/{name}-{cfg.hex()}", "wb") as f:
-            f.write(cfg + body)
+        # The chunk engine's input has the same framing: 4 configuration bytes, packets.
+        for target in ("reassembly", "chunk_spead"):
+            with open(f"{corpus}/{target}/{name}-{cfg.hex()}", "wb") as f:
+                f.write(cfg + body)
     # The descriptors: DESCRIPTOR (id 5) values of the first packet that has them.
     for p in pk:
         n = int.from_bytes(p[6:8], "big"); a = p[3] * 8

@@ -56,6 +56,9 @@ enum Command {
     /// One benchmark receiver in its own process (used by `bench`).
     #[command(hide = true)]
     BenchRecv(bench::receiver::RecvConfig),
+    /// A receiver or sender of `bench hostile` in its own process.
+    #[command(hide = true, subcommand)]
+    BenchHostile(bench::hostile::ChildCommand),
 }
 
 #[derive(Debug, clap::Args)]
@@ -126,6 +129,7 @@ fn main() -> ExitCode {
         Command::Bench(b) => bench::run(b),
         Command::BenchRecv(cfg) => bench::receiver::run_child(&cfg),
         Command::Tune(a) => tune::run(a),
+        Command::BenchHostile(c) => bench::hostile::run_child(c),
     };
     ExitCode::from(status as u8)
 }

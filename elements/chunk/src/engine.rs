@@ -20,7 +20,9 @@
 //! 3. lets the handler write the [`payload`](PacketHandler::payload) straight into the
 //!    chunk at `index × slot_size + message_offset`, after checking it fits the slot
 //!    (anything that would overflow is `malformed` and never written);
-//! 4. counts the message's bytes; when they reach its length, asks
+//! 4. counts the bytes the packet adds to its message (a repeated or overlapping packet
+//!    adds only what no earlier one covered; one that adds nothing is `duplicated`);
+//!    when they reach its length, asks
 //!    [`completion`](PacketHandler::completion) whether to set its presence bit. Messages
 //!    still open when their chunk leaves the window end incomplete (`heaps-incomplete`).
 //!
@@ -84,6 +86,10 @@ struct SlotState {
     /// written, so a receive may land a payload there on a guess.
     end: usize,
     len: Option<usize>,
+    /// The byte ranges written so far, so that a repeated or overlapping packet adds
+    /// only the bytes it newly covers: a replayed packet must not complete a message
+    /// whose other packets are still missing.
+    ranges: Ranges,
 }
 
 const EMPTY_SLOT: SlotState = SlotState {
@@ -92,7 +98,77 @@ const EMPTY_SLOT: SlotState = SlotState {
     bytes: 0,
     end: 0,
     len: None,
+    ranges: Ranges::EMPTY,
 };
+
+/// Disjoint pieces a message may be in at once. In-order packets make one piece (each
+/// extends it); each gap left by reordering or loss takes one more. A packet that would
+/// start a piece beyond these is dropped (`malformed`): its message ends incomplete
+/// rather than be counted complete with a hole, and replayed packets from ahead in a
+/// message cannot make room for themselves.
+const RANGES: usize = 4;
+
+/// Disjoint, sorted byte ranges of a message, at most [`RANGES`]; fixed size, so the
+/// slot states stay allocated once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Ranges {
+    r: [(usize, usize); RANGES],
+    n: u8,
+}
+
+impl Ranges {
+    const EMPTY: Ranges = Ranges {
+        r: [(0, 0); RANGES],
+        n: 0,
+    };
+
+    /// True when `start..end` touches a range held, or a new one still fits. The last
+    /// place is kept for the message's start: packets from further in (replays,
+    /// reordering) cannot fill every place before the first packet arrives, after
+    /// which packets in order only extend its piece.
+    fn room(&self, start: usize, end: usize) -> bool {
+        let n = usize::from(self.n);
+        n + 1 < RANGES
+            || (n < RANGES && start == 0)
+            || self.r[..n].iter().any(|&(a, b)| b >= start && a <= end)
+    }
+
+    /// Bytes of `start..end` not yet covered.
+    fn fresh(&self, start: usize, end: usize) -> usize {
+        let covered: usize = self.r[..usize::from(self.n)]
+            .iter()
+            .map(|&(a, b)| b.min(end).saturating_sub(a.max(start)))
+            .sum();
+        end - start - covered
+    }
+
+    /// Adds `start..end`, merging it with the ranges it touches.
+    fn add(&mut self, start: usize, end: usize) {
+        if start >= end {
+            return;
+        }
+        let n = usize::from(self.n);
+        let (mut s, mut e) = (start, end);
+        let mut kept = [(0, 0); RANGES];
+        let mut k = 0;
+        for &(a, b) in &self.r[..n] {
+            if b < s || a > e {
+                kept[k] = (a, b);
+                k += 1;
+            } else {
+                s = s.min(a);
+                e = e.max(b);
+            }
+        }
+        // Only reached with room (see `room`): k < RANGES.
+        debug_assert!(k < RANGES);
+        let at = kept[..k].iter().position(|&(a, _)| a > s).unwrap_or(k);
+        kept.copy_within(at..k, at + 1);
+        kept[at] = (s, e);
+        self.r = kept;
+        self.n = (k + 1) as u8;
+    }
+}
 
 /// A chunk in the window.
 struct OpenChunk {
@@ -171,6 +247,8 @@ struct Target {
     n: usize,
     /// Its per-packet presence bit, if tracked.
     bit: Option<usize>,
+    /// Bytes of the message it covers for the first time.
+    fresh: usize,
 }
 
 /// Chunks larger than this are filled with streaming stores ([`memory::copy_streaming`])
@@ -425,13 +503,14 @@ impl ChunkAssembler {
             Placement::Drop => return Err(Unplaced::Drop(DropReason::Handler)),
             Placement::End => return Err(Unplaced::End),
         };
-        if index >= self.cfg.slots_per_chunk
-            || facts.message_len.is_some_and(|l| l > self.cfg.slot_size)
-        {
+        if index >= self.cfg.slots_per_chunk {
             return Err(Unplaced::Drop(DropReason::Malformed));
         }
         // Every bound a packet can be checked against alone comes before anything that
-        // moves the window or opens a chunk: a lying packet touches no state.
+        // moves the window or opens a chunk: a lying packet touches no state. Not even
+        // the memory of dropped messages: a message length beyond the slot is the
+        // packet's own claim, and remembering its message as dropped would let one
+        // spoofed packet discard every real packet of that message.
         if !self.fits_alone(facts) {
             return Err(Unplaced::Lies);
         }
@@ -476,6 +555,7 @@ impl ChunkAssembler {
             bytes: 0,
             end: 0,
             len: facts.message_len,
+            ranges: Ranges::EMPTY,
         };
         self.stamp += 1;
         self.table
@@ -741,17 +821,27 @@ impl ChunkAssembler {
             self.stats.malformed += 1;
             return None;
         }
-        // A packet seen twice: its presence bit is already set, or (without per-packet
-        // presence) it brings more bytes than the message holds. Without per-packet
-        // presence a repeated packet of an unfinished message is indistinguishable from
-        // a new one and counts towards the message's length.
+        // A packet seen twice: its presence bit is already set, or it covers no byte
+        // not written already. One that would split its message into more pieces
+        // than are tracked is dropped (see `RANGES`).
         let bit = (self.packets_per_slot > 0).then(|| {
             let k = facts.message_offset / self.cfg.packet_payload_size;
             w * self.words_per_chunk * 64 + index * self.packets_per_slot + k
         });
         let seen = bit.is_some_and(|b| self.packet_bits[b / 64] >> (b % 64) & 1 == 1);
-        if seen || st.len.is_some_and(|l| st.bytes + n > l) {
+        let fresh = st
+            .ranges
+            .fresh(facts.message_offset, facts.message_offset + n);
+        if seen || (n > 0 && fresh == 0) || st.len.is_some_and(|l| st.bytes + fresh > l) {
             self.stats.duplicated += 1;
+            return None;
+        }
+        if n > 0
+            && !st
+                .ranges
+                .room(facts.message_offset, facts.message_offset + n)
+        {
+            self.stats.malformed += 1;
             return None;
         }
         match self.window[w].as_ref() {
@@ -767,6 +857,7 @@ impl ChunkAssembler {
                 at: index * self.cfg.slot_size + facts.message_offset,
                 n,
                 bit,
+                fresh,
             }),
         }
     }
@@ -785,8 +876,14 @@ impl ChunkAssembler {
             open.packets += 1;
             open.bytes += t.n as u64;
         }
+        // The stream is alive: a run of too-old messages is not a restarted sender but
+        // stale or spoofed ids between its packets (a big message gets one placement
+        // for a hundred packets; without this the run would only break on those).
+        self.stale_run = 0;
         let st = &mut self.states[pos];
-        st.bytes += t.n;
+        st.bytes += t.fresh;
+        st.ranges
+            .add(facts.message_offset, facts.message_offset + t.n);
         st.end = st.end.max(facts.message_offset + t.n);
         let (len, bytes) = (st.len, st.bytes);
         self.stats.packets += 1;

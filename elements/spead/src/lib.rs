@@ -7,7 +7,8 @@
 //!   incomplete-heap policy), payloads in pooled memory;
 //! - [`send`]: heaps into packets, as spead2's sender cuts them;
 //! - [`chunk`]: the `spead` packet handler, placing heaps into chunks;
-//! - [`heap`]: what a reassembled heap carries downstream.
+//! - [`heap`]: what a reassembled heap carries downstream;
+//! - [`hostile`]: bad packets on purpose, for the hostile-traffic suite.
 //!
 //! Elements: `speaddepay` ([`depay`]: heaps, or chunks with `mode=chunks`),
 //! `fhspeadsrc` ([`speadsrc`]: a UDP socket and the reassembler in one element, payloads
@@ -21,6 +22,7 @@ pub mod descriptor;
 pub mod descset;
 pub mod heap;
 mod heapout;
+pub mod hostile;
 pub mod pay;
 pub mod reassembly;
 pub mod send;

@@ -12,6 +12,7 @@
 pub mod child;
 pub mod floor;
 pub mod gpu;
+pub mod hostile;
 pub mod receiver;
 pub mod record;
 pub mod report;
@@ -65,6 +66,9 @@ pub enum BenchCommand {
     /// The shared-memory transport between two processes: fhshmsink → fhshmsrc against
     /// stock shmsink → shmsrc, per buffer size.
     Shm(shm::ShmArgs),
+    /// SPEAD receivers (fhspeadsrc, fhudpsrc ! speaddepay, fhudpchunksrc) keeping a
+    /// legitimate stream intact while each class of bad packets floods them on loopback.
+    Hostile(hostile::HostileArgs),
 }
 
 /// How many times, and where the results go: every benchmark's.
@@ -244,6 +248,7 @@ pub fn run(cmd: BenchCommand) -> i32 {
         BenchCommand::Record(a) => record(a),
         BenchCommand::Gpu(a) => gpu::run(a),
         BenchCommand::Shm(a) => shm::shm(a),
+        BenchCommand::Hostile(a) => hostile::run(a),
     }
 }
 

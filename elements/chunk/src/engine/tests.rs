@@ -394,9 +394,10 @@ fn handler_drops_and_duplicates_are_counted() {
         pkt(1, 4, 2, b"cd"),
     ];
     let out = run(&mut e, &packets);
-    // Without per-packet presence, "ab" twice reaches the length: the message is
-    // complete early and "cd" comes after its end.
-    assert_eq!(&slot_bytes(&out[0], 1)[..2], b"ab");
+    // Even without per-packet presence "ab" twice is a duplicate (it covers no new
+    // byte): the message completes with "cd", not early with a hole.
+    assert_eq!(&slot_bytes(&out[0], 1)[..4], b"abcd");
+    assert!(out[0].info.is_present(1));
     let s = e.stats();
     assert_eq!((s.drops_handler, s.duplicated, s.packets), (2, 2, 3));
     assert_eq!(s.packets_seen(), packets.len() as u64);
@@ -667,4 +668,135 @@ fn large_chunks_get_every_byte_whether_streamed_or_handed_to_payload() {
         }
         assert_eq!(e.stats().bytes, 4096 * 2 + 100 + 640 + 8192);
     }
+}
+
+/// A replayed packet of a message still being received must not count towards its
+/// length: before, two copies of one packet completed a message with a hole in it (the
+/// hostile-traffic suite's `duplicates` class lost every heap in chunk mode).
+#[test]
+fn replayed_packets_of_an_open_message_do_not_complete_it() {
+    let mut e = engine(2);
+    let packets = [
+        pkt(1, 16, 0, b"abcd"),
+        pkt(1, 16, 0, b"abcd"),
+        pkt(1, 16, 4, b"efgh"),
+        pkt(1, 16, 4, b"efgh"),
+        pkt(1, 16, 0, b"abcd"),
+    ];
+    let mut out = Vec::new();
+    for p in &packets {
+        e.push(p, &mut out);
+    }
+    let s = e.stats();
+    assert_eq!((s.duplicated, s.packets, s.heaps), (3, 2, 0), "still open");
+    // The rest arrives: now it is complete, every byte its own.
+    e.push(&pkt(1, 16, 8, b"ijklmnop"), &mut out);
+    e.flush(&mut out);
+    assert_eq!(slot_bytes(&out[0], 1), b"abcdefghijklmnop");
+    assert!(out[0].info.is_present(1));
+    assert_eq!(e.stats().heaps, 1);
+}
+
+/// Packets overlapping what arrived count only the bytes they add.
+#[test]
+fn overlapping_packets_count_only_new_bytes() {
+    let mut e = engine(2);
+    let packets = [
+        pkt(1, 16, 0, b"abcdef"),
+        pkt(1, 16, 4, b"efghij"),
+        pkt(1, 16, 2, b"cdefghij"),
+        pkt(1, 16, 10, b"klmnop"),
+    ];
+    let out = run(&mut e, &packets);
+    assert_eq!(slot_bytes(&out[0], 1), b"abcdefghijklmnop");
+    assert!(out[0].info.is_present(1));
+    let s = e.stats();
+    assert_eq!((s.duplicated, s.packets, s.heaps), (1, 3, 1));
+}
+
+/// A message in more pieces at once than are tracked: the packet that would start one
+/// more is dropped, so the message ends incomplete, never complete with a hole; packets
+/// that extend a piece are still taken.
+#[test]
+fn messages_in_too_many_pieces_end_incomplete_not_corrupt() {
+    let mut e = engine(2);
+    // Even bytes first: RANGES disjoint pieces, then one too many; then the odd bytes.
+    let mut packets: Vec<Vec<u8>> = (0..8u16)
+        .map(|k| pkt(1, 16, 2 * k, &[b'a' + 2 * k as u8]))
+        .collect();
+    packets.extend((0..8u16).map(|k| pkt(1, 16, 2 * k + 1, &[b'a' + 2 * k as u8 + 1])));
+    let out = run(&mut e, &packets);
+    assert!(!out[0].info.is_present(1), "incomplete, not present");
+    let s = e.stats();
+    assert_eq!((s.heaps, s.heaps_incomplete), (0, 1));
+    assert!(s.malformed > 0, "{s:?}");
+}
+
+/// Replays of packets from ahead in a message (an attacker's, or a duplicating
+/// network's) cannot make it complete early, however many.
+#[test]
+fn replays_from_ahead_in_a_message_cannot_complete_it_early() {
+    let mut e = engine(2);
+    let mut packets = Vec::new();
+    for k in 0..8u16 {
+        packets.push(pkt(1, 16, 2 * k, &[b'a' + 2 * k as u8; 2]));
+        // Replays of every later packet, out of order.
+        for j in (k + 1..8).rev() {
+            packets.push(pkt(1, 16, 2 * j, &[b'a' + 2 * j as u8; 2]));
+        }
+    }
+    let out = run(&mut e, &packets);
+    assert!(out[0].info.is_present(1));
+    let want: Vec<u8> = (0..8u8).flat_map(|k| [b'a' + 2 * k; 2]).collect();
+    assert_eq!(slot_bytes(&out[0], 1), &want[..]);
+}
+
+#[test]
+fn ranges_merge_and_count() {
+    let mut r = Ranges::EMPTY;
+    assert_eq!(r.fresh(0, 8), 8);
+    r.add(0, 8);
+    r.add(16, 24);
+    assert_eq!(r.fresh(4, 20), 8);
+    r.add(8, 16);
+    assert_eq!((r.n, r.r[0]), (1, (0, 24)));
+    assert_eq!(r.fresh(0, 24), 0);
+    for k in 0..RANGES - 2 {
+        assert!(r.room(100 + 10 * k, 105 + 10 * k));
+        r.add(100 + 10 * k, 105 + 10 * k);
+    }
+    assert_eq!(usize::from(r.n), RANGES - 1);
+    assert!(!r.room(200, 208), "the last place is the start's");
+    assert!(
+        r.room(24, 30) && r.room(90, 100),
+        "extending a piece is always possible"
+    );
+    let mut ahead = Ranges::EMPTY;
+    for k in 1..RANGES {
+        ahead.add(100 * k, 100 * k + 8);
+    }
+    assert!(
+        ahead.room(0, 8),
+        "the message's first packet always has a place"
+    );
+}
+
+/// Too-old ids between the packets of a message still being received are not a
+/// restarted sender: the window does not start again (before, a window's worth of them
+/// between two placements did, and the real stream lost its open chunks).
+#[test]
+fn stale_ids_between_the_packets_of_a_live_message_cause_no_resync() {
+    let mut e = engine(2);
+    let mut packets = vec![pkt(20, 16, 0, b"abcd")];
+    for (k, part) in [b"efgh", b"ijkl", b"mnop"].iter().enumerate() {
+        // Six ids of chunks 0..2, long gone (the window holds chunks 4 and 5).
+        packets.extend((0..6).map(|i| whole(6 * k as u64 + i)));
+        packets.push(pkt(20, 16, 4 * (k as u16 + 1), &part[..]));
+    }
+    let out = run(&mut e, &packets);
+    let s = e.stats();
+    assert_eq!(s.resyncs, 0, "{s:?}");
+    let c = out.iter().find(|c| c.info.chunk_id == 5).expect("chunk 5");
+    assert!(c.info.is_present(0));
+    assert_eq!(slot_bytes(c, 0), b"abcdefghijklmnop");
 }

@@ -26,6 +26,8 @@ fn config(c: &[u8]) -> Config {
         substreams: 1 + usize::from(c[2] % 4),
         // 1 KiB to 128 KiB: growth, class fallback and the bound are all reachable.
         max_heap_size: 1024 << (c[3] % 8),
+        // 1 to 16 descriptors: the bound and its overflow count are reachable.
+        max_descriptors: 1 + usize::from(c[3] >> 4),
         // Small pools (2 heaps a class) unless asked: exhaustion is reachable too.
         pool_size: if c[0] & 4 != 0 { 0 } else { 1 },
         hugepages: HugepagePolicy::Off,

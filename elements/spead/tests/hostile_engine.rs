@@ -1,0 +1,183 @@
+//! The hostile-traffic suite at engine level, no sockets: for every class of bad packet
+//! ([`firehose_spead::hostile`]), a legitimate stream of heaps is interleaved packet by
+//! packet with bad packets (three after each legitimate one) and fed to the heap
+//! reassembler (what `speaddepay` and `fhspeadsrc` run) and to the chunk engine with the
+//! `spead` handler (`speaddepay mode=chunks`, `fhudpchunksrc handler=spead`), both with
+//! their elements' defaults. Every legitimate heap must come out complete and byte-exact.
+//! Deterministic (seeded), so a failure names a class and engine that lose heaps, not a
+//! loaded machine. The loopback form with the real elements is `firehose bench hostile`
+//! (CI: pipelines/tests/benchhostile.rs).
+
+use std::collections::BTreeSet;
+use std::sync::Once;
+
+use firehose_chunk::{ChunkAssembler, ChunkConfig, Flow};
+use firehose_core::pool::SlotPool;
+use firehose_core::HugepagePolicy;
+use firehose_spead::chunk::{SpeadChunkConfig, SpeadChunkHandler};
+use firehose_spead::hostile::{self, Class, Generator, Legit, MAX_PACKET};
+use firehose_spead::reassembly::{Config, Heap, Reassembler};
+use firehose_spead::send::{Item, PacketConfig};
+use firehose_spead::wire::{ctrl, ids, Flavour};
+
+/// Legitimate heaps per run.
+const HEAPS: u64 = 24;
+/// 1 MiB heaps: 117 packets of 8972 bytes (room for replays from ahead in a heap).
+const HEAP_SIZE: usize = 1 << 20;
+/// Bad packets after each legitimate one.
+const ATTACK: usize = 3;
+/// Heaps per chunk.
+const SPC: usize = 8;
+
+fn init() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| gst::init().unwrap());
+}
+
+fn legit() -> Legit {
+    Legit::new(Flavour::SPEAD_64_40, 8972, HEAP_SIZE).unwrap()
+}
+
+/// The packets, in order: heap by heap, every legitimate packet followed by `ATTACK`
+/// bad ones aimed at it, then the stream's stop heap (clear of the counters attacked).
+fn stream(class: Class) -> Vec<Vec<u8>> {
+    let l = legit();
+    let mut g = Generator::new(class, 0x5EAD ^ class as u64, l);
+    let mut buf = vec![0u8; MAX_PACKET];
+    let mut out = Vec::new();
+    for cnt in 1..=HEAPS {
+        for k in 0..l.packets_per_heap() {
+            let n = l.packet(cnt, k, &mut buf);
+            out.push(buf[..n].to_vec());
+            for _ in 0..ATTACK {
+                let n = g.next(cnt, &mut buf);
+                out.push(buf[..n].to_vec());
+            }
+        }
+    }
+    let cfg = PacketConfig::new(Flavour::SPEAD_64_40, 8972).unwrap();
+    let items = [Item::stop()];
+    let mut hp = cfg.heap(HEAPS + 16, &items).unwrap();
+    while let Some(n) = hp.write_next(&mut buf) {
+        out.push(buf[..n].to_vec());
+    }
+    out
+}
+
+/// Heap counters delivered intact by the heap reassembler (elements' defaults).
+fn through_reassembler(packets: &[Vec<u8>]) -> BTreeSet<u64> {
+    let mut r = Reassembler::new(&Config {
+        hugepages: HugepagePolicy::Off,
+        ..Config::default()
+    })
+    .unwrap();
+    let mut intact = BTreeSet::new();
+    let l = legit();
+    // The elements end the stream at a stop heap: so does this.
+    let stopped = std::cell::Cell::new(false);
+    let mut emit = |h: Heap| {
+        if h.info.stream_ctrl == Some(ctrl::STOP) {
+            stopped.set(true);
+        }
+        let map = h.payload.map_readable().unwrap();
+        if h.info.complete
+            && h.info.item(hostile::LEGIT_ITEM).is_some()
+            && l.check(h.info.heap_cnt, &map)
+        {
+            intact.insert(h.info.heap_cnt);
+        }
+    };
+    for (i, p) in packets.iter().enumerate() {
+        r.push(p, Some(i as u64), &mut emit);
+        if stopped.get() {
+            break;
+        }
+    }
+    r.flush(&mut emit);
+    intact
+}
+
+/// Heap counters found intact in present slots of the chunk engine's chunks.
+fn through_chunks(packets: &[Vec<u8>]) -> BTreeSet<u64> {
+    let cfg = ChunkConfig {
+        slots_per_chunk: SPC,
+        slot_size: HEAP_SIZE,
+        ..ChunkConfig::default()
+    };
+    let pool = SlotPool::new(&cfg.pool_config(2 * cfg.max_chunks, HugepagePolicy::Off)).unwrap();
+    let handler = SpeadChunkHandler::new(SpeadChunkConfig {
+        place_item: ids::HEAP_CNT,
+        step: 1,
+        offset: 1,
+        slots_per_chunk: SPC as u64,
+    });
+    let mut e = ChunkAssembler::new(cfg, Box::new(handler), pool).unwrap();
+    let mut out = Vec::new();
+    let mut intact = BTreeSet::new();
+    let mut take = |out: &mut Vec<firehose_chunk::FinishedChunk>| {
+        for c in out.drain(..) {
+            for i in (0..c.info.slots).filter(|&i| c.info.is_present(i)) {
+                let cnt = c.info.chunk_id * SPC as u64 + i as u64 + 1;
+                let r = c.info.slot_range(i);
+                if hostile::check_bytes(cnt, &c.slot.as_ref()[r]) {
+                    intact.insert(cnt);
+                }
+            }
+        }
+    };
+    for p in packets {
+        let flow = e.push(p, &mut out);
+        take(&mut out);
+        if flow == Flow::End {
+            break;
+        }
+    }
+    e.flush(&mut out);
+    take(&mut out);
+    intact
+}
+
+fn lost(intact: &BTreeSet<u64>) -> Vec<u64> {
+    (1..=HEAPS).filter(|c| !intact.contains(c)).collect()
+}
+
+#[test]
+fn the_legitimate_stream_alone_arrives_whole_through_both_engines() {
+    init();
+    let l = legit();
+    let mut buf = vec![0u8; MAX_PACKET];
+    let packets: Vec<Vec<u8>> = (1..=HEAPS)
+        .flat_map(|cnt| (0..l.packets_per_heap()).map(move |k| (cnt, k)))
+        .map(|(cnt, k)| {
+            let n = l.packet(cnt, k, &mut buf);
+            buf[..n].to_vec()
+        })
+        .collect();
+    assert!(lost(&through_reassembler(&packets)).is_empty());
+    // The last chunk is emitted by the flush.
+    assert!(lost(&through_chunks(&packets)).is_empty());
+}
+
+#[test]
+fn every_legitimate_heap_survives_every_class_through_both_engines() {
+    init();
+    let mut failures = Vec::new();
+    for class in Class::ALL {
+        let packets = stream(class);
+        for (engine, intact) in [
+            ("heap reassembler", through_reassembler(&packets)),
+            ("chunk engine (spead)", through_chunks(&packets)),
+        ] {
+            let lost = lost(&intact);
+            if !lost.is_empty() {
+                failures.push(format!(
+                    "{}: {engine} lost {} of {HEAPS} legitimate heaps ({:?}…)",
+                    class.name(),
+                    lost.len(),
+                    &lost[..lost.len().min(5)]
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
