@@ -194,6 +194,8 @@ enum Unplaced {
     /// This packet alone lies about where its payload goes (`malformed`): dropped
     /// without a trace, so it cannot cost the real packets of its message anything.
     Lies,
+    /// The handler says this packet alone is not data ([`Placement::Ignore`]).
+    Ignored,
     End,
 }
 
@@ -436,6 +438,10 @@ impl ChunkAssembler {
                     self.stats.malformed += 1;
                     Err(Flow::Continue)
                 }
+                Err(Unplaced::Ignored) => {
+                    self.stats.drops_handler += 1;
+                    Err(Flow::Continue)
+                }
                 Err(Unplaced::End) => {
                     // The ending message is the handler's to consume, not data.
                     self.stats.drops_handler += 1;
@@ -501,6 +507,7 @@ impl ChunkAssembler {
         let (chunk_id, index) = match self.handler.header(packet, facts) {
             Placement::Place { chunk_id, index } => (chunk_id, index),
             Placement::Drop => return Err(Unplaced::Drop(DropReason::Handler)),
+            Placement::Ignore => return Err(Unplaced::Ignored),
             Placement::End => return Err(Unplaced::End),
         };
         if index >= self.cfg.slots_per_chunk {

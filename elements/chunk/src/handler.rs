@@ -47,6 +47,10 @@ pub enum Placement {
     },
     /// Not wanted: every packet of the message is dropped and counted.
     Drop,
+    /// This packet alone is not data (a control packet anyone could send with any
+    /// message id): dropped and counted, and held against no message, so a forged one
+    /// cannot condemn the real message that has its id.
+    Ignore,
     /// The stream ends with this message (e.g. a SPEAD stop heap): the engine drops it,
     /// emits every open chunk and reports the end, so the host can send EOS.
     End,

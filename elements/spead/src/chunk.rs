@@ -47,13 +47,16 @@ pub struct SpeadChunkConfig {
     pub offset: u64,
     /// The engine's slots per chunk.
     pub slots_per_chunk: u64,
+    /// A stop heap ends the stream (`stop=true`, spead2's behaviour). Anyone who can
+    /// send to the port can send one: `stop=false` drops stop heaps instead.
+    pub stop: bool,
 }
 
 impl SpeadChunkConfig {
     /// Reads the settings from a handler configuration (the host has set
     /// `slots-per-chunk`).
     pub fn from_structure(s: &gst::StructureRef) -> Result<Self, String> {
-        check_fields(s, &["place-item", "step", "offset"])?;
+        check_fields(s, &["place-item", "step", "offset", "stop"])?;
         let get = |k: &str, d: u64| config_u64(s, k).map(|v| v.unwrap_or(d));
         let step = get("step", 1)?;
         if step == 0 {
@@ -64,6 +67,12 @@ impl SpeadChunkConfig {
             step,
             offset: get("offset", 0)?,
             slots_per_chunk: get(CONFIG_SLOTS_PER_CHUNK, 1)?.max(1),
+            stop: match s.value("stop") {
+                Err(_) => true,
+                Ok(v) => v
+                    .get::<bool>()
+                    .map_err(|_| "spead: stop must be a boolean (stop=false)".to_string())?,
+            },
         })
     }
 }
@@ -117,7 +126,9 @@ impl PacketHandler for SpeadChunkHandler {
             return Placement::Drop;
         };
         match p.stream_ctrl {
-            Some(ctrl::STOP) => return Placement::End,
+            Some(ctrl::STOP) if self.cfg.stop => return Placement::End,
+            // Not trusted: reported nowhere, held against no heap.
+            Some(ctrl::STOP) => return Placement::Ignore,
             Some(_) => return Placement::Drop,
             None => {}
         }

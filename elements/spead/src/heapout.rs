@@ -116,6 +116,7 @@ pub fn new_reassembler(
         pool_size: s.pool_size,
         hugepages: s.memory.into(),
         max_descriptors: s.max_descriptors as usize,
+        stop_ends: s.stop_is_eos,
     };
     let engine = Reassembler::new(&config).map_err(|e| match e {
         // Already says how to reserve hugepages.

@@ -122,6 +122,7 @@ fn receiver(gro: bool) -> (UdpReceiver, ChunkAssembler, DirectReceiver, u16) {
         step: 1,
         offset: 1,
         slots_per_chunk: SLOTS as u64,
+        stop: true,
     });
     let pool = SlotPool::new(&cfg.pool_config(16, HugepagePolicy::Off)).unwrap();
     let engine = ChunkAssembler::new(cfg, Box::new(handler), pool).unwrap();

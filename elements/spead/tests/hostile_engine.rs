@@ -65,9 +65,10 @@ fn stream(class: Class) -> Vec<Vec<u8>> {
 }
 
 /// Heap counters delivered intact by the heap reassembler (elements' defaults).
-fn through_reassembler(packets: &[Vec<u8>]) -> BTreeSet<u64> {
+fn through_reassembler(packets: &[Vec<u8>], honour_stop: bool) -> BTreeSet<u64> {
     let mut r = Reassembler::new(&Config {
         hugepages: HugepagePolicy::Off,
+        stop_ends: honour_stop,
         ..Config::default()
     })
     .unwrap();
@@ -76,7 +77,7 @@ fn through_reassembler(packets: &[Vec<u8>]) -> BTreeSet<u64> {
     // The elements end the stream at a stop heap: so does this.
     let stopped = std::cell::Cell::new(false);
     let mut emit = |h: Heap| {
-        if h.info.stream_ctrl == Some(ctrl::STOP) {
+        if honour_stop && h.info.stream_ctrl == Some(ctrl::STOP) {
             stopped.set(true);
         }
         let map = h.payload.map_readable().unwrap();
@@ -98,7 +99,7 @@ fn through_reassembler(packets: &[Vec<u8>]) -> BTreeSet<u64> {
 }
 
 /// Heap counters found intact in present slots of the chunk engine's chunks.
-fn through_chunks(packets: &[Vec<u8>]) -> BTreeSet<u64> {
+fn through_chunks(packets: &[Vec<u8>], honour_stop: bool) -> BTreeSet<u64> {
     let cfg = ChunkConfig {
         slots_per_chunk: SPC,
         slot_size: HEAP_SIZE,
@@ -110,6 +111,7 @@ fn through_chunks(packets: &[Vec<u8>]) -> BTreeSet<u64> {
         step: 1,
         offset: 1,
         slots_per_chunk: SPC as u64,
+        stop: honour_stop,
     });
     let mut e = ChunkAssembler::new(cfg, Box::new(handler), pool).unwrap();
     let mut out = Vec::new();
@@ -153,9 +155,9 @@ fn the_legitimate_stream_alone_arrives_whole_through_both_engines() {
             buf[..n].to_vec()
         })
         .collect();
-    assert!(lost(&through_reassembler(&packets)).is_empty());
+    assert!(lost(&through_reassembler(&packets, true)).is_empty());
     // The last chunk is emitted by the flush.
-    assert!(lost(&through_chunks(&packets)).is_empty());
+    assert!(lost(&through_chunks(&packets, true)).is_empty());
 }
 
 #[test]
@@ -164,9 +166,14 @@ fn every_legitimate_heap_survives_every_class_through_both_engines() {
     let mut failures = Vec::new();
     for class in Class::ALL {
         let packets = stream(class);
+        // A stop heap ends the stream by default, as in spead2, whoever sent it: on a
+        // network you do not control, the setting that ignores it is the defence
+        // (stop-is-eos=false; handler-config stop=false), and this class runs with it.
+        // `a_spoofed_stop_heap_ends_the_stream_at_the_defaults` shows the risk.
+        let honour = class != Class::StopSpoof;
         for (engine, intact) in [
-            ("heap reassembler", through_reassembler(&packets)),
-            ("chunk engine (spead)", through_chunks(&packets)),
+            ("heap reassembler", through_reassembler(&packets, honour)),
+            ("chunk engine (spead)", through_chunks(&packets, honour)),
         ] {
             let lost = lost(&intact);
             if !lost.is_empty() {
@@ -180,4 +187,14 @@ fn every_legitimate_heap_survives_every_class_through_both_engines() {
         }
     }
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+#[test]
+fn a_spoofed_stop_heap_ends_the_stream_at_the_defaults() {
+    init();
+    let packets = stream(Class::StopSpoof);
+    // The documented risk of stop-is-eos=true / stop=true: heaps after the first spoof
+    // are not delivered.
+    assert!(!lost(&through_reassembler(&packets, true)).is_empty());
+    assert!(!lost(&through_chunks(&packets, true)).is_empty());
 }

@@ -21,6 +21,7 @@ fuzz_target!(|data: &[u8]| {
         step: 1 + u64::from(data[3] % 3),
         offset: u64::from(data[2] >> 4),
         slots_per_chunk: spc as u64,
+        stop: true,
     });
     let e = common::engine(data, Box::new(h), spc, 256);
     common::run(e, &data[4..]);

@@ -151,6 +151,7 @@ impl Settings {
             .field("place-item", place_item)
             .field("step", self.place_step)
             .field("offset", self.place_offset)
+            .field("stop", self.stop_is_eos)
             .build()
     }
 

@@ -26,8 +26,12 @@ pub(crate) fn per_packet(ip: ItemPointer, f: crate::wire::Flavour) -> bool {
 pub(crate) struct Entry {
     pub active: bool,
     pub cnt: u64,
-    /// Arrival order of the heap's first packet (the oldest is evicted first).
+    /// Arrival order of the heap's first packet (flushes go in this order).
     pub seq: u64,
+    /// When a packet last added to this heap (same clock as `seq`): the heap touched
+    /// longest ago leaves a full window first, so a flood of one-packet partial heaps
+    /// evicts itself, not the heap whose packets keep arriving.
+    pub touched: u64,
     pub flavour: Option<crate::wire::Flavour>,
     pub heap_length: Option<usize>,
     /// The payload; `None` once the heap is known to be too large.
@@ -88,6 +92,7 @@ impl Entry {
         self.active = true;
         self.cnt = p.heap_cnt;
         self.seq = seq;
+        self.touched = seq;
         self.flavour = Some(p.flavour);
         self.heap_length = None;
         self.slot = Some(slot);

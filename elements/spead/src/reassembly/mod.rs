@@ -106,6 +106,10 @@ pub struct Config {
     /// Most descriptors kept, each change of one counting again
     /// ([`crate::descset`]).
     pub max_descriptors: usize,
+    /// A stop heap ends the stream: every heap under construction is ended (spead2's
+    /// behaviour). False when stop heaps are not trusted (`stop-is-eos=false`): the stop
+    /// heap is reported and nothing else changes, so a spoofed one costs no heap.
+    pub stop_ends: bool,
 }
 
 /// The default `max_heap_size`: 17 MiB, so that a stream of 16 MiB data items (a
@@ -124,6 +128,7 @@ impl Default for Config {
             pool_size: 0,
             hugepages: HugepagePolicy::Auto,
             max_descriptors: crate::descset::DEFAULT_MAX_DESCRIPTORS,
+            stop_ends: true,
         }
     }
 }
@@ -196,6 +201,8 @@ pub struct Reassembler {
     /// A pool slot taken ahead for the heap expected next, which packets may be
     /// received into before its first one is taken.
     reserved: Option<(u64, Slot)>,
+    /// See [`Config::stop_ends`].
+    stop_ends: bool,
     /// The last heaps whose first packet found no pool memory (their later packets are
     /// counted in `drops_pool` too, not as out of order).
     starved: [Option<u64>; STARVED],
@@ -234,6 +241,7 @@ impl Reassembler {
             landing_max_heap: 0,
             shape: Shape::default(),
             reserved: None,
+            stop_ends: config.stop_ends,
             starved: [None; STARVED],
             starved_at: 0,
         })
@@ -340,7 +348,11 @@ impl Reassembler {
             let e = &mut self.subs[s].entries[i];
             match e.add(p, payload, &self.limits, &self.pools, &mut self.counts) {
                 Added::Missed => return false,
-                Added::Accepted => self.learn(p, header_len, len),
+                Added::Accepted => {
+                    self.seq += 1;
+                    e.touched = self.seq;
+                    self.learn(p, header_len, len);
+                }
                 Added::Dropped => {}
             }
             if self.subs[s].entries[i].is_complete() {
@@ -490,8 +502,11 @@ impl Reassembler {
         if let Some(i) = entries.iter().position(|e| !e.active) {
             return i;
         }
+        // Least recently touched, not oldest: a heap still receiving stays, whatever
+        // number of one-packet heaps (lying or random counters) arrive between its
+        // packets; a heap that stopped receiving is the first to go, as before.
         let i = (0..entries.len())
-            .min_by_key(|&i| entries[i].seq)
+            .min_by_key(|&i| entries[i].touched)
             .expect("a window has at least one entry");
         self.end(s, i, emit);
         i
@@ -598,19 +613,23 @@ impl Reassembler {
     /// The stream ends: flush, then report the stop heap (this packet's payload).
     fn stop(&mut self, p: &Packet<'_>, stamp: Option<u64>, emit: &mut impl FnMut(Heap)) {
         let s = (p.heap_cnt % self.subs.len() as u64) as usize;
-        if let Some(i) = self.subs[s].find(p.heap_cnt) {
-            // Earlier packets of the stop heap itself: superseded by this report.
+        if let Some(i) = self.subs[s].find(p.heap_cnt).filter(|_| self.stop_ends) {
+            // Earlier packets of the stop heap itself: superseded by this report. (Not
+            // when stop heaps are not trusted: a forged one may carry a real heap's
+            // counter.)
             let e = &mut self.subs[s].entries[i];
             e.active = false;
             e.slot = None;
         }
-        self.flush(emit);
-        for sub in &mut self.subs {
-            sub.forget();
+        if self.stop_ends {
+            self.flush(emit);
+            for sub in &mut self.subs {
+                sub.forget();
+            }
+            // A restarted sender starts a new stream.
+            self.shape = Shape::default();
+            self.reserved = None;
         }
-        // A restarted sender starts a new stream.
-        self.shape = Shape::default();
-        self.reserved = None;
         let len = p.payload.len();
         let complete = p.heap_length == Some(len as u64);
         // The stop heap must be reported even with every pool slot in use: it is one
