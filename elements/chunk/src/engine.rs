@@ -422,7 +422,11 @@ impl ChunkAssembler {
         out: &mut Vec<FinishedChunk>,
     ) -> Result<usize, Flow> {
         match self.table.get(facts.message_id) {
-            Some((Route::Slot(pos), _)) => Ok(pos as usize),
+            Some((Route::Slot(pos), _)) => {
+                // A packet of a live message: the stream is here, not far ahead.
+                self.jump = None;
+                Ok(pos as usize)
+            }
             Some((Route::Dropped(reason), _)) => {
                 self.stats.count(reason);
                 Err(Flow::Continue)
