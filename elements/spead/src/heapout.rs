@@ -86,7 +86,7 @@ impl HeapCounters {
         self.pool_in_use.set(p.in_use as u64);
         self.pool_high_water.set(p.high_water as u64);
         self.pool_exhausted.set(p.exhausted);
-        self.descriptors.set(engine.descriptors().len() as u64);
+        self.descriptors.set(engine.descriptor_count() as u64);
         self.descriptors_dropped.set(c.descriptors_dropped);
     }
 

@@ -262,6 +262,11 @@ impl Reassembler {
         self.descriptors.snapshot()
     }
 
+    /// How many distinct descriptors are known (no snapshot taken: read per buffer).
+    pub fn descriptor_count(&self) -> usize {
+        self.descriptors.len()
+    }
+
     /// The payload pools' accounting, added up over every pool.
     pub fn pool_stats(&self) -> PoolStats {
         self.pools.stats()
