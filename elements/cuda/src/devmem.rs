@@ -1,12 +1,14 @@
 //! The device memory of `fhcudaupload`'s output buffers, as Rust and Python see it.
 //!
-//! Each output buffer holds one `GstMemory` of the `FirehoseCudaMemory` type, made by
-//! this crate's allocator (`GstFhCudaAllocator`). It cannot be mapped on the host (it
+//! Where libgstcuda is present, each output buffer holds one `GstCudaMemory` of
+//! GStreamer's CUDA library ([`crate::gstcuda`]). Elsewhere it holds one `GstMemory` of
+//! the `FirehoseCudaMemory` type, made by this crate's allocator
+//! (`GstFhCudaAllocator`). It cannot be mapped on the host (it
 //! is device memory: `GST_MEMORY_FLAG_NOT_MAPPABLE`, and a map fails); it owns one
 //! device block, given back when the last reference to the memory goes.
 //!
-//! - From Rust: [`device_memory`] on the buffer's memory gives the device pointer, size,
-//!   device and CUDA stream.
+//! - From Rust: [`buffer_device_memory`] gives the device pointer, size, device and
+//!   CUDA stream, whichever the memory.
 //! - From any language: each output buffer also carries a `GstCustomMeta` named
 //!   [`META_NAME`] whose structure has `device-ptr`, `size`, `stream` (u64) and `device`
 //!   (i32); under `layout=payloads` also `packets`, `payload-bytes` and `table-offset`
@@ -246,9 +248,17 @@ pub fn device_memory(mem: &gst::MemoryRef) -> Option<DeviceView> {
     })
 }
 
-/// [`device_memory`] of the buffer's only memory.
+/// The device memory of an output buffer: [`device_memory`] of its only memory, or,
+/// for a `GstCudaMemory` (where libgstcuda is present, see [`crate::gstcuda`]), what
+/// its [`META_NAME`] meta says (pointer, data size, stream, device).
 pub fn buffer_device_memory(buf: &gst::BufferRef) -> Option<DeviceView> {
-    (buf.n_memory() == 1).then(|| device_memory(buf.peek_memory(0)))?
+    if buf.n_memory() != 1 {
+        return None;
+    }
+    device_memory(buf.peek_memory(0)).or_else(|| {
+        crate::gstcuda::is_cuda_memory(buf.peek_memory(0))
+            .then(|| read_meta(buf).map(|(v, _)| v))?
+    })
 }
 
 /// Registers [`META_NAME`] (idempotent).

@@ -214,6 +214,13 @@ impl Cuda {
         &self.info
     }
 
+    /// The raw handles of the primary context and its device (`CUcontext`, `CUdevice`),
+    /// for libraries that wrap them (libgstcuda's `gst_cuda_context_new_wrapped`). The
+    /// context stays retained while this `Cuda` lives.
+    pub fn raw_context(&self) -> (*mut c_void, i32) {
+        (self.ctx.ctx.cast(), self.ctx.device)
+    }
+
     /// A [`Registrar`] that pins host memory for this device's context (portable: every
     /// context sees it as pinned).
     pub fn registrar(&self) -> Arc<dyn Registrar> {

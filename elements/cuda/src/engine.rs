@@ -183,7 +183,7 @@ impl DevicePool {
         Ok(DeviceBlock {
             ptr,
             capacity,
-            pool: self.clone(),
+            owner: Owner::Pool(self.clone()),
         })
     }
 
@@ -216,12 +216,26 @@ impl Drop for DevicePool {
     }
 }
 
+/// Who owns a [`DeviceBlock`]'s memory.
+enum Owner {
+    /// The engine's device pool (the block goes back there).
+    Pool(Arc<DevicePool>),
+    /// Someone else (a [`BlockSource`]): dropping the owner releases the memory.
+    External {
+        owner: Box<dyn std::any::Any + Send>,
+        stream: u64,
+    },
+    /// [`DeviceBlock::take_owner`] took it.
+    Taken,
+}
+
 /// One device block, owned; given back to the engine's device pool (or freed once the
-/// engine is gone) on drop.
+/// engine is gone) on drop, or, for a block of a [`BlockSource`], released with its
+/// owner.
 pub struct DeviceBlock {
     ptr: DevicePtr,
     capacity: usize,
-    pool: Arc<DevicePool>,
+    owner: Owner,
 }
 
 impl fmt::Debug for DeviceBlock {
@@ -231,6 +245,16 @@ impl fmt::Debug for DeviceBlock {
 }
 
 impl DeviceBlock {
+    /// A block of `capacity` bytes at `ptr` that `owner` keeps alive (and releases when
+    /// dropped): memory another library allocated, such as a `GstCudaMemory`.
+    pub fn external(ptr: DevicePtr, capacity: usize, owner: Box<dyn std::any::Any + Send>) -> Self {
+        Self {
+            ptr,
+            capacity,
+            owner: Owner::External { owner, stream: 0 },
+        }
+    }
+
     /// Its device address.
     pub fn ptr(&self) -> DevicePtr {
         self.ptr
@@ -243,14 +267,44 @@ impl DeviceBlock {
 
     /// The stream of the backend that filled it.
     pub fn stream_handle(&self) -> u64 {
-        self.pool.backend.stream_handle()
+        match &self.owner {
+            Owner::Pool(p) => p.backend.stream_handle(),
+            Owner::External { stream, .. } => *stream,
+            Owner::Taken => 0,
+        }
+    }
+
+    /// Whether a [`BlockSource`] gave it (it has an owner to take).
+    pub fn is_external(&self) -> bool {
+        matches!(self.owner, Owner::External { .. })
+    }
+
+    /// The owner of an external block (which then keeps the memory alive); `None` for a
+    /// block of the engine's pool.
+    pub fn take_owner(mut self) -> Option<Box<dyn std::any::Any + Send>> {
+        match std::mem::replace(&mut self.owner, Owner::Taken) {
+            Owner::External { owner, .. } => Some(owner),
+            other => {
+                self.owner = other;
+                None
+            }
+        }
     }
 }
 
 impl Drop for DeviceBlock {
     fn drop(&mut self) {
-        self.pool.give_back(self.ptr, self.capacity);
+        if let Owner::Pool(pool) = &self.owner {
+            pool.give_back(self.ptr, self.capacity);
+        }
     }
+}
+
+/// Where the device blocks of transfers come from instead of the engine's own pool
+/// (`fhcudaupload` with libgstcuda: `GstCudaMemory` from its buffer pool).
+pub trait BlockSource: Send + Sync {
+    /// A block of at least `len` bytes, or `None` to use the engine's own pool.
+    fn block(&self, len: usize) -> Result<Option<DeviceBlock>, BackendError>;
 }
 
 /// A completed transfer: the device block, the bytes it holds, and the caller's tag.
@@ -332,6 +386,8 @@ pub struct Engine<H: HostBytes, T> {
     bounce_provider: Arc<dyn MemoryProvider>,
     bounce: Option<SlotPool>,
     stats: Arc<EngineStats>,
+    /// Where device blocks come from, when not from `devices`.
+    source: Option<Arc<dyn BlockSource>>,
 }
 
 impl<H: HostBytes, T> fmt::Debug for Engine<H, T> {
@@ -380,7 +436,34 @@ impl<H: HostBytes, T> Engine<H, T> {
             bounce_provider: config.bounce_provider.clone(),
             bounce: None,
             stats: config.stats.clone(),
+            source: None,
         })
+    }
+
+    /// Takes the device blocks of the next transfers from `source` (`None`: from the
+    /// engine's own pool again).
+    pub fn set_block_source(&mut self, source: Option<Arc<dyn BlockSource>>) {
+        self.source = source;
+    }
+
+    /// A device block of at least `len` bytes: from the block source if there is one
+    /// and it gives one, otherwise from the pool.
+    fn take_block(&self, len: usize) -> Result<DeviceBlock, BackendError> {
+        if let Some(source) = &self.source {
+            if let Some(mut b) = source.block(len)? {
+                if b.capacity < len {
+                    return Err(BackendError(format!(
+                        "a device block of {} bytes was given for {len} bytes",
+                        b.capacity
+                    )));
+                }
+                if let Owner::External { stream, .. } = &mut b.owner {
+                    *stream = self.backend.stream_handle();
+                }
+                return Ok(b);
+            }
+        }
+        self.devices.take(len)
     }
 
     /// The counters (shared, readable while the engine runs).
@@ -430,7 +513,7 @@ impl<H: HostBytes, T> Engine<H, T> {
         let (held, block, size, payloads) = match layout {
             Layout::Whole if host.pinned() => {
                 let len = host.bytes().len();
-                let block = self.devices.take(len.max(1))?;
+                let block = self.take_block(len.max(1))?;
                 let src = host.bytes().as_ptr();
                 // Zero-length copies are skipped by the backends.
                 // SAFETY: `host` is HostBytes (stable, unchanged while held) and is held
@@ -486,7 +569,7 @@ impl<H: HostBytes, T> Engine<H, T> {
     fn copy_from_bounce(&mut self, slot: &Slot) -> Result<(DeviceBlock, usize), UploadError> {
         self.stats.bounce_copies.add(1);
         let len = slot.len();
-        let block = self.devices.take(len.max(1))?;
+        let block = self.take_block(len.max(1))?;
         // SAFETY: the caller holds the slot (stable pool memory) in the ring until the
         // event recorded after this copy completes; the block holds `len` bytes.
         unsafe {

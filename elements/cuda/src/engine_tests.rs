@@ -364,3 +364,103 @@ fn device_blocks_are_reused_not_allocated_per_buffer() {
         100
     );
 }
+
+/// A block source over the host backend: every other block is its own (an owner that
+/// frees it when dropped), the rest come from the engine's pool (`None`).
+struct Source {
+    backend: Arc<HostBackend>,
+    given: AtomicUsize,
+    /// Blocks given this much less than asked for (0: as asked).
+    short: usize,
+}
+
+struct Owned {
+    backend: Arc<HostBackend>,
+    ptr: crate::engine::DevicePtr,
+    len: usize,
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        use crate::engine::Backend;
+        self.backend.free(self.ptr, self.len);
+    }
+}
+
+impl crate::engine::BlockSource for Source {
+    fn block(
+        &self,
+        len: usize,
+    ) -> Result<Option<crate::engine::DeviceBlock>, crate::engine::BackendError> {
+        use crate::engine::Backend;
+        if self.given.fetch_add(1, Ordering::Relaxed) % 2 == 1 {
+            return Ok(None);
+        }
+        let cap = len - self.short.min(len);
+        let ptr = self.backend.alloc(cap.max(1))?;
+        let owner = Owned {
+            backend: self.backend.clone(),
+            ptr,
+            len: cap.max(1),
+        };
+        Ok(Some(crate::engine::DeviceBlock::external(
+            ptr,
+            cap,
+            Box::new(owner),
+        )))
+    }
+}
+
+#[test]
+fn a_block_source_gives_the_copy_targets_and_its_owners_outlive_the_engine() {
+    let mut rig = Rig::new(4, 300, 5);
+    let source = Arc::new(Source {
+        backend: rig.backend.clone(),
+        given: AtomicUsize::new(0),
+        short: 0,
+    });
+    rig.engine.set_block_source(Some(source.clone()));
+    let out = rig.run(40, true);
+    assert_eq!(out.len(), 40);
+    let mut external = 0;
+    for u in &out {
+        assert_eq!(
+            rig.device_bytes(u),
+            Rig::expected(u.tag, 100 + u.tag as usize % 50),
+            "transfer {} landed in its block",
+            u.tag
+        );
+        if u.block.is_external() {
+            external += 1;
+            assert_eq!(u.block.stream_handle(), 0x5eed, "the engine's stream");
+        }
+    }
+    assert_eq!(external, 20, "every other block from the source");
+    let owners: Vec<_> = out
+        .into_iter()
+        .filter_map(|u| u.block.take_owner())
+        .collect();
+    assert_eq!(owners.len(), 20);
+    drop(rig.engine);
+    assert_eq!(
+        rig.backend.live_blocks(),
+        20,
+        "the engine's blocks are freed with it, the source's live with their owners"
+    );
+    drop(owners);
+    assert_eq!(rig.backend.live_blocks(), 0);
+    assert_eq!(rig.early.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_block_smaller_than_the_transfer_is_refused() {
+    let mut rig = Rig::new(2, 10, 9);
+    rig.engine.set_block_source(Some(Arc::new(Source {
+        backend: rig.backend.clone(),
+        given: AtomicUsize::new(0),
+        short: 1,
+    })));
+    let input = rig.input(0, 100, true);
+    let e = rig.engine.submit(input, Layout::Whole, 0).unwrap_err();
+    assert!(e.to_string().contains("99 bytes was given for 100"), "{e}");
+}

@@ -9,6 +9,8 @@
 //!   needs the driver, and its absence is an element error that says how to check.
 //! - `fhcudaupload` ([`upload`]): the element.
 //! - [`devmem`]: the device memory of output buffers, as Rust and Python see it.
+//! - [`gstcuda`]: GStreamer's CUDA library (libgstcuda-1.0), opened at run time where
+//!   present: output in `GstCudaMemory`, which stock CUDA elements take.
 //! - [`rawloop`]: the bare copy loop `firehose bench gpu` compares the element with.
 //!
 //! docs/gpu.md is the user guide.
@@ -20,6 +22,7 @@ use gst::glib;
 pub mod devmem;
 pub mod driver;
 pub mod engine;
+pub mod gstcuda;
 pub mod rawloop;
 pub mod testing;
 pub mod upload;

@@ -5,12 +5,18 @@
 //! proposal, the ordering and the clean-up on machines without a GPU; nothing it
 //! measures is a GPU figure.
 //!
-//! The dynamic loader reads LD_LIBRARY_PATH when a process starts, so the test runs
+//! The dynamic loader reads LD_LIBRARY_PATH when a process starts, so each test runs
 //! itself again as a child process with the fixture's directory in it.
+//!
+//! The first test runs with GStreamer's CUDA library (libgstcuda-1.0) made absent, so
+//! output is this crate's own memory (the fallback). The second runs with it: output
+//! in `GstCudaMemory`, taken by the stock `cudadownload` of Debian 12's nvcodec plugin,
+//! which the fixture's stand-in NVDEC library (tests/fixture/fakecuvid.c) lets
+//! register, into `fhcheck`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use firehose_core::stats::field;
 use firehose_cuda::devmem;
@@ -20,42 +26,54 @@ mod common;
 
 const CHILD: &str = "FIREHOSE_FAKECUDA_CHILD";
 
-/// Compiles the fixture into its own directory as libcuda.so and libcuda.so.1.
-fn build_fixture() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fakecuda");
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixture/fakecuda.c");
-    let lib = dir.join("libcuda.so");
+fn compile(src: &str, out: &Path, soname: &str) {
+    let src = format!("{}/tests/fixture/{src}", env!("CARGO_MANIFEST_DIR"));
     let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args([
-            "-shared", "-fPIC", "-O2", "-pthread", "-Wall", "-Werror", src, "-o",
-        ])
-        .arg(&lib)
+        .args(["-shared", "-fPIC", "-O2", "-pthread", "-Wall", "-Werror"])
+        .arg(&src)
+        .arg(format!("-Wl,-soname,{soname}"))
+        .arg("-o")
+        .arg(out)
         .status()
         .expect("a C compiler (cc) to build the stand-in driver");
-    assert!(status.success(), "the stand-in driver did not compile");
-    std::fs::copy(&lib, dir.join("libcuda.so.1")).unwrap();
-    dir
+    assert!(status.success(), "{src} did not compile");
 }
 
-#[test]
-fn the_cuda_code_runs_against_the_stand_in_driver() {
-    if std::env::var_os(CHILD).is_some() {
-        child();
-        return;
-    }
+/// Compiles the fixture into its own directory (once per process): the stand-in
+/// driver as libcuda.so with soname libcuda.so.1, libcuda.so.1 a link to it (so cudarc,
+/// which opens either name, and libgstcuda, which opens libcuda.so.1, share one
+/// library), and the stand-in NVDEC library as libnvcuvid.so.1.
+fn build_fixture() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fakecuda");
+        std::fs::create_dir_all(&dir).unwrap();
+        compile("fakecuda.c", &dir.join("libcuda.so"), "libcuda.so.1");
+        compile(
+            "fakecuvid.c",
+            &dir.join("libnvcuvid.so.1"),
+            "libnvcuvid.so.1",
+        );
+        let link = dir.join("libcuda.so.1");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("libcuda.so", &link).unwrap();
+        dir
+    })
+    .clone()
+}
+
+/// Runs test `name` again in a child process with the fixture on LD_LIBRARY_PATH and
+/// `env` set; fails with its output if it fails.
+fn run_child(name: &str, env: &[(&str, &std::ffi::OsStr)]) {
     let dir = build_fixture();
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "the_cuda_code_runs_against_the_stand_in_driver",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([name, "--exact", "--nocapture", "--test-threads=1"])
         .env("LD_LIBRARY_PATH", &dir)
-        .env(CHILD, "1")
-        .output()
-        .unwrap();
+        .env(CHILD, "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -65,13 +83,29 @@ fn the_cuda_code_runs_against_the_stand_in_driver() {
     assert!(text.contains("1 passed"), "the child ran the test:\n{text}");
 }
 
+#[test]
+fn the_cuda_code_runs_against_the_stand_in_driver() {
+    if std::env::var_os(CHILD).is_some() {
+        child();
+        return;
+    }
+    // libgstcuda made absent: the fallback to this crate's own device memory.
+    run_child(
+        "the_cuda_code_runs_against_the_stand_in_driver",
+        &[(
+            firehose_cuda::gstcuda::LIBRARY_ENV,
+            "/nonexistent/libgstcuda-1.0.so.0".as_ref(),
+        )],
+    );
+}
+
 /// `[registrations live, device blocks live, copies done, operations queued]` of the
 /// fixture (loaded already by the element, so dlopen finds it).
 fn fixture_stats() -> [i64; 4] {
     // SAFETY: looks up the fixture's own function in the library already loaded, and
     // calls it with room for its four counters.
     unsafe {
-        let h = libc::dlopen(c"libcuda.so".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        let h = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
         assert!(!h.is_null(), "the stand-in driver is loaded");
         let f = libc::dlsym(h, c"fake_cuda_stats".as_ptr());
         assert!(
@@ -108,6 +142,10 @@ fn start_error(device: i32) -> String {
 fn child() {
     common::register_elements();
     assert!(firehose_cuda::driver::library_present());
+    assert!(
+        !firehose_cuda::gstcuda::available(),
+        "libgstcuda is made absent in this test"
+    );
     udp_receives_into_pinned_memory();
     chunks_are_placed_into_pinned_memory();
 
@@ -142,6 +180,10 @@ fn child() {
     assert!(!run.inputs.is_empty());
     assert_eq!(run.outputs.len(), run.inputs.len());
     for (i, (out, want)) in run.outputs.iter().zip(run.inputs.iter()).enumerate() {
+        assert!(
+            devmem::device_memory(out.peek_memory(0)).is_some(),
+            "without libgstcuda, output is FirehoseCudaMemory"
+        );
         let view = devmem::buffer_device_memory(out).expect("device memory");
         assert_eq!(view.size, want.len());
         // SAFETY: the stand-in driver's device memory is host memory, alive while
@@ -329,4 +371,164 @@ fn chunks_are_placed_into_pinned_memory() {
         0,
         "fhdepay placed the chunks in the proposed pinned memory: no bounce copy"
     );
+}
+
+#[test]
+fn gst_cuda_memory_goes_through_cudadownload_with_the_stand_in_driver() {
+    if std::env::var_os(CHILD).is_some() {
+        interop_child();
+        return;
+    }
+    // A registry of its own, scanning only coreelements and nvcodec: nvcodec registers
+    // cudadownload when it finds a driver (the stand-in) and NVDEC (the stand-in).
+    gst::init().unwrap();
+    let core = gst::Registry::get()
+        .find_plugin("coreelements")
+        .and_then(|p| p.filename())
+        .expect("GStreamer's coreelements plugin");
+    let plugins = core.parent().unwrap().to_path_buf();
+    let nvcodec = plugins.join("libgstnvcodec.so");
+    assert!(
+        nvcodec.exists(),
+        "{} missing: install gstreamer1.0-plugins-bad (scripts/setup test does)",
+        nvcodec.display()
+    );
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fakecuda-plugins");
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::os::unix::fs::symlink(&core, tmp.join(core.file_name().unwrap())).unwrap();
+    std::os::unix::fs::symlink(&nvcodec, tmp.join("libgstnvcodec.so")).unwrap();
+    let registry = tmp.join("registry.bin");
+    run_child(
+        "gst_cuda_memory_goes_through_cudadownload_with_the_stand_in_driver",
+        &[
+            ("GST_REGISTRY_1_0", registry.as_os_str()),
+            ("GST_PLUGIN_SYSTEM_PATH_1_0", tmp.as_os_str()),
+            ("GST_PLUGIN_PATH_1_0", "".as_ref()),
+            ("GST_PLUGIN_PATH", "".as_ref()),
+        ],
+    );
+}
+
+fn interop_child() {
+    use firehose_cuda::gstcuda;
+    common::register_elements();
+    if gst::ElementFactory::find("fhcheck").is_none() {
+        firehose_testkit::check::register(None).unwrap();
+    }
+    assert!(
+        gstcuda::available(),
+        "{} missing: install libgstreamer-plugins-bad1.0-0 (scripts/setup test does)",
+        gstcuda::LIBRARY
+    );
+
+    // Our own caps (fakesink takes them): GstCudaMemory all the same, its size the
+    // data's, the meta's pointer the one a CUDA map gives, the bytes those sent.
+    let run = common::run_tapped(
+        "fhtestsrc num-packets=2000 packet-size=1400 ! identity name=tap signal-handoffs=true \
+         ! fhcudaupload name=up max-in-flight=3 ! fakesink name=sink sync=false signal-handoffs=true",
+        || {},
+    );
+    assert!(!run.inputs.is_empty());
+    assert_eq!(run.outputs.len(), run.inputs.len());
+    for (i, (out, want)) in run.outputs.iter().zip(&run.inputs).enumerate() {
+        let mem = out.peek_memory(0);
+        assert!(gstcuda::is_cuda_memory(mem), "buffer {i} is GstCudaMemory");
+        assert_eq!(out.size(), want.len(), "own caps: the data's size");
+        let view = devmem::buffer_device_memory(out).expect("the device meta");
+        assert_eq!(Some(view.ptr), gstcuda::cuda_device_ptr(mem));
+        assert_eq!(view.size, want.len());
+        // SAFETY: the stand-in driver's device memory is host memory, alive while
+        // `out` holds it.
+        let got = unsafe { std::slice::from_raw_parts(view.ptr as *const u8, view.size) };
+        assert!(got == &want[..], "buffer {i} differs on the device");
+    }
+    assert_eq!(field(&run.stats, "bounce-copies"), 0);
+    drop(run);
+
+    // The RGBA view into the stock cudadownload, back to host memory, into fhcheck.
+    assert!(
+        gst::ElementFactory::find("cudadownload").is_some(),
+        "nvcodec registered cudadownload with the stand-in driver"
+    );
+    let packets = 3000u64;
+    let p = gst::parse::launch(&format!(
+        "fhtestsrc num-packets={packets} packet-size=1400 ! fhcudaupload name=up \
+         ! identity name=dev signal-handoffs=true \
+         ! video/x-raw(memory:CUDAMemory),format=RGBA ! cudadownload \
+         ! fhcheck name=check expected-packets={packets}"
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    let seen: Arc<Mutex<(usize, usize)>> = Arc::default();
+    let s2 = seen.clone();
+    p.by_name("dev")
+        .unwrap()
+        .connect("handoff", false, move |args| {
+            let b = args[1].get::<gst::Buffer>().unwrap();
+            let mut s = s2.lock().unwrap();
+            s.0 += 1;
+            if b.n_memory() == 1
+                && gstcuda::is_cuda_memory(b.peek_memory(0))
+                && b.size() % gstcuda::VIEW_ROW_BYTES == 0
+            {
+                s.1 += 1;
+            }
+            None
+        });
+    p.set_state(gst::State::Playing).unwrap();
+    let msg = p
+        .bus()
+        .unwrap()
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(60),
+            &[gst::MessageType::Eos, gst::MessageType::Error],
+        )
+        .expect("the stream ends");
+    assert_eq!(msg.type_(), gst::MessageType::Eos, "{msg:?}");
+    // cudadownload asked for the context; fhcudaupload answers with its own.
+    let mut q = gst::query::Context::new("gst.cuda.context");
+    assert!(p
+        .by_name("up")
+        .unwrap()
+        .static_pad("src")
+        .unwrap()
+        .query(&mut q));
+    let ctx = q.context().expect("a context");
+    assert!(ctx.structure().has_field("gst.cuda.context"), "{ctx:?}");
+    let caps = p
+        .by_name("dev")
+        .unwrap()
+        .static_pad("src")
+        .unwrap()
+        .current_caps()
+        .unwrap();
+    let stats = p
+        .by_name("check")
+        .unwrap()
+        .property::<gst::Structure>("stats");
+    p.set_state(gst::State::Null).unwrap();
+    drop(p);
+    let (buffers, cuda) = *seen.lock().unwrap();
+    assert!(buffers > 0);
+    assert_eq!(
+        cuda, buffers,
+        "every buffer GstCudaMemory, a whole RGBA frame"
+    );
+    let s = caps.structure(0).unwrap();
+    assert_eq!(s.name(), "video/x-raw");
+    assert_eq!(s.get::<i32>("width").unwrap(), gstcuda::VIEW_WIDTH as i32);
+    assert_eq!(
+        field(&stats, "packets"),
+        packets,
+        "every packet came back intact through cudadownload: {stats}"
+    );
+    for k in ["lost", "corrupted", "duplicated", "reordered"] {
+        assert_eq!(field(&stats, k), 0, "{k}: {stats}");
+    }
+
+    let [_, allocated, _, pending] = fixture_stats();
+    assert_eq!(pending, 0, "nothing left queued");
+    assert_eq!(allocated, 0, "every device block (GstCudaMemory too) freed");
 }

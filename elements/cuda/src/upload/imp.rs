@@ -20,6 +20,7 @@ use crate::devmem::{self, DeviceView};
 use crate::engine::{
     Backend, Engine, EngineConfig, EngineStats, HostBytes, Layout, UploadError, Uploaded,
 };
+use crate::gstcuda::{self, Interop};
 
 firehose_core::debug_category!(CAT, "fhcudaupload", "Firehose CUDA upload");
 
@@ -80,12 +81,18 @@ pub fn set_backend_for_tests(factory: Option<BackendFactory>) {
     *lock(&BACKEND_FOR_TESTS) = factory;
 }
 
-/// The device opened, and words saying which it is.
-fn open_backend(device: i32) -> Result<(Opened, String), String> {
+/// The device opened, words saying which it is, and libgstcuda's wrapping of its
+/// context (or why there is none).
+fn open_backend(device: i32) -> Result<(Opened, String, Result<Interop, String>), String> {
     if let Some(f) = *lock(&BACKEND_FOR_TESTS) {
-        return Ok((f(device)?, "test backend".into()));
+        return Ok((
+            f(device)?,
+            "test backend".into(),
+            Err("a test backend".into()),
+        ));
     }
     let cuda = crate::driver::Cuda::open(device)?;
+    let interop = Interop::new(&cuda);
     let i = cuda.info();
     let what = format!(
         "device {} ({}, {} MiB, driver API {}.{})",
@@ -96,7 +103,7 @@ fn open_backend(device: i32) -> Result<(Opened, String), String> {
         i.driver_version % 1000 / 10
     );
     let registrar = cuda.registrar();
-    Ok(((cuda, registrar), what))
+    Ok(((cuda, registrar), what, interop))
 }
 
 /// Pinned memory (anonymous regions, hugepages where reserved, registered with the
@@ -152,6 +159,12 @@ struct State {
     provider: Arc<PinnedProvider>,
     layout: UploadLayout,
     device: i32,
+    /// libgstcuda's context and pools: output in `GstCudaMemory` (where present).
+    interop: Option<Arc<Interop>>,
+    /// Downstream takes the RGBA view (`video/x-raw(memory:CUDAMemory)`), not our caps.
+    view: bool,
+    /// The height of the view caps last pushed.
+    view_height: u32,
     /// The payload ranges of the current batch (kept, so no allocation per buffer).
     ranges: Vec<Range<usize>>,
     timer: StatsTimer,
@@ -191,9 +204,19 @@ impl ElementStats for CudaUpload {
 impl CudaUpload {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
-        let ((backend, registrar), what) = open_backend(s.device)
+        let ((backend, registrar), what, interop) = open_backend(s.device)
             .map_err(|e| gst::error_msg!(gst::ResourceError::NotFound, ("{}", e)))?;
         gst::info!(CAT, imp = self, "uploading to {what}");
+        let interop = match interop {
+            Ok(i) => {
+                gst::info!(CAT, imp = self, "output in GstCudaMemory (libgstcuda)");
+                Some(Arc::new(i))
+            }
+            Err(e) => {
+                self.warn_no_interop(&e);
+                None
+            }
+        };
         self.stats.reset();
         self.fallbacks.reset();
         let provider = Arc::new(PinnedProvider {
@@ -203,7 +226,7 @@ impl CudaUpload {
             fallbacks: self.fallbacks.clone(),
             reason: Arc::default(),
         });
-        let engine = Engine::new(
+        let mut engine = Engine::new(
             backend,
             &EngineConfig {
                 max_in_flight: s.max_in_flight as usize,
@@ -212,15 +235,39 @@ impl CudaUpload {
             },
         )
         .map_err(|e| gst::error_msg!(gst::ResourceError::Failed, ("{}", e)))?;
+        if let Some(i) = &interop {
+            engine.set_block_source(Some(i.clone() as Arc<dyn crate::engine::BlockSource>));
+        }
         *lock(&self.state) = Some(State {
             engine,
             provider,
             layout: s.layout,
             device: s.device,
+            interop,
+            view: false,
+            view_height: 0,
             ranges: Vec::new(),
             timer: s.stats_interval.timer(),
         });
         Ok(())
+    }
+
+    /// Says, once per process at warning level and at each start at info level, that
+    /// output stays in `FirehoseCudaMemory` because libgstcuda is not usable.
+    fn warn_no_interop(&self, why: &str) {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        let mut first = false;
+        ONCE.call_once(|| first = true);
+        let text = format!(
+            "libgstcuda not usable ({why}): output in FirehoseCudaMemory, which stock \
+             CUDA elements (cudadownload, nvcodec) do not take; install \
+             libgstreamer-plugins-bad1.0-0 for GstCudaMemory"
+        );
+        if first {
+            gst::warning!(CAT, imp = self, "{text}");
+        } else {
+            gst::info!(CAT, imp = self, "{text}");
+        }
     }
 
     /// Drops the state: the engine waits for its copies, then frees what it holds.
@@ -239,18 +286,45 @@ impl CudaUpload {
     }
 
     /// The output buffer of a completed transfer: the tag (timestamps, metas) with the
-    /// device memory and the device meta.
-    fn finish(u: Uploaded<gst::Buffer>, device: i32) -> gst::Buffer {
-        let mut buf = u.tag;
+    /// device memory and the device meta. A `GstCudaMemory` comes in a buffer of
+    /// libgstcuda's pool, which becomes the output (the tag's metas copied to it); its
+    /// size is the data's, or under the view the whole frame's.
+    fn finish(u: Uploaded<gst::Buffer>, device: i32, whole_frame: bool) -> gst::Buffer {
         let view = DeviceView {
             ptr: u.block.ptr(),
             size: u.size,
             stream: u.block.stream_handle(),
             device,
         };
-        let b = buf.get_mut().expect("the tag buffer is ours alone");
-        b.append_memory(devmem::wrap(u.block, u.size, device));
-        devmem::add_meta(b, &view, u.payloads.as_ref());
+        let (tag, size, payloads) = (u.tag, u.size, u.payloads);
+        let mut buf = if u.block.is_external() {
+            let owner = u
+                .block
+                .take_owner()
+                .expect("an external block has an owner");
+            let mut out = *owner
+                .downcast::<gst::Buffer>()
+                .expect("external blocks are buffers of libgstcuda's pool");
+            let b = out.get_mut().expect("a buffer just taken from the pool");
+            let _ = tag.copy_into(
+                b,
+                gst::BufferCopyFlags::FLAGS
+                    | gst::BufferCopyFlags::TIMESTAMPS
+                    | gst::BufferCopyFlags::META,
+                ..,
+            );
+            if !whole_frame {
+                b.set_size(size);
+            }
+            out
+        } else {
+            let mut buf = tag;
+            let b = buf.get_mut().expect("the tag buffer is ours alone");
+            b.append_memory(devmem::wrap(u.block, size, device));
+            buf
+        };
+        let b = buf.get_mut().expect("the output buffer is ours alone");
+        devmem::add_meta(b, &view, payloads.as_ref());
         buf
     }
 
@@ -265,20 +339,40 @@ impl CudaUpload {
             }
         }
         loop {
-            let next = {
+            let (next, caps) = {
                 let mut guard = lock(&self.state);
                 let Some(st) = guard.as_mut() else {
                     return Err(gst::FlowError::Flushing);
                 };
-                let device = st.device;
-                st.engine
+                let (device, view) = (st.device, st.view);
+                let next = st
+                    .engine
                     .pop_ready()
                     .map_err(|e| self.upload_error(e))?
-                    .map(|u| Self::finish(u, device))
+                    .map(|u| Self::finish(u, device, view));
+                // Under the view, caps of the frame's height go before it when it
+                // differs from the last.
+                let mut caps = None;
+                if let (true, Some(b)) = (view, next.as_ref()) {
+                    let height = (b.size() / gstcuda::VIEW_ROW_BYTES) as u32;
+                    if height != st.view_height {
+                        st.view_height = height;
+                        caps = Some(gstcuda::view_caps(height));
+                    }
+                }
+                (next, caps)
             };
             let Some(buf) = next else {
                 return Ok(gst::FlowSuccess::Ok);
             };
+            if let Some(caps) = caps {
+                gst::debug!(CAT, imp = self, "view caps {caps}");
+                if !self.srcpad.push_event(gst::event::Caps::new(&caps)) {
+                    let r = Err(gst::FlowError::NotNegotiated);
+                    *lock(&self.flow) = r;
+                    r?;
+                }
+            }
             let r = self.srcpad.push(buf);
             *lock(&self.flow) = r;
             r?;
@@ -502,9 +596,21 @@ impl CudaUpload {
                 ok
             }
             EventView::Caps(c) => {
-                let out = self.output_caps(c.caps());
+                let own = self.output_caps(c.caps());
+                // Downstream takes only the RGBA view: caps 1 row high now (caps go
+                // before the segment), then each buffer's height before it.
+                let view = self.choose_view(&own);
+                let out = if view { gstcuda::view_caps(1) } else { own };
                 gst::debug!(CAT, imp = self, "output caps {out}");
-                self.push_serialized(gst::event::Caps::new(&out))
+                // What was uploaded under the old caps goes out first, under them.
+                if !self.push_serialized_then(|st| {
+                    st.view = view;
+                    st.view_height = u32::from(view);
+                }) {
+                    return false;
+                }
+                let _push = lock(&self.push_lock);
+                self.srcpad.push_event(gst::event::Caps::new(&out))
             }
             EventView::Eos(_) => {
                 let ok = self.push_serialized(event);
@@ -514,6 +620,38 @@ impl CudaUpload {
             _ if event.is_serialized() => self.push_serialized(event),
             _ => self.srcpad.push_event(event),
         }
+    }
+
+    /// Whether downstream takes the RGBA view of `GstCudaMemory` and not `own` (our
+    /// caps with the feature): only where libgstcuda is in use.
+    fn choose_view(&self, own: &gst::Caps) -> bool {
+        if lock(&self.state)
+            .as_ref()
+            .is_none_or(|st| st.interop.is_none())
+        {
+            return false;
+        }
+        if self.srcpad.peer_query_accept_caps(own) {
+            return false;
+        }
+        let theirs = self.srcpad.peer_query_caps(Some(&gstcuda::view_template()));
+        !theirs.is_empty()
+    }
+
+    /// Pushes every transfer in flight, then changes the state with `f`, with no push
+    /// from the task in between.
+    fn push_serialized_then(&self, f: impl FnOnce(&mut State)) -> bool {
+        let in_flight = lock(&self.state)
+            .as_ref()
+            .is_some_and(|st| st.engine.in_flight() > 0 || st.engine.has_done());
+        if in_flight && self.push_ready(true).is_err() {
+            return false;
+        }
+        let _push = lock(&self.push_lock);
+        if let Some(st) = lock(&self.state).as_mut() {
+            f(st);
+        }
+        true
     }
 
     /// Pushes every transfer in flight, then `event`, with no push from the task in
@@ -544,8 +682,19 @@ impl CudaUpload {
                 firehose_core::alloc::propose(q, provider);
                 true
             }
-            // What downstream takes in device memory, upstream may send in host memory.
+            // What downstream takes in device memory, upstream may send in host memory;
+            // and anything, where downstream takes the RGBA view.
             gst::QueryViewMut::Caps(q) => {
+                if self.view_possible()
+                    && !self
+                        .srcpad
+                        .peer_query_caps(Some(&gstcuda::view_template()))
+                        .is_empty()
+                {
+                    let caps = q.filter().map_or_else(gst::Caps::new_any, |f| f.to_owned());
+                    q.set_result(&caps);
+                    return true;
+                }
                 let filter = q
                     .filter()
                     .map(|f| with_memory(f, Some(devmem::CAPS_FEATURE)));
@@ -557,13 +706,38 @@ impl CudaUpload {
         }
     }
 
+    /// Whether output can be `GstCudaMemory`: libgstcuda is in use, or (not started
+    /// yet) can be opened.
+    fn view_possible(&self) -> bool {
+        match lock(&self.state).as_ref() {
+            Some(st) => st.interop.is_some(),
+            None => lock(&BACKEND_FOR_TESTS).is_none() && gstcuda::available(),
+        }
+    }
+
     fn src_query(&self, pad: &gst::Pad, query: &mut gst::QueryRef) -> bool {
+        if let gst::QueryViewMut::Context(q) = query.view_mut() {
+            if q.context_type() == "gst.cuda.context" {
+                let interop = lock(&self.state).as_ref().and_then(|st| st.interop.clone());
+                return interop
+                    .is_some_and(|i| i.handle_context_query(self.obj().upcast_ref(), query));
+            }
+        }
         match query.view_mut() {
-            // What upstream sends in host memory comes out in device memory.
+            // What upstream sends in host memory comes out in device memory; where
+            // libgstcuda is in use, also the RGBA view of it.
             gst::QueryViewMut::Caps(q) => {
                 let filter = q.filter().map(|f| with_memory(f, None));
                 let theirs = self.sinkpad.peer_query_caps(filter.as_ref());
-                q.set_result(&with_memory(&theirs, Some(devmem::CAPS_FEATURE)));
+                let mut out = with_memory(&theirs, Some(devmem::CAPS_FEATURE));
+                if self.view_possible() && !out.is_any() {
+                    let view = match q.filter() {
+                        Some(f) => f.intersect(&gstcuda::view_template()),
+                        None => gstcuda::view_template(),
+                    };
+                    out.merge(view);
+                }
+                q.set_result(&out);
                 true
             }
             _ => gst::Pad::query_default(pad, Some(&*self.obj()), query),
