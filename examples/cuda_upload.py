@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-"""Use fhcudaupload's device memory from Python with CuPy, without a copy.
+"""Use fhcudaupload's device memory from Python with CuPy (or DLPack), without a copy.
 
-fhcudaupload's output buffers hold CUDA device memory (it cannot be mapped on the host).
-Each carries a GstCustomMeta named "FirehoseCudaMeta" whose structure has
+fhcudaupload's output buffers hold CUDA device memory: a GstCudaMemory where GStreamer's
+CUDA library (libgstcuda-1.0) is present, our own FirehoseCudaMemory (which cannot be
+mapped on the host) elsewhere. Either way it lies in the device's primary context, the
+one CuPy and PyTorch use. Each carries a GstCustomMeta named "FirehoseCudaMeta" whose structure has
     device-ptr (uint64)  the device address of the data
     size       (uint64)  its bytes
     stream     (uint64)  the CUstream the copy ran on (already complete when pushed)
@@ -10,6 +12,8 @@ Each carries a GstCustomMeta named "FirehoseCudaMeta" whose structure has
 and, under layout=payloads, packets, payload-bytes and table-offset (uint). CuPy wraps
 the pointer with cupy.cuda.UnownedMemory; the Gst.Buffer must stay referenced for as
 long as the array is used, since dropping it gives the block back to fhcudaupload.
+The array speaks DLPack, so other libraries take the same memory without a copy:
+torch.from_dlpack(array) (--dlpack does it, if PyTorch is installed).
 
 This needs a machine with an NVIDIA GPU, its driver and CuPy (pip install cupy-cuda12x);
 it has NOT been run on a GPU yet (none was available when it was written). Run with the
@@ -71,9 +75,17 @@ def as_cupy(buf, view):
     return cupy.ndarray((view["size"],), dtype=cupy.uint8, memptr=cupy.cuda.MemoryPointer(mem, 0))
 
 
+def as_torch(array):
+    """The same device memory as a PyTorch tensor, through DLPack (no copy)."""
+    import torch
+
+    return torch.from_dlpack(array)
+
+
 def main():
-    args = [a for a in sys.argv[1:] if a != "--no-cupy"]
+    args = [a for a in sys.argv[1:] if a not in ("--no-cupy", "--dlpack")]
     use_cupy = "--no-cupy" not in sys.argv
+    use_dlpack = "--dlpack" in sys.argv
     Gst.init(None)
     pipeline = Gst.parse_launch(args[0] if args else DEFAULT)
     host_sums = []
@@ -103,7 +115,13 @@ def main():
             return 1
         line = f"buffer {n}: {view['size']} bytes at device {view['device']} 0x{view['ptr']:x}"
         if use_cupy:
-            gpu_sum = int(as_cupy(buf, view).sum(dtype="uint64"))
+            array = as_cupy(buf, view)
+            if use_dlpack:
+                tensor = as_torch(array)
+                if tensor.data_ptr() != view["ptr"]:
+                    print("DLPack gave another pointer", file=sys.stderr)
+                    return 1
+            gpu_sum = int(array.sum(dtype="uint64"))
             same = n < len(host_sums) and gpu_sum == host_sums[n]
             bad += not same
             line += f", sum on the GPU {gpu_sum} ({'matches' if same else 'DIFFERS from'} the host)"

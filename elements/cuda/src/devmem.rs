@@ -3,9 +3,9 @@
 //! Where libgstcuda is present, each output buffer holds one `GstCudaMemory` of
 //! GStreamer's CUDA library ([`crate::gstcuda`]). Elsewhere it holds one `GstMemory` of
 //! the `FirehoseCudaMemory` type, made by this crate's allocator
-//! (`GstFhCudaAllocator`). It cannot be mapped on the host (it
-//! is device memory: `GST_MEMORY_FLAG_NOT_MAPPABLE`, and a map fails); it owns one
-//! device block, given back when the last reference to the memory goes.
+//! (`GstFhCudaAllocator`), which cannot be mapped on the host (it is device memory:
+//! `GST_MEMORY_FLAG_NOT_MAPPABLE`, and a map fails) and owns one device block, given
+//! back when the last reference to the memory goes.
 //!
 //! - From Rust: [`buffer_device_memory`] gives the device pointer, size, device and
 //!   CUDA stream, whichever the memory.

@@ -92,10 +92,13 @@ fn the_cuda_code_runs_against_the_stand_in_driver() {
     // libgstcuda made absent: the fallback to this crate's own device memory.
     run_child(
         "the_cuda_code_runs_against_the_stand_in_driver",
-        &[(
-            firehose_cuda::gstcuda::LIBRARY_ENV,
-            "/nonexistent/libgstcuda-1.0.so.0".as_ref(),
-        )],
+        &[
+            (
+                firehose_cuda::gstcuda::LIBRARY_ENV,
+                "/nonexistent/libgstcuda-1.0.so.0".as_ref(),
+            ),
+            ("GST_DEBUG", "fhcudaupload:2".as_ref()),
+        ],
     );
 }
 
@@ -146,6 +149,17 @@ fn child() {
         !firehose_cuda::gstcuda::available(),
         "libgstcuda is made absent in this test"
     );
+    // The fallback says why, once, at warning level.
+    let warnings: Arc<Mutex<Vec<String>>> = Arc::default();
+    let w2 = warnings.clone();
+    gst::log::add_log_function(move |cat, level, _, _, _, _, msg| {
+        if cat.name() == "fhcudaupload" && level == gst::DebugLevel::Warning {
+            if let Some(m) = msg.get() {
+                w2.lock().unwrap().push(m.to_string());
+            }
+        }
+    });
+    // (GST_DEBUG=fhcudaupload:2 is set for this child.)
     udp_receives_into_pinned_memory();
     chunks_are_placed_into_pinned_memory();
 
@@ -203,6 +217,20 @@ fn child() {
         "pinned memory was registered"
     );
     assert!(field(stats, "in-flight-high-water") <= 3);
+
+    let warned: Vec<String> = warnings
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|m| m.contains("libgstcuda not usable"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        warned.len(),
+        1,
+        "one warning, however many starts: {warned:?}"
+    );
+    assert!(warned[0].contains("FirehoseCudaMemory"), "{}", warned[0]);
 
     // The pipeline is gone; the outputs were the last holders of device memory.
     drop(run);

@@ -896,7 +896,9 @@ impl ElementImpl for CudaUpload {
         "Firehose CUDA upload",
         "Filter/Converter/Hardware",
         "Copies buffers (packet batches, heaps, chunks, bytes) to CUDA device memory by \
-         asynchronous DMA from pinned host memory; offers pinned memory to upstream pools"
+         asynchronous DMA from pinned host memory; offers pinned memory to upstream pools. \
+         Output in GstCudaMemory where libgstcuda is present, with an RGBA view \
+         (video/x-raw(memory:CUDAMemory)) for stock CUDA elements such as cudadownload"
     );
 
     firehose_core::pad_templates!(

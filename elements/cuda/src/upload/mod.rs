@@ -4,7 +4,10 @@
 //! Input: Firehose packet batches, SPEAD heaps, chunks, or any bytes. Output: the same
 //! caps with the `memory:CUDAMemory` feature; each buffer holds one device memory
 //! ([`crate::devmem`]) and keeps the input's timestamps and metas, plus the
-//! `FirehoseCudaMeta` custom meta with the device pointer. Copies run on the element's
+//! `FirehoseCudaMeta` custom meta with the device pointer. Where libgstcuda is present
+//! the memory is a `GstCudaMemory` ([`crate::gstcuda`]), and downstream elements that
+//! take only `video/x-raw(memory:CUDAMemory)` (`cudadownload`, nvcodec) get an RGBA
+//! view of the bytes instead of our caps. Copies run on the element's
 //! own CUDA stream, at most `max-in-flight` at once, each closed by an event; a buffer
 //! goes downstream (and its host memory back to its pool) once its copy has completed,
 //! in input order.
