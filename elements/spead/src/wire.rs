@@ -311,6 +311,18 @@ impl<'a> Packet<'a> {
         ))
     }
 
+    /// Writes the packet again (header, item pointers, payload) into `out`, replacing
+    /// what was there: [`Packet::parse`] of the result gives this packet back. For
+    /// keeping a packet past the life of its buffer without a copy of its own type.
+    pub(crate) fn encode_into(&self, out: &mut Vec<u8>) {
+        let addr_bytes = self.flavour.heap_address_bits() / 8;
+        let n = (self.n_items() as u16).to_be_bytes();
+        out.clear();
+        out.extend_from_slice(&[MAGIC, VERSION, 8 - addr_bytes, addr_bytes, 0, 0, n[0], n[1]]);
+        out.extend_from_slice(self.items);
+        out.extend_from_slice(self.payload);
+    }
+
     /// Number of item pointers.
     pub fn n_items(&self) -> usize {
         self.items.len() / ITEM_LEN

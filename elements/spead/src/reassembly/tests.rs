@@ -183,6 +183,11 @@ fn a_full_window_evicts_the_oldest_heap() {
             assert!(bytes[1000..].iter().all(|&x| x == 0), "gaps are zeroed");
         } else {
             assert_eq!(cnts, vec![2, 3]);
+            // Dropping incomplete heaps, a heap of one packet is held apart from the
+            // window (probation) and lost when pushed out of it or at the end.
+            assert_eq!(r.counts().heaps_incomplete, 0);
+            assert_eq!(r.in_progress(), 1);
+            r.flush(&mut |_| panic!("nothing to deliver"));
         }
         check_items(&heaps[heaps.len() - 1], 3, 3000);
         assert_eq!(r.counts().heaps_incomplete, 1);
@@ -204,15 +209,15 @@ fn substreams_keep_interleaved_senders_apart() {
     c.substreams = 2;
     let heaps = run(&mut engine(c.clone()), &pk);
     assert_eq!(heaps.len(), 2);
-    // One window of one heap cannot hold both: heap 11 evicts heap 10, whose later
-    // packets are then too late.
+    // One window of one heap cannot hold both: heap 11 evicts heap 10 when it enters
+    // the window (at its second packet), and heap 10's later packets are then too late.
     c.substreams = 1;
     let mut r = engine(c);
     let heaps = run(&mut r, &pk);
     assert_eq!(heaps.len(), 1);
     assert_eq!(heaps[0].info.heap_cnt, 11);
     assert_eq!(r.counts().heaps_incomplete, 1);
-    assert_eq!(r.counts().out_of_order_dropped, a.len() as u64 - 1);
+    assert_eq!(r.counts().out_of_order_dropped, a.len() as u64 - 2);
 }
 
 #[test]
@@ -679,4 +684,88 @@ fn random_damage_never_panics() {
         assert_eq!(r.counts().packets, stream.len() as u64);
         assert_eq!(r.in_progress(), 0);
     }
+}
+
+/// Heaps with `heaps` counters from `first`, each of its first packet only (a flood of
+/// partial heaps, as `hostile::Class::HugeIds` sends).
+fn first_packets(first: u64, heaps: u64) -> Vec<Vec<u8>> {
+    (first..first + heaps)
+        .map(|cnt| heap_packets(F40, cnt, &items(cnt, 3000), 1000).swap_remove(0))
+        .collect()
+}
+
+#[test]
+fn a_flood_of_first_packets_costs_no_heap_its_place() {
+    // Between every two packets of the real heaps, more partial heaps than the window
+    // holds (and than the pool has slots for): they are held apart, evict only each
+    // other, and take no pool memory.
+    let mut r = engine(cfg());
+    let flood = first_packets(1 << 30, 4096);
+    let mut flood = flood.iter().cycle();
+    let mut seq = Vec::new();
+    for cnt in 1..=6 {
+        for p in heap_packets(F40, cnt, &items(cnt, 20_000), 1000) {
+            seq.push(p);
+            seq.extend(flood.by_ref().take(50).cloned());
+        }
+    }
+    let heaps = run(&mut r, &seq);
+    let cnts: Vec<u64> = heaps.iter().map(|h| h.info.heap_cnt).collect();
+    assert_eq!(cnts, (1..=6).collect::<Vec<_>>());
+    for h in &heaps {
+        check_items(h, h.info.heap_cnt, 20_000);
+    }
+    // The window's pool holds max_heaps + 4 heaps of each class: the flood used none.
+    assert!(r.pool_stats().high_water <= 2 * 6, "{:?}", r.pool_stats());
+    assert_eq!(r.in_progress(), PROBATION_PLACES);
+    let lost = r.counts().heaps_incomplete;
+    r.flush(&mut |_| panic!("partial heaps are dropped"));
+    assert_eq!(r.counts().heaps_incomplete - lost, PROBATION_PLACES as u64);
+}
+
+#[test]
+fn a_heap_is_lost_only_when_probation_overflows_before_its_second_packet() {
+    for between in [PROBATION_PLACES - 1, PROBATION_PLACES] {
+        let mut r = engine(cfg());
+        let real = heap_packets(F40, 7, &items(7, 3000), 1000);
+        let mut seq = vec![real[0].clone()];
+        seq.extend(first_packets(1000, between as u64));
+        seq.extend(real[1..].iter().cloned());
+        let heaps = run(&mut r, &seq);
+        let survived = heaps.iter().any(|h| h.info.heap_cnt == 7);
+        assert_eq!(
+            survived,
+            between < PROBATION_PLACES,
+            "{between} heaps between"
+        );
+        if !survived {
+            // Its later packets are counted, not taken for the start of a heap.
+            assert_eq!(r.counts().out_of_order_dropped, real.len() as u64 - 1);
+        }
+    }
+}
+
+#[test]
+fn a_held_heap_keeps_its_stamp_and_is_checked_like_any_other() {
+    let mut r = engine(cfg());
+    let pk = heap_packets(F40, 3, &items(3, 3000), 1000);
+    let seq = vec![
+        pk[0].clone(),
+        // A repeat, another HEAP_LENGTH, a gap (in order mode): none admits the heap.
+        pk[0].clone(),
+        packet(F40, 3, Some(99_999), 1000, &[0; 1000], &[]),
+        pk[2].clone(),
+        pk[1].clone(),
+        pk[2].clone(),
+        pk[3].clone(),
+    ];
+    let heaps = run(&mut r, &seq);
+    assert_eq!(heaps.len(), 1);
+    check_items(&heaps[0], 3, 3000);
+    assert_eq!(heaps[0].stamp, Some(0), "the first packet's stamp");
+    let c = *r.counts();
+    assert_eq!(
+        (c.duplicates, c.malformed, c.out_of_order_dropped),
+        (1, 1, 1)
+    );
 }
