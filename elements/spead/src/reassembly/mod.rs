@@ -15,10 +15,10 @@
 //!   packet (with HEAP_LENGTH, up to [`PROBATION_PLACE_BYTES`] bytes) does not enter the
 //!   window: it is held apart (module `probation`) until a second packet of the heap that
 //!   continues it arrives, then the heap enters the window with both. Held heaps push
-//!   out only each other, oldest first ([`PROBATION_PLACES`] of them, no pool memory),
-//!   so a flood of partial heaps with other counters never evicts a heap under
-//!   construction, and a heap is lost to one only if that many heaps start between its
-//!   first two packets. The heap the stream is expected to send next (a slot reserved
+//!   out only each other, oldest first (at most [`PROBATION_PLACES`] of them in
+//!   [`PROBATION_BYTES`], no pool memory), so a flood of partial heaps with other
+//!   counters never evicts a heap under construction, and a heap is lost to one only
+//!   if that many heaps or bytes of them start between its first two packets. The heap the stream is expected to send next (a slot reserved
 //!   for it by landing) enters the window at once. Costs an honest stream one copy of
 //!   each heap's first packet.
 //! - **Order.** By default a packet must continue its heap where the previous one ended
@@ -88,7 +88,9 @@ use firehose_chunk::landing::Shape;
 
 pub use self::landing::Emitted;
 pub use self::pools::{class_sizes, ARENA_SLOT, ARENA_SLOTS, SMALLEST_CLASS};
-pub use self::probation::{PLACES as PROBATION_PLACES, PLACE_BYTES as PROBATION_PLACE_BYTES};
+pub use self::probation::{
+    BYTES as PROBATION_BYTES, PLACES as PROBATION_PLACES, PLACE_BYTES as PROBATION_PLACE_BYTES,
+};
 
 /// What to do with heaps that end incomplete.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -250,10 +252,7 @@ impl Reassembler {
             subs: (0..substreams).map(|_| Substream::new(max_heaps)).collect(),
             // Delivered incomplete heaps are wanted even in part: each enters the
             // window at its first packet.
-            probation: Probation::new(match config.incomplete {
-                Incomplete::Drop => probation::PLACES,
-                Incomplete::Deliver => 0,
-            }),
+            probation: Probation::new(config.incomplete == Incomplete::Drop),
             seq: 0,
             counts: Counts::default(),
             descriptors: DescriptorTable::new(config.max_descriptors),
@@ -430,7 +429,7 @@ impl Reassembler {
             .reserved
             .as_ref()
             .is_some_and(|(c, _)| *c == p.heap_cnt);
-        if !landed && !expected && p.heap_length.is_some() && self.probation.takes(p, header_len) {
+        if !landed && !expected && p.heap_length.is_some() && self.probation.takes(p) {
             let f = p.flavour;
             let length = p.heap_length.unwrap_or(0);
             if p.n_items() > MAX_HEAP_ITEMS
@@ -438,9 +437,9 @@ impl Reassembler {
                     .any(|ip| !ip.is_immediate() && ip.value(f) > length)
             {
                 self.counts.malformed += 1;
-            } else if self.probation.hold(p, stamp) {
-                // The heap held longest ago is lost.
-                self.counts.heaps_incomplete += 1;
+            } else {
+                // Heaps held longest ago may be pushed out (lost) to make room.
+                self.counts.heaps_incomplete += self.probation.hold(p, stamp);
             }
             return true;
         }
@@ -505,7 +504,7 @@ impl Reassembler {
             None if self.starved.contains(&Some(p.heap_cnt)) => self.counts.drops_pool += 1,
             None => self.counts.out_of_order_dropped += 1,
         }
-        self.probation.give_back(place, held);
+        self.probation.give_back(held);
     }
 
     /// Starts a heap in window `s` with packet `p`, its first (in order mode, at offset

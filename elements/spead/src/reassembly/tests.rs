@@ -687,26 +687,26 @@ fn random_damage_never_panics() {
 }
 
 /// Heaps with `heaps` counters from `first`, each of its first packet only (a flood of
-/// partial heaps, as `hostile::Class::HugeIds` sends).
-fn first_packets(first: u64, heaps: u64) -> Vec<Vec<u8>> {
+/// partial heaps, as `hostile::Class::HugeIds` sends), of `size` bytes in packets of
+/// `chunk`.
+fn first_packets(first: u64, heaps: u64, size: usize, chunk: usize) -> Vec<Vec<u8>> {
     (first..first + heaps)
-        .map(|cnt| heap_packets(F40, cnt, &items(cnt, 3000), 1000).swap_remove(0))
+        .map(|cnt| heap_packets(F40, cnt, &items(cnt, size), chunk).swap_remove(0))
         .collect()
 }
 
 #[test]
 fn a_flood_of_first_packets_costs_no_heap_its_place() {
     // Between every two packets of the real heaps, more partial heaps than the window
-    // holds (and than the pool has slots for): they are held apart, evict only each
+    // holds (and than the pool has slots for): they are held apart, push out only each
     // other, and take no pool memory.
     let mut r = engine(cfg());
-    let flood = first_packets(1 << 30, 4096);
-    let mut flood = flood.iter().cycle();
+    let mut flood = first_packets(1 << 30, 7000, 3000, 1000).into_iter();
     let mut seq = Vec::new();
     for cnt in 1..=6 {
         for p in heap_packets(F40, cnt, &items(cnt, 20_000), 1000) {
             seq.push(p);
-            seq.extend(flood.by_ref().take(50).cloned());
+            seq.extend(flood.by_ref().take(50));
         }
     }
     let heaps = run(&mut r, &seq);
@@ -715,32 +715,38 @@ fn a_flood_of_first_packets_costs_no_heap_its_place() {
     for h in &heaps {
         check_items(h, h.info.heap_cnt, 20_000);
     }
-    // The window's pool holds max_heaps + 4 heaps of each class: the flood used none.
-    assert!(r.pool_stats().high_water <= 2 * 6, "{:?}", r.pool_stats());
-    assert_eq!(r.in_progress(), PROBATION_PLACES);
+    // Pool memory went to the six real heaps (kept here) alone, none to the flood.
+    assert_eq!(r.pool_stats().high_water, 6, "{:?}", r.pool_stats());
+    // As many as the ring's bytes hold are held; the rest were pushed out, lost.
+    let held = r.in_progress();
+    assert!(held > 1000 && held < 2100, "{held}");
     let lost = r.counts().heaps_incomplete;
+    assert_eq!(lost, 6300 - held as u64);
     r.flush(&mut |_| panic!("partial heaps are dropped"));
-    assert_eq!(r.counts().heaps_incomplete - lost, PROBATION_PLACES as u64);
+    assert_eq!(r.counts().heaps_incomplete, 6300);
 }
 
 #[test]
 fn a_heap_is_lost_only_when_probation_overflows_before_its_second_packet() {
-    for between in [PROBATION_PLACES - 1, PROBATION_PLACES] {
-        let mut r = engine(cfg());
-        let real = heap_packets(F40, 7, &items(7, 3000), 1000);
-        let mut seq = vec![real[0].clone()];
-        seq.extend(first_packets(1000, between as u64));
-        seq.extend(real[1..].iter().cloned());
-        let heaps = run(&mut r, &seq);
-        let survived = heaps.iter().any(|h| h.info.heap_cnt == 7);
-        assert_eq!(
-            survived,
-            between < PROBATION_PLACES,
-            "{between} heaps between"
-        );
-        if !survived {
-            // Its later packets are counted, not taken for the start of a heap.
-            assert_eq!(r.counts().out_of_order_dropped, real.len() as u64 - 1);
+    let real = heap_packets(F40, 7, &items(7, 3000), 1000);
+    // Other heaps' first packets between the real heap's first two: the ring's bytes
+    // bound large ones, its places small ones.
+    let large = first_packets(1000, 1, 3000, 1000)[0].len();
+    let by_bytes = (PROBATION_BYTES - real[0].len()) / large;
+    let by_places = PROBATION_PLACES - 1;
+    for (between, size, chunk) in [(by_bytes, 3000, 1000), (by_places, 8, 4)] {
+        for n in [between, between + 1] {
+            let mut r = engine(cfg());
+            let mut seq = vec![real[0].clone()];
+            seq.extend(first_packets(1000, n as u64, size, chunk));
+            seq.extend(real[1..].iter().cloned());
+            let heaps = run(&mut r, &seq);
+            let survived = heaps.iter().any(|h| h.info.heap_cnt == 7);
+            assert_eq!(survived, n == between, "{n} heaps of {size} bytes between");
+            if !survived {
+                // Its later packets are counted, not taken for the start of a heap.
+                assert_eq!(r.counts().out_of_order_dropped, real.len() as u64 - 1);
+            }
         }
     }
 }
