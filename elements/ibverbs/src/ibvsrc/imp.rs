@@ -146,6 +146,11 @@ impl IbvSrc {
             }
         };
         let bytes = slots as usize * s.slot_size as usize;
+        // Registered (pinned) with the device: above the locked-memory limit
+        // ibv_reg_mr fails, after the allocation and pre-fault. Say so first.
+        firehose_core::memory::check_lockable(bytes).map_err(|e| {
+            gst::error_msg!(gst::ResourceError::NoSpaceLeft, ("{}", e), ["{:?}", e])
+        })?;
         let region = MemoryRegion::allocate(bytes, s.pool.policy()).map_err(|e| {
             gst::error_msg!(gst::ResourceError::NoSpaceLeft, ("{}", e), ["{:?}", e])
         })?;
