@@ -18,9 +18,10 @@
 //!   out only each other, oldest first (at most [`PROBATION_PLACES`] of them in
 //!   [`PROBATION_BYTES`], no pool memory), so a flood of partial heaps with other
 //!   counters never evicts a heap under construction, and a heap is lost to one only
-//!   if that many heaps or bytes of them start between its first two packets. The heap the stream is expected to send next (a slot reserved
-//!   for it by landing) enters the window at once. Costs an honest stream one copy of
-//!   each heap's first packet.
+//!   if that many heaps or bytes of them start between its first two packets. The
+//!   heap the stream is expected to send next (a slot reserved for it by landing)
+//!   enters the window at once. Costs an honest stream two more copies of each heap's
+//!   first packet (into the ring and out).
 //! - **Order.** By default a packet must continue its heap where the previous one ended
 //!   (the first packet of a heap must be at offset 0); any other is dropped and counted
 //!   in `out_of_order_dropped`. With `allow_out_of_order` the received byte ranges are
