@@ -100,6 +100,15 @@ pub enum RegionError {
         /// `MemAvailable` when we asked.
         available: usize,
     },
+    /// More memory to pin (AF_XDP UMEM, an RDMA memory region) than the locked-memory
+    /// limit allows this process (`RLIMIT_MEMLOCK`, without `CAP_IPC_LOCK`): refused
+    /// before mapping, where the kernel would refuse it after the pre-fault.
+    MemlockLimit {
+        /// Bytes asked for.
+        bytes: usize,
+        /// The soft `RLIMIT_MEMLOCK`, in bytes.
+        limit: usize,
+    },
     /// A memory provider other than anonymous memory failed (shared segment, device
     /// registration): what it was, and what to do.
     Provider {
@@ -133,6 +142,14 @@ impl fmt::Display for RegionError {
                 "{bytes} bytes of pool memory asked for, but only {available} are available \
                  (MemAvailable in /proc/meminfo): lower pool-size (or the sizes it is made of), \
                  or free memory first"
+            ),
+            RegionError::MemlockLimit { bytes, limit } => write!(
+                f,
+                "{bytes} bytes of memory to pin asked for, but the locked-memory limit \
+                 (RLIMIT_MEMLOCK) allows {limit}: raise it (ulimit -l unlimited in the shell; \
+                 '* - memlock unlimited' in /etc/security/limits.d/ for logins; \
+                 LimitMEMLOCK=infinity for a systemd service), run with CAP_IPC_LOCK, or \
+                 lower pool-size (or the sizes it is made of)"
             ),
             RegionError::Provider { reason } => f.write_str(reason),
         }
@@ -176,6 +193,16 @@ impl MemoryRegion {
         let mut fallback = None;
         if policy != HugepagePolicy::Off {
             let hlen = round_up(len, huge);
+            let free = hugepages_free();
+            if policy == HugepagePolicy::Require && hlen / huge > free {
+                // Known short before asking: no mapping is tried.
+                return Err(RegionError::NoHugepages {
+                    bytes: len,
+                    pages_needed: hlen / huge,
+                    pages_free: free,
+                    page_size: huge,
+                });
+            }
             match map(hlen, true) {
                 Ok(ptr) => return Ok(Self::register(ptr, hlen, MemoryKind::Hugepage, None)),
                 Err(err) => {
@@ -472,6 +499,47 @@ pub fn check_available(bytes: usize) -> Result<(), RegionError> {
     }
 }
 
+/// Refuses `bytes` of memory to be pinned (locked) when this process may not lock that
+/// much: above its soft `RLIMIT_MEMLOCK` and without `CAP_IPC_LOCK` (root has it), the
+/// kernel refuses AF_XDP UMEM registration and RDMA memory regions. Called before the
+/// memory is allocated, so that the refusal costs nothing and names the limit and its
+/// fix. Where /proc does not say, the registration itself decides.
+pub fn check_lockable(bytes: usize) -> Result<(), RegionError> {
+    match memlock_limit() {
+        Some(limit) if bytes > limit && !has_cap_ipc_lock() => {
+            Err(RegionError::MemlockLimit { bytes, limit })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The soft `RLIMIT_MEMLOCK` of this process in bytes (`None`: unlimited or unknown).
+pub fn memlock_limit() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    parse_memlock(&text)
+}
+
+/// The soft limit on the "Max locked memory" line of a `/proc/<pid>/limits` text.
+fn parse_memlock(limits: &str) -> Option<usize> {
+    let rest = limits
+        .lines()
+        .find_map(|l| l.strip_prefix("Max locked memory"))?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// True when this process has `CAP_IPC_LOCK` in its effective set (no lock limit).
+fn has_cap_ipc_lock() -> bool {
+    const CAP_IPC_LOCK: u32 = 14;
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
+}
+
 /// The default hugepage size in bytes (2 MiB when /proc does not say).
 pub fn hugepage_size() -> usize {
     meminfo_field("Hugepagesize").map_or(2 << 20, |kib| kib * 1024)
@@ -508,6 +576,82 @@ mod tests {
         }
         .to_string();
         assert!(text.contains("lower pool-size"), "{text}");
+    }
+
+    #[test]
+    fn the_locked_memory_limit_is_read_and_named_with_its_fix() {
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max open files            1024                 524288               files\n\
+                      Max locked memory         8388608              8388608              bytes\n";
+        assert_eq!(parse_memlock(limits), Some(8 << 20));
+        let unlimited =
+            "Max locked memory         unlimited            unlimited            bytes\n";
+        assert_eq!(parse_memlock(unlimited), None);
+        // This process: asking for more than its limit is refused unless it may lock
+        // anything (CAP_IPC_LOCK, unlimited).
+        let refused = check_lockable(usize::MAX).is_err();
+        assert_eq!(
+            refused,
+            memlock_limit().is_some() && !has_cap_ipc_lock(),
+            "{:?}",
+            check_lockable(usize::MAX)
+        );
+        assert!(check_lockable(0).is_ok());
+        let text = RegionError::MemlockLimit {
+            bytes: 1 << 30,
+            limit: 8 << 20,
+        }
+        .to_string();
+        assert!(
+            text.contains("1073741824 bytes")
+                && text.contains("allows 8388608")
+                && text.contains("ulimit -l")
+                && text.contains("limits.d")
+                && text.contains("LimitMEMLOCK"),
+            "{text}"
+        );
+    }
+
+    /// Run by [`a_pool_above_the_lock_limit_is_refused_before_any_allocation`] in a child
+    /// without CAP_IPC_LOCK and with a 1 MiB lock limit (does nothing otherwise).
+    #[test]
+    fn lock_limit_child() {
+        if std::env::var_os("FIREHOSE_LOCK_LIMIT_CHILD").is_none() {
+            return;
+        }
+        assert!(!has_cap_ipc_lock());
+        assert_eq!(memlock_limit(), Some(1 << 20));
+        assert!(check_lockable(1 << 20).is_ok());
+        match check_lockable(64 << 20) {
+            Err(RegionError::MemlockLimit { bytes, limit }) => {
+                assert_eq!((bytes, limit), (64 << 20, 1 << 20));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_pool_above_the_lock_limit_is_refused_before_any_allocation() {
+        // setpriv (util-linux) drops CAP_IPC_LOCK even for root; prlimit sets the limit.
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new("setpriv")
+            .args(["--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock", "--"])
+            .args(["prlimit", "--memlock=1048576:1048576", "--"])
+            .arg(exe)
+            .args([
+                "--exact",
+                "memory::tests::lock_limit_child",
+                "--test-threads=1",
+            ])
+            .env("FIREHOSE_LOCK_LIMIT_CHILD", "1")
+            .output()
+            .expect("setpriv and prlimit (util-linux) run");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("1 passed"),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     #[test]

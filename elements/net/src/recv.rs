@@ -139,6 +139,9 @@ pub struct UdpReceiver {
     /// Receive buffer the kernel granted (as it reports it).
     buffer_granted: usize,
     coalesce: Coalescer,
+    /// Longest wait in `poll` before a waiting receive returns an empty batch, in ms
+    /// (-1: none; see [`UdpReceiver::set_idle_return`]).
+    idle_ms: i32,
 }
 
 // SAFETY: the raw pointers inside msgs/iovs point into this struct's own Vecs (or the
@@ -442,6 +445,7 @@ impl UdpReceiver {
             kernel_drops: 0,
             buffer_granted: report.buffer_granted,
             coalesce: Coalescer::new(0, 0),
+            idle_ms: -1,
         };
         rx.kernel_drops = 0;
         Ok((rx, report))
@@ -453,6 +457,13 @@ impl UdpReceiver {
     /// never fills past a quarter of what the kernel granted.
     pub fn set_coalesce(&mut self, max_ns: u64) {
         self.coalesce = Coalescer::new(max_ns, self.buffer_granted as u64 / 4);
+    }
+
+    /// Makes a waiting receive return an empty batch after `after` with nothing to
+    /// read (`None`, the default: it waits for data or the waker), so that its caller
+    /// can look at something else now and then, such as the interface it receives on.
+    pub fn set_idle_return(&mut self, after: Option<std::time::Duration>) {
+        self.idle_ms = after.map_or(-1, |d| d.as_millis().clamp(1, i32::MAX as u128) as i32);
     }
 
     /// The most datagrams (GRO messages) one batch receives now: few 64 KiB messages
@@ -654,6 +665,7 @@ impl UdpReceiver {
     /// Runs `recvmmsg` on `msgs[..vlen]` (set up by the caller): the number of messages
     /// received, 0 when none is queued and `wait` is false, `None` when the waker fired.
     fn recvmmsg_wait(&mut self, vlen: usize, wait: bool) -> io::Result<Option<usize>> {
+        let mut waited = false;
         loop {
             // SAFETY: the caller set msgs[..vlen] to point at live iovecs of the declared
             // lengths and at our own name and control buffers, all of the declared sizes.
@@ -674,12 +686,14 @@ impl UdpReceiver {
                 Some(libc::EINTR) => continue,
                 Some(libc::EAGAIN) => {
                     self.emptied = true;
-                    if !wait {
+                    // Nothing after a wait bounded by set_idle_return: the caller looks.
+                    if !wait || (waited && self.idle_ms >= 0) {
                         return Ok(Some(0));
                     }
                     if self.wait_for_data()? {
                         return Ok(None);
                     }
+                    waited = true;
                 }
                 // An ICMP error queued on the socket (e.g. from a connected peer): the
                 // datagrams themselves are fine, try again.
@@ -766,7 +780,7 @@ impl UdpReceiver {
     /// Waits until the socket is readable (false) or the waker fired (true); a signal
     /// also returns false, and the caller's next read finds out.
     fn wait_readable(&self) -> io::Result<bool> {
-        wait_readable(self.sock.as_raw_fd(), &self.waker, -1)
+        wait_readable(self.sock.as_raw_fd(), &self.waker, self.idle_ms)
     }
 
     /// Receive time (ns since the epoch, 0 if absent) and GRO segment size (0 if none)

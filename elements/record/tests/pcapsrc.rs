@@ -132,7 +132,7 @@ fn filters_by_destination_port_and_address_and_counts_the_rest() {
 }
 
 #[test]
-fn damaged_frames_are_counted_and_skipped_and_a_cut_last_record_ends_cleanly() {
+fn damaged_frames_are_counted_and_skipped_and_a_cut_last_record_is_an_error() {
     let dir = TempDir::new("src-damage");
     let good = |i: u64| (T0 + i, frame("1.1.1.1:1", "2.2.2.2:2", &payload(i, 80)));
     let mut bad_ip = good(1);
@@ -140,23 +140,98 @@ fn damaged_frames_are_counted_and_skipped_and_a_cut_last_record_ends_cleanly() {
     let mut bad_udp = good(2);
     bad_udp.1[38] = 0xff; // UDP length beyond the IP datagram
     let frames = vec![good(0), bad_ip, bad_udp, good(3)];
-    let mut bytes = classic_pcap(&frames, false, false);
+    let whole = classic_pcap(&frames, false, false);
     let full = classic_pcap(&[good(4)], false, false);
-    bytes.extend_from_slice(&full[24..24 + 16 + 30]); // a last record cut short
-    let path = dir.join("d.pcap");
-    std::fs::write(&path, &bytes).unwrap();
+    let want = vec![payload(0, 80), payload(3, 80)];
+    // Whole records, two of them damaged frames: counted and skipped, a clean end.
+    let path = dir.join("frames.pcap");
+    std::fs::write(&path, &whole).unwrap();
     let (got, el, r) = replay(
         &format!("location={} rate=max", path.display()),
         Duration::from_secs(30),
     );
     r.unwrap();
-    let want = vec![payload(0, 80), payload(3, 80)];
     assert_eq!(
         got.iter().map(|g| g.payload.clone()).collect::<Vec<_>>(),
         want
     );
     assert_eq!(stat(&el, names::MALFORMED), 2);
+    // Then a last record cut short: what came before is sent, then an error that
+    // names the file and where the damage is (not a silent end).
+    let mut bytes = whole.clone();
+    bytes.extend_from_slice(&full[24..24 + 16 + 30]);
+    let path = dir.join("cut.pcap");
+    std::fs::write(&path, &bytes).unwrap();
+    let (got, el, r) = replay(
+        &format!("location={} rate=max", path.display()),
+        Duration::from_secs(30),
+    );
+    let e = r.unwrap_err();
+    assert!(
+        e.contains("cut.pcap") && e.contains(&format!("damaged at byte {}", whole.len())),
+        "{e}"
+    );
+    assert!(
+        e.contains("a record cut short by the end of the file (46 of"),
+        "{e}"
+    );
+    assert_eq!(
+        got.iter().map(|g| g.payload.clone()).collect::<Vec<_>>(),
+        want
+    );
     assert_eq!(stat(&el, names::TRUNCATED), 1);
+}
+
+#[test]
+fn a_record_longer_than_the_snaplen_or_a_cut_file_header_is_an_error() {
+    let dir = TempDir::new("src-snaplen");
+    let frames = vec![
+        (T0, frame("1.1.1.1:1", "2.2.2.2:2", &payload(0, 80))),
+        (T0 + 1, frame("1.1.1.1:1", "2.2.2.2:2", &payload(1, 200))),
+    ];
+    let mut f = classic_pcap(&frames, false, false);
+    // snaplen 150: the second record (242 bytes) is longer than any record may be.
+    f[16..20].copy_from_slice(&150u32.to_le_bytes());
+    let second = 24 + 16 + frames[0].1.len();
+    let path = dir.join("snap.pcap");
+    std::fs::write(&path, &f).unwrap();
+    let (got, _, r) = replay(
+        &format!("location={} rate=max", path.display()),
+        Duration::from_secs(30),
+    );
+    let e = r.unwrap_err();
+    assert!(e.contains("snap.pcap"), "{e}");
+    assert!(
+        e.contains(&format!("damaged at byte {second}"))
+            && e.contains("longer than the file's snaplen (150)"),
+        "{e}"
+    );
+    assert_eq!(got.len(), 1);
+    // An absurd length (no framing left to trust).
+    f[16..20].copy_from_slice(&0u32.to_le_bytes());
+    f[second + 8..second + 12].copy_from_slice(&u32::MAX.to_le_bytes());
+    std::fs::write(&path, &f).unwrap();
+    let (_, _, r) = replay(
+        &format!("location={} rate=max", path.display()),
+        Duration::from_secs(30),
+    );
+    let e = r.unwrap_err();
+    assert!(
+        e.contains(&format!("damaged at byte {second}: a record claims")),
+        "{e}"
+    );
+    // A file header cut short.
+    let path = dir.join("head.pcap");
+    std::fs::write(&path, &f[..20]).unwrap();
+    let (_, _, r) = replay(
+        &format!("location={} rate=max", path.display()),
+        Duration::from_secs(30),
+    );
+    let e = r.unwrap_err();
+    assert!(
+        e.contains("head.pcap") && e.contains("cut short in its file header (20 of 24 bytes)"),
+        "{e}"
+    );
 }
 
 #[test]

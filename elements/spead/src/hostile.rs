@@ -458,10 +458,12 @@ pub fn overlaps(rng: &mut Xorshift, t: &Target, out: &mut [u8]) -> usize {
 /// abandoned) and just beyond what a window of heaps or chunks holds ahead.
 pub fn window_thrash(rng: &mut Xorshift, t: &Target, out: &mut [u8]) -> usize {
     let r = rng.next_u64();
-    let cnt = if r & 1 == 0 {
-        t.cnt.saturating_sub(8 + (r >> 1) % 4096).max(1)
-    } else {
-        t.cnt + 4096 + (r >> 1) % 4096
+    // Behind the stream: heaps it has finished (not, near its start, a live heap's
+    // counter clamped to the first heap's).
+    let behind = t.cnt.checked_sub(8 + (r >> 1) % 4096).filter(|&c| c >= 1);
+    let cnt = match behind {
+        Some(c) if r & 1 == 0 => c,
+        _ => t.cnt + 4096 + (r >> 1) % 4096,
     };
     partial(rng, t, cnt, out)
 }

@@ -311,6 +311,24 @@ impl<'a> Packet<'a> {
         ))
     }
 
+    /// Bytes [`Packet::encode_to`] writes: the packet's own length.
+    pub(crate) fn encoded_len(&self) -> usize {
+        HEADER_LEN + self.items.len() + self.payload.len()
+    }
+
+    /// Writes the packet again (header, item pointers, payload) at the start of `out`
+    /// (at least [`Packet::encoded_len`] bytes): [`Packet::parse`] of those bytes gives
+    /// this packet back. For keeping a packet past the life of its buffer.
+    pub(crate) fn encode_to(&self, out: &mut [u8]) {
+        let addr_bytes = self.flavour.heap_address_bits() / 8;
+        let n = (self.n_items() as u16).to_be_bytes();
+        let (head, rest) = out.split_at_mut(HEADER_LEN);
+        head.copy_from_slice(&[MAGIC, VERSION, 8 - addr_bytes, addr_bytes, 0, 0, n[0], n[1]]);
+        let (items, rest) = rest.split_at_mut(self.items.len());
+        items.copy_from_slice(self.items);
+        rest[..self.payload.len()].copy_from_slice(self.payload);
+    }
+
     /// Number of item pointers.
     pub fn n_items(&self) -> usize {
         self.items.len() / ITEM_LEN

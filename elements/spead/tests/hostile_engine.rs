@@ -41,6 +41,11 @@ fn legit() -> Legit {
 /// The packets, in order: heap by heap, every legitimate packet followed by `ATTACK`
 /// bad ones aimed at it, then the stream's stop heap (clear of the counters attacked).
 fn stream(class: Class) -> Vec<Vec<u8>> {
+    stream_with(class, ATTACK)
+}
+
+/// [`stream`] with `attack` bad packets after each legitimate one.
+fn stream_with(class: Class, attack: usize) -> Vec<Vec<u8>> {
     let l = legit();
     let mut g = Generator::new(class, 0x5EAD ^ class as u64, l);
     let mut buf = vec![0u8; MAX_PACKET];
@@ -49,7 +54,7 @@ fn stream(class: Class) -> Vec<Vec<u8>> {
         for k in 0..l.packets_per_heap() {
             let n = l.packet(cnt, k, &mut buf);
             out.push(buf[..n].to_vec());
-            for _ in 0..ATTACK {
+            for _ in 0..attack {
                 let n = g.next(cnt, &mut buf);
                 out.push(buf[..n].to_vec());
             }
@@ -197,4 +202,17 @@ fn a_spoofed_stop_heap_ends_the_stream_at_the_defaults() {
     // are not delivered.
     assert!(!lost(&through_reassembler(&packets, true)).is_empty());
     assert!(!lost(&through_chunks(&packets, true)).is_empty());
+}
+
+#[test]
+fn a_flood_of_partial_heaps_far_denser_than_the_window_costs_the_heap_receiver_nothing() {
+    init();
+    // 64 bad packets after each legitimate one (half of them a heap's first packet):
+    // many more heaps started between two packets of a real heap than the window
+    // (max-heaps 4) holds. They are held apart until a second packet comes (probation)
+    // and evict only each other.
+    for class in [Class::HugeIds, Class::WindowThrash] {
+        let lost = lost(&through_reassembler(&stream_with(class, 64), true));
+        assert!(lost.is_empty(), "{}: lost {lost:?}", class.name());
+    }
 }

@@ -92,6 +92,9 @@ struct State {
     /// Dropped after the engine (field order), leaving the group last.
     _membership: Option<Membership>,
     timer: StatsTimer,
+    /// The interface received on, watched while idle: gone, replaced or down is an
+    /// element error naming it.
+    watch: Option<firehose_core::netif::LinkWatch>,
 }
 
 /// The `fhibvsrc` element's state: settings, counters, and the receive engine while
@@ -146,6 +149,11 @@ impl IbvSrc {
             }
         };
         let bytes = slots as usize * s.slot_size as usize;
+        // Registered (pinned) with the device: above the locked-memory limit
+        // ibv_reg_mr fails, after the allocation and pre-fault. Say so first.
+        firehose_core::memory::check_lockable(bytes).map_err(|e| {
+            gst::error_msg!(gst::ResourceError::NoSpaceLeft, ("{}", e), ["{:?}", e])
+        })?;
         let region = MemoryRegion::allocate(bytes, s.pool.policy()).map_err(|e| {
             gst::error_msg!(gst::ResourceError::NoSpaceLeft, ("{}", e), ["{:?}", e])
         })?;
@@ -219,10 +227,14 @@ impl IbvSrc {
             None
         };
         *lock(&self.ring) = Some(engine.ring().clone());
+        let watch = firehose_core::netif::iface_index(&target.interface)
+            .ok()
+            .map(|index| firehose_core::netif::LinkWatch::new(&target.interface, index));
         Ok(State {
             engine,
             _membership: membership,
             timer: s.stats_interval.timer(),
+            watch,
         })
     }
 }
@@ -431,6 +443,11 @@ impl PushSrcImpl for IbvSrc {
                     } else {
                         if !self.live.nap(IDLE_SLEEP) {
                             return Err(gst::FlowError::Flushing);
+                        }
+                        if let Some(Err(e)) = state.watch.as_mut().map(|w| w.check(Instant::now()))
+                        {
+                            gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
+                            return Err(gst::FlowError::Error);
                         }
                         if state.timer.due(Instant::now()) {
                             stats::post(self.obj().upcast_ref(), self.stats());

@@ -101,6 +101,9 @@ struct State {
     timer: StatsTimer,
     output: Output,
     when_full: WhenFull,
+    /// The interface of `multicast-iface`, watched while nothing arrives: a capture
+    /// whose interface went away or down says so (an element error).
+    watch: Option<firehose_core::netif::LinkWatch>,
 }
 
 #[derive(Default)]
@@ -166,10 +169,22 @@ impl UdpSrc {
                     if !packets.is_empty() {
                         return Ok((arena.commit(used), packets));
                     }
+                    self.check_link(state)?;
                 }
                 Err(e) => return Err(self.read_failed(&e)),
             }
         }
+    }
+
+    /// With nothing to read: an element error if the watched interface is gone or down.
+    fn check_link(&self, state: &mut State) -> Result<(), gst::FlowError> {
+        let Some(watch) = state.watch.as_mut() else {
+            return Ok(());
+        };
+        watch.check(std::time::Instant::now()).map_err(|e| {
+            gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
+            gst::FlowError::Error
+        })
     }
 
     /// Posts the element error for a failed receive; the flow error to return.
@@ -325,7 +340,7 @@ impl BaseSrcImpl for UdpSrc {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
         self.dry.reset();
-        let (rx, report) = s.socket.open(
+        let (mut rx, report) = s.socket.open(
             self.obj().upcast_ref(),
             *CAT,
             s.timestamps,
@@ -355,6 +370,14 @@ impl BaseSrcImpl for UdpSrc {
             pool.slot_size(),
             pool.kind().as_str()
         );
+        // Joined on a named interface: watched (checked when a wait finds nothing).
+        let watch = s.socket.multicast_iface.as_deref().and_then(|name| {
+            let index = firehose_core::netif::iface_index(name).ok()?;
+            Some(firehose_core::netif::LinkWatch::new(name, index))
+        });
+        if watch.is_some() {
+            rx.set_idle_return(Some(firehose_core::netif::LinkWatch::EVERY));
+        }
         let port_changed = lock(&self.settings).socket.set_bound_port(&report);
         self.counters.reset();
         self.live.start();
@@ -371,6 +394,7 @@ impl BaseSrcImpl for UdpSrc {
             timer: s.stats_interval.timer(),
             output: s.output,
             when_full: s.when_full,
+            watch,
         });
         if port_changed {
             self.obj().notify("port");

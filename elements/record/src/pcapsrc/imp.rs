@@ -156,6 +156,9 @@ impl PcapSrc {
                     state.replay.rewind().map_err(|e| self.read_error(&e))?;
                     continue;
                 }
+                // A damaged file: the datagrams before the damage go first, the next
+                // call fails.
+                Err(_) if !packets.is_empty() && state.replay.damage().is_some() => break,
                 Err(e) => return Err(self.read_error(&e)),
             };
             if state.rate == Rate::Original {

@@ -12,7 +12,9 @@
 //! due, none is sent early), `rate=max` replays as fast as downstream takes it, and
 //! `rate=<bits/s>` (SI suffixes: `500M`, `2G`) paces payload bytes. `loop` plays the
 //! file that many times (0: forever). The source never drops: it waits for free pool
-//! slots. Damaged records are counted (`malformed`, `truncated`) and skipped; packets
+//! slots. Damaged frames are counted (`malformed`, `truncated`) and skipped; a file
+//! that cannot be read to its end (cut short, a record longer than the snaplen) is an
+//! element error naming the file and the offset, after the datagrams before it; packets
 //! that are not UDP or do not match the filter are counted as `filtered`.
 //!
 //! ```text

@@ -6,7 +6,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
-use crate::read::container::{CaptureReader, ReadCounts};
+use crate::read::container::{CaptureReader, Damage, ReadCounts};
 use crate::read::link::{self, Skip};
 
 /// Which datagrams to deliver.
@@ -99,6 +99,12 @@ impl Replay {
         }
     }
 
+    /// What ended the current pass before the end of the file, if something did
+    /// ([`Replay::next`] fails from then on).
+    pub fn damage(&self) -> Option<&Damage> {
+        self.reader.damage()
+    }
+
     /// Starts the file again from its first record.
     pub fn rewind(&mut self) -> io::Result<()> {
         self.done = self.counts();
@@ -125,7 +131,17 @@ impl Replay {
         }
         loop {
             let Some(rec) = self.reader.next_record()? else {
-                return Ok(None);
+                return match self.reader.damage() {
+                    // Not the end of the capture: a damaged file (every call says so).
+                    Some(d) => Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "damaged at byte {}: {}; the records before it were read",
+                            d.offset, d.what
+                        ),
+                    )),
+                    None => Ok(None),
+                };
             };
             if !link::link_supported(rec.linktype) {
                 // Not a damaged record but a capture of another kind: every record of

@@ -4,7 +4,11 @@
 //! of it, so reading allocates nothing per packet. Damage never panics: a record that
 //! cannot be framed ends the file (counted `malformed`), a block that can be framed but
 //! not understood is skipped (counted `malformed`), and a file cut in the middle of a
-//! record ends after the last whole one (counted `truncated`).
+//! record ends after the last whole one (counted `truncated`). What ended the file
+//! early, and where, is kept ([`CaptureReader::damage`]) for a reader that must say so
+//! (`fhpcapsrc` makes it an error); space never written (zeros after the last record,
+//! as a recording killed with writes in flight leaves) is the end of the data, not
+//! damage.
 
 use std::io::{self, Read};
 
@@ -28,6 +32,15 @@ pub struct Record<'a> {
     pub orig_len: u32,
     /// The captured bytes, starting with the link-layer header.
     pub data: &'a [u8],
+}
+
+/// What ended a file before its end, and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// Byte offset in the file of the record or block that could not be read.
+    pub offset: u64,
+    /// What was wrong with it.
+    pub what: String,
 }
 
 /// Damage seen so far.
@@ -54,6 +67,8 @@ enum Container {
         swapped: bool,
         nanos: bool,
         linktype: u16,
+        /// The file header's snaplen (0: none given).
+        snaplen: u32,
     },
     Pcapng {
         swapped: bool,
@@ -65,12 +80,15 @@ enum Container {
 pub struct CaptureReader<R> {
     src: R,
     buf: Vec<u8>,
+    /// File offset of `buf[0]`.
+    base: u64,
     start: usize,
     end: usize,
     eof: bool,
     done: bool,
     container: Container,
     counts: ReadCounts,
+    damage: Option<Damage>,
 }
 
 fn u16_at(b: &[u8], i: usize, swapped: bool) -> u16 {
@@ -108,6 +126,7 @@ impl<R: Read> CaptureReader<R> {
         let mut r = Self {
             src,
             buf: vec![0; CHUNK],
+            base: 0,
             start: 0,
             end: 0,
             eof: false,
@@ -117,6 +136,7 @@ impl<R: Read> CaptureReader<R> {
                 ifaces: Vec::new(),
             },
             counts: ReadCounts::default(),
+            damage: None,
         };
         r.fill(24)?;
         let head = &r.buf[r.start..r.end];
@@ -133,7 +153,13 @@ impl<R: Read> CaptureReader<R> {
         };
         if let Some((swapped, nanos)) = pcap {
             if head.len() < 24 {
-                return Err(not_a_capture(head));
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "a pcap file cut short in its file header ({} of 24 bytes)",
+                        head.len()
+                    ),
+                ));
             }
             // The link type's upper bits hold FCS information: keep the low 16.
             let linktype = u32_at(head, 20, swapped) as u16;
@@ -141,6 +167,7 @@ impl<R: Read> CaptureReader<R> {
                 swapped,
                 nanos,
                 linktype,
+                snaplen: u32_at(head, 16, swapped),
             };
             r.start += 24;
         } else if magic != BT_SHB {
@@ -154,11 +181,27 @@ impl<R: Read> CaptureReader<R> {
         self.counts
     }
 
+    /// What ended the file before its end, if something did: a record or block that
+    /// cannot be framed, or one cut short (not space never written).
+    pub fn damage(&self) -> Option<&Damage> {
+        self.damage.as_ref()
+    }
+
+    /// Ends the file at the record or block at `start`, which is damaged (`what`).
+    fn damaged(&mut self, what: String) {
+        self.damage = Some(Damage {
+            offset: self.base + self.start as u64,
+            what,
+        });
+        self.done = true;
+    }
+
     /// Makes at least `n` bytes available from `start`, unless the file ends first.
     fn fill(&mut self, n: usize) -> io::Result<()> {
         while self.end - self.start < n && !self.eof {
             if self.start + n > self.buf.len() {
                 self.buf.copy_within(self.start..self.end, 0);
+                self.base += self.start as u64;
                 self.end -= self.start;
                 self.start = 0;
                 if n > self.buf.len() {
@@ -178,10 +221,18 @@ impl<R: Read> CaptureReader<R> {
         self.end - self.start
     }
 
-    /// Ends the file after a partial record.
-    fn truncated(&mut self) {
-        if self.avail() > 0 {
+    /// Ends the file after a partial record (`what`, of `need` bytes): damage unless
+    /// what is left was never written (zeros).
+    fn truncated(&mut self, what: &str, need: usize) {
+        let left = &self.buf[self.start..self.end];
+        if !left.is_empty() {
             self.counts.truncated += 1;
+            if left.iter().any(|&b| b != 0) {
+                let n = left.len();
+                self.damaged(format!(
+                    "{what} cut short by the end of the file ({n} of {need} bytes)"
+                ));
+            }
         }
         self.done = true;
     }
@@ -196,7 +247,8 @@ impl<R: Read> CaptureReader<R> {
                 swapped,
                 nanos,
                 linktype,
-            } => self.next_pcap(swapped, nanos, linktype),
+                snaplen,
+            } => self.next_pcap(swapped, nanos, linktype, snaplen),
             Container::Pcapng { .. } => self.next_pcapng(),
         }
     }
@@ -206,10 +258,11 @@ impl<R: Read> CaptureReader<R> {
         swapped: bool,
         nanos: bool,
         linktype: u16,
+        snaplen: u32,
     ) -> io::Result<Option<Record<'_>>> {
         self.fill(16)?;
         if self.avail() < 16 {
-            self.truncated();
+            self.truncated("a record header", 16);
             return Ok(None);
         }
         let h = &self.buf[self.start..self.start + 16];
@@ -217,22 +270,38 @@ impl<R: Read> CaptureReader<R> {
             // Not a record (no capture holds an empty frame at the epoch) but space
             // never written: a recording killed with writes in flight (fhrecordsink
             // io-depth above 1) ends so. The data ends here.
-            self.truncated();
+            self.counts.truncated += 1;
+            self.done = true;
             return Ok(None);
         }
         let sec = u64::from(u32_at(h, 0, swapped));
         let frac = u64::from(u32_at(h, 4, swapped));
         let caplen = u32_at(h, 8, swapped) as usize;
         let orig_len = u32_at(h, 12, swapped);
-        if caplen > MAX_RECORD || frac >= if nanos { 1_000_000_000 } else { 1_000_000 } {
+        let bad = if caplen > MAX_RECORD {
+            Some(format!(
+                "a record claims {caplen} bytes (more than the {MAX_RECORD} any record may have)"
+            ))
+        } else if snaplen > 0 && caplen > snaplen as usize {
+            Some(format!(
+                "a record of {caplen} bytes is longer than the file's snaplen ({snaplen})"
+            ))
+        } else if frac >= if nanos { 1_000_000_000 } else { 1_000_000 } {
+            Some(format!(
+                "a record's timestamp fraction ({frac}) is out of range"
+            ))
+        } else {
+            None
+        };
+        if let Some(what) = bad {
             // No framing to resynchronise on: the rest of the file is unreadable.
             self.counts.malformed += 1;
-            self.done = true;
+            self.damaged(what);
             return Ok(None);
         }
         self.fill(16 + caplen)?;
         if self.avail() < 16 + caplen {
-            self.truncated();
+            self.truncated("a record", 16 + caplen);
             return Ok(None);
         }
         let at = self.start + 16;
@@ -250,7 +319,7 @@ impl<R: Read> CaptureReader<R> {
         loop {
             self.fill(12)?;
             if self.avail() < 12 {
-                self.truncated();
+                self.truncated("a block header", 12);
                 return Ok(None);
             }
             let Container::Pcapng { swapped, .. } = self.container else {
@@ -263,9 +332,9 @@ impl<R: Read> CaptureReader<R> {
                 match u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")) {
                     BYTE_ORDER_MAGIC => false,
                     m if m == BYTE_ORDER_MAGIC.swap_bytes() => true,
-                    _ => {
+                    m => {
                         self.counts.malformed += 1;
-                        self.done = true;
+                        self.damaged(format!("a section header's byte-order magic is {m:#010x}"));
                         return Ok(None);
                     }
                 }
@@ -276,17 +345,20 @@ impl<R: Read> CaptureReader<R> {
             let len = u32_at(b, 4, swapped) as usize;
             if block_type == 0 && len == 0 {
                 // Space never written (see next_pcap): the data ends here.
-                self.truncated();
+                self.counts.truncated += 1;
+                self.done = true;
                 return Ok(None);
             }
             if len < 12 || !len.is_multiple_of(4) || len > MAX_RECORD {
                 self.counts.malformed += 1;
-                self.done = true;
+                self.damaged(format!(
+                    "a block of type {block_type:#x} claims a length of {len} bytes"
+                ));
                 return Ok(None);
             }
             self.fill(len)?;
             if self.avail() < len {
-                self.truncated();
+                self.truncated("a block", len);
                 return Ok(None);
             }
             let at = self.start;
@@ -497,6 +569,13 @@ mod tests {
         assert_eq!(recs.len(), 1);
         assert_eq!(counts.truncated, 1);
         assert_eq!(counts.malformed, 0);
+        assert_eq!(
+            damage(&f),
+            None,
+            "zeros are the end of the data, not damage"
+        );
+        // Also when they are fewer than a record header.
+        assert_eq!(damage(&f[..24 + 16 + 3 + 10]), None);
         // A real record at the epoch with a length is still a record.
         let mut g = pcap_file_header(65535, 1).to_vec();
         g.extend_from_slice(&pcap_record_header(0, 1, 1));
@@ -514,6 +593,19 @@ mod tests {
         let (recs, counts) = collect(&f);
         assert_eq!(recs.len(), 1);
         assert_eq!(counts.truncated, 1);
+        // Damage names where the record cut short starts.
+        let d = damage(&f).expect("a cut record is damage");
+        assert_eq!(d.offset, 24 + 16 + 3);
+        assert!(d.what.contains("(21 of 26 bytes)"), "{}", d.what);
+        let d = damage(&f[..24 + 16 + 3 + 5]).expect("a cut record header is damage");
+        assert!(
+            d.what.contains("record header") && d.what.contains("(5 of 16"),
+            "{d:?}"
+        );
+        assert!(
+            damage(&f[..24 + 16 + 3]).is_none(),
+            "ends after a whole record"
+        );
         for cut in 0..f.len() {
             let _ = CaptureReader::new(&f[..cut])
                 .map(|mut r| while let Ok(Some(_)) = r.next_record() {});
@@ -523,7 +615,28 @@ mod tests {
         let (recs, counts) = collect(&bad);
         assert!(recs.is_empty());
         assert_eq!(counts.malformed, 1);
+        assert_eq!(damage(&bad).map(|d| d.offset), Some(24));
+        // A record longer than the file's snaplen; snaplen 0 bounds nothing.
+        let mut snap = pcap_file_header(2, 1).to_vec();
+        snap.extend_from_slice(&pcap_record_header(1, 3, 3));
+        snap.extend_from_slice(b"abc");
+        let d = damage(&snap).expect("longer than the snaplen");
+        assert!(d.what.contains("snaplen (2)"), "{}", d.what);
+        snap[16..20].copy_from_slice(&0u32.to_le_bytes());
+        assert_eq!(collect(&snap).0.len(), 1);
+        assert!(damage(&snap).is_none());
         assert!(CaptureReader::new(&b"GIF89a..."[..]).is_err());
+        let e = CaptureReader::new(&pcap_file_header(65535, 1)[..20])
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("(20 of 24 bytes)"), "{e}");
+    }
+
+    /// What ended `f` early, read to its end.
+    fn damage(f: &[u8]) -> Option<Damage> {
+        let mut r = CaptureReader::new(f).unwrap();
+        while let Ok(Some(_)) = r.next_record() {}
+        r.damage().cloned()
     }
 
     fn epb(ts: u64, data: &[u8]) -> Vec<u8> {
@@ -558,6 +671,7 @@ mod tests {
                 truncated: 1
             }
         );
+        assert_eq!(damage(&f).map(|d| d.offset), Some(full as u64));
         for cut in 0..full {
             if let Ok(mut r) = CaptureReader::new(&f[..cut]) {
                 while let Ok(Some(_)) = r.next_record() {}

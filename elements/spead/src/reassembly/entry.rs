@@ -32,6 +32,9 @@ pub(crate) struct Entry {
     /// longest ago leaves a full window first, so a flood of one-packet partial heaps
     /// evicts itself, not the heap whose packets keep arriving.
     pub touched: u64,
+    /// Packets accepted into this heap: a heap that has received more than one is
+    /// evicted only when no heap with one is in the window.
+    pub packets: u32,
     pub flavour: Option<crate::wire::Flavour>,
     pub heap_length: Option<usize>,
     /// The payload; `None` once the heap is known to be too large.
@@ -93,6 +96,7 @@ impl Entry {
         self.cnt = p.heap_cnt;
         self.seq = seq;
         self.touched = seq;
+        self.packets = 0;
         self.flavour = Some(p.flavour);
         self.heap_length = None;
         self.slot = Some(slot);

@@ -8,8 +8,20 @@
 //! Behaviour (spead2's unless noted):
 //! - **Window.** At most `max_heaps` heaps are under construction per substream
 //!   (`substreams` = N: heap cnt mod N picks the substream, one per interleaved sender).
-//!   A packet of a new heap, when the window is full, evicts the heap whose first packet
-//!   arrived first; an evicted heap is incomplete.
+//!   A packet of a new heap, when the window is full, evicts a heap; an evicted heap is
+//!   incomplete. Ours: the heap evicted is the one touched longest ago among those
+//!   that have received one packet, else among all (spead2: the one started first).
+//! - **Probation** (ours). With incomplete heaps dropped (the default), a heap's first
+//!   packet (with HEAP_LENGTH, up to [`PROBATION_PLACE_BYTES`] bytes) does not enter the
+//!   window: it is held apart (module `probation`) until a second packet of the heap that
+//!   continues it arrives, then the heap enters the window with both. Held heaps push
+//!   out only each other, oldest first (at most [`PROBATION_PLACES`] of them in
+//!   [`PROBATION_BYTES`], no pool memory), so a flood of partial heaps with other
+//!   counters never evicts a heap under construction, and a heap is lost to one only
+//!   if that many heaps or bytes of them start between its first two packets. The
+//!   heap the stream is expected to send next (a slot reserved for it by landing)
+//!   enters the window at once. Costs an honest stream two more copies of each heap's
+//!   first packet (into the ring and out).
 //! - **Order.** By default a packet must continue its heap where the previous one ended
 //!   (the first packet of a heap must be at offset 0); any other is dropped and counted
 //!   in `out_of_order_dropped`. With `allow_out_of_order` the received byte ranges are
@@ -54,6 +66,7 @@ mod landing;
 #[cfg(test)]
 mod landing_tests;
 mod pools;
+mod probation;
 mod ranges;
 #[cfg(test)]
 mod tests;
@@ -67,6 +80,7 @@ use firehose_core::{HugepagePolicy, MemoryKind, PoolStats, RegionError, Slot};
 use self::entry::{per_packet, Added, Limits, Payload, MAX_HEAP_ITEMS};
 use self::finish::{whole, zero_gaps, Learned, Parts};
 use self::pools::Pools;
+use self::probation::{Fit, Probation};
 use self::window::Substream;
 use crate::descset::{DescriptorSet, DescriptorTable};
 use crate::heap::HeapInfo;
@@ -75,6 +89,9 @@ use firehose_chunk::landing::Shape;
 
 pub use self::landing::Emitted;
 pub use self::pools::{class_sizes, ARENA_SLOT, ARENA_SLOTS, SMALLEST_CLASS};
+pub use self::probation::{
+    BYTES as PROBATION_BYTES, PLACES as PROBATION_PLACES, PLACE_BYTES as PROBATION_PLACE_BYTES,
+};
 
 /// What to do with heaps that end incomplete.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -186,6 +203,8 @@ pub struct Reassembler {
     limits: Limits,
     pools: Pools,
     subs: Vec<Substream>,
+    /// Heaps that have received one packet (module `probation`).
+    probation: Probation,
     seq: u64,
     counts: Counts,
     descriptors: DescriptorTable,
@@ -205,7 +224,7 @@ pub struct Reassembler {
     stop_ends: bool,
     /// The last heaps whose first packet found no pool memory (their later packets are
     /// counted in `drops_pool` too, not as out of order).
-    starved: [Option<u64>; STARVED],
+    starved: Box<[Option<u64>; STARVED]>,
     starved_at: usize,
 }
 
@@ -232,6 +251,9 @@ impl Reassembler {
             },
             pools: Pools::new(max_heap_size, layout, config.hugepages)?,
             subs: (0..substreams).map(|_| Substream::new(max_heaps)).collect(),
+            // Delivered incomplete heaps are wanted even in part: each enters the
+            // window at its first packet.
+            probation: Probation::new(config.incomplete == Incomplete::Drop),
             seq: 0,
             counts: Counts::default(),
             descriptors: DescriptorTable::new(config.max_descriptors),
@@ -242,7 +264,7 @@ impl Reassembler {
             shape: Shape::default(),
             reserved: None,
             stop_ends: config.stop_ends,
-            starved: [None; STARVED],
+            starved: Box::new([None; STARVED]),
             starved_at: 0,
         })
     }
@@ -305,7 +327,8 @@ impl Reassembler {
         self.subs
             .iter()
             .map(|s| s.entries.iter().filter(|e| e.active).count())
-            .sum()
+            .sum::<usize>()
+            + self.probation.len()
     }
 
     /// Takes one packet (`data` is exactly one packet); `stamp` is remembered for the
@@ -350,18 +373,20 @@ impl Reassembler {
         }
         let s = (p.heap_cnt % self.subs.len() as u64) as usize;
         if let Some(i) = self.subs[s].find(p.heap_cnt) {
-            let e = &mut self.subs[s].entries[i];
-            match e.add(p, payload, &self.limits, &self.pools, &mut self.counts) {
-                Added::Missed => return false,
-                Added::Accepted => {
-                    self.seq += 1;
-                    e.touched = self.seq;
-                    self.learn(p, header_len, len);
-                }
-                Added::Dropped => {}
+            return self.add_to(s, i, p, header_len, payload, emit);
+        }
+        if let Some(place) = self.probation.find(p.heap_cnt) {
+            if landed {
+                return false;
             }
-            if self.subs[s].entries[i].is_complete() {
-                self.end(s, i, emit);
+            match self
+                .probation
+                .fit(place, p, !self.limits.allow_out_of_order)
+            {
+                Fit::Continues => self.admit(place, s, p, header_len, payload, emit),
+                Fit::Duplicate => self.counts.duplicates += 1,
+                Fit::Malformed => self.counts.malformed += 1,
+                Fit::OutOfOrder => self.counts.out_of_order_dropped += 1,
             }
             return true;
         }
@@ -398,6 +423,104 @@ impl Reassembler {
             self.single(p, stamp, emit);
             return true;
         }
+        // The first packet of a heap: held apart until a second packet of the heap
+        // arrives, unless it is the heap the stream is expected to send next (its slot
+        // reserved), or cannot be held.
+        let expected = self
+            .reserved
+            .as_ref()
+            .is_some_and(|(c, _)| *c == p.heap_cnt);
+        if !landed && !expected && p.heap_length.is_some() && self.probation.takes(p) {
+            let f = p.flavour;
+            let length = p.heap_length.unwrap_or(0);
+            if p.n_items() > MAX_HEAP_ITEMS
+                || p.items()
+                    .any(|ip| !ip.is_immediate() && ip.value(f) > length)
+            {
+                self.counts.malformed += 1;
+            } else {
+                // Heaps held longest ago may be pushed out (lost) to make room.
+                self.counts.heaps_incomplete += self.probation.hold(p, stamp);
+            }
+            return true;
+        }
+        self.open(s, p, header_len, payload, stamp, emit)
+    }
+
+    /// Adds packet `p` to the heap in entry `i` of window `s` (see [`Self::accept`]).
+    fn add_to(
+        &mut self,
+        s: usize,
+        i: usize,
+        p: &Packet<'_>,
+        header_len: usize,
+        payload: Payload<'_>,
+        emit: &mut impl FnMut(Heap),
+    ) -> bool {
+        let len = payload.len();
+        let e = &mut self.subs[s].entries[i];
+        match e.add(p, payload, &self.limits, &self.pools, &mut self.counts) {
+            Added::Missed => return false,
+            Added::Accepted => {
+                self.seq += 1;
+                e.touched = self.seq;
+                e.packets = e.packets.saturating_add(1);
+                self.learn(p, header_len, len);
+            }
+            Added::Dropped => {}
+        }
+        if self.subs[s].entries[i].is_complete() {
+            self.end(s, i, emit);
+        }
+        true
+    }
+
+    /// A second packet, `p`, arrived for the heap held in probation at `place`: the heap
+    /// enters window `s` with its first packet, then `p` is added.
+    fn admit(
+        &mut self,
+        place: usize,
+        s: usize,
+        p: &Packet<'_>,
+        header_len: usize,
+        payload: Payload<'_>,
+        emit: &mut impl FnMut(Heap),
+    ) {
+        let (held, stamp) = self.probation.take(place);
+        let first = Packet::parse(&held).expect("a held packet is one that parsed");
+        let first_header = held.len() - first.payload.len();
+        self.open(
+            s,
+            &first,
+            first_header,
+            Payload::Bytes(first.payload),
+            stamp,
+            emit,
+        );
+        match self.subs[s].find(p.heap_cnt) {
+            Some(i) => {
+                self.add_to(s, i, p, header_len, payload, emit);
+            }
+            // No pool memory for it (counted), and the packet with it.
+            None if self.starved.contains(&Some(p.heap_cnt)) => self.counts.drops_pool += 1,
+            None => self.counts.out_of_order_dropped += 1,
+        }
+        self.probation.give_back(held);
+    }
+
+    /// Starts a heap in window `s` with packet `p`, its first (in order mode, at offset
+    /// 0), evicting a heap if the window is full (see [`Self::accept`]).
+    fn open(
+        &mut self,
+        s: usize,
+        p: &Packet<'_>,
+        header_len: usize,
+        payload: Payload<'_>,
+        stamp: Option<u64>,
+        emit: &mut impl FnMut(Heap),
+    ) -> bool {
+        let len = payload.len();
+        let end = p.payload_offset.saturating_add(len as u64);
         // Bounded by max_heap_size: either HEAP_LENGTH (checked above) or `end`.
         let need = p.heap_length.unwrap_or(end).max(1) as usize;
         if let Payload::Landed { at, .. } = payload {
@@ -439,6 +562,7 @@ impl Reassembler {
         let e = &mut self.subs[s].entries[i];
         e.start(p, self.seq, stamp, slot);
         if e.add(p, payload, &self.limits, &self.pools, &mut self.counts) == Added::Accepted {
+            e.packets = 1;
             self.learn(p, header_len, len);
         }
         let e = &mut self.subs[s].entries[i];
@@ -479,6 +603,8 @@ impl Reassembler {
         for (_, s, i) in open {
             self.end(s, i, emit);
         }
+        // Heaps of one packet (and a HEAP_LENGTH larger) are incomplete.
+        self.counts.heaps_incomplete += self.probation.clear() as u64;
     }
 
     /// Discards every heap under construction (counted as incomplete) and the record
@@ -495,6 +621,7 @@ impl Reassembler {
             }
             sub.forget();
         }
+        self.counts.heaps_incomplete += self.probation.clear() as u64;
         // The stream's position changed: nothing learnt about what comes next holds.
         self.shape = Shape::default();
         self.reserved = None;
@@ -509,9 +636,12 @@ impl Reassembler {
         }
         // Least recently touched, not oldest: a heap still receiving stays, whatever
         // number of one-packet heaps (lying or random counters) arrive between its
-        // packets; a heap that stopped receiving is the first to go, as before.
+        // packets; a heap that stopped receiving is the first to go, as before. Heaps
+        // that have received one packet go before heaps that have received more (most
+        // such heaps are held in probation and never get here; these are heaps without
+        // HEAP_LENGTH or with a first packet too large to hold).
         let i = (0..entries.len())
-            .min_by_key(|&i| entries[i].touched)
+            .min_by_key(|&i| (entries[i].packets > 1, entries[i].touched))
             .expect("a window has at least one entry");
         self.end(s, i, emit);
         i
@@ -627,6 +757,7 @@ impl Reassembler {
             e.slot = None;
         }
         if self.stop_ends {
+            self.probation.forget(p.heap_cnt);
             self.flush(emit);
             for sub in &mut self.subs {
                 sub.forget();

@@ -183,6 +183,11 @@ fn a_full_window_evicts_the_oldest_heap() {
             assert!(bytes[1000..].iter().all(|&x| x == 0), "gaps are zeroed");
         } else {
             assert_eq!(cnts, vec![2, 3]);
+            // Dropping incomplete heaps, a heap of one packet is held apart from the
+            // window (probation) and lost when pushed out of it or at the end.
+            assert_eq!(r.counts().heaps_incomplete, 0);
+            assert_eq!(r.in_progress(), 1);
+            r.flush(&mut |_| panic!("nothing to deliver"));
         }
         check_items(&heaps[heaps.len() - 1], 3, 3000);
         assert_eq!(r.counts().heaps_incomplete, 1);
@@ -204,15 +209,15 @@ fn substreams_keep_interleaved_senders_apart() {
     c.substreams = 2;
     let heaps = run(&mut engine(c.clone()), &pk);
     assert_eq!(heaps.len(), 2);
-    // One window of one heap cannot hold both: heap 11 evicts heap 10, whose later
-    // packets are then too late.
+    // One window of one heap cannot hold both: heap 11 evicts heap 10 when it enters
+    // the window (at its second packet), and heap 10's later packets are then too late.
     c.substreams = 1;
     let mut r = engine(c);
     let heaps = run(&mut r, &pk);
     assert_eq!(heaps.len(), 1);
     assert_eq!(heaps[0].info.heap_cnt, 11);
     assert_eq!(r.counts().heaps_incomplete, 1);
-    assert_eq!(r.counts().out_of_order_dropped, a.len() as u64 - 1);
+    assert_eq!(r.counts().out_of_order_dropped, a.len() as u64 - 2);
 }
 
 #[test]
@@ -679,4 +684,94 @@ fn random_damage_never_panics() {
         assert_eq!(r.counts().packets, stream.len() as u64);
         assert_eq!(r.in_progress(), 0);
     }
+}
+
+/// Heaps with `heaps` counters from `first`, each of its first packet only (a flood of
+/// partial heaps, as `hostile::Class::HugeIds` sends), of `size` bytes in packets of
+/// `chunk`.
+fn first_packets(first: u64, heaps: u64, size: usize, chunk: usize) -> Vec<Vec<u8>> {
+    (first..first + heaps)
+        .map(|cnt| heap_packets(F40, cnt, &items(cnt, size), chunk).swap_remove(0))
+        .collect()
+}
+
+#[test]
+fn a_flood_of_first_packets_costs_no_heap_its_place() {
+    // Between every two packets of the real heaps, more partial heaps than the window
+    // holds (and than the pool has slots for): they are held apart, push out only each
+    // other, and take no pool memory.
+    let mut r = engine(cfg());
+    let mut flood = first_packets(1 << 30, 7000, 3000, 1000).into_iter();
+    let mut seq = Vec::new();
+    for cnt in 1..=6 {
+        for p in heap_packets(F40, cnt, &items(cnt, 20_000), 1000) {
+            seq.push(p);
+            seq.extend(flood.by_ref().take(50));
+        }
+    }
+    let heaps = run(&mut r, &seq);
+    let cnts: Vec<u64> = heaps.iter().map(|h| h.info.heap_cnt).collect();
+    assert_eq!(cnts, (1..=6).collect::<Vec<_>>());
+    for h in &heaps {
+        check_items(h, h.info.heap_cnt, 20_000);
+    }
+    // Pool memory went to the six real heaps (kept here) alone, none to the flood.
+    assert_eq!(r.pool_stats().high_water, 6, "{:?}", r.pool_stats());
+    // As many as the ring's bytes hold are held; the rest were pushed out, lost.
+    let held = r.in_progress();
+    assert!(held > 1000 && held < 2100, "{held}");
+    let lost = r.counts().heaps_incomplete;
+    assert_eq!(lost, 6300 - held as u64);
+    r.flush(&mut |_| panic!("partial heaps are dropped"));
+    assert_eq!(r.counts().heaps_incomplete, 6300);
+}
+
+#[test]
+fn a_heap_is_lost_only_when_probation_overflows_before_its_second_packet() {
+    let real = heap_packets(F40, 7, &items(7, 3000), 1000);
+    // Other heaps' first packets between the real heap's first two: the ring's bytes
+    // bound large ones, its places small ones.
+    let large = first_packets(1000, 1, 3000, 1000)[0].len();
+    let by_bytes = (PROBATION_BYTES - real[0].len()) / large;
+    let by_places = PROBATION_PLACES - 1;
+    for (between, size, chunk) in [(by_bytes, 3000, 1000), (by_places, 8, 4)] {
+        for n in [between, between + 1] {
+            let mut r = engine(cfg());
+            let mut seq = vec![real[0].clone()];
+            seq.extend(first_packets(1000, n as u64, size, chunk));
+            seq.extend(real[1..].iter().cloned());
+            let heaps = run(&mut r, &seq);
+            let survived = heaps.iter().any(|h| h.info.heap_cnt == 7);
+            assert_eq!(survived, n == between, "{n} heaps of {size} bytes between");
+            if !survived {
+                // Its later packets are counted, not taken for the start of a heap.
+                assert_eq!(r.counts().out_of_order_dropped, real.len() as u64 - 1);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_held_heap_keeps_its_stamp_and_is_checked_like_any_other() {
+    let mut r = engine(cfg());
+    let pk = heap_packets(F40, 3, &items(3, 3000), 1000);
+    let seq = vec![
+        pk[0].clone(),
+        // A repeat, another HEAP_LENGTH, a gap (in order mode): none admits the heap.
+        pk[0].clone(),
+        packet(F40, 3, Some(99_999), 1000, &[0; 1000], &[]),
+        pk[2].clone(),
+        pk[1].clone(),
+        pk[2].clone(),
+        pk[3].clone(),
+    ];
+    let heaps = run(&mut r, &seq);
+    assert_eq!(heaps.len(), 1);
+    check_items(&heaps[0], 3, 3000);
+    assert_eq!(heaps[0].stamp, Some(0), "the first packet's stamp");
+    let c = *r.counts();
+    assert_eq!(
+        (c.duplicates, c.malformed, c.out_of_order_dropped),
+        (1, 1, 1)
+    );
 }

@@ -83,6 +83,10 @@ pub(super) fn umem(
     notice: &mut dyn FnMut(Notice),
 ) -> Result<MemoryRegion, SetupError> {
     let len = cfg.frames as usize * cfg.frame_size as usize;
+    // The UMEM is pinned when registered: above the locked-memory limit the kernel
+    // refuses it (ENOBUFS), after the allocation and pre-fault. Say so first.
+    firehose_core::memory::check_lockable(len)
+        .map_err(|e| SetupError::new(ErrorKind::NoSpace, e.to_string()))?;
     // RegionError's text carries the fix (the nr_hugepages command).
     let region = MemoryRegion::allocate(len, cfg.hugepages)
         .map_err(|e| SetupError::new(ErrorKind::NoSpace, e.to_string()))?;
