@@ -107,18 +107,23 @@ fn transform_packets(
 }
 
 /// An `application/x-firehose-packets` buffer: `memory` (its only memory, so that
-/// downstream maps it without a merge), the batch meta over `packets`, and `pts`. What
-/// every packet source pushes per batch.
+/// downstream maps it without a merge), the batch meta over `packets`, and `pts`; with
+/// `readable` (the `readable-metas` property), also the batch meta every language reads
+/// ([`crate::meta::readable`]). What every packet source pushes per batch.
 pub fn batch_buffer(
     memory: gst::Memory,
     packets: Vec<PacketInfo>,
     pts: Option<gst::ClockTime>,
+    readable: bool,
 ) -> gst::Buffer {
     let mut buffer = gst::Buffer::new();
     {
         let b = buffer.get_mut().expect("a new buffer is writable");
         b.append_memory(memory);
         b.set_pts(pts);
+        if readable {
+            crate::meta::readable::add_batch(b, &packets);
+        }
         PacketBatchMeta::add(b, packets);
     }
     buffer

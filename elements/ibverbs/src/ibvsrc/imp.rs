@@ -92,6 +92,8 @@ struct State {
     /// Dropped after the engine (field order), leaving the group last.
     _membership: Option<Membership>,
     timer: StatsTimer,
+    /// `readable-metas`.
+    readable: bool,
 }
 
 /// The `fhibvsrc` element's state: settings, counters, and the receive engine while
@@ -223,6 +225,7 @@ impl IbvSrc {
             engine,
             _membership: membership,
             timer: s.stats_interval.timer(),
+            readable: s.pool.readable_metas,
         })
     }
 }
@@ -420,7 +423,7 @@ impl PushSrcImpl for IbvSrc {
                         stats::post(self.obj().upcast_ref(), self.stats());
                     }
                     return Ok(CreateSuccess::NewBuffer(
-                        self.copy.out(batch.into_buffer(pts)),
+                        self.copy.out(batch.into_buffer(pts, state.readable)),
                     ));
                 }
                 Ok(Step::Busy) => idle = 0,

@@ -101,6 +101,8 @@ struct State {
     timer: StatsTimer,
     output: Output,
     when_full: WhenFull,
+    /// `readable-metas`.
+    readable: bool,
 }
 
 #[derive(Default)]
@@ -371,6 +373,7 @@ impl BaseSrcImpl for UdpSrc {
             timer: s.stats_interval.timer(),
             output: s.output,
             when_full: s.when_full,
+            readable: s.pool.readable_metas,
         });
         if port_changed {
             self.obj().notify("port");
@@ -446,10 +449,13 @@ impl PushSrcImpl for UdpSrc {
             self.post_stats(state);
         }
         let output = state.output;
+        let readable = state.readable;
         drop(guard);
 
         match output {
-            Output::Batch => Ok(CreateSuccess::NewBuffer(batch_buffer(mem, packets, pts))),
+            Output::Batch => Ok(CreateSuccess::NewBuffer(batch_buffer(
+                mem, packets, pts, readable,
+            ))),
             Output::List => {
                 // One GstBuffer per datagram, each a sub-memory of the one slot: no copy,
                 // but the per-buffer cost that stock elements need.
