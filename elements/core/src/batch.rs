@@ -18,6 +18,12 @@ pub struct PacketAddr {
 }
 
 impl PacketAddr {
+    /// The address as 16 bytes (IPv6 in network order; IPv4 as IPv4-mapped) and the
+    /// port.
+    pub fn octets(&self) -> ([u8; 16], u16) {
+        (self.ip, self.port)
+    }
+
     /// The address as a std socket address.
     pub fn to_socket_addr(&self) -> SocketAddr {
         let v6 = Ipv6Addr::from(self.ip);

@@ -129,31 +129,30 @@ pub fn descriptor_structure(d: &Descriptor) -> gst::Structure {
 pub fn add(buffer: &mut gst::BufferRef, info: &HeapInfo) {
     let n = info.items.len();
     let k = info.received.len();
-    let mut a = Arrays::with_capacity(Arrays::room(n, 8) * 3 + Arrays::room(n, 1) + k * 16, 5);
-    a.begin();
-    info.items.iter().for_each(|i| a.u64(i.id));
-    a.begin();
-    info.items
-        .iter()
-        .for_each(|i| a.u8(matches!(i.value, ItemValue::Immediate(_)) as u8));
-    a.begin();
-    info.items.iter().for_each(|i| {
-        a.u64(match &i.value {
+    let mut a = Arrays::with_capacity(Arrays::room(n, 8) * 3 + Arrays::room(n, 1) + k * 16);
+    let items = &info.items;
+    a.array(n, |i| items[i].id.to_ne_bytes());
+    a.array(n, |i| {
+        [matches!(items[i].value, ItemValue::Immediate(_)) as u8]
+    });
+    a.array(n, |i| {
+        match &items[i].value {
             ItemValue::Immediate(v) => *v,
             ItemValue::Bytes(r) => r.start as u64,
-        })
+        }
+        .to_ne_bytes()
     });
-    a.begin();
-    info.items.iter().for_each(|i| {
-        a.u64(match &i.value {
+    a.array(n, |i| {
+        match &items[i].value {
             ItemValue::Immediate(_) => 0,
             ItemValue::Bytes(r) => r.len() as u64,
-        })
+        }
+        .to_ne_bytes()
     });
-    a.begin();
-    info.received.iter().for_each(|r| {
-        a.u64(r.start as u64);
-        a.u64(r.end as u64);
+    let received = &info.received;
+    a.array(k * 2, |j| {
+        let r = &received[j / 2];
+        (if j % 2 == 0 { r.start } else { r.end } as u64).to_ne_bytes()
     });
     let expected = buffer.size() as u64;
     let received: u64 = info.received.iter().map(|r| r.len() as u64).sum();

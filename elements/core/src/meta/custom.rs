@@ -105,16 +105,20 @@ impl CustomMetaType {
 pub struct Arrays {
     buf: Vec<u8>,
     /// Each array's byte range in `buf` (the last one's end is set by `finish`).
-    ranges: Vec<(usize, usize)>,
+    ranges: [(usize, usize); Arrays::MAX],
+    count: usize,
 }
 
 impl Arrays {
+    /// The most arrays one `Arrays` holds.
+    pub const MAX: usize = 8;
+
     /// Storage for arrays of `bytes` bytes in all (padding included: give the sum of
-    /// each array's size rounded up to 8), and up to `arrays` arrays.
-    pub fn with_capacity(bytes: usize, arrays: usize) -> Self {
+    /// [`Arrays::room`] of each array).
+    pub fn with_capacity(bytes: usize) -> Self {
         Self {
             buf: Vec::with_capacity(bytes),
-            ranges: Vec::with_capacity(arrays),
+            ..Self::default()
         }
     }
 
@@ -123,42 +127,30 @@ impl Arrays {
         (n * size).next_multiple_of(8)
     }
 
-    /// Starts the next array (ending the previous one).
-    pub fn begin(&mut self) {
-        self.end_current();
-        self.buf.resize(self.buf.len().next_multiple_of(8), 0);
-        self.ranges.push((self.buf.len(), self.buf.len()));
-    }
-
-    fn end_current(&mut self) {
-        if let Some(r) = self.ranges.last_mut() {
-            r.1 = self.buf.len();
+    /// Appends a whole array of `n` elements of `N` bytes each, element `i` being
+    /// `f(i)` (one resize, then plain stores).
+    pub fn array<const N: usize>(&mut self, n: usize, mut f: impl FnMut(usize) -> [u8; N]) {
+        self.begin();
+        let start = self.buf.len();
+        self.buf.resize(start + n * N, 0);
+        for (i, out) in self.buf[start..].chunks_exact_mut(N).enumerate() {
+            out.copy_from_slice(&f(i));
         }
     }
 
-    /// Appends raw bytes to the current array.
-    pub fn bytes(&mut self, b: &[u8]) {
-        self.buf.extend_from_slice(b);
+    /// Starts the next array (ending the previous one). Panics past [`Arrays::MAX`]
+    /// arrays (a fixed count per meta: a bug, not input).
+    fn begin(&mut self) {
+        self.end_current();
+        self.buf.resize(self.buf.len().next_multiple_of(8), 0);
+        self.ranges[self.count] = (self.buf.len(), self.buf.len());
+        self.count += 1;
     }
 
-    /// Appends a `u8` to the current array.
-    pub fn u8(&mut self, v: u8) {
-        self.buf.push(v);
-    }
-
-    /// Appends a `u16` (native byte order) to the current array.
-    pub fn u16(&mut self, v: u16) {
-        self.buf.extend_from_slice(&v.to_ne_bytes());
-    }
-
-    /// Appends a `u32` (native byte order) to the current array.
-    pub fn u32(&mut self, v: u32) {
-        self.buf.extend_from_slice(&v.to_ne_bytes());
-    }
-
-    /// Appends a `u64` (native byte order) to the current array.
-    pub fn u64(&mut self, v: u64) {
-        self.buf.extend_from_slice(&v.to_ne_bytes());
+    fn end_current(&mut self) {
+        if let Some(r) = self.count.checked_sub(1).map(|i| &mut self.ranges[i]) {
+            r.1 = self.buf.len();
+        }
     }
 
     /// The arrays as `GBytes` views of one shared `GBytes`, in the order begun; `f` gets
@@ -166,7 +158,7 @@ impl Arrays {
     pub fn finish(mut self, mut f: impl FnMut(usize, glib::Bytes)) {
         self.end_current();
         let whole = glib::Bytes::from_owned(self.buf);
-        for (i, &(start, end)) in self.ranges.iter().enumerate() {
+        for (i, &(start, end)) in self.ranges[..self.count].iter().enumerate() {
             f(i, glib::Bytes::from_bytes(&whole, start..end));
         }
     }

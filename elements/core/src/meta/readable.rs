@@ -34,7 +34,6 @@
 //! | `packets-per-slot` | guint64 | packets tracked per slot (0: per-packet presence off) |
 //! | `packet-present` | GBytes, `u1`\[n × packets-per-slot\] | 1 where packet `k` of slot `i` (index `i × packets-per-slot + k`) was written |
 
-use std::net::IpAddr;
 use std::sync::LazyLock;
 
 use crate::batch::PacketInfo;
@@ -98,33 +97,17 @@ pub fn param_spec() -> gst::glib::ParamSpec {
         .build()
 }
 
-/// The 16 address bytes of a datagram's source: IPv6, or IPv4 mapped into it.
-fn addr_octets(p: &PacketInfo) -> ([u8; 16], u16) {
-    let a = p.src.to_socket_addr();
-    let ip = match a.ip() {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    };
-    (ip, a.port())
-}
-
 /// Attaches the readable batch meta describing `packets` to `buffer`.
 pub fn add_batch(buffer: &mut gst::BufferRef, packets: &[PacketInfo]) {
     let n = packets.len();
     let mut a = Arrays::with_capacity(
         Arrays::room(n, 4) * 2 + Arrays::room(n, 8) + Arrays::room(n, 16) + Arrays::room(n, 2),
-        5,
     );
-    a.begin();
-    packets.iter().for_each(|p| a.u32(p.offset));
-    a.begin();
-    packets.iter().for_each(|p| a.u32(p.len));
-    a.begin();
-    packets.iter().for_each(|p| a.u64(p.rx_time_ns));
-    a.begin();
-    packets.iter().for_each(|p| a.bytes(&addr_octets(p).0));
-    a.begin();
-    packets.iter().for_each(|p| a.u16(addr_octets(p).1));
+    a.array(n, |i| packets[i].offset.to_ne_bytes());
+    a.array(n, |i| packets[i].len.to_ne_bytes());
+    a.array(n, |i| packets[i].rx_time_ns.to_ne_bytes());
+    a.array(n, |i| packets[i].src.octets().0);
+    a.array(n, |i| packets[i].src.octets().1.to_ne_bytes());
     let t = &*BATCH;
     let s = t.add(buffer);
     t.set(s, 0, n as u64);
@@ -137,18 +120,14 @@ pub fn add_batch(buffer: &mut gst::BufferRef, packets: &[PacketInfo]) {
 pub fn add_chunk(buffer: &mut gst::BufferRef, info: &ChunkInfo, bytes_present: &[u64]) {
     let n = info.slots;
     let pp = info.packets_per_slot;
-    let mut a = Arrays::with_capacity(
-        Arrays::room(n, 1) + Arrays::room(n, 8) + Arrays::room(n * pp, 1),
-        3,
-    );
-    a.begin();
-    (0..n).for_each(|i| a.u8(info.is_present(i) as u8));
-    a.begin();
-    (0..n).for_each(|i| a.u64(bytes_present.get(i).copied().unwrap_or(0)));
-    a.begin();
-    for i in 0..if pp > 0 { n } else { 0 } {
-        (0..pp).for_each(|k| a.u8(info.is_packet_present(i, k) as u8));
-    }
+    let mut a =
+        Arrays::with_capacity(Arrays::room(n, 1) + Arrays::room(n, 8) + Arrays::room(n * pp, 1));
+    a.array(n, |i| [info.is_present(i) as u8]);
+    a.array(n, |i| {
+        bytes_present.get(i).copied().unwrap_or(0).to_ne_bytes()
+    });
+    let bits = if pp > 0 { n * pp } else { 0 };
+    a.array(bits, |b| [info.is_packet_present(b / pp, b % pp) as u8]);
     let t = &*CHUNK;
     let s = t.add(buffer);
     t.set(s, 0, info.chunk_id);
@@ -177,7 +156,7 @@ mod tests {
     use crate::batch::PacketBatchMeta;
     use std::net::SocketAddr;
 
-    fn bytes_field<'a>(s: &'a gst::StructureRef, name: &str) -> Vec<u8> {
+    fn bytes_field(s: &gst::StructureRef, name: &str) -> Vec<u8> {
         s.get::<gst::glib::Bytes>(name).unwrap().to_vec()
     }
 
