@@ -132,7 +132,8 @@ def describe(buf):
     """One line saying what the buffer's readable meta says, or None."""
     b = batch_of(buf)
     if b is not None:
-        senders = {f"{address(a)}:{p}" for a, p in zip(b["addresses"], b["ports"])}
+        senders = {f"{a}:{p}" if a.version == 4 else f"[{a}]:{p}"
+                   for a, p in ((address(r), p) for r, p in zip(b["addresses"], b["ports"]))}
         return (f"batch of {b['packets']} datagrams, {int(b['lengths'].sum())} bytes, "
                 f"offsets {b['offsets'][:3].tolist()}..., from {sorted(senders)}")
     h = heap_of(buf)

@@ -50,6 +50,12 @@ impl CustomMetaType {
         self.name
     }
 
+    /// The meta's API type (what `gst_meta_api_type_has_tag`, `meta.api()` compare).
+    pub fn api(&self) -> glib::Type {
+        // SAFETY: `info` is a registered GstMetaInfo, immutable and alive for ever.
+        unsafe { from_glib((*self.info).api) }
+    }
+
     /// The quark of field `i` (in the order given to [`Self::register`]).
     pub fn quark(&self, i: usize) -> glib::Quark {
         self.quarks[i]

@@ -140,6 +140,11 @@ pub fn add_chunk(buffer: &mut gst::BufferRef, info: &ChunkInfo, bytes_present: &
     a.finish(|i, b| t.set(s, 7 + i, b));
 }
 
+/// The readable batch meta's API type (to find or remove it among a buffer's metas).
+pub fn batch_api() -> gst::glib::Type {
+    BATCH.api()
+}
+
 /// The readable batch meta's structure on `buffer`, if it has one.
 pub fn batch(buffer: &gst::BufferRef) -> Option<&gst::StructureRef> {
     BATCH.get(buffer)
