@@ -38,7 +38,7 @@ from gi.repository import Gst  # noqa: E402
 
 DEFAULT = (
     "fhtestsrc rate=0 packet-size=1024 num-packets=256 batch-size=64 "
-    "! appsink name=sink sync=false"
+    "! appsink name=sink sync=false caps=application/x-firehose-packets"
 )
 
 
