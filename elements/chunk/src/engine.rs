@@ -749,8 +749,11 @@ impl ChunkAssembler {
         let spc = self.cfg.slots_per_chunk;
         let mut present = vec![0u64; spc.div_ceil(64)];
         let mut slots_present = 0;
+        let mut slot_bytes = Vec::with_capacity(spc);
         for i in 0..spc {
-            if let SlotStatus::Ended { present: true, .. } = self.states[w * spc + i].status {
+            let st = &self.states[w * spc + i];
+            slot_bytes.push(st.bytes as u64);
+            if let SlotStatus::Ended { present: true, .. } = st.status {
                 present[i / 64] |= 1 << (i % 64);
                 slots_present += 1;
             }
@@ -776,6 +779,7 @@ impl ChunkAssembler {
                 bytes: open.bytes,
             },
             opened_at: open.opened_at,
+            slot_bytes,
         })
     }
 

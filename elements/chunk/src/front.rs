@@ -29,6 +29,9 @@ pub struct ChunkFront {
     /// Set while flushing or stopping: cuts short a wait for a pool chunk
     /// (`when-full=block`).
     flushing: Arc<AtomicBool>,
+    /// `readable-metas` of the current run: chunks also carry the meta every language
+    /// reads.
+    readable: AtomicBool,
 }
 
 impl ChunkFront {
@@ -39,9 +42,16 @@ impl ChunkFront {
     }
 
     /// Takes a built engine for a new run: keeps its pool, warns (as `element`) when the
-    /// pool fell back to normal pages, zeroes the counters and clears the flushing flag.
-    /// Returns the engine and the output caps for the element's state.
-    pub fn start(&self, element: &gst::Element, host: ChunkHost) -> (ChunkAssembler, gst::Caps) {
+    /// pool fell back to normal pages, zeroes the counters and clears the flushing flag;
+    /// `readable` is the element's `readable-metas`. Returns the engine and the output
+    /// caps for the element's state.
+    pub fn start(
+        &self,
+        element: &gst::Element,
+        host: ChunkHost,
+        readable: bool,
+    ) -> (ChunkAssembler, gst::Caps) {
+        self.readable.store(readable, Ordering::Relaxed);
         let ChunkHost { engine, pool, caps } = host;
         if let Some(reason) = pool.fallback_reason() {
             gst::element_warning!(element, gst::ResourceError::Settings, ("{}", reason));
@@ -115,6 +125,11 @@ impl ChunkFront {
         self.mirror.structure(pool.as_ref())
     }
 
+    /// A finished chunk as a buffer, with its metas ([`FinishedChunk::into_buffer`]).
+    pub fn buffer(&self, chunk: FinishedChunk) -> gst::Buffer {
+        chunk.into_buffer(self.readable.load(Ordering::Relaxed))
+    }
+
     /// Feeds `buffers` to `engine` ([`feed_buffer`]) and appends the chunks it finished
     /// to `out` as buffers; then mirrors the counters. [`Flow::End`] when the handler
     /// ended the stream and `stop_at_end` (the rest is left unfed).
@@ -133,7 +148,7 @@ impl ChunkFront {
                 break;
             }
         }
-        out.extend(chunks.into_iter().map(FinishedChunk::into_buffer));
+        out.extend(chunks.into_iter().map(|c| self.buffer(c)));
         self.update(engine);
         flow
     }
@@ -143,7 +158,7 @@ impl ChunkFront {
     pub fn drain(&self, engine: &mut ChunkAssembler, out: &mut Vec<gst::Buffer>) {
         let mut chunks = Vec::new();
         engine.flush(&mut chunks);
-        out.extend(chunks.into_iter().map(FinishedChunk::into_buffer));
+        out.extend(chunks.into_iter().map(|c| self.buffer(c)));
         self.update(engine);
     }
 }
@@ -176,7 +191,7 @@ mod tests {
         };
         let element = gst::Bin::new().upcast::<gst::Element>();
         let host = s.host(&element, *gst::CAT_DEFAULT, front.cancel()).unwrap();
-        let (engine, caps) = front.start(&element, host);
+        let (engine, caps) = front.start(&element, host, true);
         let name = caps.structure(0).unwrap().name();
         assert_eq!(name.as_str(), firehose_core::caps::CHUNK);
         engine

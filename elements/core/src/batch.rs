@@ -18,6 +18,12 @@ pub struct PacketAddr {
 }
 
 impl PacketAddr {
+    /// The address as 16 bytes (IPv6 in network order; IPv4 as IPv4-mapped) and the
+    /// port.
+    pub fn octets(&self) -> ([u8; 16], u16) {
+        (self.ip, self.port)
+    }
+
     /// The address as a std socket address.
     pub fn to_socket_addr(&self) -> SocketAddr {
         let v6 = Ipv6Addr::from(self.ip);
@@ -107,18 +113,23 @@ fn transform_packets(
 }
 
 /// An `application/x-firehose-packets` buffer: `memory` (its only memory, so that
-/// downstream maps it without a merge), the batch meta over `packets`, and `pts`. What
-/// every packet source pushes per batch.
+/// downstream maps it without a merge), the batch meta over `packets`, and `pts`; with
+/// `readable` (the `readable-metas` property), also the batch meta every language reads
+/// ([`crate::meta::readable`]). What every packet source pushes per batch.
 pub fn batch_buffer(
     memory: gst::Memory,
     packets: Vec<PacketInfo>,
     pts: Option<gst::ClockTime>,
+    readable: bool,
 ) -> gst::Buffer {
     let mut buffer = gst::Buffer::new();
     {
         let b = buffer.get_mut().expect("a new buffer is writable");
         b.append_memory(memory);
         b.set_pts(pts);
+        if readable {
+            crate::meta::readable::add_batch(b, &packets);
+        }
         PacketBatchMeta::add(b, packets);
     }
     buffer

@@ -6,10 +6,14 @@
 //! The macro writes that FFI once.
 //!
 //! [`chunk`] holds the chunk meta. [`message`] is the exception: a `GstCustomMeta` every language can read, which says
-//! which message a buffer holds and whether all of it arrived.
+//! which message a buffer holds and whether all of it arrived. [`readable`] repeats the
+//! batch and chunk metas as such custom metas (the SPEAD crate does the same for heaps),
+//! with [`custom`]'s plumbing.
 
 pub mod chunk;
+pub mod custom;
 pub mod message;
+pub mod readable;
 
 /// How a meta's data follows a buffer copy: `region` is `None` for a full copy, or the
 /// `(offset, size)` byte range a region copy keeps. Return `None` to leave the meta off

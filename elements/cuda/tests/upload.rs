@@ -185,10 +185,9 @@ fn payload_layout_gathers_a_batch_and_rebases_its_meta() {
         ..Default::default()
     };
     // Three datagrams with 8-byte headers in 200-byte slots, and one lying past the end.
-    PacketBatchMeta::add(
-        b.get_mut().unwrap(),
-        vec![info(8, 100), info(208, 50), info(408, 192), info(590, 100)],
-    );
+    let infos = vec![info(8, 100), info(208, 50), info(408, 192), info(590, 100)];
+    firehose_core::meta::readable::add_batch(b.get_mut().unwrap(), &infos);
+    PacketBatchMeta::add(b.get_mut().unwrap(), infos);
     h.push(b).unwrap();
     h.push_event(gst::event::Eos::new());
     let out = h.pull().unwrap();
@@ -208,6 +207,20 @@ fn payload_layout_gathers_a_batch_and_rebases_its_meta() {
     let m = out.meta::<PacketBatchMeta>().unwrap();
     let got: Vec<(u32, u32)> = m.packets().iter().map(|p| (p.offset, p.len)).collect();
     assert_eq!(got, vec![(0, 100), (100, 50), (150, 192)]);
+    // The readable batch meta follows the gathered offsets too (one of it, not two).
+    let r = firehose_core::meta::readable::batch(&out).unwrap();
+    let offsets: Vec<u32> = r
+        .get::<gst::glib::Bytes>("offsets")
+        .unwrap()
+        .chunks(4)
+        .map(|c| u32::from_ne_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(offsets, vec![0, 100, 150]);
+    let n = out
+        .iter_meta::<gst::Meta>()
+        .filter(|m| m.api() == firehose_core::meta::readable::batch_api())
+        .count();
+    assert_eq!(n, 1);
     let caps = h.sinkpad().unwrap().current_caps().unwrap();
     assert_eq!(
         caps.structure(0).unwrap().get::<&str>("layout"),

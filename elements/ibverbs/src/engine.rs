@@ -208,9 +208,10 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// The batch as an `application/x-firehose-packets` buffer.
-    pub fn into_buffer(self, pts: Option<gst::ClockTime>) -> gst::Buffer {
-        batch_buffer(self.memory, self.packets, pts)
+    /// The batch as an `application/x-firehose-packets` buffer (`readable`: with the
+    /// meta every language reads too).
+    pub fn into_buffer(self, pts: Option<gst::ClockTime>, readable: bool) -> gst::Buffer {
+        batch_buffer(self.memory, self.packets, pts, readable)
     }
 }
 

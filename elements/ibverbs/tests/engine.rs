@@ -252,7 +252,7 @@ impl Rig {
 
     fn batch(&mut self) -> gst::Buffer {
         match self.step() {
-            Step::Batch(b) => b.into_buffer(None),
+            Step::Batch(b) => b.into_buffer(None, true),
             other => panic!("expected a batch, got {other:?}"),
         }
     }

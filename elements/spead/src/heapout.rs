@@ -162,13 +162,17 @@ pub fn decide_allocation(
 }
 
 /// The heap as a buffer: its payload memory (no copy), the heap meta and the message
-/// meta, the first packet's PTS.
-pub fn heap_buffer(h: Heap) -> gst::Buffer {
+/// meta, the first packet's PTS; with `readable`, also the heap meta every language
+/// reads ([`crate::readable`], the `readable-metas` property).
+pub fn heap_buffer(h: Heap, readable: bool) -> gst::Buffer {
     let mut buf = gst::Buffer::new();
     let b = buf.get_mut().expect("a new buffer is writable");
     b.append_memory(h.payload);
     b.set_pts(h.stamp.map(gst::ClockTime::from_nseconds));
     message::add(b, &crate::heap::message(&h.info, b.size()));
+    if readable {
+        crate::readable::add(b, &h.info);
+    }
     HeapMeta::add(b, h.info);
     buf
 }

@@ -24,6 +24,7 @@ pub mod heap;
 mod heapout;
 pub mod hostile;
 pub mod pay;
+pub mod readable;
 pub mod reassembly;
 pub mod send;
 pub mod speadsrc;

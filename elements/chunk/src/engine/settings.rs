@@ -14,6 +14,7 @@ use gst::prelude::*;
 
 use super::{ChunkConfig, ChunkHost};
 use crate::handler::{self, CONFIG_SLOTS_PER_CHUNK, CONFIG_SLOT_SIZE};
+use firehose_core::meta::readable;
 use firehose_core::props::{self, Memory, WhenFull};
 
 /// Default `slots-per-chunk`.
@@ -37,7 +38,8 @@ pub enum PoolAsk {
 
 /// The chunk engine's properties: `handler`, `handler-config`, `slots-per-chunk`,
 /// `slot-size`, `max-chunks`, `max-messages`, `packet-payload-size`, `memory`,
-/// `pool-size` and `when-full`, and the deprecated `pool-chunks` and `hugepages`.
+/// `pool-size`, `when-full` and `readable-metas`, and the deprecated `pool-chunks` and
+/// `hugepages`.
 #[derive(Clone, Debug)]
 pub struct ChunkSettings {
     /// `handler`: the packet handler's name.
@@ -61,6 +63,8 @@ pub struct ChunkSettings {
     pub memory: Memory,
     /// `when-full`: drop or wait when a chunk opens and the pool is empty.
     pub when_full: WhenFull,
+    /// `readable-metas`: chunks also carry the meta every language reads.
+    pub readable_metas: bool,
 }
 
 impl Default for ChunkSettings {
@@ -76,6 +80,7 @@ impl Default for ChunkSettings {
             pool: PoolAsk::Bytes(0),
             memory: Memory::Auto,
             when_full: WhenFull::Auto,
+            readable_metas: readable::DEFAULT,
         }
     }
 }
@@ -157,6 +162,7 @@ impl ChunkSettings {
                 .blurb("When a chunk opens and every pool chunk is in use downstream: drop its packets (count drops-pool) or block; auto blocks when upstream is not live (replay, files) and drops when it is")
                 .mutable_ready()
                 .build(),
+            readable::param_spec(),
         ]
     }
 
@@ -177,6 +183,7 @@ impl ChunkSettings {
                 props::set_memory(&mut self.memory, name, value);
             }
             "when-full" => self.when_full = value.get().unwrap(),
+            readable::PROPERTY => self.readable_metas = value.get().unwrap(),
             _ => return false,
         }
         true
@@ -200,6 +207,7 @@ impl ChunkSettings {
             .to_value(),
             name @ ("memory" | "hugepages") => props::memory_value(self.memory, name)?,
             "when-full" => self.when_full.to_value(),
+            readable::PROPERTY => self.readable_metas.to_value(),
             _ => return None,
         })
     }
@@ -381,6 +389,7 @@ mod tests {
             9u32.to_value(),
             Hugepages::Off.to_value(),
             WhenFull::Block.to_value(),
+            false.to_value(),
         ];
         assert_eq!(props.len(), values.len());
         for (p, v) in props.iter().zip(&values) {

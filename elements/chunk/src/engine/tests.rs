@@ -577,7 +577,7 @@ fn a_finished_chunk_becomes_a_buffer_with_its_meta() {
     let mut out = run(&mut e, &[whole(0), whole(2)]);
     let chunk = out.pop().unwrap();
     let ptr = chunk.slot.as_ref().as_ptr();
-    let buf = chunk.into_buffer();
+    let buf = chunk.into_buffer(true);
     assert_eq!(buf.pts(), Some(gst::ClockTime::from_nseconds(42)));
     assert_eq!(buf.size(), SPC * SLOT);
     assert_eq!(buf.map_readable().unwrap().as_ptr(), ptr, "no copy");
@@ -585,6 +585,26 @@ fn a_finished_chunk_becomes_a_buffer_with_its_meta() {
     let info = copy.meta::<ChunkMeta>().unwrap().info().clone();
     assert_eq!(missing_of(&info), [1, 3]);
     assert_eq!(info.packets, 2);
+    // The meta every language reads says the same, with the bytes of each slot.
+    let s = firehose_core::meta::readable::chunk(&copy).unwrap();
+    assert_eq!(s.get::<u64>("chunk-id"), Ok(info.chunk_id));
+    let present = s.get::<gst::glib::Bytes>("present").unwrap();
+    assert_eq!(&present[..], &[1, 0, 1, 0][..SPC]);
+    let bytes: Vec<u64> = s
+        .get::<gst::glib::Bytes>("bytes-present")
+        .unwrap()
+        .chunks_exact(8)
+        .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(bytes.len(), SPC);
+    assert!(bytes[0] > 0 && bytes[2] > 0 && bytes[1] == 0, "{bytes:?}");
+    assert_eq!(bytes.iter().sum::<u64>(), info.bytes);
+    // Without readable metas: the Rust ones only.
+    let mut e = engine(2);
+    let chunk = run(&mut e, &[whole(0), whole(2)]).pop().unwrap();
+    let buf = chunk.into_buffer(false);
+    assert!(buf.meta::<ChunkMeta>().is_some());
+    assert!(firehose_core::meta::readable::chunk(&buf).is_none());
 }
 
 fn missing_of(info: &ChunkInfo) -> Vec<usize> {

@@ -1,6 +1,7 @@
 //! The pool properties of every element that owns a pool: `memory` and `pool-size`
 //! (bytes), plus the deprecated aliases they replace (`hugepages`, and the old slot
-//! count: `slots`, `frames`, `mbufs`).
+//! count: `slots`, `frames`, `mbufs`); and `readable-metas`, which every such element
+//! (a source of packet batches) has too.
 //!
 //! Why a size in bytes: it is what a user budgets, and it means the same on every
 //! element; the slot count follows from the element's slot size (`slot-size`,
@@ -66,7 +67,8 @@ impl PoolProps {
         }
     }
 
-    /// `memory`, `pool-size`, then the deprecated aliases.
+    /// `memory`, `pool-size`, then the deprecated aliases, then `readable-metas`
+    /// (every element with a pool of batches attaches the batch meta).
     pub fn param_specs(&self) -> Vec<glib::ParamSpec> {
         let what = self.what;
         let mut v = vec![];
@@ -105,6 +107,7 @@ impl PoolProps {
                     .build(),
             );
         }
+        v.push(crate::meta::readable::param_spec());
         v
     }
 }
@@ -118,6 +121,10 @@ pub struct PoolSettings {
     /// How big it is.
     pub size: PoolSize,
     alias: Option<&'static str>,
+    /// `readable-metas`: batches also carry the meta every language reads
+    /// ([`crate::meta::readable`]). Here because every element with a pool of
+    /// batches has it.
+    pub readable_metas: bool,
 }
 
 impl PoolSettings {
@@ -127,6 +134,7 @@ impl PoolSettings {
             memory: Memory::Auto,
             size: props.default,
             alias: props.count_alias.map(|a| a.name),
+            readable_metas: crate::meta::readable::DEFAULT,
         }
     }
 
@@ -137,6 +145,9 @@ impl PoolSettings {
         }
         match pspec.name() {
             "pool-size" => self.size = PoolSize::Bytes(value.get().expect("type checked upstream")),
+            crate::meta::readable::PROPERTY => {
+                self.readable_metas = value.get().expect("type checked upstream")
+            }
             n if Some(n) == self.alias => {
                 self.size =
                     PoolSize::Count(value.get::<u32>().expect("type checked upstream").into())
@@ -154,6 +165,7 @@ impl PoolSettings {
         }
         Some(match pspec.name() {
             "pool-size" => self.bytes(slot_bytes).to_value(),
+            crate::meta::readable::PROPERTY => self.readable_metas.to_value(),
             n if Some(n) == self.alias => {
                 (self.count(slot_bytes).min(u32::MAX.into()) as u32).to_value()
             }

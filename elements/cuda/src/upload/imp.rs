@@ -539,13 +539,19 @@ impl CudaUpload {
             }
         }
         let t = tag.get_mut().expect("the tag buffer is ours alone");
+        // The readable batch meta (if upstream attached one) moves with the offsets.
+        let readable_api = firehose_core::meta::readable::batch_api();
+        let readable = firehose_core::meta::readable::batch(t).is_some();
         t.foreach_meta_mut(|meta| {
-            if meta.api() == PacketBatchMeta::meta_api() {
+            if meta.api() == PacketBatchMeta::meta_api() || meta.api() == readable_api {
                 std::ops::ControlFlow::Continue(gst::buffer::BufferMetaForeachAction::Remove)
             } else {
                 std::ops::ControlFlow::Continue(gst::buffer::BufferMetaForeachAction::Keep)
             }
         });
+        if readable {
+            firehose_core::meta::readable::add_batch(t, &out);
+        }
         PacketBatchMeta::add(t, out);
         true
     }

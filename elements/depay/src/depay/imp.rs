@@ -193,7 +193,7 @@ impl FhDepay {
         let obj = self.obj();
         let element = obj.upcast_ref();
         let host = s.chunk.host(element, *CAT, self.front.cancel())?;
-        let (engine, caps) = self.front.start(element, host);
+        let (engine, caps) = self.front.start(element, host, s.chunk.readable_metas);
         *lock(&self.state) = Some(State {
             engine,
             caps,

@@ -165,6 +165,8 @@ struct State {
     /// Absolute payload address of each kept packet, parallel to the batch's infos.
     addrs: Vec<usize>,
     timer: StatsTimer,
+    /// `readable-metas`.
+    readable: bool,
 }
 
 // SAFETY: the raw mbuf pointers in the scratch arrays are only used by the thread that
@@ -560,6 +562,7 @@ impl BaseSrcImpl for DpdkSrc {
             rejected: Vec::with_capacity(burst),
             addrs: Vec::with_capacity(burst),
             timer: s.stats_interval.timer(),
+            readable: s.pool.readable_metas,
         });
         Ok(())
     }
@@ -592,12 +595,13 @@ impl PushSrcImpl for DpdkSrc {
         let pts = self.obj().current_running_time();
         self.counters.batches.add(1);
         let post = st.timer.due(Instant::now());
+        let readable = st.readable;
         drop(guard);
         if post {
             stats::post(self.obj().upcast_ref(), self.stats());
         }
         Ok(CreateSuccess::NewBuffer(
-            self.copy.out(batch_buffer(mem, packets, pts)),
+            self.copy.out(batch_buffer(mem, packets, pts, readable)),
         ))
     }
 }

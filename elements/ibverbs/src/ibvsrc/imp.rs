@@ -95,6 +95,8 @@ struct State {
     /// The interface received on, watched while idle: gone, replaced or down is an
     /// element error naming it.
     watch: Option<firehose_core::netif::LinkWatch>,
+    /// `readable-metas`.
+    readable: bool,
 }
 
 /// The `fhibvsrc` element's state: settings, counters, and the receive engine while
@@ -235,6 +237,7 @@ impl IbvSrc {
             _membership: membership,
             timer: s.stats_interval.timer(),
             watch,
+            readable: s.pool.readable_metas,
         })
     }
 }
@@ -432,7 +435,7 @@ impl PushSrcImpl for IbvSrc {
                         stats::post(self.obj().upcast_ref(), self.stats());
                     }
                     return Ok(CreateSuccess::NewBuffer(
-                        self.copy.out(batch.into_buffer(pts)),
+                        self.copy.out(batch.into_buffer(pts, state.readable)),
                     ));
                 }
                 Ok(Step::Busy) => idle = 0,

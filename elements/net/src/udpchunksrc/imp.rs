@@ -177,7 +177,7 @@ impl BaseSrcImpl for UdpChunkSrc {
             .socket
             .open(element, *CAT, false, s.batch_size as usize, 0)?;
         let host = s.chunk.host(element, *CAT, self.chunks.cancel())?;
-        let (mut engine, caps) = self.chunks.start(element, host);
+        let (mut engine, caps) = self.chunks.start(element, host, s.chunk.readable_metas);
         match s.landing {
             Landing::Auto => {}
             Landing::On => engine.set_landing(true),
@@ -262,7 +262,7 @@ impl PushSrcImpl for UdpChunkSrc {
             self.publish(engine, due)
         })?;
         match next {
-            Some(chunk) => Ok(CreateSuccess::NewBuffer(chunk.into_buffer())),
+            Some(chunk) => Ok(CreateSuccess::NewBuffer(self.chunks.buffer(chunk))),
             // Ended and every chunk pushed: GstBaseSrc sends EOS downstream.
             None => Err(gst::FlowError::Eos),
         }

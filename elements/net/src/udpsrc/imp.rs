@@ -104,6 +104,8 @@ struct State {
     /// The interface of `multicast-iface`, watched while nothing arrives: a capture
     /// whose interface went away or down says so (an element error).
     watch: Option<firehose_core::netif::LinkWatch>,
+    /// `readable-metas`.
+    readable: bool,
 }
 
 #[derive(Default)]
@@ -395,6 +397,7 @@ impl BaseSrcImpl for UdpSrc {
             output: s.output,
             when_full: s.when_full,
             watch,
+            readable: s.pool.readable_metas,
         });
         if port_changed {
             self.obj().notify("port");
@@ -470,10 +473,13 @@ impl PushSrcImpl for UdpSrc {
             self.post_stats(state);
         }
         let output = state.output;
+        let readable = state.readable;
         drop(guard);
 
         match output {
-            Output::Batch => Ok(CreateSuccess::NewBuffer(batch_buffer(mem, packets, pts))),
+            Output::Batch => Ok(CreateSuccess::NewBuffer(batch_buffer(
+                mem, packets, pts, readable,
+            ))),
             Output::List => {
                 // One GstBuffer per datagram, each a sub-memory of the one slot: no copy,
                 // but the per-buffer cost that stock elements need.

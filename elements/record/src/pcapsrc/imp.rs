@@ -423,6 +423,9 @@ impl PushSrcImpl for PcapSrc {
             b.set_pts(gst::ClockTime::from_nseconds(pts.as_nanos() as u64));
             b.set_offset(state.sent);
             b.set_offset_end(state.sent + n);
+            if state.settings.pool.readable_metas {
+                firehose_core::meta::readable::add_batch(b, &packets);
+            }
             PacketBatchMeta::add(b, packets);
         }
         state.sent += n;

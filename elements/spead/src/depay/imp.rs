@@ -44,6 +44,8 @@ struct State {
     caps: gst::Caps,
     timer: StatsTimer,
     stop_is_eos: bool,
+    /// `readable-metas`.
+    readable: bool,
     /// A stop heap became EOS: refuse input until a flush.
     ended: bool,
     memory: &'static str,
@@ -56,6 +58,8 @@ struct Output {
     /// The stream stopped (stop heap with `stop-is-eos`): push EOS after `buffers`.
     eos: bool,
     stats_due: bool,
+    /// Heaps also carry the meta every language reads (`readable-metas`).
+    readable: bool,
 }
 
 pub struct SpeadDepay {
@@ -84,7 +88,7 @@ impl Output {
             self.eos = true;
             return;
         }
-        self.buffers.push(heap_buffer(h));
+        self.buffers.push(heap_buffer(h, self.readable));
     }
 }
 
@@ -106,7 +110,10 @@ impl SpeadDepay {
         if state.ended {
             return Err(gst::FlowError::Eos);
         }
-        let mut out = Output::default();
+        let mut out = Output {
+            readable: state.readable,
+            ..Output::default()
+        };
         let stop_is_eos = state.stop_is_eos;
         let engine = match &mut state.engine {
             Engine::Heaps(h) => h,
@@ -186,6 +193,7 @@ impl SpeadDepay {
                 // EOS already went downstream with the stop heap.
                 return true;
             }
+            out.readable = state.readable;
             match &mut state.engine {
                 Engine::Heaps(engine) => {
                     let stop_is_eos = state.stop_is_eos;
@@ -309,6 +317,7 @@ impl SpeadDepay {
             caps: gst::Caps::new_empty_simple(fcaps::SPEAD_HEAP),
             timer: s.stats_interval.timer(),
             stop_is_eos: s.stop_is_eos,
+            readable: s.readable_metas,
             ended: false,
             memory,
         });
@@ -331,13 +340,16 @@ impl SpeadDepay {
             "chunks of {slots} heaps × {slot_size} B, {chunks} in the pool ({memory}); {}",
             s.handler_config()
         );
-        let (engine, caps) = self.chunks.start(self.obj().upcast_ref(), host);
+        let (engine, caps) = self
+            .chunks
+            .start(self.obj().upcast_ref(), host, s.readable_metas);
         *lock(&self.memory) = Some(memory);
         *lock(&self.state) = Some(State {
             engine: Engine::Chunks(engine),
             caps,
             timer: s.stats_interval.timer(),
             stop_is_eos: s.stop_is_eos,
+            readable: s.readable_metas,
             ended: false,
             memory,
         });

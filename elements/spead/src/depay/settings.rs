@@ -4,6 +4,7 @@ use std::sync::LazyLock;
 
 use firehose_chunk::landing::Mode as Landing;
 use firehose_chunk::ChunkConfig;
+use firehose_core::meta::readable;
 use firehose_core::props::{self, Memory};
 use firehose_core::stats::{self, StatsInterval};
 use gst::glib;
@@ -45,6 +46,7 @@ pub(crate) struct Settings {
     pub place_offset: u64,
     pub packet_presence_size: u32,
     pub landing: Landing,
+    pub readable_metas: bool,
 }
 
 impl Default for Settings {
@@ -69,6 +71,7 @@ impl Default for Settings {
             place_offset: 0,
             packet_presence_size: 0,
             landing: Landing::Auto,
+            readable_metas: readable::DEFAULT,
         }
     }
 }
@@ -97,6 +100,7 @@ impl Settings {
             "place-offset" => self.place_offset = value.get().unwrap(),
             "packet-presence-size" => self.packet_presence_size = value.get().unwrap(),
             "landing" => self.landing = value.get().unwrap(),
+            readable::PROPERTY => self.readable_metas = value.get().unwrap(),
             other => self.stats_interval.set(other, value),
         }
     }
@@ -124,6 +128,7 @@ impl Settings {
             "place-offset" => self.place_offset.to_value(),
             "packet-presence-size" => self.packet_presence_size.to_value(),
             "landing" => self.landing.to_value(),
+            readable::PROPERTY => self.readable_metas.to_value(),
             other => self.stats_interval.value(other),
         }
     }
@@ -312,6 +317,7 @@ fn build_properties() -> Vec<glib::ParamSpec> {
                 .default_value(0)
                 .mutable_ready()
                 .build(),
+            readable::param_spec(),
         ];
     v.extend(stats::properties(
             "heaps mode: packets, heaps, bytes, heaps-incomplete, malformed, too-large, out-of-order-dropped, duplicated, drops-pool, pool-*, descriptors; chunks mode: packets, bytes, chunks, chunks-incomplete, heaps, heaps-incomplete, malformed, too-old, duplicated, drops-handler, drops-pool, resyncs, pool-*",

@@ -45,7 +45,8 @@ impl Pending {
         }
         slot.set_len(used);
         let n = packets.len() as u64;
-        let buf = batch_buffer(gstmem::slot_into_memory(slot), packets, pts);
+        // A payloader's batches go to a sender (fhudpsink): the Rust meta only.
+        let buf = batch_buffer(gstmem::slot_into_memory(slot), packets, pts, false);
         Some(Batch {
             buffer: buf,
             packets: n,

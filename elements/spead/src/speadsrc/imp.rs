@@ -59,6 +59,8 @@ pub struct SpeadSrc {
     memory: Mutex<Option<&'static str>>,
     /// `stop-is-eos` of the current run.
     stop_is_eos: AtomicBool,
+    /// `readable-metas` of the current run.
+    readable: AtomicBool,
     /// Says on the bus when the heap pool runs dry.
     dry: firehose_core::src::DryWarning,
 }
@@ -187,6 +189,8 @@ impl BaseSrcImpl for SpeadSrc {
         *lock(&self.memory) = Some(memory);
         self.stop_is_eos
             .store(s.heaps.stop_is_eos, Ordering::Relaxed);
+        self.readable
+            .store(s.heaps.readable_metas, Ordering::Relaxed);
         let buffer = report.buffer_granted as u64;
         let src = LandingSource::new(rx, engine, batch, buffer, Emitted::default());
         let timer = s.heaps.stats_interval.timer();
@@ -244,7 +248,10 @@ impl PushSrcImpl for SpeadSrc {
                     .publish_now(|engine, due| self.publish(engine, due));
                 Err(gst::FlowError::Eos)
             }
-            Some(h) => Ok(CreateSuccess::NewBuffer(heap_buffer(h))),
+            Some(h) => Ok(CreateSuccess::NewBuffer(heap_buffer(
+                h,
+                self.readable.load(Ordering::Relaxed),
+            ))),
             // Ended and every heap pushed: GstBaseSrc sends EOS downstream.
             None => Err(gst::FlowError::Eos),
         }

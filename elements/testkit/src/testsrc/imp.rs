@@ -136,6 +136,7 @@ impl FhTestSrc {
         seq: u64,
         n: usize,
         packet_size: usize,
+        readable: bool,
     ) -> gst::Buffer {
         let rx_time_ns = firehose_core::batch::unix_ns();
         let mut packets = Vec::with_capacity(n);
@@ -150,7 +151,7 @@ impl FhTestSrc {
             });
         }
         slot.set_len(n * packet_size);
-        batch_buffer(gstmem::slot_into_memory(slot), packets, None)
+        batch_buffer(gstmem::slot_into_memory(slot), packets, None, readable)
     }
 }
 
@@ -325,7 +326,7 @@ impl PushSrcImpl for FhTestSrc {
 
         let seq = s.first_seq.wrapping_add(state.sent);
         let packet_size = s.packet_size as usize;
-        let mut buf = self.make_batch(slot, seq, n as usize, packet_size);
+        let mut buf = self.make_batch(slot, seq, n as usize, packet_size, s.pool.readable_metas);
         let batch_bytes = n * u64::from(s.packet_size);
         {
             let b = buf.get_mut().expect("a new buffer is writable");

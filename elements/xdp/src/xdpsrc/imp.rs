@@ -167,6 +167,8 @@ struct State {
     post: Vec<u32>,
     /// The interface: gone or down is an error, not a capture that waits for ever.
     watch: firehose_core::netif::LinkWatch,
+    /// `readable-metas`.
+    readable: bool,
 }
 
 #[derive(Default)]
@@ -316,6 +318,7 @@ impl XdpSrc {
                 timer: s.stats_interval.timer(),
                 post: Vec::with_capacity(cfg.frames as usize),
                 watch,
+                readable: s.pool.readable_metas,
             },
             mode,
         ))
@@ -670,6 +673,7 @@ impl PushSrcImpl for XdpSrc {
         // One clock read per batch: the running time at which the batch was complete.
         let pts = self.obj().current_running_time();
         self.counters.batches.add(1);
+        let readable = st.readable;
         if st.timer.due(Instant::now()) {
             self.read_kernel_stats(&st.cap.sock);
             drop(guard);
@@ -678,7 +682,7 @@ impl PushSrcImpl for XdpSrc {
             drop(guard);
         }
         Ok(CreateSuccess::NewBuffer(
-            self.copy.out(batch_buffer(mem, packets, pts)),
+            self.copy.out(batch_buffer(mem, packets, pts, readable)),
         ))
     }
 }
