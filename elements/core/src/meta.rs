@@ -5,10 +5,11 @@
 //! value, dropped when the meta is freed and cloned (or rebased) when a buffer is copied.
 //! The macro writes that FFI once.
 //!
-//! [`chunk`] holds the chunk meta. [`message`] is the exception: a `GstCustomMeta` every language can read, which says
+//! [`chunk`] holds the chunk meta; [`dest`] each datagram's destination and frame headers. [`message`] is the exception: a `GstCustomMeta` every language can read, which says
 //! which message a buffer holds and whether all of it arrived.
 
 pub mod chunk;
+pub mod dest;
 pub mod message;
 
 /// How a meta's data follows a buffer copy: `region` is `None` for a full copy, or the

@@ -18,7 +18,8 @@ use firehose_core::{caps as fcaps, MemoryRegion, PacketInfo};
 use super::{XdpMode, ZeroCopy};
 use crate::engine::{self, AttachMode, BindMode, Capture, ErrorKind, Notice};
 use crate::xsk::XskSocket;
-use firehose_core::frame::accept::{packet_entry, Rejected};
+use firehose_core::frame::accept::{packet_entry_dest, Rejected};
+use firehose_core::meta::dest::{PacketDest, PacketDestMeta};
 use firehose_core::wake::{wait_readable, Waker};
 
 firehose_core::debug_category!(CAT, "fhxdpsrc", "Firehose AF_XDP source");
@@ -322,8 +323,12 @@ impl XdpSrc {
     }
 
     /// Receives until one batch with at least one datagram is ready (a memory over its
-    /// frames plus the datagrams), the wait is interrupted, or an error occurs.
-    fn receive(&self, st: &mut State) -> Result<(gst::Memory, Vec<PacketInfo>), gst::FlowError> {
+    /// frames plus the datagrams and where each was sent, its frame headers lying before
+    /// its payload), the wait is interrupted, or an error occurs.
+    fn receive(
+        &self,
+        st: &mut State,
+    ) -> Result<(gst::Memory, Vec<PacketInfo>, Vec<PacketDest>), gst::FlowError> {
         loop {
             if self.live.is_flushing() {
                 return Err(gst::FlowError::Flushing);
@@ -379,6 +384,7 @@ impl XdpSrc {
             }
             let now = firehose_core::batch::unix_ns();
             let mut packets = Vec::with_capacity(n as usize);
+            let mut dests = Vec::with_capacity(n as usize);
             let mut slots = Vec::with_capacity(n as usize);
             let (mut lo, mut hi) = (usize::MAX, 0usize);
             let mut t = Tally::default();
@@ -426,11 +432,12 @@ impl XdpSrc {
                             len,
                         )
                     };
-                    match packet_entry(frame, addr, &st.cap.filter, now) {
-                        Ok(p) => {
+                    match packet_entry_dest(frame, addr, &st.cap.filter, now) {
+                        Ok((p, d)) => {
                             t.packets += 1;
                             t.bytes += u64::from(p.len);
                             packets.push(p);
+                            dests.push(d);
                         }
                         Err(r) => match r {
                             // The XDP program redirects UDP only.
@@ -472,7 +479,7 @@ impl XdpSrc {
                 p.offset -= lo as u32;
             }
             let mem = lend_batch(&st.cap.ring, &st.cap.region, lo..hi, slots);
-            return Ok((mem, packets));
+            return Ok((mem, packets, dests));
         }
     }
 }
@@ -666,7 +673,7 @@ impl PushSrcImpl for XdpSrc {
     ) -> Result<CreateSuccess, gst::FlowError> {
         let mut guard = lock(&self.state);
         let st = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-        let (mem, packets) = self.receive(st)?;
+        let (mem, packets, dests) = self.receive(st)?;
         // One clock read per batch: the running time at which the batch was complete.
         let pts = self.obj().current_running_time();
         self.counters.batches.add(1);
@@ -677,8 +684,8 @@ impl PushSrcImpl for XdpSrc {
         } else {
             drop(guard);
         }
-        Ok(CreateSuccess::NewBuffer(
-            self.copy.out(batch_buffer(mem, packets, pts)),
-        ))
+        let mut buf = batch_buffer(mem, packets, pts);
+        PacketDestMeta::add(buf.get_mut().expect("a new buffer is writable"), dests);
+        Ok(CreateSuccess::NewBuffer(self.copy.out(buf)))
     }
 }
