@@ -146,7 +146,7 @@ struct Tally {
 }
 
 /// How the running capture ended up configured, for stats and logs.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 struct Mode {
     xdp: &'static str,
     bind: &'static str,
@@ -206,11 +206,12 @@ impl XdpSrc {
         s.set(names::POOL_IN_USE, counts.held as u64);
         s.set(names::POOL_HIGH_WATER, self.high_water.get());
         s.set("pool-posted", counts.posted as u64);
-        if let Some(m) = lock(&self.mode).as_ref() {
-            s.set("xdp-mode", m.xdp);
-            s.set("bind-mode", m.bind);
-            s.set("memory", m.memory);
-        }
+        // Known once started; `none` before, so the keys never depend on the state.
+        let mode = *lock(&self.mode);
+        let none = stats::NOT_KNOWN;
+        s.set("xdp-mode", mode.map_or(none, |m| m.xdp));
+        s.set("bind-mode", mode.map_or(none, |m| m.bind));
+        s.set("memory", mode.map_or(none, |m| m.memory));
         s
     }
 
