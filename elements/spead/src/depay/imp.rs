@@ -126,6 +126,7 @@ impl SpeadDepay {
                 let flow = self
                     .chunks
                     .feed(engine, buffers, stop_is_eos, &mut out.buffers);
+                self.chunks.warn_if_dry(self.obj().upcast_ref(), engine);
                 out.eos = flow == Flow::End;
                 state.ended = out.eos;
                 out.stats_due = state.timer.due(Instant::now()) || out.eos;
