@@ -566,6 +566,22 @@ fn capture_frames(path: &std::path::Path) -> Vec<(u16, Vec<u8>)> {
     out
 }
 
+/// Whole records in a capture that may still be being written (0 until its header is).
+fn count_records(path: &std::path::Path) -> usize {
+    use firehose_record::read::container::CaptureReader;
+    let Ok(f) = std::fs::File::open(path) else {
+        return 0;
+    };
+    let Ok(mut r) = CaptureReader::new(f) else {
+        return 0;
+    };
+    let mut n = 0;
+    while let Ok(Some(_)) = r.next_record() {
+        n += 1;
+    }
+    n
+}
+
 #[test]
 fn a_recording_keeps_each_frames_real_addresses_and_headers() {
     const N: u32 = 40;
@@ -641,7 +657,11 @@ fn a_recording_keeps_each_frames_real_addresses_and_headers() {
         panic!("{} ({:?})", e.error(), e.debug());
     }
     pipeline.set_state(gst::State::Null).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    // tcpdump writes each packet as it sees it (-U): wait until it wrote them all.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while count_records(&theirs) < N as usize && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // SAFETY: kill() on our own child's pid, not yet reaped.
     unsafe { libc::kill(dump.id() as libc::pid_t, libc::SIGINT) };
     assert!(dump.wait().unwrap().success());
