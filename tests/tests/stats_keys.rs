@@ -235,3 +235,61 @@ fn sources_and_recorders_keep_their_keys_once_running() {
         "same keys in every format"
     );
 }
+
+/// The case the issue reported: `fhspeadsrc landing=auto` receiving heaps over 2 MiB
+/// (which auto does not land) still lists `packets-landed`, reading 0.
+#[test]
+fn fhspeadsrc_lists_packets_landed_when_auto_does_not_land() {
+    init();
+    let pipeline = gst::parse::launch(
+        "fhspeadsrc name=src address=127.0.0.1 port=0 landing=auto max-heap-size=8388608 \
+         memory=system ! fakesink name=sink async=false",
+    )
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    let src = pipeline.by_name("src").unwrap();
+    let before = keys(&src);
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let port = loop {
+        let p = src.property::<i32>("port");
+        if p > 0 {
+            break p as u16;
+        }
+        assert!(std::time::Instant::now() < deadline, "did not bind");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    // Two heaps of 3 MiB, paced.
+    let cfg = PacketConfig::new(Flavour::SPEAD_64_40, 8192).unwrap();
+    let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let payload = vec![7u8; 3 << 20];
+    for cnt in 1..=2u64 {
+        let items = [Item::bytes(0x1000, &payload)];
+        let mut packets = cfg.heap(cnt, &items).unwrap();
+        let mut buf = vec![0u8; 8192];
+        let mut k = 0;
+        while let Some(len) = packets.write_next(&mut buf) {
+            tx.send_to(&buf[..len], ("127.0.0.1", port)).unwrap();
+            k += 1;
+            if k % 32 == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let s = src.property::<gst::Structure>("stats");
+        if s.get::<u64>("heaps").unwrap() >= 1 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no heap: {s}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let s = src.property::<gst::Structure>("stats");
+    let running = keys(&src);
+    pipeline.set_state(gst::State::Null).unwrap();
+    assert_eq!(running, before, "{s}");
+    assert_eq!(s.get::<u64>("packets-landed").unwrap(), 0, "{s}");
+    assert!(s.get::<u64>("packets-copied").unwrap() > 0, "{s}");
+}
