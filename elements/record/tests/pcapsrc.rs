@@ -305,11 +305,12 @@ fn pace_and_bitrate_replace_rate_which_still_works() {
         .collect();
     let path = dir.join("p.pcap");
     std::fs::write(&path, classic_pcap(&frames, true, false)).unwrap();
-    // 2 loops x 50 kB at 4 Mbit/s: about 0.2 s.
+    // 2 loops x 50 kB at 4 Mbit/s in batches of 10 kB: the last batch waits until
+    // 90 kB are due, 0.18 s.
     let t = Instant::now();
     let (got, _, r) = replay(
         &format!(
-            "location={} pace=bitrate bitrate=4000000 loop=2",
+            "location={} pace=bitrate bitrate=4000000 loop=2 batch-size=10",
             path.display()
         ),
         Duration::from_secs(30),
