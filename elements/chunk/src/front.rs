@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use firehose_core::alloc;
+use firehose_core::src::DryWarning;
 use firehose_core::sync::lock;
 use firehose_core::SlotPool;
 
@@ -32,6 +33,8 @@ pub struct ChunkFront {
     /// `readable-metas` of the current run: chunks also carry the meta every language
     /// reads.
     readable: AtomicBool,
+    /// Says on the bus when the chunk pool runs dry (`when-full=drop`).
+    dry: DryWarning,
 }
 
 impl ChunkFront {
@@ -57,6 +60,7 @@ impl ChunkFront {
             gst::element_warning!(element, gst::ResourceError::Settings, ("{}", reason));
         }
         self.mirror.reset();
+        self.dry.reset();
         self.flushing.store(false, Ordering::Release);
         *lock(&self.pool) = Some(pool);
         (engine, caps)
@@ -117,6 +121,19 @@ impl ChunkFront {
     /// receive, and at stop).
     pub fn update(&self, engine: &ChunkAssembler) {
         self.mirror.update(&engine.stats());
+    }
+
+    /// Says on `element`'s bus that the chunk pool ran dry when the engine dropped
+    /// packets for want of a chunk since the last look (the first time, then at most
+    /// every [`DryWarning::EVERY`]): downstream holds every chunk. Call after feeding or
+    /// receiving; cheap when nothing was dropped.
+    pub fn warn_if_dry(&self, element: &gst::Element, engine: &ChunkAssembler) {
+        self.dry.check(
+            element,
+            engine.stats().drops_pool,
+            "the chunk pool",
+            "pool-size (or max-chunks)",
+        );
     }
 
     /// The `stats` structure: the engine's counters, the pool's, and its memory kind.

@@ -438,12 +438,21 @@ impl CopyOut {
         })
     }
 
-    /// Adds `bytes-copied` and `bytes-uncopied` to `s` once a copy was decided.
+    /// Adds `bytes-copied`, `bytes-uncopied` and `memory-copied-into` to `s`: 0, 0 and
+    /// `none` while nothing is copied (downstream proposed no memory), so that the keys
+    /// are the same whichever way the source runs.
     pub fn append_stats(&self, s: &mut gst::Structure) {
-        if let Some(c) = self.copy.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            s.set(crate::stats::names::BYTES_COPIED, c.bytes_copied());
-            s.set("bytes-uncopied", self.uncopied.get());
-            s.set("memory-copied-into", c.pool().kind().as_str());
+        match self.copy.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            Some(c) => {
+                s.set(crate::stats::names::BYTES_COPIED, c.bytes_copied());
+                s.set("bytes-uncopied", self.uncopied.get());
+                s.set("memory-copied-into", c.pool().kind().as_str());
+            }
+            None => {
+                s.set(crate::stats::names::BYTES_COPIED, 0u64);
+                s.set("bytes-uncopied", 0u64);
+                s.set("memory-copied-into", crate::stats::NOT_KNOWN);
+            }
         }
     }
 }

@@ -5,13 +5,15 @@
 //! value, dropped when the meta is freed and cloned (or rebased) when a buffer is copied.
 //! The macro writes that FFI once.
 //!
-//! [`chunk`] holds the chunk meta. [`message`] is the exception: a `GstCustomMeta` every language can read, which says
-//! which message a buffer holds and whether all of it arrived. [`readable`] repeats the
-//! batch and chunk metas as such custom metas (the SPEAD crate does the same for heaps),
-//! with [`custom`]'s plumbing.
+//! [`chunk`] holds the chunk meta; [`dest`] each datagram's destination and frame
+//! headers. [`message`] is the exception: a `GstCustomMeta` every language can read, which
+//! says which message a buffer holds and whether all of it arrived. [`readable`] repeats
+//! the batch and chunk metas as such custom metas (the SPEAD crate does the same for
+//! heaps), with [`custom`]'s plumbing.
 
 pub mod chunk;
 pub mod custom;
+pub mod dest;
 pub mod message;
 pub mod readable;
 

@@ -115,6 +115,11 @@ pub mod names {
     pub const OUT_OF_ORDER_DROPPED: &str = "out-of-order-dropped";
 }
 
+/// The value of a text field of a `stats` structure (`memory`, `xdp-mode`, …) that is not
+/// known yet (before start) or does not apply: the key is there in every mode, as
+/// counters that do not apply read 0.
+pub const NOT_KNOWN: &str = "none";
+
 /// A monotonically increasing counter, updated from the streaming thread and read from
 /// any thread.
 #[derive(Debug, Default)]

@@ -29,7 +29,12 @@ fn run_once(tag: &str) {
     let sender = send_paced(&pair, (pair.host_ip, port).into(), count, 40_000);
     // A second stream to another port must be filtered, not delivered.
     let other = send_paced(&pair, (pair.host_ip, port + 1).into(), 100, 1000);
-    let seen = pull_test_packets(&mut h, count, Duration::from_secs(30));
+    let seen = pull_test_packets_to(
+        &mut h,
+        count,
+        Duration::from_secs(30),
+        Some((pair.host_ip, port).into()),
+    );
     sender.join().unwrap();
     other.join().unwrap();
     let missing: Vec<usize> = (0..seen.len()).filter(|&i| seen[i] == 0).collect();

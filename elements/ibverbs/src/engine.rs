@@ -34,7 +34,8 @@ use firehose_core::stats::names;
 use firehose_core::sync::lock;
 use firehose_core::{MemoryRegion, PacketInfo};
 
-use firehose_core::frame::accept::{packet_entry, Rejected, UdpFilter as Filter};
+use firehose_core::frame::accept::{packet_entry_dest, Rejected, UdpFilter as Filter};
+use firehose_core::meta::dest::{PacketDest, PacketDestMeta};
 
 /// One receive buffer to hand to the device: a receive WR with one SGE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -205,13 +206,17 @@ pub struct Batch {
     pub memory: gst::Memory,
     /// The datagrams, in arrival order.
     pub packets: Vec<PacketInfo>,
+    /// Where each was sent; its frame headers lie in `memory` before its payload.
+    pub dests: Vec<PacketDest>,
 }
 
 impl Batch {
     /// The batch as an `application/x-firehose-packets` buffer (`readable`: with the
     /// meta every language reads too).
     pub fn into_buffer(self, pts: Option<gst::ClockTime>, readable: bool) -> gst::Buffer {
-        batch_buffer(self.memory, self.packets, pts, readable)
+        let mut buf = batch_buffer(self.memory, self.packets, pts, readable);
+        PacketDestMeta::add(buf.get_mut().expect("a new buffer is writable"), self.dests);
+        buf
     }
 }
 
@@ -346,6 +351,7 @@ impl<D: RxDevice> RxEngine<D> {
         let c = &self.counters;
         let mut slots: Vec<u32> = Vec::with_capacity(self.end - self.next);
         let mut packets: Vec<PacketInfo> = Vec::with_capacity(self.end - self.next);
+        let mut dests: Vec<PacketDest> = Vec::with_capacity(self.end - self.next);
         let mut bytes = 0u64;
         let mut ring = lock(&self.ring);
         while self.next < self.end {
@@ -375,7 +381,7 @@ impl<D: RxDevice> RxEngine<D> {
                             wc.byte_len as usize,
                         )
                     };
-                    packet_entry(frame, 0, &self.filter, rx_time_ns)
+                    packet_entry_dest(frame, 0, &self.filter, rx_time_ns)
                 }
                 CompletionStatus::TooLong => Err(Rejected::Truncated),
                 CompletionStatus::Error(_) => {
@@ -388,7 +394,7 @@ impl<D: RxDevice> RxEngine<D> {
                 }
             };
             match verdict {
-                Ok(mut p) => {
+                Ok((mut p, d)) => {
                     // Offsets are relative to the run's memory, which starts at its
                     // first slot (runs are at most a batch, so this fits in u32).
                     let first = slots.first().copied().unwrap_or(wc.slot);
@@ -396,6 +402,7 @@ impl<D: RxDevice> RxEngine<D> {
                     bytes += u64::from(p.len);
                     slots.push(wc.slot);
                     packets.push(p);
+                    dests.push(d);
                 }
                 Err(r) => {
                     match r {
@@ -431,7 +438,11 @@ impl<D: RxDevice> RxEngine<D> {
         c.bytes.add(bytes);
         c.batches.add(1);
         let memory = lend_batch(&self.ring, &self.region, start..end, slots);
-        Ok(Step::Batch(Batch { memory, packets }))
+        Ok(Step::Batch(Batch {
+            memory,
+            packets,
+            dests,
+        }))
     }
 }
 

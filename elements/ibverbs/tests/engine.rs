@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use firehose_core::batch::for_each_packet;
 use firehose_core::frame::accept::UdpFilter as Filter;
+use firehose_core::meta::dest::{frame_headers, PacketDestMeta};
 use firehose_core::ring::SlotOwner;
 use firehose_core::sync::lock;
 use firehose_core::{HugepagePolicy, MemoryRegion, PacketBatchMeta};
@@ -286,12 +287,25 @@ fn a_batch_of_frames_is_one_buffer_with_one_memory_and_payload_offsets() {
         "the memory covers exactly its slots"
     );
     let meta = buf.meta::<PacketBatchMeta>().unwrap();
-    for (i, p) in meta.packets().iter().enumerate() {
+    let dests = buf
+        .meta::<PacketDestMeta>()
+        .expect("where each datagram went");
+    let map = buf.map_readable().unwrap();
+    for (i, (p, d)) in meta.packets().iter().zip(dests.dests()).enumerate() {
+        // The frame's own headers, for a recorder to write as they were.
+        let h = frame_headers(&map, p.offset as usize, p.len as usize, d.header_len);
+        assert_eq!(
+            h,
+            Some(&map[i * SLOT as usize..p.offset as usize]),
+            "frame {i}"
+        );
+        assert_eq!(d.dst.to_socket_addr(), "239.1.2.3:7148".parse().unwrap());
         assert_eq!(p.offset as usize, i * SLOT as usize + HDR);
         assert_eq!(p.len as usize, format!("payload-{i}").len());
         assert_eq!(p.rx_time_ns, 1_000);
         assert_eq!(p.src.to_socket_addr(), "10.0.0.1:1234".parse().unwrap());
     }
+    drop(map);
     assert_eq!(
         payloads(&buf),
         (0..5).map(|i| format!("payload-{i}")).collect::<Vec<_>>()

@@ -10,6 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
+use firehose_core::meta::dest::PacketDest;
 use firehose_core::netif::iface_index;
 use firehose_core::wake::{nap, wait_readable, Coalescer, Waker};
 use firehose_core::{PacketAddr, PacketInfo};
@@ -21,8 +22,9 @@ use crate::sockaddr;
 /// Largest UDP payload the kernel can hand us in one (GRO-coalesced) datagram.
 pub const MAX_DATAGRAM: usize = 65535;
 
-/// Space for the control messages we ask for: a timespec, the drop counter, the GRO size.
-const CMSG_SPACE: usize = 128;
+/// Space for the control messages we ask for: a timespec, the drop counter, the GRO
+/// size, the destination address (`IP_PKTINFO` / `IPV6_PKTINFO`).
+const CMSG_SPACE: usize = 192;
 
 /// How to open the socket.
 #[derive(Clone, Debug)]
@@ -135,6 +137,12 @@ pub struct UdpReceiver {
     iovs: Vec<libc::iovec>,
     names: Vec<libc::sockaddr_storage>,
     cmsgs: Vec<[u64; CMSG_SPACE / 8]>,
+    /// Where each datagram of the last [`UdpReceiver::recv_batch`] was sent.
+    dests: Vec<PacketDest>,
+    /// The bound port, and the bound address unless it is a wildcard: the destination
+    /// of a datagram whose `IP_PKTINFO` is missing.
+    local_port: u16,
+    bound: Option<IpAddr>,
     kernel_drops: u64,
     /// Receive buffer the kernel granted (as it reports it).
     buffer_granted: usize,
@@ -395,7 +403,14 @@ impl UdpReceiver {
             let _ = setsockopt_int(&sock, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
         }
         report.gro = cfg.gro && setsockopt_int(&sock, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
+        // Each datagram's destination address (a wildcard bind receives on several;
+        // recordings write the real one). An IPv6 socket takes IPv4 datagrams too.
+        let _ = setsockopt_int(&sock, libc::IPPROTO_IP, libc::IP_PKTINFO, 1);
+        if ip.is_ipv6() {
+            let _ = setsockopt_int(&sock, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1);
+        }
         report.local = sock.local_addr().ok().and_then(|a| a.as_socket());
+        let local_port = report.local.map_or(cfg.port, |a| a.port());
 
         let max_packet = max_packet_size.clamp(1, MAX_DATAGRAM);
         // With GRO one message may carry many segments, up to a full 64 KiB datagram;
@@ -442,6 +457,9 @@ impl UdpReceiver {
             // SAFETY: as above.
             names: vec![unsafe { mem::zeroed() }; batch_max],
             cmsgs: vec![[0u64; CMSG_SPACE / 8]; batch_max],
+            dests: Vec::with_capacity(batch_max),
+            local_port,
+            bound: (!ip.is_unspecified()).then_some(ip),
             kernel_drops: 0,
             buffer_granted: report.buffer_granted,
             coalesce: Coalescer::new(0, 0),
@@ -567,6 +585,7 @@ impl UdpReceiver {
                 counts: RecvCounts::default(),
             });
         }
+        self.dests.clear();
         let mut counts = RecvCounts::default();
         let mut used = 0;
         let mut coalesced = 0;
@@ -576,8 +595,15 @@ impl UdpReceiver {
             let len = self.msgs[i].msg_len as usize;
             longest = longest.max(len);
             used = base + len;
-            let (rx_time_ns, gso) = self.parse_cmsgs(i);
+            let (rx_time_ns, gso, to) = self.parse_cmsgs(i);
             let src = self.source(i);
+            let dest = PacketDest {
+                dst: to
+                    .or(self.bound)
+                    .map(|ip| SocketAddr::new(ip, self.local_port).into())
+                    .unwrap_or_default(),
+                header_len: 0,
+            };
             if self.msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
                 counts.truncated += 1;
                 continue;
@@ -601,6 +627,7 @@ impl UdpReceiver {
                     rx_time_ns,
                     src,
                 });
+                self.dests.push(dest);
                 off += l;
                 counts.packets += 1;
             }
@@ -758,7 +785,7 @@ impl UdpReceiver {
     /// Message `i` of the last [`UdpReceiver::recv_vectored`]: its length, GRO segment
     /// size, receive time and whether the kernel truncated it.
     pub fn message(&mut self, i: usize) -> Message {
-        let (rx_time_ns, gso) = self.parse_cmsgs(i);
+        let (rx_time_ns, gso, _) = self.parse_cmsgs(i);
         Message {
             len: self.msgs[i].msg_len as usize,
             gso,
@@ -783,10 +810,18 @@ impl UdpReceiver {
         wait_readable(self.sock.as_raw_fd(), &self.waker, self.idle_ms)
     }
 
-    /// Receive time (ns since the epoch, 0 if absent) and GRO segment size (0 if none)
-    /// of message `i`; also tracks the kernel drop counter.
-    fn parse_cmsgs(&mut self, i: usize) -> (u64, usize) {
-        let (mut ts, mut gso) = (0u64, 0usize);
+    /// Where each datagram of the last [`UdpReceiver::recv_batch`] was sent (from
+    /// `IP_PKTINFO`, else the bound address), one entry per datagram it appended; the
+    /// entries of a [`PacketDestMeta`](firehose_core::meta::dest::PacketDestMeta).
+    pub fn take_dests(&mut self) -> Vec<PacketDest> {
+        std::mem::replace(&mut self.dests, Vec::with_capacity(self.batch_max))
+    }
+
+    /// Receive time (ns since the epoch, 0 if absent), GRO segment size (0 if none) and
+    /// destination address (`None` if absent) of message `i`; also tracks the kernel
+    /// drop counter.
+    fn parse_cmsgs(&mut self, i: usize) -> (u64, usize, Option<IpAddr>) {
+        let (mut ts, mut gso, mut to) = (0u64, 0usize, None);
         let hdr = &self.msgs[i].msg_hdr;
         // SAFETY: the CMSG_* macros walk the control buffer the kernel filled, bounded by
         // msg_controllen; each payload is read unaligned with its documented type.
@@ -806,12 +841,23 @@ impl UdpReceiver {
                     (libc::SOL_UDP, libc::UDP_GRO) => {
                         gso = std::ptr::read_unaligned(data as *const i32).max(0) as usize;
                     }
+                    (libc::IPPROTO_IP, libc::IP_PKTINFO) => {
+                        let p = std::ptr::read_unaligned(data as *const libc::in_pktinfo);
+                        let a = Ipv4Addr::from(u32::from_be(p.ipi_addr.s_addr));
+                        to = Some(IpAddr::V4(a));
+                    }
+                    (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) => {
+                        let p = std::ptr::read_unaligned(data as *const libc::in6_pktinfo);
+                        let a = Ipv6Addr::from(p.ipi6_addr.s6_addr);
+                        // An IPv4 datagram on an IPv6 socket: its IPv4 form.
+                        to = Some(a.to_ipv4_mapped().map_or(IpAddr::V6(a), IpAddr::V4));
+                    }
                     _ => {}
                 }
                 c = libc::CMSG_NXTHDR(hdr, c);
             }
         }
-        (ts, gso)
+        (ts, gso, to)
     }
 
     fn source(&self, i: usize) -> PacketAddr {
@@ -969,6 +1015,49 @@ mod tests {
         assert_eq!(r, Recv::Woken);
         t.join().unwrap();
         rx.waker().clear();
+    }
+
+    #[test]
+    fn each_datagram_says_where_it_was_sent() {
+        // A wildcard bind receives what is sent to any loopback address; IP_PKTINFO
+        // says which one each datagram went to.
+        for (bind, sent_to) in [
+            ("0.0.0.0", ["127.0.0.3", "127.0.0.9"]),
+            ("::", ["127.0.0.4", "::1"]),
+            ("127.0.0.1", ["127.0.0.1", "127.0.0.1"]),
+        ] {
+            let cfg = SocketConfig {
+                address: bind.into(),
+                ..loopback(false, false)
+            };
+            let mut rx = UdpReceiver::open(&cfg, 1500, 8, 0).unwrap().0;
+            let port = rx.local_addr().unwrap().port();
+            for to in sent_to {
+                let ip: IpAddr = to.parse().unwrap();
+                let s = UdpSocket::bind(if ip.is_ipv6() {
+                    "[::1]:0"
+                } else {
+                    "127.0.0.1:0"
+                })
+                .unwrap();
+                s.send_to(b"where", (ip, port)).unwrap();
+            }
+            let mut slab = vec![0u8; rx.slab_size()];
+            let mut out = Vec::new();
+            let mut dests = Vec::new();
+            while out.len() < 2 {
+                if let Recv::Batch { .. } = rx.recv_batch(&mut slab, &mut out, true).unwrap() {
+                    dests.extend(rx.take_dests());
+                }
+            }
+            let got: Vec<SocketAddr> = dests.iter().map(|d| d.dst.to_socket_addr()).collect();
+            let want: Vec<SocketAddr> = sent_to
+                .iter()
+                .map(|t| SocketAddr::new(t.parse().unwrap(), port))
+                .collect();
+            assert_eq!(got, want, "bound to {bind}");
+            assert!(dests.iter().all(|d| d.header_len == 0));
+        }
     }
 
     #[test]

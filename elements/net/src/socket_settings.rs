@@ -1,6 +1,7 @@
 //! The socket properties of the kernel-UDP sources (`fhudpsrc`, `fhudpchunksrc`): where
 //! to receive (`address`, `port`, `multicast-iface`, `multicast-source`) and how
-//! (`buffer-size`, `coalesce-us`, `max-packet-size`, `gro`, `reuse`), their specs, and
+//! (`buffer-size`, `coalesce-time` and its deprecated alias `coalesce-us`,
+//! `max-packet-size`, `gro`, `reuse`), their specs, and
 //! opening the socket they describe with its errors and warnings phrased for the user.
 
 use gst::glib;
@@ -37,8 +38,9 @@ pub struct SocketSettings {
     pub multicast_source: Option<String>,
     /// `buffer-size`: SO_RCVBUF in bytes (0: kernel default).
     pub buffer_size: u32,
-    /// `coalesce-us`: longest nap after an empty read (0: none).
-    pub coalesce_us: u32,
+    /// `coalesce-time` in ns (`coalesce-us` × 1000): longest nap after an empty read
+    /// (0: none).
+    pub coalesce_ns: u64,
     /// `max-packet-size`: longest datagram accepted.
     pub max_packet_size: u32,
     /// `gro`: ask for UDP GRO.
@@ -55,7 +57,7 @@ impl Default for SocketSettings {
             multicast_iface: None,
             multicast_source: None,
             buffer_size: DEFAULT_BUFFER_SIZE,
-            coalesce_us: DEFAULT_COALESCE_US,
+            coalesce_ns: u64::from(DEFAULT_COALESCE_US) * 1000,
             max_packet_size: DEFAULT_MAX_PACKET_SIZE,
             gro: true,
             reuse: false,
@@ -99,9 +101,16 @@ impl SocketSettings {
                 .default_value(DEFAULT_BUFFER_SIZE as i32)
                 .mutable_ready()
                 .build(),
-            glib::ParamSpecUInt::builder("coalesce-us")
+            glib::ParamSpecUInt64::builder("coalesce-time")
                 .nick("Wake-up coalescing")
-                .blurb("When a read finds the socket queue empty after data, wait up to this many microseconds before reading again, so that one wake-up takes many datagrams (less CPU); cut short so the socket buffer never fills past a quarter. Adds at most this much latency. 0 = read as soon as anything arrives")
+                .blurb("When a read finds the socket queue empty after data, wait up to this many nanoseconds before reading again, so that one wake-up takes many datagrams (less CPU); cut short so the socket buffer never fills past a quarter. Adds at most this much latency. 0 = read as soon as anything arrives")
+                .maximum(100_000_000)
+                .default_value(u64::from(DEFAULT_COALESCE_US) * 1000)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt::builder("coalesce-us")
+                .nick("Wake-up coalescing (µs)")
+                .blurb("Deprecated: use coalesce-time (nanoseconds). The same setting in microseconds")
                 .maximum(100_000)
                 .default_value(DEFAULT_COALESCE_US)
                 .mutable_ready()
@@ -145,7 +154,8 @@ impl SocketSettings {
             "multicast-iface" => self.multicast_iface = opt(value.get().unwrap()),
             "multicast-source" => self.multicast_source = opt(value.get().unwrap()),
             "buffer-size" => self.buffer_size = value.get::<i32>().unwrap() as u32,
-            "coalesce-us" => self.coalesce_us = value.get().unwrap(),
+            "coalesce-time" => self.coalesce_ns = value.get().unwrap(),
+            "coalesce-us" => self.coalesce_ns = u64::from(value.get::<u32>().unwrap()) * 1000,
             "max-packet-size" => self.max_packet_size = value.get().unwrap(),
             "gro" => self.gro = value.get().unwrap(),
             "reuse" => self.reuse = value.get().unwrap(),
@@ -162,7 +172,8 @@ impl SocketSettings {
             "multicast-iface" => self.multicast_iface.to_value(),
             "multicast-source" => self.multicast_source.to_value(),
             "buffer-size" => (self.buffer_size as i32).to_value(),
-            "coalesce-us" => self.coalesce_us.to_value(),
+            "coalesce-time" => self.coalesce_ns.to_value(),
+            "coalesce-us" => ((self.coalesce_ns / 1000).min(u64::from(u32::MAX)) as u32).to_value(),
             "max-packet-size" => self.max_packet_size.to_value(),
             "gro" => self.gro.to_value(),
             "reuse" => self.reuse.to_value(),
@@ -224,9 +235,9 @@ impl SocketSettings {
         Ok((rx, report))
     }
 
-    /// `coalesce-us` in nanoseconds.
+    /// `coalesce-time` (nanoseconds).
     fn coalesce_ns(&self) -> u64 {
-        u64::from(self.coalesce_us) * 1000
+        self.coalesce_ns
     }
 
     /// Records the port the socket was bound to (`port=0` asks for any free one), so that
@@ -270,7 +281,8 @@ mod tests {
             Some("lo").to_value(),
             Some("10.0.0.1, 10.0.0.2").to_value(),
             1024i32.to_value(),
-            0u32.to_value(),
+            7000u64.to_value(),
+            7u32.to_value(),
             1500u32.to_value(),
             false.to_value(),
             true.to_value(),
@@ -294,6 +306,29 @@ mod tests {
         assert_eq!(cfg.multicast_iface.as_deref(), Some("lo"));
         assert_eq!((cfg.buffer_size, cfg.gro, cfg.reuse), (1024, false, true));
         assert!(!cfg.timestamps);
+    }
+
+    #[test]
+    fn coalesce_us_is_an_alias_of_coalesce_time() {
+        gst::init().unwrap();
+        let props = SocketSettings::properties();
+        let spec = |name| props.iter().find(|p| p.name() == name).unwrap();
+        let mut s = SocketSettings::default();
+        assert_eq!(
+            s.get(spec("coalesce-time")).unwrap().get::<u64>().unwrap(),
+            2_000_000
+        );
+        s.set(&500u32.to_value(), spec("coalesce-us"));
+        assert_eq!(s.coalesce_ns(), 500_000);
+        assert_eq!(
+            s.get(spec("coalesce-time")).unwrap().get::<u64>().unwrap(),
+            500_000
+        );
+        s.set(&30_000u64.to_value(), spec("coalesce-time"));
+        assert_eq!(
+            s.get(spec("coalesce-us")).unwrap().get::<u32>().unwrap(),
+            30
+        );
     }
 
     #[test]
@@ -340,7 +375,7 @@ mod tests {
         let at = names.iter().position(|n| n == "buffer-size").unwrap();
         assert_eq!(
             names[at + 1..at + 4],
-            ["batch-size", "batch-bytes", "coalesce-us"]
+            ["batch-size", "batch-bytes", "coalesce-time"]
         );
         assert_eq!(names.last().unwrap(), "last");
     }

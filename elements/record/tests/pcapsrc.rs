@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use common::{batch, classic_pcap, frame, payload, record, replay, stat, TempDir};
 use firehose_core::stats::names;
+use firehose_record::pcapsrc::Pace;
+use gst::prelude::*;
 
 const T0: u64 = 1_700_000_000_000_000_000;
 
@@ -368,4 +370,219 @@ fn a_bad_rate_fails_at_start_and_an_empty_match_never_spins() {
     r.unwrap();
     assert!(got.is_empty());
     assert_eq!(stat(&el, names::FILTERED), 1);
+}
+
+#[test]
+fn pace_and_bitrate_replace_rate_which_still_works() {
+    let dir = TempDir::new("src-pace");
+    let frames: Vec<(u64, Vec<u8>)> = (0..50u64)
+        .map(|i| (T0 + i, frame("1.1.1.1:1", "2.2.2.2:2", &payload(i, 1000))))
+        .collect();
+    let path = dir.join("p.pcap");
+    std::fs::write(&path, classic_pcap(&frames, true, false)).unwrap();
+    // 2 loops x 50 kB at 4 Mbit/s in batches of 10 kB: the last batch waits until
+    // 90 kB are due, 0.18 s.
+    let t = Instant::now();
+    let (got, _, r) = replay(
+        &format!(
+            "location={} pace=bitrate bitrate=4000000 loop=2 batch-size=10",
+            path.display()
+        ),
+        Duration::from_secs(30),
+    );
+    r.unwrap();
+    assert_eq!(got.len(), 100);
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(150), "took {took:?}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    // The deprecated alias sets both and reads back from them.
+    common::init();
+    let el = gst::ElementFactory::make("fhpcapsrc").build().unwrap();
+    el.set_property_from_str("rate", "2G");
+    assert_eq!(el.property::<u64>("bitrate"), 2_000_000_000);
+    assert_eq!(el.property::<Pace>("pace"), Pace::Bitrate);
+    assert_eq!(el.property::<String>("rate"), "2000000000");
+    el.set_property_from_str("pace", "max");
+    assert_eq!(el.property::<String>("rate"), "max");
+    el.set_property_from_str("rate", "original");
+    assert_eq!(el.property::<String>("rate"), "original");
+    assert_eq!(
+        el.property::<u64>("bitrate"),
+        2_000_000_000,
+        "kept for pace=bitrate"
+    );
+    // pace=bitrate with no bitrate says what to set.
+    let (_, _, r) = replay(
+        &format!("location={} pace=bitrate", path.display()),
+        Duration::from_secs(10),
+    );
+    let e = r.unwrap_err();
+    assert!(e.contains("set bitrate"), "{e}");
+}
+
+/// A SPEAD packet of heap `cnt` carrying `payload` (HEAP_CNT, PAYLOAD_OFFSET,
+/// PAYLOAD_LENGTH, HEAP_LENGTH).
+fn spead_packet(cnt: u64, payload: &[u8]) -> Vec<u8> {
+    use firehose_spead::wire::{encode, ids, packet_len, Flavour, ItemPointer};
+    let f = Flavour::SPEAD_64_40;
+    let items = [
+        ItemPointer::immediate(f, ids::HEAP_CNT, cnt),
+        ItemPointer::immediate(f, ids::HEAP_LENGTH, payload.len() as u64),
+        ItemPointer::immediate(f, ids::PAYLOAD_OFFSET, 0),
+        ItemPointer::immediate(f, ids::PAYLOAD_LENGTH, payload.len() as u64),
+    ];
+    let mut out = vec![0u8; packet_len(items.len(), payload.len())];
+    encode(f, &items, payload, &mut out).unwrap();
+    out
+}
+
+#[test]
+fn coalesced_records_are_cut_into_their_packets_and_damage_is_said() {
+    let dir = TempDir::new("src-coalesced");
+    let p: Vec<Vec<u8>> = (0..8u64)
+        .map(|i| spead_packet(i + 1, &payload(i, 100 + 37 * i as usize)))
+        .collect();
+    let garbage = b"these bytes are not a SPEAD packet".to_vec();
+    let records: Vec<Vec<u8>> = vec![
+        p[..3].concat(),                                        // a GSO send of three packets
+        p[3].clone(),                                           // one packet
+        [p[4].clone(), p[5].clone(), garbage.clone()].concat(), // damaged inside
+        b"plain datagram".to_vec(),                             // not SPEAD: left alone
+        p[6..8].concat(),                                       // two more
+    ];
+    let frames: Vec<(u64, Vec<u8>)> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (T0 + i as u64, frame("10.0.0.1:5", "10.0.0.2:7148", r)))
+        .collect();
+    let path = dir.join("gso.pcap");
+    std::fs::write(&path, classic_pcap(&frames, true, false)).unwrap();
+
+    let (got, el, r) = replay(
+        &format!("location={} pace=max batch-size=4", path.display()),
+        Duration::from_secs(30),
+    );
+    r.unwrap();
+    let want: Vec<Vec<u8>> = [
+        &p[..6],
+        &[garbage.clone(), b"plain datagram".to_vec()][..],
+        &p[6..],
+    ]
+    .concat();
+    let payloads: Vec<Vec<u8>> = got.iter().map(|g| g.payload.clone()).collect();
+    assert_eq!(payloads, want);
+    assert!(got.iter().all(|g| g.src == "10.0.0.1:5".parse().unwrap()));
+    assert_eq!(got[1].ts_ns, T0, "pieces keep their record's time");
+    assert_eq!(stat(&el, "records-split"), 2);
+    assert_eq!(stat(&el, "records-unsplit"), 1);
+    assert_eq!(stat(&el, names::PACKETS), 10);
+
+    // split=none: one datagram per record, as before.
+    let (got, el, r) = replay(
+        &format!("location={} pace=max split=none", path.display()),
+        Duration::from_secs(30),
+    );
+    r.unwrap();
+    assert_eq!(got.len(), records.len());
+    assert_eq!(stat(&el, "records-split"), 0);
+
+    // The damaged record is said on the bus, with the reason and the offset.
+    common::init();
+    let pipeline = gst::parse::launch(&format!(
+        "fhpcapsrc location={} pace=max ! fakesink sync=false",
+        path.display()
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    let (r, warnings) = common::play_collecting_warnings(&pipeline, Duration::from_secs(30));
+    r.unwrap();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let at = p[4].len() + p[5].len();
+    assert!(
+        warnings[0].contains(&format!("offset {at}"))
+            && warnings[0].contains("bad magic")
+            && warnings[0].contains("records-unsplit"),
+        "{}",
+        warnings[0]
+    );
+}
+
+#[test]
+fn coalesced_heaps_replay_through_speaddepay() {
+    use firehose_spead::heap::HeapMeta;
+    use firehose_spead::send::{Item, PacketConfig};
+    use firehose_spead::wire::Flavour;
+    let dir = TempDir::new("src-coalesced-heaps");
+    // 12 heaps of 20 kB in 1472-byte packets, each heap's packets in GSO-like records
+    // of up to 8 (the last one shorter), as a GSO sender's sends look on loopback.
+    let cfg = PacketConfig::new(Flavour::SPEAD_64_40, 1472).unwrap();
+    let heaps: Vec<Vec<u8>> = (0..12u64).map(|i| payload(i, 20_000)).collect();
+    let mut frames = Vec::new();
+    let mut ts = T0;
+    for (i, h) in heaps.iter().enumerate() {
+        let items = [Item::bytes(0x1000, h)];
+        let mut packets = cfg.heap(i as u64 + 1, &items).unwrap();
+        let mut record = Vec::new();
+        let mut n = 0;
+        let mut buf = vec![0u8; 1472];
+        while let Some(len) = packets.write_next(&mut buf) {
+            record.extend_from_slice(&buf[..len]);
+            n += 1;
+            if n == 8 {
+                frames.push((ts, frame("10.0.0.1:5", "10.0.0.2:7148", &record)));
+                record.clear();
+                n = 0;
+                ts += 1000;
+            }
+        }
+        if !record.is_empty() {
+            frames.push((ts, frame("10.0.0.1:5", "10.0.0.2:7148", &record)));
+            ts += 1000;
+        }
+    }
+    let path = dir.join("heaps.pcap");
+    std::fs::write(&path, classic_pcap(&frames, true, false)).unwrap();
+
+    common::init();
+    let pipeline = gst::parse::launch(&format!(
+        "fhpcapsrc name=src location={} pace=max ! speaddepay ! fakesink name=sink sync=false",
+        path.display()
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let g = got.clone();
+    let sink = pipeline.by_name("sink").unwrap();
+    sink.static_pad("sink").unwrap().add_probe(
+        gst::PadProbeType::BUFFER | gst::PadProbeType::BUFFER_LIST,
+        move |_, info| {
+            let mut v = g.lock().unwrap();
+            let mut take = |b: &gst::BufferRef| {
+                if let Some(m) = b.meta::<HeapMeta>() {
+                    let data = b.map_readable().unwrap().to_vec();
+                    v.push((m.info().heap_cnt, m.info().complete, data));
+                }
+            };
+            if let Some(b) = info.buffer() {
+                take(b);
+            } else if let Some(list) = info.buffer_list() {
+                list.iter().for_each(take);
+            }
+            gst::PadProbeReturn::Ok
+        },
+    );
+    common::play_to_end(&pipeline, Duration::from_secs(30)).unwrap();
+    let src = pipeline.by_name("src").unwrap();
+    assert!(
+        stat(&src, "records-split") >= 24,
+        "every heap came in coalesced records"
+    );
+    let got = got.lock().unwrap();
+    assert_eq!(got.len(), heaps.len());
+    for (i, (cnt, complete, data)) in got.iter().enumerate() {
+        assert_eq!((*cnt, *complete), (i as u64 + 1, true), "heap {i}");
+        assert!(*data == heaps[i], "heap {i}: payload differs");
+    }
 }

@@ -1,5 +1,7 @@
 //! A SPEAD stream on loopback, received live by `fhudpsrc ! speaddepay` while tcpdump
-//! captures it; the capture replayed by `fhpcapsrc ! speaddepay` gives the same heaps.
+//! captures it; the capture replayed by `fhpcapsrc ! speaddepay` gives the same heaps,
+//! also when the sender used UDP GSO (tcpdump on the sending host then records each
+//! send as one datagram holding several SPEAD packets, which `fhpcapsrc` cuts again).
 
 mod common;
 
@@ -53,9 +55,43 @@ fn pipeline(desc: &str) -> gst::Pipeline {
 
 #[test]
 fn replayed_capture_gives_the_same_heaps_as_the_live_receiver() {
+    let (path, port, _dir) = capture_and_compare(false);
+    // Nothing coalesced in a capture of plain sends.
+    let replay = pipeline(&format!(
+        "fhpcapsrc name=src location={} port={port} pace=max ! fakesink sync=false",
+        path.display()
+    ));
+    common::play_to_end(&replay, Duration::from_secs(30)).unwrap();
+    let src = replay.by_name("src").unwrap();
+    assert_eq!(common::stat(&src, "records-split"), 0);
+    assert_eq!(common::stat(&src, "records-unsplit"), 0);
+}
+
+#[test]
+fn gso_capture_replays_as_its_heaps() {
+    let (path, port, _dir) = capture_and_compare(true);
+    // The capture does hold coalesced records: whole, they give far fewer heaps.
+    let replay = pipeline(&format!(
+        "fhpcapsrc name=src location={} port={port} pace=max split=none ! speaddepay ! \
+         fakesink name=sink sync=false",
+        path.display()
+    ));
+    let whole = collect_heaps(&replay);
+    common::play_to_end(&replay, Duration::from_secs(30)).unwrap();
+    let complete = whole.lock().unwrap().iter().filter(|h| h.1).count();
+    assert!(
+        complete < 40,
+        "split=none still gave {complete} complete heaps"
+    );
+}
+
+/// Sends 40 heaps (UDP GSO or not) to a live receiver while tcpdump records them, replays
+/// the capture through `fhpcapsrc ! speaddepay` and checks every heap against the live
+/// receiver's. Returns the capture, the port and its directory.
+fn capture_and_compare(gso: bool) -> (std::path::PathBuf, i32, TempDir) {
     require_tool("tcpdump", "tcpdump");
     common::init();
-    let dir = TempDir::new("spead-live");
+    let dir = TempDir::new(if gso { "spead-live-gso" } else { "spead-live" });
     let path = dir.join("spead.pcap");
 
     let rx = pipeline(
@@ -102,13 +138,13 @@ fn replayed_capture_gives_the_same_heaps_as_the_live_receiver() {
     }
     rx.set_state(gst::State::Playing).unwrap();
 
-    // 40 heaps of 100 kB, paced so that nothing is lost on the way. No UDP GSO: on the
-    // sending host tcpdump sees a GSO send as one large datagram (the kernel segments
-    // it after the capture point), which no capture reader can split again.
+    // 40 heaps of 100 kB, paced so that nothing is lost on the way. With UDP GSO, on
+    // the sending host tcpdump sees each send as one large datagram (the kernel cuts it
+    // after the capture point); fhpcapsrc cuts it by the SPEAD packets' own lengths.
     let (_, r) = common::run_pipeline(
         &format!(
             "fakesrc num-buffers=40 sizetype=fixed sizemax=100000 filltype=pattern-span ! \
-             speadpay ! fhudpsink host=127.0.0.1 port={port} rate=100000000 gso=false"
+             speadpay ! fhudpsink host=127.0.0.1 port={port} rate=100000000 gso={gso}"
         ),
         Duration::from_secs(60),
     );
@@ -128,11 +164,20 @@ fn replayed_capture_gives_the_same_heaps_as_the_live_receiver() {
     );
 
     let replay = pipeline(&format!(
-        "fhpcapsrc location={} port={port} rate=max ! speaddepay ! fakesink name=sink sync=false",
+        "fhpcapsrc name=src location={} port={port} rate=max ! speaddepay ! \
+         fakesink name=sink sync=false",
         path.display()
     ));
     let replayed = collect_heaps(&replay);
     common::play_to_end(&replay, Duration::from_secs(30)).unwrap();
+    let src = replay.by_name("src").unwrap();
+    if gso {
+        assert!(
+            common::stat(&src, "records-split") > 0,
+            "a GSO capture holds coalesced records"
+        );
+    }
+    assert_eq!(common::stat(&src, "records-unsplit"), 0);
 
     let live = live.lock().unwrap();
     let replayed = replayed.lock().unwrap();
@@ -144,4 +189,5 @@ fn replayed_capture_gives_the_same_heaps_as_the_live_receiver() {
         assert_eq!((a.0, a.1), (b.0, b.1), "heap {i}");
         assert!(a.2 == b.2, "heap {i}: payloads differ");
     }
+    (path, port, dir)
 }

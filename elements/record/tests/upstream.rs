@@ -87,3 +87,52 @@ fn pcapng_statistics_carry_the_sources_kernel_drops() {
         "source from the meta"
     );
 }
+
+#[test]
+fn a_wildcard_capture_records_each_datagrams_real_destination() {
+    common::init();
+    let dir = TempDir::new("upstream-dst");
+    let path = dir.join("wild.pcap");
+    let pipeline = gst::parse::launch(&format!(
+        "fhudpsrc name=udp address=0.0.0.0 port=0 ! \
+         fhrecordsink name=rec location={} when-full=block",
+        path.display()
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let udp = pipeline.by_name("udp").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let port = loop {
+        let p = udp.property::<i32>("port");
+        if p > 0 {
+            break p as u16;
+        }
+        assert!(Instant::now() < deadline, "fhudpsrc did not bind");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // Loopback addresses other than 127.0.0.1: a wildcard socket gets them all, and
+    // only IP_PKTINFO says which one each datagram was sent to.
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = ["127.0.0.7", "127.0.0.1", "127.0.0.8"];
+    for i in 0..30usize {
+        tx.send_to(&[i as u8; 50], (to[i % 3], port)).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stat(&udp, names::PACKETS) < 30 {
+        assert!(Instant::now() < deadline, "not all received");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    pipeline.send_event(gst::event::Eos::new());
+    let r = common::wait_end(&pipeline.bus().unwrap(), Duration::from_secs(20));
+    pipeline.set_state(gst::State::Null).unwrap();
+    r.unwrap();
+    let (read, _) = read_capture(&path);
+    assert_eq!(read.len(), 30);
+    for (i, r) in read.iter().enumerate() {
+        let want: std::net::SocketAddr = format!("{}:{port}", to[i % 3]).parse().unwrap();
+        assert_eq!(r.dst, want, "datagram {i}");
+        assert_eq!(r.payload, vec![i as u8; 50]);
+    }
+}

@@ -93,9 +93,7 @@ impl HeapCounters {
     /// The stats structure; `memory` is the pool's memory kind once started.
     pub fn stats(&self, memory: Option<&str>) -> gst::Structure {
         let mut s = self.structure();
-        if let Some(kind) = memory {
-            s.set("memory", kind);
-        }
+        s.set("memory", memory.unwrap_or(firehose_core::stats::NOT_KNOWN));
         s
     }
 }

@@ -2,6 +2,8 @@
 //!
 //! The engine (no GStreamer types except the metas):
 //! - [`wire`]: decode and encode SPEAD-64-* packets without allocating;
+//! - [`coalesced`]: datagrams holding several packets back to back (GSO captures) cut
+//!   into their packets;
 //! - [`descriptor`]: item descriptors, byte-identical to spead2's;
 //! - [`reassembly`]: heaps from packets (windows per substream, out-of-order, bounds,
 //!   incomplete-heap policy), payloads in pooled memory;
@@ -17,6 +19,7 @@
 use gst::glib;
 
 pub mod chunk;
+pub mod coalesced;
 pub mod depay;
 pub mod descriptor;
 pub mod descset;

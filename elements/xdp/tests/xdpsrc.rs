@@ -554,3 +554,147 @@ fn an_interface_taken_down_under_the_capture_is_an_error_naming_it() {
     let host = pair.host_if.clone();
     fault_ends_the_capture(&pair, &["link", "set", &host, "down"], "went down");
 }
+
+/// Every record of a capture file: (link type, frame bytes).
+fn capture_frames(path: &std::path::Path) -> Vec<(u16, Vec<u8>)> {
+    use firehose_record::read::container::CaptureReader;
+    let mut r = CaptureReader::new(std::fs::File::open(path).unwrap()).unwrap();
+    let mut out = Vec::new();
+    while let Some(rec) = r.next_record().unwrap() {
+        out.push((rec.linktype, rec.data.to_vec()));
+    }
+    out
+}
+
+/// Whole records in a capture that may still be being written (0 until its header is).
+fn count_records(path: &std::path::Path) -> usize {
+    use firehose_record::read::container::CaptureReader;
+    let Ok(f) = std::fs::File::open(path) else {
+        return 0;
+    };
+    let Ok(mut r) = CaptureReader::new(f) else {
+        return 0;
+    };
+    let mut n = 0;
+    while let Ok(Some(_)) = r.next_record() {
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn a_recording_keeps_each_frames_real_addresses_and_headers() {
+    const N: u32 = 40;
+    const PORT: u16 = 7391;
+    init();
+    firehose_record::register_elements(None).unwrap();
+    let pair = VethPair::create("r").expect("needs root and iproute2");
+    pair.pin_host_neighbour().unwrap();
+    let dir = std::env::temp_dir().join(format!("fh-xdp-rec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ours, theirs) = (dir.join("ours.pcap"), dir.join("sent.pcap"));
+
+    // What left the sender, as tcpdump sees it on the namespace's end.
+    let mut dump = pair
+        .command("tcpdump")
+        .args(["-i", &pair.peer_if, "-U", "--immediate-mode", "-w"])
+        .arg(&theirs)
+        .args(["udp", "port", &PORT.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("tcpdump is installed (apt-get install -y tcpdump)");
+    let mut err = dump.stderr.take().unwrap();
+    let mut seen = String::new();
+    let mut b = [0u8; 256];
+    while !seen.contains("listening on") {
+        let n = err.read(&mut b).unwrap();
+        assert!(n > 0, "tcpdump exited: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&b[..n]));
+    }
+
+    let pipeline = gst::parse::launch(&format!(
+        "fhxdpsrc name=src interface={} port={PORT} hugepages=off ! \
+         fhrecordsink location={} when-full=block",
+        pair.host_if,
+        ours.display()
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let src = pipeline.by_name("src").unwrap();
+    // The XDP program is attached once the element is playing.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !xdp_attached(&pair.host_if) {
+        assert!(
+            Instant::now() < deadline,
+            "no XDP program on {}",
+            pair.host_if
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    send_stream(&pair, PORT, N, 200);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while field(&stats(&src), names::PACKETS) < u64::from(N) {
+        assert!(
+            Instant::now() < deadline,
+            "not all received: {}",
+            stats(&src)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    pipeline.send_event(gst::event::Eos::new());
+    let msg = pipeline
+        .bus()
+        .unwrap()
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(20),
+            &[gst::MessageType::Eos, gst::MessageType::Error],
+        )
+        .expect("EOS");
+    if let gst::MessageView::Error(e) = msg.view() {
+        panic!("{} ({:?})", e.error(), e.debug());
+    }
+    pipeline.set_state(gst::State::Null).unwrap();
+    // tcpdump writes each packet as it sees it (-U): wait until it wrote them all.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while count_records(&theirs) < N as usize && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill() on our own child's pid, not yet reaped.
+    unsafe { libc::kill(dump.id() as libc::pid_t, libc::SIGINT) };
+    assert!(dump.wait().unwrap().success());
+
+    let recorded = capture_frames(&ours);
+    let sent = capture_frames(&theirs);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(recorded.len(), N as usize);
+    assert_eq!(sent.len(), N as usize, "tcpdump saw every datagram leave");
+    for (i, ((lt, ours), (_, wire))) in recorded.iter().zip(&sent).enumerate() {
+        assert_eq!(*lt, 1, "Ethernet");
+        let d = firehose_core::frame::datagram(1, ours).unwrap();
+        assert_eq!(
+            d.dst,
+            std::net::SocketAddr::from((pair.host_ip, PORT)),
+            "frame {i}: the real destination"
+        );
+        assert_eq!(d.src.ip(), std::net::IpAddr::V4(pair.peer_ip));
+        assert_eq!(d.payload, payload(i as u32, 200));
+        // The frame as it was on the wire: MACs, IP id, TTL, every header byte (the
+        // UDP checksum aside, which the sender's tap may see before it is filled in).
+        let mask = |f: &[u8]| {
+            let mut f = f.to_vec();
+            f[40] = 0;
+            f[41] = 0;
+            f
+        };
+        assert_eq!(
+            &ours[..6],
+            &pair.host_mac,
+            "frame {i}: real destination MAC"
+        );
+        assert_eq!(&ours[6..12], &pair.peer_mac, "frame {i}: real source MAC");
+        assert_eq!(mask(ours), mask(wire), "frame {i} differs from the wire");
+    }
+}

@@ -148,9 +148,10 @@ impl StatsMirror {
             (names::POOL_EXHAUSTED, p.exhausted),
         ]);
         let mut s = stats::structure(&fields);
-        if let Some(p) = pool {
-            s.set("memory", p.kind().as_str());
-        }
+        s.set(
+            "memory",
+            pool.map_or(stats::NOT_KNOWN, |p| p.kind().as_str()),
+        );
         s
     }
 }

@@ -11,6 +11,7 @@ use std::net::IpAddr;
 
 use super::{datagram, Skip, LINKTYPE_ETHERNET};
 use crate::batch::{PacketAddr, PacketInfo};
+use crate::meta::dest::PacketDest;
 
 /// What a source captures: UDP to one of `ports` (any port when empty), at `address`
 /// if set.
@@ -58,6 +59,8 @@ pub struct Accepted {
     pub len: u32,
     /// Sender.
     pub src: PacketAddr,
+    /// Destination.
+    pub dst: PacketAddr,
 }
 
 /// Decodes the Ethernet frame `frame` and applies `filter`.
@@ -78,6 +81,7 @@ pub fn accept(frame: &[u8], filter: &UdpFilter) -> Result<Accepted, Rejected> {
         payload_offset: d.payload_offset(frame).ok_or(Rejected::Malformed)?,
         len: d.payload.len() as u32,
         src: d.src.into(),
+        dst: d.dst.into(),
     })
 }
 
@@ -89,13 +93,31 @@ pub fn packet_entry(
     filter: &UdpFilter,
     rx_time_ns: u64,
 ) -> Result<PacketInfo, Rejected> {
+    packet_entry_dest(frame, frame_offset, filter, rx_time_ns).map(|(p, _)| p)
+}
+
+/// [`packet_entry`] with the datagram's destination and the length of the frame's
+/// headers before its payload: the entry of a
+/// [`PacketDestMeta`](crate::meta::dest::PacketDestMeta), for a source whose memory
+/// pushed downstream holds the whole frame.
+pub fn packet_entry_dest(
+    frame: &[u8],
+    frame_offset: usize,
+    filter: &UdpFilter,
+    rx_time_ns: u64,
+) -> Result<(PacketInfo, PacketDest), Rejected> {
     let a = accept(frame, filter)?;
-    Ok(PacketInfo {
+    let info = PacketInfo {
         offset: u32::try_from(a.payload_offset + frame_offset).map_err(|_| Rejected::Malformed)?,
         len: a.len,
         rx_time_ns,
         src: a.src,
-    })
+    };
+    let dest = PacketDest {
+        dst: a.dst,
+        header_len: u16::try_from(a.payload_offset).unwrap_or(0),
+    };
+    Ok((info, dest))
 }
 
 #[cfg(test)]

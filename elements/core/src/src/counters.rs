@@ -78,18 +78,20 @@ macro_rules! counters {
 }
 
 /// Appends a pool's counters to `s`: `pool-slots`, `pool-in-use`, `pool-high-water`,
-/// `pool-exhausted`, and `memory` (the kind: `hugepages` or `system`) when known.
+/// `pool-exhausted`, and `memory` (the kind: `hugepages` or `system`; `none` until
+/// known).
 pub fn append_pool(s: &mut gst::Structure, pool: &PoolStats, memory: Option<MemoryKind>) {
     s.set(names::POOL_SLOTS, pool.slots as u64);
     s.set(names::POOL_IN_USE, pool.in_use as u64);
     s.set(names::POOL_HIGH_WATER, pool.high_water as u64);
     s.set(names::POOL_EXHAUSTED, pool.exhausted);
-    if let Some(m) = memory {
-        s.set("memory", m.as_str());
-    }
+    s.set(
+        "memory",
+        memory.map_or(crate::stats::NOT_KNOWN, |m| m.as_str()),
+    );
 }
 
-/// [`append_pool`] for a [`SlotPool`], or zeros (and no `memory`) before the first
+/// [`append_pool`] for a [`SlotPool`], or zeros (and `memory` `none`) before the first
 /// start.
 pub fn append_slot_pool(s: &mut gst::Structure, pool: Option<&SlotPool>) {
     let stats = pool.map(SlotPool::stats).unwrap_or_default();
@@ -144,7 +146,7 @@ mod tests {
         let mut s = TestCounters::default().structure();
         append_slot_pool(&mut s, None);
         assert_eq!(field(&s, names::POOL_SLOTS), 0);
-        assert!(!s.has_field("memory"));
+        assert_eq!(s.get::<&str>("memory").unwrap(), "none");
         let pool = SlotPool::new(&crate::PoolConfig {
             slot_size: 64,
             slots: 3,

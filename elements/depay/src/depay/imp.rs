@@ -71,6 +71,8 @@ impl FhDepay {
                 return Err(gst::FlowError::Eos);
             }
             let flow = self.front.feed(&mut state.engine, buffers, true, &mut out);
+            self.front
+                .warn_if_dry(self.obj().upcast_ref(), &state.engine);
             state.ended = flow == Flow::End;
             self.publish(state, state.ended);
             flow

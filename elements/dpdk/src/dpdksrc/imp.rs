@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use firehose_core::batch::batch_buffer;
 use firehose_core::frame::accept::{accept, Rejected, UdpFilter as Filter};
+use firehose_core::meta::dest::{PacketDest, PacketDestMeta};
 use firehose_core::src::prelude::*;
 use firehose_core::src::{
     self as live, CountAlias, LiveControl, PoolProps, PoolSettings, PoolSize,
@@ -191,8 +192,9 @@ pub struct DpdkSrc {
 
 /// What to do with one received frame.
 enum Verdict {
-    /// Deliver: payload address, length, sender.
-    Keep(usize, u32, PacketAddr),
+    /// Deliver: payload address, length, sender, and where it was sent with the length
+    /// of the frame's headers before the payload.
+    Keep(usize, u32, PacketAddr, PacketDest),
     Filtered,
     Malformed,
     Empty,
@@ -217,7 +219,15 @@ unsafe fn classify(m: *mut sys::rte_mbuf, filter: &Filter) -> Verdict {
         )
     };
     match accept(frame, filter) {
-        Ok(a) => Verdict::Keep(frame.as_ptr() as usize + a.payload_offset, a.len, a.src),
+        Ok(a) => Verdict::Keep(
+            frame.as_ptr() as usize + a.payload_offset,
+            a.len,
+            a.src,
+            PacketDest {
+                dst: a.dst,
+                header_len: u16::try_from(a.payload_offset).unwrap_or(0),
+            },
+        ),
         // A DPDK port takes all of the interface's traffic: ARP and the like are
         // expected, not errors.
         Err(Rejected::NotUdp | Rejected::Filtered) => Verdict::Filtered,
@@ -251,7 +261,12 @@ impl DpdkSrc {
     }
 
     /// Polls until a burst yields at least one datagram for us, or flushing.
-    fn receive(&self, st: &mut State) -> Result<(gst::Memory, Vec<PacketInfo>), gst::FlowError> {
+    /// Receives one batch: a memory over its frames (each frame's headers included),
+    /// the datagrams and where each was sent.
+    fn receive(
+        &self,
+        st: &mut State,
+    ) -> Result<(gst::Memory, Vec<PacketInfo>, Vec<PacketDest>), gst::FlowError> {
         let id = st.port.id();
         loop {
             if self.live.is_flushing() {
@@ -273,14 +288,18 @@ impl DpdkSrc {
             st.rejected.clear();
             st.addrs.clear();
             let mut packets = Vec::with_capacity(n);
+            let mut dests = Vec::with_capacity(n);
             let mut kept = Vec::with_capacity(n);
             let (mut lo, mut hi, mut bytes) = (usize::MAX, 0usize, 0u64);
             let (mut filtered, mut malformed, mut empty) = (0u64, 0u64, 0u64);
             for &m in &st.rx[..n] {
                 // SAFETY: `m` came from this burst and is owned here.
                 match unsafe { classify(m, &st.filter) } {
-                    Verdict::Keep(addr, len, src) => {
-                        lo = lo.min(addr);
+                    Verdict::Keep(addr, len, src, dest) => {
+                        // From the frame's start: its headers lie in the lent memory
+                        // too, for a recorder to write as they were.
+                        lo = lo.min(addr - usize::from(dest.header_len));
+                        dests.push(dest);
                         hi = hi.max(addr + len as usize);
                         bytes += u64::from(len);
                         st.addrs.push(addr);
@@ -331,7 +350,7 @@ impl DpdkSrc {
                 len: hi - lo,
                 mbufs: kept,
             });
-            return Ok((mem, packets));
+            return Ok((mem, packets, dests));
         }
     }
 }
@@ -591,7 +610,7 @@ impl PushSrcImpl for DpdkSrc {
     ) -> Result<CreateSuccess, gst::FlowError> {
         let mut guard = lock(&self.state);
         let st = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-        let (mem, packets) = self.receive(st)?;
+        let (mem, packets, dests) = self.receive(st)?;
         let pts = self.obj().current_running_time();
         self.counters.batches.add(1);
         let post = st.timer.due(Instant::now());
@@ -600,8 +619,8 @@ impl PushSrcImpl for DpdkSrc {
         if post {
             stats::post(self.obj().upcast_ref(), self.stats());
         }
-        Ok(CreateSuccess::NewBuffer(
-            self.copy.out(batch_buffer(mem, packets, pts, readable)),
-        ))
+        let mut buf = batch_buffer(mem, packets, pts, readable);
+        PacketDestMeta::add(buf.get_mut().expect("a new buffer is writable"), dests);
+        Ok(CreateSuccess::NewBuffer(self.copy.out(buf)))
     }
 }

@@ -122,6 +122,19 @@ pub fn src_harness(props: &[(&str, &str)]) -> gst_check::Harness {
 /// every byte of each, that each batch is one memory, and returns how often each
 /// sequence number was seen.
 pub fn pull_test_packets(h: &mut gst_check::Harness, count: u64, timeout: Duration) -> Vec<u32> {
+    pull_test_packets_to(h, count, timeout, None)
+}
+
+/// [`pull_test_packets`], also checking that every datagram's own frame headers are in
+/// its batch (a recorder writes them as they were) and, if `dst` is set, that each was
+/// sent there.
+pub fn pull_test_packets_to(
+    h: &mut gst_check::Harness,
+    count: u64,
+    timeout: Duration,
+    dst: Option<std::net::SocketAddr>,
+) -> Vec<u32> {
+    use firehose_core::meta::dest::{frame_headers, PacketDestMeta};
     let mut seen = vec![0u32; count as usize];
     let mut got = 0u64;
     let end = Instant::now() + timeout;
@@ -135,6 +148,27 @@ pub fn pull_test_packets(h: &mut gst_check::Harness, count: u64, timeout: Durati
             1,
             "a batch is one memory (no merge copy downstream)"
         );
+        let dests = buf
+            .meta::<PacketDestMeta>()
+            .expect("a destination meta")
+            .dests()
+            .to_vec();
+        {
+            let map = buf.map_readable().unwrap();
+            let meta = buf.meta::<firehose_core::PacketBatchMeta>().unwrap();
+            assert_eq!(dests.len(), meta.packets().len());
+            for (p, d) in meta.packets().iter().zip(&dests) {
+                let h = frame_headers(&map, p.offset as usize, p.len as usize, d.header_len)
+                    .expect("the frame's headers lie before its payload");
+                let mut frame = h.to_vec();
+                frame.extend_from_slice(&map[p.range()]);
+                let parsed = firehose_core::frame::datagram(1, &frame).unwrap();
+                assert_eq!(parsed.dst, d.dst.to_socket_addr());
+                if let Some(want) = dst {
+                    assert_eq!(parsed.dst, want, "sent to");
+                }
+            }
+        }
         firehose_core::batch::for_each_packet(&buf, |p, bytes| {
             let seq = pattern::verify(bytes).unwrap_or_else(|e| panic!("corrupt packet: {e:?}"));
             assert_eq!(bytes.len(), len_of(seq), "length of packet {seq}");

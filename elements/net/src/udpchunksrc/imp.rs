@@ -79,6 +79,7 @@ impl UdpChunkSrc {
     /// Mirrors the engine's counters (once per receive) and posts the stats when `due`.
     fn publish(&self, engine: &ChunkAssembler, due: bool) {
         self.chunks.update(engine);
+        self.chunks.warn_if_dry(self.obj().upcast_ref(), engine);
         self.post_stats_if(due);
     }
 }

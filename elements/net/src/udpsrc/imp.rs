@@ -460,6 +460,8 @@ impl PushSrcImpl for UdpSrc {
         let mut guard = lock(&self.state);
         let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
         let (mem, packets) = self.receive(state)?;
+        // Where each datagram was sent (IP_PKTINFO): recordings write the real address.
+        let dests = state.rx.take_dests();
         // One clock read per batch: the running time at which the batch was complete.
         let pts = self.obj().current_running_time();
         self.counters.batches.add(1);
@@ -477,9 +479,12 @@ impl PushSrcImpl for UdpSrc {
         drop(guard);
 
         match output {
-            Output::Batch => Ok(CreateSuccess::NewBuffer(batch_buffer(
-                mem, packets, pts, readable,
-            ))),
+            Output::Batch => {
+                let mut buf = batch_buffer(mem, packets, pts, readable);
+                let b = buf.get_mut().expect("a new buffer is writable");
+                firehose_core::meta::dest::PacketDestMeta::add(b, dests);
+                Ok(CreateSuccess::NewBuffer(buf))
+            }
             Output::List => {
                 // One GstBuffer per datagram, each a sub-memory of the one slot: no copy,
                 // but the per-buffer cost that stock elements need.

@@ -13,8 +13,8 @@ use firehose_core::src::{self as live, LiveControl, PoolProps, PoolSettings, Poo
 use firehose_core::stats::{self, names, StatsInterval, StatsTimer};
 use firehose_core::{caps, gstmem, PacketBatchMeta, PacketInfo, PoolConfig, SlotPool};
 
-use super::replay::{Filter, Replay};
-use super::Rate;
+use super::replay::{Filter, Replay, SplitMode, Splitter};
+use super::{Pace, Rate, Split};
 
 firehose_core::debug_category!(CAT, "fhpcapsrc", "Firehose pcap replay source");
 
@@ -36,14 +36,21 @@ const POOL: PoolProps = PoolProps {
     count_alias: None,
 };
 const POOL_POLL: Duration = Duration::from_millis(100);
+/// Least time between two warnings about records that could not be cut into packets.
+const UNSPLIT_WARN_EVERY: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone)]
 struct Settings {
     location: Option<String>,
     port: u32,
     address: Option<String>,
-    /// As set; parsed at start, so a bad value is a start error, not a silent default.
-    rate: String,
+    pace: Pace,
+    /// Payload bits/s for `pace=bitrate`.
+    bitrate: u64,
+    /// Why the last value of the deprecated `rate` did not parse: a start error, not a
+    /// silent default.
+    bad_rate: Option<String>,
+    split: Split,
     loops: u32,
     batch_size: u32,
     pool: PoolSettings,
@@ -56,7 +63,10 @@ impl Default for Settings {
             location: None,
             port: 0,
             address: None,
-            rate: "original".into(),
+            pace: Pace::Original,
+            bitrate: 0,
+            bad_rate: None,
+            split: Split::Spead,
             loops: 1,
             batch_size: DEFAULT_BATCH_SIZE,
             pool: PoolSettings::new(&POOL),
@@ -83,6 +93,11 @@ struct State {
     sent: u64,
     eos: bool,
     timer: StatsTimer,
+    splitter: Splitter,
+    /// When the last warning about a record that could not be split went out.
+    unsplit_warned: Option<Instant>,
+    /// A warning to post once the state lock is released.
+    warning: Option<String>,
 }
 
 firehose_core::counters! {
@@ -94,6 +109,8 @@ firehose_core::counters! {
         malformed: names::MALFORMED,
         truncated: names::TRUNCATED,
         filtered: names::FILTERED,
+        records_split: "records-split",
+        records_unsplit: "records-unsplit",
     }
 }
 
@@ -123,6 +140,9 @@ impl PcapSrc {
         self.counters.malformed.set(r.malformed);
         self.counters.truncated.set(r.truncated);
         self.counters.filtered.set(r.filtered);
+        let c = state.splitter.counts();
+        self.counters.records_split.set(c.split);
+        self.counters.records_unsplit.set(c.unsplit);
     }
 
     fn read_error(&self, e: &std::io::Error) -> gst::FlowError {
@@ -177,13 +197,40 @@ impl PcapSrc {
                     }
                 }
             }
-            packets.push(PacketInfo {
-                offset: fill as u32,
-                len: d.len as u32,
-                rx_time_ns: d.ts_ns,
-                src: d.src.into(),
-            });
-            fill += d.len;
+            let unsplit = state.splitter.cut(&data[fill..fill + d.len]);
+            let pieces = state.splitter.pieces();
+            if !packets.is_empty() && packets.len() + pieces.len() > batch {
+                // A record's packets stay together: this one starts the next batch.
+                state.replay.unread(d, &data[fill..fill + d.len]);
+                break;
+            }
+            for &len in pieces {
+                packets.push(PacketInfo {
+                    offset: fill as u32,
+                    len,
+                    rx_time_ns: d.ts_ns,
+                    src: d.src.into(),
+                });
+                fill += len as usize;
+            }
+            state.splitter.delivered(unsplit.is_some());
+            if let Some(u) = unsplit {
+                let now = Instant::now();
+                if state
+                    .unsplit_warned
+                    .is_none_or(|t| now.duration_since(t) >= UNSPLIT_WARN_EVERY)
+                {
+                    state.unsplit_warned = Some(now);
+                    state.warning = Some(format!(
+                        "{u}: its first {} packet(s) were replayed one by one, the rest as \
+                         one datagram ({} such records so far, records-unsplit). The capture \
+                         holds coalesced (GSO) sends with damage inside; set split=none to \
+                         replay records whole",
+                        u.packets,
+                        state.splitter.counts().unsplit
+                    ));
+                }
+            }
             state.pass_delivered += 1;
         }
         Ok(packets)
@@ -211,10 +258,25 @@ impl ObjectImpl for PcapSrc {
                 .blurb("Only datagrams to this destination address (empty = any)")
                 .mutable_ready()
                 .build(),
+            glib::ParamSpecEnum::builder_with_default("pace", Pace::Original)
+                .nick("Pace")
+                .blurb("How fast to replay: the capture's own timing, as fast as downstream takes it, or the bitrate property")
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt64::builder("bitrate")
+                .nick("Bitrate")
+                .blurb("Payload bits per second when pace=bitrate (0 = not set)")
+                .mutable_ready()
+                .build(),
             glib::ParamSpecString::builder("rate")
                 .nick("Rate")
-                .blurb("original (the capture's timing), max (as fast as possible), or payload bits/s such as 500M or 2G")
+                .blurb("Deprecated: use pace and bitrate. original, max, or payload bits/s such as 500M or 2G (sets pace and bitrate)")
                 .default_value(Some("original"))
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecEnum::builder_with_default("split", Split::Spead)
+                .nick("Split")
+                .blurb("Cut records holding several SPEAD packets back to back (UDP GSO sends captured on loopback) into their packets")
                 .mutable_ready()
                 .build(),
             glib::ParamSpecUInt::builder("loop")
@@ -240,9 +302,22 @@ impl ObjectImpl for PcapSrc {
             "location" => s.location = opt(value.get().expect("type checked upstream")),
             "port" => s.port = value.get().expect("type checked upstream"),
             "address" => s.address = opt(value.get().expect("type checked upstream")),
+            "pace" => s.pace = value.get().expect("type checked upstream"),
+            "bitrate" => s.bitrate = value.get().expect("type checked upstream"),
+            "split" => s.split = value.get().expect("type checked upstream"),
             "rate" => {
                 let text: Option<String> = value.get().expect("type checked upstream");
-                s.rate = text.unwrap_or_else(|| "original".into());
+                match Rate::parse(text.as_deref().unwrap_or("original")) {
+                    Ok(r) => {
+                        s.bad_rate = None;
+                        (s.pace, s.bitrate) = match r {
+                            Rate::Original => (Pace::Original, s.bitrate),
+                            Rate::Max => (Pace::Max, s.bitrate),
+                            Rate::Bits(b) => (Pace::Bitrate, b),
+                        };
+                    }
+                    Err(e) => s.bad_rate = Some(e),
+                }
             }
             "loop" => s.loops = value.get().expect("type checked upstream"),
             "batch-size" => s.batch_size = value.get().expect("type checked upstream"),
@@ -262,7 +337,15 @@ impl ObjectImpl for PcapSrc {
             "location" => s.location.to_value(),
             "port" => s.port.to_value(),
             "address" => s.address.to_value(),
-            "rate" => s.rate.to_value(),
+            "pace" => s.pace.to_value(),
+            "bitrate" => s.bitrate.to_value(),
+            "split" => s.split.to_value(),
+            "rate" => match s.pace {
+                Pace::Original => Rate::Original.to_string(),
+                Pace::Max => Rate::Max.to_string(),
+                Pace::Bitrate => Rate::Bits(s.bitrate).to_string(),
+            }
+            .to_value(),
             "loop" => s.loops.to_value(),
             "batch-size" => s.batch_size.to_value(),
             other => s.stats_interval.value(other),
@@ -287,8 +370,24 @@ impl ElementImpl for PcapSrc {
 impl BaseSrcImpl for PcapSrc {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let settings = lock(&self.settings).clone();
-        let rate = Rate::parse(&settings.rate)
-            .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))?;
+        if let Some(e) = &settings.bad_rate {
+            return Err(gst::error_msg!(gst::ResourceError::Settings, ("{}", e)));
+        }
+        let rate = match settings.pace {
+            Pace::Original => Rate::Original,
+            Pace::Max => Rate::Max,
+            Pace::Bitrate if settings.bitrate == 0 => {
+                return Err(gst::error_msg!(
+                    gst::ResourceError::Settings,
+                    ("pace=bitrate needs the rate: set bitrate to payload bits/s, e.g. bitrate=500000000")
+                ))
+            }
+            Pace::Bitrate => Rate::Bits(settings.bitrate),
+        };
+        let split = match settings.split {
+            Split::None => SplitMode::None,
+            Split::Spead => SplitMode::Spead,
+        };
         let Some(location) = settings.location.clone() else {
             return Err(gst::error_msg!(
                 gst::ResourceError::NotFound,
@@ -354,6 +453,9 @@ impl BaseSrcImpl for PcapSrc {
             pacer,
             sent: 0,
             eos: false,
+            splitter: Splitter::new(split),
+            unsplit_warned: None,
+            warning: None,
         });
         self.counters.reset();
         Ok(())
@@ -388,8 +490,12 @@ impl PushSrcImpl for PcapSrc {
         let mut slot = pool
             .acquire_blocking(self.live.flag(), POOL_POLL)
             .ok_or(gst::FlowError::Flushing)?;
-        let packets = self.fill(state, slot.as_mut_full())?;
+        let filled = self.fill(state, slot.as_mut_full());
         self.sync_counts(state);
+        if let Some(w) = state.warning.take() {
+            gst::element_imp_warning!(self, gst::StreamError::Demux, ("{}", w));
+        }
+        let packets = filled?;
         if packets.is_empty() {
             drop(guard);
             gst::debug!(CAT, imp = self, "end of the capture");

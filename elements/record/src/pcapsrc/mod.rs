@@ -8,17 +8,27 @@
 //! buffer per batch carries a [`firehose_core::PacketBatchMeta`] with each payload's
 //! offset, the sender's address and the original capture time (`rx_time_ns`).
 //!
-//! `rate=original` reproduces the capture's timing (a batch holds the packets already
-//! due, none is sent early), `rate=max` replays as fast as downstream takes it, and
-//! `rate=<bits/s>` (SI suffixes: `500M`, `2G`) paces payload bytes. `loop` plays the
-//! file that many times (0: forever). The source never drops: it waits for free pool
-//! slots. Damaged frames are counted (`malformed`, `truncated`) and skipped; a file
-//! that cannot be read to its end (cut short, a record longer than the snaplen) is an
-//! element error naming the file and the offset, after the datagrams before it; packets
-//! that are not UDP or do not match the filter are counted as `filtered`.
+//! `pace=original` reproduces the capture's timing (a batch holds the packets already
+//! due, none is sent early), `pace=max` replays as fast as downstream takes it, and
+//! `pace=bitrate` paces payload bytes at `bitrate` bits/s. The older `rate` property
+//! (`original`, `max` or bits/s with SI suffixes such as `500M`) still works and sets
+//! both; it is deprecated. `loop` plays the file that many times (0: forever). The
+//! source never drops: it waits for free pool slots. Damaged records are counted
+//! (`malformed`, `truncated`) and skipped; a file that cannot be read to its end (cut
+//! short, a record longer than the snaplen) is an element error naming the file and the
+//! offset, after the datagrams before it; packets that are not UDP or do not match the
+//! filter are counted as `filtered`.
+//!
+//! A record holding several SPEAD packets back to back (a UDP GSO sender captured on
+//! loopback, before the kernel cut the send into packets) is cut into its packets by
+//! their own lengths (`split=spead`, the default) and replayed as the live receiver got
+//! them (`records-split`). A record whose packets cannot all be cut out is counted
+//! (`records-unsplit`) and said in a warning (the first, then at most one every 10 s):
+//! the packets before the bytes that do not parse go out one by one, the rest as one
+//! datagram.
 //!
 //! ```text
-//! firehose launch fhpcapsrc location=capture.pcap port=7148 rate=original ! speaddepay ! fakesink
+//! firehose launch fhpcapsrc location=capture.pcap port=7148 pace=original ! speaddepay ! fakesink
 //! ```
 
 use gst::glib;
@@ -29,6 +39,43 @@ mod rate;
 mod replay;
 
 pub use rate::Rate;
+
+/// `pace`: how fast the capture is replayed.
+#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
+#[repr(u32)]
+#[enum_type(name = "GstFhPcapPace")]
+pub enum Pace {
+    /// At the capture's own timing.
+    #[default]
+    #[enum_value(name = "original: the capture's own timing", nick = "original")]
+    Original = 0,
+    /// As fast as downstream accepts.
+    #[enum_value(name = "max: as fast as downstream takes it", nick = "max")]
+    Max = 1,
+    /// Payload bytes paced at the `bitrate` property.
+    #[enum_value(
+        name = "bitrate: payload bits/s set by the bitrate property",
+        nick = "bitrate"
+    )]
+    Bitrate = 2,
+}
+
+/// `split`: how records are cut into datagrams.
+#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
+#[repr(u32)]
+#[enum_type(name = "GstFhPcapSplit")]
+pub enum Split {
+    /// One record, one datagram.
+    #[enum_value(name = "none: one datagram per record", nick = "none")]
+    None = 0,
+    /// Records holding several SPEAD packets back to back are cut into their packets.
+    #[default]
+    #[enum_value(
+        name = "spead: records holding several SPEAD packets (GSO sends) are cut into them",
+        nick = "spead"
+    )]
+    Spead = 1,
+}
 
 glib::wrapper! {
     /// The `fhpcapsrc` element.

@@ -178,3 +178,165 @@ impl Replay {
         }
     }
 }
+
+/// How records are cut into datagrams (`fhpcapsrc split`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SplitMode {
+    /// One record, one datagram.
+    None,
+    /// A record holding several SPEAD packets back to back (a UDP GSO send captured
+    /// before segmentation) is cut into its packets, as the receiver of the live stream
+    /// got them.
+    #[default]
+    Spead,
+}
+
+/// Counts of [`Splitter`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SplitCounts {
+    /// Records cut into two or more SPEAD packets.
+    pub split: u64,
+    /// Records whose packets could not all be cut out: the packets before the bytes that
+    /// did not parse went out one by one, the rest as one datagram.
+    pub unsplit: u64,
+}
+
+/// Cuts replayed datagrams into the pieces to deliver, per [`SplitMode`].
+#[derive(Debug, Default)]
+pub struct Splitter {
+    mode: SplitMode,
+    lens: Vec<u32>,
+    counts: SplitCounts,
+}
+
+/// A record that could not be cut into packets all the way: why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unsplit {
+    /// Whole packets cut out before the bad bytes.
+    pub packets: usize,
+    /// Offset of the bytes that do not parse.
+    pub at: usize,
+    /// The datagram's length.
+    pub len: usize,
+    /// Why they do not parse.
+    pub error: firehose_spead::wire::DecodeError,
+}
+
+impl std::fmt::Display for Unsplit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "a record of {} bytes holds {} SPEAD packet(s), then bytes at offset {} that \
+             are not a SPEAD packet ({})",
+            self.len, self.packets, self.at, self.error
+        )
+    }
+}
+
+impl Splitter {
+    /// A splitter in `mode`.
+    pub fn new(mode: SplitMode) -> Self {
+        Self {
+            mode,
+            lens: Vec::with_capacity(64),
+            counts: SplitCounts::default(),
+        }
+    }
+
+    /// Counts so far.
+    pub fn counts(&self) -> SplitCounts {
+        self.counts
+    }
+
+    /// Cuts `datagram`: afterwards [`Splitter::pieces`] holds the length of each piece
+    /// to deliver, in order (they add up to the datagram's length). Returns why the cut
+    /// stopped short, if it did. Nothing is counted until [`Splitter::delivered`]: a
+    /// datagram given back (the batch is full) is cut again later.
+    pub fn cut(&mut self, datagram: &[u8]) -> Option<Unsplit> {
+        use firehose_spead::coalesced::{split, Split};
+        if self.mode == SplitMode::None {
+            self.lens.clear();
+            self.lens.push(datagram.len() as u32);
+            return None;
+        }
+        match split(datagram, &mut self.lens) {
+            Split::Single | Split::Packets(_) => None,
+            Split::Partial { packets, at, error } => Some(Unsplit {
+                packets,
+                at,
+                len: datagram.len(),
+                error,
+            }),
+        }
+    }
+
+    /// The piece lengths of the last [`Splitter::cut`].
+    pub fn pieces(&self) -> &[u32] {
+        &self.lens
+    }
+
+    /// Counts the last cut, whose pieces were delivered; `unsplit` is whether
+    /// [`Splitter::cut`] said why it stopped short.
+    pub fn delivered(&mut self, unsplit: bool) {
+        if unsplit {
+            self.counts.unsplit += 1;
+        } else if self.lens.len() > 1 {
+            self.counts.split += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn none_leaves_records_whole_and_spead_cuts_them() {
+        use firehose_spead::wire::{encode, ids, packet_len, Flavour, ItemPointer};
+        let f = Flavour::SPEAD_64_40;
+        let pkt = |cnt: u64| {
+            let items = [
+                ItemPointer::immediate(f, ids::HEAP_CNT, cnt),
+                ItemPointer::immediate(f, ids::PAYLOAD_OFFSET, 0),
+                ItemPointer::immediate(f, ids::PAYLOAD_LENGTH, 10),
+            ];
+            let mut out = vec![0u8; packet_len(3, 10)];
+            encode(f, &items, &[cnt as u8; 10], &mut out).unwrap();
+            out
+        };
+        let d = [pkt(1), pkt(2), pkt(3)].concat();
+        let mut none = Splitter::new(SplitMode::None);
+        assert_eq!(none.cut(&d), None);
+        assert_eq!(none.pieces(), [d.len() as u32]);
+        let mut s = Splitter::new(SplitMode::Spead);
+        assert_eq!(s.cut(&d), None);
+        assert_eq!(s.pieces(), [42, 42, 42]);
+        assert_eq!(s.counts().split, 0, "counted once delivered");
+        s.delivered(false);
+        assert_eq!(s.counts().split, 1);
+        let mut bad = d.clone();
+        bad[84] = 0;
+        let u = s.cut(&bad).unwrap();
+        assert_eq!((u.packets, u.at, u.len), (2, 84, 126));
+        assert!(u.to_string().contains("offset 84"), "{u}");
+        assert_eq!(s.pieces(), [42, 42, 42]);
+        s.delivered(true);
+        assert_eq!(
+            s.counts(),
+            SplitCounts {
+                split: 1,
+                unsplit: 1
+            }
+        );
+        assert_eq!(s.cut(&pkt(4)), None);
+        s.delivered(false);
+        assert_eq!(
+            s.counts(),
+            SplitCounts {
+                split: 1,
+                unsplit: 1
+            },
+            "one packet: not split"
+        );
+    }
+}

@@ -7,6 +7,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 
 use firehose_core::meta::chunk::{ChunkInfo, ChunkMeta};
+use firehose_core::meta::dest::{frame_headers, PacketDest, PacketDestMeta};
 use firehose_core::meta::message;
 use firehose_core::PacketBatchMeta;
 
@@ -20,8 +21,8 @@ use crate::format::pcap::{self, IfStats, EPB_HEADER_LEN, LINKTYPE_ETHERNET};
 /// Upper bound of the bytes a format adds to one datagram (pcapng: block header, the
 /// longest network headers, padding and trailing length).
 pub const RECORD_OVERHEAD: usize = EPB_HEADER_LEN + MAX_HEADERS + 3 + 4;
-/// Largest record header plus network headers.
-const HEAD_MAX: usize = EPB_HEADER_LEN + MAX_HEADERS;
+/// Largest record header (pcapng's; pcap's is 16 bytes).
+const HEAD_MAX: usize = EPB_HEADER_LEN;
 
 /// What one buffer contributed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -118,7 +119,9 @@ impl Encoder {
         let now = unix_ns();
         let pts = buf.pts().map_or(NO_PTS, |t| t.nseconds());
         if let Some(meta) = buf.meta::<PacketBatchMeta>() {
-            for p in meta.packets() {
+            let dests = buf.meta::<PacketDestMeta>();
+            let dests = dests.as_ref().map_or(&[][..], |d| d.dests());
+            for (i, p) in meta.packets().iter().enumerate() {
                 let Some(payload) = data.get(p.range()) else {
                     continue;
                 };
@@ -138,7 +141,18 @@ impl Encoder {
                         w.bytes += payload.len() as u64;
                     }
                     _ => {
-                        w.truncated += u64::from(self.frame(stage, writer, src, payload, ts));
+                        let dest = dests.get(i).copied().unwrap_or_default();
+                        // The frame's own headers where the source left them in the
+                        // buffer (and they still match this payload), else headers
+                        // made from the source's word on the destination.
+                        match frame_headers(data, p.offset as usize, payload.len(), dest.header_len)
+                        {
+                            Some(h) => self.put_record(stage, writer, h, payload, ts),
+                            None => {
+                                let cut = self.frame(stage, writer, src, dest, payload, ts);
+                                w.truncated += u64::from(cut);
+                            }
+                        }
                         w.bytes += payload.len() as u64;
                     }
                 }
@@ -171,27 +185,51 @@ impl Encoder {
             }
             _ => {
                 let unknown = SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0);
-                w.truncated += u64::from(self.frame(stage, writer, unknown, data, now));
+                let dest = PacketDest::default();
+                w.truncated += u64::from(self.frame(stage, writer, unknown, dest, data, now));
             }
         }
         w
     }
 
-    /// One datagram as a pcap record or pcapng EPB; true if it had to be cut.
+    /// One datagram as a pcap record or pcapng EPB, with synthesized headers; true if
+    /// it had to be cut. The destination is `dest`'s when the source knew it, else the
+    /// recording's.
     fn frame(
         &mut self,
         stage: &mut Stage,
         writer: &Writer,
         src: SocketAddr,
+        dest: PacketDest,
         payload: &[u8],
         ts: u64,
     ) -> bool {
-        let max = net::max_payload(src, &self.dst);
+        let known = dest.dst.to_socket_addr();
+        let dst = if known.port() != 0 && !known.ip().is_unspecified() {
+            Destination::new(known)
+        } else {
+            self.dst
+        };
+        let max = net::max_payload(src, &dst);
         let cut = payload.len() > max;
         let payload = &payload[..payload.len().min(max)];
         let mut hdr = [0u8; MAX_HEADERS];
         self.ident = self.ident.wrapping_add(1);
-        let hl = net::write_headers(&mut hdr, src, &self.dst, payload, self.ident);
+        let hl = net::write_headers(&mut hdr, src, &dst, payload, self.ident);
+        self.put_record(stage, writer, &hdr[..hl], payload, ts);
+        cut
+    }
+
+    /// A record of `headers` then `payload`, cut to the snap length.
+    fn put_record(
+        &mut self,
+        stage: &mut Stage,
+        writer: &Writer,
+        hdr: &[u8],
+        payload: &[u8],
+        ts: u64,
+    ) {
+        let hl = hdr.len();
         let frame_len = hl + payload.len();
         let caplen = frame_len.min(self.snaplen as usize);
         let mut head = [0u8; HEAD_MAX];
@@ -214,14 +252,13 @@ impl Encoder {
             }
         };
         let hcap = hl.min(caplen);
-        head[rh..rh + hcap].copy_from_slice(&hdr[..hcap]);
-        stage.put(&head[..rh + hcap], writer);
+        stage.put(&head[..rh], writer);
+        stage.put(&hdr[..hcap], writer);
         stage.put(&payload[..caplen - hcap], writer);
         if self.format == Format::Pcapng {
             let (t, n) = pcap::epb_trailer(caplen);
             stage.put(&t[..n], writer);
         }
-        cut
     }
 
     /// A chunk: its bytes, an index entry for it and one per slot, so a reader finds

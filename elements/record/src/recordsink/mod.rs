@@ -1,9 +1,11 @@
 //! `fhrecordsink`: records buffers to disk as pcap, pcapng or raw payload plus index.
 //!
 //! - `format=pcap` / `pcapng`: every datagram of an `application/x-firehose-packets`
-//!   batch becomes one frame with synthesized Ethernet/IPv4-or-IPv6/UDP headers (source
-//!   from the batch meta, destination from `destination` or the upstream source's
-//!   address and port), timestamped with its receive time in nanoseconds. Any other
+//!   batch becomes one frame: its own headers where a frame source left them in the
+//!   buffer ([`firehose_core::meta::dest::PacketDestMeta`]), else synthesized
+//!   Ethernet/IPv4-or-IPv6/UDP headers (source from the batch meta, destination from the
+//!   destination meta, else `destination` or the upstream source's address and port),
+//!   timestamped with its receive time in nanoseconds. Any other
 //!   buffer is one datagram. pcapng files end with an Interface Statistics Block holding
 //!   the drop counters (see docs/recording.md).
 //! - `format=raw`: the payload bytes as they arrive (each datagram of a batch, or each

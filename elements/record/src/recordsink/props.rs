@@ -30,7 +30,7 @@ pub fn specs() -> Vec<glib::ParamSpec> {
             .build(),
         glib::ParamSpecString::builder("destination")
             .nick("Destination")
-            .blurb("address:port written as the destination of synthesized headers (default: the upstream source's address and port, else 127.0.0.1:7148)")
+            .blurb("address:port written as the destination of datagrams whose source did not say where each was sent (default: the upstream source's address and port, else 127.0.0.1:7148)")
             .mutable_ready()
             .build(),
         glib::ParamSpecUInt::builder("block-size")

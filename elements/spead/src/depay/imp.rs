@@ -93,11 +93,23 @@ impl Output {
 }
 
 impl SpeadDepay {
+    /// The counters of the mode that runs, then those of the other mode at 0 (keys
+    /// already there keep their value): the same keys in either mode.
     fn stats(&self) -> gst::Structure {
-        if *lock(&self.mode) == Mode::Chunks {
-            return self.chunks.stats();
+        let (mut s, other) = if *lock(&self.mode) == Mode::Chunks {
+            (self.chunks.stats(), HeapCounters::default().stats(None))
+        } else {
+            (
+                self.mirror.stats(*lock(&self.memory)),
+                ChunkFront::default().stats(),
+            )
+        };
+        for (name, value) in other.iter() {
+            if !s.has_field(name) {
+                s.set_value(name, zero_like(value));
+            }
         }
-        self.mirror.stats(*lock(&self.memory))
+        s
     }
 
     /// Feeds buffers to the engine under one lock and collects the heap buffers.
@@ -121,6 +133,7 @@ impl SpeadDepay {
                 let flow = self
                     .chunks
                     .feed(engine, buffers, stop_is_eos, &mut out.buffers);
+                self.chunks.warn_if_dry(self.obj().upcast_ref(), engine);
                 out.eos = flow == Flow::End;
                 state.ended = out.eos;
                 out.stats_due = state.timer.due(Instant::now()) || out.eos;
@@ -490,5 +503,14 @@ impl ElementImpl for SpeadDepay {
             self.stop();
         }
         Ok(res)
+    }
+}
+
+/// 0 for a counter, `none` for a text field: a key of the mode that does not run.
+fn zero_like(v: &glib::SendValue) -> glib::SendValue {
+    if v.type_() == glib::Type::STRING {
+        firehose_core::stats::NOT_KNOWN.to_send_value()
+    } else {
+        0u64.to_send_value()
     }
 }

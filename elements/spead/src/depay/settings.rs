@@ -320,7 +320,7 @@ fn build_properties() -> Vec<glib::ParamSpec> {
             readable::param_spec(),
         ];
     v.extend(stats::properties(
-            "heaps mode: packets, heaps, bytes, heaps-incomplete, malformed, too-large, out-of-order-dropped, duplicated, drops-pool, pool-*, descriptors; chunks mode: packets, bytes, chunks, chunks-incomplete, heaps, heaps-incomplete, malformed, too-old, duplicated, drops-handler, drops-pool, resyncs, pool-*",
+            "packets, heaps, bytes, heaps-incomplete, malformed, too-large, out-of-order-dropped, duplicated, drops-pool, pool-*, descriptors, descriptors-dropped, chunks, chunks-incomplete, too-old, drops-handler, resyncs, too-far, memory; the same keys in both modes, those of the other mode reading 0",
         ));
     v
 }

@@ -18,7 +18,7 @@
 //! `off` override that; with `allow-out-of-order=true` nothing lands.
 //!
 //! The properties are `fhudpsrc`'s socket ones (`address`, `port`, `multicast-*`,
-//! `buffer-size`, `gro`, `coalesce-us`, …), `batch-size`, and `speaddepay`'s heaps-mode
+//! `buffer-size`, `gro`, `coalesce-time`, …), `batch-size`, and `speaddepay`'s heaps-mode
 //! ones (`max-heaps`, `substreams`, `allow-out-of-order`, `incomplete`,
 //! `max-heap-size`, `landing`, `stop-is-eos`, `hugepages`, `pool-size`). The output is
 //! `speaddepay`'s: `application/x-spead-heap`, one buffer per heap (its pool memory, no

@@ -18,7 +18,8 @@ use firehose_core::{caps as fcaps, MemoryRegion, PacketInfo};
 use super::{XdpMode, ZeroCopy};
 use crate::engine::{self, AttachMode, BindMode, Capture, ErrorKind, Notice};
 use crate::xsk::XskSocket;
-use firehose_core::frame::accept::{packet_entry, Rejected};
+use firehose_core::frame::accept::{packet_entry_dest, Rejected};
+use firehose_core::meta::dest::{PacketDest, PacketDestMeta};
 use firehose_core::wake::{wait_readable, Waker};
 
 firehose_core::debug_category!(CAT, "fhxdpsrc", "Firehose AF_XDP source");
@@ -145,7 +146,7 @@ struct Tally {
 }
 
 /// How the running capture ended up configured, for stats and logs.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 struct Mode {
     xdp: &'static str,
     bind: &'static str,
@@ -207,11 +208,12 @@ impl XdpSrc {
         s.set(names::POOL_IN_USE, counts.held as u64);
         s.set(names::POOL_HIGH_WATER, self.high_water.get());
         s.set("pool-posted", counts.posted as u64);
-        if let Some(m) = lock(&self.mode).as_ref() {
-            s.set("xdp-mode", m.xdp);
-            s.set("bind-mode", m.bind);
-            s.set("memory", m.memory);
-        }
+        // Known once started; `none` before, so the keys never depend on the state.
+        let mode = *lock(&self.mode);
+        let none = stats::NOT_KNOWN;
+        s.set("xdp-mode", mode.map_or(none, |m| m.xdp));
+        s.set("bind-mode", mode.map_or(none, |m| m.bind));
+        s.set("memory", mode.map_or(none, |m| m.memory));
         s
     }
 
@@ -325,8 +327,12 @@ impl XdpSrc {
     }
 
     /// Receives until one batch with at least one datagram is ready (a memory over its
-    /// frames plus the datagrams), the wait is interrupted, or an error occurs.
-    fn receive(&self, st: &mut State) -> Result<(gst::Memory, Vec<PacketInfo>), gst::FlowError> {
+    /// frames plus the datagrams and where each was sent, its frame headers lying before
+    /// its payload), the wait is interrupted, or an error occurs.
+    fn receive(
+        &self,
+        st: &mut State,
+    ) -> Result<(gst::Memory, Vec<PacketInfo>, Vec<PacketDest>), gst::FlowError> {
         loop {
             if self.live.is_flushing() {
                 return Err(gst::FlowError::Flushing);
@@ -382,6 +388,7 @@ impl XdpSrc {
             }
             let now = firehose_core::batch::unix_ns();
             let mut packets = Vec::with_capacity(n as usize);
+            let mut dests = Vec::with_capacity(n as usize);
             let mut slots = Vec::with_capacity(n as usize);
             let (mut lo, mut hi) = (usize::MAX, 0usize);
             let mut t = Tally::default();
@@ -429,11 +436,12 @@ impl XdpSrc {
                             len,
                         )
                     };
-                    match packet_entry(frame, addr, &st.cap.filter, now) {
-                        Ok(p) => {
+                    match packet_entry_dest(frame, addr, &st.cap.filter, now) {
+                        Ok((p, d)) => {
                             t.packets += 1;
                             t.bytes += u64::from(p.len);
                             packets.push(p);
+                            dests.push(d);
                         }
                         Err(r) => match r {
                             // The XDP program redirects UDP only.
@@ -475,7 +483,7 @@ impl XdpSrc {
                 p.offset -= lo as u32;
             }
             let mem = lend_batch(&st.cap.ring, &st.cap.region, lo..hi, slots);
-            return Ok((mem, packets));
+            return Ok((mem, packets, dests));
         }
     }
 }
@@ -669,7 +677,7 @@ impl PushSrcImpl for XdpSrc {
     ) -> Result<CreateSuccess, gst::FlowError> {
         let mut guard = lock(&self.state);
         let st = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-        let (mem, packets) = self.receive(st)?;
+        let (mem, packets, dests) = self.receive(st)?;
         // One clock read per batch: the running time at which the batch was complete.
         let pts = self.obj().current_running_time();
         self.counters.batches.add(1);
@@ -681,8 +689,8 @@ impl PushSrcImpl for XdpSrc {
         } else {
             drop(guard);
         }
-        Ok(CreateSuccess::NewBuffer(
-            self.copy.out(batch_buffer(mem, packets, pts, readable)),
-        ))
+        let mut buf = batch_buffer(mem, packets, pts, readable);
+        PacketDestMeta::add(buf.get_mut().expect("a new buffer is writable"), dests);
+        Ok(CreateSuccess::NewBuffer(self.copy.out(buf)))
     }
 }
