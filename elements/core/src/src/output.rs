@@ -62,10 +62,25 @@ pub fn answer_sink_caps(query: &mut gst::query::Caps, native: &gst::Caps) {
     query.set_result(&result);
 }
 
-/// The formats a Firehose consumer of packets reads natively: packet batches, SPEAD
-/// heaps, chunks and plain bytes (see [`answer_sink_caps`]).
+/// [`answer_sink_caps`] as `BaseSinkImpl::caps`: `filter` when given, else `native`.
+pub fn sink_caps(filter: Option<&gst::Caps>, native: gst::Caps) -> Option<gst::Caps> {
+    Some(filter.cloned().unwrap_or(native))
+}
+
+/// The formats a Firehose consumer of any Firehose buffer reads natively (a recorder, a
+/// shared-memory producer, an upload): packet batches, SPEAD heaps, chunks and plain
+/// bytes (see [`answer_sink_caps`]).
 pub fn native_consumer_caps() -> gst::Caps {
     [fcaps::PACKETS, fcaps::SPEAD_HEAP, fcaps::CHUNK, DATAGRAM]
+        .into_iter()
+        .map(gst::Caps::new_empty_simple)
+        .collect()
+}
+
+/// The formats a Firehose consumer of packets reads natively (a depacketizer, a
+/// sender): packet batches, and plain buffers of one packet each.
+pub fn packet_consumer_caps() -> gst::Caps {
+    [fcaps::PACKETS, DATAGRAM]
         .into_iter()
         .map(gst::Caps::new_empty_simple)
         .collect()

@@ -550,6 +550,10 @@ impl CudaUpload {
                     .filter()
                     .map(|f| with_memory(f, Some(devmem::CAPS_FEATURE)));
                 let theirs = self.srcpad.peer_query_caps(filter.as_ref());
+                // A downstream that takes anything gets what this element produces: the
+                // Firehose formats (packet batches natively, so a packet source sends
+                // them) or plain bytes.
+                let theirs = if theirs.is_any() { src_caps() } else { theirs };
                 q.set_result(&with_memory(&theirs, None));
                 true
             }
@@ -563,12 +567,25 @@ impl CudaUpload {
             gst::QueryViewMut::Caps(q) => {
                 let filter = q.filter().map(|f| with_memory(f, None));
                 let theirs = self.sinkpad.peer_query_caps(filter.as_ref());
+                let theirs = if theirs.is_any() {
+                    with_memory(&src_caps(), None)
+                } else {
+                    theirs
+                };
                 q.set_result(&with_memory(&theirs, Some(devmem::CAPS_FEATURE)));
                 true
             }
             _ => gst::Pad::query_default(pad, Some(&*self.obj()), query),
         }
     }
+}
+
+/// What the src pad produces: the Firehose formats and plain bytes, in device memory.
+fn src_caps() -> gst::Caps {
+    with_memory(
+        &firehose_core::src::output::native_consumer_caps(),
+        Some(devmem::CAPS_FEATURE),
+    )
 }
 
 /// `caps` with every structure's memory feature set to `feature` (`None`: system
@@ -731,7 +748,7 @@ impl ElementImpl for CudaUpload {
             "src",
             gst::PadDirection::Src,
             gst::PadPresence::Always,
-            &gst::Caps::new_any(),
+            &src_caps()
         )
         .expect("a valid src pad template")
     );

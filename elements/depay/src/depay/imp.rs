@@ -237,8 +237,17 @@ impl ObjectSubclass for FhDepay {
             .query_function(|pad, parent, query| {
                 // Downstream's allocation answer is for chunks, not for our input: an
                 // upstream element must not size its packet buffers by it.
-                if let gst::QueryViewMut::Allocation(_) = query.view_mut() {
-                    return false;
+                match query.view_mut() {
+                    gst::QueryViewMut::Allocation(_) => return false,
+                    // Packet batches natively, so a packet source sends them.
+                    gst::QueryViewMut::Caps(q) => {
+                        firehose_core::src::output::answer_sink_caps(
+                            q,
+                            &firehose_core::src::output::packet_consumer_caps(),
+                        );
+                        return true;
+                    }
+                    _ => {}
                 }
                 gst::Pad::query_default(pad, parent, query)
             })

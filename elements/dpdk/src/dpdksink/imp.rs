@@ -521,6 +521,15 @@ impl ElementImpl for DpdkSink {
 }
 
 impl BaseSinkImpl for DpdkSink {
+    /// Caps queries: packet batches, one datagram per other buffer natively (so a packet source with
+    /// `output=auto` sends batches); any other buffer as plain bytes.
+    fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
+        firehose_core::src::output::sink_caps(
+            filter,
+            firehose_core::src::output::packet_consumer_caps(),
+        )
+    }
+
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
         let c = &self.counters;

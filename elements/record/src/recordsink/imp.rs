@@ -538,6 +538,15 @@ impl ElementImpl for RecordSink {
 }
 
 impl BaseSinkImpl for RecordSink {
+    /// Caps queries: packet batches, heaps, chunks, bytes natively (so a packet source with
+    /// `output=auto` sends batches); any other buffer as plain bytes.
+    fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
+        firehose_core::src::output::sink_caps(
+            filter,
+            firehose_core::src::output::native_consumer_caps(),
+        )
+    }
+
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let settings = lock(&self.settings).clone();
         let mut state = self.prepare(&settings)?;

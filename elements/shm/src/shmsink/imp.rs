@@ -520,6 +520,15 @@ impl ElementImpl for ShmSink {
 }
 
 impl BaseSinkImpl for ShmSink {
+    /// Caps queries: every Firehose format, carried with its metas natively (so a packet source with
+    /// `output=auto` sends batches); any other buffer as plain bytes.
+    fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
+        firehose_core::src::output::sink_caps(
+            filter,
+            firehose_core::src::output::native_consumer_caps(),
+        )
+    }
+
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
         let address = Address::new(&s.socket_path, s.abstract_ns);

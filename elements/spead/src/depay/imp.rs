@@ -385,6 +385,14 @@ impl ObjectSubclass for SpeadDepay {
             .query_function(|pad, parent, query| {
                 // In chunks mode downstream's allocation answer is for chunks, not for
                 // our input: an upstream element must not size its packet buffers by it.
+                // Packet batches natively, so a packet source sends them.
+                if let gst::QueryViewMut::Caps(q) = query.view_mut() {
+                    firehose_core::src::output::answer_sink_caps(
+                        q,
+                        &firehose_core::src::output::packet_consumer_caps(),
+                    );
+                    return true;
+                }
                 if let gst::QueryViewMut::Allocation(_) = query.view_mut() {
                     let chunks = SpeadDepay::catch_panic_pad_function(
                         parent,

@@ -191,6 +191,15 @@ impl ElementImpl for FhCheck {
 }
 
 impl BaseSinkImpl for FhCheck {
+    /// Caps queries: fhtestsrc batches, or its packets one per buffer natively (so a packet source with
+    /// `output=auto` sends batches); any other buffer as plain bytes.
+    fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
+        firehose_core::src::output::sink_caps(
+            filter,
+            firehose_core::src::output::packet_consumer_caps(),
+        )
+    }
+
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let settings = *lock(&self.settings);
         let mut state = lock(&self.state);
