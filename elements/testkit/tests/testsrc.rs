@@ -47,7 +47,10 @@ fn a_stock_consumer_gets_one_buffer_per_packet() {
     }
     assert_eq!(seq, 20);
     let caps = h.sinkpad().unwrap().current_caps().unwrap();
-    assert_eq!(caps.structure(0).unwrap().name(), "application/octet-stream");
+    assert_eq!(
+        caps.structure(0).unwrap().name(),
+        "application/octet-stream"
+    );
 }
 
 #[test]

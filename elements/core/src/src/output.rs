@@ -62,6 +62,21 @@ pub fn answer_sink_caps(query: &mut gst::query::Caps, native: &gst::Caps) {
     query.set_result(&result);
 }
 
+/// Answers an accept-caps `query` with yes (true: handled), for a consumer whose sink
+/// template is ANY, whatever it answers to caps queries ([`answer_sink_caps`]); false
+/// for another query. GstBaseSink checks accept-caps against its caps query answer,
+/// so a `BaseSinkImpl::query` calls this first. (A plain pad uses
+/// `gst::PadFlags::ACCEPT_TEMPLATE` instead.)
+pub fn accept_any_caps(query: &mut gst::QueryRef) -> bool {
+    match query.view_mut() {
+        gst::QueryViewMut::AcceptCaps(q) => {
+            q.set_result(true);
+            true
+        }
+        _ => false,
+    }
+}
+
 /// [`answer_sink_caps`] as `BaseSinkImpl::caps`: `filter` when given, else `native`.
 pub fn sink_caps(filter: Option<&gst::Caps>, native: gst::Caps) -> Option<gst::Caps> {
     Some(filter.cloned().unwrap_or(native))

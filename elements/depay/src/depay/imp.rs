@@ -234,6 +234,7 @@ impl ObjectSubclass for FhDepay {
                     |this| this.sink_event(pad, event),
                 )
             })
+            .flags(gst::PadFlags::ACCEPT_TEMPLATE)
             .query_function(|pad, parent, query| {
                 // Downstream's allocation answer is for chunks, not for our input: an
                 // upstream element must not size its packet buffers by it.

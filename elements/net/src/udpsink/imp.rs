@@ -434,6 +434,12 @@ impl BaseSinkImpl for UdpSink {
         )
     }
 
+    /// Accepts any caps: what the caps query does not name goes on as plain bytes.
+    fn query(&self, query: &mut gst::QueryRef) -> bool {
+        firehose_core::src::output::accept_any_caps(query)
+            || BaseSinkImplExt::parent_query(self, query)
+    }
+
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let settings = lock(&self.settings).clone();
         let cfg = self.sender_config(&settings)?;

@@ -529,6 +529,12 @@ impl BaseSinkImpl for ShmSink {
         )
     }
 
+    /// Accepts any caps: what the caps query does not name goes on as plain bytes.
+    fn query(&self, query: &mut gst::QueryRef) -> bool {
+        firehose_core::src::output::accept_any_caps(query)
+            || BaseSinkImplExt::parent_query(self, query)
+    }
+
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
         let address = Address::new(&s.socket_path, s.abstract_ns);

@@ -382,6 +382,7 @@ impl ObjectSubclass for SpeadDepay {
             .event_function(|pad, parent, event| {
                 SpeadDepay::catch_panic_pad_function(parent, || false, |d| d.sink_event(pad, event))
             })
+            .flags(gst::PadFlags::ACCEPT_TEMPLATE)
             .query_function(|pad, parent, query| {
                 // In chunks mode downstream's allocation answer is for chunks, not for
                 // our input: an upstream element must not size its packet buffers by it.

@@ -200,6 +200,12 @@ impl BaseSinkImpl for FhCheck {
         )
     }
 
+    /// Accepts any caps: what the caps query does not name goes on as plain bytes.
+    fn query(&self, query: &mut gst::QueryRef) -> bool {
+        firehose_core::src::output::accept_any_caps(query)
+            || BaseSinkImplExt::parent_query(self, query)
+    }
+
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let settings = *lock(&self.settings);
         let mut state = lock(&self.state);
