@@ -1,16 +1,27 @@
 //! What a packet source pushes: packet batches to elements that understand them, plain
 //! datagrams to everything else.
 //!
-//! The rule (`output=auto`, the default): at negotiation the source asks its peer for
-//! the caps it accepts, with no filter. A peer that answers ANY (`filesink`, `appsink`
-//! without caps, `fakesink`, and `queue`/`tee` in front of them, which pass the query
-//! on) does not understand batches: it gets a buffer list of one buffer per datagram,
-//! each a sub-memory of the batch slot (no copy), with the `caps` property's caps or
-//! `application/octet-stream`. A peer whose answer includes
-//! `application/x-firehose-packets` (every Firehose consumer: `speaddepay`, `fhdepay`,
-//! `fhrecordsink`, `fhudpsink`, `fhshmsink`, `fhcudaupload`, `fhcheck`; or a
-//! `capsfilter caps=application/x-firehose-packets`) gets batches. `output=batch` or
-//! `output=list` decides without asking.
+//! The rule (`output=auto`, the default), applied at negotiation:
+//! 1. The source asks downstream with a custom query, [`PACKETS_QUERY`]. Every Firehose
+//!    consumer of packets (`speaddepay`, `fhdepay`, `fhrecordsink`, `fhudpsink`,
+//!    `fhshmsink`, `fhcudaupload`, `fhcheck`, `fhdpdksink`) answers it;
+//!    `queue`, `tee`, `capsfilter` and other elements pass it on; stock sinks
+//!    (`filesink`, `appsink`, `fakesink`) do not answer. Answered: batches.
+//! 2. Otherwise the source asks for the caps downstream accepts, with no filter. An
+//!    answer that is not ANY, accepts `application/x-firehose-packets` and not the
+//!    datagrams' caps (`appsink caps=application/x-firehose-packets`, a `capsfilter`
+//!    with those caps): batches.
+//! 3. Anything else (ANY: `filesink`, `appsink` without caps, `fakesink`): a buffer
+//!    list of one buffer per datagram, each a sub-memory of the batch slot (no copy),
+//!    with the `caps` property's caps or `application/octet-stream`.
+//!
+//! `output=batch` or `output=list` decides without asking.
+//!
+//! Why a query and not the consumers' caps: a consumer that records or forwards any
+//! buffer (`fhrecordsink` after a stock `udpsrc caps=application/x-rtp`, `fhudpsink`
+//! after an RTP payloader) must keep ANY caps, or linking such a stock element to it
+//! fails (the link check intersects both pads' unfiltered caps); and an ANY answer
+//! cannot tell a Firehose consumer from `filesink`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -42,60 +53,45 @@ pub fn packets_src_template() -> gst::PadTemplate {
     super::src_template(&caps)
 }
 
-/// Whether the element downstream of `pad` understands packet batches: its answer to a
-/// caps query without filter is not ANY and includes `application/x-firehose-packets`.
-pub fn peer_understands_packets(pad: &gst::Pad) -> bool {
+/// The name of the custom query (a `gst::query::Custom` whose structure has this
+/// name) that a Firehose consumer answers by setting `understood=true` in it: it reads
+/// `application/x-firehose-packets` batches.
+pub const PACKETS_QUERY: &str = "firehose-packets-understood";
+
+/// Whether the element downstream of `pad` understands packet batches (rules 1 and 2
+/// in the module documentation).
+pub fn peer_understands_packets(pad: &gst::Pad, datagrams: &gst::Caps) -> bool {
+    let mut q = gst::query::Custom::new(gst::Structure::new_empty(PACKETS_QUERY));
+    if pad.peer_query(&mut q)
+        && q.structure()
+            .is_some_and(|s| s.get::<bool>("understood").unwrap_or(false))
+    {
+        return true;
+    }
     let peer = pad.peer_query_caps(None);
-    !peer.is_any() && peer.can_intersect(&packets_caps())
+    !peer.is_any() && peer.can_intersect(&packets_caps()) && !peer.can_intersect(datagrams)
 }
 
-/// What a Firehose consumer whose sink pad takes any buffer answers to a caps query
-/// (`query` is handled in full): without a filter, the formats it reads natively,
-/// `native` (packet batches among them), so that a packet source with `output=auto`
-/// chooses them; with a filter, the filter, since it takes any other buffer as plain
-/// bytes (a stock `udpsrc`'s datagrams, an `appsrc`'s buffers).
-pub fn answer_sink_caps(query: &mut gst::query::Caps, native: &gst::Caps) {
-    let result = match query.filter() {
-        Some(filter) => filter.to_owned(),
-        None => native.clone(),
+/// Answers [`PACKETS_QUERY`] (true: it was that query, now answered); false for any
+/// other query. A Firehose consumer of packet batches calls it first in its sink pad's
+/// query handler (`BaseSinkImpl::query`, a pad query function).
+pub fn answer_packets_query(query: &mut gst::QueryRef) -> bool {
+    let gst::QueryViewMut::Custom(q) = query.view_mut() else {
+        return false;
     };
-    query.set_result(&result);
-}
-
-/// Answers an accept-caps `query` with yes (true: handled), for a consumer whose sink
-/// template is ANY, whatever it answers to caps queries ([`answer_sink_caps`]); false
-/// for another query. GstBaseSink checks accept-caps against its caps query answer,
-/// so a `BaseSinkImpl::query` calls this first. (A plain pad uses
-/// `gst::PadFlags::ACCEPT_TEMPLATE` instead.)
-pub fn accept_any_caps(query: &mut gst::QueryRef) -> bool {
-    match query.view_mut() {
-        gst::QueryViewMut::AcceptCaps(q) => {
-            q.set_result(true);
+    match q.structure_mut() {
+        s if s.name() == PACKETS_QUERY => {
+            s.set("understood", true);
             true
         }
         _ => false,
     }
 }
 
-/// [`answer_sink_caps`] as `BaseSinkImpl::caps`: `filter` when given, else `native`.
-pub fn sink_caps(filter: Option<&gst::Caps>, native: gst::Caps) -> Option<gst::Caps> {
-    Some(filter.cloned().unwrap_or(native))
-}
-
-/// The formats a Firehose consumer of any Firehose buffer reads natively (a recorder, a
-/// shared-memory producer, an upload): packet batches, SPEAD heaps, chunks and plain
-/// bytes (see [`answer_sink_caps`]).
-pub fn native_consumer_caps() -> gst::Caps {
+/// The Firehose formats and plain bytes: packet batches, SPEAD heaps, chunks and
+/// `application/octet-stream` (what `fhcudaupload` and `fhshmsrc` pass on).
+pub fn firehose_caps() -> gst::Caps {
     [fcaps::PACKETS, fcaps::SPEAD_HEAP, fcaps::CHUNK, DATAGRAM]
-        .into_iter()
-        .map(gst::Caps::new_empty_simple)
-        .collect()
-}
-
-/// The formats a Firehose consumer of packets reads natively (a depacketizer, a
-/// sender): packet batches, and plain buffers of one packet each.
-pub fn packet_consumer_caps() -> gst::Caps {
-    [fcaps::PACKETS, DATAGRAM]
         .into_iter()
         .map(gst::Caps::new_empty_simple)
         .collect()
@@ -193,7 +189,7 @@ impl PacketOutput {
         let batch = match output {
             Output::Batch => true,
             Output::List => false,
-            Output::Auto => peer_understands_packets(&pad),
+            Output::Auto => peer_understands_packets(&pad, &self.datagram_caps()),
         };
         let caps = if batch {
             packets_caps()
@@ -352,15 +348,13 @@ mod tests {
     }
 
     #[test]
-    fn sink_answer_is_native_without_filter_and_filter_with_one() {
+    fn a_consumer_answers_the_packets_query_and_nothing_else() {
         gst::init().unwrap();
-        let native = native_consumer_caps();
-        let mut q = gst::query::Caps::new(None);
-        answer_sink_caps(&mut q, &native);
-        assert_eq!(q.result().unwrap(), native.as_ref());
-        let rtp = gst::Caps::new_empty_simple("application/x-rtp");
-        let mut q = gst::query::Caps::new(Some(&rtp));
-        answer_sink_caps(&mut q, &native);
-        assert_eq!(q.result().unwrap(), rtp.as_ref());
+        let mut q = gst::query::Custom::new(gst::Structure::new_empty(PACKETS_QUERY));
+        assert!(answer_packets_query(&mut q));
+        assert_eq!(q.structure().unwrap().get::<bool>("understood"), Ok(true));
+        let mut other = gst::query::Custom::new(gst::Structure::new_empty("other"));
+        assert!(!answer_packets_query(&mut other));
+        assert!(!answer_packets_query(&mut gst::query::Caps::new(None)));
     }
 }

@@ -534,6 +534,10 @@ impl CudaUpload {
     }
 
     fn sink_query(&self, pad: &gst::Pad, query: &mut gst::QueryRef) -> bool {
+        // It uploads packet batches as they are: a packet source sends them.
+        if firehose_core::src::output::answer_packets_query(query) {
+            return true;
+        }
         match query.view_mut() {
             gst::QueryViewMut::Allocation(q) => {
                 let Some(provider) = lock(&self.state).as_ref().map(|s| s.provider.clone()) else {
@@ -550,10 +554,6 @@ impl CudaUpload {
                     .filter()
                     .map(|f| with_memory(f, Some(devmem::CAPS_FEATURE)));
                 let theirs = self.srcpad.peer_query_caps(filter.as_ref());
-                // A downstream that takes anything gets what this element produces: the
-                // Firehose formats (packet batches natively, so a packet source sends
-                // them) or plain bytes.
-                let theirs = if theirs.is_any() { src_caps() } else { theirs };
                 q.set_result(&with_memory(&theirs, None));
                 true
             }
@@ -583,7 +583,7 @@ impl CudaUpload {
 /// What the src pad produces: the Firehose formats and plain bytes, in device memory.
 fn src_caps() -> gst::Caps {
     with_memory(
-        &firehose_core::src::output::native_consumer_caps(),
+        &firehose_core::src::output::firehose_caps(),
         Some(devmem::CAPS_FEATURE),
     )
 }

@@ -234,21 +234,16 @@ impl ObjectSubclass for FhDepay {
                     |this| this.sink_event(pad, event),
                 )
             })
-            .flags(gst::PadFlags::ACCEPT_TEMPLATE)
             .query_function(|pad, parent, query| {
                 // Downstream's allocation answer is for chunks, not for our input: an
                 // upstream element must not size its packet buffers by it.
                 match query.view_mut() {
                     gst::QueryViewMut::Allocation(_) => return false,
-                    // Packet batches natively, so a packet source sends them.
-                    gst::QueryViewMut::Caps(q) => {
-                        firehose_core::src::output::answer_sink_caps(
-                            q,
-                            &firehose_core::src::output::packet_consumer_caps(),
-                        );
-                        return true;
-                    }
                     _ => {}
+                }
+                // It reads packet batches: a packet source sends them.
+                if firehose_core::src::output::answer_packets_query(query) {
+                    return true;
                 }
                 gst::Pad::query_default(pad, parent, query)
             })

@@ -188,7 +188,10 @@ impl ElementImpl for ShmSrc {
          read-only, each buffer a zero-copy view released back when dropped; caps, \
          timestamps and Firehose metas restored",
     );
-    firehose_core::pad_templates!(src_template(&gst::Caps::new_any()));
+    // The producer's caps, restored: the Firehose formats or plain bytes. (Other caps
+    // an fhshmsink took in are restored as they are; linking to an element that wants
+    // them needs a capsfilter naming them.)
+    firehose_core::pad_templates!(src_template(&firehose_core::src::output::firehose_caps()));
 }
 
 impl BaseSrcImpl for ShmSrc {

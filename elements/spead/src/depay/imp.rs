@@ -382,16 +382,11 @@ impl ObjectSubclass for SpeadDepay {
             .event_function(|pad, parent, event| {
                 SpeadDepay::catch_panic_pad_function(parent, || false, |d| d.sink_event(pad, event))
             })
-            .flags(gst::PadFlags::ACCEPT_TEMPLATE)
             .query_function(|pad, parent, query| {
                 // In chunks mode downstream's allocation answer is for chunks, not for
                 // our input: an upstream element must not size its packet buffers by it.
-                // Packet batches natively, so a packet source sends them.
-                if let gst::QueryViewMut::Caps(q) = query.view_mut() {
-                    firehose_core::src::output::answer_sink_caps(
-                        q,
-                        &firehose_core::src::output::packet_consumer_caps(),
-                    );
+                // It reads packet batches: a packet source sends them.
+                if firehose_core::src::output::answer_packets_query(query) {
                     return true;
                 }
                 if let gst::QueryViewMut::Allocation(_) = query.view_mut() {

@@ -191,18 +191,10 @@ impl ElementImpl for FhCheck {
 }
 
 impl BaseSinkImpl for FhCheck {
-    /// Caps queries: fhtestsrc batches, or its packets one per buffer natively (so a packet source with
-    /// `output=auto` sends batches); any other buffer as plain bytes.
-    fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
-        firehose_core::src::output::sink_caps(
-            filter,
-            firehose_core::src::output::packet_consumer_caps(),
-        )
-    }
-
-    /// Accepts any caps: what the caps query does not name goes on as plain bytes.
+    /// Answers the query by which a packet source asks whether its peer reads packet
+    /// batches (`output=auto`): yes.
     fn query(&self, query: &mut gst::QueryRef) -> bool {
-        firehose_core::src::output::accept_any_caps(query)
+        firehose_core::src::output::answer_packets_query(query)
             || BaseSinkImplExt::parent_query(self, query)
     }
 
