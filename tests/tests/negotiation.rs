@@ -106,6 +106,8 @@ fn firehose_consumers_get_batches_from_fhudpsrc_at_its_default() {
             &format!("fhrecordsink name=c location={}/a.pcap", dir.display()),
             "c",
         ),
+        // To the discard port on loopback.
+        ("fhudpsink name=c host=127.0.0.1 port=9", "c"),
         (
             &format!(
                 "tee name=t ! queue ! fhrecordsink name=c location={}/b.pcap \
@@ -133,8 +135,8 @@ fn stock_udpsrc_still_feeds_the_recorder() {
     let dir = std::env::temp_dir().join(format!("fh-negotiation-udpsrc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // Without caps (no caps event) and with caps the recorder does not name.
-    for caps in ["", "caps=application/x-rtp"] {
-        let path = dir.join("stock.pcap");
+    for (i, caps) in ["", "caps=application/x-rtp"].into_iter().enumerate() {
+        let path = dir.join(format!("stock{i}.pcap"));
         let p = gst::parse::launch(&format!(
             "udpsrc name=src address=127.0.0.1 port=0 {caps} ! fhrecordsink name=rec location={}",
             path.display()
@@ -142,7 +144,10 @@ fn stock_udpsrc_still_feeds_the_recorder() {
         .unwrap()
         .downcast::<gst::Pipeline>()
         .unwrap();
-        p.set_state(gst::State::Playing).unwrap();
+        if p.set_state(gst::State::Playing).is_err() {
+            let m = p.bus().unwrap().pop_filtered(&[gst::MessageType::Error]);
+            panic!("{caps}: {m:?}");
+        }
         let src = p.by_name("src").unwrap();
         let port = src.property::<i32>("port") as u16;
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
