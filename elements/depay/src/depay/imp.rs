@@ -237,9 +237,8 @@ impl ObjectSubclass for FhDepay {
             .query_function(|pad, parent, query| {
                 // Downstream's allocation answer is for chunks, not for our input: an
                 // upstream element must not size its packet buffers by it.
-                match query.view_mut() {
-                    gst::QueryViewMut::Allocation(_) => return false,
-                    _ => {}
+                if let gst::QueryViewMut::Allocation(_) = query.view_mut() {
+                    return false;
                 }
                 // It reads packet batches: a packet source sends them.
                 if firehose_core::src::output::answer_packets_query(query) {
