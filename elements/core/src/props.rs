@@ -337,3 +337,41 @@ pub fn memory_value(memory: Memory, name: &str) -> Option<glib::Value> {
         _ => None,
     }
 }
+
+/// `output=auto|batch|list`: what a packet source pushes.
+#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default)]
+#[repr(u32)]
+pub enum Output {
+    /// One buffer per batch, `application/x-firehose-packets` with a packet-batch meta.
+    Batch = 0,
+    /// A buffer list of one buffer per datagram (sub-memories of the batch, no copy),
+    /// with the `caps` property's caps (`application/octet-stream` when unset).
+    List = 1,
+    /// Batch when the element downstream understands packet batches (it answers a caps
+    /// query with caps that include `application/x-firehose-packets`, not with ANY),
+    /// list otherwise: stock elements (filesink, appsink, …) get plain datagrams.
+    #[default]
+    Auto = 2,
+}
+
+shared_enum!(
+    Output,
+    "GstFirehoseOutput",
+    [
+        Batch = (
+            0,
+            "Batch: one buffer per batch, application/x-firehose-packets",
+            "batch"
+        ),
+        List = (
+            1,
+            "List: one buffer per datagram in a buffer list (the caps property's caps)",
+            "list"
+        ),
+        Auto = (
+            2,
+            "Auto: batch when downstream understands packet batches, list otherwise",
+            "auto"
+        ),
+    ]
+);

@@ -27,10 +27,15 @@ fn init() {
     });
 }
 
-/// A harness around `fhudpsrc` with `props`, playing, and the bound port.
+/// A harness around `fhudpsrc` with `props`, playing, and the bound port. Without an
+/// `output` in `props` the harness's sink asks for packet batches, as a Firehose
+/// consumer does (so `output=auto` chooses them).
 fn harness(props: &[(&str, &str)]) -> (Harness, u16) {
     init();
     let mut h = Harness::new("fhudpsrc");
+    if !props.iter().any(|(k, _)| *k == "output") {
+        h.set_sink_caps(firehose_core::caps::packets_caps());
+    }
     let el = h.element().unwrap();
     el.set_property_from_str("address", "127.0.0.1");
     el.set_property("port", 0i32);
@@ -122,6 +127,7 @@ fn the_pool_is_cut_from_the_memory_downstream_proposes() {
     // provider of shared segments.
     let provider = Arc::new(SharedSegment::new("fhudpsrc-test"));
     firehose_core::alloc::propose_on(&h.sinkpad().unwrap(), provider);
+    h.set_sink_caps(firehose_core::caps::packets_caps());
     let el = h.element().unwrap();
     el.set_property_from_str("address", "127.0.0.1");
     el.set_property("port", 0i32);
@@ -468,6 +474,7 @@ fn eos_during_full_rate_traffic_reaches_the_bus() {
 fn ipv6_loopback() {
     init();
     let mut h = Harness::new("fhudpsrc");
+    h.set_sink_caps(firehose_core::caps::packets_caps());
     let el = h.element().unwrap();
     el.set_property("address", "::1");
     el.set_property("port", 0i32);
@@ -519,6 +526,7 @@ fn multicast_asm_and_ssm_in_a_private_namespace() {
         private_netns_with_multicast_lo();
         // Any-source multicast.
         let mut h = Harness::new("fhudpsrc");
+        h.set_sink_caps(firehose_core::caps::packets_caps());
         let el = h.element().unwrap();
         el.set_property("address", "239.255.7.7");
         el.set_property("port", 0i32);
@@ -533,6 +541,7 @@ fn multicast_asm_and_ssm_in_a_private_namespace() {
 
         // Source-specific: only 127.0.0.1 is wanted; 127.0.0.2 is filtered by the kernel.
         let mut h = Harness::new("fhudpsrc");
+        h.set_sink_caps(firehose_core::caps::packets_caps());
         let el = h.element().unwrap();
         el.set_property("address", "232.1.1.1");
         el.set_property("port", 0i32);

@@ -18,8 +18,39 @@ fn source(props: &[(&str, &dyn ToValue)]) -> Harness {
         src.set_property_from_value(name, &value.to_value());
     }
     let mut h = Harness::with_element(&src, None, Some("src"));
+    // The harness's sink asks for packet batches, as a Firehose consumer does.
+    if !props.iter().any(|(k, _)| *k == "output") {
+        h.set_sink_caps(caps::packets_caps());
+    }
     h.play();
     h
+}
+
+#[test]
+fn a_stock_consumer_gets_one_buffer_per_packet() {
+    init();
+    let src = gst::ElementFactory::make("fhtestsrc")
+        .property("packet-size", 100u32)
+        .property("batch-size", 7u32)
+        .property("num-packets", 20u64)
+        .build()
+        .unwrap();
+    // The harness's sink answers ANY, as filesink and appsink do.
+    let mut h = Harness::with_element(&src, None, Some("src"));
+    h.play();
+    let mut seq = 0u64;
+    while let Some(buf) = h.pull_until_eos().unwrap() {
+        assert!(buf.meta::<PacketBatchMeta>().is_none());
+        assert_eq!(buf.size(), 100);
+        assert_eq!(pattern::verify(&buf.map_readable().unwrap()), Ok(seq));
+        seq += 1;
+    }
+    assert_eq!(seq, 20);
+    let caps = h.sinkpad().unwrap().current_caps().unwrap();
+    assert_eq!(
+        caps.structure(0).unwrap().name(),
+        "application/octet-stream"
+    );
 }
 
 #[test]

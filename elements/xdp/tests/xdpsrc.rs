@@ -68,6 +68,8 @@ fn pull(h: &mut Harness) -> gst::Buffer {
 fn xdp_harness(pair: &VethPair, port: u16, props: &[(&str, &str)]) -> Harness {
     init();
     let mut h = Harness::new("fhxdpsrc");
+    // The harness's sink asks for packet batches, as a Firehose consumer does.
+    h.set_sink_caps(firehose_core::caps::packets_caps());
     let el = h.element().unwrap();
     el.set_property("interface", &pair.host_if);
     el.set_property("port", i32::from(port));
@@ -463,6 +465,8 @@ fn batches_are_copied_once_into_the_memory_downstream_proposes() {
     let port = 7302;
     init();
     let mut h = Harness::new("fhxdpsrc");
+    // The harness's sink asks for packet batches, as a Firehose consumer does.
+    h.set_sink_caps(firehose_core::caps::packets_caps());
     // The harness's sink pad answers the allocation query as fhshmsink will. The NIC
     // writes into the UMEM, so the source copies each batch once into shared memory.
     h.sinkpad()

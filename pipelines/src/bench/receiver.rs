@@ -271,10 +271,12 @@ pub fn description(cfg: &RecvConfig) -> String {
              retrieve-sender-address=false ! {sink}",
             cfg.size.max(1492)
         ),
-        Receiver::Fhudpsrc => format!("{udp} ! {sink}"),
-        Receiver::Fhxdpsrc => format!("{xdp} ! {sink}"),
+        // Batches, as a Firehose consumer gets them (fakesink takes anything, so at
+        // output=auto it would get one buffer per datagram).
+        Receiver::Fhudpsrc => format!("{udp} output=batch ! {sink}"),
+        Receiver::Fhxdpsrc => format!("{xdp} output=batch ! {sink}"),
         Receiver::Fhdpdksrc => format!(
-            "fhdpdksrc name=src eal-args=\"{}\" dpdk-port={} port={p} ! {sink}",
+            "fhdpdksrc name=src eal-args=\"{}\" dpdk-port={} port={p} output=batch ! {sink}",
             cfg.eal_args.as_deref().unwrap_or_default(),
             cfg.dpdk_port.as_deref().unwrap_or_default()
         ),

@@ -176,7 +176,9 @@ fn run_pipeline(o: &Options, writer: &str, sink: &str, path: &Path) -> Result<Ro
     let batch = ((1u64 << 20) / u64::from(o.packet_size)).clamp(1, 1024);
     let packets = o.bytes / u64::from(o.packet_size);
     let desc = format!(
-        "fhtestsrc packet-size={} batch-size={batch} num-packets={packets} ! {sink}",
+        // output=batch: filesink too gets the 1 MiB batches (contiguous packets), not
+        // one buffer per packet.
+        "fhtestsrc output=batch packet-size={} batch-size={batch} num-packets={packets} ! {sink}",
         o.packet_size
     );
     let pipeline = crate::session::parse(&desc)?;

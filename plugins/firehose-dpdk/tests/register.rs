@@ -12,6 +12,15 @@ fn registers_both_elements_without_starting_dpdk() {
         let el = f.create().build().unwrap();
         assert!(el.find_property("eal-args").is_some());
         assert!(el.find_property("stats").is_some());
+        // Src pads name what they produce (packet batches or plain datagrams).
+        for t in f.static_pad_templates() {
+            if t.direction() == gst::PadDirection::Src {
+                assert!(!t.caps().is_any(), "{name}: src template is ANY");
+            }
+        }
+        for pad in el.src_pads() {
+            assert!(!pad.query_caps(None).is_any(), "{name}: src caps ANY");
+        }
     }
     // No EAL thread was started by registering or creating elements.
     let threads: Vec<String> = std::fs::read_dir("/proc/self/task")

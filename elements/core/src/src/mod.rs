@@ -13,6 +13,8 @@
 //!   the old slot counts: `slots`, `frames`, `mbufs`) still working; and
 //!   [`batch_size`], [`set_live`].
 //! - [`src_template`]: the `src` pad template; [`caps_query`].
+//! - [`output`]: `output=auto|batch|list` and `caps` of a packet source: batches to
+//!   elements that understand them, one buffer per datagram to stock elements.
 //! - [`live_src_base!`](crate::live_src_base) and
 //!   [`live_src_constructed!`](crate::live_src_constructed): the `BaseSrcImpl` and
 //!   `ObjectImpl` items every source writes the same way.
@@ -20,11 +22,13 @@
 mod control;
 mod counters;
 mod dry;
+pub mod output;
 mod pool_props;
 
 pub use control::LiveControl;
 pub use counters::{append_pool, append_slot_pool};
 pub use dry::DryWarning;
+pub use output::PacketOutput;
 pub use pool_props::{CountAlias, PoolProps, PoolSettings, PoolSize};
 
 use gst::glib;
@@ -86,12 +90,14 @@ pub fn caps_query(caps: gst::Caps, filter: Option<&gst::Caps>) -> Option<gst::Ca
 /// - `live_src_base!(live)`: just those.
 /// - `live_src_base!(live, caps: expr)`: also `caps`, answered with the fixed caps
 ///   `expr` ([`caps_query`]).
+/// - `live_src_base!(live, output: field)`: also `caps` and `negotiate`, through the
+///   [`PacketOutput`] in field `field` (batches or one buffer per datagram).
 /// - `live_src_base!(live, flushing: field)`: `unlock` also calls
 ///   `self.field.set_flushing(true)` first and `unlock_stop` `set_flushing(false)` last
 ///   (a chunk engine's front, whose own flag cuts short a wait for a pool chunk).
 #[macro_export]
 macro_rules! live_src_base {
-    ($live:ident $(, flushing: $also:ident)? $(, caps: $caps:expr)? $(,)?) => {
+    ($live:ident $(, flushing: $also:ident)? $(, caps: $caps:expr)? $(, output: $output:ident)? $(,)?) => {
         fn is_seekable(&self) -> bool {
             false
         }
@@ -102,6 +108,19 @@ macro_rules! live_src_base {
                 filter: ::std::option::Option<&$crate::__gst::Caps>,
             ) -> ::std::option::Option<$crate::__gst::Caps> {
                 $crate::src::caps_query($caps, filter)
+            }
+        )?
+
+        $(
+            fn caps(
+                &self,
+                filter: ::std::option::Option<&$crate::__gst::Caps>,
+            ) -> ::std::option::Option<$crate::__gst::Caps> {
+                self.$output.caps(filter)
+            }
+
+            fn negotiate(&self) -> ::std::result::Result<(), $crate::__gst::LoggableError> {
+                self.$output.negotiate($crate::__gst::prelude::Cast::upcast_ref(&*self.obj()))
             }
         )?
 

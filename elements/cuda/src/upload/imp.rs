@@ -678,6 +678,10 @@ impl CudaUpload {
     }
 
     fn sink_query(&self, pad: &gst::Pad, query: &mut gst::QueryRef) -> bool {
+        // It uploads packet batches as they are: a packet source sends them.
+        if firehose_core::src::output::answer_packets_query(query) {
+            return true;
+        }
         match query.view_mut() {
             gst::QueryViewMut::Allocation(q) => {
                 let Some(provider) = lock(&self.state).as_ref().map(|s| s.provider.clone()) else {
@@ -735,6 +739,11 @@ impl CudaUpload {
             gst::QueryViewMut::Caps(q) => {
                 let filter = q.filter().map(|f| with_memory(f, None));
                 let theirs = self.sinkpad.peer_query_caps(filter.as_ref());
+                let theirs = if theirs.is_any() {
+                    with_memory(&src_caps(), None)
+                } else {
+                    theirs
+                };
                 let mut out = with_memory(&theirs, Some(devmem::CAPS_FEATURE));
                 if self.view_possible() && !out.is_any() {
                     let view = match q.filter() {
@@ -749,6 +758,14 @@ impl CudaUpload {
             _ => gst::Pad::query_default(pad, Some(&*self.obj()), query),
         }
     }
+}
+
+/// What the src pad produces: the Firehose formats and plain bytes, in device memory.
+fn src_caps() -> gst::Caps {
+    with_memory(
+        &firehose_core::src::output::firehose_caps(),
+        Some(devmem::CAPS_FEATURE),
+    )
 }
 
 /// `caps` with every structure's memory feature set to `feature` (`None`: system
@@ -913,7 +930,7 @@ impl ElementImpl for CudaUpload {
             "src",
             gst::PadDirection::Src,
             gst::PadPresence::Always,
-            &gst::Caps::new_any(),
+            &src_caps()
         )
         .expect("a valid src pad template")
     );

@@ -242,6 +242,10 @@ impl ObjectSubclass for FhDepay {
                 if let gst::QueryViewMut::Allocation(_) = query.view_mut() {
                     return false;
                 }
+                // It reads packet batches: a packet source sends them.
+                if firehose_core::src::output::answer_packets_query(query) {
+                    return true;
+                }
                 gst::Pad::query_default(pad, parent, query)
             })
             .build();

@@ -13,7 +13,7 @@ use firehose_core::src::{
 };
 use firehose_core::stats::{self, names, StatsInterval, StatsTimer};
 use firehose_core::sync::lock;
-use firehose_core::{caps as fcaps, PacketAddr, PacketInfo};
+use firehose_core::{PacketAddr, PacketInfo};
 
 use crate::dpdk::{self, Pool, Port, PortConfig, Session};
 use crate::sys;
@@ -177,6 +177,8 @@ unsafe impl Send for State {}
 /// The `fhdpdksrc` element.
 #[derive(Default)]
 pub struct DpdkSrc {
+    /// `output`, `caps`, and what was negotiated: batches or one buffer per datagram.
+    output: firehose_core::src::PacketOutput,
     /// Copies each batch into the memory downstream asked for, if it did (the NIC
     /// cannot write there).
     copy: firehose_core::alloc::CopyOut,
@@ -441,6 +443,7 @@ impl ObjectImpl for DpdkSrc {
                 .mutable_ready()
                 .build(),
         ];
+        v.extend(firehose_core::src::PacketOutput::param_specs());
         v.extend(POOL.param_specs());
         v.extend(stats::properties(&Counters::describe(&format!(
             "drops-nic (imissed + ierrors + rx-nombuf from rte_eth_stats), {}",
@@ -450,6 +453,9 @@ impl ObjectImpl for DpdkSrc {
     });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        if self.output.set(value, pspec) {
+            return;
+        }
         let mut s = lock(&self.settings);
         if s.pool.set(value, pspec) {
             return;
@@ -477,6 +483,9 @@ impl ObjectImpl for DpdkSrc {
     }
 
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        if let Some(v) = self.output.get(pspec) {
+            return v;
+        }
         if pspec.name() == "stats" {
             return self.stats().to_value();
         }
@@ -511,7 +520,7 @@ impl ElementImpl for DpdkSrc {
          the mbufs lent downstream without a copy",
     );
 
-    firehose_core::pad_templates!(live::src_template(&fcaps::packets_caps()));
+    firehose_core::pad_templates!(live::output::packets_src_template());
 }
 
 impl BaseSrcImpl for DpdkSrc {
@@ -599,7 +608,7 @@ impl BaseSrcImpl for DpdkSrc {
         Ok(())
     }
 
-    firehose_core::live_src_base!(live, caps: fcaps::packets_caps());
+    firehose_core::live_src_base!(live, output: output);
     firehose_core::decide_allocation_copies!(copy, "the NIC writes into DPDK's mbufs");
 }
 
@@ -621,6 +630,6 @@ impl PushSrcImpl for DpdkSrc {
         }
         let mut buf = batch_buffer(mem, packets, pts, readable);
         PacketDestMeta::add(buf.get_mut().expect("a new buffer is writable"), dests);
-        Ok(CreateSuccess::NewBuffer(self.copy.out(buf)))
+        Ok(self.output.push(self.copy.out(buf)))
     }
 }

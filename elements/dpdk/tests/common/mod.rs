@@ -110,6 +110,8 @@ pub fn send_packets(
 pub fn src_harness(props: &[(&str, &str)]) -> gst_check::Harness {
     init();
     let mut h = gst_check::Harness::new("fhdpdksrc");
+    // The harness's sink asks for packet batches, as a Firehose consumer does.
+    h.set_sink_caps(firehose_core::caps::packets_caps());
     let el = h.element().unwrap();
     for (k, v) in props {
         el.set_property_from_str(k, v);

@@ -7,7 +7,6 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use firehose_core::caps as fcaps;
 use firehose_core::ring::SharedRing;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{
@@ -103,6 +102,8 @@ struct State {
 /// started.
 #[derive(Default)]
 pub struct IbvSrc {
+    /// `output`, `caps`, and what was negotiated: batches or one buffer per datagram.
+    output: firehose_core::src::PacketOutput,
     /// Copies each batch into the memory downstream asked for, if it did (the NIC
     /// cannot write there).
     copy: firehose_core::alloc::CopyOut,
@@ -285,6 +286,7 @@ impl ObjectImpl for IbvSrc {
                 DEFAULT_BATCH_SIZE,
             ),
         ];
+        v.extend(firehose_core::src::PacketOutput::param_specs());
         v.extend(POOL.param_specs());
         v.extend(stats::properties(&RxCounters::describe(
             "pool-in-use, pool-slots",
@@ -293,6 +295,9 @@ impl ObjectImpl for IbvSrc {
     });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        if self.output.set(value, pspec) {
+            return;
+        }
         let mut s = lock(&self.settings);
         if s.pool.set(value, pspec) {
             return;
@@ -315,6 +320,9 @@ impl ObjectImpl for IbvSrc {
     }
 
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        if let Some(v) = self.output.get(pspec) {
+            return v;
+        }
         if pspec.name() == "stats" {
             return self.stats().to_value();
         }
@@ -343,7 +351,7 @@ impl ElementImpl for IbvSrc {
         "Receives UDP through an RDMA raw-packet queue pair into a registered region (libibverbs loaded at run time)",
     );
 
-    firehose_core::pad_templates!(live::src_template(&fcaps::packets_caps()));
+    firehose_core::pad_templates!(live::output::packets_src_template());
 }
 
 impl BaseSrcImpl for IbvSrc {
@@ -405,7 +413,7 @@ impl BaseSrcImpl for IbvSrc {
         Ok(())
     }
 
-    firehose_core::live_src_base!(live, caps: fcaps::packets_caps());
+    firehose_core::live_src_base!(live, output: output);
     firehose_core::decide_allocation_copies!(
         copy,
         "the NIC writes into its registered receive region"
@@ -434,9 +442,8 @@ impl PushSrcImpl for IbvSrc {
                     if state.timer.due(Instant::now()) {
                         stats::post(self.obj().upcast_ref(), self.stats());
                     }
-                    return Ok(CreateSuccess::NewBuffer(
-                        self.copy.out(batch.into_buffer(pts, state.readable)),
-                    ));
+                    let buf = batch.into_buffer(pts, state.readable);
+                    return Ok(self.output.push(self.copy.out(buf)));
                 }
                 Ok(Step::Busy) => idle = 0,
                 Ok(Step::Idle) => {

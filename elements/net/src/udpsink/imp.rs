@@ -425,6 +425,13 @@ impl ElementImpl for UdpSink {
 }
 
 impl BaseSinkImpl for UdpSink {
+    /// Answers the query by which a packet source asks whether its peer reads packet
+    /// batches (`output=auto`): yes.
+    fn query(&self, query: &mut gst::QueryRef) -> bool {
+        firehose_core::src::output::answer_packets_query(query)
+            || BaseSinkImplExt::parent_query(self, query)
+    }
+
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let settings = lock(&self.settings).clone();
         let cfg = self.sender_config(&settings)?;

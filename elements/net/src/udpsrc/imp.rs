@@ -8,12 +8,14 @@ use std::time::{Duration, Instant};
 
 use firehose_core::alloc;
 use firehose_core::props::WhenFull;
+use firehose_core::src::output::datagram_list_from;
 use firehose_core::src::prelude::*;
-use firehose_core::src::{self as live, LiveControl, PoolProps, PoolSettings, PoolSize};
+use firehose_core::src::{
+    self as live, LiveControl, PacketOutput, PoolProps, PoolSettings, PoolSize,
+};
 use firehose_core::stats::{self, names, StatsInterval, StatsTimer};
-use firehose_core::{caps as fcaps, PacketInfo, PoolConfig, SlotArena, SlotPool};
+use firehose_core::{PacketInfo, PoolConfig, SlotArena, SlotPool};
 
-use super::Output;
 use crate::recv::{Recv, RecvCounts, UdpReceiver};
 use crate::socket_settings::{insert_after, SocketSettings};
 
@@ -41,8 +43,6 @@ struct Settings {
     batch_size: u32,
     batch_bytes: u32,
     timestamps: bool,
-    output: Output,
-    caps: Option<gst::Caps>,
     when_full: WhenFull,
     pool: PoolSettings,
     stats_interval: StatsInterval,
@@ -55,8 +55,6 @@ impl Default for Settings {
             batch_size: DEFAULT_BATCH_SIZE,
             batch_bytes: DEFAULT_BATCH_BYTES,
             timestamps: true,
-            output: Output::Batch,
-            caps: None,
             when_full: WhenFull::Auto,
             pool: PoolSettings::new(&POOL),
             stats_interval: StatsInterval::default(),
@@ -99,7 +97,6 @@ struct State {
     /// Initial capacity of each batch's packet list.
     batch_hint: usize,
     timer: StatsTimer,
-    output: Output,
     when_full: WhenFull,
     /// The interface of `multicast-iface`, watched while nothing arrives: a capture
     /// whose interface went away or down says so (an element error).
@@ -119,6 +116,8 @@ pub struct UdpSrc {
     counters: Counters,
     /// Says on the bus when the pool runs dry.
     dry: live::DryWarning,
+    /// `output`, `caps`, and what was negotiated: batches or one buffer per datagram.
+    output: PacketOutput,
 }
 
 impl UdpSrc {
@@ -265,28 +264,22 @@ impl ObjectImpl for UdpSrc {
                 .build()],
         );
         v.extend([
-            glib::ParamSpecEnum::builder::<Output>("output")
-                .nick("Output")
-                .blurb("batch: one buffer per batch (fast); list: one buffer per datagram in a buffer list (for stock elements)")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecBoxed::builder::<gst::Caps>("caps")
-                .nick("Caps")
-                .blurb("Caps of the datagrams with output=list (e.g. application/x-rtp,…)")
-                .mutable_ready()
-                .build(),
             glib::ParamSpecEnum::builder::<WhenFull>("when-full")
                 .nick("When full")
                 .blurb("When every pool slot is in use downstream: drop (count drops-pool) or block; auto drops (a network source is live)")
                 .mutable_ready()
                 .build(),
         ]);
+        v.extend(PacketOutput::param_specs());
         v.extend(POOL.param_specs());
         v.extend(stats::properties(&Counters::describe("pool-*, memory")));
         v
     });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        if self.output.set(value, pspec) {
+            return;
+        }
         let mut s = lock(&self.settings);
         if s.socket.set(value, pspec) || s.pool.set(value, pspec) {
             return;
@@ -295,8 +288,6 @@ impl ObjectImpl for UdpSrc {
             "batch-size" => s.batch_size = value.get().unwrap(),
             "batch-bytes" => s.batch_bytes = value.get().unwrap(),
             "timestamps" => s.timestamps = value.get().unwrap(),
-            "output" => s.output = value.get().unwrap(),
-            "caps" => s.caps = value.get().unwrap(),
             "when-full" => s.when_full = value.get().unwrap(),
             other => s.stats_interval.set(other, value),
         }
@@ -305,6 +296,9 @@ impl ObjectImpl for UdpSrc {
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
         if pspec.name() == "stats" {
             return self.stats().to_value();
+        }
+        if let Some(v) = self.output.get(pspec) {
+            return v;
         }
         let s = lock(&self.settings);
         if let Some(v) = s.socket.get(pspec) {
@@ -318,8 +312,6 @@ impl ObjectImpl for UdpSrc {
             "batch-size" => s.batch_size.to_value(),
             "batch-bytes" => s.batch_bytes.to_value(),
             "timestamps" => s.timestamps.to_value(),
-            "output" => s.output.to_value(),
-            "caps" => s.caps.to_value(),
             "when-full" => s.when_full.to_value(),
             other => s.stats_interval.value(other),
         }
@@ -332,10 +324,11 @@ impl ElementImpl for UdpSrc {
     firehose_core::element_metadata!(
         "Firehose UDP source",
         "Source/Network",
-        "Receives UDP with recvmmsg and GRO into pooled memory, one buffer per batch",
+        "Receives UDP with recvmmsg and GRO into pooled memory, one buffer per batch \
+         (application/x-firehose-packets) or, to stock elements, one per datagram",
     );
 
-    firehose_core::pad_templates!(live::src_template(&gst::Caps::new_any()));
+    firehose_core::pad_templates!(live::output::packets_src_template());
 }
 
 impl BaseSrcImpl for UdpSrc {
@@ -394,7 +387,6 @@ impl BaseSrcImpl for UdpSrc {
             rx,
             pool,
             timer: s.stats_interval.timer(),
-            output: s.output,
             when_full: s.when_full,
             watch,
             readable: s.pool.readable_metas,
@@ -440,16 +432,7 @@ impl BaseSrcImpl for UdpSrc {
         self.parent_decide_allocation(query)
     }
 
-    fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
-        let s = lock(&self.settings);
-        let caps = match s.output {
-            Output::Batch => fcaps::packets_caps(),
-            Output::List => s.caps.clone().unwrap_or_else(gst::Caps::new_any),
-        };
-        live::caps_query(caps, filter)
-    }
-
-    firehose_core::live_src_base!(live);
+    firehose_core::live_src_base!(live, output: output);
 }
 
 impl PushSrcImpl for UdpSrc {
@@ -474,31 +457,20 @@ impl PushSrcImpl for UdpSrc {
         if state.timer.due(Instant::now()) {
             self.post_stats(state);
         }
-        let output = state.output;
         let readable = state.readable;
         drop(guard);
 
-        match output {
-            Output::Batch => {
-                let mut buf = batch_buffer(mem, packets, pts, readable);
-                let b = buf.get_mut().expect("a new buffer is writable");
-                firehose_core::meta::dest::PacketDestMeta::add(b, dests);
-                Ok(CreateSuccess::NewBuffer(buf))
-            }
-            Output::List => {
-                // One GstBuffer per datagram, each a sub-memory of the one slot: no copy,
-                // but the per-buffer cost that stock elements need.
-                let mut list = gst::BufferList::new_sized(packets.len());
-                let l = list.get_mut().expect("new list is writable");
-                for p in &packets {
-                    let mut b = gst::Buffer::new();
-                    let bm = b.get_mut().expect("new buffer is writable");
-                    bm.append_memory(mem.share(p.range()));
-                    bm.set_pts(pts);
-                    l.add(b);
-                }
-                Ok(CreateSuccess::NewBufferList(list))
-            }
+        if self.output.is_list() {
+            // One GstBuffer per datagram, each a sub-memory of the one slot: no copy,
+            // but the per-buffer cost that stock elements need.
+            Ok(CreateSuccess::NewBufferList(datagram_list_from(
+                &mem, &packets, pts,
+            )))
+        } else {
+            let mut buf = batch_buffer(mem, packets, pts, readable);
+            let b = buf.get_mut().expect("a new buffer is writable");
+            firehose_core::meta::dest::PacketDestMeta::add(b, dests);
+            Ok(CreateSuccess::NewBuffer(buf))
         }
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! One `recvmmsg` fills one pool slot; the slot becomes the buffer's memory without a
 //! copy and is pushed once per batch as `application/x-firehose-packets` (datagram
-//! offsets in a [`firehose_core::PacketBatchMeta`]), or, with `output=list`, as a
-//! `GstBufferList` of one buffer per datagram for stock elements.
+//! offsets in a [`firehose_core::PacketBatchMeta`]) to an element that understands
+//! batches, or as a `GstBufferList` of one buffer per datagram (sub-memories of the
+//! slot) to any other: `output=auto`, see [`firehose_core::src::output`].
 //!
 //! Payloads received straight into an engine's memory need the socket and the engine in
 //! one element: `fhudpchunksrc` (chunks) and `fhspeadsrc` (SPEAD heaps), over
@@ -14,22 +15,8 @@ use gst::prelude::*;
 
 mod imp;
 
-/// What `output` produces.
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
-#[repr(u32)]
-#[enum_type(name = "GstFhUdpSrcOutput")]
-pub enum Output {
-    /// One buffer per batch with a packet-batch meta.
-    #[default]
-    #[enum_value(
-        name = "Batch: one buffer per recvmmsg, application/x-firehose-packets",
-        nick = "batch"
-    )]
-    Batch = 0,
-    /// A buffer list with one buffer per datagram (sub-memories, no copy).
-    #[enum_value(name = "List: one buffer per datagram in a buffer list", nick = "list")]
-    List = 1,
-}
+/// What `output` produces (shared by every packet source).
+pub use firehose_core::props::Output;
 
 glib::wrapper! {
     /// The `fhudpsrc` element.

@@ -11,7 +11,7 @@ use firehose_core::pace::Pacer;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{self as live, LiveControl, PoolProps, PoolSettings, PoolSize};
 use firehose_core::stats::{self, names, StatsInterval, StatsTimer};
-use firehose_core::{caps, gstmem, PacketBatchMeta, PacketInfo, PoolConfig, SlotPool};
+use firehose_core::{gstmem, PacketBatchMeta, PacketInfo, PoolConfig, SlotPool};
 
 use super::replay::{Filter, Replay, SplitMode, Splitter};
 use super::{Pace, Rate, Split};
@@ -117,6 +117,8 @@ firehose_core::counters! {
 /// The `fhpcapsrc` element.
 #[derive(Default)]
 pub struct PcapSrc {
+    /// `output`, `caps`, and what was negotiated: batches or one buffer per datagram.
+    output: firehose_core::src::PacketOutput,
     /// Copies each batch into the memory downstream asked for, if it did.
     copy: firehose_core::alloc::CopyOut,
     settings: Mutex<Settings>,
@@ -287,12 +289,16 @@ impl ObjectImpl for PcapSrc {
                 .build(),
             live::batch_size("Most datagrams per buffer", 1024, DEFAULT_BATCH_SIZE),
         ];
+        v.extend(firehose_core::src::PacketOutput::param_specs());
         v.extend(POOL.param_specs());
         v.extend(stats::properties(&Counters::describe("pool-*, memory")));
         v
     });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        if self.output.set(value, pspec) {
+            return;
+        }
         let opt = |v: Option<String>| v.filter(|x| !x.is_empty());
         let mut s = lock(&self.settings);
         if s.pool.set(value, pspec) {
@@ -326,6 +332,9 @@ impl ObjectImpl for PcapSrc {
     }
 
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        if let Some(v) = self.output.get(pspec) {
+            return v;
+        }
         if pspec.name() == "stats" {
             return self.stats().to_value();
         }
@@ -364,7 +373,7 @@ impl ElementImpl for PcapSrc {
          original pace, a set rate or as fast as possible",
     );
 
-    firehose_core::pad_templates!(live::src_template(&caps::packets_caps()));
+    firehose_core::pad_templates!(live::output::packets_src_template());
 }
 
 impl BaseSrcImpl for PcapSrc {
@@ -468,7 +477,7 @@ impl BaseSrcImpl for PcapSrc {
         Ok(())
     }
 
-    firehose_core::live_src_base!(live);
+    firehose_core::live_src_base!(live, output: output);
     firehose_core::decide_allocation_copies!(copy, "it replays into its own pool", SLOT_SIZE);
 }
 
@@ -543,6 +552,6 @@ impl PushSrcImpl for PcapSrc {
         if due {
             stats::post(self.obj().upcast_ref(), self.stats());
         }
-        Ok(CreateSuccess::NewBuffer(self.copy.out(buf)))
+        Ok(self.output.push(self.copy.out(buf)))
     }
 }

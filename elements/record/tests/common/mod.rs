@@ -257,11 +257,12 @@ pub struct Replayed {
     pub pts: Option<gst::ClockTime>,
 }
 
-/// Runs `fhpcapsrc name=src <props> ! fakesink` to the end; returns what reached the
-/// sink, the source (for its stats) and how the pipeline ended.
+/// Runs `fhpcapsrc name=src output=batch <props> ! fakesink` to the end; returns what
+/// reached the sink, the source (for its stats) and how the pipeline ended. (fakesink
+/// takes anything, so without `output=batch` it would get one buffer per datagram.)
 pub fn replay(props: &str, timeout: Duration) -> (Vec<Replayed>, gst::Element, Result<(), String>) {
     init();
-    let desc = format!("fhpcapsrc name=src {props} ! fakesink name=sink sync=false");
+    let desc = format!("fhpcapsrc name=src output=batch {props} ! fakesink name=sink sync=false");
     let pipeline = gst::parse::launch(&desc)
         .unwrap()
         .downcast::<gst::Pipeline>()

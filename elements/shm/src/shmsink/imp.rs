@@ -520,6 +520,13 @@ impl ElementImpl for ShmSink {
 }
 
 impl BaseSinkImpl for ShmSink {
+    /// Answers the query by which a packet source asks whether its peer reads packet
+    /// batches (`output=auto`): yes.
+    fn query(&self, query: &mut gst::QueryRef) -> bool {
+        firehose_core::src::output::answer_packets_query(query)
+            || BaseSinkImplExt::parent_query(self, query)
+    }
+
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
         let address = Address::new(&s.socket_path, s.abstract_ns);

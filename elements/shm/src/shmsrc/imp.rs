@@ -1,11 +1,13 @@
 //! `fhshmsrc` implementation: a thin `PushSrc` over [`crate::client::Client`].
 
 use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use firehose_core::caps::PACKETS;
 use firehose_core::src::prelude::*;
-use firehose_core::src::{src_template, LiveControl};
+use firehose_core::src::{output, src_template, LiveControl};
 use firehose_core::stats::{names, StatsInterval, StatsTimer};
 use firehose_core::sync::lock;
 use gst_base::prelude::*;
@@ -66,6 +68,9 @@ pub struct ShmSrc {
     state: Mutex<Option<State>>,
     live: LiveControl,
     counters: SrcCounters,
+    /// The producer's packet batches go out one buffer per datagram: downstream does
+    /// not read batches (see `firehose_core::src::output`).
+    split: std::sync::atomic::AtomicBool,
 }
 
 impl ElementStats for ShmSrc {
@@ -188,7 +193,10 @@ impl ElementImpl for ShmSrc {
          read-only, each buffer a zero-copy view released back when dropped; caps, \
          timestamps and Firehose metas restored",
     );
-    firehose_core::pad_templates!(src_template(&gst::Caps::new_any()));
+    // The producer's caps, restored: the Firehose formats or plain bytes (packet
+    // batches split into datagrams for an element that does not read batches). Other
+    // caps an fhshmsink took in are restored as they are.
+    firehose_core::pad_templates!(src_template(&firehose_core::src::output::firehose_caps()));
 }
 
 impl BaseSrcImpl for ShmSrc {
@@ -258,7 +266,12 @@ impl PushSrcImpl for ShmSrc {
             }
             match state.client.poll_event() {
                 Ok(Some(Event::Buffer(view))) => {
-                    return Ok(CreateSuccess::NewBuffer(self.buffer(view)));
+                    let buf = self.buffer(view);
+                    return Ok(if self.split.load(Ordering::Relaxed) {
+                        CreateSuccess::NewBufferList(output::datagram_list(&buf))
+                    } else {
+                        CreateSuccess::NewBuffer(buf)
+                    });
                 }
                 Ok(Some(Event::Caps(c))) => {
                     let caps = c.parse::<gst::Caps>().map_err(|_| {
@@ -268,6 +281,16 @@ impl PushSrcImpl for ShmSrc {
                     })?;
                     self.counters.caps_changes.add(1);
                     gst::debug!(CAT, imp = self, "caps {caps}");
+                    // Packet batches only to an element that reads them, as a packet
+                    // source does with output=auto; plain datagrams to any other.
+                    let datagrams = output::datagram_caps();
+                    let split = caps.structure(0).is_some_and(|s| s.name() == PACKETS)
+                        && !output::peer_understands_packets(
+                            &self.obj().static_pad("src").expect("a src pad"),
+                            &datagrams,
+                        );
+                    self.split.store(split, Ordering::Relaxed);
+                    let caps = if split { datagrams } else { caps };
                     if self.obj().set_caps(&caps).is_err() {
                         gst::element_imp_error!(
                             self,

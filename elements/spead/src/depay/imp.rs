@@ -410,6 +410,10 @@ impl ObjectSubclass for SpeadDepay {
             .query_function(|pad, parent, query| {
                 // In chunks mode downstream's allocation answer is for chunks, not for
                 // our input: an upstream element must not size its packet buffers by it.
+                // It reads packet batches: a packet source sends them.
+                if firehose_core::src::output::answer_packets_query(query) {
+                    return true;
+                }
                 if let gst::QueryViewMut::Allocation(_) = query.view_mut() {
                     let chunks = SpeadDepay::catch_panic_pad_function(
                         parent,

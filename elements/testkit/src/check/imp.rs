@@ -191,6 +191,13 @@ impl ElementImpl for FhCheck {
 }
 
 impl BaseSinkImpl for FhCheck {
+    /// Answers the query by which a packet source asks whether its peer reads packet
+    /// batches (`output=auto`): yes.
+    fn query(&self, query: &mut gst::QueryRef) -> bool {
+        firehose_core::src::output::answer_packets_query(query)
+            || BaseSinkImplExt::parent_query(self, query)
+    }
+
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let settings = *lock(&self.settings);
         let mut state = lock(&self.state);

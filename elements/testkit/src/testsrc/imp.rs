@@ -9,7 +9,7 @@ use firehose_core::pace::Pacer;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{self as live, LiveControl, PoolProps, PoolSettings, PoolSize};
 use firehose_core::stats::{self, names, StatsInterval, StatsTimer};
-use firehose_core::{caps, gstmem, PacketInfo, PoolConfig, SlotPool};
+use firehose_core::{gstmem, PacketInfo, PoolConfig, SlotPool};
 
 use crate::pattern;
 
@@ -107,6 +107,8 @@ firehose_core::counters! {
 /// The `fhtestsrc` element.
 #[derive(Default)]
 pub struct FhTestSrc {
+    /// `output`, `caps`, and what was negotiated: batches or one buffer per datagram.
+    output: firehose_core::src::PacketOutput,
     /// Copies each batch into the memory downstream asked for, if it did.
     copy: firehose_core::alloc::CopyOut,
     settings: Mutex<Settings>,
@@ -185,12 +187,16 @@ impl ObjectImpl for FhTestSrc {
                 .mutable_ready()
                 .build(),
         ];
+        v.extend(firehose_core::src::PacketOutput::param_specs());
         v.extend(POOL.param_specs());
         v.extend(stats::properties(&Counters::describe("pool-*, memory")));
         v
     });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        if self.output.set(value, pspec) {
+            return;
+        }
         let mut s = lock(&self.settings);
         if s.pool.set(value, pspec) {
             return;
@@ -206,6 +212,9 @@ impl ObjectImpl for FhTestSrc {
     }
 
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        if let Some(v) = self.output.get(pspec) {
+            return v;
+        }
         let s = *lock(&self.settings);
         if let Some(v) = s.pool.get(pspec, s.slot_bytes()) {
             return v;
@@ -233,7 +242,7 @@ impl ElementImpl for FhTestSrc {
         "Produces batches of numbered, verifiable test packets (check them with fhcheck)",
     );
 
-    firehose_core::pad_templates!(live::src_template(&caps::packets_caps()));
+    firehose_core::pad_templates!(live::output::packets_src_template());
 }
 
 impl BaseSrcImpl for FhTestSrc {
@@ -290,7 +299,7 @@ impl BaseSrcImpl for FhTestSrc {
         Ok(())
     }
 
-    firehose_core::live_src_base!(live);
+    firehose_core::live_src_base!(live, output: output);
     firehose_core::decide_allocation_copies!(copy, "it generates into its own pool");
 }
 
@@ -358,6 +367,6 @@ impl PushSrcImpl for FhTestSrc {
         if due {
             self.post_stats();
         }
-        Ok(CreateSuccess::NewBuffer(self.copy.out(buf)))
+        Ok(self.output.push(self.copy.out(buf)))
     }
 }

@@ -13,7 +13,7 @@ use firehose_core::src::{
 };
 use firehose_core::stats::{self, names, Counter, StatsInterval, StatsTimer};
 use firehose_core::sync::lock;
-use firehose_core::{caps as fcaps, MemoryRegion, PacketInfo};
+use firehose_core::{MemoryRegion, PacketInfo};
 
 use super::{XdpMode, ZeroCopy};
 use crate::engine::{self, AttachMode, BindMode, Capture, ErrorKind, Notice};
@@ -174,6 +174,8 @@ struct State {
 
 #[derive(Default)]
 pub struct XdpSrc {
+    /// `output`, `caps`, and what was negotiated: batches or one buffer per datagram.
+    output: firehose_core::src::PacketOutput,
     /// Copies each batch into the memory downstream asked for, if it did (the NIC
     /// cannot write there).
     copy: firehose_core::alloc::CopyOut,
@@ -568,6 +570,7 @@ impl ObjectImpl for XdpSrc {
                 DEFAULT_BATCH_SIZE,
             ),
         ];
+        v.extend(firehose_core::src::PacketOutput::param_specs());
         v.extend(POOL.param_specs());
         let kernel = KernelCounters::describe("pool-*, xdp-mode, bind-mode, memory");
         v.extend(stats::properties(&Counters::describe(&format!(
@@ -577,6 +580,9 @@ impl ObjectImpl for XdpSrc {
     });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        if self.output.set(value, pspec) {
+            return;
+        }
         let mut s = lock(&self.settings);
         if s.pool.set(value, pspec) {
             return;
@@ -605,6 +611,9 @@ impl ObjectImpl for XdpSrc {
     }
 
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        if let Some(v) = self.output.get(pspec) {
+            return v;
+        }
         if pspec.name() == "stats" {
             return self.stats().to_value();
         }
@@ -640,7 +649,7 @@ impl ElementImpl for XdpSrc {
          lending UMEM frames downstream, one buffer per batch",
     );
 
-    firehose_core::pad_templates!(live::src_template(&fcaps::packets_caps()));
+    firehose_core::pad_templates!(live::output::packets_src_template());
 }
 
 impl BaseSrcImpl for XdpSrc {
@@ -666,7 +675,7 @@ impl BaseSrcImpl for XdpSrc {
         Ok(())
     }
 
-    firehose_core::live_src_base!(live, caps: fcaps::packets_caps());
+    firehose_core::live_src_base!(live, output: output);
     firehose_core::decide_allocation_copies!(copy, "the NIC writes into its AF_XDP UMEM");
 }
 
@@ -691,6 +700,6 @@ impl PushSrcImpl for XdpSrc {
         }
         let mut buf = batch_buffer(mem, packets, pts, readable);
         PacketDestMeta::add(buf.get_mut().expect("a new buffer is writable"), dests);
-        Ok(CreateSuccess::NewBuffer(self.copy.out(buf)))
+        Ok(self.output.push(self.copy.out(buf)))
     }
 }
