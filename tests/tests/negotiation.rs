@@ -23,12 +23,21 @@ fn factories() -> Vec<gst::ElementFactory> {
     v
 }
 
+/// Elements whose src caps are another process's, exempt from the ANY check.
+const RELAYS: &[&str] = &["fhshmsrc"];
+
 #[test]
 fn no_src_pad_of_any_element_advertises_any() {
     init();
     let mut checked = 0;
     for f in factories() {
         let name = f.name();
+        // A relay of another process's caps: fhshmsrc produces whatever the fhshmsink at
+        // the other end took in (video, RTP, ...), which it learns only once connected;
+        // like GStreamer's own shmsrc and unixfdsrc it cannot name them before.
+        if RELAYS.contains(&name.as_str()) {
+            continue;
+        }
         for t in f.static_pad_templates() {
             if t.direction() == gst::PadDirection::Src {
                 assert!(

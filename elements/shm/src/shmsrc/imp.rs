@@ -193,10 +193,11 @@ impl ElementImpl for ShmSrc {
          read-only, each buffer a zero-copy view released back when dropped; caps, \
          timestamps and Firehose metas restored",
     );
-    // The producer's caps, restored: the Firehose formats or plain bytes (packet
-    // batches split into datagrams for an element that does not read batches). Other
-    // caps an fhshmsink took in are restored as they are.
-    firehose_core::pad_templates!(src_template(&firehose_core::src::output::firehose_caps()));
+    // The producer's caps, restored: whatever the fhshmsink at the other end took in
+    // (the Firehose formats, video, RTP...), known only once connected, so ANY like
+    // GStreamer's shmsrc and unixfdsrc. Packet batches become datagrams for a peer
+    // that does not read batches.
+    firehose_core::pad_templates!(src_template(&gst::Caps::new_any()));
 }
 
 impl BaseSrcImpl for ShmSrc {
