@@ -203,7 +203,7 @@ fn build_properties() -> Vec<glib::ParamSpec> {
     let mut v = vec![
             glib::ParamSpecUInt::builder("max-heaps")
                 .nick("Maximum heaps")
-                .blurb("Heaps under construction per substream; a new heap evicts the oldest (spead2's max_heaps)")
+                .blurb("Heaps under construction per substream (spead2's max_heaps); with incomplete=drop a heap enters once a second packet continues it (first packets wait apart), and a full window evicts a one-packet heap first, else the one touched longest ago")
                 .minimum(1)
                 .maximum(MAX_WINDOW)
                 .default_value(DEFAULT_MAX_HEAPS)
