@@ -19,6 +19,7 @@ len, rx_time_ns, ip, port, v4 per datagram), ``metas["chunk"]`` (a dict). The pr
 is described in docs/shared-memory.md.
 """
 
+import fcntl
 import mmap
 import os
 import select
@@ -79,6 +80,22 @@ class Item:
     def __exit__(self, *exc):
         self.release()
         return False
+
+
+def _check_sealed(sid, fd):
+    """Refuses a segment whose memfd could shrink: a page past the file's end faults
+    (SIGBUS) on access, which would kill this process. fhshmsink seals its segments
+    (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL); only the shrink seal is demanded."""
+    try:
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    except OSError as e:
+        raise ProtocolError("segment %d: its descriptor cannot be sealed (not a memfd: %s); refusing to map it" % (sid, e)) from None
+    if not seals & fcntl.F_SEAL_SHRINK:
+        raise ProtocolError(
+            "segment %d: its memfd is not sealed against shrinking (seals %#x, F_SEAL_SHRINK missing): "
+            "the producer could cut it and make this consumer crash (SIGBUS); refusing to map it "
+            "(is the producer an fhshmsink of this version?)" % (sid, seals)
+        )
 
 
 def _time(v):
@@ -203,6 +220,7 @@ class Consumer:
             sid, size = struct.unpack("<IQ", b)
             if sid in self.segments or not 0 < size <= MAX_SEGMENT:
                 raise ProtocolError("segment %d of %d bytes" % (sid, size))
+            _check_sealed(sid, fds[0])
             if os.fstat(fds[0]).st_size < size:
                 raise ProtocolError("segment %d announced larger than its file" % sid)
             self.segments[sid] = (mmap.mmap(fds[0], size, mmap.MAP_SHARED, mmap.PROT_READ), size)

@@ -2,9 +2,10 @@
 //! and hand out each buffer as a view into them ([`BufferView`]) that sends its release
 //! message when dropped. No GStreamer: `fhshmsrc` wraps the views as `GstMemory`.
 //!
-//! Every message is checked ([`proto::Consumer`]): a segment's claimed size against the
-//! size of the descriptor that came with it (a mapping past the end of a file faults on
-//! access), a buffer's range against its segment. A lie ends the connection with an
+//! Every message is checked ([`proto::Consumer`]): a segment's descriptor must be a
+//! memfd sealed against shrinking, and its claimed size no more than the file's (a
+//! mapping past the end of a file faults on access), a buffer's range within its
+//! segment. A lie ends the connection with an
 //! error that says what was wrong.
 
 use std::collections::HashMap;
@@ -31,8 +32,15 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    /// Maps `len` bytes of `fd` read-only, after checking the file is that large.
+    /// Maps `len` bytes of `fd` read-only, after checking that the file is sealed
+    /// against shrinking ([`wire::check_sealed`]) and is that large (in that order: once
+    /// sealed, the size read is the size for good).
     pub fn new(fd: BorrowedFd<'_>, len: u64) -> Result<Self, ClientError> {
+        wire::check_sealed(fd).map_err(|why| {
+            ClientError::Protocol(ProtoError::Invalid(format!(
+                "a segment of {len} bytes: {why}"
+            )))
+        })?;
         let actual = wire::file_size(fd).map_err(ClientError::Io)?;
         if actual < len {
             return Err(ClientError::Protocol(ProtoError::Invalid(format!(

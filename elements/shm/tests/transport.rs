@@ -694,12 +694,43 @@ fn a_producer_that_lies_gets_a_clear_error() {
     pipeline.set_state(gst::State::Null).unwrap();
 }
 
-#[test]
-fn a_segment_size_that_the_descriptor_does_not_back_is_refused() {
-    let path = socket("shortseg");
-    let listener = wire::listen(&Address::new(&path, false), 0o600).unwrap();
-    let mut c = Client::connect(&Address::new(&path, false)).unwrap();
-    let conn = wire::accept(listener.as_fd()).unwrap().unwrap();
+/// A memfd of `len` bytes with `seals` (0: made without `MFD_ALLOW_SEALING`).
+fn memfd(len: u64, seals: libc::c_int) -> std::os::fd::OwnedFd {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let flags = libc::MFD_CLOEXEC
+        | if seals != 0 {
+            libc::MFD_ALLOW_SEALING
+        } else {
+            0
+        };
+    // SAFETY: a NUL-terminated name; the result is checked.
+    let fd = unsafe { libc::memfd_create(c"fhshm-test".as_ptr(), flags) };
+    assert!(fd >= 0);
+    // SAFETY: a fresh descriptor that nothing else owns.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sizes and seals our own descriptor; no pointers.
+    unsafe {
+        assert_eq!(libc::ftruncate(fd.as_raw_fd(), len as libc::off_t), 0);
+        if seals != 0 {
+            assert_eq!(libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals), 0);
+        }
+    }
+    fd
+}
+
+/// A fake producer at a fresh socket that says hello and announces one segment of
+/// `size` bytes with `fd`; the connection, kept open until dropped.
+fn fake_producer_announcing(
+    listener: &std::os::fd::OwnedFd,
+    fd: std::os::fd::BorrowedFd<'_>,
+    size: u64,
+) -> std::os::fd::OwnedFd {
+    let mut conn = None;
+    wait_for("the connect", || {
+        conn = wire::accept(listener.as_fd()).unwrap();
+        conn.is_some()
+    });
+    let conn = conn.unwrap();
     let mut o = Vec::new();
     proto::encode(
         &Msg::Hello {
@@ -711,24 +742,86 @@ fn a_segment_size_that_the_descriptor_does_not_back_is_refused() {
     )
     .unwrap();
     wire::send(conn.as_fd(), &o, None).unwrap();
-    let file = std::fs::File::open("/proc/self/exe").unwrap();
-    let real = file.metadata().unwrap().len();
-    proto::encode(
-        &Msg::Segment {
-            id: 1,
-            size: real * 2,
-        },
-        &mut o,
-    )
-    .unwrap();
-    wire::send(conn.as_fd(), &o, Some(file.as_fd())).unwrap();
+    proto::encode(&Msg::Segment { id: 1, size }, &mut o).unwrap();
+    wire::send(conn.as_fd(), &o, Some(fd)).unwrap();
+    conn
+}
+
+/// What a client says of a segment announced with `fd` as `size` bytes.
+fn client_error_for_segment(name: &str, fd: std::os::fd::BorrowedFd<'_>, size: u64) -> String {
+    let path = socket(name);
+    let listener = wire::listen(&Address::new(&path, false), 0o600).unwrap();
+    let mut c = Client::connect(&Address::new(&path, false)).unwrap();
+    let _conn = fake_producer_announcing(&listener, fd, size);
+    let start = Instant::now();
     let e = loop {
-        if let Err(e) = c.wait_event(1000) {
+        if let Err(e) = c.wait_event(100) {
             break e;
         }
+        assert!(start.elapsed() < Duration::from_secs(5), "no error");
     };
     assert!(matches!(e, ClientError::Protocol(_)), "{e}");
-    assert!(e.to_string().contains("whose file has"), "{e}");
+    assert_eq!(c.segments(), 0, "nothing mapped");
+    e.to_string()
+}
+
+#[test]
+fn a_segment_size_that_the_descriptor_does_not_back_is_refused() {
+    let fd = memfd(4096, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW);
+    let e = client_error_for_segment("shortseg", fd.as_fd(), 8192);
+    assert!(e.contains("whose file has"), "{e}");
+}
+
+#[test]
+fn a_segment_not_sealed_against_shrinking_is_refused() {
+    // A memfd that could be cut under the consumer's mapping (SIGBUS on access).
+    let unsealed = memfd(4096, 0);
+    let e = client_error_for_segment("unsealed", unsealed.as_fd(), 4096);
+    assert!(e.contains("not sealed against shrinking"), "{e}");
+    // Sealed, but only against growing.
+    let grow_only = memfd(4096, libc::F_SEAL_GROW);
+    let e = client_error_for_segment("growonly", grow_only.as_fd(), 4096);
+    assert!(e.contains("F_SEAL_SHRINK missing"), "{e}");
+    // Not a memfd at all: a regular file cannot be sealed.
+    let file = std::fs::File::open("/proc/self/exe").unwrap();
+    let e = client_error_for_segment("notmemfd", file.as_fd(), 4096);
+    assert!(e.contains("cannot be sealed"), "{e}");
+    // Sealed against shrinking: mapped.
+    let path = socket("sealedok");
+    let listener = wire::listen(&Address::new(&path, false), 0o600).unwrap();
+    let mut c = Client::connect(&Address::new(&path, false)).unwrap();
+    let sealed = memfd(4096, libc::F_SEAL_SHRINK);
+    let _conn = fake_producer_announcing(&listener, sealed.as_fd(), 4096);
+    wait_for("the segment", || {
+        c.poll_event().unwrap();
+        c.segments() == 1
+    });
+}
+
+#[test]
+fn the_sinks_segments_are_sealed() {
+    let path = socket("sealedsink");
+    let (mut h, el) = sink_harness(&path, &[]);
+    let mut c = connect(&path);
+    wait_for("attach", || field(&stats(&el), "consumers") == 1);
+    h.push(buffer(0, 1000, 0)).unwrap();
+    // The client maps only sealed segments: a buffer arriving proves the seal.
+    let v = next_buffer(&mut c);
+    assert_eq!(v.as_ref(), &pattern(0, 1000)[..]);
+    // And the seals are all three: no size change, no seal added by a consumer.
+    let mut raw = Vec::new();
+    let fd = wire::connect(&Address::new(&path, false)).unwrap();
+    let mut buf = vec![0u8; proto::MAX_MESSAGE];
+    let start = Instant::now();
+    while raw.is_empty() {
+        let _ = wire::recv(fd.as_fd(), &mut buf, &mut raw).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(5), "no segment");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        wire::seals(raw[0].as_fd()).unwrap(),
+        firehose_core::provider::SEGMENT_SEALS
+    );
 }
 
 fn fd_count() -> usize {
@@ -886,4 +979,36 @@ fn the_python_consumer_reads_every_byte_without_gstreamer() {
 #[test]
 fn the_python_consumer_releases_an_item_when_its_array_is_collected() {
     python_consumer("pythongc", "gc", "4");
+}
+
+#[test]
+fn the_python_consumer_refuses_a_segment_not_sealed_against_shrinking() {
+    let py = repo_root().join(".venv/bin/python3");
+    assert!(
+        py.exists(),
+        "{} is missing: python3 -m venv .venv && .venv/bin/pip install numpy (or: scripts/setup test)",
+        py.display()
+    );
+    for (name, seals, expect) in [
+        ("pyunsealed", 0, "not sealed against shrinking"),
+        ("pysealed", libc::F_SEAL_SHRINK, "segments=1"),
+    ] {
+        let path = socket(name);
+        let listener = wire::listen(&Address::new(&path, false), 0o600).unwrap();
+        let script = "import sys\n\
+            from firehose_shm import Consumer, ProtocolError\n\
+            c = Consumer(sys.argv[1], timeout=1)\n\
+            try:\n    c.next()\nexcept ProtocolError as e:\n    print('refused:', e)\n\
+            except TimeoutError:\n    print('segments=%d' % len(c.segments))\n";
+        let child = Command::new(&py)
+            .args(["-c", script, &path])
+            .env("PYTHONPATH", repo_root().join("python"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let fd = memfd(4096, seals);
+        let _conn = fake_producer_announcing(&listener, fd.as_fd(), 4096);
+        let out = output(child);
+        assert!(out.contains(expect), "{name}: {out}");
+    }
 }
