@@ -265,8 +265,6 @@ pub enum ProtoError {
         /// Descriptors that came.
         got: usize,
     },
-    /// A release of a buffer this consumer does not hold.
-    NotHeld(u64),
 }
 
 impl fmt::Display for ProtoError {
@@ -295,7 +293,6 @@ impl fmt::Display for ProtoError {
             Self::Descriptors { kind, got } => {
                 write!(f, "{got} file descriptors came with a {kind} message")
             }
-            Self::NotHeld(seq) => write!(f, "release of buffer {seq}, which it does not hold"),
         }
     }
 }
@@ -359,19 +356,25 @@ pub fn encode(msg: &Msg, out: &mut Vec<u8>) -> Result<(), ProtoError> {
             });
             out.extend_from_slice(&max_held.to_le_bytes());
         }
-        Msg::Release(seqs) => {
-            if seqs.len() > MAX_RELEASE {
-                return Err(too_long("release count", seqs.len(), MAX_RELEASE));
-            }
-            out.push(RELEASE);
-            out.extend_from_slice(&(seqs.len() as u16).to_le_bytes());
-            for s in seqs {
-                out.extend_from_slice(&s.to_le_bytes());
-            }
-        }
+        Msg::Release(seqs) => encode_release(seqs, out)?,
     }
     if out.len() > MAX_MESSAGE {
         return Err(too_long("message length", out.len(), MAX_MESSAGE));
+    }
+    Ok(())
+}
+
+/// Encodes a release of `seqs` into `out` (cleared first) without building a
+/// [`Msg`]: the consumer's hot path. An error when `seqs` is over [`MAX_RELEASE`].
+pub fn encode_release(seqs: &[u64], out: &mut Vec<u8>) -> Result<(), ProtoError> {
+    if seqs.len() > MAX_RELEASE {
+        return Err(too_long("release count", seqs.len(), MAX_RELEASE));
+    }
+    out.clear();
+    out.push(RELEASE);
+    out.extend_from_slice(&(seqs.len() as u16).to_le_bytes());
+    for s in seqs {
+        out.extend_from_slice(&s.to_le_bytes());
     }
     Ok(())
 }
