@@ -148,8 +148,12 @@ fn run_once(a: &ShmArgs, peer: Peer, size: u64, n: u64) -> Result<Run, String> {
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(a.timeout);
     if peer == Peer::Spdl {
-        let out = python(a, &["spdl".into(), size.to_string(), n.to_string()], deadline)
-            .map_err(|e| e.to_string())?;
+        let out = python(
+            a,
+            &["spdl".into(), size.to_string(), n.to_string()],
+            deadline,
+        )
+        .map_err(|e| e.to_string())?;
         return Ok(match out {
             Some(o) => Run {
                 wall: kv(&o, "wall").unwrap_or(f64::NAN),
@@ -287,7 +291,12 @@ pub fn shm(a: ShmArgs) -> i32 {
     }
     let mut rows = Vec::new();
     for &size in &a.sizes {
-        for peer in [Peer::Firehose, Peer::FirehosePython, Peer::Stock, Peer::Spdl] {
+        for peer in [
+            Peer::Firehose,
+            Peer::FirehosePython,
+            Peer::Stock,
+            Peer::Spdl,
+        ] {
             let wanted = match peer {
                 Peer::Firehose => true,
                 Peer::FirehosePython => py,
