@@ -8,11 +8,13 @@
 //! The GStreamer runs are two `firehose launch` children: a producer `fakesrc
 //! filltype=zero` (its memory is not shared, so both sinks copy each buffer once) and a
 //! consumer that stops after the buffers sent (`identity eos-after`: `shmsrc` never
-//! receives an end-of-stream). A run whose consumer has not got its buffers within
-//! `--timeout` is a stall. CPU comes from each child's `wait4` resource usage. The
-//! Python rows run `scripts/bench_shm_peers.py`, which measures its own wall and CPU
-//! from the first item to the last (interpreter start-up left out); SPDL's producer
-//! is a Python generator in a subprocess copying a numpy array into the pool per item.
+//! receives an end-of-stream). A run whose consumer stops making progress (uses no CPU)
+//! for 2 s, or has not got its buffers within `--timeout`, is a stall. CPU comes from
+//! each child's `wait4` resource usage, less that of a run of 16 buffers (the
+//! processes' start-up). The Python rows run `scripts/bench_shm_peers.py`, which
+//! measures its own wall and CPU from the first item to the last (interpreter start-up
+//! left out); SPDL's producer is a Python generator in a subprocess copying a numpy
+//! array into the pool per item.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -30,7 +32,8 @@ pub struct ShmArgs {
     /// Runs per transport and size (the table shows medians)
     #[arg(long, default_value_t = 3)]
     repeats: u32,
-    /// Seconds a run may take before it counts as a stall
+    /// Seconds a run may take before it counts as a stall (so does a consumer that uses
+    /// no CPU for 2 s)
     #[arg(long, default_value_t = 30.0)]
     timeout: f64,
     /// Python with numpy (and spdl for its row): the Python rows are left out without it
@@ -86,11 +89,29 @@ fn spawn(pipeline: &str) -> std::io::Result<Child> {
         .spawn()
 }
 
-/// Waits for `child` until `deadline` (then kills it): (exited by itself with success,
-/// CPU seconds).
-fn reap(child: &mut Child, deadline: Instant) -> (bool, f64) {
+/// Buffers of the run that measures a GStreamer row's start-up CPU.
+const BASE: u64 = 16;
+
+/// A run stalls when its consumer makes no progress (uses no CPU) for this long.
+const STALL: Duration = Duration::from_secs(2);
+
+/// CPU clock ticks `pid` has used so far (`/proc/PID/stat` utime + stime), if readable.
+fn ticks(pid: libc::pid_t) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut f = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    // After the name: state is field 3, utime 14, stime 15.
+    let utime: u64 = f.nth(11)?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// Waits for `child` until `deadline`, or, with `stall`, until it has used no CPU for
+/// [`STALL`] (a consumer that stopped making progress), then kills it: (exited by
+/// itself with success, CPU seconds).
+fn reap(child: &mut Child, deadline: Instant, stall: bool) -> (bool, f64) {
     let pid = child.id() as libc::pid_t;
     let mut killed = false;
+    let (mut last, mut since) = (None, Instant::now());
     loop {
         let mut status = 0;
         // SAFETY: rusage is plain data.
@@ -105,7 +126,13 @@ fn reap(child: &mut Child, deadline: Instant) -> (bool, f64) {
         if r < 0 {
             return (false, 0.0);
         }
-        if !killed && Instant::now() > deadline {
+        if stall {
+            let now = ticks(pid);
+            if now != last {
+                (last, since) = (now, Instant::now());
+            }
+        }
+        if !killed && (Instant::now() > deadline || (stall && since.elapsed() > STALL)) {
             let _ = child.kill();
             killed = true;
         }
@@ -135,7 +162,7 @@ fn python(a: &ShmArgs, args: &[String], deadline: Instant) -> std::io::Result<Op
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()?;
-    let (ok, _) = reap(&mut child, deadline);
+    let (ok, _) = reap(&mut child, deadline, true);
     let mut out = String::new();
     if let Some(mut o) = child.stdout.take() {
         use std::io::Read;
@@ -215,7 +242,7 @@ fn run_once(a: &ShmArgs, peer: Peer, size: u64, n: u64) -> Result<Run, String> {
             "{src} ! identity eos-after={n} ! fakesink sync=false"
         ))
         .map_err(|e| e.to_string())?;
-        let (ok, cpu) = reap(&mut consumer, deadline);
+        let (ok, cpu) = reap(&mut consumer, deadline, true);
         (ok, start.elapsed().as_secs_f64(), cpu)
     };
     if !ok {
@@ -223,7 +250,11 @@ fn run_once(a: &ShmArgs, peer: Peer, size: u64, n: u64) -> Result<Run, String> {
         consumer_cpu = 0.0;
     }
     // shmsink ends with an error once its consumer leaves; fhshmsink after its EOS.
-    let (_, producer_cpu) = reap(&mut producer, Instant::now() + Duration::from_secs(5));
+    let (_, producer_cpu) = reap(
+        &mut producer,
+        Instant::now() + Duration::from_secs(5),
+        false,
+    );
     let _ = std::fs::remove_dir_all(&dir);
     Ok(Run {
         wall,
@@ -334,12 +365,33 @@ pub fn shm(a: ShmArgs) -> i32 {
                     stalls += 1;
                     continue;
                 }
+                // The GStreamer processes' CPU includes their start-up (GStreamer's and
+                // the plugins' initialisation): a run of BASE buffers measures it, and
+                // only the difference is charged to the buffers. The Python peers
+                // measure from their first item on already.
+                let (mut p, mut c, mut m) = (run.producer_cpu, run.consumer_cpu, n);
+                if matches!(peer, Peer::Firehose | Peer::Stock) {
+                    match run_once(&a, peer, size, BASE) {
+                        Ok(b) if !b.stalled => {
+                            p = (p - b.producer_cpu).max(0.0);
+                            c = (c - b.consumer_cpu).max(0.0);
+                            m = n - BASE;
+                            println!(
+                                "  start-up run of {BASE}: producer {:.3} s CPU, consumer {:.3} \
+                                 s CPU (subtracted)",
+                                b.producer_cpu, b.consumer_cpu
+                            );
+                        }
+                        _ => println!("  start-up run of {BASE} failed: nothing subtracted"),
+                    }
+                }
+                let mgb = (size * m) as f64 / 1e9;
                 rates.push(gb / run.wall);
                 bufs.push(n as f64 / run.wall);
-                pcpu.push(run.producer_cpu / gb);
-                ccpu.push(run.consumer_cpu / gb);
-                pus.push(run.producer_cpu / n as f64 * 1e6);
-                cus.push(run.consumer_cpu / n as f64 * 1e6);
+                pcpu.push(p / mgb);
+                ccpu.push(c / mgb);
+                pus.push(p / m as f64 * 1e6);
+                cus.push(c / m as f64 * 1e6);
             }
             rows.push(Row {
                 peer,
