@@ -91,6 +91,12 @@ impl Drop for Mapping {
 /// A release in the batch older than this at a poll is sent then, full batch or not.
 const RELEASE_DELAY: Duration = Duration::from_millis(1);
 
+/// An environment variable that, when set to a number, is every consumer's release
+/// batch unless [`Client::set_release_batch`] sets one (1: a message per buffer, as
+/// before batching; for measurements: `firehose bench shm` under it shows what
+/// batching saves). The Python package reads it too.
+pub const RELEASE_BATCH_ENV: &str = "FIREHOSE_SHM_RELEASE_BATCH";
+
 /// Most buffers one release message names when nothing else limits the batch.
 pub const DEFAULT_RELEASE_BATCH: usize = 16;
 
@@ -335,7 +341,9 @@ impl Client {
         Ok(Self {
             releaser: Arc::new(Releaser::new(fd.clone())),
             asked_held: mode.map_or(0, |(_, n)| n),
-            release_batch: None,
+            release_batch: std::env::var(RELEASE_BATCH_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok()),
             fd,
             state: Default::default(),
             maps: HashMap::new(),
