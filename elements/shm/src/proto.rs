@@ -15,7 +15,10 @@
 //! cap, every segment id against the segments announced, every offset + length against
 //! the segment's size ([`Consumer`] keeps what the producer announced; the producer
 //! checks releases against what it sent, in the hub). A lie is a [`ProtoError`] that
-//! names the field; the peer that told it is disconnected, nobody else.
+//! names the field; the peer that told it is disconnected, nobody else. One lie is
+//! not: a release of a buffer the consumer does not hold (never sent, or released
+//! twice) only names its own references, so the hub counts it and ignores it.
+//! Releases travel in batches ([`Msg::Release`] names up to [`MAX_RELEASE`] buffers).
 
 use std::fmt;
 
