@@ -19,16 +19,20 @@ len, rx_time_ns, ip, port, v4 per datagram), ``metas["chunk"]`` (a dict). The pr
 is described in docs/shared-memory.md.
 """
 
+import array
+import fcntl
 import mmap
 import os
 import select
 import socket
 import struct
+import threading
+import time
 import weakref
 
 import numpy as np
 
-__all__ = ["Consumer", "Item", "ProtocolError", "ProducerGone", "PACKET_DTYPE"]
+__all__ = ["Consumer", "Item", "ProtocolError", "ProducerGone", "PACKET_DTYPE", "release_batch"]
 
 MAGIC = 0x4D534846
 VERSION = 1
@@ -81,38 +85,105 @@ class Item:
         return False
 
 
+def _recv_fds(sock, bufsize, maxfds, flags):
+    """One message and the descriptors that came with it: ``socket.recv_fds`` with its
+    ``flags`` honoured (Python 3.11's drops them, so MSG_DONTWAIT would block)."""
+    fds = array.array("i")
+    msg, ancdata, mflags, _ = sock.recvmsg(bufsize, socket.CMSG_LEN(maxfds * fds.itemsize), flags)
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
+    return msg, list(fds), mflags
+
+
+def _check_sealed(sid, fd):
+    """Refuses a segment whose memfd could shrink: a page past the file's end faults
+    (SIGBUS) on access, which would kill this process. fhshmsink seals its segments
+    (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL); only the shrink seal is demanded."""
+    try:
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    except OSError as e:
+        raise ProtocolError("segment %d: its descriptor cannot be sealed (not a memfd: %s); refusing to map it" % (sid, e)) from None
+    if not seals & fcntl.F_SEAL_SHRINK:
+        raise ProtocolError(
+            "segment %d: its memfd is not sealed against shrinking (seals %#x, F_SEAL_SHRINK missing): "
+            "the producer could cut it and make this consumer crash (SIGBUS); refusing to map it "
+            "(is the producer an fhshmsink of this version?)" % (sid, seals)
+        )
+
+
 def _time(v):
     return None if v == NONE_TIME else v
 
 
+#: A release in the batch older than this (seconds) at a poll is sent then.
+RELEASE_DELAY = 0.001
+#: Most items one release message names when nothing else limits the batch.
+DEFAULT_RELEASE_BATCH = 16
+
+
+def release_batch(max_held):
+    """The release batch for a consumer that may hold ``max_held`` items: an eighth of
+    them (1 to ``DEFAULT_RELEASE_BATCH``), so releases waiting in the batch tie up little
+    of what the producer lets it hold, or of its pool."""
+    return max(1, min(max_held // 8, DEFAULT_RELEASE_BATCH))
+
+
 class _Releaser:
-    """Sends release messages without blocking; those that find the socket full wait in
-    a list that the receive loop sends later."""
+    """Sends release messages in batches while the consumer is behind: one message names
+    every item released since the last. A batch goes when it holds ``batch`` items, at a
+    poll once its oldest release is ``RELEASE_DELAY`` old, and whenever the consumer
+    finds nothing to read (it is about to wait; until its next poll it is ``idle`` and
+    releases go at once, so an item collected on another thread is not held back).
+    Releases that find the socket full stay in the batch. Counts ``messages`` sent and
+    items ``released`` by them."""
 
     def __init__(self, sock):
         self.sock = sock
         self.pending = []
+        self.since = None
+        self.batch = DEFAULT_RELEASE_BATCH
+        self.idle = True
+        self.messages = 0
+        self.released = 0
+        self.lock = threading.Lock()
 
     def __call__(self, seq):
-        try:
-            self.sock.send(struct.pack("<BHQ", RELEASE, 1, seq), socket.MSG_DONTWAIT)
-        except BlockingIOError:
+        with self.lock:
+            if not self.pending:
+                self.since = time.monotonic()
             self.pending.append(seq)
-        except OSError:
-            pass  # the producer is gone: nothing to give back to
+            if self.idle or len(self.pending) >= self.batch:
+                self._send()
 
-    def flush(self):
+    def set_idle(self, idle):
+        with self.lock:
+            self.idle = idle
+            if idle:
+                self._send()
+
+    def flush(self, everything=False):
+        """Sends the batch if ``everything``, or if it is full or due."""
+        if not self.pending:
+            return
+        with self.lock:
+            if everything or len(self.pending) >= self.batch or time.monotonic() - self.since >= RELEASE_DELAY:
+                self._send()
+
+    def _send(self):
         while self.pending:
             batch = self.pending[:1024]
-            msg = struct.pack("<BH", RELEASE, len(batch)) + struct.pack("<%dQ" % len(batch), *batch)
+            msg = struct.pack("<BH%dQ" % len(batch), RELEASE, len(batch), *batch)
             try:
                 self.sock.send(msg, socket.MSG_DONTWAIT)
+                self.messages += 1
+                self.released += len(batch)
             except BlockingIOError:
-                return
+                return  # full: stays in the batch for the next flush
             except OSError:
-                self.pending.clear()
-                return
+                pass  # the producer is gone: nothing to give back to
             del self.pending[: len(batch)]
+        self.since = None
 
 
 class Consumer:
@@ -124,10 +195,16 @@ class Consumer:
     ``on_full``: ``"block"`` (the producer waits for this consumer) or ``"drop"`` (this
     consumer misses buffers instead; ``item.missed`` says how many), None for the
     producer's default; ``max_held``: items this consumer may hold at once (0: the
-    producer's limit, which it can only lower).
+    producer's limit, which it can only lower). ``release_batch``: items one release
+    message may name (1: a message per item); by default a quarter of this consumer's
+    max-held, at most 16. Releases wait in the batch only while messages are waiting
+    for this consumer; the next iteration sends them, or :meth:`flush_releases`: a
+    consumer that stops iterating holds the items in its batch until then (or until it
+    closes). The environment variable ``FIREHOSE_SHM_RELEASE_BATCH`` sets the default
+    batch (as for ``fhshmsrc``; 1 shows what batching saves).
     """
 
-    def __init__(self, path, abstract=False, timeout=None, on_full=None, max_held=0):
+    def __init__(self, path, abstract=False, timeout=None, on_full=None, max_held=0, release_batch=None):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock.connect(("\0" + path) if abstract else path)
         if on_full is not None or max_held:
@@ -137,7 +214,22 @@ class Consumer:
         self.segments = {}  # id -> (mmap, size)
         self.caps = None
         self.hello = None
+        self._asked_held = max_held
+        if release_batch is None and os.environ.get("FIREHOSE_SHM_RELEASE_BATCH", "").isdigit():
+            release_batch = int(os.environ["FIREHOSE_SHM_RELEASE_BATCH"])
+        self._release_batch = release_batch
         self._release = _Releaser(self.sock)
+        if release_batch is not None:
+            self._release.batch = max(1, min(release_batch, 1024))
+
+    def flush_releases(self):
+        """Sends every release waiting in the batch now."""
+        self._release.flush(True)
+
+    @property
+    def release_counts(self):
+        """(release messages sent, items they released)."""
+        return self._release.messages, self._release.released
 
     def close(self):
         """Closes the connection: the producer drops every reference this consumer held."""
@@ -160,13 +252,22 @@ class Consumer:
 
     def next(self):
         """The next item, or None at end-of-stream."""
+        rel = self._release
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
-            self._release.flush()
-            r, _, _ = select.select([self.sock], [], [], self.timeout)
-            if not r:
-                raise TimeoutError("no message from the producer in %s s" % self.timeout)
+            rel.idle = False
+            rel.flush()
             try:
-                data, fds, flags, _ = socket.recv_fds(self.sock, MAX_MESSAGE, 4)
+                data, fds, flags = _recv_fds(self.sock, MAX_MESSAGE, 4, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                # Nothing to read: the batch goes now, and releases made while this
+                # waits (items collected on another thread) go at once.
+                rel.set_idle(True)
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError("no message from the producer in %s s" % self.timeout) from None
+                select.select([self.sock], [], [], left)
+                continue
             except ConnectionResetError:
                 raise ProducerGone("the producer closed the connection without end-of-stream") from None
             try:
@@ -199,10 +300,14 @@ class Consumer:
             if magic != MAGIC or version != VERSION:
                 raise ProtocolError("not a Firehose shared-memory producer of protocol version %d" % VERSION)
             self.hello = {"consumer": consumer, "on_full": ("block", "drop")[on_full], "max_held": max_held}
+            if self._release_batch is None:
+                held = min(self._asked_held, max_held) if self._asked_held else max_held
+                self._release.batch = release_batch(held)
         elif kind == SEGMENT:
             sid, size = struct.unpack("<IQ", b)
             if sid in self.segments or not 0 < size <= MAX_SEGMENT:
                 raise ProtocolError("segment %d of %d bytes" % (sid, size))
+            _check_sealed(sid, fds[0])
             if os.fstat(fds[0]).st_size < size:
                 raise ProtocolError("segment %d announced larger than its file" % sid)
             self.segments[sid] = (mmap.mmap(fds[0], size, mmap.MAP_SHARED, mmap.PROT_READ), size)

@@ -106,3 +106,89 @@ fn a_python_process_reads_a_live_spead_capture_from_shared_memory_without_a_copy
     assert_eq!(field(&stats, "bytes-copied"), 0, "no copy: {stats}");
     assert!(field(&src_stats, "packets-landed") > 0, "{src_stats}");
 }
+
+#[test]
+fn a_python_process_reads_speaddepay_chunks_built_in_shared_memory() {
+    gst::init().unwrap();
+    gstfirehose::register_static().unwrap();
+    let sock = std::env::temp_dir().join(format!("fh-depay-py-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&sock);
+    // Chunk mode cuts its chunks from the segments fhshmsink proposes: the payload is
+    // copied once, from the receive batch into the chunk, and never again.
+    let pipeline = gst::parse::launch(&format!(
+        "fhudpsrc name=src address=127.0.0.1 port=0 hugepages=off ! speaddepay name=depay \
+         mode=chunks heaps-per-chunk=4 heap-size={ITEM} ! fhshmsink name=sink socket-path={}",
+        sock.display()
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let port = pipeline.by_name("src").unwrap().property::<i32>("port") as u16;
+    let sink = pipeline.by_name("sink").unwrap();
+    let python = repo_root().join(".venv/bin/python3");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/setup test",
+        python.display()
+    );
+    let child = Command::new(&python)
+        .arg(repo_root().join("examples/shm_consumer.py"))
+        .args(["--socket", sock.to_str().unwrap(), "--timeout", "20"])
+        .env("PYTHONPATH", repo_root().join("python"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while field(&sink.property::<gst::Structure>("stats"), "consumers") == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the consumer never attached"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let cfg = PacketConfig::new(Flavour::SPEAD_64_48, 1472).unwrap();
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut scratch = vec![0u8; 1500];
+    for cnt in 0..16u64 {
+        let bytes: Vec<u8> = (0..ITEM).map(|i| (cnt as usize * 7 + i) as u8).collect();
+        let items = [Item::bytes(0x1000, &bytes)];
+        let mut heap = cfg.heap(cnt, &items).unwrap();
+        while let Some(n) = heap.write_next(&mut scratch) {
+            tx.send_to(&scratch[..n], ("127.0.0.1", port)).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let stop = [Item::stop()];
+    let mut heap = cfg.heap(16, &stop).unwrap();
+    while let Some(n) = heap.write_next(&mut scratch) {
+        tx.send_to(&scratch[..n], ("127.0.0.1", port)).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stats = sink.property::<gst::Structure>("stats");
+    let depay = pipeline
+        .by_name("depay")
+        .unwrap()
+        .property::<gst::Structure>("stats");
+    pipeline.set_state(gst::State::Null).unwrap();
+    let _ = std::fs::remove_file(&sock);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("end=eos"), "{stdout}");
+    assert!(
+        stdout.contains("buffers=4 "),
+        "4 chunks of 4 heaps: {stdout}\n{depay}"
+    );
+    assert_eq!(depay.get::<String>("memory").unwrap(), "shared", "{depay}");
+    assert_eq!(
+        field(&stats, "bytes-copied"),
+        0,
+        "no copy at the sink: {stats}"
+    );
+    assert!(field(&stats, "buffers") >= 4, "{stats}");
+}

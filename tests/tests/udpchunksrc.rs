@@ -327,6 +327,75 @@ fn chunks_are_cut_from_the_memory_downstream_proposes() {
     assert!(field(&st, names::PACKETS_LANDED) > 0, "{st}");
 }
 
+/// Waits up to 10 s for `f`.
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn chunks_land_in_fhshmsinks_shared_segments_without_a_copy() {
+    init();
+    let sock = std::env::temp_dir().join(format!("fh-chunk-shm-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&sock);
+    let props: Vec<String> = PROPS.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    let producer = gst::parse::launch(&format!(
+        "fhudpchunksrc name=src {} ! fhshmsink name=sink socket-path={}",
+        props.join(" "),
+        sock.display()
+    ))
+    .unwrap();
+    producer.set_state(gst::State::Playing).unwrap();
+    let src = producer
+        .downcast_ref::<gst::Bin>()
+        .unwrap()
+        .by_name("src")
+        .unwrap();
+    let sink = producer
+        .downcast_ref::<gst::Bin>()
+        .unwrap()
+        .by_name("sink")
+        .unwrap();
+    let port = src.property::<i32>("port") as u16;
+    // A consumer in the same process through the socket, as another process would.
+    let consumer = gst::parse::launch(&format!(
+        "fhshmsrc name=c socket-path={} ! fakesink sync=false",
+        sock.display()
+    ))
+    .unwrap();
+    consumer.set_state(gst::State::Playing).unwrap();
+    wait_until("the consumer", || field(&stats(&sink), "consumers") == 1);
+    let tx = Sender::paced(port, src.clone());
+    for cnt in 1..=16 {
+        tx.heap(cnt);
+    }
+    let c = consumer
+        .downcast_ref::<gst::Bin>()
+        .unwrap()
+        .by_name("c")
+        .unwrap();
+    wait_until("chunks at the consumer", || {
+        field(&stats(&c), "buffers") >= 2
+    });
+    let st = stats(&sink);
+    assert!(field(&st, "buffers") >= 2, "{st}");
+    assert_eq!(
+        field(&st, "bytes-copied"),
+        0,
+        "received into the segments: {st}"
+    );
+    assert_eq!(stats(&src).get::<String>("memory").unwrap(), "shared");
+    consumer.set_state(gst::State::Null).unwrap();
+    producer.set_state(gst::State::Null).unwrap();
+    let _ = std::fs::remove_file(&sock);
+}
+
 #[test]
 fn gro_coalesced_heaps_land_in_chunks_byte_for_byte() {
     let (mut h, port) = harness(&[]);

@@ -52,12 +52,23 @@ impl MemoryProvider for Anonymous {
 }
 
 /// Shared memory: each region is a new memfd segment (named `name` in
-/// `/proc/<pid>/fd`), sized and mapped `MAP_SHARED | MAP_POPULATE`. The region keeps the
+/// `/proc/<pid>/fd`), sized, sealed against any change of size and further seals
+/// ([`SEGMENT_SEALS`]), and mapped `MAP_SHARED | MAP_POPULATE`. The region keeps the
 /// descriptor ([`MemoryRegion::fd`]) to hand to another process.
+///
+/// Why the seals: a process that maps a descriptor it was given faults (`SIGBUS`) on
+/// any page past the file's end; with `F_SEAL_SHRINK` nobody, the producer included,
+/// can cut the file, so a consumer that checks the seal (`F_GET_SEALS`) knows its
+/// mapping stays backed. `F_SEAL_SEAL` keeps a consumer from adding seals of its own
+/// (`F_SEAL_FUTURE_WRITE` would stop the producer's `write`s).
 #[derive(Clone, Debug)]
 pub struct SharedSegment {
     name: CString,
 }
+
+/// The seals every [`SharedSegment`] carries before its descriptor leaves the process:
+/// its size can neither shrink nor grow, and no seal can be added.
+pub const SEGMENT_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
 
 impl SharedSegment {
     /// Segments named `name` (a NUL in it is replaced).
@@ -86,7 +97,12 @@ impl MemoryProvider for SharedSegment {
             ),
         };
         // SAFETY: a NUL-terminated name; the result is checked.
-        let fd = unsafe { libc::memfd_create(self.name.as_ptr(), libc::MFD_CLOEXEC) };
+        let fd = unsafe {
+            libc::memfd_create(
+                self.name.as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
         if fd < 0 {
             return Err(fail("memfd_create"));
         }
@@ -96,6 +112,10 @@ impl MemoryProvider for SharedSegment {
         // SAFETY: sizes our own descriptor; the result is checked.
         if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
             return Err(fail("ftruncate"));
+        }
+        // SAFETY: seals our own descriptor; no pointers; the result is checked.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEGMENT_SEALS) } != 0 {
+            return Err(fail("fcntl F_ADD_SEALS"));
         }
         // SAFETY: maps our own descriptor with no fixed address; the result is checked.
         let p = unsafe {
@@ -205,6 +225,26 @@ mod tests {
             SharedSegment::new("x").allocate(0),
             Err(RegionError::Empty)
         ));
+    }
+
+    #[test]
+    fn a_shared_segment_is_sealed_against_any_change_of_size() {
+        let r = SharedSegment::new("firehose-test").allocate(8192).unwrap();
+        let fd = r.fd().unwrap().as_raw_fd();
+        // SAFETY: fcntl and ftruncate on the region's own descriptor; no pointers.
+        unsafe {
+            assert_eq!(libc::fcntl(fd, libc::F_GET_SEALS), SEGMENT_SEALS);
+            assert_ne!(libc::ftruncate(fd, 4096), 0, "shrinking is sealed");
+            assert_ne!(libc::ftruncate(fd, 1 << 20), 0, "growing is sealed");
+            assert_ne!(
+                libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_FUTURE_WRITE),
+                0,
+                "no further seal"
+            );
+        }
+        // The producer still writes through its own mapping.
+        // SAFETY: the region's own bytes, nothing else borrows them.
+        unsafe { r.as_ptr().add(8191).write(1) };
     }
 
     #[derive(Debug, Default)]

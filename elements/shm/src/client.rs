@@ -2,9 +2,10 @@
 //! and hand out each buffer as a view into them ([`BufferView`]) that sends its release
 //! message when dropped. No GStreamer: `fhshmsrc` wraps the views as `GstMemory`.
 //!
-//! Every message is checked ([`proto::Consumer`]): a segment's claimed size against the
-//! size of the descriptor that came with it (a mapping past the end of a file faults on
-//! access), a buffer's range against its segment. A lie ends the connection with an
+//! Every message is checked ([`proto::Consumer`]): a segment's descriptor must be a
+//! memfd sealed against shrinking, and its claimed size no more than the file's (a
+//! mapping past the end of a file faults on access), a buffer's range within its
+//! segment. A lie ends the connection with an
 //! error that says what was wrong.
 
 use std::collections::HashMap;
@@ -12,8 +13,9 @@ use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::proto::{self, BufferMsg, Msg, OnFull, ProtoError};
 use crate::wire::{self, Address, Received};
@@ -31,8 +33,15 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    /// Maps `len` bytes of `fd` read-only, after checking the file is that large.
+    /// Maps `len` bytes of `fd` read-only, after checking that the file is sealed
+    /// against shrinking ([`wire::check_sealed`]) and is that large (in that order: once
+    /// sealed, the size read is the size for good).
     pub fn new(fd: BorrowedFd<'_>, len: u64) -> Result<Self, ClientError> {
+        wire::check_sealed(fd).map_err(|why| {
+            ClientError::Protocol(ProtoError::Invalid(format!(
+                "a segment of {len} bytes: {why}"
+            )))
+        })?;
         let actual = wire::file_size(fd).map_err(ClientError::Io)?;
         if actual < len {
             return Err(ClientError::Protocol(ProtoError::Invalid(format!(
@@ -79,50 +88,157 @@ impl Drop for Mapping {
     }
 }
 
-/// Sends release messages: one non-blocking `send` per released buffer, no lock;
-/// releases that find the socket full wait in a list that the receive loop flushes.
+/// A release in the batch older than this at a poll is sent then, full batch or not.
+const RELEASE_DELAY: Duration = Duration::from_millis(1);
+
+/// An environment variable that, when set to a number, is every consumer's release
+/// batch unless [`Client::set_release_batch`] sets one (1: a message per buffer, as
+/// before batching; for measurements: `firehose bench shm` under it shows what
+/// batching saves). The Python package reads it too.
+pub const RELEASE_BATCH_ENV: &str = "FIREHOSE_SHM_RELEASE_BATCH";
+
+/// Most buffers one release message names when nothing else limits the batch.
+pub const DEFAULT_RELEASE_BATCH: usize = 16;
+
+/// The release batch for a consumer that may hold `max_held` buffers: an eighth of
+/// them (at least 1, at most [`DEFAULT_RELEASE_BATCH`]), so that releases waiting in the
+/// batch tie up little of what the producer lets it hold (and of the producer's pool,
+/// which the consumer cannot see: `fhshmsink`'s copy pool has 16 slots by default).
+pub fn release_batch(max_held: u32) -> usize {
+    (max_held as usize / 8).clamp(1, DEFAULT_RELEASE_BATCH)
+}
+
+#[derive(Debug)]
+struct Pending {
+    seqs: Vec<u64>,
+    /// When the oldest of `seqs` was released.
+    since: Option<Instant>,
+    out: Vec<u8>,
+    /// Release messages sent, and the buffers they named.
+    messages: u64,
+    released: u64,
+}
+
+/// Sends release messages in batches: one message names every buffer released since
+/// the last one, while the consumer is behind (messages wait in its socket). A batch
+/// goes when it holds [`Releaser::batch`] buffers, at a poll once its oldest release is
+/// [`RELEASE_DELAY`] old, and whenever the receive loop finds nothing to read: it is
+/// about to wait, so nothing may wait with it, and it is idle ([`Releaser::set_idle`])
+/// until its next poll: a buffer released then (on another thread) goes at once. So a
+/// consumer that keeps up sends a release per buffer, one that falls behind one per
+/// batch. Releases that find the socket full stay in the batch.
+///
+/// One short lock per release (a push, and a non-blocking `send` for the release that
+/// fills a batch), never held while waiting.
 #[derive(Debug)]
 pub struct Releaser {
     fd: Arc<OwnedFd>,
-    pending: Mutex<Vec<u64>>,
+    pending: Mutex<Pending>,
     has_pending: AtomicBool,
+    /// The receive loop is waiting (or nobody polls): a release is sent at once.
+    idle: AtomicBool,
+    batch: AtomicUsize,
 }
 
 impl Releaser {
-    fn release(&self, seq: u64) {
-        let mut m = [0u8; 11];
-        m[0] = 16; // RELEASE
-        m[1..3].copy_from_slice(&1u16.to_le_bytes());
-        m[3..].copy_from_slice(&seq.to_le_bytes());
-        match wire::send(self.fd.as_fd(), &m, None) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                firehose_core::sync::lock(&self.pending).push(seq);
-                self.has_pending.store(true, Ordering::Release);
-            }
-            // Ok, or the producer is gone: nothing to give back to.
-            _ => {}
+    fn new(fd: Arc<OwnedFd>) -> Self {
+        Self {
+            fd,
+            pending: Mutex::new(Pending {
+                seqs: Vec::with_capacity(proto::MAX_RELEASE),
+                since: None,
+                out: Vec::with_capacity(16 + 8 * proto::MAX_RELEASE),
+                messages: 0,
+                released: 0,
+            }),
+            has_pending: AtomicBool::new(false),
+            idle: AtomicBool::new(true),
+            batch: AtomicUsize::new(DEFAULT_RELEASE_BATCH),
         }
     }
 
-    /// Sends releases that found the socket full earlier, in batches.
-    pub fn flush(&self) {
-        if !self.has_pending.load(Ordering::Acquire) {
+    /// Buffers one release message names at most (1: one message per buffer).
+    pub fn batch(&self) -> usize {
+        self.batch.load(Ordering::Relaxed)
+    }
+
+    /// Sets [`Releaser::batch`] (at least 1, at most [`proto::MAX_RELEASE`]).
+    pub fn set_batch(&self, n: usize) {
+        self.batch
+            .store(n.clamp(1, proto::MAX_RELEASE), Ordering::Relaxed);
+    }
+
+    fn release(&self, seq: u64) {
+        let mut p = firehose_core::sync::lock(&self.pending);
+        p.seqs.push(seq);
+        if p.since.is_none() {
+            p.since = Some(Instant::now());
+        }
+        // SeqCst, against `set_idle`'s: either this sees the loop idle and sends, or
+        // the loop's flush after it went idle sees this release.
+        if p.seqs.len() >= self.batch() || self.idle.load(Ordering::SeqCst) {
+            self.send_locked(&mut p);
+        }
+        self.has_pending
+            .store(!p.seqs.is_empty(), Ordering::Release);
+    }
+
+    /// Marks the receive loop as waiting (`true`: releases go at once, and the batch is
+    /// sent now) or receiving again (`false`: releases wait for a batch).
+    pub fn set_idle(&self, idle: bool) {
+        self.idle.store(idle, Ordering::SeqCst);
+        if idle {
+            self.flush(true);
+        }
+    }
+
+    /// Sends the batch if `all`, or if it is full or its oldest release is
+    /// [`RELEASE_DELAY`] old.
+    pub fn flush(&self, all: bool) {
+        if !self.has_pending.load(Ordering::Acquire) && !all {
             return;
         }
         let mut p = firehose_core::sync::lock(&self.pending);
-        let mut out = Vec::new();
-        while !p.is_empty() {
-            let n = p.len().min(proto::MAX_RELEASE);
-            let batch: Vec<u64> = p[..n].to_vec();
-            proto::encode(&Msg::Release(batch), &mut out).expect("within the cap");
-            match wire::send(self.fd.as_fd(), &out, None) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                _ => {
-                    p.drain(..n);
+        let due = all
+            || p.seqs.len() >= self.batch()
+            || p.since.is_some_and(|t| t.elapsed() >= RELEASE_DELAY);
+        if due {
+            self.send_locked(&mut p);
+        }
+        self.has_pending
+            .store(!p.seqs.is_empty(), Ordering::Release);
+    }
+
+    /// Whether releases wait in the batch.
+    pub fn has_pending(&self) -> bool {
+        self.has_pending.load(Ordering::Acquire)
+    }
+
+    /// Release messages sent, and the buffers they named.
+    pub fn counts(&self) -> (u64, u64) {
+        let p = firehose_core::sync::lock(&self.pending);
+        (p.messages, p.released)
+    }
+
+    fn send_locked(&self, p: &mut Pending) {
+        while !p.seqs.is_empty() {
+            let n = p.seqs.len().min(proto::MAX_RELEASE);
+            let Pending { seqs, out, .. } = &mut *p;
+            proto::encode_release(&seqs[..n], out).expect("within the cap");
+            match wire::send(self.fd.as_fd(), out, None) {
+                // Full: stays in the batch for the next flush.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                r => {
+                    if r.is_ok() {
+                        p.messages += 1;
+                        p.released += n as u64;
+                    }
+                    // Sent, or the producer is gone: nothing to give back to.
+                    p.seqs.drain(..n);
                 }
             }
         }
-        self.has_pending.store(!p.is_empty(), Ordering::Release);
+        p.since = None;
     }
 }
 
@@ -199,6 +315,10 @@ pub struct Client {
     fds: Vec<OwnedFd>,
     releaser: Arc<Releaser>,
     hello: Option<(u64, OnFull, u32)>,
+    /// The max-held this consumer asked for (0: the producer's).
+    asked_held: u32,
+    /// The release batch asked for ([`Client::set_release_batch`]), if any.
+    release_batch: Option<usize>,
 }
 
 impl Client {
@@ -219,11 +339,11 @@ impl Client {
             wire::send(fd.as_fd(), &out, None)?;
         }
         Ok(Self {
-            releaser: Arc::new(Releaser {
-                fd: fd.clone(),
-                pending: Mutex::default(),
-                has_pending: AtomicBool::new(false),
-            }),
+            releaser: Arc::new(Releaser::new(fd.clone())),
+            asked_held: mode.map_or(0, |(_, n)| n),
+            release_batch: std::env::var(RELEASE_BATCH_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok()),
             fd,
             state: Default::default(),
             maps: HashMap::new(),
@@ -249,15 +369,44 @@ impl Client {
         self.maps.len()
     }
 
+    /// Sends every release waiting in the batch now.
+    pub fn flush_releases(&self) {
+        self.releaser.flush(true);
+    }
+
+    /// What sends this consumer's releases (its batch size and counts).
+    pub fn releaser(&self) -> &Releaser {
+        &self.releaser
+    }
+
+    /// Buffers one release message may name (1: a message per buffer, as before
+    /// batching); by default [`release_batch`] of this consumer's max-held, set when the
+    /// hello comes.
+    pub fn set_release_batch(&mut self, n: usize) {
+        self.release_batch = Some(n);
+        self.releaser.set_batch(n);
+    }
+
     /// The next event, without waiting (`Ok(None)`: nothing yet, or only the hello;
     /// wait on [`Client::fd`] for `POLLIN`). Segments and the hello are handled here.
+    ///
+    /// Releases are batched while messages keep coming; finding nothing to read sends
+    /// the batch and marks this consumer idle (releases go at once) until the next call.
+    /// A buffer released after a poll that returned one stays in the batch until the
+    /// next poll (or [`Client::flush_releases`]): keep polling, or flush.
     pub fn poll_event(&mut self) -> Result<Option<Event>, ClientError> {
-        self.releaser.flush();
+        self.releaser.set_idle(false);
+        self.releaser.flush(false);
         loop {
             self.fds.clear();
             let n = match wire::recv(self.fd.as_fd(), &mut self.buf, &mut self.fds) {
                 Ok(Received::Message(n)) => n,
-                Ok(Received::Nothing) => return Ok(None),
+                Ok(Received::Nothing) => {
+                    // The caller waits next: no release may wait with it, and one made
+                    // while it waits (on another thread) goes at once.
+                    self.releaser.set_idle(true);
+                    return Ok(None);
+                }
                 Ok(Received::Closed) => return Err(ClientError::Closed),
                 Err(e) if e.kind() == io::ErrorKind::InvalidData => {
                     return Err(ClientError::Protocol(ProtoError::Invalid(e.to_string())))
@@ -277,6 +426,12 @@ impl Client {
                 } => {
                     // Back to the caller, who may be waiting for just this.
                     self.hello = Some((consumer, on_full, max_held));
+                    let held = match self.asked_held {
+                        0 => max_held,
+                        n => n.min(max_held),
+                    };
+                    self.releaser
+                        .set_batch(self.release_batch.unwrap_or(release_batch(held)));
                     return Ok(None);
                 }
                 Msg::Segment { id, size } => {

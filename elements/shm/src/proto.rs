@@ -15,7 +15,10 @@
 //! cap, every segment id against the segments announced, every offset + length against
 //! the segment's size ([`Consumer`] keeps what the producer announced; the producer
 //! checks releases against what it sent, in the hub). A lie is a [`ProtoError`] that
-//! names the field; the peer that told it is disconnected, nobody else.
+//! names the field; the peer that told it is disconnected, nobody else. One lie is
+//! not: a release of a buffer the consumer does not hold (never sent, or released
+//! twice) only names its own references, so the hub counts it and ignores it.
+//! Releases travel in batches ([`Msg::Release`] names up to [`MAX_RELEASE`] buffers).
 
 use std::fmt;
 
@@ -265,8 +268,6 @@ pub enum ProtoError {
         /// Descriptors that came.
         got: usize,
     },
-    /// A release of a buffer this consumer does not hold.
-    NotHeld(u64),
 }
 
 impl fmt::Display for ProtoError {
@@ -295,7 +296,6 @@ impl fmt::Display for ProtoError {
             Self::Descriptors { kind, got } => {
                 write!(f, "{got} file descriptors came with a {kind} message")
             }
-            Self::NotHeld(seq) => write!(f, "release of buffer {seq}, which it does not hold"),
         }
     }
 }
@@ -359,19 +359,25 @@ pub fn encode(msg: &Msg, out: &mut Vec<u8>) -> Result<(), ProtoError> {
             });
             out.extend_from_slice(&max_held.to_le_bytes());
         }
-        Msg::Release(seqs) => {
-            if seqs.len() > MAX_RELEASE {
-                return Err(too_long("release count", seqs.len(), MAX_RELEASE));
-            }
-            out.push(RELEASE);
-            out.extend_from_slice(&(seqs.len() as u16).to_le_bytes());
-            for s in seqs {
-                out.extend_from_slice(&s.to_le_bytes());
-            }
-        }
+        Msg::Release(seqs) => encode_release(seqs, out)?,
     }
     if out.len() > MAX_MESSAGE {
         return Err(too_long("message length", out.len(), MAX_MESSAGE));
+    }
+    Ok(())
+}
+
+/// Encodes a release of `seqs` into `out` (cleared first) without building a
+/// [`Msg`]: the consumer's hot path. An error when `seqs` is over [`MAX_RELEASE`].
+pub fn encode_release(seqs: &[u64], out: &mut Vec<u8>) -> Result<(), ProtoError> {
+    if seqs.len() > MAX_RELEASE {
+        return Err(too_long("release count", seqs.len(), MAX_RELEASE));
+    }
+    out.clear();
+    out.push(RELEASE);
+    out.extend_from_slice(&(seqs.len() as u16).to_le_bytes());
+    for s in seqs {
+        out.extend_from_slice(&s.to_le_bytes());
     }
     Ok(())
 }

@@ -348,6 +348,36 @@ pub fn file_size(fd: BorrowedFd<'_>) -> io::Result<u64> {
     Ok(st.st_size as u64)
 }
 
+/// The seals a segment must carry before a consumer maps it: it cannot shrink (a page
+/// past the file's end faults with `SIGBUS` on access, so a producer that could cut the
+/// file could crash its consumers). `fhshmsink`'s segments also carry `F_SEAL_GROW` and
+/// `F_SEAL_SEAL` (`firehose_core::provider::SEGMENT_SEALS`); only the shrink seal is
+/// needed for a consumer's safety, so only it is demanded.
+pub const REQUIRED_SEALS: libc::c_int = libc::F_SEAL_SHRINK;
+
+/// The seals on `fd` (`F_GET_SEALS`): `Ok(0)` for a memfd made without
+/// `MFD_ALLOW_SEALING`, an error (`EINVAL`) for a file that cannot be sealed at all.
+pub fn seals(fd: BorrowedFd<'_>) -> io::Result<libc::c_int> {
+    // SAFETY: fcntl on a descriptor we hold; no pointers.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) })
+}
+
+/// Checks that `fd` is sealed against shrinking ([`REQUIRED_SEALS`]): `Err` with what is
+/// wrong, in words, otherwise.
+pub fn check_sealed(fd: BorrowedFd<'_>) -> Result<(), String> {
+    match seals(fd) {
+        Ok(s) if s & REQUIRED_SEALS == REQUIRED_SEALS => Ok(()),
+        Ok(s) => Err(format!(
+            "its memfd is not sealed against shrinking (seals {s:#x}, F_SEAL_SHRINK missing): \
+             the producer could cut it and make this consumer crash (SIGBUS); refusing to \
+             map it (is the producer an fhshmsink of this version?)"
+        )),
+        Err(e) => Err(format!(
+            "its descriptor cannot be sealed (not a memfd: {e}); refusing to map it"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

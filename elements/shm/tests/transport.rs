@@ -179,7 +179,11 @@ fn a_consumer_gets_bytes_caps_times_and_metas_and_releases_return_the_slot() {
     );
     assert_eq!(field(&s, "pool-in-use"), 1, "held by the consumer");
     drop(v);
-    wait_for("the release", || field(&stats(&el), "pool-in-use") == 0);
+    // Releases travel in batches, sent by the consumer's next poll.
+    wait_for("the release", || {
+        let _ = c.wait_event(1);
+        field(&stats(&el), "pool-in-use") == 0
+    });
     drop(h);
 }
 
@@ -612,11 +616,6 @@ fn a_consumer_that_lies_is_dropped_and_the_others_lose_nothing() {
         vec![0xee, 1, 2], // no such message
         {
             let mut o = Vec::new();
-            proto::encode(&Msg::Release(vec![999_999]), &mut o).unwrap();
-            o
-        }, // releases what it never got
-        {
-            let mut o = Vec::new();
             proto::encode(&Msg::Eos, &mut o).unwrap();
             o
         }, // a producer's message
@@ -694,12 +693,43 @@ fn a_producer_that_lies_gets_a_clear_error() {
     pipeline.set_state(gst::State::Null).unwrap();
 }
 
-#[test]
-fn a_segment_size_that_the_descriptor_does_not_back_is_refused() {
-    let path = socket("shortseg");
-    let listener = wire::listen(&Address::new(&path, false), 0o600).unwrap();
-    let mut c = Client::connect(&Address::new(&path, false)).unwrap();
-    let conn = wire::accept(listener.as_fd()).unwrap().unwrap();
+/// A memfd of `len` bytes with `seals` (0: made without `MFD_ALLOW_SEALING`).
+fn memfd(len: u64, seals: libc::c_int) -> std::os::fd::OwnedFd {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let flags = libc::MFD_CLOEXEC
+        | if seals != 0 {
+            libc::MFD_ALLOW_SEALING
+        } else {
+            0
+        };
+    // SAFETY: a NUL-terminated name; the result is checked.
+    let fd = unsafe { libc::memfd_create(c"fhshm-test".as_ptr(), flags) };
+    assert!(fd >= 0);
+    // SAFETY: a fresh descriptor that nothing else owns.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sizes and seals our own descriptor; no pointers.
+    unsafe {
+        assert_eq!(libc::ftruncate(fd.as_raw_fd(), len as libc::off_t), 0);
+        if seals != 0 {
+            assert_eq!(libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals), 0);
+        }
+    }
+    fd
+}
+
+/// A fake producer at a fresh socket that says hello and announces one segment of
+/// `size` bytes with `fd`; the connection, kept open until dropped.
+fn fake_producer_announcing(
+    listener: &std::os::fd::OwnedFd,
+    fd: std::os::fd::BorrowedFd<'_>,
+    size: u64,
+) -> std::os::fd::OwnedFd {
+    let mut conn = None;
+    wait_for("the connect", || {
+        conn = wire::accept(listener.as_fd()).unwrap();
+        conn.is_some()
+    });
+    let conn = conn.unwrap();
     let mut o = Vec::new();
     proto::encode(
         &Msg::Hello {
@@ -711,24 +741,86 @@ fn a_segment_size_that_the_descriptor_does_not_back_is_refused() {
     )
     .unwrap();
     wire::send(conn.as_fd(), &o, None).unwrap();
-    let file = std::fs::File::open("/proc/self/exe").unwrap();
-    let real = file.metadata().unwrap().len();
-    proto::encode(
-        &Msg::Segment {
-            id: 1,
-            size: real * 2,
-        },
-        &mut o,
-    )
-    .unwrap();
-    wire::send(conn.as_fd(), &o, Some(file.as_fd())).unwrap();
+    proto::encode(&Msg::Segment { id: 1, size }, &mut o).unwrap();
+    wire::send(conn.as_fd(), &o, Some(fd)).unwrap();
+    conn
+}
+
+/// What a client says of a segment announced with `fd` as `size` bytes.
+fn client_error_for_segment(name: &str, fd: std::os::fd::BorrowedFd<'_>, size: u64) -> String {
+    let path = socket(name);
+    let listener = wire::listen(&Address::new(&path, false), 0o600).unwrap();
+    let mut c = Client::connect(&Address::new(&path, false)).unwrap();
+    let _conn = fake_producer_announcing(&listener, fd, size);
+    let start = Instant::now();
     let e = loop {
-        if let Err(e) = c.wait_event(1000) {
+        if let Err(e) = c.wait_event(100) {
             break e;
         }
+        assert!(start.elapsed() < Duration::from_secs(5), "no error");
     };
     assert!(matches!(e, ClientError::Protocol(_)), "{e}");
-    assert!(e.to_string().contains("whose file has"), "{e}");
+    assert_eq!(c.segments(), 0, "nothing mapped");
+    e.to_string()
+}
+
+#[test]
+fn a_segment_size_that_the_descriptor_does_not_back_is_refused() {
+    let fd = memfd(4096, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW);
+    let e = client_error_for_segment("shortseg", fd.as_fd(), 8192);
+    assert!(e.contains("whose file has"), "{e}");
+}
+
+#[test]
+fn a_segment_not_sealed_against_shrinking_is_refused() {
+    // A memfd that could be cut under the consumer's mapping (SIGBUS on access).
+    let unsealed = memfd(4096, 0);
+    let e = client_error_for_segment("unsealed", unsealed.as_fd(), 4096);
+    assert!(e.contains("not sealed against shrinking"), "{e}");
+    // Sealed, but only against growing.
+    let grow_only = memfd(4096, libc::F_SEAL_GROW);
+    let e = client_error_for_segment("growonly", grow_only.as_fd(), 4096);
+    assert!(e.contains("F_SEAL_SHRINK missing"), "{e}");
+    // Not a memfd at all: a regular file cannot be sealed.
+    let file = std::fs::File::open("/proc/self/exe").unwrap();
+    let e = client_error_for_segment("notmemfd", file.as_fd(), 4096);
+    assert!(e.contains("cannot be sealed"), "{e}");
+    // Sealed against shrinking: mapped.
+    let path = socket("sealedok");
+    let listener = wire::listen(&Address::new(&path, false), 0o600).unwrap();
+    let mut c = Client::connect(&Address::new(&path, false)).unwrap();
+    let sealed = memfd(4096, libc::F_SEAL_SHRINK);
+    let _conn = fake_producer_announcing(&listener, sealed.as_fd(), 4096);
+    wait_for("the segment", || {
+        c.poll_event().unwrap();
+        c.segments() == 1
+    });
+}
+
+#[test]
+fn the_sinks_segments_are_sealed() {
+    let path = socket("sealedsink");
+    let (mut h, el) = sink_harness(&path, &[]);
+    let mut c = connect(&path);
+    wait_for("attach", || field(&stats(&el), "consumers") == 1);
+    h.push(buffer(0, 1000, 0)).unwrap();
+    // The client maps only sealed segments: a buffer arriving proves the seal.
+    let v = next_buffer(&mut c);
+    assert_eq!(v.as_ref(), &pattern(0, 1000)[..]);
+    // And the seals are all three: no size change, no seal added by a consumer.
+    let mut raw = Vec::new();
+    let fd = wire::connect(&Address::new(&path, false)).unwrap();
+    let mut buf = vec![0u8; proto::MAX_MESSAGE];
+    let start = Instant::now();
+    while raw.is_empty() {
+        let _ = wire::recv(fd.as_fd(), &mut buf, &mut raw).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(5), "no segment");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        wire::seals(raw[0].as_fd()).unwrap(),
+        firehose_core::provider::SEGMENT_SEALS
+    );
 }
 
 fn fd_count() -> usize {
@@ -886,4 +978,180 @@ fn the_python_consumer_reads_every_byte_without_gstreamer() {
 #[test]
 fn the_python_consumer_releases_an_item_when_its_array_is_collected() {
     python_consumer("pythongc", "gc", "4");
+}
+
+#[test]
+fn the_python_consumer_refuses_a_segment_not_sealed_against_shrinking() {
+    let py = repo_root().join(".venv/bin/python3");
+    assert!(
+        py.exists(),
+        "{} is missing: python3 -m venv .venv && .venv/bin/pip install numpy (or: scripts/setup test)",
+        py.display()
+    );
+    for (name, seals, expect) in [
+        ("pyunsealed", 0, "not sealed against shrinking"),
+        ("pysealed", libc::F_SEAL_SHRINK, "segments=1"),
+    ] {
+        let path = socket(name);
+        let listener = wire::listen(&Address::new(&path, false), 0o600).unwrap();
+        let script = "import sys\n\
+            from firehose_shm import Consumer, ProtocolError\n\
+            c = Consumer(sys.argv[1], timeout=1)\n\
+            try:\n    c.next()\nexcept ProtocolError as e:\n    print('refused:', e)\n\
+            except TimeoutError:\n    print('segments=%d' % len(c.segments))\n";
+        let child = Command::new(&py)
+            .args(["-c", script, &path])
+            .env("PYTHONPATH", repo_root().join("python"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let fd = memfd(4096, seals);
+        let _conn = fake_producer_announcing(&listener, fd.as_fd(), 4096);
+        let out = output(child);
+        assert!(out.contains(expect), "{name}: {out}");
+    }
+}
+
+/// Reads `n` buffers, dropping each at once (as a consumer that keeps up does), then
+/// waits until the sink has every release back; the sink's stats.
+fn read_and_release(h: &mut Harness, el: &gst::Element, c: &mut Client, n: u64) -> gst::Structure {
+    let (mut got, before) = (0u64, field(&stats(el), "released"));
+    for round in 0..n / 40 {
+        for i in 0..40 {
+            let k = round * 40 + i;
+            h.push(buffer(k * 100, 100, k)).unwrap();
+        }
+        for _ in 0..40 {
+            let v = next_buffer(c);
+            assert_eq!(v.as_ref(), &pattern(got * 100, 100)[..]);
+            got += 1;
+        }
+    }
+    wait_for("every release", || {
+        let _ = c.wait_event(5);
+        field(&stats(el), "released") == before + n
+    });
+    stats(el)
+}
+
+#[test]
+fn releases_travel_in_batches_and_the_producer_takes_both() {
+    let path = socket("batch");
+    let (mut h, el) = sink_harness(&path, &[("max-held", "256"), ("copy-slots", "64")]);
+    let mut c = connect(&path);
+    assert_eq!(
+        c.releaser().batch(),
+        16,
+        "an eighth of max-held 256, at most 16"
+    );
+    wait_for("attach", || field(&stats(&el), "consumers") == 1);
+    let s = read_and_release(&mut h, &el, &mut c, 200);
+    let messages = field(&s, "release-messages");
+    let (sent, named) = c.releaser().counts();
+    assert_eq!((sent, named), (messages, 200));
+    // 40 buffers waiting at a time: a few messages per 40, not one per buffer.
+    assert!(
+        messages <= 50,
+        "{messages} release messages for 200 buffers"
+    );
+    assert!(messages >= 200 / 16, "batches of at most 16: {messages}");
+    assert_eq!(field(&s, "releases-unknown"), 0);
+    assert_eq!(field(&s, "pool-in-use"), 0);
+    // A batch of 1 is a message per buffer, as before batching; the producer takes both.
+    let mut one = connect(&path);
+    one.set_release_batch(1);
+    drop(c);
+    wait_for("detach", || field(&stats(&el), "consumers") == 1);
+    let before = field(&stats(&el), "release-messages");
+    let s = read_and_release(&mut h, &el, &mut one, 200);
+    assert_eq!(field(&s, "release-messages") - before, 200);
+    assert_eq!(one.releaser().counts(), (200, 200));
+}
+
+#[test]
+fn a_consumer_that_releases_what_it_does_not_hold_is_counted_and_ignored() {
+    let path = socket("liarrelease");
+    let (mut h, el) = sink_harness(&path, &[]);
+    let mut good = connect(&path);
+    let liar = wire::connect(&Address::new(&path, false)).unwrap();
+    wait_for("attach", || field(&stats(&el), "consumers") == 2);
+    h.push(buffer(0, 500, 0)).unwrap();
+    // The liar reads its buffer message (after hello, segment, caps).
+    let (mut buf, mut fds) = (vec![0u8; proto::MAX_MESSAGE], Vec::new());
+    let mut seq = None;
+    wait_for("the liar's buffer", || {
+        if let Ok(wire::Received::Message(n)) = wire::recv(liar.as_fd(), &mut buf, &mut fds) {
+            if let Ok(Msg::Buffer(b)) = proto::decode(&buf[..n]) {
+                seq = Some(b.seq);
+            }
+        }
+        seq.is_some()
+    });
+    let seq = seq.unwrap();
+    // Releases it twice in one message, then again, plus numbers never sent.
+    for lie in [vec![seq, seq, 999_999], vec![seq], vec![u64::MAX, 7]] {
+        let mut o = Vec::new();
+        proto::encode(&Msg::Release(lie), &mut o).unwrap();
+        wire::send(liar.as_fd(), &o, None).unwrap();
+    }
+    wait_for("the lies read", || {
+        field(&stats(&el), "releases-unknown") == 5
+    });
+    let s = stats(&el);
+    assert_eq!(field(&s, "consumers-malformed"), 0);
+    assert_eq!(field(&s, "consumers"), 2, "the liar stays attached");
+    // The good consumer still holds its buffer: the liar's extra releases freed nothing.
+    let v = next_buffer(&mut good);
+    assert_eq!(field(&stats(&el), "pool-in-use"), 1);
+    drop(v);
+    wait_for("the real release", || {
+        let _ = good.wait_event(5);
+        field(&stats(&el), "pool-in-use") == 0
+    });
+    h.push(buffer(500, 500, 1)).unwrap();
+    assert_eq!(next_buffer(&mut good).as_ref(), &pattern(500, 500)[..]);
+}
+
+#[test]
+fn the_python_consumer_batches_its_releases_when_behind() {
+    let py = repo_root().join(".venv/bin/python3");
+    assert!(
+        py.exists(),
+        "{} is missing (scripts/setup test)",
+        py.display()
+    );
+    let path = socket("pybatch");
+    let (mut h, el) = sink_harness(&path, &[("max-held", "64"), ("copy-slots", "64")]);
+    // It sleeps before reading, so that every buffer waits in its socket.
+    let script = "import sys, time\n\
+        from firehose_shm import Consumer\n\
+        c = Consumer(sys.argv[1], timeout=10)\n\
+        time.sleep(1)\n\
+        n = 0\n\
+        for item in c:\n    with item:\n        n += int(item.data[0] == n % 251)\n\
+        print('items=%d batch=%d messages=%d released=%d' % ((n, c._release.batch) + c.release_counts))\n";
+    let child = Command::new(&py)
+        .args(["-c", script, &path])
+        .env("PYTHONPATH", repo_root().join("python"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the python consumer", || {
+        field(&stats(&el), "consumers") == 1
+    });
+    for i in 0..40u64 {
+        h.push(buffer(i, 100, i)).unwrap();
+    }
+    h.push_event(gst::event::Eos::new());
+    let out = output(child);
+    assert_eq!(kv(&out, "items"), "40", "{out}");
+    assert_eq!(kv(&out, "batch"), "8", "an eighth of max-held 64: {out}");
+    assert_eq!(kv(&out, "released"), "40", "{out}");
+    wait_for("every release", || field(&stats(&el), "released") == 40);
+    let messages = field(&stats(&el), "release-messages");
+    assert_eq!(kv(&out, "messages"), messages.to_string(), "{out}");
+    assert!(
+        (5..=20).contains(&messages),
+        "{messages} messages for 40: {out}"
+    );
 }

@@ -1,13 +1,22 @@
-//! `firehose bench shm`: the shared-memory transport between two processes,
-//! `fhshmsink → fhshmsrc` against stock `shmsink → shmsrc` (gstreamer1.0-plugins-bad),
-//! per buffer size: throughput, buffers/s, CPU per GB on each side, and stalls.
+//! `firehose bench shm`: the shared-memory transport between two processes, per buffer
+//! size, side by side in one run: `fhshmsink → fhshmsrc`, `fhshmsink →` the Python
+//! consumer (`python/firehose_shm`), stock `shmsink → shmsrc` (gstreamer1.0-plugins-bad)
+//! and SPDL's `SharedMemorySegmentPool` (spdl from PyPI, in the venv): throughput,
+//! buffers/s, CPU per buffer and per GB on each side, stalls, and each row's CPU per
+//! buffer as a ratio of stock `shmsink`'s.
 //!
-//! Each run is two `firehose launch` children: a producer `fakesrc filltype=zero` (its
-//! memory is not shared, so both sinks copy each buffer once) and a consumer that stops
-//! after the buffers sent (`identity eos-after`: `shmsrc` never receives an end-of-stream).
-//! A run whose consumer has not got its buffers within `--timeout` is a stall. CPU comes
-//! from each child's `wait4` resource usage.
+//! The GStreamer runs are two `firehose launch` children: a producer `fakesrc
+//! filltype=zero` (its memory is not shared, so both sinks copy each buffer once) and a
+//! consumer that stops after the buffers sent (`identity eos-after`: `shmsrc` never
+//! receives an end-of-stream). A run whose consumer stops making progress (uses no CPU)
+//! for 2 s, or has not got its buffers within `--timeout`, is a stall. CPU comes from
+//! each child's `wait4` resource usage, less that of a run of 16 buffers (the
+//! processes' start-up). The Python rows run `scripts/bench_shm_peers.py`, which
+//! measures its own wall and CPU from the first item to the last (interpreter start-up
+//! left out); SPDL's producer is a Python generator in a subprocess copying a numpy
+//! array into the pool per item.
 
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -23,9 +32,36 @@ pub struct ShmArgs {
     /// Runs per transport and size (the table shows medians)
     #[arg(long, default_value_t = 3)]
     repeats: u32,
-    /// Seconds a run may take before it counts as a stall
+    /// Seconds a run may take before it counts as a stall (so does a consumer that uses
+    /// no CPU for 2 s)
     #[arg(long, default_value_t = 30.0)]
     timeout: f64,
+    /// Python with numpy (and spdl for its row): the Python rows are left out without it
+    #[arg(long, default_value = ".venv/bin/python3")]
+    python: PathBuf,
+    /// Buffers per Python run, as a fraction of the GStreamer runs' count
+    #[arg(long, default_value_t = 0.25)]
+    python_share: f64,
+}
+
+/// What one row measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Peer {
+    Firehose,
+    FirehosePython,
+    Stock,
+    Spdl,
+}
+
+impl Peer {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Firehose => "fhshmsink → fhshmsrc",
+            Self::FirehosePython => "fhshmsink → Python firehose_shm",
+            Self::Stock => "shmsink → shmsrc",
+            Self::Spdl => "SPDL SharedMemorySegmentPool (Python → Python)",
+        }
+    }
 }
 
 /// One run's outcome.
@@ -53,11 +89,29 @@ fn spawn(pipeline: &str) -> std::io::Result<Child> {
         .spawn()
 }
 
-/// Waits for `child` until `deadline` (then kills it): (exited by itself with success,
-/// CPU seconds).
-fn reap(child: &mut Child, deadline: Instant) -> (bool, f64) {
+/// Buffers of the run that measures a GStreamer row's start-up CPU.
+const BASE: u64 = 16;
+
+/// A run stalls when its consumer makes no progress (uses no CPU) for this long.
+const STALL: Duration = Duration::from_secs(2);
+
+/// CPU clock ticks `pid` has used so far (`/proc/PID/stat` utime + stime), if readable.
+fn ticks(pid: libc::pid_t) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut f = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    // After the name: state is field 3, utime 14, stime 15.
+    let utime: u64 = f.nth(11)?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// Waits for `child` until `deadline`, or, with `stall`, until it has used no CPU for
+/// [`STALL`] (a consumer that stopped making progress), then kills it: (exited by
+/// itself with success, CPU seconds).
+fn reap(child: &mut Child, deadline: Instant, stall: bool) -> (bool, f64) {
     let pid = child.id() as libc::pid_t;
     let mut killed = false;
+    let (mut last, mut since) = (None, Instant::now());
     loop {
         let mut status = 0;
         // SAFETY: rusage is plain data.
@@ -72,7 +126,13 @@ fn reap(child: &mut Child, deadline: Instant) -> (bool, f64) {
         if r < 0 {
             return (false, 0.0);
         }
-        if !killed && Instant::now() > deadline {
+        if stall {
+            let now = ticks(pid);
+            if now != last {
+                (last, since) = (now, Instant::now());
+            }
+        }
+        if !killed && (Instant::now() > deadline || (stall && since.elapsed() > STALL)) {
             let _ = child.kill();
             killed = true;
         }
@@ -80,13 +140,68 @@ fn reap(child: &mut Child, deadline: Instant) -> (bool, f64) {
     }
 }
 
-fn run_once(stock: bool, size: u64, n: u64, timeout: f64) -> Result<Run, String> {
+/// The Python peer script and the repository root it runs in.
+fn peers_script() -> PathBuf {
+    PathBuf::from("scripts/bench_shm_peers.py")
+}
+
+/// Parses `key=value` words of a Python peer's summary line.
+fn kv(out: &str, key: &str) -> Option<f64> {
+    out.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+}
+
+/// Runs a Python peer with `args` until `deadline`: its summary line, or `None` (a stall
+/// or a failure).
+fn python(a: &ShmArgs, args: &[String], deadline: Instant) -> std::io::Result<Option<String>> {
+    let mut child = Command::new(&a.python)
+        .arg(peers_script())
+        .args(args)
+        .env("PYTHONPATH", "python")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let (ok, _) = reap(&mut child, deadline, true);
+    let mut out = String::new();
+    if let Some(mut o) = child.stdout.take() {
+        use std::io::Read;
+        let _ = o.read_to_string(&mut out);
+    }
+    Ok((ok && out.contains("items=")).then_some(out))
+}
+
+fn run_once(a: &ShmArgs, peer: Peer, size: u64, n: u64) -> Result<Run, String> {
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(a.timeout);
+    if peer == Peer::Spdl {
+        let out = python(
+            a,
+            &["spdl".into(), size.to_string(), n.to_string()],
+            deadline,
+        )
+        .map_err(|e| e.to_string())?;
+        return Ok(match out {
+            Some(o) => Run {
+                wall: kv(&o, "wall").unwrap_or(f64::NAN),
+                producer_cpu: kv(&o, "producer_cpu").unwrap_or(f64::NAN),
+                consumer_cpu: kv(&o, "consumer_cpu").unwrap_or(f64::NAN),
+                stalled: false,
+            },
+            None => Run {
+                wall: start.elapsed().as_secs_f64(),
+                producer_cpu: 0.0,
+                consumer_cpu: 0.0,
+                stalled: true,
+            },
+        });
+    }
     let dir = std::env::temp_dir().join(format!("firehose-bench-shm-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let sock = dir.join("s.sock");
     let _ = std::fs::remove_file(&sock);
     let sock = sock.display();
-    let (sink, src) = if stock {
+    let (sink, src) = if peer == Peer::Stock {
         (
             format!(
                 "shmsink socket-path={sock} wait-for-connection=true shm-size={} sync=false",
@@ -100,8 +215,6 @@ fn run_once(stock: bool, size: u64, n: u64, timeout: f64) -> Result<Run, String>
             format!("fhshmsrc socket-path={sock}"),
         )
     };
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs_f64(timeout);
     let mut producer = spawn(&format!(
         "fakesrc num-buffers={n} sizetype=fixed sizemax={size} filltype=zero ! {sink}"
     ))
@@ -109,14 +222,39 @@ fn run_once(stock: bool, size: u64, n: u64, timeout: f64) -> Result<Run, String>
     while !std::path::Path::new(&sock.to_string()).exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
-    let mut consumer = spawn(&format!(
-        "{src} ! identity eos-after={n} ! fakesink sync=false"
-    ))
-    .map_err(|e| e.to_string())?;
-    let (ok, consumer_cpu) = reap(&mut consumer, deadline);
-    let wall = start.elapsed().as_secs_f64();
+    let (ok, mut wall, mut consumer_cpu) = if peer == Peer::FirehosePython {
+        let out = python(
+            a,
+            &["firehose".into(), sock.to_string(), n.to_string()],
+            deadline,
+        )
+        .map_err(|e| e.to_string())?;
+        match out {
+            Some(o) => (
+                true,
+                kv(&o, "wall").unwrap_or(f64::NAN),
+                kv(&o, "consumer_cpu").unwrap_or(f64::NAN),
+            ),
+            None => (false, 0.0, 0.0),
+        }
+    } else {
+        let mut consumer = spawn(&format!(
+            "{src} ! identity eos-after={n} ! fakesink sync=false"
+        ))
+        .map_err(|e| e.to_string())?;
+        let (ok, cpu) = reap(&mut consumer, deadline, true);
+        (ok, start.elapsed().as_secs_f64(), cpu)
+    };
+    if !ok {
+        wall = start.elapsed().as_secs_f64();
+        consumer_cpu = 0.0;
+    }
     // shmsink ends with an error once its consumer leaves; fhshmsink after its EOS.
-    let (_, producer_cpu) = reap(&mut producer, Instant::now() + Duration::from_secs(5));
+    let (_, producer_cpu) = reap(
+        &mut producer,
+        Instant::now() + Duration::from_secs(5),
+        false,
+    );
     let _ = std::fs::remove_dir_all(&dir);
     Ok(Run {
         wall,
@@ -126,37 +264,89 @@ fn run_once(stock: bool, size: u64, n: u64, timeout: f64) -> Result<Run, String>
     })
 }
 
+/// Whether `a.python` runs and imports `module`.
+fn python_has(a: &ShmArgs, module: &str) -> bool {
+    Command::new(&a.python)
+        .args(["-c", &format!("import {module}")])
+        .env("PYTHONPATH", "python")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 fn median(mut v: Vec<f64>) -> Option<f64> {
     v.sort_by(f64::total_cmp);
     (!v.is_empty()).then(|| v[(v.len() - 1) / 2])
 }
 
-/// Runs the benchmark; prints one line per run, then a markdown table of medians.
+/// One row's medians.
+struct Row {
+    peer: Peer,
+    size: u64,
+    gbps: Option<f64>,
+    bufs: Option<f64>,
+    /// CPU µs per buffer, producer and consumer.
+    pus: Option<f64>,
+    cus: Option<f64>,
+    pgb: Option<f64>,
+    cgb: Option<f64>,
+    stalls: u32,
+    runs: u32,
+}
+
+/// Runs the benchmark; prints one line per run, then markdown tables of medians and of
+/// CPU per buffer against stock `shmsink`.
 pub fn shm(a: ShmArgs) -> i32 {
     let stock = gst::ElementFactory::find("shmsink").is_some();
     if !stock {
         eprintln!(
             "firehose: stock shmsink is not installed (apt-get install \
-             gstreamer1.0-plugins-bad): measuring fhshmsink alone"
+             gstreamer1.0-plugins-bad): its rows are left out"
         );
     }
-    let mut table = Vec::new();
+    let py = python_has(&a, "numpy, firehose_shm") && peers_script().exists();
+    if !py {
+        eprintln!(
+            "firehose: {} cannot import numpy and firehose_shm (run from the repository \
+             root after scripts/setup): the Python rows are left out",
+            a.python.display()
+        );
+    }
+    let spdl = py && python_has(&a, "spdl.pipeline");
+    if py && !spdl {
+        eprintln!(
+            "firehose: spdl is not installed in {} (pip install spdl): its row is left out",
+            a.python.display()
+        );
+    }
+    let mut rows = Vec::new();
     for &size in &a.sizes {
-        let n = count(size);
-        let gb = (size * n) as f64 / 1e9;
-        for is_stock in [false, true] {
-            if is_stock && !stock {
+        for peer in [
+            Peer::Firehose,
+            Peer::FirehosePython,
+            Peer::Stock,
+            Peer::Spdl,
+        ] {
+            let wanted = match peer {
+                Peer::Firehose => true,
+                Peer::FirehosePython => py,
+                Peer::Stock => stock,
+                Peer::Spdl => spdl,
+            };
+            if !wanted {
                 continue;
             }
-            let name = if is_stock {
-                "shmsink → shmsrc"
-            } else {
-                "fhshmsink → fhshmsrc"
+            let n = match peer {
+                Peer::Firehose | Peer::Stock => count(size),
+                _ => ((count(size) as f64 * a.python_share) as u64).max(16),
             };
-            let (mut rates, mut bufs, mut pcpu, mut ccpu, mut stalls) =
-                (vec![], vec![], vec![], vec![], 0);
+            let gb = (size * n) as f64 / 1e9;
+            let name = peer.name();
+            let (mut rates, mut bufs, mut pcpu, mut ccpu, mut pus, mut cus, mut stalls) =
+                (vec![], vec![], vec![], vec![], vec![], vec![], 0);
             for r in 1..=a.repeats {
-                let run = match run_once(is_stock, size, n, a.timeout) {
+                let run = match run_once(&a, peer, size, n) {
                     Ok(run) => run,
                     Err(e) => {
                         eprintln!("firehose: cannot run {name}: {e}");
@@ -175,30 +365,97 @@ pub fn shm(a: ShmArgs) -> i32 {
                     stalls += 1;
                     continue;
                 }
+                // The GStreamer processes' CPU includes their start-up (GStreamer's and
+                // the plugins' initialisation): a run of BASE buffers measures it, and
+                // only the difference is charged to the buffers. The Python peers
+                // measure from their first item on already.
+                let (mut p, mut c, mut m) = (run.producer_cpu, run.consumer_cpu, n);
+                if matches!(peer, Peer::Firehose | Peer::Stock) {
+                    match run_once(&a, peer, size, BASE) {
+                        Ok(b) if !b.stalled => {
+                            p = (p - b.producer_cpu).max(0.0);
+                            c = (c - b.consumer_cpu).max(0.0);
+                            m = n - BASE;
+                            println!(
+                                "  start-up run of {BASE}: producer {:.3} s CPU, consumer {:.3} \
+                                 s CPU (subtracted)",
+                                b.producer_cpu, b.consumer_cpu
+                            );
+                        }
+                        _ => println!("  start-up run of {BASE} failed: nothing subtracted"),
+                    }
+                }
+                let mgb = (size * m) as f64 / 1e9;
                 rates.push(gb / run.wall);
                 bufs.push(n as f64 / run.wall);
-                pcpu.push(run.producer_cpu / gb);
-                ccpu.push(run.consumer_cpu / gb);
+                pcpu.push(p / mgb);
+                ccpu.push(c / mgb);
+                pus.push(p / m as f64 * 1e6);
+                cus.push(c / m as f64 * 1e6);
             }
-            let f = |v: Option<f64>, p: usize| v.map_or("–".into(), |x| format!("{x:.p$}"));
-            table.push(format!(
-                "| {name} | {size} | {} | {} | {} | {} | {stalls}/{} |",
-                f(median(rates), 2),
-                f(median(bufs), 0),
-                f(median(pcpu), 3),
-                f(median(ccpu), 3),
-                a.repeats
-            ));
+            rows.push(Row {
+                peer,
+                size,
+                gbps: median(rates),
+                bufs: median(bufs),
+                pus: median(pus),
+                cus: median(cus),
+                pgb: median(pcpu),
+                cgb: median(ccpu),
+                stalls,
+                runs: a.repeats,
+            });
         }
+    }
+    let f = |v: Option<f64>, p: usize| v.map_or("–".into(), |x| format!("{x:.p$}"));
+    println!();
+    println!(
+        "| transport | buffer bytes | GB/s | buffers/s | producer CPU µs/buffer | consumer \
+         CPU µs/buffer | producer CPU s/GB | consumer CPU s/GB | stalls |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for r in &rows {
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {}/{} |",
+            r.peer.name(),
+            r.size,
+            f(r.gbps, 2),
+            f(r.bufs, 0),
+            f(r.pus, 2),
+            f(r.cus, 2),
+            f(r.pgb, 3),
+            f(r.cgb, 3),
+            r.stalls,
+            r.runs
+        );
     }
     println!();
     println!(
-        "| transport | buffer bytes | GB/s | buffers/s | producer CPU s/GB | consumer CPU \
-         s/GB | stalls |"
+        "| transport | buffer bytes | producer CPU/buffer ÷ shmsink's | consumer CPU/buffer \
+         ÷ shmsink's | both ÷ shmsink's | GB/s ÷ shmsink's |"
     );
-    println!("|---|---|---|---|---|---|---|");
-    for row in table {
-        println!("{row}");
+    println!("|---|---|---|---|---|---|");
+    let ratio = |x: Option<f64>, y: Option<f64>| match (x, y) {
+        (Some(x), Some(y)) if y > 0.0 => format!("{:.2}×", x / y),
+        _ => "–".into(),
+    };
+    let sum = |r: &Row| Some(r.pus? + r.cus?);
+    for r in rows.iter().filter(|r| r.peer != Peer::Stock) {
+        let Some(s) = rows
+            .iter()
+            .find(|s| s.peer == Peer::Stock && s.size == r.size)
+        else {
+            continue;
+        };
+        println!(
+            "| {} | {} | {} | {} | {} | {} |",
+            r.peer.name(),
+            r.size,
+            ratio(r.pus, s.pus),
+            ratio(r.cus, s.cus),
+            ratio(sum(r), sum(s)),
+            ratio(r.gbps, s.gbps)
+        );
     }
     crate::launch::EXIT_OK
 }

@@ -133,6 +133,8 @@ impl ElementStats for ShmSink {
             ("consumers-malformed", h.consumers_malformed.get()),
             ("messages", h.messages.get()),
             ("released", h.released.get()),
+            ("release-messages", h.release_messages.get()),
+            ("releases-unknown", h.releases_unknown.get()),
             ("drops-held", h.drops_held.get()),
             ("drops-socket-full", h.drops_socket.get()),
             ("drops-flushing", h.drops_flushing.get()),
@@ -146,7 +148,7 @@ impl ElementStats for ShmSink {
 }
 
 const HUB_COUNTERS: &str = "consumers, consumers-drop, consumers-total, consumers-lost, \
-                            consumers-malformed, messages, released, drops-held, drops-socket-full, drops-flushing, \
+                            consumers-malformed, messages, released, release-messages, releases-unknown, drops-held, drops-socket-full, drops-flushing, \
                             metas-dropped, pool-* (the copy pool)";
 
 /// The service thread: accepts consumers (checking their uid), reads their releases
