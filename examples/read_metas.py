@@ -128,6 +128,11 @@ def chunk_of(buf):
     }
 
 
+# The stream's descriptors by item id: a heap lists only those it carried (as spead2's
+# Heap.get_descriptors()), so keep the latest of each, as spead2's ItemGroup.update does.
+KNOWN_DESCRIPTORS = {}
+
+
 def describe(buf):
     """One line saying what the buffer's readable meta says, or None."""
     b = batch_of(buf)
@@ -142,10 +147,12 @@ def describe(buf):
             f"{i:#x}={v}" if imm else f"{i:#x}:{n} B"
             for i, imm, v, n in zip(h["item-ids"], h["item-immediate"],
                                     h["item-values"], h["item-lengths"]))
-        names = [d["name"] for d in h["descriptors"]]
+        KNOWN_DESCRIPTORS.update((d["id"], d) for d in h["descriptors"])
+        names = [KNOWN_DESCRIPTORS[i]["name"] if i in KNOWN_DESCRIPTORS else f"{i:#x}"
+                 for i in h["item-ids"].tolist()]
         return (f"heap {h['heap-cnt']}: complete={h['complete']} "
                 f"{h['bytes-received']} of {h['bytes-expected']} bytes; items {items}; "
-                f"descriptors {names}")
+                f"named {names}")
     c = chunk_of(buf)
     if c is not None:
         return (f"chunk {c['chunk-id']}: {c['slots-present']} of {c['slots']} slots, "

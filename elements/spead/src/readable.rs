@@ -16,7 +16,7 @@
 //! | `item-values` | GBytes, `=u8`\[n\] | an immediate item's value; an addressed item's byte offset in the buffer |
 //! | `item-lengths` | GBytes, `=u8`\[n\] | an addressed item's length in bytes (0 for an immediate) |
 //! | `received-ranges` | GBytes, `=u8`\[k, 2\] | the payload byte ranges that arrived, as (start, end) pairs |
-//! | `descriptors` | GstCaps | every descriptor known on the stream when the heap was finished: one `spead-descriptor` structure each (below) |
+//! | `descriptors` | GstCaps | the descriptors this heap carried (its DESCRIPTOR items, as spead2's `Heap.get_descriptors()`): one `spead-descriptor` structure each (below); empty on most heaps |
 //! | `stream-ctrl` | guint64 | STREAM_CTRL, only on a heap that carried it |
 //!
 //! A `spead-descriptor` structure: `id` (guint64), `name`, `description`, `format`
@@ -24,20 +24,23 @@
 //! numpy header, empty when none) as strings, `shape` (GBytes, `=i8`, −1 for a
 //! variable-length dimension).
 //!
-//! The descriptors are a refcounted `GstCaps` used as an immutable list of structures:
-//! a heap takes a reference to the list built when the stream's descriptors last
-//! changed (rebuilt on the streaming thread, once per change; see
-//! [`crate::descset`]), so a heap costs the same however many descriptors the stream
-//! has.
+//! The descriptors are a `GstCaps` used as an immutable list of structures. A heap
+//! lists only the descriptors it carried, as spead2's `Heap.get_descriptors()` does;
+//! a reader keeps the latest one per id (spead2's `ItemGroup.update` does the same).
+//! Listing every descriptor known on the stream with every heap would cost each heap
+//! O(descriptors known): a flood of descriptor changes (one per bad packet) made that
+//! a rebuild of the whole list per bad heap (`firehose bench hostile`,
+//! descriptor-churn). A heap's own list costs what its own descriptor bytes cost, and
+//! heaps without descriptors share one empty list by reference.
 
-use std::cell::RefCell;
 use std::sync::LazyLock;
 
 use firehose_core::meta::custom::{Arrays, CustomMetaType};
 
+use crate::descriptor;
 use crate::descriptor::Descriptor;
-use crate::descset::DescriptorSet;
-use crate::heap::{HeapInfo, ItemValue};
+use crate::heap::{HeapInfo, HeapItem, ItemValue};
+use crate::wire::ids;
 
 /// The heap meta's registered name (`FirehoseSpeadHeapMeta` is the Rust meta's).
 pub const NAME: &str = "FirehoseHeapMeta";
@@ -69,33 +72,30 @@ pub fn register() {
     LazyLock::force(&HEAP);
 }
 
-thread_local! {
-    /// The descriptor list last built on this (streaming) thread, and the set it lists.
-    static DESCRIPTORS: RefCell<Option<(DescriptorSet, gst::Caps)>> = const { RefCell::new(None) };
-}
+/// The list a heap without descriptors carries: one, shared by reference.
+static NO_DESCRIPTORS: LazyLock<gst::Caps> = LazyLock::new(gst::Caps::new_empty);
 
-/// The descriptors of `set` as a list of structures: the one built last on this thread
-/// when `set` is the same moment of the same stream (a reference, O(1)), else a new one.
-fn descriptors(set: &DescriptorSet) -> gst::Caps {
-    DESCRIPTORS.with_borrow_mut(|cached| {
-        if let Some((s, caps)) = cached {
-            if s.same_as(set) || (s.is_empty() && set.is_empty()) {
-                return caps.clone();
-            }
-        }
-        let caps = descriptor_caps(set);
-        *cached = Some((set.clone(), caps.clone()));
-        caps
-    })
-}
-
-/// Builds the structure list of `set`.
-fn descriptor_caps(set: &DescriptorSet) -> gst::Caps {
+/// The descriptors `items` of the heap in `buffer` carry, as a list of structures
+/// (the shared empty list when none): a DESCRIPTOR item that does not parse is left
+/// out, as the engine counted it already.
+fn own_descriptors(buffer: &gst::BufferRef, items: &[HeapItem]) -> gst::Caps {
+    let carried = |i: &HeapItem| match (&i.value, i.id) {
+        (ItemValue::Bytes(r), ids::DESCRIPTOR) => Some(r.clone()),
+        _ => None,
+    };
+    if !items.iter().any(|i| carried(i).is_some()) {
+        return NO_DESCRIPTORS.clone();
+    }
+    let Ok(map) = buffer.map_readable() else {
+        return NO_DESCRIPTORS.clone();
+    };
     let mut caps = gst::Caps::new_empty();
     {
         let c = caps.get_mut().expect("a new caps is writable");
-        for d in set.iter() {
-            c.append_structure(descriptor_structure(d));
+        for r in items.iter().filter_map(carried) {
+            if let Some(Ok(d)) = map.get(r).map(descriptor::parse) {
+                c.append_structure(descriptor_structure(&d));
+            }
         }
     }
     caps
@@ -156,7 +156,7 @@ pub fn add(buffer: &mut gst::BufferRef, info: &HeapInfo) {
     });
     let expected = buffer.size() as u64;
     let received: u64 = info.received.iter().map(|r| r.len() as u64).sum();
-    let descs = descriptors(&info.descriptors);
+    let descs = own_descriptors(buffer, &info.items);
     let t = &*HEAP;
     let s = t.add(buffer);
     t.set(s, 0, info.heap_cnt);
@@ -180,7 +180,6 @@ pub fn get(buffer: &gst::BufferRef) -> Option<&gst::StructureRef> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::descset::DescriptorTable;
     use crate::heap::HeapItem;
     use crate::wire::Flavour;
 
@@ -202,57 +201,80 @@ mod tests {
         }
     }
 
-    fn info(descriptors: DescriptorSet) -> HeapInfo {
+    fn info(items: Vec<HeapItem>) -> HeapInfo {
         HeapInfo {
             heap_cnt: 1 << 39 | 5,
             flavour: Flavour::SPEAD_64_48,
-            items: vec![
-                HeapItem {
-                    id: 0x1600,
-                    value: ItemValue::Immediate(77),
-                },
-                HeapItem {
-                    id: 0x1000,
-                    value: ItemValue::Bytes(8..40),
-                },
-            ],
-            descriptors,
+            items,
+            descriptors: Default::default(),
             complete: false,
             received: vec![0..16, 24..40],
             stream_ctrl: Some(crate::wire::ctrl::STOP),
         }
     }
 
+    fn plain_items() -> Vec<HeapItem> {
+        vec![
+            HeapItem {
+                id: 0x1600,
+                value: ItemValue::Immediate(77),
+            },
+            HeapItem {
+                id: 0x1000,
+                value: ItemValue::Bytes(8..40),
+            },
+        ]
+    }
+
+    /// A heap buffer of 40 payload bytes followed by `descs` encoded, with a
+    /// DESCRIPTOR item for each after the plain items.
+    fn heap_with(descs: &[Descriptor]) -> (gst::Buffer, HeapInfo) {
+        let mut bytes = vec![0u8; 40];
+        let mut items = plain_items();
+        for d in descs {
+            let e = descriptor::encode(d, Flavour::SPEAD_64_48);
+            items.push(HeapItem {
+                id: ids::DESCRIPTOR,
+                value: ItemValue::Bytes(bytes.len()..bytes.len() + e.len()),
+            });
+            bytes.extend_from_slice(&e);
+        }
+        (gst::Buffer::from_mut_slice(bytes), info(items))
+    }
+
     #[test]
     fn heap_fields_say_what_the_rust_meta_says() {
         gst::init().unwrap();
-        let mut table = DescriptorTable::new(8);
-        table.upsert(desc(0x1000, "data"));
-        table.upsert(Descriptor {
-            dtype: Some("{'descr': '<u2', 'fortran_order': False, 'shape': (8,)}".into()),
-            ..desc(0x1600, "timestamp")
-        });
-        let h = info(table.snapshot());
-        let mut buf = gst::Buffer::with_size(40).unwrap();
+        let (mut buf, h) = heap_with(&[
+            desc(0x1000, "data"),
+            Descriptor {
+                dtype: Some("{'descr': '<u2', 'fortran_order': False, 'shape': (8,)}".into()),
+                ..desc(0x1600, "timestamp")
+            },
+        ]);
+        let size = buf.size() as u64;
         add(buf.get_mut().unwrap(), &h);
         // What C and Python see: a custom meta by name.
         let meta = gst::meta::CustomMeta::from_buffer(&buf, NAME).unwrap();
         let s = meta.structure();
         assert_eq!(s.get::<u64>("heap-cnt"), Ok(h.heap_cnt));
         assert_eq!(s.get::<bool>("complete"), Ok(false));
-        assert_eq!(s.get::<u64>("bytes-expected"), Ok(40));
+        assert_eq!(s.get::<u64>("bytes-expected"), Ok(size));
         assert_eq!(s.get::<u64>("bytes-received"), Ok(32));
         assert_eq!(s.get::<u32>("heap-address-bits"), Ok(48));
-        assert_eq!(s.get::<u64>("items"), Ok(2));
-        assert_eq!(u64s(s, "item-ids"), vec![0x1600, 0x1000]);
+        assert_eq!(s.get::<u64>("items"), Ok(4));
+        assert_eq!(
+            u64s(s, "item-ids"),
+            vec![0x1600, 0x1000, ids::DESCRIPTOR, ids::DESCRIPTOR]
+        );
         assert_eq!(
             s.get::<gst::glib::Bytes>("item-immediate")
                 .unwrap()
                 .to_vec(),
-            vec![1, 0]
+            vec![1, 0, 0, 0]
         );
-        assert_eq!(u64s(s, "item-values"), vec![77, 8]);
-        assert_eq!(u64s(s, "item-lengths"), vec![0, 32]);
+        assert_eq!(u64s(s, "item-values")[..2], [77, 8]);
+        assert_eq!(u64s(s, "item-lengths")[..2], [0, 32]);
         assert_eq!(u64s(s, "received-ranges"), vec![0, 16, 24, 40]);
         assert_eq!(s.get::<u64>("stream-ctrl"), Ok(crate::wire::ctrl::STOP));
         let caps = s.get::<gst::Caps>("descriptors").unwrap();
@@ -278,29 +300,29 @@ mod tests {
     }
 
     #[test]
-    fn descriptors_are_shared_until_they_change_and_stream_ctrl_is_absent_unless_sent() {
+    fn a_heap_lists_only_its_own_descriptors_and_stream_ctrl_only_if_sent() {
         gst::init().unwrap();
-        let mut table = DescriptorTable::new(8);
-        table.upsert(desc(0x1000, "data"));
-        let mut h = info(table.snapshot());
-        h.stream_ctrl = None;
-        let list = |h: &HeapInfo| {
-            let mut buf = gst::Buffer::with_size(40).unwrap();
-            add(buf.get_mut().unwrap(), h);
+        let list = |(mut buf, mut h): (gst::Buffer, HeapInfo)| {
+            h.stream_ctrl = None;
+            add(buf.get_mut().unwrap(), &h);
             let s = get(&buf).unwrap();
             assert!(!s.has_field("stream-ctrl"));
             s.get::<gst::Caps>("descriptors").unwrap()
         };
-        let a = list(&h);
-        let b = list(&h);
-        assert_eq!(a.as_ptr(), b.as_ptr(), "the same list, by reference");
-        table.upsert(desc(0x1001, "more"));
-        h.descriptors = table.snapshot();
-        let c = list(&h);
-        assert_ne!(a.as_ptr(), c.as_ptr());
-        assert_eq!(c.size(), 2);
-        assert_eq!(a.size(), 1, "a list already handed out does not change");
-        h.descriptors = DescriptorSet::default();
-        assert_eq!(list(&h).size(), 0);
+        // Heaps without descriptors share one empty list, whatever the stream knows.
+        let a = list(heap_with(&[]));
+        let b = list(heap_with(&[]));
+        assert_eq!(a.size(), 0);
+        assert_eq!(a.as_ptr(), b.as_ptr(), "the same empty list, by reference");
+        let c = list(heap_with(&[desc(0x1001, "more")]));
+        assert_eq!(c.size(), 1);
+        assert_eq!(c.structure(0).unwrap().get::<&str>("name"), Ok("more"));
+        // A DESCRIPTOR item that does not parse is left out, not an error.
+        let (buf, mut h) = heap_with(&[desc(0x1002, "x")]);
+        h.items.push(HeapItem {
+            id: ids::DESCRIPTOR,
+            value: ItemValue::Bytes(0..8),
+        });
+        assert_eq!(list((buf, h)).size(), 1);
     }
 }
