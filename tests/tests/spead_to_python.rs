@@ -21,24 +21,21 @@ fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-#[test]
-fn a_python_process_reads_a_live_spead_capture_from_shared_memory_without_a_copy() {
+/// A pipeline ending in `fhshmsink name=sink socket-path=<sock>` (the `{sock}` in
+/// `desc`), playing, with `examples/shm_consumer.py` attached to it: the pipeline, the
+/// UDP port of its `src`, and the Python process.
+fn serve_to_python(tag: &str, desc: &str) -> (gst::Pipeline, u16, std::process::Child, PathBuf) {
     gst::init().unwrap();
     gstfirehose::register_static().unwrap();
-    let sock = std::env::temp_dir().join(format!("fh-spead-py-{}.sock", std::process::id()));
+    let sock = std::env::temp_dir().join(format!("fh-{tag}-py-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&sock);
-    let pipeline = gst::parse::launch(&format!(
-        "fhspeadsrc name=src address=127.0.0.1 port=0 max-heap-size=1048576 hugepages=off \
-         ! fhshmsink name=sink socket-path={}",
-        sock.display()
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    let pipeline = gst::parse::launch(&desc.replace("{sock}", &sock.display().to_string()))
+        .unwrap()
+        .downcast::<gst::Pipeline>()
+        .unwrap();
     pipeline.set_state(gst::State::Playing).unwrap();
     let port = pipeline.by_name("src").unwrap().property::<i32>("port") as u16;
     let sink = pipeline.by_name("sink").unwrap();
-
     let python = repo_root().join(".venv/bin/python3");
     assert!(
         python.exists(),
@@ -61,6 +58,17 @@ fn a_python_process_reads_a_live_spead_capture_from_shared_memory_without_a_copy
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+    (pipeline, port, child, sock)
+}
+
+#[test]
+fn a_python_process_reads_a_live_spead_capture_from_shared_memory_without_a_copy() {
+    let (pipeline, port, child, sock) = serve_to_python(
+        "spead",
+        "fhspeadsrc name=src address=127.0.0.1 port=0 max-heap-size=1048576 hugepages=off \
+         ! fhshmsink name=sink socket-path={sock}",
+    );
+    let sink = pipeline.by_name("sink").unwrap();
 
     // Heaps of one 256 KiB item in 8972-byte packets (landed straight into heap memory),
     // then the stop heap, which ends the stream with EOS.
@@ -109,45 +117,17 @@ fn a_python_process_reads_a_live_spead_capture_from_shared_memory_without_a_copy
 
 #[test]
 fn a_python_process_reads_speaddepay_chunks_built_in_shared_memory() {
-    gst::init().unwrap();
-    gstfirehose::register_static().unwrap();
-    let sock = std::env::temp_dir().join(format!("fh-depay-py-{}.sock", std::process::id()));
-    let _ = std::fs::remove_file(&sock);
     // Chunk mode cuts its chunks from the segments fhshmsink proposes: the payload is
     // copied once, from the receive batch into the chunk, and never again.
-    let pipeline = gst::parse::launch(&format!(
-        "fhudpsrc name=src address=127.0.0.1 port=0 hugepages=off ! speaddepay name=depay \
-         mode=chunks heaps-per-chunk=4 heap-size={ITEM} ! fhshmsink name=sink socket-path={}",
-        sock.display()
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
-    pipeline.set_state(gst::State::Playing).unwrap();
-    let port = pipeline.by_name("src").unwrap().property::<i32>("port") as u16;
-    let sink = pipeline.by_name("sink").unwrap();
-    let python = repo_root().join(".venv/bin/python3");
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/setup test",
-        python.display()
+    let (pipeline, port, child, sock) = serve_to_python(
+        "depay",
+        &format!(
+            "fhudpsrc name=src address=127.0.0.1 port=0 hugepages=off ! speaddepay name=depay \
+             mode=chunks heaps-per-chunk=4 heap-size={ITEM} ! fhshmsink name=sink \
+             socket-path={{sock}}"
+        ),
     );
-    let child = Command::new(&python)
-        .arg(repo_root().join("examples/shm_consumer.py"))
-        .args(["--socket", sock.to_str().unwrap(), "--timeout", "20"])
-        .env("PYTHONPATH", repo_root().join("python"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t0 = Instant::now();
-    while field(&sink.property::<gst::Structure>("stats"), "consumers") == 0 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the consumer never attached"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let sink = pipeline.by_name("sink").unwrap();
     let cfg = PacketConfig::new(Flavour::SPEAD_64_48, 1472).unwrap();
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
     let mut scratch = vec![0u8; 1500];
