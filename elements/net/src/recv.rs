@@ -403,11 +403,16 @@ impl UdpReceiver {
             let _ = setsockopt_int(&sock, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
         }
         report.gro = cfg.gro && setsockopt_int(&sock, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
-        // Each datagram's destination address (a wildcard bind receives on several;
-        // recordings write the real one). An IPv6 socket takes IPv4 datagrams too.
-        let _ = setsockopt_int(&sock, libc::IPPROTO_IP, libc::IP_PKTINFO, 1);
-        if ip.is_ipv6() {
-            let _ = setsockopt_int(&sock, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1);
+        // Each datagram's destination address, asked of the kernel only where the bind
+        // does not say it: a wildcard bind receives on several addresses (recordings
+        // write the real one); a bind to one address, or to a multicast group, is that
+        // address for every datagram, and a control message per datagram would cost
+        // every packet for nothing. An IPv6 socket takes IPv4 datagrams too.
+        if ip.is_unspecified() {
+            let _ = setsockopt_int(&sock, libc::IPPROTO_IP, libc::IP_PKTINFO, 1);
+            if ip.is_ipv6() {
+                let _ = setsockopt_int(&sock, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1);
+            }
         }
         report.local = sock.local_addr().ok().and_then(|a| a.as_socket());
         let local_port = report.local.map_or(cfg.port, |a| a.port());
