@@ -5,8 +5,8 @@
 //! A frame-level source (`fhxdpsrc`, `fhibvsrc`, `fhdpdksrc`) reads the destination from
 //! the frame, and the frame's Ethernet, IP and UDP headers lie in the buffer just before
 //! the payload, so a recorder can write them as they were (real MACs, IP id, TTL, VLAN
-//! tags). A socket source knows the destination from `IP_PKTINFO` or its bound address,
-//! and has no headers. Entry `i` describes datagram `i` of the batch meta.
+//! tags). A socket source knows the destination from `IP_PKTINFO` (wildcard binds) or
+//! its bound address, and has no headers. Entry `i` describes datagram `i` of the batch meta.
 
 use crate::batch::PacketAddr;
 use crate::frame::{datagram, LINKTYPE_ETHERNET};
