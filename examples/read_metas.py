@@ -62,6 +62,12 @@ def batch_of(buf):
         "timestamps": array(s, "timestamps", "=u8"),  # ns since the Unix epoch
         "addresses": array(s, "addresses", "u1").reshape(-1, 16),  # IPv6 / v4-mapped
         "ports": array(s, "ports", "=u2"),
+        # Where each datagram was sent, from the sources that know it (fhudpsrc,
+        # fhxdpsrc, fhdpdksrc, fhibvsrc); None from the others.
+        "destinations": (array(s, "destinations", "u1").reshape(-1, 16)
+                         if s.has_field("destinations") else None),
+        "destination-ports": (array(s, "destination-ports", "=u2")
+                              if s.has_field("destination-ports") else None),
     }
 
 

@@ -61,12 +61,15 @@ def batch_lines(buf, data):
     b = read_metas.batch_of(buf)
     assert b is not None, "a batch without FirehoseBatchMeta"
     assert b["packets"] == len(b["offsets"]), "packets != len(offsets)"
+    assert b["destinations"] is not None, "fhudpsrc knows each datagram's destination"
     out = []
-    for off, n, ts, addr, port in zip(b["offsets"], b["lengths"], b["timestamps"],
-                                      b["addresses"], b["ports"]):
+    for off, n, ts, addr, port, dst, dport in zip(
+            b["offsets"], b["lengths"], b["timestamps"], b["addresses"], b["ports"],
+            b["destinations"], b["destination-ports"]):
         payload = data[int(off):int(off) + int(n)].hex()
         out.append(f"PKT len={int(n)} ts={int(ts)} addr={read_metas.address(addr)} "
-                   f"port={int(port)} data={payload}")
+                   f"port={int(port)} dst={read_metas.address(dst)}:{int(dport)} "
+                   f"data={payload}")
     return out
 
 

@@ -292,7 +292,7 @@ fn python_reads_every_field_of_the_heap_chunk_and_batch_metas() {
         assert_eq!(
             without_ts.join(" "),
             format!(
-                "PKT len={} addr=127.0.0.1 port={sender} data={}",
+                "PKT len={} addr=127.0.0.1 port={sender} dst=127.0.0.1:{batch_port} data={}",
                 p.len(),
                 hex(p)
             )

@@ -128,9 +128,33 @@ pub fn batch_buffer(
         b.append_memory(memory);
         b.set_pts(pts);
         if readable {
-            crate::meta::readable::add_batch(b, &packets);
+            crate::meta::readable::add_batch(b, &packets, None);
         }
         PacketBatchMeta::add(b, packets);
+    }
+    buffer
+}
+
+/// [`batch_buffer`] for a source that knows where each datagram was sent: also the
+/// [`PacketDestMeta`](crate::meta::dest::PacketDestMeta) over `dests` (one per packet),
+/// and, with `readable`, the destinations in the batch meta every language reads.
+pub fn batch_buffer_with_dests(
+    memory: gst::Memory,
+    packets: Vec<PacketInfo>,
+    dests: Vec<crate::meta::dest::PacketDest>,
+    pts: Option<gst::ClockTime>,
+    readable: bool,
+) -> gst::Buffer {
+    let mut buffer = gst::Buffer::new();
+    {
+        let b = buffer.get_mut().expect("a new buffer is writable");
+        b.append_memory(memory);
+        b.set_pts(pts);
+        if readable {
+            crate::meta::readable::add_batch(b, &packets, Some(&dests));
+        }
+        PacketBatchMeta::add(b, packets);
+        crate::meta::dest::PacketDestMeta::add(b, dests);
     }
     buffer
 }

@@ -186,7 +186,7 @@ fn payload_layout_gathers_a_batch_and_rebases_its_meta() {
     };
     // Three datagrams with 8-byte headers in 200-byte slots, and one lying past the end.
     let infos = vec![info(8, 100), info(208, 50), info(408, 192), info(590, 100)];
-    firehose_core::meta::readable::add_batch(b.get_mut().unwrap(), &infos);
+    firehose_core::meta::readable::add_batch(b.get_mut().unwrap(), &infos, None);
     PacketBatchMeta::add(b.get_mut().unwrap(), infos);
     h.push(b).unwrap();
     h.push_event(gst::event::Eos::new());

@@ -28,14 +28,14 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use firehose_core::batch::batch_buffer;
+use firehose_core::batch::batch_buffer_with_dests;
 use firehose_core::ring::{lend_batch, ReceiveRing, RingError, SharedRing};
 use firehose_core::stats::names;
 use firehose_core::sync::lock;
 use firehose_core::{MemoryRegion, PacketInfo};
 
 use firehose_core::frame::accept::{packet_entry_dest, Rejected, UdpFilter as Filter};
-use firehose_core::meta::dest::{PacketDest, PacketDestMeta};
+use firehose_core::meta::dest::PacketDest;
 
 /// One receive buffer to hand to the device: a receive WR with one SGE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -214,9 +214,7 @@ impl Batch {
     /// The batch as an `application/x-firehose-packets` buffer (`readable`: with the
     /// meta every language reads too).
     pub fn into_buffer(self, pts: Option<gst::ClockTime>, readable: bool) -> gst::Buffer {
-        let mut buf = batch_buffer(self.memory, self.packets, pts, readable);
-        PacketDestMeta::add(buf.get_mut().expect("a new buffer is writable"), self.dests);
-        buf
+        batch_buffer_with_dests(self.memory, self.packets, self.dests, pts, readable)
     }
 }
 

@@ -18,6 +18,8 @@
 //! | `timestamps` | GBytes, `=u8`\[n\] | kernel receive time, ns since the Unix epoch (0: unknown) |
 //! | `addresses` | GBytes, `u1`\[n, 16\] | source address, IPv6 in network order; IPv4 as IPv4-mapped (`::ffff:a.b.c.d`) |
 //! | `ports` | GBytes, `=u2`\[n\] | source port |
+//! | `destinations` | GBytes, `u1`\[n, 16\] | destination address, as `addresses` (only from sources that know it: fhudpsrc, fhxdpsrc, fhdpdksrc, fhibvsrc; all zeros: unknown) |
+//! | `destination-ports` | GBytes, `=u2`\[n\] | destination port (with `destinations`) |
 //!
 //! `FirehoseChunkInfoMeta` (on `application/x-firehose-chunk` buffers; slot `i` is
 //! bytes `i × slot-size ..` of the buffer):
@@ -39,6 +41,7 @@ use std::sync::LazyLock;
 use crate::batch::PacketInfo;
 use crate::meta::chunk::ChunkInfo;
 use crate::meta::custom::{Arrays, CustomMetaType};
+use crate::meta::dest::PacketDest;
 
 /// The batch meta's registered name.
 pub const BATCH_NAME: &str = "FirehoseBatchMeta";
@@ -46,13 +49,15 @@ pub const BATCH_NAME: &str = "FirehoseBatchMeta";
 pub const CHUNK_NAME: &str = "FirehoseChunkInfoMeta";
 
 /// The batch meta's fields, in [`CustomMetaType`] order.
-pub const BATCH_FIELDS: [&str; 6] = [
+pub const BATCH_FIELDS: [&str; 8] = [
     "packets",
     "offsets",
     "lengths",
     "timestamps",
     "addresses",
     "ports",
+    "destinations",
+    "destination-ports",
 ];
 
 /// The chunk meta's fields, in [`CustomMetaType`] order.
@@ -97,17 +102,32 @@ pub fn param_spec() -> gst::glib::ParamSpec {
         .build()
 }
 
-/// Attaches the readable batch meta describing `packets` to `buffer`.
-pub fn add_batch(buffer: &mut gst::BufferRef, packets: &[PacketInfo]) {
+/// Attaches the readable batch meta describing `packets` to `buffer`, with their
+/// destinations where the source knows them (`dests`, one per packet).
+pub fn add_batch(
+    buffer: &mut gst::BufferRef,
+    packets: &[PacketInfo],
+    dests: Option<&[PacketDest]>,
+) {
     let n = packets.len();
+    let d = dests.map_or(0, |d| d.len().min(n));
     let mut a = Arrays::with_capacity(
-        Arrays::room(n, 4) * 2 + Arrays::room(n, 8) + Arrays::room(n, 16) + Arrays::room(n, 2),
+        Arrays::room(n, 4) * 2
+            + Arrays::room(n, 8)
+            + Arrays::room(n, 16)
+            + Arrays::room(n, 2)
+            + Arrays::room(d, 16)
+            + Arrays::room(d, 2),
     );
     a.array(n, |i| packets[i].offset.to_ne_bytes());
     a.array(n, |i| packets[i].len.to_ne_bytes());
     a.array(n, |i| packets[i].rx_time_ns.to_ne_bytes());
     a.array(n, |i| packets[i].src.octets().0);
     a.array(n, |i| packets[i].src.octets().1.to_ne_bytes());
+    if let Some(dests) = dests {
+        a.array(d, |i| dests[i].dst.octets().0);
+        a.array(d, |i| dests[i].dst.octets().1.to_ne_bytes());
+    }
     let t = &*BATCH;
     let s = t.add(buffer);
     t.set(s, 0, n as u64);
@@ -191,7 +211,7 @@ mod tests {
             })
             .collect();
         let mut buf = gst::Buffer::with_size(400).unwrap();
-        add_batch(buf.get_mut().unwrap(), &packets);
+        add_batch(buf.get_mut().unwrap(), &packets, None);
         PacketBatchMeta::add(buf.get_mut().unwrap(), packets.clone());
         // What C and Python see: a custom meta by name.
         let meta = gst::meta::CustomMeta::from_buffer(&buf, BATCH_NAME).unwrap();
@@ -228,20 +248,71 @@ mod tests {
         );
         assert_eq!(&addrs[44..48], &[127, 0, 0, 1]);
         // C casts each array's pointer: every one starts 8-byte aligned.
-        for f in &BATCH_FIELDS[1..] {
+        for f in &BATCH_FIELDS[1..6] {
             let b = s.get::<gst::glib::Bytes>(*f).unwrap();
             assert_eq!(b.as_ptr() as usize % 8, 0, "{f}");
         }
+        // No destinations from a source that does not know them.
+        assert!(!s.has_field("destinations") && !s.has_field("destination-ports"));
         assert!(batch(&buf).is_some());
         // A copy keeps it (custom metas copy their structure).
         assert_eq!(batch(&buf.copy()).unwrap().get::<u64>("packets"), Ok(3));
     }
 
     #[test]
+    fn destinations_come_as_the_sources_do_and_aligned() {
+        gst::init().unwrap();
+        let packets: Vec<PacketInfo> = (0..2)
+            .map(|i| PacketInfo {
+                offset: 8 * i,
+                len: 8,
+                rx_time_ns: 0,
+                src: "10.0.0.9:5".parse::<std::net::SocketAddr>().unwrap().into(),
+            })
+            .collect();
+        let dests = [
+            PacketDest {
+                dst: "10.211.0.1:7148"
+                    .parse::<std::net::SocketAddr>()
+                    .unwrap()
+                    .into(),
+                header_len: 0,
+            },
+            PacketDest {
+                dst: "[ff02::1]:9"
+                    .parse::<std::net::SocketAddr>()
+                    .unwrap()
+                    .into(),
+                header_len: 42,
+            },
+        ];
+        let mut buf = gst::Buffer::with_size(16).unwrap();
+        add_batch(buf.get_mut().unwrap(), &packets, Some(&dests));
+        let s = batch(&buf).unwrap();
+        let d = bytes_field(s, "destinations");
+        assert_eq!(
+            &d[..16],
+            &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 211, 0, 1]
+        );
+        assert_eq!(
+            &d[16..],
+            &"ff02::1".parse::<std::net::Ipv6Addr>().unwrap().octets()
+        );
+        assert_eq!(
+            ne(&bytes_field(s, "destination-ports"), u16::from_ne_bytes),
+            vec![7148, 9]
+        );
+        for f in &BATCH_FIELDS[1..] {
+            let b = s.get::<gst::glib::Bytes>(*f).unwrap();
+            assert_eq!(b.as_ptr() as usize % 8, 0, "{f}");
+        }
+    }
+
+    #[test]
     fn an_empty_batch_has_empty_arrays() {
         gst::init().unwrap();
         let mut buf = gst::Buffer::new();
-        add_batch(buf.get_mut().unwrap(), &[]);
+        add_batch(buf.get_mut().unwrap(), &[], Some(&[]));
         let s = batch(&buf).unwrap();
         assert_eq!(s.get::<u64>("packets"), Ok(0));
         for f in &BATCH_FIELDS[1..] {
@@ -311,7 +382,7 @@ mod tests {
         let again = CustomMetaType::register(BATCH_NAME, &BATCH_FIELDS);
         assert_eq!(again.name(), BATCH_NAME);
         let mut buf = gst::Buffer::new();
-        add_batch(buf.get_mut().unwrap(), &[]);
+        add_batch(buf.get_mut().unwrap(), &[], None);
         assert!(again.get(&buf).is_some());
     }
 }

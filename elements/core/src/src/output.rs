@@ -89,7 +89,7 @@ pub fn answer_packets_query(query: &mut gst::QueryRef) -> bool {
 }
 
 /// The Firehose formats and plain bytes: packet batches, SPEAD heaps, chunks and
-/// `application/octet-stream` (what `fhcudaupload` and `fhshmsrc` pass on).
+/// `application/octet-stream` (what `fhcudaupload` passes on).
 pub fn firehose_caps() -> gst::Caps {
     [fcaps::PACKETS, fcaps::SPEAD_HEAP, fcaps::CHUNK, DATAGRAM]
         .into_iter()

@@ -542,6 +542,10 @@ impl CudaUpload {
         // The readable batch meta (if upstream attached one) moves with the offsets.
         let readable_api = firehose_core::meta::readable::batch_api();
         let readable = firehose_core::meta::readable::batch(t).is_some();
+        // Entry i of the destination meta still describes datagram i: kept as it is.
+        let dests = t
+            .meta::<firehose_core::meta::dest::PacketDestMeta>()
+            .map(|m| m.dests().to_vec());
         t.foreach_meta_mut(|meta| {
             if meta.api() == PacketBatchMeta::meta_api() || meta.api() == readable_api {
                 std::ops::ControlFlow::Continue(gst::buffer::BufferMetaForeachAction::Remove)
@@ -550,7 +554,7 @@ impl CudaUpload {
             }
         });
         if readable {
-            firehose_core::meta::readable::add_batch(t, &out);
+            firehose_core::meta::readable::add_batch(t, &out, dests.as_deref());
         }
         PacketBatchMeta::add(t, out);
         true

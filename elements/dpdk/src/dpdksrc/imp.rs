@@ -4,9 +4,9 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use firehose_core::batch::batch_buffer;
+use firehose_core::batch::batch_buffer_with_dests;
 use firehose_core::frame::accept::{accept, Rejected, UdpFilter as Filter};
-use firehose_core::meta::dest::{PacketDest, PacketDestMeta};
+use firehose_core::meta::dest::PacketDest;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{
     self as live, CountAlias, LiveControl, PoolProps, PoolSettings, PoolSize,
@@ -628,8 +628,7 @@ impl PushSrcImpl for DpdkSrc {
         if post {
             stats::post(self.obj().upcast_ref(), self.stats());
         }
-        let mut buf = batch_buffer(mem, packets, pts, readable);
-        PacketDestMeta::add(buf.get_mut().expect("a new buffer is writable"), dests);
+        let buf = batch_buffer_with_dests(mem, packets, dests, pts, readable);
         Ok(self.output.push(self.copy.out(buf)))
     }
 }

@@ -1,7 +1,7 @@
 //! `fhudpsrc` implementation: a thin adapter from [`crate::recv::UdpReceiver`] to a
 //! GStreamer live push source.
 
-use firehose_core::batch::batch_buffer;
+use firehose_core::batch::batch_buffer_with_dests;
 use firehose_core::sync::lock;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -467,10 +467,9 @@ impl PushSrcImpl for UdpSrc {
                 &mem, &packets, pts,
             )))
         } else {
-            let mut buf = batch_buffer(mem, packets, pts, readable);
-            let b = buf.get_mut().expect("a new buffer is writable");
-            firehose_core::meta::dest::PacketDestMeta::add(b, dests);
-            Ok(CreateSuccess::NewBuffer(buf))
+            Ok(CreateSuccess::NewBuffer(batch_buffer_with_dests(
+                mem, packets, dests, pts, readable,
+            )))
         }
     }
 }

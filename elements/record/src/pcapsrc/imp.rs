@@ -539,7 +539,7 @@ impl PushSrcImpl for PcapSrc {
             b.set_offset(state.sent);
             b.set_offset_end(state.sent + n);
             if state.settings.pool.readable_metas {
-                firehose_core::meta::readable::add_batch(b, &packets);
+                firehose_core::meta::readable::add_batch(b, &packets, None);
             }
             PacketBatchMeta::add(b, packets);
         }

@@ -5,7 +5,7 @@ use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use firehose_core::batch::batch_buffer;
+use firehose_core::batch::batch_buffer_with_dests;
 use firehose_core::ring::{lend_batch, SharedRing};
 use firehose_core::src::prelude::*;
 use firehose_core::src::{
@@ -19,7 +19,7 @@ use super::{XdpMode, ZeroCopy};
 use crate::engine::{self, AttachMode, BindMode, Capture, ErrorKind, Notice};
 use crate::xsk::XskSocket;
 use firehose_core::frame::accept::{packet_entry_dest, Rejected};
-use firehose_core::meta::dest::{PacketDest, PacketDestMeta};
+use firehose_core::meta::dest::PacketDest;
 use firehose_core::wake::{wait_readable, Waker};
 
 firehose_core::debug_category!(CAT, "fhxdpsrc", "Firehose AF_XDP source");
@@ -698,8 +698,7 @@ impl PushSrcImpl for XdpSrc {
         } else {
             drop(guard);
         }
-        let mut buf = batch_buffer(mem, packets, pts, readable);
-        PacketDestMeta::add(buf.get_mut().expect("a new buffer is writable"), dests);
+        let buf = batch_buffer_with_dests(mem, packets, dests, pts, readable);
         Ok(self.output.push(self.copy.out(buf)))
     }
 }
