@@ -61,6 +61,15 @@ fn serve_to_python(tag: &str, desc: &str) -> (gst::Pipeline, u16, std::process::
     (pipeline, port, child, sock)
 }
 
+/// Sends heap `cnt` of `items` to `port` on loopback, packet by packet.
+fn send_heap(tx: &UdpSocket, cfg: &PacketConfig, cnt: u64, items: &[Item<'_>], port: u16) {
+    let mut scratch = vec![0u8; 9216];
+    let mut heap = cfg.heap(cnt, items).unwrap();
+    while let Some(n) = heap.write_next(&mut scratch) {
+        tx.send_to(&scratch[..n], ("127.0.0.1", port)).unwrap();
+    }
+}
+
 #[test]
 fn a_python_process_reads_a_live_spead_capture_from_shared_memory_without_a_copy() {
     let (pipeline, port, child, sock) = serve_to_python(
@@ -74,23 +83,16 @@ fn a_python_process_reads_a_live_spead_capture_from_shared_memory_without_a_copy
     // then the stop heap, which ends the stream with EOS.
     let cfg = PacketConfig::new(Flavour::SPEAD_64_48, 8972 + 8).unwrap();
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let mut scratch = vec![0u8; 9000];
     let data: Vec<Vec<u8>> = (0..HEAPS)
         .map(|h| (0..ITEM).map(|i| (h as usize * 7 + i) as u8).collect())
         .collect();
     for (cnt, bytes) in (1..).zip(&data) {
         let items = [Item::bytes(0x1000, bytes)];
-        let mut heap = cfg.heap(cnt, &items).unwrap();
-        while let Some(n) = heap.write_next(&mut scratch) {
-            tx.send_to(&scratch[..n], ("127.0.0.1", port)).unwrap();
-        }
+        send_heap(&tx, &cfg, cnt, &items, port);
         std::thread::sleep(Duration::from_millis(3));
     }
     let stop = [Item::stop()];
-    let mut heap = cfg.heap(HEAPS + 1, &stop).unwrap();
-    while let Some(n) = heap.write_next(&mut scratch) {
-        tx.send_to(&scratch[..n], ("127.0.0.1", port)).unwrap();
-    }
+    send_heap(&tx, &cfg, HEAPS + 1, &stop, port);
 
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -130,21 +132,14 @@ fn a_python_process_reads_speaddepay_chunks_built_in_shared_memory() {
     let sink = pipeline.by_name("sink").unwrap();
     let cfg = PacketConfig::new(Flavour::SPEAD_64_48, 1472).unwrap();
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let mut scratch = vec![0u8; 1500];
     for cnt in 0..16u64 {
         let bytes: Vec<u8> = (0..ITEM).map(|i| (cnt as usize * 7 + i) as u8).collect();
         let items = [Item::bytes(0x1000, &bytes)];
-        let mut heap = cfg.heap(cnt, &items).unwrap();
-        while let Some(n) = heap.write_next(&mut scratch) {
-            tx.send_to(&scratch[..n], ("127.0.0.1", port)).unwrap();
-        }
+        send_heap(&tx, &cfg, cnt, &items, port);
         std::thread::sleep(Duration::from_millis(5));
     }
     let stop = [Item::stop()];
-    let mut heap = cfg.heap(16, &stop).unwrap();
-    while let Some(n) = heap.write_next(&mut scratch) {
-        tx.send_to(&scratch[..n], ("127.0.0.1", port)).unwrap();
-    }
+    send_heap(&tx, &cfg, 16, &stop, port);
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stats = sink.property::<gst::Structure>("stats");
