@@ -1,5 +1,8 @@
 //! What the readable metas cost per buffer: a batch buffer of 64 datagrams built as the
-//! sources build it (`batch_buffer`), with and without the `FirehoseBatchMeta`; and
+//! sources build it (`batch_buffer`), with and without the `FirehoseBatchMeta`, and as
+//! the sources that know each datagram's destination build it
+//! (`batch_buffer_with_dests`: the destination meta, and destinations in the readable
+//! meta); and
 //! the chunk meta of a 64-slot chunk alone. Prints the median over several runs of
 //! nanoseconds per buffer, and per datagram for batches (docs/python.md quotes them).
 //!
@@ -9,8 +12,9 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use firehose_core::batch::batch_buffer;
+use firehose_core::batch::{batch_buffer, batch_buffer_with_dests};
 use firehose_core::meta::chunk::ChunkInfo;
+use firehose_core::meta::dest::PacketDest;
 use firehose_core::meta::readable;
 use firehose_core::PacketInfo;
 
@@ -52,6 +56,37 @@ fn main() {
         let ns = t.as_nanos() as f64 / iters as f64;
         println!(
             "batch buffer of {BATCH} datagrams, readable-metas={readable}: {ns:.0} ns per buffer, {:.1} ns per datagram",
+            ns / BATCH as f64
+        );
+    }
+    let dests = vec![
+        PacketDest {
+            dst: "10.211.0.1:7148"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+            header_len: 0,
+        };
+        BATCH
+    ];
+    for readable in [false, true] {
+        let t = median_of(runs, || {
+            let t0 = Instant::now();
+            for _ in 0..iters {
+                let b = batch_buffer_with_dests(
+                    memory.clone(),
+                    packets.clone(),
+                    dests.clone(),
+                    None,
+                    readable,
+                );
+                black_box(b);
+            }
+            t0.elapsed()
+        });
+        let ns = t.as_nanos() as f64 / iters as f64;
+        println!(
+            "batch buffer of {BATCH} datagrams with destinations, readable-metas={readable}: {ns:.0} ns per buffer, {:.1} ns per datagram",
             ns / BATCH as f64
         );
     }
