@@ -750,6 +750,104 @@ impl Port {
     }
 }
 
+/// Whether port `id` has its link: `Ok(true)` up, `Ok(false)` down, `Err` when the
+/// device cannot say (for `net_af_packet`, its kernel interface is gone). Does not wait
+/// for autonegotiation (`rte_eth_link_get_nowait`); `net_af_packet` reports its
+/// interface's IFF_RUNNING.
+pub fn port_link_up(id: u16) -> Result<bool, String> {
+    let mut link = sys::rte_eth_link::default();
+    // SAFETY: out struct of the right type; an invalid port only returns an error.
+    let r = unsafe { sys::rte_eth_link_get_nowait(id, &mut link) };
+    if r < 0 {
+        return Err(strerror(-r));
+    }
+    Ok(link.link_status() != 0)
+}
+
+/// Watches the link of a running receive port, as `netif::LinkWatch` watches a kernel
+/// interface: checked at most every [`PortLinkWatch::EVERY`] from a poll loop that found
+/// nothing, so a busy capture never pays for it.
+///
+/// A link that is down before it was ever seen up is not an error: a physical port
+/// negotiates for a few seconds after start. Once seen up, down (a cable pulled, a
+/// `net_af_packet` interface set down) or gone (the device cannot report: its interface
+/// was deleted) is.
+///
+/// A virtual port over a kernel interface (`--vdev=net_af_packet0,iface=eth1`,
+/// `net_af_xdp`) is also watched through that interface (`netif::LinkWatch`): not every
+/// PMD reports the interface's state as its link.
+#[derive(Debug)]
+pub struct PortLinkWatch {
+    id: u16,
+    name: String,
+    seen_up: bool,
+    next: std::time::Instant,
+    iface: Option<firehose_core::netif::LinkWatch>,
+}
+
+impl PortLinkWatch {
+    /// How often [`PortLinkWatch::check`] looks.
+    pub const EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+    /// Watches port `id`, named `name` in messages, and the kernel interface of its
+    /// device if `eal_args` gives one (`iface=` of the `--vdev` named `name`).
+    pub fn new(id: u16, name: &str, eal_args: &str) -> Self {
+        let iface = vdev_iface(eal_args, name).and_then(|ifname| {
+            firehose_core::netif::iface_index(&ifname)
+                .ok()
+                .map(|index| firehose_core::netif::LinkWatch::new(&ifname, index))
+        });
+        Self {
+            id,
+            name: name.to_owned(),
+            seen_up: false,
+            next: std::time::Instant::now(),
+            iface,
+        }
+    }
+
+    /// `Err` with a message naming the port once its link went down or its device is gone.
+    pub fn check(&mut self, now: std::time::Instant) -> Result<(), String> {
+        if let Some(w) = self.iface.as_mut() {
+            w.check(now)
+                .map_err(|e| format!("DPDK port '{}': {e}", self.name))?;
+        }
+        if now < self.next {
+            return Ok(());
+        }
+        self.next = now + Self::EVERY;
+        self.judge(port_link_up(self.id))
+    }
+
+    /// The verdict on one reading of the link (see the type's documentation).
+    fn judge(&mut self, link: Result<bool, String>) -> Result<(), String> {
+        let name = &self.name;
+        match link {
+            Ok(true) => {
+                self.seen_up = true;
+                Ok(())
+            }
+            Ok(false) if !self.seen_up => Ok(()),
+            Ok(false) => Err(format!(
+                "DPDK port '{name}' lost its link under the capture (cable, switch port or,                  for net_af_packet, its interface set down): it receives nothing until the                  link is back; restart the capture then"
+            )),
+            Err(e) => Err(format!(
+                "DPDK port '{name}' can no longer report its link ({e}): its device or, for                  net_af_packet, its kernel interface is gone, and it can no longer receive"
+            )),
+        }
+    }
+}
+
+/// The kernel interface (`iface=`) of the `--vdev` named `dev` in `eal_args`, if any.
+fn vdev_iface(eal_args: &str, dev: &str) -> Option<String> {
+    let args = EalArgs::parse(eal_args).ok()?;
+    let devargs = args.vdevs.iter().find(|d| vdev_name(d) == dev)?;
+    devargs
+        .split(',')
+        .find_map(|kv| kv.strip_prefix("iface="))
+        .map(str::to_owned)
+}
+
 /// The counters of port `id` (zero if it cannot be read).
 pub fn port_stats(id: u16) -> sys::rte_eth_stats {
     let mut s = sys::rte_eth_stats::default();
@@ -905,6 +1003,33 @@ impl Drop for Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_link_watch_errs_on_down_only_after_up_and_at_once_when_gone() {
+        let mut w = PortLinkWatch::new(0, "net_af_packet0", "");
+        // Down while negotiating after start: not an error.
+        assert_eq!(w.judge(Ok(false)), Ok(()));
+        assert_eq!(w.judge(Ok(true)), Ok(()));
+        let down = w.judge(Ok(false)).unwrap_err();
+        assert!(down.contains("'net_af_packet0' lost its link"), "{down}");
+        let mut fresh = PortLinkWatch::new(3, "0000:01:00.0", "");
+        let gone = fresh.judge(Err("No such device".into())).unwrap_err();
+        assert!(
+            gone.contains("'0000:01:00.0'") && gone.contains("No such device"),
+            "{gone}"
+        );
+        // Not due again before EVERY has passed.
+        let now = std::time::Instant::now();
+        let mut w = PortLinkWatch::new(u16::MAX, "x", "");
+        w.next = now + PortLinkWatch::EVERY;
+        assert_eq!(w.check(now), Ok(()));
+        // The kernel interface under a virtual port, found by the port's name.
+        let eal = "--no-huge --vdev=net_af_packet0,iface=veth7,framecnt=4096 --vdev=net_af_xdp1,iface=eth2";
+        assert_eq!(vdev_iface(eal, "net_af_packet0").as_deref(), Some("veth7"));
+        assert_eq!(vdev_iface(eal, "net_af_xdp1").as_deref(), Some("eth2"));
+        assert_eq!(vdev_iface(eal, "net_null0"), None);
+        assert_eq!(vdev_iface("--vdev=net_null0", "net_null0"), None);
+    }
 
     #[test]
     fn eal_args_split_devices_and_add_defaults() {

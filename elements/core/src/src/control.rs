@@ -1,7 +1,7 @@
 //! [`LiveControl`]: what a source's `unlock()` must reach, in one place.
 
 use std::io;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,19 +24,68 @@ pub struct LiveControl {
     interrupt: Interrupt,
     waker: Mutex<Option<Arc<Waker>>>,
     pools: Mutex<Vec<SlotPool>>,
+    /// Between `start` and `stop`: an application's EOS is ours to handle.
+    running: AtomicBool,
+    /// An application's EOS came ([`LiveControl::request_eos`]): `create` ends the stream.
+    eos: AtomicBool,
 }
 
 impl LiveControl {
-    /// At start: not flushing, no waker or pool from a previous run.
+    /// At start: not flushing, no EOS pending, no waker or pool from a previous run.
     pub fn start(&self) {
         self.interrupt.clear();
         self.stop();
+        self.eos.store(false, Ordering::Release);
+        self.running.store(true, Ordering::Release);
     }
 
     /// At stop: forgets the waker and the pools (buffers downstream keep a pool alive).
     pub fn stop(&self) {
+        self.running.store(false, Ordering::Release);
         *lock(&self.waker) = None;
         lock(&self.pools).clear();
+    }
+
+    /// An application's EOS (`ElementImpl::send_event`; `firehose` on Ctrl-C and
+    /// `gst-launch-1.0 -e` send one): true if the source takes it, false when it is not
+    /// started (the caller hands it to GstBaseSrc).
+    ///
+    /// Why not GstBaseSrc's own handling: it sets the element flushing and throws away
+    /// the buffer `create` returns meanwhile — a batch the source already received and
+    /// counted. Here the EOS ends every wait as `unlock()` does, but nothing is flushed:
+    /// a batch `create` already holds is pushed, and [`LiveControl::create`] turns the
+    /// cut-short wait, or the next call, into `FlowError::Eos`, on which GstBaseSrc
+    /// sends EOS downstream.
+    pub fn request_eos(&self) -> bool {
+        if !self.running.load(Ordering::Acquire) {
+            return false;
+        }
+        self.eos.store(true, Ordering::Release);
+        // Ends a wait in `poll`, for a pool slot, in a pacing sleep or a nap.
+        let _ = self.unlock();
+        true
+    }
+
+    /// True once an application's EOS was taken, until the next start.
+    pub fn eos_requested(&self) -> bool {
+        self.eos.load(Ordering::Acquire)
+    }
+
+    /// Runs a source's `create` work `f`, ending the stream after an application's EOS:
+    /// `FlowError::Eos` at once if one is pending, and in place of the `Flushing` of a
+    /// wait it cut short. A batch `f` returns is returned (pushed), even if the EOS came
+    /// while `f` ran; the next call ends the stream.
+    pub fn create<T>(
+        &self,
+        f: impl FnOnce() -> Result<T, gst::FlowError>,
+    ) -> Result<T, gst::FlowError> {
+        if self.eos_requested() {
+            return Err(gst::FlowError::Eos);
+        }
+        match f() {
+            Err(gst::FlowError::Flushing) if self.eos_requested() => Err(gst::FlowError::Eos),
+            r => r,
+        }
     }
 
     /// Creates a waker, installs it and returns it (for receive code that waits in
@@ -164,6 +213,52 @@ mod tests {
         // Unflushed: a short nap runs to its end.
         assert!(c.nap(Duration::from_millis(1)));
         drop(held);
+    }
+
+    #[test]
+    fn an_eos_ends_a_wait_keeps_a_batch_and_then_ends_the_stream() {
+        let c = Arc::new(LiveControl::default());
+        // Not started: GstBaseSrc handles it.
+        assert!(!c.request_eos());
+        c.start();
+        assert!(!c.eos_requested());
+        // A wait cut short by the EOS ends the stream instead of flushing it.
+        let c2 = c.clone();
+        let waiter = std::thread::spawn(move || {
+            c2.create(|| {
+                if c2
+                    .interrupt()
+                    .sleep_until(Instant::now() + Duration::from_secs(30))
+                {
+                    Ok(1)
+                } else {
+                    Err(gst::FlowError::Flushing)
+                }
+            })
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(c.request_eos());
+        assert_eq!(waiter.join().unwrap(), Err(gst::FlowError::Eos));
+        // A fresh start forgets it; a batch received while the EOS came is kept.
+        c.start();
+        let r = c.create(|| {
+            assert!(c.request_eos());
+            Ok(7)
+        });
+        assert_eq!(r, Ok(7));
+        // ... and the next call ends the stream without running its work.
+        assert_eq!(
+            c.create(|| -> Result<i32, _> { panic!("not called after EOS") }),
+            Err(gst::FlowError::Eos)
+        );
+        // Real errors pass through.
+        c.start();
+        assert_eq!(
+            c.create(|| -> Result<i32, _> { Err(gst::FlowError::Error) }),
+            Err(gst::FlowError::Error)
+        );
+        c.stop();
+        assert!(!c.request_eos());
     }
 
     #[test]

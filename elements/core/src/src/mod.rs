@@ -15,9 +15,11 @@
 //! - [`src_template`]: the `src` pad template; [`caps_query`].
 //! - [`output`]: `output=auto|batch|list` and `caps` of a packet source: batches to
 //!   elements that understand them, one buffer per datagram to stock elements.
-//! - [`live_src_base!`](crate::live_src_base) and
-//!   [`live_src_constructed!`](crate::live_src_constructed): the `BaseSrcImpl` and
-//!   `ObjectImpl` items every source writes the same way.
+//! - [`live_src_base!`](crate::live_src_base),
+//!   [`live_src_send_event!`](crate::live_src_send_event) and
+//!   [`live_src_constructed!`](crate::live_src_constructed): the `BaseSrcImpl`,
+//!   `ElementImpl` and `ObjectImpl` items every source writes the same way (the EOS
+//!   handling keeps the batch `create` was returning: [`LiveControl::request_eos`]).
 
 mod control;
 mod counters;
@@ -61,6 +63,27 @@ pub fn batch_size(blurb: &str, max: u32, default: u32) -> glib::ParamSpec {
         .default_value(default)
         .mutable_ready()
         .build()
+}
+
+/// Expands to `ElementImpl::send_event` of a source whose [`LiveControl`] is field
+/// `$live`: an application's EOS goes to [`LiveControl::request_eos`] (nothing received
+/// is thrown away; `create` must run through [`LiveControl::create`]), anything else,
+/// or an EOS before start, to GstBaseSrc. Use inside `impl ElementImpl`.
+#[macro_export]
+macro_rules! live_src_send_event {
+    ($live:ident) => {
+        fn send_event(&self, event: $crate::__gst::Event) -> bool {
+            if event.type_() == $crate::__gst::EventType::Eos && self.$live.request_eos() {
+                $crate::__gst::debug!(
+                    $crate::__gst::CAT_RUST,
+                    imp = self,
+                    "EOS: pushing what was received, then ending the stream"
+                );
+                return true;
+            }
+            self.parent_send_event(event)
+        }
+    };
 }
 
 /// What a live source sets in `constructed`: live (`live = false` for sources that

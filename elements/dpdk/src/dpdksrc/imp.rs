@@ -15,7 +15,7 @@ use firehose_core::stats::{self, names, StatsInterval, StatsTimer};
 use firehose_core::sync::lock;
 use firehose_core::{PacketAddr, PacketInfo};
 
-use crate::dpdk::{self, Pool, Port, PortConfig, Session};
+use crate::dpdk::{self, Pool, Port, PortConfig, PortLinkWatch, Session};
 use crate::sys;
 
 firehose_core::debug_category!(CAT, "fhdpdksrc", "Firehose DPDK source");
@@ -168,6 +168,8 @@ struct State {
     timer: StatsTimer,
     /// `readable-metas`.
     readable: bool,
+    /// The port's link, checked while bursts come back empty.
+    watch: PortLinkWatch,
 }
 
 // SAFETY: the raw mbuf pointers in the scratch arrays are only used by the thread that
@@ -279,6 +281,10 @@ impl DpdkSrc {
                 sys::rte_eth_rx_burst(id, st.queue, st.rx.as_mut_ptr(), st.burst)
             });
             if n == 0 {
+                if let Err(e) = st.watch.check(std::time::Instant::now()) {
+                    gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
+                    return Err(gst::FlowError::Error);
+                }
                 if st.poll.is_zero() {
                     std::hint::spin_loop();
                 } else if !self.live.nap(st.poll) {
@@ -513,6 +519,8 @@ impl ObjectImpl for DpdkSrc {
 }
 
 impl ElementImpl for DpdkSrc {
+    firehose_core::live_src_send_event!(live);
+
     firehose_core::element_metadata!(
         "Firehose DPDK source",
         "Source/Network",
@@ -578,7 +586,9 @@ impl BaseSrcImpl for DpdkSrc {
         self.live.new_waker().map_err(|e| {
             gst::error_msg!(gst::ResourceError::OpenRead, ("eventfd failed: {}", e))
         })?;
+        let watch = PortLinkWatch::new(port.id(), &s.dpdk_port, &s.eal_args);
         *lock(&self.state) = Some(State {
+            watch,
             port,
             pool,
             _session: session,
@@ -617,18 +627,20 @@ impl PushSrcImpl for DpdkSrc {
         &self,
         _buffer: Option<&mut gst::BufferRef>,
     ) -> Result<CreateSuccess, gst::FlowError> {
-        let mut guard = lock(&self.state);
-        let st = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-        let (mem, packets, dests) = self.receive(st)?;
-        let pts = self.obj().current_running_time();
-        self.counters.batches.add(1);
-        let post = st.timer.due(Instant::now());
-        let readable = st.readable;
-        drop(guard);
-        if post {
-            stats::post(self.obj().upcast_ref(), self.stats());
-        }
-        let buf = batch_buffer_with_dests(mem, packets, dests, pts, readable);
-        Ok(self.output.push(self.copy.out(buf)))
+        self.live.create(|| {
+            let mut guard = lock(&self.state);
+            let st = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+            let (mem, packets, dests) = self.receive(st)?;
+            let pts = self.obj().current_running_time();
+            self.counters.batches.add(1);
+            let post = st.timer.due(Instant::now());
+            let readable = st.readable;
+            drop(guard);
+            if post {
+                stats::post(self.obj().upcast_ref(), self.stats());
+            }
+            let buf = batch_buffer_with_dests(mem, packets, dests, pts, readable);
+            Ok(self.output.push(self.copy.out(buf)))
+        })
     }
 }

@@ -345,6 +345,8 @@ impl ObjectImpl for IbvSrc {
 }
 
 impl ElementImpl for IbvSrc {
+    firehose_core::live_src_send_event!(live);
+
     firehose_core::element_metadata!(
         "Firehose RDMA raw-packet source",
         "Source/Network",
@@ -425,55 +427,57 @@ impl PushSrcImpl for IbvSrc {
         &self,
         _buffer: Option<&mut gst::BufferRef>,
     ) -> Result<CreateSuccess, gst::FlowError> {
-        let mut guard = lock(&self.state);
-        let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-        let mut idle = 0u32;
-        loop {
-            if self.live.is_flushing() {
-                return Err(gst::FlowError::Flushing);
-            }
-            let step = state.engine.fill().and_then(|_| {
-                // One clock read per poll, stamped on every packet of its batch.
-                state.engine.step(firehose_core::batch::unix_ns())
-            });
-            match step {
-                Ok(Step::Batch(batch)) => {
-                    let pts = self.obj().current_running_time();
-                    if state.timer.due(Instant::now()) {
-                        stats::post(self.obj().upcast_ref(), self.stats());
-                    }
-                    let buf = batch.into_buffer(pts, state.readable);
-                    return Ok(self.output.push(self.copy.out(buf)));
+        self.live.create(|| {
+            let mut guard = lock(&self.state);
+            let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+            let mut idle = 0u32;
+            loop {
+                if self.live.is_flushing() {
+                    return Err(gst::FlowError::Flushing);
                 }
-                Ok(Step::Busy) => idle = 0,
-                Ok(Step::Idle) => {
-                    idle = idle.saturating_add(1);
-                    if idle < IDLE_SPINS {
-                        std::hint::spin_loop();
-                    } else {
-                        if !self.live.nap(IDLE_SLEEP) {
-                            return Err(gst::FlowError::Flushing);
-                        }
-                        if let Some(Err(e)) = state.watch.as_mut().map(|w| w.check(Instant::now()))
-                        {
-                            gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
-                            return Err(gst::FlowError::Error);
-                        }
+                let step = state.engine.fill().and_then(|_| {
+                    // One clock read per poll, stamped on every packet of its batch.
+                    state.engine.step(firehose_core::batch::unix_ns())
+                });
+                match step {
+                    Ok(Step::Batch(batch)) => {
+                        let pts = self.obj().current_running_time();
                         if state.timer.due(Instant::now()) {
                             stats::post(self.obj().upcast_ref(), self.stats());
                         }
+                        let buf = batch.into_buffer(pts, state.readable);
+                        return Ok(self.output.push(self.copy.out(buf)));
+                    }
+                    Ok(Step::Busy) => idle = 0,
+                    Ok(Step::Idle) => {
+                        idle = idle.saturating_add(1);
+                        if idle < IDLE_SPINS {
+                            std::hint::spin_loop();
+                        } else {
+                            if !self.live.nap(IDLE_SLEEP) {
+                                return Err(gst::FlowError::Flushing);
+                            }
+                            if let Some(Err(e)) = state.watch.as_mut().map(|w| w.check(Instant::now()))
+                            {
+                                gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
+                                return Err(gst::FlowError::Error);
+                            }
+                            if state.timer.due(Instant::now()) {
+                                stats::post(self.obj().upcast_ref(), self.stats());
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        gst::element_imp_error!(
+                            self,
+                            gst::ResourceError::Read,
+                            ("RDMA receive failed: {}; check the device with ibv_devinfo and the kernel log (dmesg)", e),
+                            ["{:?}", e]
+                        );
+                        return Err(gst::FlowError::Error);
                     }
                 }
-                Err(e) => {
-                    gst::element_imp_error!(
-                        self,
-                        gst::ResourceError::Read,
-                        ("RDMA receive failed: {}; check the device with ibv_devinfo and the kernel log (dmesg)", e),
-                        ["{:?}", e]
-                    );
-                    return Err(gst::FlowError::Error);
-                }
             }
-        }
+        })
     }
 }

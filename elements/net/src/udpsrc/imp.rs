@@ -321,6 +321,8 @@ impl ObjectImpl for UdpSrc {
 }
 
 impl ElementImpl for UdpSrc {
+    firehose_core::live_src_send_event!(live);
+
     firehose_core::element_metadata!(
         "Firehose UDP source",
         "Source/Network",
@@ -440,36 +442,38 @@ impl PushSrcImpl for UdpSrc {
         &self,
         _buffer: Option<&mut gst::BufferRef>,
     ) -> Result<CreateSuccess, gst::FlowError> {
-        let mut guard = lock(&self.state);
-        let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-        let (mem, packets) = self.receive(state)?;
-        // Where each datagram was sent (IP_PKTINFO): recordings write the real address.
-        let dests = state.rx.take_dests();
-        // One clock read per batch: the running time at which the batch was complete.
-        let pts = self.obj().current_running_time();
-        self.counters.batches.add(1);
-        self.dry.check(
-            self.obj().upcast_ref(),
-            self.counters.drops_pool.get(),
-            "the receive pool",
-            "pool-size",
-        );
-        if state.timer.due(Instant::now()) {
-            self.post_stats(state);
-        }
-        let readable = state.readable;
-        drop(guard);
+        self.live.create(|| {
+            let mut guard = lock(&self.state);
+            let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+            let (mem, packets) = self.receive(state)?;
+            // Where each datagram was sent (IP_PKTINFO): recordings write the real address.
+            let dests = state.rx.take_dests();
+            // One clock read per batch: the running time at which the batch was complete.
+            let pts = self.obj().current_running_time();
+            self.counters.batches.add(1);
+            self.dry.check(
+                self.obj().upcast_ref(),
+                self.counters.drops_pool.get(),
+                "the receive pool",
+                "pool-size",
+            );
+            if state.timer.due(Instant::now()) {
+                self.post_stats(state);
+            }
+            let readable = state.readable;
+            drop(guard);
 
-        if self.output.is_list() {
-            // One GstBuffer per datagram, each a sub-memory of the one slot: no copy,
-            // but the per-buffer cost that stock elements need.
-            Ok(CreateSuccess::NewBufferList(datagram_list_from(
-                &mem, &packets, pts,
-            )))
-        } else {
-            Ok(CreateSuccess::NewBuffer(batch_buffer_with_dests(
-                mem, packets, dests, pts, readable,
-            )))
-        }
+            if self.output.is_list() {
+                // One GstBuffer per datagram, each a sub-memory of the one slot: no copy,
+                // but the per-buffer cost that stock elements need.
+                Ok(CreateSuccess::NewBufferList(datagram_list_from(
+                    &mem, &packets, pts,
+                )))
+            } else {
+                Ok(CreateSuccess::NewBuffer(batch_buffer_with_dests(
+                    mem, packets, dests, pts, readable,
+                )))
+            }
+        })
     }
 }

@@ -366,6 +366,8 @@ impl ObjectImpl for PcapSrc {
 }
 
 impl ElementImpl for PcapSrc {
+    firehose_core::live_src_send_event!(live);
+
     firehose_core::element_metadata!(
         "Firehose pcap replay",
         "Source/File/Network",
@@ -486,72 +488,75 @@ impl PushSrcImpl for PcapSrc {
         &self,
         _buffer: Option<&mut gst::BufferRef>,
     ) -> Result<CreateSuccess, gst::FlowError> {
-        let mut guard = lock(&self.state);
-        let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-        if state.eos {
+        self.live.create(|| {
+            let mut guard = lock(&self.state);
+            let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+            if state.eos {
+                self.sync_counts(state);
+                drop(guard);
+                stats::post(self.obj().upcast_ref(), self.stats());
+                return Err(gst::FlowError::Eos);
+            }
+            let pool = lock(&self.pool).clone().ok_or(gst::FlowError::Flushing)?;
+            // Replay never drops: wait for downstream to give a slot back.
+            let mut slot = pool
+                .acquire_blocking(self.live.flag(), POOL_POLL)
+                .ok_or(gst::FlowError::Flushing)?;
+            let filled = self.fill(state, slot.as_mut_full());
             self.sync_counts(state);
-            drop(guard);
-            stats::post(self.obj().upcast_ref(), self.stats());
-            return Err(gst::FlowError::Eos);
-        }
-        let pool = lock(&self.pool).clone().ok_or(gst::FlowError::Flushing)?;
-        // Replay never drops: wait for downstream to give a slot back.
-        let mut slot = pool
-            .acquire_blocking(self.live.flag(), POOL_POLL)
-            .ok_or(gst::FlowError::Flushing)?;
-        let filled = self.fill(state, slot.as_mut_full());
-        self.sync_counts(state);
-        if let Some(w) = state.warning.take() {
-            gst::element_imp_warning!(self, gst::StreamError::Demux, ("{}", w));
-        }
-        let packets = filled?;
-        if packets.is_empty() {
-            drop(guard);
-            gst::debug!(CAT, imp = self, "end of the capture");
-            stats::post(self.obj().upcast_ref(), self.stats());
-            return Err(gst::FlowError::Eos);
-        }
-        let bytes: u64 = packets.iter().map(|p| u64::from(p.len)).sum();
-        let n = packets.len() as u64;
-        let pts = match state.rate {
-            Rate::Original => state
-                .anchor
-                .map(|(ts0, t0)| {
-                    let due = t0 + Duration::from_nanos(packets[0].rx_time_ns.saturating_sub(ts0));
-                    due.saturating_duration_since(state.start)
-                })
-                .unwrap_or_default(),
-            Rate::Bits(_) => {
-                if !state.pacer.wait(0, self.live.interrupt()) {
-                    return Err(gst::FlowError::Flushing);
+            if let Some(w) = state.warning.take() {
+                gst::element_imp_warning!(self, gst::StreamError::Demux, ("{}", w));
+            }
+            let packets = filled?;
+            if packets.is_empty() {
+                drop(guard);
+                gst::debug!(CAT, imp = self, "end of the capture");
+                stats::post(self.obj().upcast_ref(), self.stats());
+                return Err(gst::FlowError::Eos);
+            }
+            let bytes: u64 = packets.iter().map(|p| u64::from(p.len)).sum();
+            let n = packets.len() as u64;
+            let pts = match state.rate {
+                Rate::Original => state
+                    .anchor
+                    .map(|(ts0, t0)| {
+                        let due =
+                            t0 + Duration::from_nanos(packets[0].rx_time_ns.saturating_sub(ts0));
+                        due.saturating_duration_since(state.start)
+                    })
+                    .unwrap_or_default(),
+                Rate::Bits(_) => {
+                    if !state.pacer.wait(0, self.live.interrupt()) {
+                        return Err(gst::FlowError::Flushing);
+                    }
+                    state.pacer.time_of(state.pacer.sent())
                 }
-                state.pacer.time_of(state.pacer.sent())
+                Rate::Max => state.start.elapsed(),
+            };
+            state.pacer.record(bytes);
+            let end = packets.last().map_or(0, |p| (p.offset + p.len) as usize);
+            slot.set_len(end);
+            let mut buf = gstmem::slot_into_buffer(slot);
+            {
+                let b = buf.get_mut().expect("a new buffer is writable");
+                b.set_pts(gst::ClockTime::from_nseconds(pts.as_nanos() as u64));
+                b.set_offset(state.sent);
+                b.set_offset_end(state.sent + n);
+                if state.settings.pool.readable_metas {
+                    firehose_core::meta::readable::add_batch(b, &packets, None);
+                }
+                PacketBatchMeta::add(b, packets);
             }
-            Rate::Max => state.start.elapsed(),
-        };
-        state.pacer.record(bytes);
-        let end = packets.last().map_or(0, |p| (p.offset + p.len) as usize);
-        slot.set_len(end);
-        let mut buf = gstmem::slot_into_buffer(slot);
-        {
-            let b = buf.get_mut().expect("a new buffer is writable");
-            b.set_pts(gst::ClockTime::from_nseconds(pts.as_nanos() as u64));
-            b.set_offset(state.sent);
-            b.set_offset_end(state.sent + n);
-            if state.settings.pool.readable_metas {
-                firehose_core::meta::readable::add_batch(b, &packets, None);
+            state.sent += n;
+            self.counters.packets.add(n);
+            self.counters.bytes.add(bytes);
+            self.counters.batches.add(1);
+            let due = state.timer.due(Instant::now());
+            drop(guard);
+            if due {
+                stats::post(self.obj().upcast_ref(), self.stats());
             }
-            PacketBatchMeta::add(b, packets);
-        }
-        state.sent += n;
-        self.counters.packets.add(n);
-        self.counters.bytes.add(bytes);
-        self.counters.batches.add(1);
-        let due = state.timer.due(Instant::now());
-        drop(guard);
-        if due {
-            stats::post(self.obj().upcast_ref(), self.stats());
-        }
-        Ok(self.output.push(self.copy.out(buf)))
+            Ok(self.output.push(self.copy.out(buf)))
+        })
     }
 }

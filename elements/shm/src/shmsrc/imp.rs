@@ -186,6 +186,8 @@ impl ObjectImpl for ShmSrc {
 firehose_core::element_subclass!(ShmSrc, "GstFhShmSrc", gst_base::PushSrc);
 
 impl ElementImpl for ShmSrc {
+    firehose_core::live_src_send_event!(live);
+
     firehose_core::element_metadata!(
         "Firehose shared-memory source",
         "Source",
@@ -255,67 +257,69 @@ impl PushSrcImpl for ShmSrc {
         &self,
         _buffer: Option<&mut gst::BufferRef>,
     ) -> Result<CreateSuccess, gst::FlowError> {
-        let mut guard = lock(&self.state);
-        let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-        let waker = self.live.waker().ok_or(gst::FlowError::Flushing)?;
-        loop {
-            if self.live.is_flushing() {
-                return Err(gst::FlowError::Flushing);
-            }
-            if state.timer.due(Instant::now()) {
-                self.post_stats();
-            }
-            match state.client.poll_event() {
-                Ok(Some(Event::Buffer(view))) => {
-                    let buf = self.buffer(view);
-                    return Ok(if self.split.load(Ordering::Relaxed) {
-                        CreateSuccess::NewBufferList(output::datagram_list(&buf))
-                    } else {
-                        CreateSuccess::NewBuffer(buf)
-                    });
+        self.live.create(|| {
+            let mut guard = lock(&self.state);
+            let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+            let waker = self.live.waker().ok_or(gst::FlowError::Flushing)?;
+            loop {
+                if self.live.is_flushing() {
+                    return Err(gst::FlowError::Flushing);
                 }
-                Ok(Some(Event::Caps(c))) => {
-                    let caps = c.parse::<gst::Caps>().map_err(|_| {
-                        self.fail(&ClientError::Protocol(crate::proto::ProtoError::Invalid(
-                            format!("caps that do not parse: {c}"),
-                        )))
-                    })?;
-                    self.counters.caps_changes.add(1);
-                    gst::debug!(CAT, imp = self, "caps {caps}");
-                    // Packet batches only to an element that reads them, as a packet
-                    // source does with output=auto; plain datagrams to any other.
-                    let datagrams = output::datagram_caps();
-                    let split = caps.structure(0).is_some_and(|s| s.name() == PACKETS)
-                        && !output::peer_understands_packets(
-                            &self.obj().static_pad("src").expect("a src pad"),
-                            &datagrams,
-                        );
-                    self.split.store(split, Ordering::Relaxed);
-                    let caps = if split { datagrams } else { caps };
-                    if self.obj().set_caps(&caps).is_err() {
+                if state.timer.due(Instant::now()) {
+                    self.post_stats();
+                }
+                match state.client.poll_event() {
+                    Ok(Some(Event::Buffer(view))) => {
+                        let buf = self.buffer(view);
+                        return Ok(if self.split.load(Ordering::Relaxed) {
+                            CreateSuccess::NewBufferList(output::datagram_list(&buf))
+                        } else {
+                            CreateSuccess::NewBuffer(buf)
+                        });
+                    }
+                    Ok(Some(Event::Caps(c))) => {
+                        let caps = c.parse::<gst::Caps>().map_err(|_| {
+                            self.fail(&ClientError::Protocol(crate::proto::ProtoError::Invalid(
+                                format!("caps that do not parse: {c}"),
+                            )))
+                        })?;
+                        self.counters.caps_changes.add(1);
+                        gst::debug!(CAT, imp = self, "caps {caps}");
+                        // Packet batches only to an element that reads them, as a packet
+                        // source does with output=auto; plain datagrams to any other.
+                        let datagrams = output::datagram_caps();
+                        let split = caps.structure(0).is_some_and(|s| s.name() == PACKETS)
+                            && !output::peer_understands_packets(
+                                &self.obj().static_pad("src").expect("a src pad"),
+                                &datagrams,
+                            );
+                        self.split.store(split, Ordering::Relaxed);
+                        let caps = if split { datagrams } else { caps };
+                        if self.obj().set_caps(&caps).is_err() {
+                            gst::element_imp_error!(
+                                self,
+                                gst::CoreError::Negotiation,
+                                ("Downstream does not accept the producer's caps {}", caps)
+                            );
+                            return Err(gst::FlowError::NotNegotiated);
+                        }
+                    }
+                    Ok(Some(Event::Eos)) => return Err(gst::FlowError::Eos),
+                    Ok(Some(Event::Error(m))) => {
                         gst::element_imp_error!(
                             self,
-                            gst::CoreError::Negotiation,
-                            ("Downstream does not accept the producer's caps {}", caps)
+                            gst::ResourceError::Read,
+                            ("The shared-memory producer reported: {}", m)
                         );
-                        return Err(gst::FlowError::NotNegotiated);
+                        return Err(gst::FlowError::Error);
                     }
+                    Ok(None) => {
+                        let fd = state.client.fd().as_raw_fd();
+                        let _ = firehose_core::wake::wait_readable(fd, &waker, WAIT_MS);
+                    }
+                    Err(e) => return Err(self.fail(&e)),
                 }
-                Ok(Some(Event::Eos)) => return Err(gst::FlowError::Eos),
-                Ok(Some(Event::Error(m))) => {
-                    gst::element_imp_error!(
-                        self,
-                        gst::ResourceError::Read,
-                        ("The shared-memory producer reported: {}", m)
-                    );
-                    return Err(gst::FlowError::Error);
-                }
-                Ok(None) => {
-                    let fd = state.client.fd().as_raw_fd();
-                    let _ = firehose_core::wake::wait_readable(fd, &waker, WAIT_MS);
-                }
-                Err(e) => return Err(self.fail(&e)),
             }
-        }
+        })
     }
 }

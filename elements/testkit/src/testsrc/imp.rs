@@ -236,6 +236,8 @@ impl ObjectImpl for FhTestSrc {
 }
 
 impl ElementImpl for FhTestSrc {
+    firehose_core::live_src_send_event!(live);
+
     firehose_core::element_metadata!(
         "Firehose test source",
         "Source/Network",
@@ -308,65 +310,70 @@ impl PushSrcImpl for FhTestSrc {
         &self,
         _buffer: Option<&mut gst::BufferRef>,
     ) -> Result<CreateSuccess, gst::FlowError> {
-        let mut state = lock(&self.state);
-        let s = state.settings;
-        let n = match s.num_packets {
-            0 => u64::from(s.batch_size),
-            total => u64::from(s.batch_size).min(total - state.sent),
-        };
-        if n == 0 {
-            drop(state);
-            gst::debug!(CAT, imp = self, "sent all {} packets", s.num_packets);
-            self.post_stats();
-            return Err(gst::FlowError::Eos);
-        }
-
-        // A batch leaves at the start of its slot (its PTS), once the bytes before it
-        // have had their time: a send of nothing beyond what was already sent.
-        if !state.pacer.wait(0, self.live.interrupt()) {
-            return Err(gst::FlowError::Flushing);
-        }
-        let now = Instant::now();
-        let pool = lock(&self.pool).clone().ok_or(gst::FlowError::Flushing)?;
-        // A test source never drops: wait for downstream to give a slot back.
-        let slot = pool
-            .acquire_blocking(self.live.flag(), POOL_POLL)
-            .ok_or(gst::FlowError::Flushing)?;
-
-        let seq = s.first_seq.wrapping_add(state.sent);
-        let packet_size = s.packet_size as usize;
-        let mut buf = self.make_batch(slot, seq, n as usize, packet_size, s.pool.readable_metas);
-        let batch_bytes = n * u64::from(s.packet_size);
-        {
-            let b = buf.get_mut().expect("a new buffer is writable");
-            // Paced: the nominal send time, so timestamps are exact and evenly spaced.
-            // Unpaced: the time since the first batch.
-            let (pts, duration) = if state.pacer.is_paced() {
-                let before = state.pacer.sent();
-                let pts = state.pacer.time_of(before);
-                let end = state.pacer.time_of(before + batch_bytes);
-                (pts, Some(end - pts))
-            } else {
-                let origin = state.pacer.origin().unwrap_or(now);
-                (now.saturating_duration_since(origin), None)
+        self.live.create(|| {
+            let mut state = lock(&self.state);
+            let s = state.settings;
+            let n = match s.num_packets {
+                0 => u64::from(s.batch_size),
+                total => u64::from(s.batch_size).min(total - state.sent),
             };
-            b.set_pts(gst::ClockTime::from_nseconds(pts.as_nanos() as u64));
-            b.set_duration(duration.map(|d| gst::ClockTime::from_nseconds(d.as_nanos() as u64)));
-            // Offsets count packets, like samples in audio.
-            b.set_offset(state.sent);
-            b.set_offset_end(state.sent + n);
-        }
+            if n == 0 {
+                drop(state);
+                gst::debug!(CAT, imp = self, "sent all {} packets", s.num_packets);
+                self.post_stats();
+                return Err(gst::FlowError::Eos);
+            }
 
-        state.sent += n;
-        state.pacer.record(batch_bytes);
-        self.counters.packets.add(n);
-        self.counters.bytes.add(batch_bytes);
-        self.counters.batches.add(1);
-        let due = state.timer.due(Instant::now());
-        drop(state);
-        if due {
-            self.post_stats();
-        }
-        Ok(self.output.push(self.copy.out(buf)))
+            // A batch leaves at the start of its slot (its PTS), once the bytes before it
+            // have had their time: a send of nothing beyond what was already sent.
+            if !state.pacer.wait(0, self.live.interrupt()) {
+                return Err(gst::FlowError::Flushing);
+            }
+            let now = Instant::now();
+            let pool = lock(&self.pool).clone().ok_or(gst::FlowError::Flushing)?;
+            // A test source never drops: wait for downstream to give a slot back.
+            let slot = pool
+                .acquire_blocking(self.live.flag(), POOL_POLL)
+                .ok_or(gst::FlowError::Flushing)?;
+
+            let seq = s.first_seq.wrapping_add(state.sent);
+            let packet_size = s.packet_size as usize;
+            let mut buf =
+                self.make_batch(slot, seq, n as usize, packet_size, s.pool.readable_metas);
+            let batch_bytes = n * u64::from(s.packet_size);
+            {
+                let b = buf.get_mut().expect("a new buffer is writable");
+                // Paced: the nominal send time, so timestamps are exact and evenly spaced.
+                // Unpaced: the time since the first batch.
+                let (pts, duration) = if state.pacer.is_paced() {
+                    let before = state.pacer.sent();
+                    let pts = state.pacer.time_of(before);
+                    let end = state.pacer.time_of(before + batch_bytes);
+                    (pts, Some(end - pts))
+                } else {
+                    let origin = state.pacer.origin().unwrap_or(now);
+                    (now.saturating_duration_since(origin), None)
+                };
+                b.set_pts(gst::ClockTime::from_nseconds(pts.as_nanos() as u64));
+                b.set_duration(
+                    duration.map(|d| gst::ClockTime::from_nseconds(d.as_nanos() as u64)),
+                );
+                // Offsets count packets, like samples in audio.
+                b.set_offset(state.sent);
+                b.set_offset_end(state.sent + n);
+            }
+
+            state.sent += n;
+            state.pacer.record(batch_bytes);
+            self.counters.packets.add(n);
+            self.counters.bytes.add(batch_bytes);
+            self.counters.batches.add(1);
+            let due = state.timer.due(Instant::now());
+            drop(state);
+            if due {
+                self.post_stats();
+            }
+            Ok(self.output.push(self.copy.out(buf)))
+        })
     }
 }

@@ -642,6 +642,8 @@ impl ObjectImpl for XdpSrc {
 }
 
 impl ElementImpl for XdpSrc {
+    firehose_core::live_src_send_event!(live);
+
     firehose_core::element_metadata!(
         "Firehose AF_XDP source",
         "Source/Network",
@@ -684,21 +686,23 @@ impl PushSrcImpl for XdpSrc {
         &self,
         _buffer: Option<&mut gst::BufferRef>,
     ) -> Result<CreateSuccess, gst::FlowError> {
-        let mut guard = lock(&self.state);
-        let st = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-        let (mem, packets, dests) = self.receive(st)?;
-        // One clock read per batch: the running time at which the batch was complete.
-        let pts = self.obj().current_running_time();
-        self.counters.batches.add(1);
-        let readable = st.readable;
-        if st.timer.due(Instant::now()) {
-            self.read_kernel_stats(&st.cap.sock);
-            drop(guard);
-            stats::post(self.obj().upcast_ref(), self.stats());
-        } else {
-            drop(guard);
-        }
-        let buf = batch_buffer_with_dests(mem, packets, dests, pts, readable);
-        Ok(self.output.push(self.copy.out(buf)))
+        self.live.create(|| {
+            let mut guard = lock(&self.state);
+            let st = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+            let (mem, packets, dests) = self.receive(st)?;
+            // One clock read per batch: the running time at which the batch was complete.
+            let pts = self.obj().current_running_time();
+            self.counters.batches.add(1);
+            let readable = st.readable;
+            if st.timer.due(Instant::now()) {
+                self.read_kernel_stats(&st.cap.sock);
+                drop(guard);
+                stats::post(self.obj().upcast_ref(), self.stats());
+            } else {
+                drop(guard);
+            }
+            let buf = batch_buffer_with_dests(mem, packets, dests, pts, readable);
+            Ok(self.output.push(self.copy.out(buf)))
+        })
     }
 }
