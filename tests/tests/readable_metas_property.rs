@@ -130,3 +130,149 @@ fn speaddepay_attaches_the_heap_meta_unless_switched_off() {
         }
     }
 }
+
+/// Runs `launch` (a finite source) to EOS and returns, for the sink pad of the element
+/// named `at`, how many buffers arrived with and without `readable(buffer)`.
+fn readable_at(
+    launch: &str,
+    at: &str,
+    input: Vec<gst::Buffer>,
+    readable: fn(&gst::BufferRef) -> bool,
+) -> (u64, u64) {
+    gst::init().unwrap();
+    gstfirehose::register_static().unwrap();
+    let pipeline = gst::parse::launch(launch)
+        .unwrap()
+        .downcast::<gst::Pipeline>()
+        .unwrap();
+    let counts = std::sync::Arc::new(std::sync::Mutex::new((0u64, 0u64)));
+    let c2 = counts.clone();
+    pipeline
+        .by_name(at)
+        .unwrap()
+        .static_pad("sink")
+        .unwrap()
+        .add_probe(gst::PadProbeType::BUFFER, move |_, info| {
+            if let Some(gst::PadProbeData::Buffer(b)) = &info.data {
+                let mut c = c2.lock().unwrap();
+                if readable(b) {
+                    c.0 += 1;
+                } else {
+                    c.1 += 1;
+                }
+            }
+            gst::PadProbeReturn::Ok
+        });
+    pipeline.set_state(gst::State::Playing).unwrap();
+    if let Some(src) = pipeline.by_name("src") {
+        for b in input {
+            let _ = src.emit_by_name::<gst::FlowReturn>("push-buffer", &[&b]);
+        }
+        let _ = src.emit_by_name::<gst::FlowReturn>("end-of-stream", &[]);
+    }
+    let end = pipeline.bus().unwrap().timed_pop_filtered(
+        gst::ClockTime::from_seconds(10),
+        &[gst::MessageType::Eos, gst::MessageType::Error],
+    );
+    pipeline.set_state(gst::State::Null).unwrap();
+    assert_eq!(
+        end.map(|m| m.type_()),
+        Some(gst::MessageType::Eos),
+        "{launch}"
+    );
+    let c = *counts.lock().unwrap();
+    c
+}
+
+/// With the default `readable-metas=true`, the readable metas are left out only when
+/// every consumer downstream is a Firehose element that reads only the Rust ones (they
+/// say so in the allocation query); an appsink or a stock element anywhere behind the
+/// pad, including on one branch of a `tee`, keeps them on.
+#[test]
+fn readable_metas_are_left_out_only_when_every_consumer_reads_only_rust_metas() {
+    let batch = |b: &gst::BufferRef| readable::batch(b).is_some();
+    let src = "fhtestsrc rate=0 packet-size=256 num-packets=512 batch-size=64 output=batch";
+    for (tail, want_readable) in [
+        ("identity ! fhcheck name=at", false),
+        ("queue ! fhrecordsink name=at location=/dev/null overwrite=true", false),
+        (
+            "tee name=t ! queue ! fhcheck name=at t. ! queue ! fhcheck",
+            false,
+        ),
+        (
+            "tee name=t ! queue ! fhcheck name=at t. ! queue ! appsink sync=false drop=true max-buffers=1 wait-on-eos=false",
+            true,
+        ),
+        (
+            "tee name=t ! queue ! fhcheck name=at t. ! queue ! fakesink",
+            true,
+        ),
+        ("identity name=at ! fakesink", true),
+    ] {
+        let launch = format!("{src} ! {tail}");
+        let (on, off) = readable_at(&launch, "at", vec![], batch);
+        assert_eq!(on + off, 8, "{launch}");
+        if want_readable {
+            assert_eq!(off, 0, "{launch}: every batch keeps its readable meta");
+        } else {
+            assert_eq!(on, 0, "{launch}: no batch carries the readable meta");
+        }
+    }
+    // Switched off, a stock consumer gets none either.
+    let (on, _) = readable_at(
+        &format!("{src} readable-metas=false ! identity name=at ! fakesink"),
+        "at",
+        vec![],
+        batch,
+    );
+    assert_eq!(on, 0);
+}
+
+/// The same for heaps: speaddepay into a Firehose consumer leaves the heap meta out,
+/// into an appsink keeps it; and speaddepay itself declares, so its input batches come
+/// without the batch meta.
+#[test]
+fn heaps_and_batches_into_speaddepay_follow_their_consumers() {
+    let cfg = PacketConfig::new(Flavour::SPEAD_64_48, 1500).unwrap();
+    let data = [7u8; 64];
+    let packets = || -> Vec<gst::Buffer> {
+        let mut out = Vec::new();
+        for cnt in 1..=3 {
+            let items = [Item::immediate(0x1600, cnt), Item::bytes(0x1000, &data)];
+            let mut heap = cfg.heap(cnt, &items).unwrap();
+            let mut scratch = vec![0u8; 1500];
+            while let Some(n) = heap.write_next(&mut scratch) {
+                out.push(gst::Buffer::from_slice(scratch[..n].to_vec()));
+            }
+        }
+        out
+    };
+    let heap = |b: &gst::BufferRef| firehose_spead::readable::get(b).is_some();
+    for (tail, want_readable) in [
+        ("fhcheck name=at", false),
+        (
+            "queue ! appsink name=at sync=false drop=true max-buffers=1 wait-on-eos=false",
+            true,
+        ),
+    ] {
+        let launch = format!(
+            "appsrc name=src format=bytes caps=application/x-firehose-packets \
+             ! speaddepay hugepages=off ! {tail}"
+        );
+        let (on, off) = readable_at(&launch, "at", packets(), heap);
+        assert_eq!(on + off, 3, "{launch}");
+        assert_eq!(on, if want_readable { 3 } else { 0 }, "{launch}");
+    }
+    let (on, off) = readable_at(
+        "fhtestsrc rate=0 packet-size=256 num-packets=256 batch-size=64 \
+         ! identity name=at ! speaddepay hugepages=off ! fakesink",
+        "at",
+        vec![],
+        |b| readable::batch(b).is_some(),
+    );
+    assert_eq!(
+        (on, off),
+        (0, 4),
+        "speaddepay reads only the Rust batch meta"
+    );
+}

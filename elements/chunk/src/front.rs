@@ -30,9 +30,9 @@ pub struct ChunkFront {
     /// Set while flushing or stopping: cuts short a wait for a pool chunk
     /// (`when-full=block`).
     flushing: Arc<AtomicBool>,
-    /// `readable-metas` of the current run: chunks also carry the meta every language
-    /// reads.
-    readable: AtomicBool,
+    /// `readable-metas` of the current run, and whether downstream may read them:
+    /// chunks also carry the meta every language reads.
+    readable: firehose_core::meta::readable::ReadableOutput,
     /// Says on the bus when the chunk pool runs dry (`when-full=drop`).
     dry: DryWarning,
 }
@@ -54,7 +54,7 @@ impl ChunkFront {
         host: ChunkHost,
         readable: bool,
     ) -> (ChunkAssembler, gst::Caps) {
-        self.readable.store(readable, Ordering::Relaxed);
+        self.readable.start(readable);
         let ChunkHost { engine, pool, caps } = host;
         if let Some(reason) = pool.fallback_reason() {
             gst::element_warning!(element, gst::ResourceError::Settings, ("{}", reason));
@@ -77,6 +77,7 @@ impl ChunkFront {
         query: &gst::query::Allocation,
         engine: &mut ChunkAssembler,
     ) -> Result<(), gst::LoggableError> {
+        self.readable.decide(element, Some(query));
         let Some(pool) = alloc::decide_pool(element, query, engine.pool())? else {
             return Ok(());
         };
@@ -91,6 +92,12 @@ impl ChunkFront {
             .map_err(|e| gst::loggable_error!(gst::CAT_RUST, "{}", e))?;
         *lock(&self.pool) = Some(pool);
         Ok(())
+    }
+
+    /// Nobody downstream answered the allocation query: someone may read the readable
+    /// metas.
+    pub fn unanswered(&self, element: &gst::Element) {
+        self.readable.decide(element, None);
     }
 
     /// Makes the engine wait for a pool chunk when all are in use (instead of dropping),
@@ -144,7 +151,7 @@ impl ChunkFront {
 
     /// A finished chunk as a buffer, with its metas ([`FinishedChunk::into_buffer`]).
     pub fn buffer(&self, chunk: FinishedChunk) -> gst::Buffer {
-        chunk.into_buffer(self.readable.load(Ordering::Relaxed))
+        chunk.into_buffer(self.readable.wanted())
     }
 
     /// Feeds `buffers` to `engine` ([`feed_buffer`]) and appends the chunks it finished

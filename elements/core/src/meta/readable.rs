@@ -79,10 +79,12 @@ static BATCH: LazyLock<CustomMetaType> =
 static CHUNK: LazyLock<CustomMetaType> =
     LazyLock::new(|| CustomMetaType::register(CHUNK_NAME, &CHUNK_FIELDS));
 
-/// Registers both metas (idempotent; also done on first use). Needs `gst::init`.
+/// Registers both metas and [`RUST_ONLY_API`] (idempotent; also done on first use).
+/// Needs `gst::init`.
 pub fn register() {
     LazyLock::force(&BATCH);
     LazyLock::force(&CHUNK);
+    LazyLock::force(&RUST_ONLY);
 }
 
 /// The property that switches these metas (and the SPEAD heap one) on and off, on
@@ -91,12 +93,130 @@ pub const PROPERTY: &str = "readable-metas";
 /// Its default: on (docs/python.md gives the measured cost).
 pub const DEFAULT: bool = true;
 
+/// The meta API type a Firehose consumer adds to the ALLOCATION query it answers to
+/// say that it reads only the Rust metas (see [`ReadableOutput`]).
+pub const RUST_ONLY_API: &str = "FirehoseRustMetasOnlyAPI";
+
+/// [`RUST_ONLY_API`], registered once per process whichever plugin comes first.
+static RUST_ONLY: LazyLock<gst::glib::Type> = LazyLock::new(|| {
+    use gst::glib::translate::{from_glib, IntoGlib};
+    let name = std::ffi::CString::new(RUST_ONLY_API).expect("no NUL");
+    // SAFETY: a NUL-terminated name; g_type_from_name only reads it.
+    let known: gst::glib::Type =
+        unsafe { from_glib(gst::glib::gobject_ffi::g_type_from_name(name.as_ptr())) };
+    if known.is_valid() {
+        return known;
+    }
+    let tags: [*const std::ffi::c_char; 1] = [std::ptr::null()];
+    // SAFETY: a NUL-terminated name and a NULL-terminated (empty) tag list, both alive
+    // for the call; GStreamer keeps the type for the life of the process.
+    let t: gst::glib::Type = unsafe {
+        from_glib(gst::ffi::gst_meta_api_type_register(
+            name.as_ptr(),
+            tags.as_ptr() as *mut _,
+        ))
+    };
+    let _ = t.into_glib();
+    t
+});
+
+/// Says in `query` (an ALLOCATION query this consumer answers) that it reads only the
+/// Rust metas, so that the element upstream may leave the readable ones out.
+pub fn declare_rust_only(query: &mut gst::query::Allocation) {
+    use gst::glib::translate::IntoGlib;
+    // SAFETY: a valid, writable allocation query (we hold it mutably) and a registered
+    // meta API type; no parameters.
+    unsafe {
+        gst::ffi::gst_query_add_allocation_meta(
+            query.as_mut_ptr(),
+            RUST_ONLY.into_glib(),
+            std::ptr::null(),
+        )
+    };
+}
+
+/// Whether whoever answered `query` may read the readable metas: false only if every
+/// consumer behind it declared [`declare_rust_only`] (a `tee` keeps a meta only when
+/// every branch adds it, and fails the query if one branch does not answer).
+pub fn downstream_may_read(query: &gst::query::Allocation) -> bool {
+    use gst::glib::translate::IntoGlib;
+    // SAFETY: a valid allocation query and a registered meta API type; the index out
+    // parameter may be NULL.
+    let found = unsafe {
+        gst::ffi::gst_query_find_allocation_meta(
+            query.as_ptr() as *mut _,
+            RUST_ONLY.into_glib(),
+            std::ptr::null_mut(),
+        )
+    };
+    found == gst::glib::ffi::GFALSE
+}
+
+/// Whether an element attaches the readable metas to what it pushes: its
+/// `readable-metas` setting, and what the ALLOCATION query said of its downstream.
+///
+/// Why: the readable metas cost about 1 µs per batch or heap to build, and a pipeline
+/// whose every consumer is a Firehose element reads none of them. Those consumers
+/// say so in the query ([`declare_rust_only`]); an appsink, a stock element or any
+/// branch of a `tee` that does not say so keeps the metas on. A new branch triggers a
+/// renegotiation, and with it a new query.
+#[derive(Debug)]
+pub struct ReadableOutput {
+    setting: std::sync::atomic::AtomicBool,
+    downstream: std::sync::atomic::AtomicBool,
+}
+
+impl Default for ReadableOutput {
+    fn default() -> Self {
+        Self {
+            setting: std::sync::atomic::AtomicBool::new(DEFAULT),
+            downstream: std::sync::atomic::AtomicBool::new(true),
+        }
+    }
+}
+
+impl ReadableOutput {
+    /// At start: the `readable-metas` setting; downstream may read until a query says
+    /// otherwise.
+    pub fn start(&self, setting: bool) {
+        use std::sync::atomic::Ordering;
+        self.setting.store(setting, Ordering::Relaxed);
+        self.downstream.store(true, Ordering::Relaxed);
+    }
+
+    /// From `decide_allocation`: what downstream's answer to the allocation query says
+    /// (`None`: nobody answered, so someone may read them).
+    pub fn decide(&self, element: &gst::Element, answer: Option<&gst::query::Allocation>) {
+        use std::sync::atomic::Ordering;
+        let may_read = answer.is_none_or(downstream_may_read);
+        let was = self.downstream.swap(may_read, Ordering::Relaxed);
+        if was != may_read && self.setting.load(Ordering::Relaxed) {
+            gst::debug!(
+                gst::CAT_RUST,
+                obj = element,
+                "readable metas {}",
+                if may_read {
+                    "on: a consumer downstream may read them"
+                } else {
+                    "off: every consumer downstream reads only the Rust metas"
+                }
+            );
+        }
+    }
+
+    /// Whether to attach the readable metas now.
+    pub fn wanted(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.setting.load(Ordering::Relaxed) && self.downstream.load(Ordering::Relaxed)
+    }
+}
+
 /// The `readable-metas` property's spec (a fresh one: each class owns its specs).
 pub fn param_spec() -> gst::glib::ParamSpec {
     use gst::prelude::*;
     gst::glib::ParamSpecBoolean::builder(PROPERTY)
         .nick("Readable metas")
-        .blurb("Attach the metas every language reads (FirehoseBatchMeta, FirehoseHeapMeta, FirehoseChunkInfoMeta: structures with numpy-ready arrays, see docs/python.md) beside the Rust ones; false saves their cost (built once per buffer) when only Rust elements read the output")
+        .blurb("Attach the metas every language reads (FirehoseBatchMeta, FirehoseHeapMeta, FirehoseChunkInfoMeta: structures with numpy-ready arrays, see docs/python.md) beside the Rust ones, unless every consumer downstream is a Firehose element that reads only the Rust ones (it says so in the allocation query); false: never")
         .default_value(DEFAULT)
         .mutable_ready()
         .build()
@@ -180,6 +300,41 @@ mod tests {
     use super::*;
     use crate::batch::PacketBatchMeta;
     use std::net::SocketAddr;
+
+    #[test]
+    fn a_consumer_that_declares_rust_only_turns_them_off_and_nothing_else_does() {
+        gst::init().unwrap();
+        let el = gst::ElementFactory::make("identity").build().unwrap();
+        let caps = gst::Caps::new_empty_simple("application/x-test");
+        let out = ReadableOutput::default();
+        out.start(true);
+        assert!(out.wanted(), "on until a query says otherwise");
+        let unanswered = gst::query::Allocation::new(Some(&caps), false);
+        assert!(downstream_may_read(&unanswered));
+        out.decide(&el, Some(&unanswered));
+        assert!(out.wanted());
+        let mut declared = gst::query::Allocation::new(Some(&caps), false);
+        declare_rust_only(&mut declared);
+        assert!(!downstream_may_read(&declared));
+        out.decide(&el, Some(&declared));
+        assert!(!out.wanted());
+        // A later query (a new branch) turns them back on; a fresh start too.
+        out.decide(&el, Some(&unanswered));
+        assert!(out.wanted());
+        out.decide(&el, Some(&declared));
+        out.start(true);
+        assert!(out.wanted());
+        out.decide(&el, Some(&declared));
+        out.decide(&el, None);
+        assert!(out.wanted(), "no answer: someone may read them");
+        // Off by setting whatever downstream says.
+        out.start(false);
+        out.decide(&el, Some(&unanswered));
+        assert!(!out.wanted());
+        // Registered once: the type is found by name again.
+        assert_eq!(RUST_ONLY.name(), RUST_ONLY_API);
+        assert_eq!(gst::glib::Type::from_name(RUST_ONLY_API), Some(*RUST_ONLY));
+    }
 
     fn bytes_field(s: &gst::StructureRef, name: &str) -> Vec<u8> {
         s.get::<gst::glib::Bytes>(name).unwrap().to_vec()

@@ -88,6 +88,30 @@ pub fn answer_packets_query(query: &mut gst::QueryRef) -> bool {
     }
 }
 
+/// The query handler of a Firehose consumer's sink pad, around `parent` (its default
+/// handling): answers [`PACKETS_QUERY`]; to an ALLOCATION query it adds, after
+/// `parent`'s answer, that it reads only the Rust metas
+/// ([`crate::meta::readable::declare_rust_only`], so the element upstream can leave the
+/// readable ones out), and counts it answered; any other query goes to `parent`.
+pub fn consumer_query(
+    query: &mut gst::QueryRef,
+    parent: impl FnOnce(&mut gst::QueryRef) -> bool,
+) -> bool {
+    if answer_packets_query(query) {
+        return true;
+    }
+    if !matches!(query.view(), gst::QueryView::Allocation(_)) {
+        return parent(query);
+    }
+    // Whatever the default answer (a pool, memory, or nothing), the declaration holds;
+    // answered, so that a `tee` keeps it when every branch declares it.
+    let _ = parent(query);
+    if let gst::QueryViewMut::Allocation(q) = query.view_mut() {
+        crate::meta::readable::declare_rust_only(q);
+    }
+    true
+}
+
 /// The Firehose formats and plain bytes: packet batches, SPEAD heaps, chunks and
 /// `application/octet-stream` (what `fhcudaupload` passes on).
 pub fn firehose_caps() -> gst::Caps {

@@ -186,7 +186,10 @@ impl FhDepay {
                 .decide_allocation(obj.upcast_ref(), &query, &mut state.engine)
                 .map_err(|e| e.log_with_imp(self))
                 .is_ok(),
-            None => true,
+            None => {
+                self.front.unanswered(obj.upcast_ref());
+                true
+            }
         }
     }
 
@@ -237,16 +240,15 @@ impl ObjectSubclass for FhDepay {
                 )
             })
             .query_function(|pad, parent, query| {
-                // Downstream's allocation answer is for chunks, not for our input: an
-                // upstream element must not size its packet buffers by it.
-                if let gst::QueryViewMut::Allocation(_) = query.view_mut() {
-                    return false;
-                }
-                // It reads packet batches: a packet source sends them.
-                if firehose_core::src::output::answer_packets_query(query) {
-                    return true;
-                }
-                gst::Pad::query_default(pad, parent, query)
+                // It reads packet batches (a packet source sends them) and only their
+                // Rust metas. Downstream's allocation answer is for chunks, not for our
+                // input: an upstream element must not size its packet buffers by it.
+                firehose_core::src::output::consumer_query(query, |query| {
+                    if let gst::QueryViewMut::Allocation(_) = query.view_mut() {
+                        return false;
+                    }
+                    gst::Pad::query_default(pad, parent, query)
+                })
             })
             .build();
         let templ = klass.pad_template("src").expect("src template");

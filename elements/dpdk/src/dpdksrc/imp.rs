@@ -166,8 +166,6 @@ struct State {
     /// Absolute payload address of each kept packet, parallel to the batch's infos.
     addrs: Vec<usize>,
     timer: StatsTimer,
-    /// `readable-metas`.
-    readable: bool,
     /// The port's link, checked while bursts come back empty.
     watch: PortLinkWatch,
 }
@@ -184,6 +182,8 @@ pub struct DpdkSrc {
     /// Copies each batch into the memory downstream asked for, if it did (the NIC
     /// cannot write there).
     copy: firehose_core::alloc::CopyOut,
+    /// `readable-metas`, and whether downstream may read them (the allocation query).
+    readable: firehose_core::meta::readable::ReadableOutput,
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
     /// The open port's id, for `stats` reads from other threads; cleared (under this
@@ -582,6 +582,7 @@ impl BaseSrcImpl for DpdkSrc {
         let burst = s.batch_size.min(MAX_BATCH) as usize;
         *lock(&self.nic) = Some(port.id());
         self.live.start();
+        self.readable.start(s.pool.readable_metas);
         // The naps between empty bursts sleep in ppoll on it, so unlock() cuts them short.
         self.live.new_waker().map_err(|e| {
             gst::error_msg!(gst::ResourceError::OpenRead, ("eventfd failed: {}", e))
@@ -600,7 +601,6 @@ impl BaseSrcImpl for DpdkSrc {
             rejected: Vec::with_capacity(burst),
             addrs: Vec::with_capacity(burst),
             timer: s.stats_interval.timer(),
-            readable: s.pool.readable_metas,
         });
         Ok(())
     }
@@ -634,7 +634,7 @@ impl PushSrcImpl for DpdkSrc {
             let pts = self.obj().current_running_time();
             self.counters.batches.add(1);
             let post = st.timer.due(Instant::now());
-            let readable = st.readable;
+            let readable = self.readable.wanted();
             drop(guard);
             if post {
                 stats::post(self.obj().upcast_ref(), self.stats());

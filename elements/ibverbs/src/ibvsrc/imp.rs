@@ -94,8 +94,6 @@ struct State {
     /// The interface received on, watched while idle: gone, replaced or down is an
     /// element error naming it.
     watch: Option<firehose_core::netif::LinkWatch>,
-    /// `readable-metas`.
-    readable: bool,
 }
 
 /// The `fhibvsrc` element's state: settings, counters, and the receive engine while
@@ -107,6 +105,8 @@ pub struct IbvSrc {
     /// Copies each batch into the memory downstream asked for, if it did (the NIC
     /// cannot write there).
     copy: firehose_core::alloc::CopyOut,
+    /// `readable-metas`, and whether downstream may read them (the allocation query).
+    readable: firehose_core::meta::readable::ReadableOutput,
     settings: Mutex<Settings>,
     counters: Arc<RxCounters>,
     /// Held for the whole receive loop: `stats` and `unlock` never take it.
@@ -238,7 +238,6 @@ impl IbvSrc {
             _membership: membership,
             timer: s.stats_interval.timer(),
             watch,
-            readable: s.pool.readable_metas,
         })
     }
 }
@@ -396,6 +395,7 @@ impl BaseSrcImpl for IbvSrc {
         );
         self.counters.reset();
         self.live.start();
+        self.readable.start(s.pool.readable_metas);
         // The idle naps between polls sleep in ppoll on it, so unlock() cuts them short.
         self.live.new_waker().map_err(|e| {
             gst::error_msg!(gst::ResourceError::OpenRead, ("eventfd failed: {}", e))
@@ -445,7 +445,7 @@ impl PushSrcImpl for IbvSrc {
                         if state.timer.due(Instant::now()) {
                             stats::post(self.obj().upcast_ref(), self.stats());
                         }
-                        let buf = batch.into_buffer(pts, state.readable);
+                        let buf = batch.into_buffer(pts, self.readable.wanted());
                         return Ok(self.output.push(self.copy.out(buf)));
                     }
                     Ok(Step::Busy) => idle = 0,

@@ -426,10 +426,12 @@ impl ElementImpl for UdpSink {
 
 impl BaseSinkImpl for UdpSink {
     /// Answers the query by which a packet source asks whether its peer reads packet
-    /// batches (`output=auto`): yes.
+    /// batches (`output=auto`): yes; and says in the allocation query that it reads
+    /// only the Rust metas (the readable ones can be left out).
     fn query(&self, query: &mut gst::QueryRef) -> bool {
-        firehose_core::src::output::answer_packets_query(query)
-            || BaseSinkImplExt::parent_query(self, query)
+        firehose_core::src::output::consumer_query(query, |q| {
+            BaseSinkImplExt::parent_query(self, q)
+        })
     }
 
     fn start(&self) -> Result<(), gst::ErrorMessage> {

@@ -101,8 +101,6 @@ struct State {
     /// The interface of `multicast-iface`, watched while nothing arrives: a capture
     /// whose interface went away or down says so (an element error).
     watch: Option<firehose_core::netif::LinkWatch>,
-    /// `readable-metas`.
-    readable: bool,
 }
 
 #[derive(Default)]
@@ -118,6 +116,8 @@ pub struct UdpSrc {
     dry: live::DryWarning,
     /// `output`, `caps`, and what was negotiated: batches or one buffer per datagram.
     output: PacketOutput,
+    /// `readable-metas`, and whether downstream may read them (the allocation query).
+    readable: firehose_core::meta::readable::ReadableOutput,
 }
 
 impl UdpSrc {
@@ -378,6 +378,7 @@ impl BaseSrcImpl for UdpSrc {
         let port_changed = lock(&self.settings).socket.set_bound_port(&report);
         self.counters.reset();
         self.live.start();
+        self.readable.start(s.pool.readable_metas);
         self.live.set_waker(rx.waker());
         self.live.set_pool(pool.clone());
         *lock(&self.pool) = Some(pool.clone());
@@ -391,7 +392,6 @@ impl BaseSrcImpl for UdpSrc {
             timer: s.stats_interval.timer(),
             when_full: s.when_full,
             watch,
-            readable: s.pool.readable_metas,
         });
         if port_changed {
             self.obj().notify("port");
@@ -416,6 +416,7 @@ impl BaseSrcImpl for UdpSrc {
         &self,
         query: &mut gst::query::Allocation,
     ) -> Result<(), gst::LoggableError> {
+        self.readable.decide(self.obj().upcast_ref(), Some(query));
         // Called from the streaming thread before it receives: the state is free.
         if let Some(state) = lock(&self.state).as_mut() {
             if let Some(pool) = alloc::decide_pool(self.obj().upcast_ref(), query, &state.pool)? {
@@ -460,7 +461,7 @@ impl PushSrcImpl for UdpSrc {
             if state.timer.due(Instant::now()) {
                 self.post_stats(state);
             }
-            let readable = state.readable;
+            let readable = self.readable.wanted();
             drop(guard);
 
             if self.output.is_list() {

@@ -121,6 +121,8 @@ pub struct PcapSrc {
     output: firehose_core::src::PacketOutput,
     /// Copies each batch into the memory downstream asked for, if it did.
     copy: firehose_core::alloc::CopyOut,
+    /// `readable-metas`, and whether downstream may read them (the allocation query).
+    readable: firehose_core::meta::readable::ReadableOutput,
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
     /// For `stats`; `live` holds it too, to wake a pool wait on `unlock()`.
@@ -446,6 +448,7 @@ impl BaseSrcImpl for PcapSrc {
             gst::warning!(CAT, imp = self, "not using hugepages: {why}");
         }
         self.live.start();
+        self.readable.start(settings.pool.readable_metas);
         self.live.add_pool(pool.clone());
         *lock(&self.pool) = Some(pool);
         let pacer = match rate {
@@ -542,7 +545,7 @@ impl PushSrcImpl for PcapSrc {
                 b.set_pts(gst::ClockTime::from_nseconds(pts.as_nanos() as u64));
                 b.set_offset(state.sent);
                 b.set_offset_end(state.sent + n);
-                if state.settings.pool.readable_metas {
+                if self.readable.wanted() {
                     firehose_core::meta::readable::add_batch(b, &packets, None);
                 }
                 PacketBatchMeta::add(b, packets);

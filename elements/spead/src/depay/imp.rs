@@ -44,8 +44,6 @@ struct State {
     caps: gst::Caps,
     timer: StatsTimer,
     stop_is_eos: bool,
-    /// `readable-metas`.
-    readable: bool,
     /// A stop heap became EOS: refuse input until a flush.
     ended: bool,
     memory: &'static str,
@@ -75,6 +73,8 @@ pub struct SpeadDepay {
     mode: Mutex<Mode>,
     /// Chunks mode: the engine's pool and counters (kept after stop for `stats`).
     chunks: ChunkFront,
+    /// Heaps mode: `readable-metas`, and whether downstream may read them.
+    readable: firehose_core::meta::readable::ReadableOutput,
 }
 
 impl Output {
@@ -123,7 +123,7 @@ impl SpeadDepay {
             return Err(gst::FlowError::Eos);
         }
         let mut out = Output {
-            readable: state.readable,
+            readable: self.readable.wanted(),
             ..Output::default()
         };
         let stop_is_eos = state.stop_is_eos;
@@ -206,7 +206,7 @@ impl SpeadDepay {
                 // EOS already went downstream with the stop heap.
                 return true;
             }
-            out.readable = state.readable;
+            out.readable = self.readable.wanted();
             match &mut state.engine {
                 Engine::Heaps(engine) => {
                     let stop_is_eos = state.stop_is_eos;
@@ -275,7 +275,11 @@ impl SpeadDepay {
     /// its first packet. False when the proposed memory could not be had (an element
     /// error says why).
     fn decide_allocation(&self, caps: &gst::Caps) -> bool {
-        let Some(query) = alloc::query_downstream(&self.srcpad, caps) else {
+        let query = alloc::query_downstream(&self.srcpad, caps);
+        self.readable
+            .decide(self.obj().upcast_ref(), query.as_deref());
+        let Some(query) = query else {
+            self.chunks.unanswered(self.obj().upcast_ref());
             return true;
         };
         let obj = self.obj();
@@ -325,12 +329,12 @@ impl SpeadDepay {
         let memory = engine.memory_kind().as_str();
         self.mirror.update(&engine);
         *lock(&self.memory) = Some(memory);
+        self.readable.start(s.readable_metas);
         *lock(&self.state) = Some(State {
             engine: Engine::Heaps(engine),
             caps: gst::Caps::new_empty_simple(fcaps::SPEAD_HEAP),
             timer: s.stats_interval.timer(),
             stop_is_eos: s.stop_is_eos,
-            readable: s.readable_metas,
             ended: false,
             memory,
         });
@@ -362,7 +366,6 @@ impl SpeadDepay {
             caps,
             timer: s.stats_interval.timer(),
             stop_is_eos: s.stop_is_eos,
-            readable: s.readable_metas,
             ended: false,
             memory,
         });
@@ -408,23 +411,23 @@ impl ObjectSubclass for SpeadDepay {
                 SpeadDepay::catch_panic_pad_function(parent, || false, |d| d.sink_event(pad, event))
             })
             .query_function(|pad, parent, query| {
-                // In chunks mode downstream's allocation answer is for chunks, not for
-                // our input: an upstream element must not size its packet buffers by it.
-                // It reads packet batches: a packet source sends them.
-                if firehose_core::src::output::answer_packets_query(query) {
-                    return true;
-                }
-                if let gst::QueryViewMut::Allocation(_) = query.view_mut() {
-                    let chunks = SpeadDepay::catch_panic_pad_function(
-                        parent,
-                        || false,
-                        |d| *lock(&d.mode) == Mode::Chunks,
-                    );
-                    if chunks {
-                        return false;
+                // It reads packet batches (a packet source sends them) and only their
+                // Rust metas. In chunks mode downstream's allocation answer is for
+                // chunks, not for our input: an upstream element must not size its
+                // packet buffers by it.
+                firehose_core::src::output::consumer_query(query, |query| {
+                    if let gst::QueryViewMut::Allocation(_) = query.view_mut() {
+                        let chunks = SpeadDepay::catch_panic_pad_function(
+                            parent,
+                            || false,
+                            |d| *lock(&d.mode) == Mode::Chunks,
+                        );
+                        if chunks {
+                            return false;
+                        }
                     }
-                }
-                gst::Pad::query_default(pad, parent, query)
+                    gst::Pad::query_default(pad, parent, query)
+                })
             })
             .build();
         let srcpad = gst::Pad::builder_from_template(&klass.pad_template("src").unwrap()).build();
@@ -438,6 +441,7 @@ impl ObjectSubclass for SpeadDepay {
             memory: Mutex::new(None),
             mode: Mutex::new(Mode::Heaps),
             chunks: ChunkFront::default(),
+            readable: Default::default(),
         }
     }
 }

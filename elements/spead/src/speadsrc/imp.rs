@@ -59,8 +59,8 @@ pub struct SpeadSrc {
     memory: Mutex<Option<&'static str>>,
     /// `stop-is-eos` of the current run.
     stop_is_eos: AtomicBool,
-    /// `readable-metas` of the current run.
-    readable: AtomicBool,
+    /// `readable-metas` of the current run, and whether downstream may read them.
+    readable: firehose_core::meta::readable::ReadableOutput,
     /// Says on the bus when the heap pool runs dry.
     dry: firehose_core::src::DryWarning,
 }
@@ -189,8 +189,7 @@ impl BaseSrcImpl for SpeadSrc {
         *lock(&self.memory) = Some(memory);
         self.stop_is_eos
             .store(s.heaps.stop_is_eos, Ordering::Relaxed);
-        self.readable
-            .store(s.heaps.readable_metas, Ordering::Relaxed);
+        self.readable.start(s.heaps.readable_metas);
         let buffer = report.buffer_granted as u64;
         let src = LandingSource::new(rx, engine, batch, buffer, Emitted::default());
         let timer = s.heaps.stats_interval.timer();
@@ -214,6 +213,7 @@ impl BaseSrcImpl for SpeadSrc {
         query: &mut gst::query::Allocation,
     ) -> Result<(), gst::LoggableError> {
         let element = self.obj();
+        self.readable.decide(element.upcast_ref(), Some(query));
         self.land
             .with_engine(|engine| {
                 let kind = heapout::decide_allocation(element.upcast_ref(), query, engine)?;
@@ -250,7 +250,7 @@ impl PushSrcImpl for SpeadSrc {
             }
             Some(h) => Ok(CreateSuccess::NewBuffer(heap_buffer(
                 h,
-                self.readable.load(Ordering::Relaxed),
+                self.readable.wanted(),
             ))),
             // Ended and every heap pushed: GstBaseSrc sends EOS downstream.
             None => Err(gst::FlowError::Eos),

@@ -111,6 +111,8 @@ pub struct FhTestSrc {
     output: firehose_core::src::PacketOutput,
     /// Copies each batch into the memory downstream asked for, if it did.
     copy: firehose_core::alloc::CopyOut,
+    /// `readable-metas`, and whether downstream may read them (the allocation query).
+    readable: firehose_core::meta::readable::ReadableOutput,
     settings: Mutex<Settings>,
     state: Mutex<State>,
     /// For `stats`; `live` holds it too, to wake a pool wait on `unlock()`.
@@ -279,6 +281,7 @@ impl BaseSrcImpl for FhTestSrc {
             gst::warning!(CAT, imp = self, "not using hugepages: {why}");
         }
         self.live.start();
+        self.readable.start(settings.pool.readable_metas);
         self.live.add_pool(pool.clone());
         *lock(&self.pool) = Some(pool);
         *lock(&self.state) = State {
@@ -339,7 +342,7 @@ impl PushSrcImpl for FhTestSrc {
             let seq = s.first_seq.wrapping_add(state.sent);
             let packet_size = s.packet_size as usize;
             let mut buf =
-                self.make_batch(slot, seq, n as usize, packet_size, s.pool.readable_metas);
+                self.make_batch(slot, seq, n as usize, packet_size, self.readable.wanted());
             let batch_bytes = n * u64::from(s.packet_size);
             {
                 let b = buf.get_mut().expect("a new buffer is writable");

@@ -168,8 +168,6 @@ struct State {
     post: Vec<u32>,
     /// The interface: gone or down is an error, not a capture that waits for ever.
     watch: firehose_core::netif::LinkWatch,
-    /// `readable-metas`.
-    readable: bool,
 }
 
 #[derive(Default)]
@@ -179,6 +177,8 @@ pub struct XdpSrc {
     /// Copies each batch into the memory downstream asked for, if it did (the NIC
     /// cannot write there).
     copy: firehose_core::alloc::CopyOut,
+    /// `readable-metas`, and whether downstream may read them (the allocation query).
+    readable: firehose_core::meta::readable::ReadableOutput,
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
     /// The slot accounting, kept after stop for the final `stats` read.
@@ -322,7 +322,6 @@ impl XdpSrc {
                 timer: s.stats_interval.timer(),
                 post: Vec::with_capacity(cfg.frames as usize),
                 watch,
-                readable: s.pool.readable_metas,
             },
             mode,
         ))
@@ -661,6 +660,7 @@ impl BaseSrcImpl for XdpSrc {
         self.kernel.reset();
         self.high_water.reset();
         self.live.start();
+        self.readable.start(s.pool.readable_metas);
         let (state, mode) = self.open(&s)?;
         *lock(&self.ring) = Some(state.cap.ring.clone());
         *lock(&self.mode) = Some(mode);
@@ -693,7 +693,7 @@ impl PushSrcImpl for XdpSrc {
             // One clock read per batch: the running time at which the batch was complete.
             let pts = self.obj().current_running_time();
             self.counters.batches.add(1);
-            let readable = st.readable;
+            let readable = self.readable.wanted();
             if st.timer.due(Instant::now()) {
                 self.read_kernel_stats(&st.cap.sock);
                 drop(guard);
