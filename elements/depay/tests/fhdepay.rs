@@ -186,11 +186,17 @@ fn single_packet_buffers_and_buffer_lists_are_accepted() {
     assert!(out[0].1.is_complete());
     assert_eq!(stat(&h, names::PACKETS), 10);
     assert_eq!(stat(&h, names::MALFORMED), 1);
+    // Downstream's allocation answer (for chunks) is not passed up; the answer only
+    // says that fhdepay reads the Rust metas alone.
     let mut q = gst::query::Allocation::new(Some(&gst::Caps::new_any()), true);
-    assert!(
-        !h.srcpad().unwrap().peer_query(&mut q),
-        "allocation queries are not forwarded"
+    assert!(h.srcpad().unwrap().peer_query(&mut q));
+    assert_eq!(q.allocation_pools().len(), 0, "no pool from downstream");
+    assert_eq!(
+        q.allocation_params().len(),
+        0,
+        "no allocator from downstream"
     );
+    assert!(!firehose_core::meta::readable::downstream_may_read(&q));
     let caps = h.sinkpad().unwrap().current_caps().unwrap();
     let s = caps.structure(0).unwrap();
     assert_eq!(s.name(), caps::CHUNK);
