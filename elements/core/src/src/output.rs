@@ -22,8 +22,8 @@
 //! source address in the batch's [`PacketInfo`]; a source that does not know the
 //! sender (port 0 and the unspecified address, as `fhtestsrc`'s) adds none. The
 //! `GSocketAddress` of a sender is made once and shared (a reference per buffer) by
-//! every datagram from it: a [`SenderCache`] of the last [`SENDER_CACHE`] senders
-//! lives in the source, across batches. Batches keep their own metas and get none.
+//! every datagram from it: a [`SenderCache`] of up to [`SENDER_CACHE`] senders lives
+//! in the source, across batches. Batches keep their own metas and get none.
 //!
 //! Why a query and not the consumers' caps: a consumer that records or forwards any
 //! buffer (`fhrecordsink` after a stock `udpsrc caps=application/x-rtp`, `fhudpsink`
@@ -31,6 +31,8 @@
 //! fails (the link check intersects both pads' unfiltered caps); and an ANY answer
 //! cannot tell a Firehose consumer from `filesink`.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -106,21 +108,20 @@ pub fn firehose_caps() -> gst::Caps {
         .collect()
 }
 
-/// How many senders a [`SenderCache`] remembers.
-pub const SENDER_CACHE: usize = 16;
+/// How many senders a [`SenderCache`] remembers; a source that sees more starts over.
+pub const SENDER_CACHE: usize = 1024;
 
-/// The `GSocketAddress`es of the last [`SENDER_CACHE`] senders, so that the
+/// The `GSocketAddress`es of the senders seen (up to [`SENDER_CACHE`]), so that the
 /// `GstNetAddressMeta` of a datagram from a known sender takes a reference to an
-/// existing address instead of a new `GInetSocketAddress` (two GObjects). A stream
-/// from one sender makes one address, ever; more senders than slots replace the oldest.
+/// existing address instead of a new `GInetSocketAddress` (two GObjects, ~1 µs). A
+/// stream from one sender makes one address, ever. The last sender found is checked
+/// first; the others are looked up in a map with a cheap hash.
 #[derive(Debug, Default)]
 pub struct SenderCache {
-    slots: [Option<(PacketAddr, gio::SocketAddress)>; SENDER_CACHE],
-    /// The slot of the last sender found: checked first.
-    last: usize,
-    /// The slot the next new sender replaces.
-    next: usize,
-    /// Addresses made (cache misses), for tests.
+    map: HashMap<PacketAddr, gio::SocketAddress, BuildHasherDefault<AddrHasher>>,
+    /// The last sender found.
+    last: Option<(PacketAddr, gio::SocketAddress)>,
+    /// Addresses made (senders not found), for tests.
     made: u64,
 }
 
@@ -131,22 +132,23 @@ impl SenderCache {
         if a.is_unknown() {
             return None;
         }
-        let hit =
-            |s: &Option<(PacketAddr, gio::SocketAddress)>| s.as_ref().is_some_and(|(k, _)| k == a);
-        let i = if hit(&self.slots[self.last]) {
-            self.last
-        } else if let Some(i) = self.slots.iter().position(hit) {
-            i
-        } else {
-            let i = self.next;
-            self.next = (i + 1) % SENDER_CACHE;
-            let addr = gio::InetSocketAddress::from(a.to_socket_addr());
-            self.slots[i] = Some((*a, addr.upcast()));
-            self.made += 1;
-            i
-        };
-        self.last = i;
-        self.slots[i].as_ref().map(|(_, s)| s)
+        if !self.last.as_ref().is_some_and(|(k, _)| k == a) {
+            let addr = match self.map.get(a) {
+                Some(addr) => addr.clone(),
+                None => {
+                    if self.map.len() >= SENDER_CACHE {
+                        self.map.clear();
+                    }
+                    let addr: gio::SocketAddress =
+                        gio::InetSocketAddress::from(a.to_socket_addr()).upcast();
+                    self.map.insert(*a, addr.clone());
+                    self.made += 1;
+                    addr
+                }
+            };
+            self.last = Some((*a, addr));
+        }
+        self.last.as_ref().map(|(_, s)| s)
     }
 
     /// How many addresses it made (senders not found in it).
@@ -159,6 +161,26 @@ impl SenderCache {
         if let Some(addr) = self.get(a) {
             gst_net::NetAddressMeta::add(buf, addr);
         }
+    }
+}
+
+/// A cheap hash of a sender (FxHash's mixing): the map's keys come from the network,
+/// but a sender can only slow down its own lookups by colliding.
+#[derive(Debug, Default)]
+pub struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_ne_bytes(w))
+                .wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
 
@@ -525,24 +547,32 @@ mod tests {
     }
 
     #[test]
-    fn more_senders_than_slots_replace_the_oldest() {
+    fn many_senders_are_each_made_once_until_the_cache_starts_over() {
         gst::init().unwrap();
-        let n = SENDER_CACHE + 4;
-        let packets: Vec<PacketInfo> = (0..n)
-            .map(|i| from(0, 1, &format!("10.0.0.{}:{}", i + 1, 7000 + i)))
-            .collect();
+        let peer = |i: usize| from(0, 1, &format!("10.0.{}.{}:{}", i / 256, i % 256, 7000 + i));
+        let packets: Vec<PacketInfo> = (0..SENDER_CACHE).map(peer).collect();
         let mem = gst::Memory::from_slice(vec![0u8; 4]);
         let mut cache = SenderCache::default();
         let list = datagram_list_from(&mem, &packets, None, Some(&mut cache));
         for (b, p) in list.iter().zip(&packets) {
             assert_eq!(sender(b).unwrap().1, p.src.to_socket_addr());
         }
-        assert_eq!(cache.made(), n as u64);
-        // The last SENDER_CACHE senders are remembered; the first 4 were replaced.
-        datagram_list_from(&mem, &packets[4..], None, Some(&mut cache));
-        assert_eq!(cache.made(), n as u64);
+        let n = SENDER_CACHE as u64;
+        assert_eq!(cache.made(), n);
+        // Every one remembered, in any order.
+        let mut rev = packets.clone();
+        rev.reverse();
+        datagram_list_from(&mem, &rev, None, Some(&mut cache));
+        assert_eq!(cache.made(), n);
+        // One more: the cache starts over with it.
+        let list = datagram_list_from(&mem, &[peer(SENDER_CACHE)], None, Some(&mut cache));
+        assert_eq!(
+            sender(list.get(0).unwrap()).unwrap().1,
+            peer(SENDER_CACHE).src.to_socket_addr()
+        );
+        assert_eq!(cache.made(), n + 1);
         datagram_list_from(&mem, &packets[..1], None, Some(&mut cache));
-        assert_eq!(cache.made(), n as u64 + 1);
+        assert_eq!(cache.made(), n + 2);
     }
 
     #[test]
