@@ -311,7 +311,13 @@ fn python_reads_every_field_of_the_heap_chunk_and_batch_metas() {
         .collect();
     let want: Vec<String> = payloads
         .iter()
-        .map(|p| format!("DGRAM len={} from=127.0.0.1:{sender} data={}", p.len(), hex(p)))
+        .map(|p| {
+            format!(
+                "DGRAM len={} from=127.0.0.1:{sender} data={}",
+                p.len(),
+                hex(p)
+            )
+        })
         .collect();
     assert_eq!(singles, want, "\n{rest}");
 }
