@@ -14,6 +14,10 @@ holds scalars and numeric arrays (GBytes, native byte order):
 docs/python.md lists every field. The elements' `readable-metas` property (default
 true) switches them off.
 
+A packet source whose downstream takes plain bytes (`fhudpsrc ! appsink`, no caps)
+pushes one buffer per datagram instead, each with a GstNetAddressMeta naming its sender,
+as stock udpsrc's buffers do (`retrieve-sender-address`, default true): `sender_of`.
+
 Run with the plugin on GST_PLUGIN_PATH (cargo build --release -p gstfirehose), with the
 system Python, which has PyGObject and numpy (apt install python3-gi
 gir1.2-gstreamer-1.0 python3-numpy):
@@ -24,6 +28,7 @@ By default it reads 4 batches of fhtestsrc packets; give another pipeline ending
 `appsink name=sink` as the first argument to read real traffic, e.g.
     "fhudpsrc port=7148 ! speaddepay ! appsink name=sink"
     "fhudpsrc port=7148 output=batch ! appsink name=sink caps=application/x-firehose-packets"
+    "fhudpsrc port=7148 ! appsink name=sink"      (one datagram per buffer, with its sender)
 It prints what each buffer's meta says and exits non-zero if no buffer had one.
 """
 
@@ -34,7 +39,8 @@ import gi
 import numpy as np
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+gi.require_version("GstNet", "1.0")
+from gi.repository import Gst, GstNet  # noqa: E402
 
 DEFAULT = (
     "fhtestsrc rate=0 packet-size=1024 num-packets=256 batch-size=64 "
@@ -75,6 +81,16 @@ def address(row):
     """One row of a batch's `addresses` as an ip_address (IPv4 when v4-mapped)."""
     a = ipaddress.IPv6Address(bytes(row))
     return a.ipv4_mapped or a
+
+
+def sender_of(buf):
+    """The sender of a one-datagram buffer (its GstNetAddressMeta, as udpsrc attaches)
+    as (ip_address, port), or None without the meta."""
+    meta = GstNet.buffer_get_net_address_meta(buf)
+    if meta is None:
+        return None
+    a = meta.addr  # a Gio.InetSocketAddress
+    return ipaddress.ip_address(a.get_address().to_string()), a.get_port()
 
 
 def heap_of(buf):
@@ -164,6 +180,10 @@ def describe(buf):
         return (f"chunk {c['chunk-id']}: {c['slots-present']} of {c['slots']} slots, "
                 f"missing {np.flatnonzero(~c['present']).tolist()}, "
                 f"{int(c['bytes-present'].sum())} bytes")
+    s = sender_of(buf)
+    if s is not None:
+        a, port = s
+        return f"datagram of {buf.get_size()} bytes from {a}:{port}"
     return None
 
 

@@ -6,10 +6,11 @@ them in a canonical text form that the Rust test compares with what it sent.
     fhudpsrc ! speaddepay ! appsink                       -> HEAP lines
     fhudpsrc ! speaddepay mode=chunks ... ! appsink       -> CHUNK lines
     fhudpsrc output=batch ! appsink (packets caps)        -> PKT lines
+    fhudpsrc ! appsink (no caps: one datagram per buffer) -> DGRAM lines (with the sender)
 
-Prints "PORTS heap=<p> chunk=<p> batch=<p>" once the sockets are bound, then reads until
-both SPEAD pipelines end (the stop heap: EOS) and `datagrams` batch datagrams arrived,
-or `timeout` seconds passed. Usage: read_metas_live.py DATAGRAMS HEAP_SIZE TIMEOUT
+Prints "PORTS heap=<p> chunk=<p> batch=<p> datagram=<p>" once the sockets are bound,
+then reads until both SPEAD pipelines end (the stop heap: EOS) and `datagrams` datagrams
+arrived at each of the last two, or `timeout` seconds passed. Usage: read_metas_live.py DATAGRAMS HEAP_SIZE TIMEOUT
 """
 
 import os
@@ -84,17 +85,21 @@ def main():
     batch = Gst.parse_launch(
         "fhudpsrc name=src address=127.0.0.1 port=0 output=batch "
         "! appsink name=sink sync=false caps=application/x-firehose-packets")
-    pipes = {"heap": heaps, "chunk": chunks, "batch": batch}
+    datagram = Gst.parse_launch(
+        "fhudpsrc name=src address=127.0.0.1 port=0 ! appsink name=sink sync=false")
+    pipes = {"heap": heaps, "chunk": chunks, "batch": batch, "datagram": datagram}
     for p in pipes.values():
         p.set_state(Gst.State.PLAYING)
     ports = {k: p.get_by_name("src").get_property("port") for k, p in pipes.items()}
-    print(f"PORTS heap={ports['heap']} chunk={ports['chunk']} batch={ports['batch']}",
-          flush=True)
+    print(f"PORTS heap={ports['heap']} chunk={ports['chunk']} batch={ports['batch']} "
+          f"datagram={ports['datagram']}", flush=True)
     sinks = {k: p.get_by_name("sink") for k, p in pipes.items()}
     ended = set()
     got = 0
+    dgot = 0
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and (len(ended) < 2 or got < datagrams):
+    while time.monotonic() < deadline and (len(ended) < 2 or got < datagrams
+                                           or dgot < datagrams):
         for name, sink in sinks.items():
             if name in ended:
                 continue
@@ -112,13 +117,18 @@ def main():
                 print(heap_line(buf, data))
             elif name == "chunk":
                 print(chunk_line(buf))
+            elif name == "datagram":
+                sender = read_metas.sender_of(buf)
+                assert sender is not None, "a datagram without GstNetAddressMeta"
+                dgot += 1
+                print(f"DGRAM len={len(data)} from={sender[0]}:{sender[1]} data={data.hex()}")
             else:
                 lines = batch_lines(buf, data)
                 got += len(lines)
                 print("\n".join(lines))
     for p in pipes.values():
         p.set_state(Gst.State.NULL)
-    print(f"END ended={','.join(sorted(ended))} datagrams={got}", flush=True)
+    print(f"END ended={','.join(sorted(ended))} datagrams={got} single={dgot}", flush=True)
     return 0
 
 

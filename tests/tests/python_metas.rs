@@ -1,7 +1,9 @@
 //! Issue 17, readable metas: a Python process (PyGObject and numpy, no Rust) reads
 //! every field of the heap, chunk and batch metas from live captures on loopback
 //! (`fhudpsrc ! speaddepay ! appsink`, the same in `mode=chunks`, and
-//! `fhudpsrc output=batch ! appsink`), with the functions of examples/read_metas.py
+//! `fhudpsrc output=batch ! appsink`), and the sender of each per-datagram buffer of
+//! `fhudpsrc ! appsink` (its `GstNetAddressMeta`, as `udpsrc`'s), with the functions of
+//! examples/read_metas.py
 //! (driven by tests/python/read_metas_live.py), and this test compares what it printed
 //! with what was sent.
 //!
@@ -136,7 +138,8 @@ fn python_reads_every_field_of_the_heap_chunk_and_batch_metas() {
                 panic!("no {name} port in {first:?}: {err}")
             })
     };
-    let (heap_port, chunk_port, batch_port) = (port("heap"), port("chunk"), port("batch"));
+    let (heap_port, chunk_port, batch_port, single_port) =
+        (port("heap"), port("chunk"), port("batch"), port("datagram"));
 
     // The SPEAD stream, to both SPEAD captures: heap 1 carries the descriptors; every
     // heap an immediate and a 32-byte item; heap 6 also STREAM_CTRL (descriptors
@@ -213,6 +216,7 @@ fn python_reads_every_field_of_the_heap_chunk_and_batch_metas() {
         .collect();
     for p in &payloads {
         tx.send_to(p, ("127.0.0.1", batch_port)).unwrap();
+        tx.send_to(p, ("127.0.0.1", single_port)).unwrap();
     }
     std::thread::sleep(Duration::from_millis(20));
     send_heap(HEAPS + 1, &[Item::stop()]);
@@ -226,7 +230,7 @@ fn python_reads_every_field_of_the_heap_chunk_and_batch_metas() {
     assert!(out.status.success(), "python failed:\n{rest}\n{stderr}");
     let lines: Vec<&str> = rest.lines().collect();
     assert!(
-        rest.contains("END ended=chunk,heap datagrams=20"),
+        rest.contains("END ended=chunk,heap datagrams=20 single=20"),
         "both SPEAD captures ended, every datagram read:\n{rest}\n{stderr}"
     );
 
@@ -298,4 +302,22 @@ fn python_reads_every_field_of_the_heap_chunk_and_batch_metas() {
             )
         );
     }
+
+    // One datagram per buffer: the bytes sent, each naming our socket as its sender.
+    let singles: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with("DGRAM "))
+        .collect();
+    let want: Vec<String> = payloads
+        .iter()
+        .map(|p| {
+            format!(
+                "DGRAM len={} from=127.0.0.1:{sender} data={}",
+                p.len(),
+                hex(p)
+            )
+        })
+        .collect();
+    assert_eq!(singles, want, "\n{rest}");
 }

@@ -3,7 +3,11 @@
 //! the sources that know each datagram's destination build it
 //! (`batch_buffer_with_dests`: the destination meta, and destinations in the readable
 //! meta); and
-//! the chunk meta of a 64-slot chunk alone. Prints the median over several runs of
+//! the chunk meta of a 64-slot chunk alone; and the per-datagram output (a list of 64
+//! buffers, `datagram_list_from`) without and with the `GstNetAddressMeta` naming each
+//! sender (`retrieve-sender-address`), from one sender, 64 in turn (each address from
+//! the sender cache), and, for comparison, 64 in turn with a new address made per
+//! datagram (what `udpsrc` does for every datagram). Prints the median over several runs of
 //! nanoseconds per buffer, and per datagram for batches (docs/python.md quotes them).
 //!
 //! Run with `cargo bench -p firehose-core --bench readable_metas`. Without `--bench`
@@ -16,6 +20,7 @@ use firehose_core::batch::{batch_buffer, batch_buffer_with_dests};
 use firehose_core::meta::chunk::ChunkInfo;
 use firehose_core::meta::dest::PacketDest;
 use firehose_core::meta::readable;
+use firehose_core::src::output::{datagram_list_from, SenderCache};
 use firehose_core::PacketInfo;
 
 const RUNS: usize = 7;
@@ -115,4 +120,40 @@ fn main() {
         "FirehoseChunkInfoMeta of a 64-slot chunk: {:.0} ns per chunk (buffer included)",
         t.as_nanos() as f64 / iters as f64
     );
+
+    // One buffer per datagram, as sources push to stock elements.
+    let list_iters = iters / 4;
+    for (senders, fresh, label) in [
+        (0, false, "no sender meta"),
+        (1, false, "1 sender"),
+        (64, false, "64 senders in turn"),
+        (64, true, "64 senders, an address made per datagram"),
+    ] {
+        let mut pk = packets.clone();
+        for (i, p) in pk.iter_mut().enumerate() {
+            let n = senders.max(1);
+            p.src = std::net::SocketAddr::from((
+                [10, 0, (i % n / 256) as u8, (i % n) as u8],
+                7000 + (i % n) as u16,
+            ))
+            .into();
+        }
+        let mut cache = SenderCache::default();
+        let t = median_of(runs, || {
+            let t0 = Instant::now();
+            for _ in 0..list_iters {
+                if fresh {
+                    cache = SenderCache::default();
+                }
+                let c = (senders > 0).then_some(&mut cache);
+                black_box(datagram_list_from(&memory, &pk, None, c));
+            }
+            t0.elapsed()
+        });
+        let ns = t.as_nanos() as f64 / list_iters as f64;
+        println!(
+            "datagram list of {BATCH} buffers, {label}: {ns:.0} ns per list, {:.1} ns per datagram",
+            ns / BATCH as f64
+        );
+    }
 }

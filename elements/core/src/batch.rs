@@ -24,6 +24,12 @@ impl PacketAddr {
         (self.ip, self.port)
     }
 
+    /// Whether the source did not know the sender: port 0 and the unspecified
+    /// address (what `PacketAddr::default()` holds).
+    pub fn is_unknown(&self) -> bool {
+        self.port == 0 && self.to_socket_addr().ip().is_unspecified()
+    }
+
     /// The address as a std socket address.
     pub fn to_socket_addr(&self) -> SocketAddr {
         let v6 = Ipv6Addr::from(self.ip);

@@ -39,6 +39,11 @@ fn datagrams(n: usize) -> Vec<Vec<u8>> {
 /// the source counted every datagram, then EOS; returns the pipeline at EOS (the
 /// caller sets it to NULL).
 fn run(desc: &str, data: &[Vec<u8>]) -> gst::Pipeline {
+    run_from(desc, data, &[UdpSocket::bind("127.0.0.1:0").unwrap()])
+}
+
+/// [`run`], datagram `i` sent from `senders[i % senders.len()]`.
+fn run_from(desc: &str, data: &[Vec<u8>], senders: &[UdpSocket]) -> gst::Pipeline {
     init();
     let p = gst::parse::launch(desc)
         .unwrap()
@@ -47,9 +52,10 @@ fn run(desc: &str, data: &[Vec<u8>]) -> gst::Pipeline {
     p.set_state(gst::State::Playing).unwrap();
     let src = p.by_name("src").unwrap();
     let port = src.property::<i32>("port") as u16;
-    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-    for d in data {
-        tx.send_to(d, ("127.0.0.1", port)).unwrap();
+    for (i, d) in data.iter().enumerate() {
+        senders[i % senders.len()]
+            .send_to(d, ("127.0.0.1", port))
+            .unwrap();
         // Paced so that loopback's socket buffer never overflows.
         std::thread::sleep(Duration::from_micros(20));
     }
@@ -122,12 +128,28 @@ fn queue_passes_the_choice_through_to_filesink() {
 /// The buffers an appsink after `fhudpsrc <props>` and `between` received, and the
 /// caps it saw.
 fn appsink_buffers(props: &str, between: &str, data: &[Vec<u8>]) -> (Vec<gst::Buffer>, gst::Caps) {
-    let p = run(
+    appsink_buffers_from(
+        props,
+        between,
+        data,
+        &[UdpSocket::bind("127.0.0.1:0").unwrap()],
+    )
+}
+
+/// [`appsink_buffers`], datagram `i` sent from `senders[i % senders.len()]`.
+fn appsink_buffers_from(
+    props: &str,
+    between: &str,
+    data: &[Vec<u8>],
+    senders: &[UdpSocket],
+) -> (Vec<gst::Buffer>, gst::Caps) {
+    let p = run_from(
         &format!(
             "fhudpsrc name=src address=127.0.0.1 port=0 {props} {between} \
              appsink name=sink sync=false wait-on-eos=false max-buffers=0"
         ),
         data,
+        senders,
     );
     let sink = p.by_name("sink").unwrap();
     let mut bufs = Vec::new();
@@ -155,6 +177,49 @@ fn appsink_without_caps_gets_one_datagram_per_buffer() {
         .collect();
     assert_eq!(got, data);
     assert!(bufs.iter().all(|b| b.meta::<PacketBatchMeta>().is_none()));
+}
+
+/// The sender in a buffer's `GstNetAddressMeta`, as `udpsrc` attaches it.
+fn sender_of(b: &gst::Buffer) -> Option<std::net::SocketAddr> {
+    let addr = b.meta::<gst_net::NetAddressMeta>()?.addr();
+    Some(
+        addr.downcast::<gst_net::gio::InetSocketAddress>()
+            .expect("an inet address")
+            .into(),
+    )
+}
+
+#[test]
+fn each_datagram_buffer_names_its_sender_as_udpsrc_does() {
+    let data = datagrams(300);
+    let senders: Vec<UdpSocket> = (0..3)
+        .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let (bufs, _) = appsink_buffers_from("", "!", &data, &senders[..1]);
+    let from = senders[0].local_addr().unwrap();
+    assert_eq!(bufs.len(), data.len());
+    for (i, b) in bufs.iter().enumerate() {
+        assert_eq!(sender_of(b), Some(from), "datagram {i}");
+    }
+    // Three senders in turn: each datagram names its own.
+    let (bufs, _) = appsink_buffers_from("", "! queue !", &data, &senders);
+    let got: Vec<Vec<u8>> = bufs
+        .iter()
+        .map(|b| b.map_readable().unwrap().to_vec())
+        .collect();
+    assert_eq!(got, data);
+    for (i, b) in bufs.iter().enumerate() {
+        let want = senders[i % senders.len()].local_addr().unwrap();
+        assert_eq!(sender_of(b), Some(want), "datagram {i}");
+    }
+}
+
+#[test]
+fn retrieve_sender_address_false_adds_no_address() {
+    let data = datagrams(50);
+    let (bufs, _) = appsink_buffers("retrieve-sender-address=false", "!", &data);
+    assert_eq!(bufs.len(), data.len());
+    assert!(bufs.iter().all(|b| sender_of(b).is_none()));
 }
 
 #[test]

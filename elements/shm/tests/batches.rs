@@ -30,14 +30,19 @@ fn batch() -> gst::Buffer {
     data[16..22].copy_from_slice(b"bbbbbb");
     data[32..34].copy_from_slice(b"cc");
     let mut b = gst::Buffer::from_mut_slice(data);
-    let info = |offset, len| PacketInfo {
+    let info = |offset, len, src: &str| PacketInfo {
         offset,
         len,
+        src: src.parse::<std::net::SocketAddr>().unwrap().into(),
         ..Default::default()
     };
     PacketBatchMeta::add(
         b.get_mut().unwrap(),
-        vec![info(0, 4), info(16, 6), info(32, 2)],
+        vec![
+            info(0, 4, "10.0.0.1:7000"),
+            info(16, 6, "[fd00::2]:7001"),
+            info(32, 2, "0.0.0.0:0"), // a sender the producer did not know
+        ],
     );
     b
 }
@@ -90,6 +95,26 @@ fn a_stock_consumer_gets_the_datagrams_one_per_buffer() {
     assert_eq!(
         bytes,
         [b"aaaa".to_vec(), b"bbbbbb".to_vec(), b"cc".to_vec()]
+    );
+    // Each with its sender, as udpsrc's buffers (GstNetAddressMeta), where known.
+    let senders: Vec<Option<std::net::SocketAddr>> = got
+        .iter()
+        .map(|b| {
+            let a = b.meta::<gst_net::NetAddressMeta>()?.addr();
+            Some(
+                a.downcast::<gst_net::gio::InetSocketAddress>()
+                    .unwrap()
+                    .into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        senders,
+        [
+            Some("10.0.0.1:7000".parse().unwrap()),
+            Some("[fd00::2]:7001".parse().unwrap()),
+            None
+        ]
     );
 }
 

@@ -17,12 +17,22 @@
 //!
 //! `output=batch` or `output=list` decides without asking.
 //!
+//! A buffer pushed per datagram carries a `GstNetAddressMeta` with its sender, as
+//! stock `udpsrc`'s buffers do (`retrieve-sender-address`, default true), from the
+//! source address in the batch's [`PacketInfo`]; a source that does not know the
+//! sender (port 0 and the unspecified address, as `fhtestsrc`'s) adds none. The
+//! `GSocketAddress` of a sender is made once and shared (a reference per buffer) by
+//! every datagram from it: a [`SenderCache`] of up to [`SENDER_CACHE`] senders lives
+//! in the source, across batches. Batches keep their own metas and get none.
+//!
 //! Why a query and not the consumers' caps: a consumer that records or forwards any
 //! buffer (`fhrecordsink` after a stock `udpsrc caps=application/x-rtp`, `fhudpsink`
 //! after an RTP payloader) must keep ANY caps, or linking such a stock element to it
 //! fails (the link check intersects both pads' unfiltered caps); and an ANY answer
 //! cannot tell a Firehose consumer from `filesink`.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -30,8 +40,9 @@ use gst::glib;
 use gst::prelude::*;
 use gst_base::prelude::*;
 use gst_base::subclass::base_src::CreateSuccess;
+use gst_net::gio;
 
-use crate::batch::{PacketBatchMeta, PacketInfo};
+use crate::batch::{PacketAddr, PacketBatchMeta, PacketInfo};
 use crate::caps::{self as fcaps, packets_caps};
 use crate::props::Output;
 use crate::sync::lock;
@@ -121,22 +132,115 @@ pub fn firehose_caps() -> gst::Caps {
         .collect()
 }
 
+/// How many senders a [`SenderCache`] remembers; a source that sees more starts over.
+pub const SENDER_CACHE: usize = 1024;
+
+/// The `GSocketAddress`es of the senders seen (up to [`SENDER_CACHE`]), so that the
+/// `GstNetAddressMeta` of a datagram from a known sender takes a reference to an
+/// existing address instead of a new `GInetSocketAddress` (two GObjects, ~1 µs). A
+/// stream from one sender makes one address, ever. The last sender found is checked
+/// first; the others are looked up in a map with a cheap hash.
+#[derive(Debug, Default)]
+pub struct SenderCache {
+    map: HashMap<PacketAddr, gio::SocketAddress, BuildHasherDefault<AddrHasher>>,
+    /// The last sender found.
+    last: Option<(PacketAddr, gio::SocketAddress)>,
+    /// Addresses made (senders not found), for tests.
+    made: u64,
+}
+
+impl SenderCache {
+    /// The address of sender `a`, made on first sight; `None` when the source does
+    /// not know the sender (port 0 and the unspecified address).
+    pub fn get(&mut self, a: &PacketAddr) -> Option<&gio::SocketAddress> {
+        if a.is_unknown() {
+            return None;
+        }
+        if !self.last.as_ref().is_some_and(|(k, _)| k == a) {
+            let addr = match self.map.get(a) {
+                Some(addr) => addr.clone(),
+                None => {
+                    if self.map.len() >= SENDER_CACHE {
+                        self.map.clear();
+                    }
+                    let addr: gio::SocketAddress =
+                        gio::InetSocketAddress::from(a.to_socket_addr()).upcast();
+                    self.map.insert(*a, addr.clone());
+                    self.made += 1;
+                    addr
+                }
+            };
+            self.last = Some((*a, addr));
+        }
+        self.last.as_ref().map(|(_, s)| s)
+    }
+
+    /// How many addresses it made (senders not found in it).
+    pub fn made(&self) -> u64 {
+        self.made
+    }
+
+    /// Adds to `buf` a `GstNetAddressMeta` with sender `a`, if known.
+    fn attach(&mut self, buf: &mut gst::BufferRef, a: &PacketAddr) {
+        if let Some(addr) = self.get(a) {
+            gst_net::NetAddressMeta::add(buf, addr);
+        }
+    }
+}
+
+/// A cheap hash of a sender (FxHash's mixing): the map's keys come from the network,
+/// but a sender can only slow down its own lookups by colliding.
+#[derive(Debug, Default)]
+pub struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_ne_bytes(w))
+                .wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 #[derive(Debug, Default)]
 struct Settings {
     output: Output,
     caps: Option<gst::Caps>,
 }
 
-/// The `output` and `caps` properties of a packet source, and what it negotiated.
-#[derive(Debug, Default)]
+/// The `output`, `caps` and `retrieve-sender-address` properties of a packet source,
+/// what it negotiated, and the senders of its datagrams.
+#[derive(Debug)]
 pub struct PacketOutput {
     settings: Mutex<Settings>,
     /// Negotiated: one buffer per datagram in a list (else one batch buffer).
     list: AtomicBool,
+    /// `retrieve-sender-address`: a `GstNetAddressMeta` on each datagram's buffer.
+    senders_on: AtomicBool,
+    /// The senders' addresses, across batches (locked once per batch, by the
+    /// streaming thread only).
+    senders: Mutex<SenderCache>,
+}
+
+impl Default for PacketOutput {
+    fn default() -> Self {
+        Self {
+            settings: Mutex::default(),
+            list: AtomicBool::new(false),
+            senders_on: AtomicBool::new(true),
+            senders: Mutex::default(),
+        }
+    }
 }
 
 impl PacketOutput {
-    /// The `output` and `caps` properties.
+    /// The `output`, `caps` and `retrieve-sender-address` properties.
     pub fn param_specs() -> Vec<glib::ParamSpec> {
         vec![
             glib::ParamSpecEnum::builder::<Output>("output")
@@ -156,11 +260,27 @@ impl PacketOutput {
                 )
                 .mutable_ready()
                 .build(),
+            glib::ParamSpecBoolean::builder("retrieve-sender-address")
+                .nick("Retrieve sender address")
+                .blurb(
+                    "When datagrams go out one per buffer, add a GstNetAddressMeta with \
+                     the sender to each (as udpsrc does); batches carry senders in their \
+                     own metas either way",
+                )
+                .default_value(true)
+                .mutable_playing()
+                .build(),
         ]
     }
 
-    /// Sets `output` or `caps`; false for another property.
+    /// Sets `output`, `caps` or `retrieve-sender-address`; false for another
+    /// property.
     pub fn set(&self, value: &glib::Value, pspec: &glib::ParamSpec) -> bool {
+        if pspec.name() == "retrieve-sender-address" {
+            let on = value.get().expect("type checked upstream");
+            self.senders_on.store(on, Ordering::Relaxed);
+            return true;
+        }
         let mut s = lock(&self.settings);
         match pspec.name() {
             "output" => s.output = value.get().expect("type checked upstream"),
@@ -170,8 +290,12 @@ impl PacketOutput {
         true
     }
 
-    /// The value of `output` or `caps`; `None` for another property.
+    /// The value of `output`, `caps` or `retrieve-sender-address`; `None` for another
+    /// property.
     pub fn get(&self, pspec: &glib::ParamSpec) -> Option<glib::Value> {
+        if pspec.name() == "retrieve-sender-address" {
+            return Some(self.senders_on.load(Ordering::Relaxed).to_value());
+        }
         let s = lock(&self.settings);
         Some(match pspec.name() {
             "output" => s.output.to_value(),
@@ -266,19 +390,40 @@ impl PacketOutput {
     /// per datagram if negotiation chose that.
     pub fn push(&self, buf: gst::Buffer) -> CreateSuccess {
         if self.is_list() {
-            CreateSuccess::NewBufferList(datagram_list(&buf))
+            let mut senders = self.senders();
+            CreateSuccess::NewBufferList(datagram_list(&buf, senders.as_deref_mut()))
         } else {
             CreateSuccess::NewBuffer(buf)
         }
     }
+
+    /// [`datagram_list_from`] with this source's senders (if `retrieve-sender-address`).
+    pub fn list_from(
+        &self,
+        memory: &gst::MemoryRef,
+        packets: &[PacketInfo],
+        pts: Option<gst::ClockTime>,
+    ) -> gst::BufferList {
+        let mut senders = self.senders();
+        datagram_list_from(memory, packets, pts, senders.as_deref_mut())
+    }
+
+    /// The sender cache, if `retrieve-sender-address`.
+    fn senders(&self) -> Option<std::sync::MutexGuard<'_, SenderCache>> {
+        self.senders_on
+            .load(Ordering::Relaxed)
+            .then(|| lock(&self.senders))
+    }
 }
 
 /// A buffer list of one buffer per datagram of `packets` in `memory`, each a
-/// sub-memory (no copy), stamped `pts`.
+/// sub-memory (no copy), stamped `pts`; with `senders`, each with a
+/// `GstNetAddressMeta` naming its sender (when known).
 pub fn datagram_list_from(
     memory: &gst::MemoryRef,
     packets: &[PacketInfo],
     pts: Option<gst::ClockTime>,
+    mut senders: Option<&mut SenderCache>,
 ) -> gst::BufferList {
     let mut list = gst::BufferList::new_sized(packets.len());
     {
@@ -293,6 +438,9 @@ pub fn datagram_list_from(
                 let bm = b.get_mut().expect("a new buffer is writable");
                 bm.append_memory(memory.share(r));
                 bm.set_pts(pts);
+                if let Some(c) = senders.as_deref_mut() {
+                    c.attach(bm, &p.src);
+                }
             }
             l.add(b);
         }
@@ -302,7 +450,7 @@ pub fn datagram_list_from(
 
 /// A buffer list of one buffer per datagram of the batch buffer `buf` (see
 /// [`datagram_list_from`]); a buffer with no batch meta is one datagram.
-pub fn datagram_list(buf: &gst::Buffer) -> gst::BufferList {
+pub fn datagram_list(buf: &gst::Buffer, mut senders: Option<&mut SenderCache>) -> gst::BufferList {
     let Some(meta) = buf.meta::<PacketBatchMeta>() else {
         let mut list = gst::BufferList::new_sized(1);
         list.get_mut()
@@ -311,7 +459,7 @@ pub fn datagram_list(buf: &gst::Buffer) -> gst::BufferList {
         return list;
     };
     if buf.n_memory() == 1 {
-        return datagram_list_from(buf.peek_memory(0), meta.packets(), buf.pts());
+        return datagram_list_from(buf.peek_memory(0), meta.packets(), buf.pts(), senders);
     }
     // Several memories (not what Firehose sources push): region copies share them.
     let mut list = gst::BufferList::new_sized(meta.packets().len());
@@ -319,9 +467,11 @@ pub fn datagram_list(buf: &gst::Buffer) -> gst::BufferList {
         let l = list.get_mut().expect("a new list is writable");
         for p in meta.packets() {
             if let Ok(mut b) = buf.copy_region(gst::BufferCopyFlags::MEMORY, p.range()) {
-                b.get_mut()
-                    .expect("a new buffer is writable")
-                    .set_pts(buf.pts());
+                let bm = b.get_mut().expect("a new buffer is writable");
+                bm.set_pts(buf.pts());
+                if let Some(c) = senders.as_deref_mut() {
+                    c.attach(bm, &p.src);
+                }
                 l.add(b);
             }
         }
@@ -351,7 +501,7 @@ mod tests {
             b.set_pts(gst::ClockTime::from_mseconds(5));
             PacketBatchMeta::add(b, vec![info(0, 4), info(8, 6), info(16, 2)]);
         }
-        let list = datagram_list(&buf);
+        let list = datagram_list(&buf, None);
         let got: Vec<Vec<u8>> = list
             .iter()
             .map(|b| b.map_readable().unwrap().to_vec())
@@ -363,12 +513,114 @@ mod tests {
                 && b.meta::<PacketBatchMeta>().is_none()));
     }
 
+    fn from(offset: u32, len: u32, src: &str) -> PacketInfo {
+        PacketInfo {
+            src: src.parse::<std::net::SocketAddr>().unwrap().into(),
+            ..info(offset, len)
+        }
+    }
+
+    fn sender(b: &gst::BufferRef) -> Option<(gio::SocketAddress, std::net::SocketAddr)> {
+        let a = b.meta::<gst_net::NetAddressMeta>()?.addr();
+        let inet = a.clone().downcast::<gio::InetSocketAddress>().unwrap();
+        Some((a, inet.into()))
+    }
+
+    #[test]
+    fn each_datagram_names_its_sender_from_one_shared_address_per_sender() {
+        gst::init().unwrap();
+        let mut buf = gst::Buffer::from_slice(vec![0u8; 40]);
+        PacketBatchMeta::add(
+            buf.get_mut().unwrap(),
+            vec![
+                from(0, 4, "127.0.0.1:5000"),
+                from(8, 4, "127.0.0.1:5000"),
+                from(16, 4, "[::1]:6000"),
+                from(24, 4, "127.0.0.1:5000"),
+                info(32, 4), // a sender the source does not know
+            ],
+        );
+        let mut cache = SenderCache::default();
+        let list = datagram_list(&buf, Some(&mut cache));
+        let got: Vec<_> = list.iter().map(sender).collect();
+        let addrs: Vec<Option<std::net::SocketAddr>> =
+            got.iter().map(|s| s.as_ref().map(|s| s.1)).collect();
+        let want = [
+            "127.0.0.1:5000",
+            "127.0.0.1:5000",
+            "[::1]:6000",
+            "127.0.0.1:5000",
+        ]
+        .map(|a| Some(a.parse().unwrap()));
+        assert_eq!(addrs[..4], want);
+        assert_eq!(addrs[4], None, "no meta for an unknown sender");
+        // One GSocketAddress per sender, shared by its datagrams.
+        let obj = |i: usize| got[i].as_ref().unwrap().0.clone();
+        assert_eq!(obj(0), obj(1));
+        assert_eq!(obj(0), obj(3));
+        assert_ne!(obj(0), obj(2));
+        assert_eq!(cache.made(), 2);
+        // The next batch from the same senders makes none.
+        let again = datagram_list(&buf, Some(&mut cache));
+        assert_eq!(sender(again.get(1).unwrap()).unwrap().0, obj(0));
+        assert_eq!(cache.made(), 2);
+        // Without a cache (retrieve-sender-address=false): no meta.
+        assert!(datagram_list(&buf, None)
+            .iter()
+            .all(|b| sender(b).is_none()));
+    }
+
+    #[test]
+    fn many_senders_are_each_made_once_until_the_cache_starts_over() {
+        gst::init().unwrap();
+        let peer = |i: usize| from(0, 1, &format!("10.0.{}.{}:{}", i / 256, i % 256, 7000 + i));
+        let packets: Vec<PacketInfo> = (0..SENDER_CACHE).map(peer).collect();
+        let mem = gst::Memory::from_slice(vec![0u8; 4]);
+        let mut cache = SenderCache::default();
+        let list = datagram_list_from(&mem, &packets, None, Some(&mut cache));
+        for (b, p) in list.iter().zip(&packets) {
+            assert_eq!(sender(b).unwrap().1, p.src.to_socket_addr());
+        }
+        let n = SENDER_CACHE as u64;
+        assert_eq!(cache.made(), n);
+        // Every one remembered, in any order.
+        let mut rev = packets.clone();
+        rev.reverse();
+        datagram_list_from(&mem, &rev, None, Some(&mut cache));
+        assert_eq!(cache.made(), n);
+        // One more: the cache starts over with it.
+        let list = datagram_list_from(&mem, &[peer(SENDER_CACHE)], None, Some(&mut cache));
+        assert_eq!(
+            sender(list.get(0).unwrap()).unwrap().1,
+            peer(SENDER_CACHE).src.to_socket_addr()
+        );
+        assert_eq!(cache.made(), n + 1);
+        datagram_list_from(&mem, &packets[..1], None, Some(&mut cache));
+        assert_eq!(cache.made(), n + 2);
+    }
+
+    #[test]
+    fn retrieve_sender_address_switches_the_meta() {
+        gst::init().unwrap();
+        let out = PacketOutput::default();
+        let mem = gst::Memory::from_slice(vec![0u8; 4]);
+        let packets = [from(0, 4, "127.0.0.1:5000")];
+        assert!(sender(out.list_from(&mem, &packets, None).get(0).unwrap()).is_some());
+        let spec = PacketOutput::param_specs()
+            .into_iter()
+            .find(|p| p.name() == "retrieve-sender-address")
+            .unwrap();
+        assert_eq!(out.get(&spec).unwrap().get::<bool>(), Ok(true));
+        assert!(out.set(&false.to_value(), &spec));
+        assert!(sender(out.list_from(&mem, &packets, None).get(0).unwrap()).is_none());
+    }
+
     #[test]
     fn out_of_range_datagram_is_left_out() {
         gst::init().unwrap();
         let mut buf = gst::Buffer::from_slice(b"abcd".to_vec());
         PacketBatchMeta::add(buf.get_mut().unwrap(), vec![info(0, 2), info(2, 9)]);
-        assert_eq!(datagram_list(&buf).len(), 1);
+        assert_eq!(datagram_list(&buf, None).len(), 1);
     }
 
     #[test]

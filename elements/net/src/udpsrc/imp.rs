@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use firehose_core::alloc;
 use firehose_core::props::WhenFull;
-use firehose_core::src::output::datagram_list_from;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{
     self as live, LiveControl, PacketOutput, PoolProps, PoolSettings, PoolSize,
@@ -467,9 +466,10 @@ impl PushSrcImpl for UdpSrc {
             if self.output.is_list() {
                 // One GstBuffer per datagram, each a sub-memory of the one slot: no copy,
                 // but the per-buffer cost that stock elements need.
-                Ok(CreateSuccess::NewBufferList(datagram_list_from(
-                    &mem, &packets, pts,
-                )))
+                // Each with its sender (retrieve-sender-address), as udpsrc's.
+                Ok(CreateSuccess::NewBufferList(
+                    self.output.list_from(&mem, &packets, pts),
+                ))
             } else {
                 Ok(CreateSuccess::NewBuffer(batch_buffer_with_dests(
                     mem, packets, dests, pts, readable,

@@ -59,6 +59,8 @@ firehose_core::counters! {
 struct State {
     client: Client,
     timer: StatsTimer,
+    /// The senders of split datagrams: each buffer's `GstNetAddressMeta`.
+    senders: output::SenderCache,
 }
 
 /// The `fhshmsrc` element.
@@ -236,6 +238,7 @@ impl BaseSrcImpl for ShmSrc {
         *lock(&self.state) = Some(State {
             client,
             timer: s.stats_interval.timer(),
+            senders: Default::default(),
         });
         Ok(())
     }
@@ -272,7 +275,10 @@ impl PushSrcImpl for ShmSrc {
                     Ok(Some(Event::Buffer(view))) => {
                         let buf = self.buffer(view);
                         return Ok(if self.split.load(Ordering::Relaxed) {
-                            CreateSuccess::NewBufferList(output::datagram_list(&buf))
+                            CreateSuccess::NewBufferList(output::datagram_list(
+                                &buf,
+                                Some(&mut state.senders),
+                            ))
                         } else {
                             CreateSuccess::NewBuffer(buf)
                         });
