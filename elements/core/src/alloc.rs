@@ -185,12 +185,28 @@ pub fn proposed_provider(query: &gst::query::Allocation) -> Proposal {
         if let Some(p) = provider_of(&allocator) {
             return Proposal::Provider(p);
         }
-        let name = allocator.memory_type().to_string();
-        if name != "SystemMemory" && foreign.is_none() {
+        let name = memory_type(&allocator);
+        if name.as_deref() != Some("SystemMemory") && foreign.is_none() {
+            let name = name.as_deref().unwrap_or("no memory type");
             foreign = Some(format!("{} ({name})", allocator.type_().name()));
         }
     }
     foreign.map_or(Proposal::Nothing, Proposal::Foreign)
+}
+
+/// The memory type `allocator` names, if it names one: stock `shmsink`'s allocator leaves
+/// it NULL, which `gst::Allocator::memory_type` does not expect (it reads the string
+/// without a check and crashes).
+fn memory_type(allocator: &gst::Allocator) -> Option<String> {
+    use glib::translate::ToGlibPtr;
+    let a: *const gst::ffi::GstAllocator = allocator.to_glib_none().0;
+    // SAFETY: `a` is a live allocator for the duration of this call (we hold a
+    // reference); `mem_type` is a public field, NULL or a NUL-terminated string that
+    // lives as long as the allocator.
+    unsafe {
+        let p = (*a).mem_type;
+        (!p.is_null()).then(|| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned())
+    }
 }
 
 /// Says that `element` cannot receive into the foreign allocator `name` downstream
@@ -497,6 +513,45 @@ mod tests {
         propose(&mut q, Arc::new(SharedSegment::new("firehose-test")));
         match proposed_provider(&q) {
             Proposal::Provider(p) => assert_eq!(p.kind(), MemoryKind::Shared),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// An allocator that, like stock `shmsink`'s, names no memory type.
+    mod untyped {
+        use gst::glib;
+        use gst::subclass::prelude::*;
+
+        #[derive(Default)]
+        pub struct Untyped;
+
+        #[glib::object_subclass]
+        impl ObjectSubclass for Untyped {
+            const NAME: &'static str = "FhTestUntypedAllocator";
+            type Type = super::UntypedAllocator;
+            type ParentType = gst::Allocator;
+        }
+
+        impl ObjectImpl for Untyped {}
+        impl GstObjectImpl for Untyped {}
+        // SAFETY: the default implementations (the parent's) are kept; nothing allocates.
+        unsafe impl AllocatorImpl for Untyped {}
+    }
+
+    glib::wrapper! {
+        pub struct UntypedAllocator(ObjectSubclass<untyped::Untyped>) @extends gst::Allocator, gst::Object;
+    }
+
+    #[test]
+    fn an_allocator_without_a_memory_type_is_foreign_not_a_crash() {
+        gst::init().unwrap();
+        let a: UntypedAllocator = glib::Object::new();
+        let mut q = gst::query::Allocation::new(None, true);
+        q.add_allocation_param(Some(a.upcast_ref::<gst::Allocator>()), Default::default());
+        match proposed_provider(&q) {
+            Proposal::Foreign(name) => {
+                assert_eq!(name, "FhTestUntypedAllocator (no memory type)")
+            }
             other => panic!("{other:?}"),
         }
     }

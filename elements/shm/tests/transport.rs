@@ -30,6 +30,7 @@ fn init() {
         ] {
             gst::Element::register(None, name, gst::Rank::NONE, t).unwrap();
         }
+        firehose_testkit::testsrc::register(None).unwrap();
     });
 }
 
@@ -319,6 +320,91 @@ fn fhudpsrc_receives_straight_into_the_shared_segments() {
         "fhudpsrc received into the proposed segments: {s}"
     );
     pipeline.set_state(gst::State::Null).unwrap();
+}
+
+/// A producer that writes into the pool `fhshmsink` proposes: `fhtestsrc` cuts its pool
+/// from the proposed segments and generates each batch in place, and the consumer is told
+/// where those very bytes are. Proof of no copy: for every buffer, the address at which
+/// the producer wrote it less the offset the consumer is sent is one constant (the
+/// segment's base), and `bytes-copied` stays 0. A copy into the sink's own segments would
+/// put the buffers at other offsets (and count them).
+#[test]
+fn buffers_generated_into_the_proposed_pool_travel_without_a_copy() {
+    init();
+    let path = socket("pool");
+    let (batches, batch, packet) = (40u64, 4u64, 4096u64);
+    let pipeline = gst::parse::launch(&format!(
+        "fhtestsrc name=src num-packets={} batch-size={batch} packet-size={packet} \
+         output=batch ! fhshmsink name=sink socket-path={path} wait-for-connection=true",
+        batches * batch
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    let el = pipeline.by_name("sink").unwrap();
+    let written = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let w = written.clone();
+    el.static_pad("sink")
+        .unwrap()
+        .add_probe(gst::PadProbeType::BUFFER, move |_, info| {
+            if let Some(b) = info.buffer() {
+                let m = b.peek_memory(0).map_readable().unwrap();
+                w.lock().unwrap().push(m.as_ptr() as u64);
+            }
+            gst::PadProbeReturn::Ok
+        });
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let mut c = connect(&path);
+    let mut seen = Vec::new();
+    let mut seq = 0u64;
+    while (seen.len() as u64) < batches {
+        let v = next_buffer(&mut c);
+        let packets = v
+            .msg
+            .metas
+            .iter()
+            .find_map(|m| match m {
+                proto::WireMeta::Packets(p) => Some(p.clone()),
+                _ => None,
+            })
+            .expect("the batch meta travels");
+        assert_eq!(packets.len() as u64, batch);
+        for p in &packets {
+            let d = &v.as_ref()[p.offset as usize..(p.offset + p.len) as usize];
+            assert_eq!(
+                firehose_testkit::pattern::verify(d),
+                Ok(seq),
+                "packet {seq}"
+            );
+            seq += 1;
+        }
+        seen.push((v.msg.segment, v.msg.offset));
+    }
+    let s = stats(&el);
+    assert_eq!(field(&s, "bytes-copied"), 0, "{s}");
+    let src = pipeline.by_name("src").unwrap();
+    let ss = src.property::<gst::Structure>("stats");
+    assert_eq!(ss.get::<String>("memory").unwrap(), "shared", "{ss}");
+    pipeline.set_state(gst::State::Null).unwrap();
+    let written = written.lock().unwrap();
+    assert_eq!(written.len(), seen.len());
+    let base = written[0].wrapping_sub(seen[0].1);
+    for (i, (&ptr, &(seg, off))) in written.iter().zip(&seen).enumerate() {
+        assert_eq!(
+            seg, seen[0].0,
+            "buffer {i}: one segment, the producer's pool"
+        );
+        assert_eq!(
+            ptr.wrapping_sub(off),
+            base,
+            "buffer {i}: the consumer reads where the producer wrote"
+        );
+    }
+    let distinct: std::collections::BTreeSet<_> = seen.iter().map(|s| s.1).collect();
+    assert!(
+        distinct.len() > 1,
+        "the pool's slots take turns: {distinct:?}"
+    );
 }
 
 #[test]

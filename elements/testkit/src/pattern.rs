@@ -94,6 +94,23 @@ impl fmt::Display for Corruption {
 
 impl std::error::Error for Corruption {}
 
+/// Writes only the header of test packet `seq` (magic, `buf`'s length, `seq`) into the
+/// first [`HEADER_LEN`] bytes of `buf`, leaving the payload as it is: for benchmarks of
+/// what carries packets, where generating the payload would swamp what is measured.
+///
+/// # Panics
+/// If `buf` is shorter than [`MIN_LEN`] or longer than `u32::MAX` bytes.
+pub fn write_header(seq: u64, buf: &mut [u8]) {
+    assert!(
+        buf.len() >= MIN_LEN,
+        "a test packet needs at least {MIN_LEN} bytes"
+    );
+    let len = u32::try_from(buf.len()).expect("a test packet is at most u32::MAX bytes");
+    buf[0..4].copy_from_slice(&MAGIC);
+    buf[4..8].copy_from_slice(&len.to_be_bytes());
+    buf[8..16].copy_from_slice(&seq.to_be_bytes());
+}
+
 /// Writes test packet `seq` into the whole of `buf` (its length is the packet length).
 ///
 /// # Panics
@@ -103,11 +120,8 @@ pub fn fill(seq: u64, buf: &mut [u8]) {
         buf.len() >= MIN_LEN,
         "a test packet needs at least {MIN_LEN} bytes"
     );
-    let len = u32::try_from(buf.len()).expect("a test packet is at most u32::MAX bytes");
-    let (header, payload) = buf.split_at_mut(HEADER_LEN);
-    header[0..4].copy_from_slice(&MAGIC);
-    header[4..8].copy_from_slice(&len.to_be_bytes());
-    header[8..16].copy_from_slice(&seq.to_be_bytes());
+    write_header(seq, buf);
+    let payload = &mut buf[HEADER_LEN..];
 
     // word(seq, k) = base ^ k*POS_MUL. The position terms of LANES consecutive words are
     // carried as running sums, so each step is independent adds, xors and stores that

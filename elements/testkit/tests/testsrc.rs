@@ -276,3 +276,40 @@ fn oversized_batches_fail_at_start_with_a_fix() {
     assert!(text.contains("batch-size"), "{text}");
     pipeline.set_state(gst::State::Null).unwrap();
 }
+
+/// Downstream proposes shared segments (as `fhshmsink` does): the pool is cut from them
+/// and the packets are generated in place; with `fill-payload=false` only each packet's
+/// header is written, the payload left as the slot held it (fresh memory: zeros).
+#[test]
+fn batches_are_generated_in_the_memory_downstream_proposes() {
+    use firehose_core::provider::SharedSegment;
+    use firehose_core::MemoryKind;
+    init();
+    let src = gst::ElementFactory::make("fhtestsrc")
+        .property("packet-size", 64u32)
+        .property("batch-size", 4u32)
+        .property("num-packets", 8u64)
+        .property("fill-payload", false)
+        .build()
+        .unwrap();
+    let mut h = Harness::with_element(&src, None, Some("src"));
+    let provider = std::sync::Arc::new(SharedSegment::new("fhtestsrc-test"));
+    firehose_core::alloc::propose_on(&h.sinkpad().unwrap(), provider);
+    h.set_sink_caps(caps::packets_caps());
+    h.play();
+    let mut seq = 0u64;
+    while let Some(buf) = h.pull_until_eos().unwrap() {
+        assert_eq!(gstmem::buffer_memory_kind(&buf), Some(MemoryKind::Shared));
+        let map = buf.map_readable().unwrap();
+        for pkt in map.chunks_exact(64) {
+            assert_eq!(pkt[..4], pattern::MAGIC);
+            assert_eq!(pkt[4..8], 64u32.to_be_bytes());
+            assert_eq!(pkt[8..16], seq.to_be_bytes());
+            assert!(pkt[16..].iter().all(|&b| b == 0), "payload left alone");
+            seq += 1;
+        }
+    }
+    assert_eq!(seq, 8);
+    let s = src.property::<gst::Structure>("stats");
+    assert_eq!(s.get::<String>("memory").unwrap(), "shared", "{s}");
+}

@@ -5,9 +5,15 @@
 //! buffers/s, CPU per buffer and per GB on each side, stalls, and each row's CPU per
 //! buffer as a ratio of stock `shmsink`'s.
 //!
-//! The GStreamer runs are two `firehose launch` children: a producer `fakesrc
-//! filltype=zero` (its memory is not shared, so both sinks copy each buffer once) and a
-//! consumer that stops after the buffers sent (`identity eos-after`: `shmsrc` never
+//! The GStreamer runs are two `firehose launch` children: a producer and a consumer.
+//! Producers: `fakesrc filltype=zero` (a fresh zeroed allocation per buffer, not shared
+//! memory, so both sinks copy each buffer once), and `fhtestsrc output=batch` with 16 pool
+//! slots, writing every packet's test pattern or (`fill-payload=false`) only each packet's
+//! 16-byte header: into its own pool in front of `shmsink` (which copies), into the
+//! segments `fhshmsink` proposes in the allocation query in front of it (no copy; the
+//! sink sends a small message). The same producer runs in front of both sinks, and each
+//! `fhtestsrc` row is compared with the `shmsink` row of the same producer. The consumer
+//! (`fhshmsrc` or `shmsrc`) stops after the buffers sent (`identity eos-after`: `shmsrc` never
 //! receives an end-of-stream). A run whose consumer stops making progress (uses no CPU)
 //! for 2 s, or has not got its buffers within `--timeout`, is a stall. CPU comes from
 //! each child's `wait4` resource usage, less that of a run of 16 buffers (the
@@ -51,18 +57,97 @@ enum Peer {
     FirehosePython,
     Stock,
     Spdl,
+    /// `fhtestsrc` generating into the pool `fhshmsink` proposes (no copy), writing
+    /// only each packet's header (`headers`) or every byte.
+    FirehosePool {
+        headers: bool,
+    },
+    /// The same `fhtestsrc` producer into stock `shmsink` (which copies).
+    StockTestsrc {
+        headers: bool,
+    },
 }
 
 impl Peer {
+    /// Every row, in the table's order.
+    const ALL: [Self; 8] = [
+        Self::Firehose,
+        Self::FirehosePython,
+        Self::Stock,
+        Self::Spdl,
+        Self::FirehosePool { headers: true },
+        Self::StockTestsrc { headers: true },
+        Self::FirehosePool { headers: false },
+        Self::StockTestsrc { headers: false },
+    ];
+
     fn name(self) -> &'static str {
         match self {
             Self::Firehose => "fhshmsink → fhshmsrc",
             Self::FirehosePython => "fhshmsink → Python firehose_shm",
             Self::Stock => "shmsink → shmsrc",
             Self::Spdl => "SPDL SharedMemorySegmentPool (Python → Python)",
+            Self::FirehosePool { headers: true } => {
+                "fhtestsrc headers only → fhshmsink, producer writes into the segment pool → fhshmsrc"
+            }
+            Self::StockTestsrc { headers: true } => "fhtestsrc headers only → shmsink → shmsrc",
+            Self::FirehosePool { headers: false } => {
+                "fhtestsrc full pattern → fhshmsink, producer writes into the segment pool → fhshmsrc"
+            }
+            Self::StockTestsrc { headers: false } => "fhtestsrc full pattern → shmsink → shmsrc",
         }
     }
+
+    /// The stock `shmsink` row with the same producer, that this row is compared with.
+    fn baseline(self) -> Self {
+        match self {
+            Self::FirehosePool { headers } | Self::StockTestsrc { headers } => {
+                Self::StockTestsrc { headers }
+            }
+            _ => Self::Stock,
+        }
+    }
+
+    /// Whether it runs two `firehose launch` children (start-up measured and subtracted).
+    fn gstreamer_pair(self) -> bool {
+        !matches!(self, Self::FirehosePython | Self::Spdl)
+    }
+
+    /// Whether its sink is stock `shmsink`.
+    fn stock(self) -> bool {
+        matches!(self, Self::Stock | Self::StockTestsrc { .. })
+    }
 }
+
+/// `fhtestsrc`'s packet size and batch size for buffers of `size` bytes: one packet up
+/// to the largest datagram, else 32 KiB packets (`None` when `size` is not a multiple).
+fn testsrc_shape(size: u64) -> Option<(u64, u64)> {
+    match size {
+        16..=65507 => Some((size, 1)),
+        _ if size.is_multiple_of(32768) => Some((32768, size / 32768)),
+        _ => None,
+    }
+}
+
+/// The producer pipeline up to its sink for `peer`: `n` buffers of `size` bytes.
+fn producer(peer: Peer, size: u64, n: u64) -> String {
+    match peer {
+        Peer::FirehosePool { headers } | Peer::StockTestsrc { headers } => {
+            let (packet, batch) = testsrc_shape(size).expect("checked before the run");
+            format!(
+                "fhtestsrc packet-size={packet} batch-size={batch} num-packets={} \
+                 output=batch pool-size={} fill-payload={}",
+                n * batch,
+                size * POOL_SLOTS,
+                !headers
+            )
+        }
+        _ => format!("fakesrc num-buffers={n} sizetype=fixed sizemax={size} filltype=zero"),
+    }
+}
+
+/// Slots of `fhtestsrc`'s pool: as many as `fhshmsink`'s copy pool has by default.
+const POOL_SLOTS: u64 = 16;
 
 /// One run's outcome.
 struct Run {
@@ -201,7 +286,7 @@ fn run_once(a: &ShmArgs, peer: Peer, size: u64, n: u64) -> Result<Run, String> {
     let sock = dir.join("s.sock");
     let _ = std::fs::remove_file(&sock);
     let sock = sock.display();
-    let (sink, src) = if peer == Peer::Stock {
+    let (sink, src) = if peer.stock() {
         (
             format!(
                 "shmsink socket-path={sock} wait-for-connection=true shm-size={} sync=false",
@@ -215,10 +300,8 @@ fn run_once(a: &ShmArgs, peer: Peer, size: u64, n: u64) -> Result<Run, String> {
             format!("fhshmsrc socket-path={sock}"),
         )
     };
-    let mut producer = spawn(&format!(
-        "fakesrc num-buffers={n} sizetype=fixed sizemax={size} filltype=zero ! {sink}"
-    ))
-    .map_err(|e| e.to_string())?;
+    let mut producer =
+        spawn(&format!("{} ! {sink}", producer(peer, size, n))).map_err(|e| e.to_string())?;
     while !std::path::Path::new(&sock.to_string()).exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -238,8 +321,17 @@ fn run_once(a: &ShmArgs, peer: Peer, size: u64, n: u64) -> Result<Run, String> {
             None => (false, 0.0, 0.0),
         }
     } else {
+        // fhshmsrc hands packet batches to an element that reads them and splits them
+        // into a list of datagrams for any other (identity would count datagrams): the
+        // capsfilter says batches are read, so one buffer goes out per batch, as from
+        // shmsrc.
+        let batches = if matches!(peer, Peer::FirehosePool { .. }) {
+            " ! capsfilter caps=application/x-firehose-packets"
+        } else {
+            ""
+        };
         let mut consumer = spawn(&format!(
-            "{src} ! identity eos-after={n} ! fakesink sync=false"
+            "{src}{batches} ! identity eos-after={n} ! fakesink sync=false"
         ))
         .map_err(|e| e.to_string())?;
         let (ok, cpu) = reap(&mut consumer, deadline, true);
@@ -322,24 +414,22 @@ pub fn shm(a: ShmArgs) -> i32 {
     }
     let mut rows = Vec::new();
     for &size in &a.sizes {
-        for peer in [
-            Peer::Firehose,
-            Peer::FirehosePython,
-            Peer::Stock,
-            Peer::Spdl,
-        ] {
+        for peer in Peer::ALL {
             let wanted = match peer {
                 Peer::Firehose => true,
                 Peer::FirehosePython => py,
                 Peer::Stock => stock,
                 Peer::Spdl => spdl,
+                Peer::FirehosePool { .. } => testsrc_shape(size).is_some(),
+                Peer::StockTestsrc { .. } => stock && testsrc_shape(size).is_some(),
             };
             if !wanted {
                 continue;
             }
-            let n = match peer {
-                Peer::Firehose | Peer::Stock => count(size),
-                _ => ((count(size) as f64 * a.python_share) as u64).max(16),
+            let n = if peer.gstreamer_pair() {
+                count(size)
+            } else {
+                ((count(size) as f64 * a.python_share) as u64).max(16)
             };
             let gb = (size * n) as f64 / 1e9;
             let name = peer.name();
@@ -370,7 +460,7 @@ pub fn shm(a: ShmArgs) -> i32 {
                 // only the difference is charged to the buffers. The Python peers
                 // measure from their first item on already.
                 let (mut p, mut c, mut m) = (run.producer_cpu, run.consumer_cpu, n);
-                if matches!(peer, Peer::Firehose | Peer::Stock) {
+                if peer.gstreamer_pair() {
                     match run_once(&a, peer, size, BASE) {
                         Ok(b) if !b.stalled => {
                             p = (p - b.producer_cpu).max(0.0);
@@ -432,29 +522,28 @@ pub fn shm(a: ShmArgs) -> i32 {
     println!();
     println!(
         "| transport | buffer bytes | producer CPU/buffer ÷ shmsink's | consumer CPU/buffer \
-         ÷ shmsink's | both ÷ shmsink's | GB/s ÷ shmsink's |"
+         ÷ shmsink's | both ÷ shmsink's | GB/s ÷ shmsink's | against |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     let ratio = |x: Option<f64>, y: Option<f64>| match (x, y) {
         (Some(x), Some(y)) if y > 0.0 => format!("{:.2}×", x / y),
         _ => "–".into(),
     };
     let sum = |r: &Row| Some(r.pus? + r.cus?);
-    for r in rows.iter().filter(|r| r.peer != Peer::Stock) {
-        let Some(s) = rows
-            .iter()
-            .find(|s| s.peer == Peer::Stock && s.size == r.size)
-        else {
+    for r in rows.iter().filter(|r| !r.peer.stock()) {
+        let base = r.peer.baseline();
+        let Some(s) = rows.iter().find(|s| s.peer == base && s.size == r.size) else {
             continue;
         };
         println!(
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             r.peer.name(),
             r.size,
             ratio(r.pus, s.pus),
             ratio(r.cus, s.cus),
             ratio(sum(r), sum(s)),
-            ratio(r.gbps, s.gbps)
+            ratio(r.gbps, s.gbps),
+            base.name()
         );
     }
     crate::launch::EXIT_OK

@@ -6,7 +6,8 @@
 //! (nor `allow-uid`) is refused and counted.
 //!
 //! It proposes memfd segments upstream in the allocation query, so a source that owns a
-//! pool (`fhudpsrc`) cuts it from shared memory and receives straight into it; a buffer
+//! pool (`fhudpsrc`, `fhtestsrc`) cuts it from shared memory and receives (or generates)
+//! straight into it; a buffer
 //! whose memory lies in such a segment goes to consumers as (segment, offset, length),
 //! without a copy. Any other buffer is copied once into the sink's own segments
 //! (`bytes-copied` in stats).

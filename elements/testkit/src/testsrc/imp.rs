@@ -46,6 +46,7 @@ struct Settings {
     rate: u64,
     num_packets: u64,
     first_seq: u64,
+    fill_payload: bool,
     pool: PoolSettings,
     stats_interval: StatsInterval,
 }
@@ -65,6 +66,7 @@ impl Default for Settings {
             rate: 0,
             num_packets: 0,
             first_seq: 0,
+            fill_payload: true,
             pool: PoolSettings::new(&POOL),
             stats_interval: StatsInterval::default(),
         }
@@ -109,8 +111,6 @@ firehose_core::counters! {
 pub struct FhTestSrc {
     /// `output`, `caps`, and what was negotiated: batches or one buffer per datagram.
     output: firehose_core::src::PacketOutput,
-    /// Copies each batch into the memory downstream asked for, if it did.
-    copy: firehose_core::alloc::CopyOut,
     /// `readable-metas`, and whether downstream may read them (the allocation query).
     readable: firehose_core::meta::readable::ReadableOutput,
     settings: Mutex<Settings>,
@@ -124,7 +124,6 @@ pub struct FhTestSrc {
 impl FhTestSrc {
     fn stats(&self) -> gst::Structure {
         let mut s = self.counters.structure();
-        self.copy.append_stats(&mut s);
         live::append_slot_pool(&mut s, lock(&self.pool).as_ref());
         s
     }
@@ -133,20 +132,24 @@ impl FhTestSrc {
         stats::post(self.obj().upcast_ref(), self.stats());
     }
 
-    /// Fills `slot` with `n` packets from `seq` on and wraps it as a batch buffer.
+    /// Fills `slot` with `n` packets from `seq` on (only their headers unless
+    /// `fill_payload`) and wraps it as a batch buffer.
     fn make_batch(
         &self,
         mut slot: firehose_core::Slot,
-        seq: u64,
-        n: usize,
-        packet_size: usize,
+        (seq, n, packet_size): (u64, usize, usize),
+        fill_payload: bool,
         readable: bool,
     ) -> gst::Buffer {
         let rx_time_ns = firehose_core::batch::unix_ns();
         let mut packets = Vec::with_capacity(n);
         let full = slot.as_mut_full();
         for (i, pkt) in full.chunks_exact_mut(packet_size).take(n).enumerate() {
-            pattern::fill(seq.wrapping_add(i as u64), pkt);
+            if fill_payload {
+                pattern::fill(seq.wrapping_add(i as u64), pkt);
+            } else {
+                pattern::write_header(seq.wrapping_add(i as u64), pkt);
+            }
             packets.push(PacketInfo {
                 offset: (i * packet_size) as u32,
                 len: packet_size as u32,
@@ -188,6 +191,16 @@ impl ObjectImpl for FhTestSrc {
                 .blurb("Sequence number of the first packet")
                 .mutable_ready()
                 .build(),
+            glib::ParamSpecBoolean::builder("fill-payload")
+                .nick("Fill payload")
+                .blurb(
+                    "Write every packet's payload pattern (false: only each packet's 16-byte \
+                     header; the payload keeps what the slot held and fails fhcheck: for \
+                     benchmarks of what carries the packets)",
+                )
+                .default_value(true)
+                .mutable_ready()
+                .build(),
         ];
         v.extend(firehose_core::src::PacketOutput::param_specs());
         v.extend(POOL.param_specs());
@@ -209,6 +222,7 @@ impl ObjectImpl for FhTestSrc {
             "rate" => s.rate = value.get().expect("type checked upstream"),
             "num-packets" => s.num_packets = value.get().expect("type checked upstream"),
             "first-seq" => s.first_seq = value.get().expect("type checked upstream"),
+            "fill-payload" => s.fill_payload = value.get().expect("type checked upstream"),
             other => s.stats_interval.set(other, value),
         }
     }
@@ -227,6 +241,7 @@ impl ObjectImpl for FhTestSrc {
             "rate" => s.rate.to_value(),
             "num-packets" => s.num_packets.to_value(),
             "first-seq" => s.first_seq.to_value(),
+            "fill-payload" => s.fill_payload.to_value(),
             "stats" => self.stats().to_value(),
             other => s.stats_interval.value(other),
         }
@@ -304,8 +319,36 @@ impl BaseSrcImpl for FhTestSrc {
         Ok(())
     }
 
+    /// An element downstream that needs its memory (`fhshmsink`'s shared segments,
+    /// pinned pages) proposes its provider ([`firehose_core::alloc`]): the pool is cut
+    /// from it, so each batch is generated straight into that memory, with no copy.
+    /// Another allocator cannot be generated into: say so, and keep the own pool.
+    fn decide_allocation(
+        &self,
+        query: &mut gst::query::Allocation,
+    ) -> Result<(), gst::LoggableError> {
+        self.readable.decide(self.obj().upcast_ref(), Some(query));
+        // Called from the streaming thread before the first create: nothing holds the
+        // pool's lock for long.
+        let current = lock(&self.pool).clone();
+        if let Some(current) = current {
+            let decided =
+                firehose_core::alloc::decide_pool(self.obj().upcast_ref(), query, &current)?;
+            if let Some(pool) = decided {
+                gst::info!(
+                    CAT,
+                    imp = self,
+                    "generating into {} memory, as downstream proposed",
+                    pool.kind().as_str()
+                );
+                self.live.set_pool(pool.clone());
+                *lock(&self.pool) = Some(pool);
+            }
+        }
+        self.parent_decide_allocation(query)
+    }
+
     firehose_core::live_src_base!(live, output: output);
-    firehose_core::decide_allocation_copies!(copy, "it generates into its own pool");
 }
 
 impl PushSrcImpl for FhTestSrc {
@@ -341,8 +384,12 @@ impl PushSrcImpl for FhTestSrc {
 
             let seq = s.first_seq.wrapping_add(state.sent);
             let packet_size = s.packet_size as usize;
-            let mut buf =
-                self.make_batch(slot, seq, n as usize, packet_size, self.readable.wanted());
+            let mut buf = self.make_batch(
+                slot,
+                (seq, n as usize, packet_size),
+                s.fill_payload,
+                self.readable.wanted(),
+            );
             let batch_bytes = n * u64::from(s.packet_size);
             {
                 let b = buf.get_mut().expect("a new buffer is writable");
@@ -376,7 +423,7 @@ impl PushSrcImpl for FhTestSrc {
             if due {
                 self.post_stats();
             }
-            Ok(self.output.push(self.copy.out(buf)))
+            Ok(self.output.push(buf))
         })
     }
 }

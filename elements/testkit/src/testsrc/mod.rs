@@ -9,8 +9,13 @@
 //! Properties (read at start): `packet-size` (16..=65507, default 1472), `batch-size`
 //! (default 64), `rate` (bits/s of packet bytes, 0 = as fast as possible), `num-packets`
 //! (EOS after that many, 0 = unlimited; the last batch may be short), `first-seq`,
-//! `stats-interval` (ms, 0 = off) and the read-only `stats` (`packets`, `bytes`,
-//! `batches`, pool counters).
+//! `fill-payload` (default true; false writes only each packet's header, for benchmarks
+//! of what carries the packets), `stats-interval` (ms, 0 = off) and the read-only `stats`
+//! (`packets`, `bytes`, `batches`, pool counters).
+//!
+//! When downstream proposes a Firehose memory provider in the allocation query
+//! (`fhshmsink`'s shared segments, `fhcudaupload`'s pinned pages), the pool is cut from
+//! it and each batch is generated straight into that memory: no copy.
 //!
 //! It never drops: when downstream holds every slot it waits for one to come back.
 //! `unlock()` ends that wait and any pacing sleep at once, so state changes never hang.
