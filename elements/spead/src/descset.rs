@@ -155,12 +155,15 @@ impl DescriptorTable {
     /// the log full, an id not held is refused without being parsed. An error when the
     /// value is parsed and is not a descriptor.
     pub fn upsert_bytes(&mut self, value: &[u8]) -> Result<Upsert, DescriptorError> {
+        let id = descriptor::peek_id(value);
+        if id.is_some_and(|id| !self.latest.contains_key(&id)) && self.len >= self.log.entries.len()
+        {
+            return Ok(Upsert::Full);
+        }
         let hash = self.hasher.hash_one(value);
-        if let Some(id) = descriptor::peek_id(value) {
-            match self.latest.get(&id) {
-                Some(&(_, Some(h))) if h == hash => return Ok(Upsert::Same),
-                None if self.len >= self.log.entries.len() => return Ok(Upsert::Full),
-                _ => {}
+        if let Some(&(_, Some(h))) = id.and_then(|id| self.latest.get(&id)) {
+            if h == hash {
+                return Ok(Upsert::Same);
             }
         }
         Ok(self.upsert_hashed(descriptor::parse(value)?, Some(hash)))
@@ -315,8 +318,14 @@ mod tests {
         let a48 = descriptor::encode(&d(1, "a"), Flavour::SPEAD_64_48);
         assert_eq!(t.upsert_bytes(&a48), Ok(Upsert::Same));
         assert_eq!(t.upsert_bytes(&a48), Ok(Upsert::Same));
-        assert!(t.upsert_bytes(b"no descriptor").is_err(), "parsed while there is room");
-        assert_eq!(t.upsert_bytes(&descriptor::encode(&d(2, "b"), f)), Ok(Upsert::Added));
+        assert!(
+            t.upsert_bytes(b"no descriptor").is_err(),
+            "parsed while there is room"
+        );
+        assert_eq!(
+            t.upsert_bytes(&descriptor::encode(&d(2, "b"), f)),
+            Ok(Upsert::Added)
+        );
         // Full: a new id is refused before its value is parsed (this one would not
         // parse: its NAME points beyond the payload), a changed known one after.
         use crate::wire::{ids, ItemPointer};
@@ -333,7 +342,10 @@ mod tests {
         assert_eq!(descriptor::peek_id(&broken), Some(3));
         assert!(descriptor::parse(&broken).is_err());
         assert_eq!(t.upsert_bytes(&broken), Ok(Upsert::Full));
-        assert_eq!(t.upsert_bytes(&descriptor::encode(&d(1, "a2"), f)), Ok(Upsert::Full));
+        assert_eq!(
+            t.upsert_bytes(&descriptor::encode(&d(1, "a2"), f)),
+            Ok(Upsert::Full)
+        );
         assert_eq!(t.upsert_bytes(&a), Ok(Upsert::Same));
         assert_eq!(names(&t.snapshot()), ["a", "b"]);
     }

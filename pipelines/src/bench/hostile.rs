@@ -44,13 +44,14 @@ const DRAIN: Duration = Duration::from_millis(200);
 /// Chunk placement: heap counter 1 (the first heap sent) is slot 0 of chunk 0.
 const CHUNK_OFFSET: u64 = 1;
 /// Counters of the receivers' stats worth a column when not zero.
-const COUNTERS: [&str; 14] = [
+const COUNTERS: [&str; 15] = [
     "malformed",
     "too-large",
     "too-far",
     "too-old",
     "duplicated",
     "descriptors-dropped",
+    "descriptor-heaps",
     "heaps-incomplete",
     "drops-handler",
     "drops-pool",

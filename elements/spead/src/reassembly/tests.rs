@@ -573,8 +573,16 @@ fn heaps_of_descriptors_only_are_learnt_counted_and_not_delivered() {
         let mut pk = descriptor_heaps(100, 0x1000, 3, 1, 9000);
         pk.extend(descriptor_heaps(110, 0x2000, 1, 4, 100));
         let n_packets_multi = pk.len() - 3;
-        assert!(n_packets_multi > 2, "the last descriptor heap spans packets");
-        pk.extend(heap_packets(F40, 1, &[(0x1000, Val::Bytes(vec![5, 6]))], 9000));
+        assert!(
+            n_packets_multi > 2,
+            "the last descriptor heap spans packets"
+        );
+        pk.extend(heap_packets(
+            F40,
+            1,
+            &[(0x1000, Val::Bytes(vec![5, 6]))],
+            9000,
+        ));
         let raw = crate::descriptor::encode(
             &crate::descriptor::Descriptor {
                 id: 0x3000,
