@@ -637,12 +637,12 @@ pub const KNOWN_WEAK: &[(Receiver, Class)] = &[
     // descriptor). Since 2026-11-26 such heaps are learnt and counted, not pushed
     // (deliver-descriptor-heaps=false), and a descriptor costs a lookup: fhspeadsrc keeps
     // every heap (95/95 in 9 of 9 release runs per class on the loaded 2-core machine),
-    // so it is checked. fhudpsrc ! speaddepay still lost heaps in some runs there (73/95
-    // under descriptor-churn in 1 of 6; 69-90/95 under descriptor-flood in the runs
-    // before the table's hash was put after the bound): by kernel drops, the receive
-    // thread (mostly the kernel's per-datagram receive, timestamps and cmsgs at 200-250
-    // kpps) not scheduled in time on two cores shared with the sender's threads, not by
-    // anything the flood evicted.
+    // so it is checked. fhudpsrc ! speaddepay still lost heaps in some runs there (4 of 9
+    // under descriptor-flood, 69-90/95; 3 of 9 under descriptor-churn, 72-93/95), those
+    // where its CPU per GB doubled: the receive thread (mostly the kernel's per-datagram
+    // receive, timestamps and cmsgs at 200-250 kpps) not scheduled in time on two cores
+    // shared with the sender's threads, the kernel dropping; not anything the flood
+    // evicted (benchmarks.md).
     (Receiver::Speaddepay, Class::DescriptorFlood),
     (Receiver::Speaddepay, Class::DescriptorChurn),
 ];
