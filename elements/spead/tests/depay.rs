@@ -412,7 +412,7 @@ fn a_heap_of_descriptors_only_is_counted_not_pushed_unless_asked() {
         }
         // Either way the data heap carries the descriptor.
         let last = out.last().unwrap().meta::<HeapMeta>().unwrap();
-        assert_eq!(last.info().descriptors.to_vec(), [d.clone()]);
+        assert_eq!(last.info().descriptors.to_vec(), std::slice::from_ref(&d));
         assert_eq!(field(&s, names::HEAPS), 1 + u64::from(deliver));
     }
 }
