@@ -23,8 +23,9 @@
 //!   enters the window at once, and so does the heap that follows the last heap that
 //!   proved itself (received a second packet) by the step between the last two such
 //!   heaps' counters: an honest in-order stream's heaps skip probation. Only that one
-//!   counter does, and it moves only when a heap proves itself, so an attacker who
-//!   guesses it gets at most one window entry per heap of the stream; such a heap is
+//!   counter does, and it moves only when a heap proves itself, so guessing it gains
+//!   an attacker one window entry per heap that proved itself (the stream's, or its
+//!   own, which entered the window with their second packet anyway); such a heap is
 //!   kept in a full window as a heap of two packets is (least recently touched goes).
 //!   Other heaps' first packets are copied twice more (into the ring and out).
 //! - **Order.** By default a packet must continue its heap where the previous one ended
