@@ -23,6 +23,8 @@ use firehose_spead::wire::{ids, Flavour, ItemPointer, HEADER_LEN, ITEM_LEN};
 const RUNS: usize = 7;
 /// Bytes of one heap's payload (the `firehose bench spead` default).
 const HEAP: usize = 1 << 20;
+/// Bytes of a small heap's payload: two 8972-byte packets.
+const SMALL_HEAP: usize = 16 << 10;
 /// Heaps per chunk in chunk mode (as `firehose bench spead`).
 const HEAPS_PER_CHUNK: usize = 8;
 const FLAVOUR: Flavour = Flavour::SPEAD_64_40;
@@ -33,7 +35,7 @@ fn main() {
     let heaps = if full { 2000 } else { 16 };
     let runs = if full { RUNS } else { 1 };
     for size in [1472usize, 8972] {
-        let mut stream = Stream::new(size);
+        let mut stream = Stream::new(size, HEAP);
         for (what, run) in [
             (
                 "speaddepay engine",
@@ -42,16 +44,44 @@ fn main() {
             ("chunk engine", place_in_chunks),
         ] {
             let took = median_of(runs, || run(&mut stream, heaps));
-            let secs = took.as_secs_f64();
-            let packets = (heaps * stream.offsets.len()) as f64;
-            println!(
-                "{what}, {size} B packets, 1 MiB heaps, median of {runs}: {:.2} M packets/s, \
-                 {:.2} GB/s of payload",
-                packets / secs / 1e6,
-                (heaps * HEAP) as f64 / secs / 1e9,
-            );
+            report(what, size, HEAP, runs, heaps, &stream, took);
         }
     }
+    // Small heaps (two packets each): where the copies of a heap's first packet
+    // (probation) weigh most.
+    let mut stream = Stream::new(8972, SMALL_HEAP);
+    let small = heaps * (HEAP / SMALL_HEAP);
+    let took = median_of(runs, || reassemble(&mut stream, small));
+    report(
+        "speaddepay engine",
+        8972,
+        SMALL_HEAP,
+        runs,
+        small,
+        &stream,
+        took,
+    );
+}
+
+/// Prints one measurement.
+fn report(
+    what: &str,
+    size: usize,
+    heap: usize,
+    runs: usize,
+    heaps: usize,
+    stream: &Stream,
+    took: Duration,
+) {
+    let secs = took.as_secs_f64();
+    let packets = (heaps * stream.offsets.len()) as f64;
+    println!(
+        "{what}, {size} B packets, {} KiB heaps, median of {runs}: {:.2} M packets/s, \
+         {:.2} GB/s of payload",
+        heap >> 10,
+        packets / secs / 1e6,
+        (heaps * heap) as f64 / secs / 1e9,
+    );
 }
 
 /// The median of the times `f` reports over `runs` runs, after one warm-up run.
@@ -70,8 +100,8 @@ struct Stream {
 }
 
 impl Stream {
-    fn new(packet_size: usize) -> Self {
-        let payload = vec![0x5au8; HEAP];
+    fn new(packet_size: usize, heap: usize) -> Self {
+        let payload = vec![0x5au8; heap];
         let items = [Item::immediate(0x1600, 7), Item::bytes(0x1700, &payload)];
         let cfg = PacketConfig::new(FLAVOUR, packet_size).unwrap();
         let mut hp = cfg.heap(1, &items).unwrap();

@@ -122,6 +122,18 @@ pub fn parse(value: &[u8]) -> Result<Descriptor, DescriptorError> {
     Ok(d)
 }
 
+/// The DESCRIPTOR_ID a DESCRIPTOR item's value holds, as [`parse`] would read it, without
+/// parsing the rest; `None` when the value is not a packet or holds no id (0 included).
+pub fn peek_id(value: &[u8]) -> Option<u64> {
+    let p = Packet::parse(value).ok()?;
+    let f = p.flavour;
+    p.items()
+        .filter(|ip| ip.is_immediate() && ip.id(f) == ids::DESCRIPTOR_ID)
+        .last()
+        .map(|ip| ip.value(f))
+        .filter(|&id| id != 0)
+}
+
 fn text(id: u64, bytes: &[u8]) -> Result<String, DescriptorError> {
     std::str::from_utf8(bytes)
         .map(str::to_owned)

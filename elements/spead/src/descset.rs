@@ -12,12 +12,18 @@
 //! that position on, so older sets still read what they saw. When the log is full,
 //! further new or changed descriptors are refused and counted; the ones already known
 //! stay.
+//!
+//! From the wire ([`DescriptorTable::upsert_bytes`]) a descriptor is first looked up by
+//! its id and a keyed hash of its bytes: a repeat of the bytes held costs that lookup
+//! and no parse or copy, and once the log is full a descriptor of an id not held is
+//! refused unparsed (counted as refused even if it would not have parsed).
 
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, OnceLock};
 
-use crate::descriptor::Descriptor;
+use crate::descriptor::{self, Descriptor, DescriptorError};
 
 /// The default capacity of the log: descriptors, counting each change as one more.
 pub const DEFAULT_MAX_DESCRIPTORS: usize = 1024;
@@ -120,8 +126,11 @@ pub enum Upsert {
 /// The engine's side: the log it writes, and where each id's latest version is.
 pub struct DescriptorTable {
     log: Arc<Log>,
-    latest: HashMap<u64, usize>,
+    /// Each id's latest version, and the hash of the bytes it was last seen in.
+    latest: HashMap<u64, (usize, Option<u64>)>,
     len: usize,
+    /// Keyed per table, so a sender cannot make other bytes hash the same.
+    hasher: RandomState,
 }
 
 impl DescriptorTable {
@@ -132,14 +141,43 @@ impl DescriptorTable {
             log: Arc::new(Log { entries }),
             latest: HashMap::with_capacity(capacity.min(4096)),
             len: 0,
+            hasher: RandomState::new(),
         }
     }
 
     /// Adds `d`, or a new version of its id if it differs from the one held.
     pub fn upsert(&mut self, d: Descriptor) -> Upsert {
-        let prev = self.latest.get(&d.id).copied();
+        self.upsert_hashed(d, None)
+    }
+
+    /// Adds the descriptor a DESCRIPTOR item's `value` holds, as [`Self::upsert`]: the
+    /// same bytes as the version held cost one hash lookup (no parse, no copy); with
+    /// the log full, an id not held is refused without being parsed. An error when the
+    /// value is parsed and is not a descriptor.
+    pub fn upsert_bytes(&mut self, value: &[u8]) -> Result<Upsert, DescriptorError> {
+        let id = descriptor::peek_id(value);
+        if id.is_some_and(|id| !self.latest.contains_key(&id)) && self.len >= self.log.entries.len()
+        {
+            return Ok(Upsert::Full);
+        }
+        let hash = self.hasher.hash_one(value);
+        if let Some(&(_, Some(h))) = id.and_then(|id| self.latest.get(&id)) {
+            if h == hash {
+                return Ok(Upsert::Same);
+            }
+        }
+        Ok(self.upsert_hashed(descriptor::parse(value)?, Some(hash)))
+    }
+
+    fn upsert_hashed(&mut self, d: Descriptor, hash: Option<u64>) -> Upsert {
+        let prev = self.latest.get(&d.id).map(|&(i, _)| i);
         if let Some(i) = prev {
             if self.entry(i).is_some_and(|e| e.desc == d) {
+                // The same descriptor, perhaps in other bytes: these are the ones to
+                // recognise next time.
+                if hash.is_some() {
+                    self.latest.insert(d.id, (i, hash));
+                }
                 return Upsert::Same;
             }
         }
@@ -158,7 +196,7 @@ impl DescriptorTable {
                 let _ = e.superseded_at.set(at);
             }
         }
-        self.latest.insert(id, at);
+        self.latest.insert(id, (at, hash));
         self.len += 1;
         Upsert::Added
     }
@@ -265,6 +303,51 @@ mod tests {
         // The first set still reads one descriptor: the log is shared, not copied.
         assert_eq!(names(&first), ["first"]);
         assert!(Arc::ptr_eq(&first.log, &t.snapshot().log));
+    }
+
+    #[test]
+    fn from_the_wire_a_repeat_is_a_lookup_and_a_full_table_refuses_unparsed() {
+        use crate::wire::Flavour;
+        let f = Flavour::SPEAD_64_40;
+        let mut t = DescriptorTable::new(2);
+        let a = descriptor::encode(&d(1, "a"), f);
+        assert_eq!(t.upsert_bytes(&a), Ok(Upsert::Added));
+        assert_eq!(t.upsert_bytes(&a), Ok(Upsert::Same));
+        // The same descriptor in other bytes (another flavour) is the same, and its
+        // bytes are then the ones recognised.
+        let a48 = descriptor::encode(&d(1, "a"), Flavour::SPEAD_64_48);
+        assert_eq!(t.upsert_bytes(&a48), Ok(Upsert::Same));
+        assert_eq!(t.upsert_bytes(&a48), Ok(Upsert::Same));
+        assert!(
+            t.upsert_bytes(b"no descriptor").is_err(),
+            "parsed while there is room"
+        );
+        assert_eq!(
+            t.upsert_bytes(&descriptor::encode(&d(2, "b"), f)),
+            Ok(Upsert::Added)
+        );
+        // Full: a new id is refused before its value is parsed (this one would not
+        // parse: its NAME points beyond the payload), a changed known one after.
+        use crate::wire::{ids, ItemPointer};
+        let items = [
+            ItemPointer::immediate(f, ids::HEAP_CNT, 1),
+            ItemPointer::immediate(f, ids::HEAP_LENGTH, 4),
+            ItemPointer::immediate(f, ids::PAYLOAD_OFFSET, 0),
+            ItemPointer::immediate(f, ids::PAYLOAD_LENGTH, 4),
+            ItemPointer::immediate(f, ids::DESCRIPTOR_ID, 3),
+            ItemPointer::addressed(f, ids::DESCRIPTOR_NAME, 100),
+        ];
+        let mut broken = vec![0; crate::wire::packet_len(items.len(), 4)];
+        crate::wire::encode(f, &items, b"name", &mut broken).unwrap();
+        assert_eq!(descriptor::peek_id(&broken), Some(3));
+        assert!(descriptor::parse(&broken).is_err());
+        assert_eq!(t.upsert_bytes(&broken), Ok(Upsert::Full));
+        assert_eq!(
+            t.upsert_bytes(&descriptor::encode(&d(1, "a2"), f)),
+            Ok(Upsert::Full)
+        );
+        assert_eq!(t.upsert_bytes(&a), Ok(Upsert::Same));
+        assert_eq!(names(&t.snapshot()), ["a", "b"]);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::reassembly::{Config, Counts, Emitted, Heap, Reassembler};
 use crate::wire::ctrl;
 
 /// The counters `stats` lists for heaps, besides the receiver's.
-pub const COUNTERS: &str = "packets, heaps, bytes, heaps-incomplete, malformed, too-large, out-of-order-dropped, duplicated, drops-pool, pool-*, descriptors, descriptors-dropped";
+pub const COUNTERS: &str = "packets, heaps, bytes, heaps-incomplete, malformed, too-large, out-of-order-dropped, duplicated, drops-pool, pool-*, descriptors, descriptors-dropped, descriptor-heaps";
 
 firehose_core::counters! {
     /// The reassembler's counts and pool accounting, mirrored once per buffer or receive
@@ -38,6 +38,7 @@ firehose_core::counters! {
         pool_exhausted: names::POOL_EXHAUSTED,
         descriptors: "descriptors",
         descriptors_dropped: "descriptors-dropped",
+        descriptor_heaps: "descriptor-heaps",
     }
 }
 
@@ -88,6 +89,7 @@ impl HeapCounters {
         self.pool_exhausted.set(p.exhausted);
         self.descriptors.set(engine.descriptor_count() as u64);
         self.descriptors_dropped.set(c.descriptors_dropped);
+        self.descriptor_heaps.set(c.descriptor_heaps);
     }
 
     /// The stats structure; `memory` is the pool's memory kind once started.
@@ -115,6 +117,7 @@ pub fn new_reassembler(
         hugepages: s.memory.into(),
         max_descriptors: s.max_descriptors as usize,
         stop_ends: s.stop_is_eos,
+        deliver_descriptor_heaps: s.deliver_descriptor_heaps,
     };
     let engine = Reassembler::new(&config).map_err(|e| match e {
         // Already says how to reserve hugepages.

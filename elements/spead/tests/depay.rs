@@ -380,6 +380,43 @@ fn descriptors_reach_the_meta() {
     assert_eq!(field(&stats(&h), "descriptors"), 1);
 }
 
+#[test]
+fn a_heap_of_descriptors_only_is_counted_not_pushed_unless_asked() {
+    let d = firehose_spead::descriptor::Descriptor {
+        id: 0x1000,
+        name: "samples".into(),
+        ..Default::default()
+    };
+    let desc = [(
+        ids::DESCRIPTOR,
+        Val::Bytes(firehose_spead::descriptor::encode(&d, F40)),
+    )];
+    for deliver in [false, true] {
+        let value = deliver.to_string();
+        let mut h = harness(&[("deliver-descriptor-heaps", value.as_str())], true);
+        let mut packets = heap_packets(F40, 1, &desc, 1400);
+        packets.extend(heap_packets(F40, 2, &items(2, 4000), 1400));
+        h.push(batch(&packets, 0)).unwrap();
+        let out = pull_all(&mut h);
+        let cnts: Vec<u64> = out
+            .iter()
+            .map(|b| b.meta::<HeapMeta>().unwrap().info().heap_cnt)
+            .collect();
+        let s = stats(&h);
+        if deliver {
+            assert_eq!(cnts, [1, 2]);
+            assert_eq!(field(&s, "descriptor-heaps"), 0);
+        } else {
+            assert_eq!(cnts, [2], "the descriptor heap is not pushed");
+            assert_eq!(field(&s, "descriptor-heaps"), 1);
+        }
+        // Either way the data heap carries the descriptor.
+        let last = out.last().unwrap().meta::<HeapMeta>().unwrap();
+        assert_eq!(last.info().descriptors.to_vec(), std::slice::from_ref(&d));
+        assert_eq!(field(&s, names::HEAPS), 1 + u64::from(deliver));
+    }
+}
+
 fn check_heap_prefix(buf: &gst::Buffer) {
     assert_eq!(item(buf, 0x1000), pattern(1, 4000));
 }

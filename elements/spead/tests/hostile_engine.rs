@@ -216,3 +216,45 @@ fn a_flood_of_partial_heaps_far_denser_than_the_window_costs_the_heap_receiver_n
         assert!(lost.is_empty(), "{}: lost {lost:?}", class.name());
     }
 }
+
+#[test]
+fn a_descriptor_flood_costs_the_heap_receiver_no_buffer_and_no_pool_memory() {
+    init();
+    // Every bad packet of these classes is a whole heap of one descriptor: learnt (or
+    // refused at the table's bound) and counted, never delivered, so its cost is a
+    // lookup, not a buffer (issue 18). The stream's heaps all come out.
+    for class in [Class::DescriptorFlood, Class::DescriptorChurn] {
+        let packets = stream(class);
+        let mut r = Reassembler::new(&Config {
+            hugepages: HugepagePolicy::Off,
+            ..Config::default()
+        })
+        .unwrap();
+        let mut delivered = Vec::new();
+        for p in &packets {
+            r.push(p, None, &mut |h: Heap| {
+                if h.info.stream_ctrl != Some(ctrl::STOP) {
+                    delivered.push(h.info.heap_cnt);
+                }
+            });
+        }
+        r.flush(&mut |h: Heap| delivered.push(h.info.heap_cnt));
+        assert_eq!(
+            delivered,
+            (1..=HEAPS).collect::<Vec<_>>(),
+            "{}",
+            class.name()
+        );
+        let bad = packets.len() as u64 - HEAPS * legit().packets_per_heap() as u64 - 1;
+        let c = *r.counts();
+        assert_eq!(c.descriptor_heaps, bad, "{}: {c:?}", class.name());
+        // The arena (single-packet heaps) served the flood nothing.
+        assert_eq!(c.drops_pool, 0);
+        assert!(
+            r.pool_stats().high_water <= 4,
+            "{}: {:?}",
+            class.name(),
+            r.pool_stats()
+        );
+    }
+}

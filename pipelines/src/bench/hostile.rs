@@ -44,13 +44,14 @@ const DRAIN: Duration = Duration::from_millis(200);
 /// Chunk placement: heap counter 1 (the first heap sent) is slot 0 of chunk 0.
 const CHUNK_OFFSET: u64 = 1;
 /// Counters of the receivers' stats worth a column when not zero.
-const COUNTERS: [&str; 14] = [
+const COUNTERS: [&str; 15] = [
     "malformed",
     "too-large",
     "too-far",
     "too-old",
     "duplicated",
     "descriptors-dropped",
+    "descriptor-heaps",
     "heaps-incomplete",
     "drops-handler",
     "drops-pool",
@@ -632,16 +633,17 @@ pub const KNOWN_WEAK: &[(Receiver, Class)] = &[
     // the real stream, confirm a jump of the chunk window (JUMP_CONFIRM): seen in CI as
     // one heap of nine lost.
     (Receiver::Direct, Class::HugeIds),
-    // A flood of distinct or changing descriptors: every bad packet is a heap of its
-    // own (parsed, looked up in the bounded table, pushed as a buffer, as spead2 yields
-    // it), so it costs the heap receivers 35-90x the stream alone per GB in the debug
-    // build. On 2 cores shared with the sender's two threads the receiver then falls
-    // behind, the kernel drops, and heaps are lost (2026-11-26: 5-8 of 9 intact, also
-    // with the code of 2026-11-25 and with readable-metas=false; passes on a quiet
-    // machine). The table is bounded; the per-heap cost is what is open.
-    (Receiver::SpeadSrc, Class::DescriptorFlood),
+    // A flood of distinct or changing descriptors (each bad packet a whole heap of one
+    // descriptor). Since 2026-11-26 such heaps are learnt and counted, not pushed
+    // (deliver-descriptor-heaps=false), and a descriptor costs a lookup: fhspeadsrc keeps
+    // every heap (95/95 in 9 of 9 release runs per class on the loaded 2-core machine),
+    // so it is checked. fhudpsrc ! speaddepay still lost heaps in some runs there (4 of 9
+    // under descriptor-flood, 69-90/95; 3 of 9 under descriptor-churn, 72-93/95), those
+    // where its CPU per GB doubled: the receive thread (mostly the kernel's per-datagram
+    // receive, timestamps and cmsgs at 200-250 kpps) not scheduled in time on two cores
+    // shared with the sender's threads, the kernel dropping; not anything the flood
+    // evicted (benchmarks.md).
     (Receiver::Speaddepay, Class::DescriptorFlood),
-    (Receiver::SpeadSrc, Class::DescriptorChurn),
     (Receiver::Speaddepay, Class::DescriptorChurn),
 ];
 

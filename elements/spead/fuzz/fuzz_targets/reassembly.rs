@@ -31,6 +31,9 @@ fn config(c: &[u8]) -> Config {
         // Small pools (2 heaps a class) unless asked: exhaustion is reachable too.
         pool_size: if c[0] & 4 != 0 { 0 } else { 1 },
         hugepages: HugepagePolicy::Off,
+        stop_ends: c[0] & 8 == 0,
+        // Heaps of descriptors only: learnt and counted, or delivered.
+        deliver_descriptor_heaps: c[0] & 16 != 0,
     }
 }
 

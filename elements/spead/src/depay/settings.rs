@@ -34,6 +34,7 @@ pub(crate) struct Settings {
     pub max_heap_size: u64,
     pub stop_is_eos: bool,
     pub max_descriptors: u32,
+    pub deliver_descriptor_heaps: bool,
     pub memory: Memory,
     pub pool_size: u64,
     pub stats_interval: StatsInterval,
@@ -59,6 +60,7 @@ impl Default for Settings {
             max_heap_size: DEFAULT_MAX_HEAP_SIZE as u64,
             stop_is_eos: true,
             max_descriptors: crate::descset::DEFAULT_MAX_DESCRIPTORS as u32,
+            deliver_descriptor_heaps: false,
             memory: Memory::Auto,
             pool_size: 0,
             stats_interval: StatsInterval::default(),
@@ -87,6 +89,9 @@ impl Settings {
             "max-heap-size" => self.max_heap_size = value.get().unwrap(),
             "stop-is-eos" => self.stop_is_eos = value.get().unwrap(),
             "max-descriptors" => self.max_descriptors = value.get().unwrap(),
+            "deliver-descriptor-heaps" => {
+                self.deliver_descriptor_heaps = value.get().unwrap();
+            }
             "memory" | "hugepages" => {
                 props::set_memory(&mut self.memory, name, value);
             }
@@ -115,6 +120,7 @@ impl Settings {
             "max-heap-size" => self.max_heap_size.to_value(),
             "stop-is-eos" => self.stop_is_eos.to_value(),
             "max-descriptors" => self.max_descriptors.to_value(),
+            "deliver-descriptor-heaps" => self.deliver_descriptor_heaps.to_value(),
             "memory" | "hugepages" => {
                 props::memory_value(self.memory, name).expect("a memory property")
             }
@@ -255,6 +261,12 @@ fn build_properties() -> Vec<glib::ParamSpec> {
                 .default_value(crate::descset::DEFAULT_MAX_DESCRIPTORS as u32)
                 .mutable_ready()
                 .build(),
+            glib::ParamSpecBoolean::builder("deliver-descriptor-heaps")
+                .nick("Deliver descriptor heaps")
+                .blurb("Push heaps that carry only descriptors as buffers (spead2 yields them). false (default): their descriptors are learnt, reach downstream with the next heap's descriptors, and the heap is counted (descriptor-heaps), so a flood of them costs a lookup each, not a buffer")
+                .default_value(false)
+                .mutable_ready()
+                .build(),
             memory,
             hugepages,
             glib::ParamSpecUInt64::builder("pool-size")
@@ -320,7 +332,7 @@ fn build_properties() -> Vec<glib::ParamSpec> {
             readable::param_spec(),
         ];
     v.extend(stats::properties(
-            "packets, heaps, bytes, heaps-incomplete, malformed, too-large, out-of-order-dropped, duplicated, drops-pool, pool-*, descriptors, descriptors-dropped, chunks, chunks-incomplete, too-old, drops-handler, resyncs, too-far, memory; the same keys in both modes, those of the other mode reading 0",
+            "packets, heaps, bytes, heaps-incomplete, malformed, too-large, out-of-order-dropped, duplicated, drops-pool, pool-*, descriptors, descriptors-dropped, descriptor-heaps, chunks, chunks-incomplete, too-old, drops-handler, resyncs, too-far, memory; the same keys in both modes, those of the other mode reading 0",
         ));
     v
 }

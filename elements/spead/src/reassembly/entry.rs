@@ -35,6 +35,10 @@ pub(crate) struct Entry {
     /// Packets accepted into this heap: a heap that has received more than one is
     /// evicted only when no heap with one is in the window.
     pub packets: u32,
+    /// Entered the window at its first packet as the heap the stream is expected to
+    /// send next (see `Reassembler::expects`): kept in a full window as a heap of more
+    /// than one packet is.
+    pub vouched: bool,
     pub flavour: Option<crate::wire::Flavour>,
     pub heap_length: Option<usize>,
     /// The payload; `None` once the heap is known to be too large.
@@ -97,6 +101,7 @@ impl Entry {
         self.seq = seq;
         self.touched = seq;
         self.packets = 0;
+        self.vouched = false;
         self.flavour = Some(p.flavour);
         self.heap_length = None;
         self.slot = Some(slot);

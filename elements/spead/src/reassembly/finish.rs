@@ -4,7 +4,6 @@
 use std::ops::Range;
 
 use super::items::{extents, Extent};
-use crate::descriptor;
 use crate::descset::{DescriptorTable, Upsert};
 use crate::heap::{HeapInfo, HeapItem, ItemValue};
 use crate::wire::{ids, Flavour, ItemPointer};
@@ -59,14 +58,7 @@ pub(crate) fn build(parts: Parts<'_>, descriptors: &mut DescriptorTable) -> (Hea
             Extent::Beyond => continue,
             Extent::Bytes(r) => {
                 if id == ids::DESCRIPTOR && arrived(&r) {
-                    match descriptor::parse(&parts.payload[r.clone()]) {
-                        Ok(d) => {
-                            if descriptors.upsert(d) == Upsert::Full {
-                                learned.refused += 1;
-                            }
-                        }
-                        Err(_) => learned.malformed += 1,
-                    }
+                    learn(&parts.payload[r.clone()], descriptors, &mut learned);
                 }
                 ItemValue::Bytes(r)
             }
@@ -83,6 +75,58 @@ pub(crate) fn build(parts: Parts<'_>, descriptors: &mut DescriptorTable) -> (Hea
         stream_ctrl: parts.stream_ctrl,
     };
     (info, learned)
+}
+
+/// If the complete heap `parts` describes would list only DESCRIPTOR items (at least
+/// one, nothing else; what [`build`] skips — NULL, empty and beyond-the-end items — does
+/// not count), learns them into `descriptors` as [`build`] would and returns what was
+/// wrong with them; otherwise `None`, and nothing is learnt. No description is built:
+/// such a heap costs its descriptors' lookups and nothing else (issue 18).
+pub(crate) fn descriptors_only(
+    parts: &Parts<'_>,
+    descriptors: &mut DescriptorTable,
+) -> Option<Learned> {
+    let f = parts.flavour;
+    if !parts.complete || parts.stream_ctrl.is_some() {
+        return None;
+    }
+    let len = parts.payload.len();
+    let extents = extents(f, parts.pointers, len);
+    let mut any = false;
+    for (&p, extent) in parts.pointers.iter().zip(&extents) {
+        let id = ItemPointer(p).id(f);
+        match extent {
+            _ if id == ids::NULL => {}
+            Extent::Bytes(r) if r.is_empty() => {}
+            Extent::Beyond => {}
+            Extent::Bytes(_) if id == ids::DESCRIPTOR => any = true,
+            _ => return None,
+        }
+    }
+    if !any {
+        return None;
+    }
+    let mut learned = Learned::default();
+    for (&p, extent) in parts.pointers.iter().zip(extents) {
+        if ItemPointer(p).id(f) != ids::DESCRIPTOR {
+            continue;
+        }
+        if let Extent::Bytes(r) = extent {
+            if !r.is_empty() {
+                learn(&parts.payload[r], descriptors, &mut learned);
+            }
+        }
+    }
+    Some(learned)
+}
+
+/// Learns one DESCRIPTOR value into `descriptors`, counting what was wrong with it.
+fn learn(value: &[u8], descriptors: &mut DescriptorTable, learned: &mut Learned) {
+    match descriptors.upsert_bytes(value) {
+        Ok(Upsert::Full) => learned.refused += 1,
+        Ok(_) => {}
+        Err(_) => learned.malformed += 1,
+    }
 }
 
 /// The received ranges of a complete heap of `len` bytes.

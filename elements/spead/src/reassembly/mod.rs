@@ -20,8 +20,14 @@
 //!   counters never evicts a heap under construction, and a heap is lost to one only
 //!   if that many heaps or bytes of them start between its first two packets. The
 //!   heap the stream is expected to send next (a slot reserved for it by landing)
-//!   enters the window at once. Costs an honest stream two more copies of each heap's
-//!   first packet (into the ring and out).
+//!   enters the window at once, and so does the heap that follows the last heap that
+//!   proved itself (received a second packet) by the step between the last two such
+//!   heaps' counters: an honest in-order stream's heaps skip probation. Only that one
+//!   counter does, and it moves only when a heap proves itself, so guessing it gains
+//!   an attacker one window entry per heap that proved itself (the stream's, or its
+//!   own, which entered the window with their second packet anyway); such a heap is
+//!   kept in a full window as a heap of two packets is (least recently touched goes).
+//!   Other heaps' first packets are copied twice more (into the ring and out).
 //! - **Order.** By default a packet must continue its heap where the previous one ended
 //!   (the first packet of a heap must be at offset 0); any other is dropped and counted
 //!   in `out_of_order_dropped`. With `allow_out_of_order` the received byte ranges are
@@ -49,6 +55,12 @@
 //!   payload is copied into an arena slot shared with other small heaps.
 //! - **Descriptors** in DESCRIPTOR items are parsed and accumulated (latest per id);
 //!   every heap carries a shared snapshot of all of them.
+//! - **Descriptor heaps** (ours). A complete heap whose only items are descriptors is
+//!   learnt and counted in `descriptor_heaps`, not delivered, unless
+//!   [`Config::deliver_descriptor_heaps`]: what it says reaches the consumer with the
+//!   next heap's descriptors (as spead2's `ItemGroup.update` of such a heap changes only
+//!   descriptors). It costs no pool memory and no description, so a flood of them costs
+//!   a lookup per descriptor (issue 18). spead2 yields them, as this does when asked.
 //! - **Stop.** A packet with STREAM_CTRL = stop ends the stream at once: every heap
 //!   under construction is flushed (oldest first), then the stop heap is reported
 //!   (`stream_ctrl = Some(STOP)`, built from that packet alone), and the record of
@@ -127,6 +139,9 @@ pub struct Config {
     /// behaviour). False when stop heaps are not trusted (`stop-is-eos=false`): the stop
     /// heap is reported and nothing else changes, so a spoofed one costs no heap.
     pub stop_ends: bool,
+    /// Deliver heaps that carry only descriptors (spead2 yields them); false learns
+    /// their descriptors and counts them in `descriptor_heaps`.
+    pub deliver_descriptor_heaps: bool,
 }
 
 /// The default `max_heap_size`: 17 MiB, so that a stream of 16 MiB data items (a
@@ -146,6 +161,7 @@ impl Default for Config {
             hugepages: HugepagePolicy::Auto,
             max_descriptors: crate::descset::DEFAULT_MAX_DESCRIPTORS,
             stop_ends: true,
+            deliver_descriptor_heaps: false,
         }
     }
 }
@@ -175,6 +191,9 @@ pub struct Counts {
     /// Descriptors refused because `max_descriptors` were known (new ids, or new
     /// versions of known ones).
     pub descriptors_dropped: u64,
+    /// Complete heaps that carried only descriptors, learnt and not delivered (see
+    /// [`Config::deliver_descriptor_heaps`]); not counted in `heaps`.
+    pub descriptor_heaps: u64,
 }
 
 impl Counts {
@@ -222,6 +241,12 @@ pub struct Reassembler {
     reserved: Option<(u64, Slot)>,
     /// See [`Config::stop_ends`].
     stop_ends: bool,
+    /// See [`Config::deliver_descriptor_heaps`].
+    deliver_descriptor_heaps: bool,
+    /// The last heap that received a second packet, and the step from the one before
+    /// (what [`Self::expects`] predicts from).
+    proven: Option<u64>,
+    proven_step: u64,
     /// The last heaps whose first packet found no pool memory (their later packets are
     /// counted in `drops_pool` too, not as out of order).
     starved: Box<[Option<u64>; STARVED]>,
@@ -264,6 +289,9 @@ impl Reassembler {
             shape: Shape::default(),
             reserved: None,
             stop_ends: config.stop_ends,
+            deliver_descriptor_heaps: config.deliver_descriptor_heaps,
+            proven: None,
+            proven_step: 1,
             starved: Box::new([None; STARVED]),
             starved_at: 0,
         })
@@ -426,10 +454,12 @@ impl Reassembler {
         // The first packet of a heap: held apart until a second packet of the heap
         // arrives, unless it is the heap the stream is expected to send next (its slot
         // reserved), or cannot be held.
-        let expected = self
-            .reserved
-            .as_ref()
-            .is_some_and(|(c, _)| *c == p.heap_cnt);
+        let vouched = self.expects(p.heap_cnt);
+        let expected = vouched
+            || self
+                .reserved
+                .as_ref()
+                .is_some_and(|(c, _)| *c == p.heap_cnt);
         if !landed && !expected && p.heap_length.is_some() && self.probation.takes(p) {
             let f = p.flavour;
             let length = p.heap_length.unwrap_or(0);
@@ -444,7 +474,31 @@ impl Reassembler {
             }
             return true;
         }
-        self.open(s, p, header_len, payload, stamp, emit)
+        let opened = self.open(s, p, header_len, payload, stamp, emit);
+        if vouched {
+            if let Some(i) = self.subs[s].find(p.heap_cnt) {
+                self.subs[s].entries[i].vouched = true;
+            }
+        }
+        opened
+    }
+
+    /// True for the heap counter `cnt` that follows the last heap that proved itself
+    /// (see the module documentation: probation).
+    fn expects(&self, cnt: u64) -> bool {
+        self.proven
+            .and_then(|last| last.checked_add(self.proven_step))
+            == Some(cnt)
+    }
+
+    /// Heap `cnt` received its second packet: the next heap expected follows it.
+    fn prove(&mut self, cnt: u64) {
+        if let Some(last) = self.proven {
+            if cnt > last {
+                self.proven_step = cnt - last;
+            }
+        }
+        self.proven = Some(cnt);
     }
 
     /// Adds packet `p` to the heap in entry `i` of window `s` (see [`Self::accept`]).
@@ -465,7 +519,11 @@ impl Reassembler {
                 self.seq += 1;
                 e.touched = self.seq;
                 e.packets = e.packets.saturating_add(1);
+                let proved = e.packets == 2;
                 self.learn(p, header_len, len);
+                if proved {
+                    self.prove(p.heap_cnt);
+                }
             }
             Added::Dropped => {}
         }
@@ -625,6 +683,7 @@ impl Reassembler {
         // The stream's position changed: nothing learnt about what comes next holds.
         self.shape = Shape::default();
         self.reserved = None;
+        self.proven = None;
     }
 
     /// An entry of window `s` for a new heap: a free one, or the oldest heap's after
@@ -641,7 +700,10 @@ impl Reassembler {
         // such heaps are held in probation and never get here; these are heaps without
         // HEAP_LENGTH or with a first packet too large to hold).
         let i = (0..entries.len())
-            .min_by_key(|&i| (entries[i].packets > 1, entries[i].touched))
+            .min_by_key(|&i| {
+                let e = &entries[i];
+                (e.packets > 1 || e.vouched, e.touched)
+            })
             .expect("a window has at least one entry");
         self.end(s, i, emit);
         i
@@ -678,6 +740,22 @@ impl Reassembler {
             zero_gaps(&mut slot.as_mut_full()[..len], e.ranges.as_slice());
         }
         slot.set_len(len);
+        if complete && !self.deliver_descriptor_heaps {
+            let parts = Parts {
+                heap_cnt: cnt,
+                flavour: e.flavour.expect("an active entry has a flavour"),
+                pointers: &e.pointers,
+                payload: &slot.as_ref()[..len],
+                complete,
+                received: Vec::new(),
+                stream_ctrl: e.stream_ctrl,
+            };
+            if let Some(learned) = finish::descriptors_only(&parts, &mut self.descriptors) {
+                self.counts.learned(learned);
+                self.counts.descriptor_heaps += 1;
+                return;
+            }
+        }
         let received = if complete {
             whole(len)
         } else {
@@ -716,11 +794,29 @@ impl Reassembler {
             self.counts.malformed += 1;
             return;
         }
+        self.collect_pointers(p);
+        let s = (p.heap_cnt % self.subs.len() as u64) as usize;
+        if !self.deliver_descriptor_heaps {
+            let parts = Parts {
+                heap_cnt: p.heap_cnt,
+                flavour: f,
+                pointers: &self.scratch,
+                payload: p.payload,
+                complete: true,
+                received: Vec::new(),
+                stream_ctrl: p.stream_ctrl,
+            };
+            if let Some(learned) = finish::descriptors_only(&parts, &mut self.descriptors) {
+                self.counts.learned(learned);
+                self.counts.descriptor_heaps += 1;
+                self.subs[s].remember(p.heap_cnt, true);
+                return;
+            }
+        }
         let Some(payload) = self.pools.copy(p.payload) else {
             self.counts.drops_pool += 1;
             return;
         };
-        self.collect_pointers(p);
         let (info, learned) = finish::build(
             Parts {
                 heap_cnt: p.heap_cnt,
@@ -736,7 +832,6 @@ impl Reassembler {
         self.counts.learned(learned);
         self.counts.heaps += 1;
         self.counts.bytes += len as u64;
-        let s = (p.heap_cnt % self.subs.len() as u64) as usize;
         self.subs[s].remember(p.heap_cnt, true);
         emit(Heap {
             payload,
@@ -765,6 +860,7 @@ impl Reassembler {
             // A restarted sender starts a new stream.
             self.shape = Shape::default();
             self.reserved = None;
+            self.proven = None;
         }
         let len = p.payload.len();
         let complete = p.heap_length == Some(len as u64);

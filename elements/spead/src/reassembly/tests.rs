@@ -486,7 +486,11 @@ fn a_descriptor_flood_is_bounded_and_costs_the_stream_nothing() {
 
 #[test]
 fn descriptors_accumulate_and_garbage_is_counted() {
-    let mut r = engine(cfg());
+    // Heap 2 carries only descriptors: delivered only when asked for.
+    let mut r = engine(Config {
+        deliver_descriptor_heaps: true,
+        ..cfg()
+    });
     let d = |id, name: &str| crate::descriptor::Descriptor {
         id,
         name: name.into(),
@@ -528,6 +532,120 @@ fn descriptors_accumulate_and_garbage_is_counted() {
         "a snapshot is shared, not copied per heap"
     );
     assert_eq!(r.counts().malformed, 1);
+    assert_eq!(r.counts().descriptor_heaps, 0);
+}
+
+/// `descs` heaps of counters from `cnt`, each of `per` descriptors (of ids from
+/// `first`) and nothing else, in packets of `chunk` bytes.
+fn descriptor_heaps(cnt: u64, first: u64, descs: u64, per: u64, chunk: usize) -> Vec<Vec<u8>> {
+    let d = |id: u64| crate::descriptor::Descriptor {
+        id,
+        name: format!("n{id}"),
+        description: "d".into(),
+        shape: vec![Some(2)],
+        format: vec![(b'u', 8)],
+        dtype: None,
+    };
+    let mut pk = Vec::new();
+    for k in 0..descs {
+        let heap: Vec<(u64, Val)> = (0..per)
+            .map(|j| {
+                let raw = crate::descriptor::encode(&d(first + k * per + j), F40);
+                (ids::DESCRIPTOR, Val::Bytes(raw))
+            })
+            .collect();
+        pk.extend(heap_packets(F40, cnt + k, &heap, chunk));
+    }
+    pk
+}
+
+#[test]
+fn heaps_of_descriptors_only_are_learnt_counted_and_not_delivered() {
+    for deliver in [false, true] {
+        let mut r = engine(Config {
+            deliver_descriptor_heaps: deliver,
+            max_descriptors: 8,
+            ..cfg()
+        });
+        // Three single-packet descriptor heaps, one of several packets (four
+        // descriptors in 100-byte packets), then a data heap, then a heap that mixes
+        // a descriptor with data, and a stop heap (item-less but for STREAM_CTRL).
+        let mut pk = descriptor_heaps(100, 0x1000, 3, 1, 9000);
+        pk.extend(descriptor_heaps(110, 0x2000, 1, 4, 100));
+        let n_packets_multi = pk.len() - 3;
+        assert!(
+            n_packets_multi > 2,
+            "the last descriptor heap spans packets"
+        );
+        pk.extend(heap_packets(
+            F40,
+            1,
+            &[(0x1000, Val::Bytes(vec![5, 6]))],
+            9000,
+        ));
+        let raw = crate::descriptor::encode(
+            &crate::descriptor::Descriptor {
+                id: 0x3000,
+                name: "mixed".into(),
+                ..Default::default()
+            },
+            F40,
+        );
+        pk.extend(heap_packets(
+            F40,
+            2,
+            &[(ids::DESCRIPTOR, Val::Bytes(raw)), (0x3000, Val::Imm(9))],
+            9000,
+        ));
+        pk.push(stop_packet(F40, 3));
+        let heaps = run(&mut r, &pk);
+        let cnts: Vec<u64> = heaps.iter().map(|h| h.info.heap_cnt).collect();
+        if deliver {
+            assert_eq!(cnts, [100, 101, 102, 110, 1, 2, 3]);
+            assert_eq!(r.counts().descriptor_heaps, 0);
+        } else {
+            assert_eq!(cnts, [1, 2, 3], "only heaps with data (and the stop heap)");
+            assert_eq!(r.counts().descriptor_heaps, 4);
+        }
+        // The data heap reads every descriptor learnt before it, either way; the
+        // table's bound holds (7 learnt, the mixed heap's the 8th).
+        let data = heaps.iter().find(|h| h.info.heap_cnt == 1).unwrap();
+        assert_eq!(data.info.descriptors.len(), 7);
+        assert_eq!(data.info.descriptors.get(0x2003).unwrap().name, "n8195");
+        assert_eq!(r.descriptors().len(), 8);
+        assert_eq!(r.counts().descriptors_dropped, 0);
+    }
+}
+
+#[test]
+fn a_repeated_or_refused_descriptor_costs_no_parse_and_is_counted() {
+    let mut r = engine(Config {
+        max_descriptors: 2,
+        ..cfg()
+    });
+    // Two descriptors fill the table; the same two again (other heaps) are repeats;
+    // a third id is refused.
+    let mut pk = descriptor_heaps(10, 1, 2, 1, 9000);
+    pk.extend(descriptor_heaps(20, 1, 2, 1, 9000));
+    pk.extend(descriptor_heaps(30, 7, 1, 1, 9000));
+    run(&mut r, &pk);
+    let c = *r.counts();
+    assert_eq!((c.descriptor_heaps, c.descriptors_dropped), (5, 1));
+    assert_eq!(r.descriptors().len(), 2);
+    // While there is room, garbage is parsed and counted malformed.
+    let mut r = engine(Config {
+        max_descriptors: 3,
+        ..cfg()
+    });
+    let mut pk = descriptor_heaps(10, 1, 1, 1, 9000);
+    pk.extend(heap_packets(
+        F40,
+        50,
+        &[(ids::DESCRIPTOR, Val::Bytes(vec![0x53; 40]))],
+        9000,
+    ));
+    run(&mut r, &pk);
+    assert_eq!((r.counts().malformed, r.descriptors().len()), (1, 1));
 }
 
 #[test]
@@ -608,10 +726,11 @@ fn bad_input_is_counted_and_good_heaps_survive() {
     }
     let heaps = run(&mut r, &stream);
     let cnts: Vec<u64> = heaps.iter().map(|h| h.info.heap_cnt).collect();
-    // The descriptor heap is a good heap with a bad descriptor: delivered, counted.
-    let mut want: Vec<u64> = (1..=bad.len() as u64).collect();
-    want.insert(bad.len() - 2, 203);
+    // The descriptor heap is a good heap with a bad descriptor and nothing else: its
+    // descriptor counted, the heap absorbed (not delivered).
+    let want: Vec<u64> = (1..=bad.len() as u64).collect();
     assert_eq!(cnts, want);
+    assert_eq!(r.counts().descriptor_heaps, 1);
     for h in heaps.iter().filter(|h| h.info.heap_cnt != 203) {
         check_items(h, h.info.heap_cnt, 2500);
     }
@@ -774,4 +893,85 @@ fn a_held_heap_keeps_its_stamp_and_is_checked_like_any_other() {
         (c.duplicates, c.malformed, c.out_of_order_dropped),
         (1, 1, 1)
     );
+}
+
+/// Heaps under construction in the window (not in probation).
+fn in_window(r: &Reassembler) -> usize {
+    r.in_progress() - r.probation.len()
+}
+
+#[test]
+fn an_in_order_streams_next_heap_skips_probation() {
+    let mut r = engine(cfg());
+    let mut heaps = Vec::new();
+    for cnt in 1..=6u64 {
+        for (k, p) in heap_packets(F40, cnt, &items(cnt, 20_000), 1000)
+            .iter()
+            .enumerate()
+        {
+            r.push(p, None, &mut |h| heaps.push(h));
+            if k == 0 {
+                // The first heap waits for its second packet; every later one follows
+                // the heap before it, which proved itself, and enters at once.
+                assert_eq!(r.probation.len(), usize::from(cnt == 1), "heap {cnt}");
+                assert_eq!(in_window(&r), usize::from(cnt > 1), "heap {cnt}");
+            }
+        }
+    }
+    assert_eq!(heaps.len(), 6);
+    for h in &heaps {
+        check_items(h, h.info.heap_cnt, 20_000);
+    }
+    // The step is the stream's: heaps 10, 20, 30 … skip probation from the third on.
+    let mut r = engine(cfg());
+    let mut held = Vec::new();
+    for cnt in (10..=50u64).step_by(10) {
+        for (k, p) in heap_packets(F40, cnt, &items(cnt, 3000), 1000)
+            .iter()
+            .enumerate()
+        {
+            r.push(p, None, &mut |_| {});
+            if k == 0 {
+                held.push(r.probation.len());
+            }
+        }
+    }
+    assert_eq!(held, [1, 1, 0, 0, 0]);
+}
+
+#[test]
+fn only_the_expected_counter_skips_probation_and_it_keeps_its_place() {
+    let mut r = engine(cfg());
+    let mut heaps = Vec::new();
+    for p in heap_packets(F40, 1, &items(1, 3000), 1000) {
+        r.push(&p, None, &mut |h| heaps.push(h));
+    }
+    // An attacker sends the first packets of heaps 2 to 40 (guessing the next
+    // counters): only heap 2, the one expected, enters the window.
+    let fakes = first_packets(2, 39, 3000, 1000);
+    run(&mut r, &fakes);
+    assert_eq!((in_window(&r), r.probation.len()), (1, 38));
+    // The stream's heap 2 after the fake one is a repeat (as with any spoofed packet
+    // of a guessed counter); heap 41 then follows with a flood of first packets
+    // without HEAP_LENGTH between its first two (they enter the window at once and
+    // evict one-packet heaps): the expected heap keeps its place.
+    let real = heap_packets(F40, 41, &items(41, 3000), 1000);
+    let mut r = engine(cfg());
+    for cnt in 39..=40 {
+        for p in heap_packets(F40, cnt, &items(cnt, 3000), 1000) {
+            r.push(&p, None, &mut |h| heaps.push(h));
+        }
+    }
+    r.push(&real[0], None, &mut |h| heaps.push(h));
+    assert_eq!(r.probation.len(), 0, "heap 41 is expected");
+    for cnt in 1000..1020u64 {
+        let p = heap_packets_opt(F40, cnt, &items(cnt, 3000), 1000, false).swap_remove(0);
+        r.push(&p, None, &mut |h| heaps.push(h));
+    }
+    for p in &real[1..] {
+        r.push(p, None, &mut |h| heaps.push(h));
+    }
+    let got: Vec<u64> = heaps.iter().map(|h| h.info.heap_cnt).collect();
+    assert_eq!(got, [1, 39, 40, 41]);
+    check_items(&heaps[3], 41, 3000);
 }
