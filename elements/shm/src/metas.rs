@@ -57,8 +57,10 @@ pub fn read(buf: &gst::BufferRef, out: &mut Vec<WireMeta>) {
     }
 }
 
-/// Attaches `metas` to `buf`.
-pub fn write(buf: &mut gst::BufferRef, metas: Vec<WireMeta>) {
+/// Attaches `metas` to `buf`; with `readable`, a packet batch also gets its
+/// `FirehoseBatchMeta` (the metas every language reads). A chunk's readable meta does
+/// not travel: its per-slot byte counts are not on the wire.
+pub fn write(buf: &mut gst::BufferRef, metas: Vec<WireMeta>, readable: bool) {
     for m in metas {
         match m {
             WireMeta::Message(m) => message::add(
@@ -86,7 +88,10 @@ pub fn write(buf: &mut gst::BufferRef, metas: Vec<WireMeta>) {
                             src: PacketAddr::from(SocketAddr::new(ip, p.port)),
                         }
                     })
-                    .collect();
+                    .collect::<Vec<_>>();
+                if readable {
+                    firehose_core::meta::readable::add_batch(buf, &packets, None);
+                }
                 PacketBatchMeta::add(buf, packets);
             }
             WireMeta::Chunk(c) => {

@@ -127,4 +127,51 @@ fn a_consumer_that_asks_for_batches_gets_them() {
         firehose_core::caps::PACKETS
     );
     assert_eq!(got[0].meta::<PacketBatchMeta>().unwrap().packets().len(), 3);
+    // The readable batch meta is made again on this side: Python and C read it.
+    let readable = firehose_core::meta::readable::batch(&got[0]).expect("FirehoseBatchMeta");
+    assert_eq!(readable.get::<u64>("packets"), Ok(3));
+}
+
+/// A consumer that reads only the Rust metas (every Firehose consumer says so in the
+/// allocation query; a probe says it here) gets the batch without the readable meta.
+#[test]
+fn a_firehose_consumer_gets_no_readable_meta() {
+    init();
+    let dir = std::env::temp_dir().join(format!("fhshm-batches-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("rust-only").to_string_lossy().into_owned();
+    let sink = gst::ElementFactory::make("fhshmsink")
+        .property("socket-path", &path)
+        .build()
+        .unwrap();
+    let mut h = Harness::with_element(&sink, Some("sink"), None);
+    h.set_src_caps(firehose_core::caps::packets_caps());
+    h.play();
+    let src = gst::ElementFactory::make("fhshmsrc")
+        .property("socket-path", &path)
+        .build()
+        .unwrap();
+    src.static_pad("src")
+        .unwrap()
+        .add_probe(gst::PadProbeType::QUERY_DOWNSTREAM, |_, info| {
+            if let Some(gst::PadProbeData::Query(q)) = info.data.as_mut() {
+                if let gst::QueryViewMut::Allocation(a) = q.view_mut() {
+                    firehose_core::meta::readable::declare_rust_only(a);
+                    return gst::PadProbeReturn::Handled;
+                }
+            }
+            gst::PadProbeReturn::Ok
+        });
+    let mut hs = Harness::with_element(&src, None, Some("src"));
+    hs.set_sink_caps(firehose_core::caps::packets_caps());
+    hs.play();
+    let start = Instant::now();
+    while field(&sink.property::<gst::Structure>("stats"), "consumers") < 1 {
+        assert!(start.elapsed() < Duration::from_secs(10), "no consumer");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    h.push(batch()).unwrap();
+    let got = hs.pull().unwrap();
+    assert_eq!(got.meta::<PacketBatchMeta>().unwrap().packets().len(), 3);
+    assert!(firehose_core::meta::readable::batch(&got).is_none());
 }

@@ -32,6 +32,8 @@ struct Settings {
     on_full: ConsumerOnFull,
     max_held: u32,
     stats_interval: StatsInterval,
+    /// `readable-metas`.
+    readable_metas: bool,
 }
 
 impl Default for Settings {
@@ -42,6 +44,7 @@ impl Default for Settings {
             on_full: ConsumerOnFull::Producer,
             max_held: 0,
             stats_interval: StatsInterval::default(),
+            readable_metas: firehose_core::meta::readable::DEFAULT,
         }
     }
 }
@@ -73,6 +76,9 @@ pub struct ShmSrc {
     /// The producer's packet batches go out one buffer per datagram: downstream does
     /// not read batches (see `firehose_core::src::output`).
     split: std::sync::atomic::AtomicBool,
+    /// `readable-metas`, and whether downstream may read them (the allocation query):
+    /// the producer's batches get their `FirehoseBatchMeta` again here.
+    readable: firehose_core::meta::readable::ReadableOutput,
 }
 
 impl ElementStats for ShmSrc {
@@ -110,7 +116,7 @@ impl ShmSrc {
                 self.counters.missed.add(m.missed);
             }
             b.set_flags(flags);
-            crate::metas::write(b, metas);
+            crate::metas::write(b, metas, self.readable.wanted());
         }
         self.counters.buffers.add(1);
         self.counters.bytes.add(m.len);
@@ -147,6 +153,7 @@ impl ObjectImpl for ShmSrc {
                 .default_value(0)
                 .mutable_ready()
                 .build(),
+            firehose_core::meta::readable::param_spec(),
         ];
         v.extend(firehose_core::stats::properties(&SrcCounters::describe("")));
         v
@@ -164,6 +171,9 @@ impl ObjectImpl for ShmSrc {
             "abstract" => s.abstract_ns = value.get().expect("type checked upstream"),
             "on-full" => s.on_full = value.get().expect("type checked upstream"),
             "max-held" => s.max_held = value.get().expect("type checked upstream"),
+            firehose_core::meta::readable::PROPERTY => {
+                s.readable_metas = value.get().expect("type checked upstream")
+            }
             other => s.stats_interval.set(other, value),
         }
     }
@@ -178,6 +188,7 @@ impl ObjectImpl for ShmSrc {
             "abstract" => s.abstract_ns.to_value(),
             "on-full" => s.on_full.to_value(),
             "max-held" => s.max_held.to_value(),
+            firehose_core::meta::readable::PROPERTY => s.readable_metas.to_value(),
             other => s.stats_interval.value(other),
         }
     }
@@ -228,6 +239,7 @@ impl BaseSrcImpl for ShmSrc {
             )
         })?;
         self.live.start();
+        self.readable.start(s.readable_metas);
         self.live.new_waker().map_err(|e| {
             gst::error_msg!(
                 gst::ResourceError::Failed,
@@ -250,6 +262,15 @@ impl BaseSrcImpl for ShmSrc {
         self.live.stop();
         self.post_stats();
         Ok(())
+    }
+
+    /// Learns whether downstream may read the readable metas.
+    fn decide_allocation(
+        &self,
+        query: &mut gst::query::Allocation,
+    ) -> Result<(), gst::LoggableError> {
+        self.readable.decide(self.obj().upcast_ref(), Some(query));
+        self.parent_decide_allocation(query)
     }
 
     firehose_core::live_src_base!(live);
