@@ -164,7 +164,12 @@ mod tests {
         read(&buf, &mut wire);
         assert_eq!(wire.len(), 3);
         let mut out = gst::Buffer::new();
-        write(out.get_mut().unwrap(), wire);
+        write(out.get_mut().unwrap(), wire.clone(), false);
+        assert!(firehose_core::meta::readable::batch(&out).is_none());
+        let mut readable = gst::Buffer::new();
+        write(readable.get_mut().unwrap(), wire, true);
+        let r = firehose_core::meta::readable::batch(&readable).expect("readable batch meta");
+        assert_eq!(r.get::<u64>("packets"), Ok(packets.len() as u64));
         assert_eq!(message::read(&out), Some(msg));
         assert_eq!(
             out.meta::<PacketBatchMeta>().unwrap().packets(),
