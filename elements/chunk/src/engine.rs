@@ -12,7 +12,9 @@
 //!      (`resyncs`);
 //!    - a chunk far ahead ([`FAR_WINDOWS`] windows, at least [`FAR_CHUNKS`] chunks) →
 //!      dropped, `too-far`, until [`JUMP_CONFIRM`] messages in a row ask for chunks
-//!      there (a lying or random id must not end every open chunk);
+//!      there and the window has been quiet for [`JUMP_QUIET_NS`] (a lying or random
+//!      id, or a flood of agreeing ones while the real stream flows, must not end every
+//!      open chunk);
 //!    - a chunk newer than the newest → the window advances and chunks that fall out of
 //!      it are emitted, oldest first;
 //!    - [`Placement::Drop`] → `drops-handler`; [`Placement::End`] → every open chunk is
@@ -227,6 +229,8 @@ pub struct ChunkAssembler {
     /// Messages in a row whose chunk lay beyond the whole window, near the first of
     /// them (its chunk id, how many): see [`JUMP_CONFIRM`].
     jump: Option<(u64, usize)>,
+    /// The clock when a packet was last placed in the window ([`JUMP_QUIET_NS`]).
+    last_placed: Option<u64>,
     /// Copy payloads with streaming stores ([`STREAMING_MIN_CHUNK_BYTES`]).
     streaming: bool,
     /// The handler allows receiving straight into chunks ([`ChunkAssembler::plan`]).
@@ -267,6 +271,13 @@ pub const STREAMING_MIN_CHUNK_BYTES: usize = 4 << 20;
 /// stream after a gap) loses its first 7 messages there; a packet with a lying id
 /// between the messages of the real stream never gets that far.
 pub const JUMP_CONFIRM: usize = 8;
+/// And only once the window has been quiet this long (by the engine's clock, the
+/// running time of the receive): no packet placed in it for 20 ms. Why: far ids that
+/// agree with each other cost an attacker nothing to send, many in a row between two
+/// packets of the real stream; but while that stream flows, its packets keep landing
+/// in the window, and a stream that really moved on (a paused sender, a restart) left
+/// it quiet. Without a clock (buffers without timestamps) the count alone decides.
+pub const JUMP_QUIET_NS: u64 = 20_000_000;
 /// How many windows ahead of the newest chunk is far (see [`JUMP_CONFIRM`]): chunks
 /// lost whole within that distance move the window at once, as spead2's does.
 pub const FAR_WINDOWS: u64 = 4;
@@ -320,6 +331,7 @@ impl ChunkAssembler {
             dropped: FifoRing::new(cfg.max_messages),
             stamp: 0,
             clock: None,
+            last_placed: None,
             ended: false,
             stale_run: 0,
             jump: None,
@@ -425,6 +437,7 @@ impl ChunkAssembler {
             Some((Route::Slot(pos), _)) => {
                 // A packet of a live message: the stream is here, not far ahead.
                 self.jump = None;
+                self.last_placed = self.clock;
                 Ok(pos as usize)
             }
             Some((Route::Dropped(reason), _)) => {
@@ -489,6 +502,7 @@ impl ChunkAssembler {
     fn forget(&mut self) {
         self.stale_run = 0;
         self.jump = None;
+        self.last_placed = None;
         self.reserved = None;
         self.shape = crate::landing::Shape::default();
         self.table.clear();
@@ -544,6 +558,7 @@ impl ChunkAssembler {
         };
         self.stale_run = 0;
         self.jump = None;
+        self.last_placed = self.clock;
         let pos = w * self.cfg.slots_per_chunk + index;
         let st = self.states[pos];
         match st.status {
@@ -654,7 +669,12 @@ impl ChunkAssembler {
             Some((to, run)) if chunk_id.abs_diff(to) < max => (to, run + 1),
             _ => (chunk_id, 1),
         };
-        if run >= JUMP_CONFIRM {
+        // Quiet: the real stream is not here any more (see JUMP_QUIET_NS).
+        let quiet = match (self.clock, self.last_placed) {
+            (Some(now), Some(last)) => now.saturating_sub(last) >= JUMP_QUIET_NS,
+            _ => true,
+        };
+        if run >= JUMP_CONFIRM && quiet {
             self.jump = None;
             return true;
         }

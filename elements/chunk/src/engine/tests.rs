@@ -273,6 +273,43 @@ fn a_confirmed_big_jump_emits_the_whole_window() {
     assert_eq!(e.stats().too_old, 1);
 }
 
+/// Far ids that agree with each other, many in a row between two packets of the real
+/// stream, move nothing while the real stream keeps the window busy (by the clock);
+/// once the window has been quiet for JUMP_QUIET_NS, the same run moves it.
+#[test]
+fn agreeing_far_ids_move_the_window_only_once_the_real_stream_went_quiet() {
+    let mut e = engine(3);
+    let mut out = Vec::new();
+    let ms = 1_000_000u64;
+    let mut far = 4000u64;
+    // Chunks 0 and 1 whole (they leave at once), chunk 2 half.
+    for (t, id) in (0u64..).zip(0u64..10) {
+        e.set_clock(Some(t * ms));
+        e.push(&whole(id), &mut out);
+        // A burst of agreeing far messages after each real one, within the same ms.
+        for _ in 0..3 * JUMP_CONFIRM {
+            e.push(&whole(far), &mut out);
+            far += 1;
+        }
+    }
+    assert_eq!(ids(&out), [0, 1], "only the chunks the real stream completed left");
+    assert_eq!(e.stats().too_far, 10 * 3 * JUMP_CONFIRM as u64);
+    // The real stream stops; far messages 1 ms later are still held back ...
+    e.set_clock(Some(10 * ms));
+    for _ in 0..JUMP_CONFIRM {
+        e.push(&whole(far), &mut out);
+        far += 1;
+    }
+    assert_eq!(ids(&out), [0, 1]);
+    // ... and move the window once it has been quiet long enough.
+    e.set_clock(Some(9 * ms + JUMP_QUIET_NS));
+    for _ in 0..JUMP_CONFIRM {
+        e.push(&whole(far), &mut out);
+        far += 1;
+    }
+    assert_eq!(ids(&out), [0, 1, 2], "the window moved: chunk 2 left");
+}
+
 #[test]
 fn lying_ids_between_the_real_messages_end_no_chunk() {
     let mut e = engine(3);
