@@ -8,8 +8,8 @@
 //!    handler for a [`header`](PacketHandler::header) placement:
 //!    - a chunk older than the window (`max_chunks` consecutive chunk ids ending at the
 //!      newest seen) → dropped, `too-old`; a whole window's worth of such messages in a
-//!      row, once the window has been quiet for [`JUMP_QUIET_NS`], means the sender
-//!      restarted its counter, and the window starts again (`resyncs`);
+//!      row means the sender restarted its counter, and the window starts again
+//!      (`resyncs`);
 //!    - a chunk far ahead ([`FAR_WINDOWS`] windows, at least [`FAR_CHUNKS`] chunks) →
 //!      dropped, `too-far`, until [`JUMP_CONFIRM`] messages in a row ask for chunks
 //!      there and the window has been quiet for [`JUMP_QUIET_NS`] (a lying or random
@@ -510,16 +510,6 @@ impl ChunkAssembler {
         self.dropped.clear();
     }
 
-    /// True when no packet was placed in the window for [`JUMP_QUIET_NS`] (or the
-    /// engine has no clock): the real stream is not here any more, so a jump far ahead
-    /// or a resync may follow the messages that ask for it.
-    fn quiet(&self) -> bool {
-        match (self.clock, self.last_placed) {
-            (Some(now), Some(last)) => now.saturating_sub(last) >= JUMP_QUIET_NS,
-            _ => true,
-        }
-    }
-
     /// Too-old messages in a row that mean the sender restarted: a window's worth.
     fn resync_after(&self) -> usize {
         self.cfg.max_chunks * self.cfg.slots_per_chunk
@@ -551,14 +541,10 @@ impl ChunkAssembler {
         }
         let w = match self.chunk(chunk_id, out) {
             Ok(w) => w,
-            Err(DropReason::TooOld)
-                if self.stale_run + 1 >= self.resync_after() && self.quiet() =>
-            {
-                // A window's worth of messages in a row, all too old, and nothing placed
-                // for a while: the sender has restarted its counter. Without this every
-                // later message would be too old for ever; instead the window starts
-                // again from this one. (Old ids between the packets of a stream that
-                // still flows are stale or spoofed: they never make the window quiet.)
+            Err(DropReason::TooOld) if self.stale_run + 1 >= self.resync_after() => {
+                // A window's worth of messages in a row, all too old: the sender has
+                // restarted its counter. Without this every later message would be too
+                // old for ever; instead the window starts again from this one.
                 self.flush(out);
                 self.stats.resyncs += 1;
                 self.chunk(chunk_id, out).map_err(Unplaced::Drop)?
@@ -683,7 +669,12 @@ impl ChunkAssembler {
             Some((to, run)) if chunk_id.abs_diff(to) < max => (to, run + 1),
             _ => (chunk_id, 1),
         };
-        if run >= JUMP_CONFIRM && self.quiet() {
+        // Quiet: the real stream is not here any more (see JUMP_QUIET_NS).
+        let quiet = match (self.clock, self.last_placed) {
+            (Some(now), Some(last)) => now.saturating_sub(last) >= JUMP_QUIET_NS,
+            _ => true,
+        };
+        if run >= JUMP_CONFIRM && quiet {
             self.jump = None;
             return true;
         }
