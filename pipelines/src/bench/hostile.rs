@@ -630,8 +630,12 @@ pub fn run(a: HostileArgs) -> i32 {
 /// evicts only itself, and `--check` enforces it.)
 pub const KNOWN_WEAK: &[(Receiver, Class)] = &[
     // Far counters that agree with each other, many in a row between two packets of
-    // the real stream, confirm a jump of the chunk window (JUMP_CONFIRM): seen in CI as
-    // one heap of nine lost.
+    // the real stream, confirmed a jump of the chunk window (JUMP_CONFIRM): seen in CI
+    // as one heap of nine lost. Since 2026-11-26 a jump also needs the window quiet for
+    // 20 ms (JUMP_QUIET_NS), so the flood moves nothing while the stream flows (engine
+    // test); in release runs on the loaded 2-core machine 8 of 9 kept 95/95, one kept
+    // 94/95 with no window move in its counters (too-far only). Kept here until that
+    // last heap is explained.
     (Receiver::Direct, Class::HugeIds),
     // A flood of distinct or changing descriptors (each bad packet a whole heap of one
     // descriptor). Since 2026-11-26 such heaps are learnt and counted, not pushed
