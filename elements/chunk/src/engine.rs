@@ -8,8 +8,8 @@
 //!    handler for a [`header`](PacketHandler::header) placement:
 //!    - a chunk older than the window (`max_chunks` consecutive chunk ids ending at the
 //!      newest seen) → dropped, `too-old`; a whole window's worth of such messages in a
-//!      row means the sender restarted its counter, and the window starts again
-//!      (`resyncs`);
+//!      row, for chunks near each other, means the sender restarted its counter, and
+//!      the window starts again (`resyncs`);
 //!    - a chunk far ahead ([`FAR_WINDOWS`] windows, at least [`FAR_CHUNKS`] chunks) →
 //!      dropped, `too-far`, until [`JUMP_CONFIRM`] messages in a row ask for chunks
 //!      there and the window has been quiet for [`JUMP_QUIET_NS`] (a lying or random
@@ -224,8 +224,11 @@ pub struct ChunkAssembler {
     stamp: u64,
     clock: Option<u64>,
     ended: bool,
-    /// Messages placed too old in a row (see [`ChunkStats::resyncs`]).
+    /// Messages placed too old in a row, for chunks near each other (see
+    /// [`ChunkStats::resyncs`]).
     stale_run: usize,
+    /// The chunk id of the first of those messages.
+    stale_near: u64,
     /// Messages in a row whose chunk lay beyond the whole window, near the first of
     /// them (its chunk id, how many): see [`JUMP_CONFIRM`].
     jump: Option<(u64, usize)>,
@@ -334,6 +337,7 @@ impl ChunkAssembler {
             last_placed: None,
             ended: false,
             stale_run: 0,
+            stale_near: 0,
             jump: None,
             streaming: handler.copies_payload_unchanged()
                 && cfg.chunk_bytes() > STREAMING_MIN_CHUNK_BYTES,
@@ -510,6 +514,24 @@ impl ChunkAssembler {
         self.dropped.clear();
     }
 
+    /// A too-old message for `chunk_id`: counts it into the run of too-old messages
+    /// for chunks near each other (within two windows of the run's first; a message
+    /// elsewhere starts a new run), and says whether the run now means a restarted
+    /// sender ([`ChunkAssembler::resync_after`] of them). Why near each other: a
+    /// restarted sender's messages go on from its new counter, chunk after chunk; old
+    /// or spoofed ids flooding in between the real stream's packets are spread over
+    /// everything behind it, and however many there are they must not restart the
+    /// window (a flood at 35 times the stream's packet rate did, before).
+    fn stale_agrees(&mut self, chunk_id: u64) -> bool {
+        let near = 2 * self.cfg.max_chunks as u64;
+        if self.stale_run == 0 || chunk_id.abs_diff(self.stale_near) >= near {
+            self.stale_near = chunk_id;
+            self.stale_run = 0;
+        }
+        self.stale_run += 1;
+        self.stale_run >= self.resync_after()
+    }
+
     /// Too-old messages in a row that mean the sender restarted: a window's worth.
     fn resync_after(&self) -> usize {
         self.cfg.max_chunks * self.cfg.slots_per_chunk
@@ -541,7 +563,7 @@ impl ChunkAssembler {
         }
         let w = match self.chunk(chunk_id, out) {
             Ok(w) => w,
-            Err(DropReason::TooOld) if self.stale_run + 1 >= self.resync_after() => {
+            Err(DropReason::TooOld) if self.stale_agrees(chunk_id) => {
                 // A window's worth of messages in a row, all too old: the sender has
                 // restarted its counter. Without this every later message would be too
                 // old for ever; instead the window starts again from this one.
@@ -549,12 +571,7 @@ impl ChunkAssembler {
                 self.stats.resyncs += 1;
                 self.chunk(chunk_id, out).map_err(Unplaced::Drop)?
             }
-            Err(reason) => {
-                if reason == DropReason::TooOld {
-                    self.stale_run += 1;
-                }
-                return Err(Unplaced::Drop(reason));
-            }
+            Err(reason) => return Err(Unplaced::Drop(reason)),
         };
         self.stale_run = 0;
         self.jump = None;

@@ -292,7 +292,11 @@ fn agreeing_far_ids_move_the_window_only_once_the_real_stream_went_quiet() {
             far += 1;
         }
     }
-    assert_eq!(ids(&out), [0, 1], "only the chunks the real stream completed left");
+    assert_eq!(
+        ids(&out),
+        [0, 1],
+        "only the chunks the real stream completed left"
+    );
     assert_eq!(e.stats().too_far, 10 * 3 * JUMP_CONFIRM as u64);
     // The real stream stops; far messages 1 ms later are still held back ...
     e.set_clock(Some(10 * ms));
@@ -364,6 +368,28 @@ fn a_restarted_sender_resyncs_after_a_window_of_too_old_messages() {
     assert!(out[3].info.is_complete());
     let s = e.stats();
     assert_eq!((s.too_old, s.resyncs, s.packets), (7, 1, 13));
+}
+
+/// Old ids spread over everything behind the stream, however many between two of its
+/// packets, never restart the window; a restarted sender (ids near each other) still
+/// does, after a window's worth.
+#[test]
+fn a_flood_of_scattered_old_ids_causes_no_resync() {
+    let mut e = engine(2);
+    let mut rng = firehose_core::testing::Xorshift(11);
+    let mut packets = Vec::new();
+    for id in 400..416u64 {
+        packets.push(whole(id));
+        // Forty old messages, each for a chunk anywhere behind the window.
+        for _ in 0..40 {
+            packets.push(whole(rng.next_u64() % 380));
+        }
+    }
+    let out = run(&mut e, &packets);
+    assert_eq!(ids(&out), [100, 101, 102, 103], "every real chunk, whole");
+    assert!(out.iter().all(|c| c.info.is_complete()));
+    let s = e.stats();
+    assert_eq!((s.resyncs, s.too_old), (0, 16 * 40));
 }
 
 #[test]
