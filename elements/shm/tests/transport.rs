@@ -432,6 +432,91 @@ fn a_consumer_in_another_process_reads_every_byte() {
     assert_eq!(field(&stats(&el), "consumers-lost"), 0, "it finished");
 }
 
+/// Pushes `lists` buffer lists of `per` buffers of `size` bytes (the stream's byte
+/// pattern, pts = buffer number), then EOS.
+fn push_lists(h: &mut Harness, lists: u64, per: u64, size: usize) {
+    for l in 0..lists {
+        let mut list = gst::BufferList::new_sized(per as usize);
+        for j in 0..per {
+            let i = l * per + j;
+            list.get_mut()
+                .unwrap()
+                .add(buffer(i * size as u64, size, i));
+        }
+        h.srcpad().unwrap().push_list(list).unwrap();
+    }
+    h.push_event(gst::event::Eos::new());
+}
+
+#[test]
+fn a_burst_pushed_as_lists_reaches_another_process_complete_and_in_order_in_batches() {
+    // Room for a whole list (max-held, copy slots): each list goes in one packet; and
+    // the defaults (64 held, 16 copy slots): the sink sends what it queued before it
+    // waits for a slot, so the lists go in several packets, and nothing is lost.
+    for (name, props) in [
+        (
+            "burstbig",
+            &[("max-held", "256"), ("copy-slots", "256")][..],
+        ),
+        ("burstsmall", &[][..]),
+    ] {
+        let path = socket(name);
+        let (mut h, el) = sink_harness(&path, props);
+        let child = peer()
+            .args(["read", &path, "--check"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for("attach", || field(&stats(&el), "consumers") == 1);
+        let (lists, per, size) = (20u64, 100u64, 4000usize);
+        push_lists(&mut h, lists, per, size);
+        let out = output(child);
+        let n = lists * per;
+        assert_eq!(kv(&out, "buffers"), n.to_string(), "{name}: {out}");
+        assert_eq!(
+            kv(&out, "bytes"),
+            (n * size as u64).to_string(),
+            "{name}: {out}"
+        );
+        assert_eq!(kv(&out, "missed"), "0", "{name}: {out}");
+        assert_eq!(kv(&out, "end"), "eos", "{name}: {out}");
+        let packets: u64 = kv(&out, "packets").parse().unwrap();
+        let batches: u64 = kv(&out, "batches").parse().unwrap();
+        let s = stats(&el);
+        assert_eq!(field(&s, "batches"), batches, "{name}: {out}");
+        assert!(batches >= lists, "{name}: every list batched: {out}");
+        assert!(
+            packets < n / 4,
+            "{name}: {packets} packets for {n} buffers: {out}"
+        );
+        if name == "burstbig" {
+            // A list splits only where the sink waits (a consumer at max-held, slots
+            // all taken); the consumer releases as it goes.
+            assert!(packets <= 3 * lists, "{name}: about a packet per list: {out}");
+        }
+        wait_for("the consumer leaves", || {
+            field(&stats(&el), "consumers") == 0
+        });
+    }
+}
+
+#[test]
+fn single_buffers_go_one_per_packet_at_once() {
+    // No list, a consumer that keeps up: each buffer is sent as it comes, never held
+    // back for a batch.
+    let path = socket("single");
+    let (mut h, el) = sink_harness(&path, &[]);
+    let mut c = connect(&path);
+    wait_for("attach", || field(&stats(&el), "consumers") == 1);
+    for i in 0..20u64 {
+        h.push(buffer(i * 300, 300, i)).unwrap();
+        let v = next_buffer(&mut c);
+        assert_eq!(v.msg.pts, i);
+        assert_eq!(v.as_ref(), &pattern(i * 300, 300)[..]);
+    }
+    assert_eq!(field(&stats(&el), "batches"), 0);
+}
+
 #[test]
 fn a_killed_consumer_is_counted_and_its_buffers_come_back() {
     let path = socket("killc");
@@ -1196,6 +1281,45 @@ fn a_consumer_that_releases_what_it_does_not_hold_is_counted_and_ignored() {
     });
     h.push(buffer(500, 500, 1)).unwrap();
     assert_eq!(next_buffer(&mut good).as_ref(), &pattern(500, 500)[..]);
+}
+
+#[test]
+fn the_python_consumer_reads_a_burst_of_lists_complete_and_in_order() {
+    let py = repo_root().join(".venv/bin/python3");
+    assert!(
+        py.exists(),
+        "{} is missing (scripts/setup test)",
+        py.display()
+    );
+    let path = socket("pyburst");
+    let (mut h, el) = sink_harness(&path, &[("max-held", "256"), ("copy-slots", "256")]);
+    let script = "import sys\n\
+        from firehose_shm import Consumer\n\
+        c = Consumer(sys.argv[1], timeout=10)\n\
+        n = ok = 0\n\
+        for item in c:\n    with item:\n        ok += int(item.pts == n and item.data[0] == (n * 1000) % 251 and item.data.nbytes == 1000)\n        n += 1\n\
+        print('items=%d ok=%d packets=%d batches=%d' % (n, ok, c.packets, c.batches))\n";
+    let child = Command::new(&py)
+        .args(["-c", script, &path])
+        .env("PYTHONPATH", repo_root().join("python"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the python consumer", || {
+        field(&stats(&el), "consumers") == 1
+    });
+    push_lists(&mut h, 10, 100, 1000);
+    let out = output(child);
+    assert_eq!(kv(&out, "items"), "1000", "{out}");
+    assert_eq!(
+        kv(&out, "ok"),
+        "1000",
+        "in order, every byte where it belongs: {out}"
+    );
+    let batches: u64 = kv(&out, "batches").parse().unwrap();
+    assert_eq!(field(&stats(&el), "batches"), batches, "{out}");
+    assert!(batches >= 10, "{out}");
+    wait_for("every slot back", || field(&stats(&el), "pool-in-use") == 0);
 }
 
 #[test]
