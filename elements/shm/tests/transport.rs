@@ -492,7 +492,10 @@ fn a_burst_pushed_as_lists_reaches_another_process_complete_and_in_order_in_batc
         if name == "burstbig" {
             // A list splits only where the sink waits (a consumer at max-held, slots
             // all taken); the consumer releases as it goes.
-            assert!(packets <= 3 * lists, "{name}: about a packet per list: {out}");
+            assert!(
+                packets <= 3 * lists,
+                "{name}: about a packet per list: {out}"
+            );
         }
         wait_for("the consumer leaves", || {
             field(&stats(&el), "consumers") == 0
