@@ -165,15 +165,17 @@ impl<T> Hub<T> {
         std::mem::take(&mut self.left)
     }
 
-    /// Each consumer's descriptor and id, and whether messages wait in its queue (poll
-    /// for room then), for the service thread's `poll`.
+    /// Each consumer's descriptor and id, and whether its queue waits for room in its
+    /// socket (poll for room then, and [`Hub::flush`]), for the service thread's `poll`.
+    /// A queue being filled by the streaming thread is not the service thread's: that
+    /// thread sends it itself.
     pub fn poll_set(&self, out: &mut Vec<(RawFd, u64, bool)>) {
         use std::os::fd::AsRawFd;
         out.clear();
         out.extend(
             self.peers
                 .iter()
-                .map(|p| (p.fd.as_raw_fd(), p.id, !p.queue.is_empty())),
+                .map(|p| (p.fd.as_raw_fd(), p.id, p.full_since.is_some())),
         );
     }
 
@@ -325,22 +327,29 @@ impl<T> Hub<T> {
         let mut refs = 0u32;
         let mut lost = Vec::new();
         for p in &mut self.peers {
-            if !p.caps_sent {
-                if let Some(c) = &self.caps {
-                    if proto::encode(&Msg::Caps(c.clone()), &mut self.caps_out).is_ok() {
-                        match room(p, &self.caps_out, &self.counters, flushing) {
-                            Ok(true) => {
-                                p.queue.push(&self.caps_out);
+            if let (false, Some(c)) = (p.caps_sent, &self.caps) {
+                // The caps go before the buffer; a buffer whose caps find no room is
+                // missed, and the caps go with the next one.
+                if proto::encode(&Msg::Caps(c.clone()), &mut self.caps_out).is_ok() {
+                    match room(p, &self.caps_out, &self.counters, flushing) {
+                        Ok(true) => {
+                            p.queue.push(&self.caps_out);
+                            p.caps_sent = true;
+                        }
+                        Ok(false) => {
+                            p.missed += 1;
+                            match p.on_full {
+                                OnFull::Drop => self.counters.drops_socket.add(1),
+                                OnFull::Block => self.counters.drops_flushing.add(1),
                             }
-                            Ok(false) => {}
-                            Err(e) => {
-                                lost.push((p.id, e));
-                                continue;
-                            }
+                            continue;
+                        }
+                        Err(e) => {
+                            lost.push((p.id, e));
+                            continue;
                         }
                     }
                 }
-                p.caps_sent = true;
             }
             if p.held.len() >= p.max_held {
                 p.missed += 1;

@@ -867,6 +867,116 @@ fn a_producer_that_lies_gets_a_clear_error() {
     pipeline.set_state(gst::State::Null).unwrap();
 }
 
+/// A socket path for a fake producer, and its listener.
+fn fake_producer(name: &str) -> (String, std::os::fd::OwnedFd) {
+    let path = socket(name);
+    let listener = wire::listen(&Address::new(&path, false), 0o600).unwrap();
+    (path, listener)
+}
+
+fn hello_bytes(version: u16) -> Vec<u8> {
+    let mut o = Vec::new();
+    proto::encode(
+        &Msg::Hello {
+            consumer: 1,
+            on_full: proto::OnFull::Block,
+            max_held: 4,
+        },
+        &mut o,
+    )
+    .unwrap();
+    o[5..7].copy_from_slice(&version.to_le_bytes());
+    o
+}
+
+/// A batch of two end-of-stream messages whose count says `count`.
+fn batch_bytes(count: u16) -> Vec<u8> {
+    let mut b = proto::Batch::default();
+    let mut o = Vec::new();
+    proto::encode(&Msg::Caps("a/b".into()), &mut o).unwrap();
+    b.push(&o);
+    proto::encode(&Msg::Eos, &mut o).unwrap();
+    b.push(&o);
+    let mut p = b.packet().to_vec();
+    p[1..3].copy_from_slice(&count.to_le_bytes());
+    p
+}
+
+#[test]
+fn consumers_refuse_a_lying_batch_and_another_protocol_version_with_a_clear_error() {
+    let py = repo_root().join(".venv/bin/python3");
+    let script = "import sys\n\
+        from firehose_shm import Consumer, ProtocolError\n\
+        c = Consumer(sys.argv[1], timeout=5)\n\
+        try:\n    item = c.next()\n    print('caps=%s end=%s' % (c.caps, item))\nexcept ProtocolError as e:\n    print('refused:', e)\n";
+    for (name, packets, rust, python) in [
+        (
+            "batchok",
+            vec![hello_bytes(proto::VERSION), batch_bytes(2)],
+            "eos",
+            "caps=a/b end=None",
+        ),
+        (
+            "batchlie",
+            vec![hello_bytes(proto::VERSION), batch_bytes(3)],
+            "batch message length",
+            "refused: a batch cut short",
+        ),
+        (
+            "batchzero",
+            vec![hello_bytes(proto::VERSION), batch_bytes(0)],
+            "an empty batch",
+            "refused: a batch of 0 messages",
+        ),
+        (
+            "version1",
+            vec![hello_bytes(1)],
+            "protocol version 1, this side speaks 2",
+            "refused: not a Firehose shared-memory producer of protocol version 2",
+        ),
+    ] {
+        // The Rust client.
+        let (path, listener) = fake_producer(name);
+        let mut c = Client::connect(&Address::new(&path, false)).unwrap();
+        let conn = wire::accept(listener.as_fd()).unwrap().expect("connected");
+        for p in &packets {
+            wire::send(conn.as_fd(), p, None).unwrap();
+        }
+        let mut got = String::new();
+        let start = Instant::now();
+        while got.is_empty() && start.elapsed() < Duration::from_secs(5) {
+            match c.wait_event(100) {
+                Ok(Some(Event::Eos)) => got = "eos".into(),
+                Ok(_) => {}
+                Err(e) => got = e.to_string(),
+            }
+        }
+        assert!(got.contains(rust), "{name}: {got}");
+        // The Python consumer.
+        if !py.exists() {
+            continue;
+        }
+        let (path, listener) = fake_producer(&format!("py{name}"));
+        let child = Command::new(&py)
+            .args(["-c", script, &path])
+            .env("PYTHONPATH", repo_root().join("python"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut conn = None;
+        wait_for("the python connect", || {
+            conn = wire::accept(listener.as_fd()).unwrap();
+            conn.is_some()
+        });
+        let conn = conn.unwrap();
+        for p in &packets {
+            wire::send(conn.as_fd(), p, None).unwrap();
+        }
+        let out = output(child);
+        assert!(out.contains(python), "{name}: {out}");
+    }
+}
+
 /// A memfd of `len` bytes with `seals` (0: made without `MFD_ALLOW_SEALING`).
 fn memfd(len: u64, seals: libc::c_int) -> std::os::fd::OwnedFd {
     use std::os::fd::{AsRawFd, FromRawFd};

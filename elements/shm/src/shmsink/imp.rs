@@ -347,9 +347,14 @@ impl ShmSink {
         }
     }
 
-    /// Queues `buf` for every consumer (sent by the next [`Hub::flush`], which comes
-    /// before anything here waits).
-    fn render_one(&self, state: &mut State, buf: &gst::Buffer) -> Result<(), gst::FlowError> {
+    /// Queues `buf` for every consumer and, if `flush`, sends the queues (else the
+    /// caller does, [`Hub::flush`]; it comes before anything here waits).
+    fn render_one(
+        &self,
+        state: &mut State,
+        buf: &gst::Buffer,
+        flush: bool,
+    ) -> Result<(), gst::FlowError> {
         self.counters.buffers.add(1);
         self.counters.bytes.add(buf.size() as u64);
         self.sync_segments(state);
@@ -401,6 +406,9 @@ impl ShmSink {
                 .0;
         }
         hub.queue(msg, item, &shared.flushing);
+        if flush {
+            hub.flush();
+        }
         drop(hub);
         crate::metas::recycle(&mut msg.metas, &mut state.spare_packets);
         Ok(())
@@ -650,9 +658,7 @@ impl BaseSinkImpl for ShmSink {
     fn render(&self, buffer: &gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
         let mut guard = lock(&self.state);
         let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-        let r = self.render_one(state, buffer);
-        lock(&self.shared.hub).flush();
-        r?;
+        self.render_one(state, buffer, true)?;
         self.after(state);
         Ok(gst::FlowSuccess::Ok)
     }
@@ -664,7 +670,7 @@ impl BaseSinkImpl for ShmSink {
         // (several if the list is long, or if something waits on the way).
         let r = list
             .iter_owned()
-            .try_for_each(|b| self.render_one(state, &b));
+            .try_for_each(|b| self.render_one(state, &b, false));
         lock(&self.shared.hub).flush();
         r?;
         self.after(state);
