@@ -2,8 +2,9 @@
 
 The producer passes each memfd segment once over a unix ``SOCK_SEQPACKET`` socket
 (``SCM_RIGHTS``); after that each buffer is a small message naming a segment, an offset
-and a length. Each item is a read-only numpy array that *views* the segment: no byte is
-copied. The item goes back to the producer (its slot may be reused) when you release it:
+and a length (several such messages may come in one packet, a batch, when the producer
+had them at hand at once). Each item is a read-only numpy array that *views* the
+segment: no byte is copied. The item goes back to the producer (its slot may be reused) when you release it:
 ``item.release()``, leaving a ``with item:`` block, or when the array and every view
 derived from it are garbage collected. Do not keep using ``item.data`` after a release.
 
