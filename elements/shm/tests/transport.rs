@@ -185,6 +185,35 @@ fn a_consumer_gets_bytes_caps_times_and_metas_and_releases_return_the_slot() {
         let _ = c.wait_event(1);
         field(&stats(&el), "pool-in-use") == 0
     });
+    // The sink reuses its message and meta lists: the next buffers carry their own
+    // metas, and none left from the one before.
+    let mut again = buffer(3000, 100, 43);
+    PacketBatchMeta::add(
+        again.get_mut().unwrap(),
+        vec![
+            PacketInfo {
+                offset: 0,
+                len: 50,
+                rx_time_ns: 1,
+                src: "192.0.2.1:7148"
+                    .parse::<std::net::SocketAddr>()
+                    .unwrap()
+                    .into(),
+            };
+            2
+        ],
+    );
+    h.push(again).unwrap();
+    h.push(buffer(3100, 100, 44)).unwrap();
+    let v = next_buffer(&mut c);
+    assert_eq!(v.msg.pts, 43);
+    match &v.msg.metas[..] {
+        [proto::WireMeta::Packets(p)] => assert_eq!(p.len(), 2),
+        other => panic!("{other:?}"),
+    }
+    let w = next_buffer(&mut c);
+    assert_eq!(w.msg.pts, 44);
+    assert!(w.msg.metas.is_empty(), "{:?}", w.msg.metas);
     drop(h);
 }
 

@@ -389,6 +389,9 @@ impl ShmSink {
         msg.dts = t(buf.dts());
         msg.duration = t(buf.duration());
         msg.flags = buf.flags().bits();
+        // Empty the last buffer's metas first (a render that returned early, flushing,
+        // left them), keeping their vectors.
+        crate::metas::recycle(&mut msg.metas, &mut state.spare_packets);
         crate::metas::read_reusing(buf, &mut msg.metas, &mut state.spare_packets);
         let shared = &self.shared;
         let mut hub = lock(&shared.hub);
@@ -409,8 +412,6 @@ impl ShmSink {
         if flush {
             hub.flush();
         }
-        drop(hub);
-        crate::metas::recycle(&mut msg.metas, &mut state.spare_packets);
         Ok(())
     }
 
