@@ -2,8 +2,9 @@
 
 The producer passes each memfd segment once over a unix ``SOCK_SEQPACKET`` socket
 (``SCM_RIGHTS``); after that each buffer is a small message naming a segment, an offset
-and a length. Each item is a read-only numpy array that *views* the segment: no byte is
-copied. The item goes back to the producer (its slot may be reused) when you release it:
+and a length (several such messages may come in one packet, a batch, when the producer
+had them at hand at once). Each item is a read-only numpy array that *views* the
+segment: no byte is copied. The item goes back to the producer (its slot may be reused) when you release it:
 ``item.release()``, leaving a ``with item:`` block, or when the array and every view
 derived from it are garbage collected. Do not keep using ``item.data`` after a release.
 
@@ -20,6 +21,7 @@ is described in docs/shared-memory.md.
 """
 
 import array
+import collections
 import fcntl
 import mmap
 import os
@@ -35,12 +37,13 @@ import numpy as np
 __all__ = ["Consumer", "Item", "ProtocolError", "ProducerGone", "PACKET_DTYPE", "release_batch"]
 
 MAGIC = 0x4D534846
-VERSION = 1
+VERSION = 2
 MAX_MESSAGE = 128 * 1024
+MAX_BATCH = 256
 MAX_SEGMENT = 1 << 40
 NONE_TIME = (1 << 64) - 1
 
-HELLO, SEGMENT, SEGMENT_GONE, CAPS, BUFFER, EOS, ERROR, RELEASE, SUBSCRIBE = 1, 2, 3, 4, 5, 6, 7, 16, 17
+HELLO, SEGMENT, SEGMENT_GONE, CAPS, BUFFER, EOS, ERROR, BATCH, RELEASE, SUBSCRIBE = 1, 2, 3, 4, 5, 6, 7, 8, 16, 17
 META_MESSAGE, META_PACKETS, META_CHUNK = 1, 2, 3
 
 #: One datagram of a packet batch, as the wire packs it (35 bytes, little-endian).
@@ -110,6 +113,31 @@ def _check_sealed(sid, fd):
             "the producer could cut it and make this consumer crash (SIGBUS); refusing to map it "
             "(is the producer an fhshmsink of this version?)" % (sid, seals)
         )
+
+
+def _frames(data):
+    """The messages of a batch (tag, count, then each message after its u32 length), as
+    memoryviews, after checking the whole framing: 1 to MAX_BATCH non-empty messages
+    that fill the packet exactly. A lying count or length refuses the packet before
+    any message in it is read."""
+    if len(data) < 3:
+        raise ProtocolError("a batch cut short in its count")
+    (count,) = struct.unpack_from("<H", data, 1)
+    if not 0 < count <= MAX_BATCH:
+        raise ProtocolError("a batch of %d messages (allowed: 1 to %d)" % (count, MAX_BATCH))
+    view, pos, out = memoryview(data), 3, []
+    for _ in range(count):
+        if pos + 4 > len(data):
+            raise ProtocolError("a batch cut short in a message length")
+        (n,) = struct.unpack_from("<I", data, pos)
+        pos += 4
+        if n == 0 or pos + n > len(data):
+            raise ProtocolError("a batch message of %d bytes where %d are left" % (n, len(data) - pos))
+        out.append(view[pos : pos + n])
+        pos += n
+    if pos != len(data):
+        raise ProtocolError("%d bytes after a batch's last message" % (len(data) - pos))
+    return out
 
 
 def _time(v):
@@ -219,6 +247,12 @@ class Consumer:
             release_batch = int(os.environ["FIREHOSE_SHM_RELEASE_BATCH"])
         self._release_batch = release_batch
         self._release = _Releaser(self.sock)
+        # Messages of the last batch not yet read (several travel in one packet when
+        # the producer had them at hand at once).
+        self._batch = collections.deque()
+        #: Packets received, and how many of them were batches.
+        self.packets = 0
+        self.batches = 0
         if release_batch is not None:
             self._release.batch = max(1, min(release_batch, 1024))
 
@@ -257,6 +291,11 @@ class Consumer:
         while True:
             rel.idle = False
             rel.flush()
+            if self._batch:
+                item = self._handle(self._batch.popleft(), [], 0)
+                if item is not None:
+                    return None if item is EOS else item
+                continue
             try:
                 data, fds, flags = _recv_fds(self.sock, MAX_MESSAGE, 4, socket.MSG_DONTWAIT)
             except BlockingIOError:
@@ -284,6 +323,18 @@ class Consumer:
         if not data and not fds:
             raise ProducerGone("the producer closed the connection without end-of-stream (it stopped or crashed)")
         kind = data[0]
+        if isinstance(data, bytes):
+            self.packets += 1
+            if kind == BATCH:
+                if fds:
+                    raise ProtocolError("%d descriptors came with a batch" % len(fds))
+                if self.hello is None:
+                    raise ProtocolError("a batch before the hello")
+                self._batch.extend(_frames(data))
+                self.batches += 1
+                return None
+        elif kind == BATCH:
+            raise ProtocolError("a batch inside a batch")
         want_fds = 1 if kind == SEGMENT else 0
         if len(fds) != want_fds:
             raise ProtocolError("%d descriptors came with a message of type %d" % (len(fds), kind))

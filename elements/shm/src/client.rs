@@ -278,6 +278,16 @@ pub enum Event {
     Error(String),
 }
 
+/// What one message gives [`Client::poll_event`].
+enum Step {
+    /// An event for the caller.
+    Event(Event),
+    /// The hello: back to the caller, who may be waiting for just this.
+    Hello,
+    /// Nothing for the caller (a segment): read on.
+    More,
+}
+
 /// Why the connection ended badly.
 #[derive(Debug)]
 pub enum ClientError {
@@ -319,6 +329,13 @@ pub struct Client {
     asked_held: u32,
     /// The release batch asked for ([`Client::set_release_batch`]), if any.
     release_batch: Option<usize>,
+    /// Messages of the last batch not yet read: where the next one's length is in
+    /// `buf`, and how many are left.
+    batch_at: usize,
+    batch_left: usize,
+    /// Packets received, and how many of them were batches.
+    packets: u64,
+    batches: u64,
 }
 
 impl Client {
@@ -350,6 +367,10 @@ impl Client {
             buf: vec![0; proto::MAX_MESSAGE],
             fds: Vec::new(),
             hello: None,
+            batch_at: 0,
+            batch_left: 0,
+            packets: 0,
+            batches: 0,
         })
     }
 
@@ -372,6 +393,12 @@ impl Client {
     /// Sends every release waiting in the batch now.
     pub fn flush_releases(&self) {
         self.releaser.flush(true);
+    }
+
+    /// Packets received from the producer, and how many of them were batches of
+    /// several messages.
+    pub fn packet_counts(&self) -> (u64, u64) {
+        (self.packets, self.batches)
     }
 
     /// What sends this consumer's releases (its batch size and counts).
@@ -398,6 +425,20 @@ impl Client {
         self.releaser.set_idle(false);
         self.releaser.flush(false);
         loop {
+            if self.batch_left > 0 {
+                // The next message of the batch read last (its framing checked then).
+                let at = self.batch_at;
+                let n = u32::from_le_bytes(self.buf[at..at + 4].try_into().expect("4")) as usize;
+                self.batch_at = at + 4 + n;
+                self.batch_left -= 1;
+                let msg =
+                    proto::decode(&self.buf[at + 4..at + 4 + n]).map_err(ClientError::Protocol)?;
+                match self.handle(msg, 0)? {
+                    Step::Event(e) => return Ok(Some(e)),
+                    Step::Hello => return Ok(None),
+                    Step::More => continue,
+                }
+            }
             self.fds.clear();
             let n = match wire::recv(self.fd.as_fd(), &mut self.buf, &mut self.fds) {
                 Ok(Received::Message(n)) => n,
@@ -413,18 +454,41 @@ impl Client {
                 }
                 Err(e) => return Err(ClientError::Io(e)),
             };
+            self.packets += 1;
+            if proto::is_batch(&self.buf[..n]) {
+                // Several messages: the whole framing is checked before any is read.
+                let frames = proto::frames(&self.buf[..n]).map_err(ClientError::Protocol)?;
+                if !self.fds.is_empty() {
+                    return Err(ClientError::Protocol(ProtoError::Descriptors {
+                        kind: "batch",
+                        got: self.fds.len(),
+                    }));
+                }
+                self.batches += 1;
+                self.batch_left = frames.left();
+                self.batch_at = 3;
+                continue;
+            }
             let msg = proto::decode(&self.buf[..n]).map_err(ClientError::Protocol)?;
-            let msg = self
-                .state
-                .accept(msg, self.fds.len())
-                .map_err(ClientError::Protocol)?;
+            match self.handle(msg, self.fds.len())? {
+                Step::Event(e) => return Ok(Some(e)),
+                // Back to the caller, who may be waiting for just this.
+                Step::Hello => return Ok(None),
+                Step::More => {}
+            }
+        }
+    }
+
+    /// Checks and acts on one message (`fds` descriptors came with it).
+    fn handle(&mut self, msg: Msg, fds: usize) -> Result<Step, ClientError> {
+        let msg = self.state.accept(msg, fds).map_err(ClientError::Protocol)?;
+        {
             match msg {
                 Msg::Hello {
                     consumer,
                     on_full,
                     max_held,
                 } => {
-                    // Back to the caller, who may be waiting for just this.
                     self.hello = Some((consumer, on_full, max_held));
                     let held = match self.asked_held {
                         0 => max_held,
@@ -432,25 +496,27 @@ impl Client {
                     };
                     self.releaser
                         .set_batch(self.release_batch.unwrap_or(release_batch(held)));
-                    return Ok(None);
+                    Ok(Step::Hello)
                 }
                 Msg::Segment { id, size } => {
                     let m = Mapping::new(self.fds[0].as_fd(), size)?;
                     self.maps.insert(id, Arc::new(m));
+                    Ok(Step::More)
                 }
                 Msg::SegmentGone { id } => {
                     self.maps.remove(&id);
+                    Ok(Step::More)
                 }
-                Msg::Caps(c) => return Ok(Some(Event::Caps(c))),
-                Msg::Eos => return Ok(Some(Event::Eos)),
-                Msg::Error(e) => return Ok(Some(Event::Error(e))),
+                Msg::Caps(c) => Ok(Step::Event(Event::Caps(c))),
+                Msg::Eos => Ok(Step::Event(Event::Eos)),
+                Msg::Error(e) => Ok(Step::Event(Event::Error(e))),
                 Msg::Buffer(b) => {
                     let mapping = self.maps.get(&b.segment).expect("checked").clone();
-                    return Ok(Some(Event::Buffer(BufferView {
+                    Ok(Step::Event(Event::Buffer(BufferView {
                         msg: b,
                         mapping,
                         releaser: self.releaser.clone(),
-                    })));
+                    })))
                 }
                 Msg::Release(_) | Msg::Subscribe { .. } => unreachable!("refused by accept"),
             }

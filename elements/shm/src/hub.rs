@@ -11,6 +11,13 @@
 //! A buffer's item is kept until every consumer it went to has released it, so the slot
 //! under it is reused only then. A consumer that goes away (its socket hangs up, it
 //! breaks the protocol) has its references dropped at once.
+//!
+//! Messages for a consumer go into its queue ([`proto::Batch`]) and the queue is sent as
+//! one packet: at once after each buffer ([`Hub::publish`]), or after several when the
+//! producer has several at hand ([`Hub::queue`] for each buffer of a list, then
+//! [`Hub::flush`]). A queue the socket has no room for waits there, and later buffers
+//! join it, until the socket takes it (the next buffer, or the service thread when the
+//! socket has room): nothing is held back waiting for more.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -63,6 +70,10 @@ pub struct HubCounters {
     pub drops_flushing: Counter,
     /// Metas left out of a message that would have been over [`proto::MAX_MESSAGE`].
     pub metas_dropped: Counter,
+    /// Packets sent to consumers that carried several messages (a batch).
+    pub batches: Counter,
+    /// Messages that travelled in those batches.
+    pub batched: Counter,
 }
 
 struct Peer {
@@ -76,6 +87,10 @@ struct Peer {
     missed: u64,
     caps_sent: bool,
     segments: HashSet<u32>,
+    /// Messages queued for it, not yet sent.
+    queue: proto::Batch,
+    /// Since when its socket has had no room for the queue.
+    full_since: Option<std::time::Instant>,
 }
 
 /// Why a consumer left.
@@ -103,6 +118,7 @@ pub struct Hub<T> {
     next_seq: u64,
     next_peer: u64,
     out: Vec<u8>,
+    caps_out: Vec<u8>,
     inbuf: Vec<u8>,
     fds: Vec<OwnedFd>,
     /// What it counts (shared: the element reads it without the hub's lock).
@@ -123,6 +139,7 @@ impl<T> Default for Hub<T> {
             next_seq: 0,
             next_peer: 1,
             out: Vec::with_capacity(proto::MAX_MESSAGE),
+            caps_out: Vec::new(),
             inbuf: vec![0; proto::MAX_MESSAGE],
             fds: Vec::new(),
             counters: Arc::default(),
@@ -148,11 +165,18 @@ impl<T> Hub<T> {
         std::mem::take(&mut self.left)
     }
 
-    /// Each consumer's descriptor and id, for the service thread's `poll`.
-    pub fn poll_set(&self, out: &mut Vec<(RawFd, u64)>) {
+    /// Each consumer's descriptor and id, and whether its queue waits for room in its
+    /// socket (poll for room then, and [`Hub::flush`]), for the service thread's `poll`.
+    /// A queue being filled by the streaming thread is not the service thread's: that
+    /// thread sends it itself.
+    pub fn poll_set(&self, out: &mut Vec<(RawFd, u64, bool)>) {
         use std::os::fd::AsRawFd;
         out.clear();
-        out.extend(self.peers.iter().map(|p| (p.fd.as_raw_fd(), p.id)));
+        out.extend(
+            self.peers
+                .iter()
+                .map(|p| (p.fd.as_raw_fd(), p.id, p.full_since.is_some())),
+        );
     }
 
     /// Attaches a consumer on `fd`: sends it the hello, every live segment and the
@@ -171,6 +195,8 @@ impl<T> Hub<T> {
             missed: 0,
             caps_sent: false,
             segments: HashSet::new(),
+            queue: proto::Batch::default(),
+            full_since: None,
         };
         let hello = Msg::Hello {
             consumer: id,
@@ -201,6 +227,12 @@ impl<T> Hub<T> {
             .map(|s| s.id)
             .collect();
         let mut lost = Vec::new();
+        // Queued buffers go first: they may lie in a segment about to be retired.
+        for p in &mut self.peers {
+            if let Err(e) = flush_patient(p, &self.counters, None) {
+                lost.push((p.id, e));
+            }
+        }
         for id in gone {
             proto::encode(&Msg::SegmentGone { id }, &mut self.out).expect("fits");
             for p in &mut self.peers {
@@ -246,10 +278,21 @@ impl<T> Hub<T> {
     }
 
     /// Sends `msg` (its `seq` and `missed` are filled in here) to every consumer that
-    /// can take it, keeping `item` until all of them release it. A block-mode consumer
-    /// whose socket is full is waited for (until `flushing`); a drop-mode one misses the
-    /// buffer. Returns how many consumers got it.
+    /// can take it, keeping `item` until all of them release it: [`Hub::queue`], then
+    /// [`Hub::flush`]. Returns how many consumers got it.
     pub fn publish(&mut self, msg: &mut BufferMsg, item: T, flushing: &AtomicBool) -> usize {
+        let n = self.queue(msg, item, flushing);
+        self.flush();
+        n
+    }
+
+    /// Queues `msg` (its `seq` and `missed` are filled in here) for every consumer that
+    /// can take it, keeping `item` until all of them release it; [`Hub::flush`] sends
+    /// the queues (call it before waiting for anything: a queued buffer counts as held).
+    /// A consumer at its `max-held` misses it; a queue that is full and that its socket
+    /// has no room for is waited for if the consumer is in block mode (until
+    /// `flushing`), else the buffer is missed. Returns how many consumers got it.
+    pub fn queue(&mut self, msg: &mut BufferMsg, item: T, flushing: &AtomicBool) -> usize {
         let seq = self.next_seq;
         self.next_seq += 1;
         msg.seq = seq;
@@ -283,13 +326,28 @@ impl<T> Hub<T> {
         }
         let mut refs = 0u32;
         let mut lost = Vec::new();
-        let mut caps_buf = Vec::new();
         for p in &mut self.peers {
-            if !p.caps_sent {
-                if let Some(c) = &self.caps {
-                    if let Err(e) = send_caps(&mut caps_buf, p, c) {
-                        lost.push((p.id, e));
-                        continue;
+            if let (false, Some(c)) = (p.caps_sent, &self.caps) {
+                // The caps go before the buffer; a buffer whose caps find no room is
+                // missed, and the caps go with the next one.
+                if proto::encode(&Msg::Caps(c.clone()), &mut self.caps_out).is_ok() {
+                    match room(p, &self.caps_out, &self.counters, flushing) {
+                        Ok(true) => {
+                            p.queue.push(&self.caps_out);
+                            p.caps_sent = true;
+                        }
+                        Ok(false) => {
+                            p.missed += 1;
+                            match p.on_full {
+                                OnFull::Drop => self.counters.drops_socket.add(1),
+                                OnFull::Block => self.counters.drops_flushing.add(1),
+                            }
+                            continue;
+                        }
+                        Err(e) => {
+                            lost.push((p.id, e));
+                            continue;
+                        }
                     }
                 }
             }
@@ -301,23 +359,20 @@ impl<T> Hub<T> {
                 }
                 continue;
             }
-            self.out[MISSED_AT..MISSED_AT + 8].copy_from_slice(&p.missed.to_le_bytes());
-            let r = match p.on_full {
-                OnFull::Drop => wire::send(p.fd.as_fd(), &self.out, None),
-                OnFull::Block => send_patient(p.fd.as_fd(), &self.out, None, Some(flushing)),
-            };
-            match r {
-                Ok(()) => {
+            match room(p, &self.out, &self.counters, flushing) {
+                Ok(true) => {
+                    let at = p.queue.push(&self.out);
+                    p.queue.patch(at + MISSED_AT, &p.missed.to_le_bytes());
                     p.held.insert(seq);
                     p.missed = 0;
                     refs += 1;
                     self.counters.messages.add(1);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                Ok(false) if p.on_full == OnFull::Drop => {
                     p.missed += 1;
                     self.counters.drops_socket.add(1);
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                Ok(false) => {
                     p.missed += 1;
                     self.counters.drops_flushing.add(1);
                 }
@@ -333,14 +388,57 @@ impl<T> Hub<T> {
         refs as usize
     }
 
+    /// Sends every consumer's queue, as far as its socket takes it without waiting
+    /// (what does not fit stays queued, for the next call). A block-mode consumer whose
+    /// socket has had no room for [`STUCK_MS`] is detached, as is one whose socket
+    /// failed. True if anything was sent.
+    pub fn flush(&mut self) -> bool {
+        let mut sent = false;
+        let mut lost = Vec::new();
+        for p in &mut self.peers {
+            if p.queue.is_empty() {
+                continue;
+            }
+            match flush_peer(p, &self.counters) {
+                Ok(()) if p.queue.is_empty() => sent = true,
+                Ok(()) => {
+                    let stuck = p
+                        .full_since
+                        .is_some_and(|t| t.elapsed().as_millis() as u64 > STUCK_MS);
+                    if stuck && p.on_full == OnFull::Block {
+                        lost.push((
+                            p.id,
+                            io::Error::new(
+                                io::ErrorKind::TimedOut,
+                                format!("its socket stayed full for {} s", STUCK_MS / 1000),
+                            ),
+                        ));
+                    }
+                }
+                Err(e) => lost.push((p.id, e)),
+            }
+        }
+        for (id, e) in lost {
+            self.detach(id, Leave::Lost(e.to_string()));
+        }
+        sent
+    }
+
     /// Sends a last message (EOS or an error) to every consumer, as far as their
     /// sockets take it without waiting.
     pub fn broadcast(&mut self, msg: &Msg) {
         self.ended |= matches!(msg, Msg::Eos);
         if proto::encode(msg, &mut self.out).is_ok() {
-            for p in &self.peers {
-                let _ = wire::send(p.fd.as_fd(), &self.out, None);
+            // After what is queued, in the same packet when there is room.
+            for p in &mut self.peers {
+                if !p.queue.fits(&self.out) {
+                    let _ = flush_peer(p, &self.counters);
+                }
+                if p.queue.fits(&self.out) {
+                    p.queue.push(&self.out);
+                }
             }
+            self.flush();
         }
     }
 
@@ -497,6 +595,79 @@ fn send_caps(out: &mut Vec<u8>, p: &mut Peer, caps: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Sends `p`'s queue as one packet if its socket has room (it stays queued if not).
+fn flush_peer(p: &mut Peer, counters: &HubCounters) -> io::Result<()> {
+    if p.queue.is_empty() {
+        return Ok(());
+    }
+    match wire::send(p.fd.as_fd(), p.queue.packet(), None) {
+        Ok(()) => {
+            if p.queue.len() > 1 {
+                counters.batches.add(1);
+                counters.batched.add(p.queue.len() as u64);
+            }
+            p.queue.clear();
+            p.full_since = None;
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            p.full_since.get_or_insert_with(std::time::Instant::now);
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Sends `p`'s queue, waiting for room in its socket in short polls: until `flushing`
+/// is raised (`Interrupted`) or [`STUCK_MS`] pass (`TimedOut`).
+fn flush_patient(
+    p: &mut Peer,
+    counters: &HubCounters,
+    flushing: Option<&AtomicBool>,
+) -> io::Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        flush_peer(p, counters)?;
+        if p.queue.is_empty() {
+            return Ok(());
+        }
+        if flushing.is_some_and(|f| f.load(Ordering::Acquire)) {
+            return Err(io::ErrorKind::Interrupted.into());
+        }
+        if start.elapsed().as_millis() as u64 > STUCK_MS {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("its socket stayed full for {} s", STUCK_MS / 1000),
+            ));
+        }
+        let _ = wire::wait(p.fd.as_fd(), libc::POLLOUT, 20);
+    }
+}
+
+/// Makes room for `msg` in `p`'s queue: true when it fits (sending the queue first if
+/// it is full); false when the queue is full and the socket has no room for it (a
+/// block-mode consumer is waited for first, until `flushing`). An error: the consumer
+/// is gone or stuck.
+fn room(
+    p: &mut Peer,
+    msg: &[u8],
+    counters: &HubCounters,
+    flushing: &AtomicBool,
+) -> io::Result<bool> {
+    if p.queue.fits(msg) {
+        return Ok(true);
+    }
+    let r = match p.on_full {
+        OnFull::Drop => flush_peer(p, counters),
+        OnFull::Block => flush_patient(p, counters, Some(flushing)),
+    };
+    match r {
+        Ok(()) => Ok(p.queue.fits(msg)),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Sends, waiting for room in the socket in short polls: until `flushing` is raised
 /// (`Interrupted`) or [`STUCK_MS`] pass (`TimedOut`: the consumer stopped reading).
 fn send_patient(
@@ -550,6 +721,7 @@ mod tests {
         fd: OwnedFd,
         state: proto::Consumer,
         buf: Vec<u8>,
+        packets: usize,
     }
 
     impl Client {
@@ -558,6 +730,7 @@ mod tests {
                 fd,
                 state: Default::default(),
                 buf: vec![0; proto::MAX_MESSAGE],
+                packets: 0,
             }
         }
         fn all(&mut self) -> Vec<Msg> {
@@ -565,7 +738,15 @@ mod tests {
             loop {
                 let mut fds = Vec::new();
                 match wire::recv(self.fd.as_fd(), &mut self.buf, &mut fds).unwrap() {
+                    wire::Received::Message(n) if proto::is_batch(&self.buf[..n]) => {
+                        self.packets += 1;
+                        for m in proto::frames(&self.buf[..n]).unwrap() {
+                            let m = proto::decode(m).unwrap();
+                            v.push(self.state.accept(m, 0).unwrap());
+                        }
+                    }
                     wire::Received::Message(n) => {
+                        self.packets += 1;
                         let m = proto::decode(&self.buf[..n]).unwrap();
                         v.push(self.state.accept(m, fds.len()).unwrap());
                     }
@@ -824,5 +1005,76 @@ mod tests {
         // A segment retired is announced gone.
         hub.sync_segments(vec![]);
         assert_eq!(ca.all(), vec![Msg::SegmentGone { id: 5 }]);
+    }
+
+    #[test]
+    fn queued_buffers_go_in_one_packet_in_order_and_a_full_socket_queues_them() {
+        let mut hub: Hub<Arc<()>> = Hub::default();
+        hub.sync_segments(vec![segment()]);
+        hub.set_caps("a/b".into());
+        let (a, ca) = pair();
+        hub.attach(a, OnFull::Block, 1000).unwrap();
+        let mut ca = Client::new(ca);
+        ca.all();
+        ca.packets = 0;
+        hub.set_caps("c/d".into());
+        let stop = AtomicBool::new(false);
+        for _ in 0..10 {
+            hub.queue(&mut msg(), Arc::new(()), &stop);
+        }
+        assert_eq!(ca.all(), vec![], "nothing sent before the flush");
+        assert!(hub.flush());
+        let m = ca.all();
+        assert_eq!(ca.packets, 1, "caps and 10 buffers in one packet");
+        assert_eq!(m[0], Msg::Caps("c/d".into()));
+        let seqs: Vec<u64> = m[1..]
+            .iter()
+            .map(|m| match m {
+                Msg::Buffer(b) => b.seq,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(seqs, (0..10).collect::<Vec<_>>());
+        assert_eq!(hub.counters.batches.get(), 1);
+        assert_eq!(hub.counters.batched.get(), 11);
+        // One buffer at a time: a packet each, no batch.
+        hub.publish(&mut msg(), Arc::new(()), &stop);
+        assert_eq!(ca.buffers().len(), 1);
+        assert_eq!(ca.packets, 2);
+        // Fill the socket: what it has no room for waits in the queue (held, not
+        // missed), and goes, in order, in one packet once there is room.
+        let mut sent = 11u64;
+        let mut queued = 0;
+        while queued == 0 {
+            hub.publish(&mut msg(), Arc::new(()), &stop);
+            sent += 1;
+            let (_, _, waiting) = {
+                let mut v = Vec::new();
+                hub.poll_set(&mut v);
+                v[0]
+            };
+            if waiting {
+                queued = 1;
+            }
+            assert!(sent < 100_000, "the socket never filled");
+        }
+        for _ in 0..5 {
+            hub.publish(&mut msg(), Arc::new(()), &stop);
+            sent += 1;
+        }
+        assert_eq!(hub.counters.drops_socket.get(), 0);
+        assert_eq!(hub.held(), sent as usize);
+        let mut got = ca.buffers();
+        while hub.flush() || got.len() < sent as usize - 11 {
+            got.extend(ca.buffers());
+        }
+        got.extend(ca.buffers());
+        let seqs: Vec<u64> = got.iter().map(|b| b.seq).collect();
+        assert_eq!(
+            seqs,
+            (11..sent).collect::<Vec<_>>(),
+            "complete and in order"
+        );
+        assert!(hub.counters.batches.get() >= 2, "the queue went as a batch");
     }
 }

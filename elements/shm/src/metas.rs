@@ -11,6 +11,12 @@ use crate::proto::{ChunkMetaWire, MessageMeta, PacketMeta, WireMeta};
 
 /// Appends the wire form of `buf`'s Firehose metas to `out`.
 pub fn read(buf: &gst::BufferRef, out: &mut Vec<WireMeta>) {
+    read_reusing(buf, out, &mut Vec::new());
+}
+
+/// [`read`], filling `spare` (cleared first) for a packet list instead of a new vector:
+/// with [`recycle`] after the message is sent, no allocation per buffer.
+pub fn read_reusing(buf: &gst::BufferRef, out: &mut Vec<WireMeta>, spare: &mut Vec<PacketMeta>) {
     if let Some(m) = message::read(buf) {
         out.push(WireMeta::Message(MessageMeta {
             id: m.id,
@@ -20,26 +26,24 @@ pub fn read(buf: &gst::BufferRef, out: &mut Vec<WireMeta>) {
         }));
     }
     if let Some(b) = buf.meta::<PacketBatchMeta>() {
-        out.push(WireMeta::Packets(
-            b.packets()
-                .iter()
-                .map(|p| {
-                    let a = p.src.to_socket_addr();
-                    let (ip, v4) = match a.ip() {
-                        IpAddr::V4(v) => (v.to_ipv6_mapped().octets(), true),
-                        IpAddr::V6(v) => (v.octets(), false),
-                    };
-                    PacketMeta {
-                        offset: p.offset,
-                        len: p.len,
-                        rx_time_ns: p.rx_time_ns,
-                        ip,
-                        port: a.port(),
-                        v4,
-                    }
-                })
-                .collect(),
-        ));
+        let mut list = std::mem::take(spare);
+        list.clear();
+        list.extend(b.packets().iter().map(|p| {
+            let a = p.src.to_socket_addr();
+            let (ip, v4) = match a.ip() {
+                IpAddr::V4(v) => (v.to_ipv6_mapped().octets(), true),
+                IpAddr::V6(v) => (v.octets(), false),
+            };
+            PacketMeta {
+                offset: p.offset,
+                len: p.len,
+                rx_time_ns: p.rx_time_ns,
+                ip,
+                port: a.port(),
+                v4,
+            }
+        }));
+        out.push(WireMeta::Packets(list));
     }
     if let Some(c) = buf.meta::<ChunkMeta>() {
         let c = c.info();
@@ -54,6 +58,16 @@ pub fn read(buf: &gst::BufferRef, out: &mut Vec<WireMeta>) {
             present: c.present.clone(),
             packet_present: c.packet_present.clone(),
         }));
+    }
+}
+
+/// Empties `metas` (keeping its capacity), keeping a packet list's vector in `spare`
+/// for the next [`read_reusing`].
+pub fn recycle(metas: &mut Vec<WireMeta>, spare: &mut Vec<PacketMeta>) {
+    for m in metas.drain(..) {
+        if let WireMeta::Packets(v) = m {
+            *spare = v;
+        }
     }
 }
 

@@ -19,13 +19,20 @@
 //! not: a release of a buffer the consumer does not hold (never sent, or released
 //! twice) only names its own references, so the hub counts it and ignores it.
 //! Releases travel in batches ([`Msg::Release`] names up to [`MAX_RELEASE`] buffers).
+//!
+//! Producer messages travel in batches too (protocol version 2): when several are
+//! queued for a consumer at once (a buffer list, a socket that was full), one packet
+//! carries them all ([`Batch`]: tag, count, then each message with its length). A
+//! consumer checks the whole framing ([`frames`]) before it reads any message in it: a
+//! count or a length that does not match the packet refuses the packet.
 
 use std::fmt;
 
 /// First field of [`Msg::Hello`]: "FHSM".
 pub const MAGIC: u32 = 0x4d53_4846;
-/// Protocol version; a consumer refuses another.
-pub const VERSION: u16 = 1;
+/// Protocol version; a consumer refuses another. 2: producer messages may come in
+/// batches ([`Batch`]).
+pub const VERSION: u16 = 2;
 /// Largest message either side sends or accepts, in bytes.
 pub const MAX_MESSAGE: usize = 128 * 1024;
 /// Largest caps or error string.
@@ -34,6 +41,8 @@ pub const MAX_TEXT: usize = 16 * 1024;
 pub const MAX_METAS: usize = 16;
 /// Most buffers one release message names.
 pub const MAX_RELEASE: usize = 1024;
+/// Most messages one batch carries.
+pub const MAX_BATCH: usize = 256;
 /// Largest segment a consumer maps (1 TiB): more is a lie, not a pool.
 pub const MAX_SEGMENT: u64 = 1 << 40;
 /// Most segments a consumer keeps mapped at once.
@@ -48,6 +57,9 @@ const CAPS: u8 = 4;
 const BUFFER: u8 = 5;
 const EOS: u8 = 6;
 const ERROR: u8 = 7;
+const BATCH: u8 = 8;
+/// Bytes before a batch's first message: tag and count.
+const BATCH_HEAD: usize = 1 + 2;
 const RELEASE: u8 = 16;
 const SUBSCRIBE: u8 = 17;
 
@@ -607,6 +619,11 @@ pub fn decode(b: &[u8]) -> Result<Msg, ProtoError> {
             },
             max_held: r.u32("max-held")?,
         },
+        BATCH => {
+            return Err(ProtoError::Invalid(
+                "a batch where one message was expected (a batch inside a batch?)".into(),
+            ))
+        }
         t => return Err(ProtoError::UnknownType(t)),
     };
     r.end()?;
@@ -669,6 +686,146 @@ fn decode_meta(tag: u16, body: &[u8]) -> Result<Option<WireMeta>, ProtoError> {
     };
     r.end()?;
     Ok(Some(m))
+}
+
+/// Whether `b` is a batch of messages (read it with [`frames`]), not one message.
+pub fn is_batch(b: &[u8]) -> bool {
+    b.first() == Some(&BATCH)
+}
+
+/// The messages of a batch, each an undecoded message ([`decode`] it), in order.
+#[derive(Clone, Debug)]
+pub struct Frames<'a> {
+    b: &'a [u8],
+    left: usize,
+}
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        // Checked by `frames`: every length lies within the packet.
+        let n = u32::from_le_bytes(self.b[..4].try_into().expect("4")) as usize;
+        let (m, rest) = self.b[4..].split_at(n);
+        self.b = rest;
+        Some(m)
+    }
+}
+
+impl Frames<'_> {
+    /// Messages not yet read.
+    pub fn left(&self) -> usize {
+        self.left
+    }
+}
+
+/// Checks a batch's whole framing and returns its messages: 1 to [`MAX_BATCH`] of them,
+/// each non-empty and within the packet, nothing left after the last. A count or a
+/// length that lies is an error before any message is read (the messages themselves
+/// are checked as each is decoded).
+pub fn frames(b: &[u8]) -> Result<Frames<'_>, ProtoError> {
+    if b.len() > MAX_MESSAGE {
+        return Err(too_long("message length", b.len(), MAX_MESSAGE));
+    }
+    let (&tag, rest) = b.split_first().ok_or(ProtoError::Empty)?;
+    if tag != BATCH {
+        return Err(ProtoError::Invalid(format!(
+            "message type {tag} is not a batch"
+        )));
+    }
+    let mut r = Reader { b: rest };
+    let count = r.u16("batch count")? as usize;
+    if count == 0 {
+        return Err(ProtoError::Invalid("an empty batch".into()));
+    }
+    if count > MAX_BATCH {
+        return Err(too_long("batch count", count, MAX_BATCH));
+    }
+    let body = r.b;
+    for _ in 0..count {
+        let n = r.u32("batch message length")? as usize;
+        if n == 0 {
+            return Err(ProtoError::Empty);
+        }
+        r.take(n, "batch message")?;
+    }
+    r.end()?;
+    Ok(Frames {
+        b: body,
+        left: count,
+    })
+}
+
+/// A batch being filled by the producer: messages appended as they are queued for one
+/// consumer, sent in one packet ([`Batch::packet`]).
+#[derive(Debug)]
+pub struct Batch {
+    buf: Vec<u8>,
+    count: usize,
+}
+
+impl Default for Batch {
+    fn default() -> Self {
+        let mut buf = Vec::with_capacity(MAX_MESSAGE);
+        buf.extend_from_slice(&[BATCH, 0, 0]);
+        Self { buf, count: 0 }
+    }
+}
+
+impl Batch {
+    /// Messages in it.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether it holds no message.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Whether `msg` (an encoded message) fits: false when the batch holds
+    /// [`MAX_BATCH`] messages or would grow over [`MAX_MESSAGE`].
+    pub fn fits(&self, msg: &[u8]) -> bool {
+        self.count < MAX_BATCH && self.buf.len() + 4 + msg.len() <= MAX_MESSAGE
+    }
+
+    /// Appends `msg` (an encoded message; check [`Batch::fits`] first) and returns
+    /// where its bytes start in the batch (to patch a field, [`Batch::patch`]).
+    pub fn push(&mut self, msg: &[u8]) -> usize {
+        debug_assert!(self.fits(msg));
+        self.buf
+            .extend_from_slice(&(msg.len() as u32).to_le_bytes());
+        let at = self.buf.len();
+        self.buf.extend_from_slice(msg);
+        self.count += 1;
+        self.buf[1..3].copy_from_slice(&(self.count as u16).to_le_bytes());
+        at
+    }
+
+    /// Overwrites bytes of a message pushed at `at`.
+    pub fn patch(&mut self, at: usize, bytes: &[u8]) {
+        self.buf[at..at + bytes.len()].copy_from_slice(bytes);
+    }
+
+    /// The packet to send: the one message alone when there is one (a batch only
+    /// carries several), else the batch.
+    pub fn packet(&self) -> &[u8] {
+        match self.count {
+            1 => &self.buf[BATCH_HEAD + 4..],
+            _ => &self.buf,
+        }
+    }
+
+    /// Empties it (after its packet was sent).
+    pub fn clear(&mut self) {
+        self.buf.truncate(BATCH_HEAD);
+        self.buf[1..3].copy_from_slice(&[0, 0]);
+        self.count = 0;
+    }
 }
 
 /// Checks that a buffer's packet list lies within the buffer: every datagram's
@@ -974,5 +1131,106 @@ mod tests {
             Err(ProtoError::UnknownSegment(2))
         );
         assert!(c.accept(Msg::Release(vec![1]), 0).is_err());
+    }
+
+    fn batch_of(msgs: &[Msg]) -> Vec<u8> {
+        let mut b = Batch::default();
+        let mut out = Vec::new();
+        for m in msgs {
+            encode(m, &mut out).unwrap();
+            assert!(b.fits(&out));
+            b.push(&out);
+        }
+        b.packet().to_vec()
+    }
+
+    #[test]
+    fn several_messages_travel_in_one_batch_in_order() {
+        let mut second = buffer();
+        second.seq = 8;
+        let msgs = vec![
+            Msg::Caps("a/b".into()),
+            Msg::Buffer(buffer()),
+            Msg::Buffer(second),
+            Msg::Eos,
+        ];
+        let packet = batch_of(&msgs);
+        assert!(is_batch(&packet));
+        let f = frames(&packet).unwrap();
+        assert_eq!(f.left(), 4);
+        let got: Vec<Msg> = f.map(|m| decode(m).unwrap()).collect();
+        assert_eq!(got, msgs);
+        // One message is sent alone, as before batches.
+        let one = batch_of(&msgs[1..2]);
+        assert!(!is_batch(&one));
+        assert_eq!(decode(&one).unwrap(), msgs[1]);
+        // A batch is never read as one message.
+        assert!(matches!(decode(&packet), Err(ProtoError::Invalid(_))));
+    }
+
+    #[test]
+    fn a_batch_fills_up_and_clears() {
+        let mut b = Batch::default();
+        let mut out = Vec::new();
+        encode(&Msg::Eos, &mut out).unwrap();
+        while b.fits(&out) {
+            b.push(&out);
+        }
+        assert_eq!(b.len(), MAX_BATCH);
+        assert_eq!(frames(b.packet()).unwrap().count(), MAX_BATCH);
+        b.clear();
+        assert!(b.is_empty());
+        let big = vec![CAPS; MAX_MESSAGE - 6];
+        assert!(!b.fits(&big), "over MAX_MESSAGE with its framing");
+        let at = b.push(&out);
+        b.patch(at, &[ERROR]);
+        assert_eq!(b.packet(), &[ERROR]);
+    }
+
+    #[test]
+    fn truncated_or_lying_batches_are_refused_before_any_message_is_read() {
+        let packet = batch_of(&[Msg::Buffer(buffer()), Msg::Eos, Msg::Caps("x".into())]);
+        // Every cut: an error, never a panic, never a partial batch.
+        for cut in 0..packet.len() {
+            assert!(frames(&packet[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut long = packet.clone();
+        long.push(0);
+        assert_eq!(frames(&long).unwrap_err(), ProtoError::TrailingBytes(1));
+        // A count that says more, or fewer, messages than the packet holds.
+        for count in [4u16, 2, 60000] {
+            let mut lie = packet.clone();
+            lie[1..3].copy_from_slice(&count.to_le_bytes());
+            assert!(frames(&lie).is_err(), "count {count}");
+        }
+        let mut zero = packet.clone();
+        zero[1..3].copy_from_slice(&0u16.to_le_bytes());
+        assert!(matches!(frames(&zero), Err(ProtoError::Invalid(_))));
+        // A length that runs past the packet, or a zero length.
+        for len in [u32::MAX, 10_000, 0] {
+            let mut lie = packet.clone();
+            lie[3..7].copy_from_slice(&len.to_le_bytes());
+            assert!(frames(&lie).is_err(), "length {len}");
+        }
+        // Over the message cap, and a batch inside a batch.
+        assert!(frames(&vec![BATCH; MAX_MESSAGE + 1]).is_err());
+        let inner = packet.clone();
+        let mut b = Batch::default();
+        b.push(&inner);
+        b.push(&inner);
+        let nested = b.packet().to_vec();
+        for m in frames(&nested).unwrap() {
+            assert!(decode(m).is_err(), "a nested batch is not a message");
+        }
+        // A buffer lie inside a well-framed batch is still caught by the consumer.
+        let mut c = Consumer::default();
+        c.accept(all()[0].clone(), 0).unwrap();
+        let lie = BufferMsg {
+            segment: 9,
+            ..buffer()
+        };
+        let packet = batch_of(&[Msg::Buffer(lie)]);
+        let m = decode(&packet).unwrap();
+        assert_eq!(c.accept(m, 0), Err(ProtoError::UnknownSegment(9)));
     }
 }

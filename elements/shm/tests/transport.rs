@@ -185,6 +185,35 @@ fn a_consumer_gets_bytes_caps_times_and_metas_and_releases_return_the_slot() {
         let _ = c.wait_event(1);
         field(&stats(&el), "pool-in-use") == 0
     });
+    // The sink reuses its message and meta lists: the next buffers carry their own
+    // metas, and none left from the one before.
+    let mut again = buffer(3000, 100, 43);
+    PacketBatchMeta::add(
+        again.get_mut().unwrap(),
+        vec![
+            PacketInfo {
+                offset: 0,
+                len: 50,
+                rx_time_ns: 1,
+                src: "192.0.2.1:7148"
+                    .parse::<std::net::SocketAddr>()
+                    .unwrap()
+                    .into(),
+            };
+            2
+        ],
+    );
+    h.push(again).unwrap();
+    h.push(buffer(3100, 100, 44)).unwrap();
+    let v = next_buffer(&mut c);
+    assert_eq!(v.msg.pts, 43);
+    match &v.msg.metas[..] {
+        [proto::WireMeta::Packets(p)] => assert_eq!(p.len(), 2),
+        other => panic!("{other:?}"),
+    }
+    let w = next_buffer(&mut c);
+    assert_eq!(w.msg.pts, 44);
+    assert!(w.msg.metas.is_empty(), "{:?}", w.msg.metas);
     drop(h);
 }
 
@@ -430,6 +459,94 @@ fn a_consumer_in_another_process_reads_every_byte() {
         field(&stats(&el), "consumers") == 0
     });
     assert_eq!(field(&stats(&el), "consumers-lost"), 0, "it finished");
+}
+
+/// Pushes `lists` buffer lists of `per` buffers of `size` bytes (the stream's byte
+/// pattern, pts = buffer number), then EOS.
+fn push_lists(h: &mut Harness, lists: u64, per: u64, size: usize) {
+    for l in 0..lists {
+        let mut list = gst::BufferList::new_sized(per as usize);
+        for j in 0..per {
+            let i = l * per + j;
+            list.get_mut()
+                .unwrap()
+                .add(buffer(i * size as u64, size, i));
+        }
+        h.srcpad().unwrap().push_list(list).unwrap();
+    }
+    h.push_event(gst::event::Eos::new());
+}
+
+#[test]
+fn a_burst_pushed_as_lists_reaches_another_process_complete_and_in_order_in_batches() {
+    // Room for a whole list (max-held, copy slots): each list goes in one packet; and
+    // the defaults (64 held, 16 copy slots): the sink sends what it queued before it
+    // waits for a slot, so the lists go in several packets, and nothing is lost.
+    for (name, props) in [
+        (
+            "burstbig",
+            &[("max-held", "256"), ("copy-slots", "256")][..],
+        ),
+        ("burstsmall", &[][..]),
+    ] {
+        let path = socket(name);
+        let (mut h, el) = sink_harness(&path, props);
+        let child = peer()
+            .args(["read", &path, "--check"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for("attach", || field(&stats(&el), "consumers") == 1);
+        let (lists, per, size) = (20u64, 100u64, 4000usize);
+        push_lists(&mut h, lists, per, size);
+        let out = output(child);
+        let n = lists * per;
+        assert_eq!(kv(&out, "buffers"), n.to_string(), "{name}: {out}");
+        assert_eq!(
+            kv(&out, "bytes"),
+            (n * size as u64).to_string(),
+            "{name}: {out}"
+        );
+        assert_eq!(kv(&out, "missed"), "0", "{name}: {out}");
+        assert_eq!(kv(&out, "end"), "eos", "{name}: {out}");
+        let packets: u64 = kv(&out, "packets").parse().unwrap();
+        let batches: u64 = kv(&out, "batches").parse().unwrap();
+        let s = stats(&el);
+        assert_eq!(field(&s, "batches"), batches, "{name}: {out}");
+        assert!(batches >= lists, "{name}: every list batched: {out}");
+        assert!(
+            packets < n / 4,
+            "{name}: {packets} packets for {n} buffers: {out}"
+        );
+        if name == "burstbig" {
+            // A list splits only where the sink waits (a consumer at max-held, slots
+            // all taken); the consumer releases as it goes.
+            assert!(
+                packets <= 3 * lists,
+                "{name}: about a packet per list: {out}"
+            );
+        }
+        wait_for("the consumer leaves", || {
+            field(&stats(&el), "consumers") == 0
+        });
+    }
+}
+
+#[test]
+fn single_buffers_go_one_per_packet_at_once() {
+    // No list, a consumer that keeps up: each buffer is sent as it comes, never held
+    // back for a batch.
+    let path = socket("single");
+    let (mut h, el) = sink_harness(&path, &[]);
+    let mut c = connect(&path);
+    wait_for("attach", || field(&stats(&el), "consumers") == 1);
+    for i in 0..20u64 {
+        h.push(buffer(i * 300, 300, i)).unwrap();
+        let v = next_buffer(&mut c);
+        assert_eq!(v.msg.pts, i);
+        assert_eq!(v.as_ref(), &pattern(i * 300, 300)[..]);
+    }
+    assert_eq!(field(&stats(&el), "batches"), 0);
 }
 
 #[test]
@@ -777,6 +894,116 @@ fn a_producer_that_lies_gets_a_clear_error() {
         e.error()
     );
     pipeline.set_state(gst::State::Null).unwrap();
+}
+
+/// A socket path for a fake producer, and its listener.
+fn fake_producer(name: &str) -> (String, std::os::fd::OwnedFd) {
+    let path = socket(name);
+    let listener = wire::listen(&Address::new(&path, false), 0o600).unwrap();
+    (path, listener)
+}
+
+fn hello_bytes(version: u16) -> Vec<u8> {
+    let mut o = Vec::new();
+    proto::encode(
+        &Msg::Hello {
+            consumer: 1,
+            on_full: proto::OnFull::Block,
+            max_held: 4,
+        },
+        &mut o,
+    )
+    .unwrap();
+    o[5..7].copy_from_slice(&version.to_le_bytes());
+    o
+}
+
+/// A batch of two end-of-stream messages whose count says `count`.
+fn batch_bytes(count: u16) -> Vec<u8> {
+    let mut b = proto::Batch::default();
+    let mut o = Vec::new();
+    proto::encode(&Msg::Caps("a/b".into()), &mut o).unwrap();
+    b.push(&o);
+    proto::encode(&Msg::Eos, &mut o).unwrap();
+    b.push(&o);
+    let mut p = b.packet().to_vec();
+    p[1..3].copy_from_slice(&count.to_le_bytes());
+    p
+}
+
+#[test]
+fn consumers_refuse_a_lying_batch_and_another_protocol_version_with_a_clear_error() {
+    let py = repo_root().join(".venv/bin/python3");
+    let script = "import sys\n\
+        from firehose_shm import Consumer, ProtocolError\n\
+        c = Consumer(sys.argv[1], timeout=5)\n\
+        try:\n    item = c.next()\n    print('caps=%s end=%s' % (c.caps, item))\nexcept ProtocolError as e:\n    print('refused:', e)\n";
+    for (name, packets, rust, python) in [
+        (
+            "batchok",
+            vec![hello_bytes(proto::VERSION), batch_bytes(2)],
+            "eos",
+            "caps=a/b end=None",
+        ),
+        (
+            "batchlie",
+            vec![hello_bytes(proto::VERSION), batch_bytes(3)],
+            "batch message length",
+            "refused: a batch cut short",
+        ),
+        (
+            "batchzero",
+            vec![hello_bytes(proto::VERSION), batch_bytes(0)],
+            "an empty batch",
+            "refused: a batch of 0 messages",
+        ),
+        (
+            "version1",
+            vec![hello_bytes(1)],
+            "protocol version 1, this side speaks 2",
+            "refused: not a Firehose shared-memory producer of protocol version 2",
+        ),
+    ] {
+        // The Rust client.
+        let (path, listener) = fake_producer(name);
+        let mut c = Client::connect(&Address::new(&path, false)).unwrap();
+        let conn = wire::accept(listener.as_fd()).unwrap().expect("connected");
+        for p in &packets {
+            wire::send(conn.as_fd(), p, None).unwrap();
+        }
+        let mut got = String::new();
+        let start = Instant::now();
+        while got.is_empty() && start.elapsed() < Duration::from_secs(5) {
+            match c.wait_event(100) {
+                Ok(Some(Event::Eos)) => got = "eos".into(),
+                Ok(_) => {}
+                Err(e) => got = e.to_string(),
+            }
+        }
+        assert!(got.contains(rust), "{name}: {got}");
+        // The Python consumer.
+        if !py.exists() {
+            continue;
+        }
+        let (path, listener) = fake_producer(&format!("py{name}"));
+        let child = Command::new(&py)
+            .args(["-c", script, &path])
+            .env("PYTHONPATH", repo_root().join("python"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut conn = None;
+        wait_for("the python connect", || {
+            conn = wire::accept(listener.as_fd()).unwrap();
+            conn.is_some()
+        });
+        let conn = conn.unwrap();
+        for p in &packets {
+            wire::send(conn.as_fd(), p, None).unwrap();
+        }
+        let out = output(child);
+        assert!(out.contains(python), "{name}: {out}");
+    }
 }
 
 /// A memfd of `len` bytes with `seals` (0: made without `MFD_ALLOW_SEALING`).
@@ -1196,6 +1423,45 @@ fn a_consumer_that_releases_what_it_does_not_hold_is_counted_and_ignored() {
     });
     h.push(buffer(500, 500, 1)).unwrap();
     assert_eq!(next_buffer(&mut good).as_ref(), &pattern(500, 500)[..]);
+}
+
+#[test]
+fn the_python_consumer_reads_a_burst_of_lists_complete_and_in_order() {
+    let py = repo_root().join(".venv/bin/python3");
+    assert!(
+        py.exists(),
+        "{} is missing (scripts/setup test)",
+        py.display()
+    );
+    let path = socket("pyburst");
+    let (mut h, el) = sink_harness(&path, &[("max-held", "256"), ("copy-slots", "256")]);
+    let script = "import sys\n\
+        from firehose_shm import Consumer\n\
+        c = Consumer(sys.argv[1], timeout=10)\n\
+        n = ok = 0\n\
+        for item in c:\n    with item:\n        ok += int(item.pts == n and item.data[0] == (n * 1000) % 251 and item.data.nbytes == 1000)\n        n += 1\n\
+        print('items=%d ok=%d packets=%d batches=%d' % (n, ok, c.packets, c.batches))\n";
+    let child = Command::new(&py)
+        .args(["-c", script, &path])
+        .env("PYTHONPATH", repo_root().join("python"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the python consumer", || {
+        field(&stats(&el), "consumers") == 1
+    });
+    push_lists(&mut h, 10, 100, 1000);
+    let out = output(child);
+    assert_eq!(kv(&out, "items"), "1000", "{out}");
+    assert_eq!(
+        kv(&out, "ok"),
+        "1000",
+        "in order, every byte where it belongs: {out}"
+    );
+    let batches: u64 = kv(&out, "batches").parse().unwrap();
+    assert_eq!(field(&stats(&el), "batches"), batches, "{out}");
+    assert!(batches >= 10, "{out}");
+    wait_for("every slot back", || field(&stats(&el), "pool-in-use") == 0);
 }
 
 #[test]

@@ -73,7 +73,11 @@ fn read(path: &str, args: &[String]) -> i32 {
             Err(e) => break format!("error:{e}"),
         }
     };
-    println!("buffers={buffers} bytes={bytes} missed={missed} end={end}");
+    let (packets, batches) = client.packet_counts();
+    println!(
+        "buffers={buffers} bytes={bytes} missed={missed} end={end} packets={packets} \
+         batches={batches}"
+    );
     0
 }
 

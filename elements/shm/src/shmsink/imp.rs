@@ -90,6 +90,10 @@ struct State {
     address: Address,
     on_full: OnFull,
     wait_for_connection: bool,
+    /// The buffer message, reused.
+    msg: BufferMsg,
+    /// A packet list's vector, reused.
+    spare_packets: Vec<crate::proto::PacketMeta>,
 }
 
 /// The `fhshmsink` element.
@@ -139,6 +143,8 @@ impl ElementStats for ShmSink {
             ("drops-socket-full", h.drops_socket.get()),
             ("drops-flushing", h.drops_flushing.get()),
             ("metas-dropped", h.metas_dropped.get()),
+            ("batches", h.batches.get()),
+            ("batched-messages", h.batched.get()),
         ] {
             s.set(name, v);
         }
@@ -149,7 +155,7 @@ impl ElementStats for ShmSink {
 
 const HUB_COUNTERS: &str = "consumers, consumers-drop, consumers-total, consumers-lost, \
                             consumers-malformed, messages, released, release-messages, releases-unknown, drops-held, drops-socket-full, drops-flushing, \
-                            metas-dropped, pool-* (the copy pool)";
+                            metas-dropped, batches, batched-messages, pool-* (the copy pool)";
 
 /// The service thread: accepts consumers (checking their uid), reads their releases
 /// and notices when they go away.
@@ -169,10 +175,21 @@ fn serve(
         lock(&shared.hub).poll_set(&mut ids);
         pfds.clear();
         pfds.push(pollfd(listener.as_raw_fd()));
-        pfds.extend(ids.iter().map(|&(fd, _)| pollfd(fd)));
+        pfds.extend(ids.iter().map(|&(fd, _, out)| {
+            let mut p = pollfd(fd);
+            if out {
+                // Its queue waits for room in the socket.
+                p.events |= libc::POLLOUT;
+            }
+            p
+        }));
         // SAFETY: `pfds` is a live array of `len` pollfds.
         let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as _, SERVICE_POLL_MS) };
         if n <= 0 {
+            // Also sees block-mode consumers whose socket stays full (stuck).
+            if ids.iter().any(|i| i.2) {
+                lock(&shared.hub).flush();
+            }
             continue;
         }
         let mut changed = false;
@@ -209,10 +226,13 @@ fn serve(
         }
         {
             let mut hub = lock(&shared.hub);
-            for (p, &(_, id)) in pfds[1..].iter().zip(&ids) {
-                if p.revents != 0 {
+            for (p, &(_, id, _)) in pfds[1..].iter().zip(&ids) {
+                if p.revents & !libc::POLLOUT != 0 {
                     changed |= hub.service(id);
                 }
+            }
+            if ids.iter().any(|i| i.2) {
+                hub.flush();
             }
             if let Some(e) = element.upgrade() {
                 for (id, why) in hub.take_left() {
@@ -292,6 +312,8 @@ impl ShmSink {
         let slot = match pool.try_acquire() {
             Some(s) => s,
             None if state.on_full == OnFull::Block => {
+                // Queued buffers hold slots: they go before this waits for one.
+                lock(&self.shared.hub).flush();
                 match pool.acquire_blocking(&self.shared.flushing, Duration::from_millis(50)) {
                     Some(s) => s,
                     None => return Err(gst::FlowError::Flushing),
@@ -325,7 +347,14 @@ impl ShmSink {
         }
     }
 
-    fn render_one(&self, state: &mut State, buf: &gst::Buffer) -> Result<(), gst::FlowError> {
+    /// Queues `buf` for every consumer and, if `flush`, sends the queues (else the
+    /// caller does, [`Hub::flush`]; it comes before anything here waits).
+    fn render_one(
+        &self,
+        state: &mut State,
+        buf: &gst::Buffer,
+        flush: bool,
+    ) -> Result<(), gst::FlowError> {
         self.counters.buffers.add(1);
         self.counters.bytes.add(buf.size() as u64);
         self.sync_segments(state);
@@ -350,19 +379,25 @@ impl ShmSink {
             return Ok(());
         };
         let t = |c: Option<gst::ClockTime>| c.map_or(NONE_TIME, |c| c.nseconds());
-        let mut msg = BufferMsg {
-            segment,
-            offset,
-            len,
-            pts: t(buf.pts()),
-            dts: t(buf.dts()),
-            duration: t(buf.duration()),
-            flags: buf.flags().bits(),
-            ..Default::default()
-        };
-        crate::metas::read(buf, &mut msg.metas);
+        // The message and its metas' lists are kept from buffer to buffer: no allocation
+        // per buffer.
+        let msg = &mut state.msg;
+        msg.segment = segment;
+        msg.offset = offset;
+        msg.len = len;
+        msg.pts = t(buf.pts());
+        msg.dts = t(buf.dts());
+        msg.duration = t(buf.duration());
+        msg.flags = buf.flags().bits();
+        // Empty the last buffer's metas first (a render that returned early, flushing,
+        // left them), keeping their vectors.
+        crate::metas::recycle(&mut msg.metas, &mut state.spare_packets);
+        crate::metas::read_reusing(buf, &mut msg.metas, &mut state.spare_packets);
         let shared = &self.shared;
         let mut hub = lock(&shared.hub);
+        if hub.must_wait() {
+            hub.flush();
+        }
         while hub.must_wait() {
             if shared.flushing.load(Ordering::Acquire) {
                 return Err(gst::FlowError::Flushing);
@@ -373,7 +408,10 @@ impl ShmSink {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
-        hub.publish(&mut msg, item, &shared.flushing);
+        hub.queue(msg, item, &shared.flushing);
+        if flush {
+            hub.flush();
+        }
         Ok(())
     }
 
@@ -570,6 +608,8 @@ impl BaseSinkImpl for ShmSink {
             address,
             on_full: s.on_full.into(),
             wait_for_connection: s.wait_for_connection,
+            msg: BufferMsg::default(),
+            spare_packets: Vec::new(),
         });
         gst::info!(CAT, imp = self, "listening on {}", s.socket_path);
         Ok(())
@@ -619,7 +659,7 @@ impl BaseSinkImpl for ShmSink {
     fn render(&self, buffer: &gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
         let mut guard = lock(&self.state);
         let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-        self.render_one(state, buffer)?;
+        self.render_one(state, buffer, true)?;
         self.after(state);
         Ok(gst::FlowSuccess::Ok)
     }
@@ -627,9 +667,13 @@ impl BaseSinkImpl for ShmSink {
     fn render_list(&self, list: &gst::BufferList) -> Result<gst::FlowSuccess, gst::FlowError> {
         let mut guard = lock(&self.state);
         let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-        for b in list.iter_owned() {
-            self.render_one(state, &b)?;
-        }
+        // Every buffer of the list is queued, then each consumer gets them in one packet
+        // (several if the list is long, or if something waits on the way).
+        let r = list
+            .iter_owned()
+            .try_for_each(|b| self.render_one(state, &b, false));
+        lock(&self.shared.hub).flush();
+        r?;
         self.after(state);
         Ok(gst::FlowSuccess::Ok)
     }
