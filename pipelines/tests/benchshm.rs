@@ -52,7 +52,19 @@ fn a_short_shm_bench_compares_fhshmsink_with_shmsink_and_the_python_consumer() {
         }
     }
     if stock {
-        let r = row(&out.stdout, "fhshmsink → fhshmsrc", "65536", 6);
+        // The ratio table: four ratios, then the row each is taken against.
+        let r = row(&out.stdout, "fhshmsink → fhshmsrc", "65536", 7);
         assert!(r[3..7].iter().all(|c| c.ends_with('×')), "{r:?}");
+        assert_eq!(r[7], "shmsink → shmsrc");
+        // The zero-copy producer (fhtestsrc writing into the segment pool) against the
+        // same producer into stock shmsink.
+        let z = row(
+            &out.stdout,
+            "fhtestsrc headers only → fhshmsink, producer writes into the segment pool → fhshmsrc",
+            "65536",
+            7,
+        );
+        assert!(z[3..7].iter().all(|c| c.ends_with('×')), "{z:?}");
+        assert_eq!(z[7], "fhtestsrc headers only → shmsink → shmsrc");
     }
 }
