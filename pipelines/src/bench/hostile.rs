@@ -653,7 +653,9 @@ pub const KNOWN_WEAK: &[(Receiver, Class)] = &[
     // where its CPU per GB doubled: the receive thread (mostly the kernel's per-datagram
     // receive, timestamps and cmsgs at 200-250 kpps) not scheduled in time on two cores
     // shared with the sender's threads, the kernel dropping; not anything the flood
-    // evicted (benchmarks.md).
+    // evicted (benchmarks.md). Without kernel timestamps (fhudpsrc's default since
+    // 2026-11-26 evening) each bad packet costs ~15 % less; descriptor-flood then kept
+    // 143/143 in 3 of 3 runs, but with kernel drops in one: not reliable enough to drop.
     (Receiver::Speaddepay, Class::DescriptorFlood),
     (Receiver::Speaddepay, Class::DescriptorChurn),
 ];
