@@ -83,7 +83,7 @@ def main():
         "fhudpsrc name=src address=127.0.0.1 port=0 ! speaddepay mode=chunks heaps-per-chunk=4 "
         f"heap-size={heap_size} ! appsink name=sink sync=false")
     batch = Gst.parse_launch(
-        "fhudpsrc name=src address=127.0.0.1 port=0 output=batch "
+        "fhudpsrc name=src address=127.0.0.1 port=0 output=batch timestamps=true "
         "! appsink name=sink sync=false caps=application/x-firehose-packets")
     datagram = Gst.parse_launch(
         "fhudpsrc name=src address=127.0.0.1 port=0 ! appsink name=sink sync=false")

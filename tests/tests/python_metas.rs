@@ -272,7 +272,8 @@ fn python_reads_every_field_of_the_heap_chunk_and_batch_metas() {
     assert_eq!(chunks, want_chunks, "\n{rest}");
 
     // Datagrams: offsets and lengths cut exactly the bytes sent, from our socket, at a
-    // receive time between the first send and now.
+    // receive time between the first send and now (the kernel's: the script sets
+    // timestamps=true).
     let pkts: Vec<&str> = lines
         .iter()
         .copied()

@@ -3,7 +3,7 @@
 //!
 //! A batch buffer holds many datagrams in one pool slot (one `recvmmsg`, one push). The
 //! meta lists, per datagram, its byte offset and length inside the buffer, its source
-//! address and its kernel receive time. [`PacketInfo`] and [`PacketAddr`] are plain
+//! address and its receive time. [`PacketInfo`] and [`PacketAddr`] are plain
 //! data; [`PacketBatchMeta`] attaches a list of them to a `gst::Buffer`.
 
 use std::fmt;
@@ -72,7 +72,9 @@ pub struct PacketInfo {
     pub offset: u32,
     /// Payload length in bytes.
     pub len: u32,
-    /// Kernel receive time, nanoseconds since the Unix epoch (0 if unknown).
+    /// Receive time, nanoseconds since the Unix epoch (0 if unknown): the kernel's, per
+    /// datagram, where the source asks for it (`fhudpsrc timestamps=true`), else the time
+    /// the source took the datagram's batch (one clock read per batch).
     pub rx_time_ns: u64,
     /// Who sent it.
     pub src: PacketAddr,

@@ -1,5 +1,5 @@
 //! The kernel-UDP receive engine: `recvmmsg` into one slab per batch, UDP GRO split by
-//! segment size, kernel receive timestamps and drop counters, an interruptible wait.
+//! segment size, receive times (the kernel's if asked for, else one per batch) and drop counters, an interruptible wait.
 //!
 //! No GStreamer types here: [`UdpReceiver`] fills a caller-provided byte slab and a list
 //! of [`PacketInfo`]s, so it can be tested and benchmarked alone.
@@ -43,7 +43,9 @@ pub struct SocketConfig {
     pub reuse: bool,
     /// Ask for UDP GRO.
     pub gro: bool,
-    /// Ask for kernel receive timestamps.
+    /// Ask for kernel receive timestamps (`SO_TIMESTAMPNS`, one per datagram); without
+    /// them [`UdpReceiver::recv_batch`] stamps a batch's datagrams with the time it read
+    /// the batch.
     pub timestamps: bool,
 }
 
@@ -104,7 +106,7 @@ pub struct Message {
     pub len: usize,
     /// GRO segment size (0: one datagram).
     pub gso: usize,
-    /// Kernel receive time, ns since the epoch (0: none).
+    /// Kernel receive time, ns since the epoch (0: none, as without `timestamps`).
     pub rx_time_ns: u64,
     /// The datagram did not fit the scatter list.
     pub truncated: bool,
@@ -595,12 +597,22 @@ impl UdpReceiver {
         let mut used = 0;
         let mut coalesced = 0;
         let mut longest = 0;
+        let mut batch_time = 0;
         for i in 0..n {
             let base = i * per_msg;
             let len = self.msgs[i].msg_len as usize;
             longest = longest.max(len);
             used = base + len;
-            let (rx_time_ns, gso, to) = self.parse_cmsgs(i);
+            let (mut rx_time_ns, gso, to) = self.parse_cmsgs(i);
+            if rx_time_ns == 0 {
+                // No kernel timestamp (not asked for: they cost every datagram a clock
+                // read and a control message): when this batch was read, one clock
+                // read per batch, as the bypass sources stamp theirs.
+                if batch_time == 0 {
+                    batch_time = firehose_core::batch::unix_ns();
+                }
+                rx_time_ns = batch_time;
+            }
             let src = self.source(i);
             let dest = PacketDest {
                 dst: to

@@ -66,10 +66,19 @@ fn pull_packets(h: &mut Harness, n: usize) -> Vec<(Vec<u8>, firehose_core::Packe
     out
 }
 
+/// Nanoseconds since the Unix epoch now.
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
 #[test]
 fn receives_batches_with_meta_and_timestamps() {
-    let (mut h, port) = harness(&[]);
+    let (mut h, port) = harness(&[("timestamps", "true")]);
     let s = sender();
+    let before_ns = now_ns();
     let dst: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     for i in 0..200u32 {
         let len = 1 + (i as usize * 37) % 1400;
@@ -83,10 +92,7 @@ fn receives_batches_with_meta_and_timestamps() {
         caps.structure(0).unwrap().name(),
         "application/x-firehose-packets"
     );
-    let now_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
+    let now_ns = now_ns();
     for (i, (bytes, info)) in got.iter().enumerate() {
         let i = i as u32;
         assert_eq!(
@@ -97,11 +103,44 @@ fn receives_batches_with_meta_and_timestamps() {
         assert_eq!(bytes[0], (i & 0xff) as u8);
         assert!(bytes[1..].iter().all(|&b| b == (i % 251) as u8));
         assert_eq!(info.src.to_socket_addr(), s.local_addr().unwrap());
-        assert!(info.rx_time_ns > 0 && now_ns - info.rx_time_ns < 60_000_000_000);
+        assert!((before_ns..=now_ns).contains(&info.rx_time_ns));
     }
+    // The kernel stamped each datagram as it arrived, 200 sends apart: not one time for
+    // the batch.
+    let mut times: Vec<u64> = got.iter().map(|(_, p)| p.rx_time_ns).collect();
+    times.dedup();
+    assert!(times.len() > 1, "kernel timestamps differ per datagram");
     let st = stats(&h.element().unwrap());
     assert_eq!(field(&st, "packets"), 200);
     assert_eq!(field(&st, "drops-pool") + field(&st, "drops-kernel"), 0);
+}
+
+/// By default no kernel timestamps: every datagram of a batch carries the time the batch
+/// was read, one clock read per batch.
+#[test]
+fn default_stamps_each_batch_with_its_read_time() {
+    let (mut h, port) = harness(&[]);
+    assert!(!h.element().unwrap().property::<bool>("timestamps"));
+    let s = sender();
+    let before_ns = now_ns();
+    for i in 0..100u8 {
+        s.send_to(&[i; 64], ("127.0.0.1", port)).unwrap();
+    }
+    let mut seen = 0;
+    while seen < 100 {
+        let buf = h.pull().expect("a batch within the harness timeout");
+        let mut times = Vec::new();
+        for_each_packet(&buf, |p, _| times.push(p.rx_time_ns)).expect("batch meta");
+        let now_ns = now_ns();
+        assert!(!times.is_empty());
+        assert!(
+            times.iter().all(|&t| t == times[0]),
+            "one time per batch: {times:?}"
+        );
+        assert!((before_ns..=now_ns).contains(&times[0]), "{times:?}");
+        seen += times.len();
+    }
+    assert_eq!(seen, 100);
 }
 
 #[test]

@@ -132,6 +132,11 @@ pub struct SweepArgs {
     /// [default: the elements']
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=100_000))]
     coalesce_us: Option<u32>,
+    /// More properties of our kernel receivers (fhudpsrc, fhspeadsrc, fhudpchunksrc),
+    /// space-separated, e.g. "timestamps=true gro=false address=0.0.0.0" (a variant to
+    /// compare; the report's receiver descriptions show it)
+    #[arg(long)]
+    src_props: Option<String>,
 }
 
 /// `firehose bench udp`.
@@ -440,6 +445,7 @@ struct Sweep {
 /// Runs `b` with the common options `a` (resolved in `c`) and publishes its report.
 fn run_sweep(mut b: Sweep, a: &SweepArgs, c: Common) -> i32 {
     b.base.coalesce_us = a.coalesce_us;
+    b.base.src_props = a.src_props.clone();
     let (name, quick, given) = (b.name, a.run.quick, a.rates.clone());
     let rates = move |size| {
         given

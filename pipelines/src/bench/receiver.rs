@@ -160,6 +160,10 @@ pub struct RecvConfig {
     /// `fhudpsrc coalesce-us`, if not the element's default.
     #[arg(long)]
     pub coalesce_us: Option<u32>,
+    /// More properties of the kernel receiver element (fhudpsrc, fhspeadsrc,
+    /// fhudpchunksrc), `name=value` separated by spaces, e.g. `timestamps=true`.
+    #[arg(long)]
+    pub src_props: Option<String>,
     /// `landing` of fhudpchunksrc and fhspeadsrc, if not the elements' default.
     #[arg(long)]
     pub landing: Option<String>,
@@ -186,6 +190,7 @@ impl RecvConfig {
             heap_size: super::DEFAULT_HEAP_SIZE,
             heaps_per_chunk: super::DEFAULT_HEAPS_PER_CHUNK,
             coalesce_us: None,
+            src_props: None,
             landing: None,
             python: None,
             timeout: 60.0,
@@ -230,6 +235,7 @@ impl RecvConfig {
             ("--dpdk-port", self.dpdk_port.clone()),
             ("--coalesce-us", self.coalesce_us.map(|n| n.to_string())),
             ("--landing", self.landing.clone()),
+            ("--src-props", self.src_props.clone()),
         ];
         for (flag, v) in optional {
             if let Some(v) = v {
@@ -248,6 +254,10 @@ pub fn description(cfg: &RecvConfig) -> String {
     let mut udp = format!("fhudpsrc name=src address={a} port={p} buffer-size={b}");
     if let Some(n) = cfg.coalesce_us {
         udp.push_str(&format!(" coalesce-us={n}"));
+    }
+    if let Some(props) = cfg.src_props.as_deref().filter(|p| !p.trim().is_empty()) {
+        udp.push(' ');
+        udp.push_str(props.trim());
     }
     let xdp = format!(
         "fhxdpsrc name=src interface={} port={p}",

@@ -15,7 +15,7 @@
 //! | `packets` | guint64 | datagrams in the batch (n) |
 //! | `offsets` | GBytes, `=u4`\[n\] | byte offset of each datagram in the buffer |
 //! | `lengths` | GBytes, `=u4`\[n\] | its length in bytes |
-//! | `timestamps` | GBytes, `=u8`\[n\] | kernel receive time, ns since the Unix epoch (0: unknown) |
+//! | `timestamps` | GBytes, `=u8`\[n\] | receive time, ns since the Unix epoch (0: unknown): the kernel's per datagram where asked for (`fhudpsrc timestamps=true`), else the batch's |
 //! | `addresses` | GBytes, `u1`\[n, 16\] | source address, IPv6 in network order; IPv4 as IPv4-mapped (`::ffff:a.b.c.d`) |
 //! | `ports` | GBytes, `=u2`\[n\] | source port |
 //! | `destinations` | GBytes, `u1`\[n, 16\] | destination address, as `addresses` (only from sources that know it: fhudpsrc, fhxdpsrc, fhdpdksrc, fhibvsrc; all zeros: unknown) |
