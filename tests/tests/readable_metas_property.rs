@@ -93,22 +93,24 @@ fn chunk_elements_attach_the_chunk_meta_unless_switched_off() {
     }
 }
 
-#[test]
-fn speaddepay_attaches_the_heap_meta_unless_switched_off() {
+/// Three SPEAD heaps (HEAP_CNT 1 to 3: an immediate and 64 bytes), one buffer per packet.
+fn spead_packets() -> Vec<gst::Buffer> {
     let cfg = PacketConfig::new(Flavour::SPEAD_64_48, 1500).unwrap();
     let data = [7u8; 64];
-    let packets = || -> Vec<gst::Buffer> {
-        let mut out = Vec::new();
-        for cnt in 1..=3 {
-            let items = [Item::immediate(0x1600, cnt), Item::bytes(0x1000, &data)];
-            let mut heap = cfg.heap(cnt, &items).unwrap();
-            let mut scratch = vec![0u8; 1500];
-            while let Some(n) = heap.write_next(&mut scratch) {
-                out.push(gst::Buffer::from_slice(scratch[..n].to_vec()));
-            }
+    let mut out = Vec::new();
+    for cnt in 1..=3 {
+        let items = [Item::immediate(0x1600, cnt), Item::bytes(0x1000, &data)];
+        let mut heap = cfg.heap(cnt, &items).unwrap();
+        let mut scratch = vec![0u8; 1500];
+        while let Some(n) = heap.write_next(&mut scratch) {
+            out.push(gst::Buffer::from_slice(scratch[..n].to_vec()));
         }
-        out
-    };
+    }
+    out
+}
+
+#[test]
+fn speaddepay_attaches_the_heap_meta_unless_switched_off() {
     for on in [None, Some(false)] {
         let bufs = run(
             &format!(
@@ -116,7 +118,7 @@ fn speaddepay_attaches_the_heap_meta_unless_switched_off() {
                  ! appsink name=sink sync=false",
                 prop(on)
             ),
-            packets(),
+            spead_packets(),
         );
         assert_eq!(bufs.len(), 3, "{on:?}");
         for (cnt, b) in (1u64..).zip(&bufs) {
@@ -233,20 +235,6 @@ fn readable_metas_are_left_out_only_when_every_consumer_reads_only_rust_metas() 
 /// without the batch meta.
 #[test]
 fn heaps_and_batches_into_speaddepay_follow_their_consumers() {
-    let cfg = PacketConfig::new(Flavour::SPEAD_64_48, 1500).unwrap();
-    let data = [7u8; 64];
-    let packets = || -> Vec<gst::Buffer> {
-        let mut out = Vec::new();
-        for cnt in 1..=3 {
-            let items = [Item::immediate(0x1600, cnt), Item::bytes(0x1000, &data)];
-            let mut heap = cfg.heap(cnt, &items).unwrap();
-            let mut scratch = vec![0u8; 1500];
-            while let Some(n) = heap.write_next(&mut scratch) {
-                out.push(gst::Buffer::from_slice(scratch[..n].to_vec()));
-            }
-        }
-        out
-    };
     let heap = |b: &gst::BufferRef| firehose_spead::readable::get(b).is_some();
     for (tail, want_readable) in [
         ("fhcheck name=at", false),
@@ -259,7 +247,7 @@ fn heaps_and_batches_into_speaddepay_follow_their_consumers() {
             "appsrc name=src format=bytes caps=application/x-firehose-packets \
              ! speaddepay hugepages=off ! {tail}"
         );
-        let (on, off) = readable_at(&launch, "at", packets(), heap);
+        let (on, off) = readable_at(&launch, "at", spead_packets(), heap);
         assert_eq!(on + off, 3, "{launch}");
         assert_eq!(on, if want_readable { 3 } else { 0 }, "{launch}");
     }

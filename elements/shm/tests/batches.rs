@@ -50,6 +50,16 @@ fn batch() -> gst::Buffer {
 /// Serves one batch through fhshmsink to an fhshmsrc whose harness sink has
 /// `sink_caps` (None: ANY, as filesink); returns what the consumer pulled and its caps.
 fn serve(name: &str, sink_caps: Option<gst::Caps>, n: usize) -> (Vec<gst::Buffer>, gst::Caps) {
+    serve_to(name, sink_caps, n, |_| {})
+}
+
+/// [`serve`], with `prepare` given the fhshmsrc before it starts.
+fn serve_to(
+    name: &str,
+    sink_caps: Option<gst::Caps>,
+    n: usize,
+    prepare: impl FnOnce(&gst::Element),
+) -> (Vec<gst::Buffer>, gst::Caps) {
     init();
     let dir = std::env::temp_dir().join(format!("fhshm-batches-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -65,6 +75,7 @@ fn serve(name: &str, sink_caps: Option<gst::Caps>, n: usize) -> (Vec<gst::Buffer
         .property("socket-path", &path)
         .build()
         .unwrap();
+    prepare(&src);
     let mut hs = Harness::with_element(&src, None, Some("src"));
     if let Some(c) = sink_caps {
         hs.set_sink_caps(c);
@@ -137,41 +148,25 @@ fn a_consumer_that_asks_for_batches_gets_them() {
 #[test]
 fn a_firehose_consumer_gets_no_readable_meta() {
     init();
-    let dir = std::env::temp_dir().join(format!("fhshm-batches-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("rust-only").to_string_lossy().into_owned();
-    let sink = gst::ElementFactory::make("fhshmsink")
-        .property("socket-path", &path)
-        .build()
-        .unwrap();
-    let mut h = Harness::with_element(&sink, Some("sink"), None);
-    h.set_src_caps(firehose_core::caps::packets_caps());
-    h.play();
-    let src = gst::ElementFactory::make("fhshmsrc")
-        .property("socket-path", &path)
-        .build()
-        .unwrap();
-    src.static_pad("src")
-        .unwrap()
-        .add_probe(gst::PadProbeType::QUERY_DOWNSTREAM, |_, info| {
-            if let Some(gst::PadProbeData::Query(q)) = info.data.as_mut() {
-                if let gst::QueryViewMut::Allocation(a) = q.view_mut() {
-                    firehose_core::meta::readable::declare_rust_only(a);
-                    return gst::PadProbeReturn::Handled;
+    let declare = |src: &gst::Element| {
+        src.static_pad("src")
+            .unwrap()
+            .add_probe(gst::PadProbeType::QUERY_DOWNSTREAM, |_, info| {
+                if let Some(gst::PadProbeData::Query(q)) = info.data.as_mut() {
+                    if let gst::QueryViewMut::Allocation(a) = q.view_mut() {
+                        firehose_core::meta::readable::declare_rust_only(a);
+                        return gst::PadProbeReturn::Handled;
+                    }
                 }
-            }
-            gst::PadProbeReturn::Ok
-        });
-    let mut hs = Harness::with_element(&src, None, Some("src"));
-    hs.set_sink_caps(firehose_core::caps::packets_caps());
-    hs.play();
-    let start = Instant::now();
-    while field(&sink.property::<gst::Structure>("stats"), "consumers") < 1 {
-        assert!(start.elapsed() < Duration::from_secs(10), "no consumer");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    h.push(batch()).unwrap();
-    let got = hs.pull().unwrap();
-    assert_eq!(got.meta::<PacketBatchMeta>().unwrap().packets().len(), 3);
-    assert!(firehose_core::meta::readable::batch(&got).is_none());
+                gst::PadProbeReturn::Ok
+            });
+    };
+    let (got, _) = serve_to(
+        "rust-only",
+        Some(firehose_core::caps::packets_caps()),
+        1,
+        declare,
+    );
+    assert_eq!(got[0].meta::<PacketBatchMeta>().unwrap().packets().len(), 3);
+    assert!(firehose_core::meta::readable::batch(&got[0]).is_none());
 }
