@@ -1,10 +1,10 @@
 //! The element side of a source built on a [`LandingSource`] (`fhudpchunksrc`,
 //! `fhspeadsrc`): what both keep besides their settings and their engine's counters — the
-//! running loop and its stats timer, the receive counters, the flag an application's EOS
-//! sets — and the steps both take at start, stop, EOS and `create`. Each element adds
+//! running loop and its stats timer, the receive counters — and the steps both take at
+//! start, stop and `create` (an application's EOS is [`LiveControl::request_drain`]). Each element adds
 //! only what its engine needs (how its counters are mirrored, what an item becomes).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 
 use firehose_core::src::LiveControl;
@@ -26,8 +26,6 @@ struct Running<E: SourceEngine> {
 pub struct LandingElement<E: SourceEngine> {
     state: Mutex<Option<Running<E>>>,
     counters: LandingCounters,
-    /// Set by an application's EOS: push what was received, then end the stream.
-    eos: AtomicBool,
 }
 
 impl<E: SourceEngine> Default for LandingElement<E> {
@@ -35,7 +33,6 @@ impl<E: SourceEngine> Default for LandingElement<E> {
         Self {
             state: Mutex::new(None),
             counters: LandingCounters::default(),
-            eos: AtomicBool::new(false),
         }
     }
 }
@@ -59,7 +56,6 @@ impl<E: SourceEngine> LandingElement<E> {
         port_changed: bool,
     ) {
         self.counters.reset();
-        self.eos.store(false, Ordering::Release);
         live.start();
         live.set_waker(src.rx.waker());
         *lock(&self.state) = Some(Running { src, timer });
@@ -78,20 +74,6 @@ impl<E: SourceEngine> LandingElement<E> {
         live.stop();
     }
 
-    /// An application's EOS (`send_event`): when started, wakes `create` with the EOS
-    /// flag, so that it takes what the socket holds, pushes everything still open and
-    /// then returns EOS (GstBaseSrc's own handling would end the stream without them).
-    /// False when not started: the caller lets GstBaseSrc handle it.
-    pub fn send_eos(&self, live: &LiveControl) -> bool {
-        // Started: a receive can take it (the waker is set from start to stop).
-        let Some(w) = live.waker() else {
-            return false;
-        };
-        self.eos.store(true, Ordering::Release);
-        w.wake();
-        true
-    }
-
     /// Runs `f` on the engine while started (from `decide_allocation`, which GstBaseSrc
     /// calls from the streaming thread between receives, so the state is free).
     pub fn with_engine<R>(&self, f: impl FnOnce(&mut E) -> R) -> Option<R> {
@@ -105,6 +87,7 @@ impl<E: SourceEngine> LandingElement<E> {
     pub fn next(
         &self,
         element: &gst::Element,
+        live: &LiveControl,
         flushing: &AtomicBool,
         publish: impl Fn(&E, bool),
     ) -> Result<Option<E::Item>, gst::FlowError> {
@@ -112,7 +95,7 @@ impl<E: SourceEngine> LandingElement<E> {
         let Running { src, timer } = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
         src.next(
             flushing,
-            &self.eos,
+            live.eos_flag(),
             || element.current_running_time().map(gst::ClockTime::nseconds),
             |src, ended| {
                 if ended {

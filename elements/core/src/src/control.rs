@@ -57,13 +57,42 @@ impl LiveControl {
     /// cut-short wait, or the next call, into `FlowError::Eos`, on which GstBaseSrc
     /// sends EOS downstream.
     pub fn request_eos(&self) -> bool {
+        if !self.mark_eos() {
+            return false;
+        }
+        // Ends a wait in `poll`, for a pool slot, in a pacing sleep or a nap.
+        let _ = self.unlock();
+        true
+    }
+
+    /// An application's EOS for a source that drains before it ends (the landing
+    /// sources: what the socket has queued, then the heaps and chunks still open): sets
+    /// the flag and wakes the receive's `poll` only, without raising the flushing flag,
+    /// so that the receive goes on until it sees [`LiveControl::eos_flag`]. False when
+    /// not started, as [`LiveControl::request_eos`].
+    pub fn request_drain(&self) -> bool {
+        if !self.mark_eos() {
+            return false;
+        }
+        if let Some(w) = self.waker() {
+            w.wake();
+        }
+        true
+    }
+
+    /// Sets the EOS flag if started.
+    fn mark_eos(&self) -> bool {
         if !self.running.load(Ordering::Acquire) {
             return false;
         }
         self.eos.store(true, Ordering::Release);
-        // Ends a wait in `poll`, for a pool slot, in a pacing sleep or a nap.
-        let _ = self.unlock();
         true
+    }
+
+    /// The EOS flag itself, for a receive loop that watches it
+    /// ([`LiveControl::request_drain`]).
+    pub fn eos_flag(&self) -> &AtomicBool {
+        &self.eos
     }
 
     /// True once an application's EOS was taken, until the next start.
@@ -259,6 +288,14 @@ mod tests {
         );
         c.stop();
         assert!(!c.request_eos());
+        // A draining EOS wakes the poll but does not flush: the receive goes on.
+        assert!(!c.request_drain(), "not started");
+        c.start();
+        let w = c.new_waker().unwrap();
+        assert!(c.request_drain());
+        assert!(c.eos_flag().load(Ordering::Acquire) && !c.is_flushing());
+        let idle = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert!(wake::wait_readable(std::os::fd::AsRawFd::as_raw_fd(&idle), &w, 0).unwrap());
     }
 
     #[test]

@@ -159,7 +159,7 @@ impl ElementImpl for UdpChunkSrc {
     /// `create` is woken with the `eos` flag, pushes them, and returns EOS, which
     /// GstBaseSrc sends downstream.
     fn send_event(&self, event: gst::Event) -> bool {
-        if event.type_() == gst::EventType::Eos && self.land.send_eos(&self.live) {
+        if event.type_() == gst::EventType::Eos && self.live.request_drain() {
             gst::debug!(CAT, imp = self, "EOS: pushing the open chunks first");
             return true;
         }
@@ -259,9 +259,11 @@ impl PushSrcImpl for UdpChunkSrc {
     ) -> Result<CreateSuccess, gst::FlowError> {
         let obj = self.obj();
         let flushing = self.chunks.cancel();
-        let next = self.land.next(obj.upcast_ref(), flushing, |engine, due| {
-            self.publish(engine, due)
-        })?;
+        let next = self
+            .land
+            .next(obj.upcast_ref(), &self.live, flushing, |engine, due| {
+                self.publish(engine, due)
+            })?;
         match next {
             Some(chunk) => Ok(CreateSuccess::NewBuffer(self.chunks.buffer(chunk))),
             // Ended and every chunk pushed: GstBaseSrc sends EOS downstream.

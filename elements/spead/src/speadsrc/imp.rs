@@ -148,7 +148,7 @@ impl ElementImpl for SpeadSrc {
     /// socket holds, pushes every heap under construction and returns EOS (GstBaseSrc's
     /// own handling would end the stream without them).
     fn send_event(&self, event: gst::Event) -> bool {
-        if event.type_() == gst::EventType::Eos && self.land.send_eos(&self.live) {
+        if event.type_() == gst::EventType::Eos && self.live.request_drain() {
             gst::debug!(
                 CAT,
                 imp = self,
@@ -236,11 +236,12 @@ impl PushSrcImpl for SpeadSrc {
         _buffer: Option<&mut gst::BufferRef>,
     ) -> Result<CreateSuccess, gst::FlowError> {
         let obj = self.obj();
-        let next = self
-            .land
-            .next(obj.upcast_ref(), self.live.flag(), |engine, due| {
-                self.publish(engine, due)
-            })?;
+        let next = self.land.next(
+            obj.upcast_ref(),
+            &self.live,
+            self.live.flag(),
+            |engine, due| self.publish(engine, due),
+        )?;
         match next {
             Some(h) if self.stop_is_eos.load(Ordering::Relaxed) && heapout::is_stop(&h) => {
                 gst::info!(CAT, imp = self, "stop heap: end of stream");
