@@ -780,6 +780,18 @@ mod tests {
         }
     }
 
+    /// A hub with one segment and two consumers in block mode (8 held at most each);
+    /// the consumers' ends of their sockets.
+    fn hub_with_two_consumers() -> (Hub<Arc<()>>, OwnedFd, OwnedFd) {
+        let mut hub: Hub<Arc<()>> = Hub::default();
+        hub.sync_segments(vec![segment()]);
+        let (a, ca) = pair();
+        let (b, cb) = pair();
+        hub.attach(a, OnFull::Block, 8).unwrap();
+        hub.attach(b, OnFull::Block, 8).unwrap();
+        (hub, ca, cb)
+    }
+
     fn msg() -> BufferMsg {
         BufferMsg {
             segment: 5,
@@ -888,12 +900,7 @@ mod tests {
 
     #[test]
     fn a_dead_consumer_gives_back_what_it_held_and_is_counted() {
-        let mut hub: Hub<Arc<()>> = Hub::default();
-        hub.sync_segments(vec![segment()]);
-        let (a, ca) = pair();
-        let (b, cb) = pair();
-        hub.attach(a, OnFull::Block, 8).unwrap();
-        hub.attach(b, OnFull::Block, 8).unwrap();
+        let (mut hub, ca, cb) = hub_with_two_consumers();
         let item = Arc::new(());
         let stop = AtomicBool::new(false);
         hub.publish(&mut msg(), item.clone(), &stop);
@@ -910,12 +917,7 @@ mod tests {
 
     #[test]
     fn a_garbling_consumer_is_disconnected_and_nobody_else_is_touched() {
-        let mut hub: Hub<Arc<()>> = Hub::default();
-        hub.sync_segments(vec![segment()]);
-        let (a, ca) = pair();
-        let (b, cb) = pair();
-        hub.attach(a, OnFull::Block, 8).unwrap();
-        hub.attach(b, OnFull::Block, 8).unwrap();
+        let (mut hub, ca, cb) = hub_with_two_consumers();
         let mut cb = Client::new(cb);
         let item = Arc::new(());
         let stop = AtomicBool::new(false);
@@ -942,12 +944,7 @@ mod tests {
 
     #[test]
     fn releases_of_buffers_not_held_are_counted_and_ignored() {
-        let mut hub: Hub<Arc<()>> = Hub::default();
-        hub.sync_segments(vec![segment()]);
-        let (a, ca) = pair();
-        let (b, cb) = pair();
-        hub.attach(a, OnFull::Block, 8).unwrap();
-        hub.attach(b, OnFull::Block, 8).unwrap();
+        let (mut hub, ca, cb) = hub_with_two_consumers();
         let (mut ca, mut cb) = (Client::new(ca), Client::new(cb));
         let stop = AtomicBool::new(false);
         let items: Vec<Arc<()>> = (0..3).map(|_| Arc::new(())).collect();
