@@ -89,6 +89,13 @@ fn buffer(offset: u64, len: usize, pts: u64) -> gst::Buffer {
     b
 }
 
+/// [`connect`], then waits until the sink `el` counts the consumer.
+fn connect_attached(path: &str, el: &gst::Element) -> Client {
+    let c = connect(path);
+    wait_for("attach", || field(&stats(el), "consumers") == 1);
+    c
+}
+
 fn connect(path: &str) -> Client {
     let mut c = Client::connect(&Address::new(path, false)).unwrap();
     wait_for("the hello", || {
@@ -130,8 +137,7 @@ fn kv(out: &str, key: &str) -> String {
 fn a_consumer_gets_bytes_caps_times_and_metas_and_releases_return_the_slot() {
     let path = socket("basic");
     let (mut h, el) = sink_harness(&path, &[]);
-    let mut c = connect(&path);
-    wait_for("attach", || field(&stats(&el), "consumers") == 1);
+    let mut c = connect_attached(&path, &el);
     let mut b = buffer(0, 3000, 42);
     {
         let bm = b.get_mut().unwrap();
@@ -303,8 +309,7 @@ fn fhudpsrc_receives_straight_into_the_shared_segments() {
     .unwrap();
     let el = pipeline.by_name("sink").unwrap();
     pipeline.set_state(gst::State::Playing).unwrap();
-    let mut c = connect(&path);
-    wait_for("attach", || field(&stats(&el), "consumers") == 1);
+    let mut c = connect_attached(&path, &el);
     let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let (n, size) = (200usize, 1400usize);
     let mut got = 0u64;
@@ -538,8 +543,7 @@ fn single_buffers_go_one_per_packet_at_once() {
     // back for a batch.
     let path = socket("single");
     let (mut h, el) = sink_harness(&path, &[]);
-    let mut c = connect(&path);
-    wait_for("attach", || field(&stats(&el), "consumers") == 1);
+    let mut c = connect_attached(&path, &el);
     for i in 0..20u64 {
         h.push(buffer(i * 300, 300, i)).unwrap();
         let v = next_buffer(&mut c);
@@ -573,8 +577,7 @@ fn a_killed_consumer_is_counted_and_its_buffers_come_back() {
         "its references were dropped: {s}"
     );
     // The producer goes on, and a new consumer gets the next buffer.
-    let mut c = connect(&path);
-    wait_for("attach", || field(&stats(&el), "consumers") == 1);
+    let mut c = connect_attached(&path, &el);
     for i in 0..20 {
         h.push(buffer(i, 1000, i)).unwrap();
         drop(next_buffer(&mut c));
@@ -1114,8 +1117,7 @@ fn a_segment_not_sealed_against_shrinking_is_refused() {
 fn the_sinks_segments_are_sealed() {
     let path = socket("sealedsink");
     let (mut h, el) = sink_harness(&path, &[]);
-    let mut c = connect(&path);
-    wait_for("attach", || field(&stats(&el), "consumers") == 1);
+    let mut c = connect_attached(&path, &el);
     h.push(buffer(0, 1000, 0)).unwrap();
     // The client maps only sealed segments: a buffer arriving proves the seal.
     let v = next_buffer(&mut c);
