@@ -15,6 +15,10 @@
 //!      there and the window has been quiet for [`JUMP_QUIET_NS`] (a lying or random
 //!      id, or a flood of agreeing ones while the real stream flows, must not end every
 //!      open chunk);
+//!    - a later packet of a message dropped as too old or too far, while no message
+//!      has completed in the window (it opened at a bad packet) or the window is quiet:
+//!      [`JUMP_CONFIRM`] such messages near each other move the window there
+//!      (`resyncs`; see `ChunkAssembler::revive`);
 //!    - a chunk newer than the newest → the window advances and chunks that fall out of
 //!      it are emitted, oldest first;
 //!    - [`Placement::Drop`] → `drops-handler`; [`Placement::End`] → every open chunk is
@@ -189,6 +193,21 @@ struct OpenChunk {
     emitted: bool,
 }
 
+/// Messages dropped as too old or too far that showed a later packet, for chunks near
+/// each other, while the window was unproven or quiet: see [`ChunkAssembler::revive`].
+#[derive(Clone, Copy, Debug)]
+struct Revive {
+    /// The chunk id of the first of them.
+    near: u64,
+    /// The last of them, so that its many packets count once as a message.
+    message_id: u64,
+    /// How many distinct messages.
+    messages: usize,
+    /// Their later packets less those of messages elsewhere (a majority vote: one
+    /// from elsewhere does not end the run, more of them than of these do).
+    votes: usize,
+}
+
 /// Why a placement did not give a slot.
 enum Unplaced {
     /// The message is dropped: its later packets too, without a new placement.
@@ -234,6 +253,11 @@ pub struct ChunkAssembler {
     jump: Option<(u64, usize)>,
     /// The clock when a packet was last placed in the window ([`JUMP_QUIET_NS`]).
     last_placed: Option<u64>,
+    /// Dropped messages of a stream elsewhere, seen again while the window is unproven
+    /// or quiet (see [`ChunkAssembler::revive`]).
+    revive: Option<Revive>,
+    /// A message has completed since the window opened: a stream is in it.
+    proven: bool,
     /// Copy payloads with streaming stores ([`STREAMING_MIN_CHUNK_BYTES`]).
     streaming: bool,
     /// The handler allows receiving straight into chunks ([`ChunkAssembler::plan`]).
@@ -335,6 +359,8 @@ impl ChunkAssembler {
             stamp: 0,
             clock: None,
             last_placed: None,
+            revive: None,
+            proven: false,
             ended: false,
             stale_run: 0,
             stale_near: 0,
@@ -445,6 +471,11 @@ impl ChunkAssembler {
                 Ok(pos as usize)
             }
             Some((Route::Dropped(reason), _)) => {
+                if matches!(reason, DropReason::TooOld | DropReason::TooFar) {
+                    if let Some(pos) = self.revive(packet, facts, out) {
+                        return Ok(pos);
+                    }
+                }
                 self.stats.count(reason);
                 Err(Flow::Continue)
             }
@@ -507,6 +538,8 @@ impl ChunkAssembler {
         self.stale_run = 0;
         self.jump = None;
         self.last_placed = None;
+        self.revive = None;
+        self.proven = false;
         self.reserved = None;
         self.shape = crate::landing::Shape::default();
         self.table.clear();
@@ -686,17 +719,87 @@ impl ChunkAssembler {
             Some((to, run)) if chunk_id.abs_diff(to) < max => (to, run + 1),
             _ => (chunk_id, 1),
         };
-        // Quiet: the real stream is not here any more (see JUMP_QUIET_NS).
-        let quiet = match (self.clock, self.last_placed) {
-            (Some(now), Some(last)) => now.saturating_sub(last) >= JUMP_QUIET_NS,
-            _ => true,
-        };
-        if run >= JUMP_CONFIRM && quiet {
+        if run >= JUMP_CONFIRM && self.quiet() {
             self.jump = None;
             return true;
         }
         self.jump = Some((to, run));
         false
+    }
+
+    /// True when no packet has been placed in the window for [`JUMP_QUIET_NS`]: the
+    /// real stream is not there any more. Without a clock, always.
+    fn quiet(&self) -> bool {
+        match (self.clock, self.last_placed) {
+            (Some(now), Some(last)) => now.saturating_sub(last) >= JUMP_QUIET_NS,
+            _ => true,
+        }
+    }
+
+    /// A later packet of a message dropped as too old or too far: the sign of a stream
+    /// elsewhere, heeded only while the window is *unproven* (no message has completed
+    /// in it since it opened: it opens at the first packet seen, which may be a bad one
+    /// when a flood is already running as the capture starts) or *quiet* (by the clock:
+    /// no packet placed in it for [`JUMP_QUIET_NS`]; a stream that moved on while bad
+    /// packets between its own broke the runs that [`JUMP_CONFIRM`] and the resync
+    /// count need). Neither holds while a stream flows in the window, so nothing here can
+    /// move a window that holds one. The messages of a stream come in several packets;
+    /// a flood of lying ids is single packets, a message each, and partial heaps that
+    /// never complete, so it cannot prove a window it opened, and gives few such votes.
+    /// Once [`JUMP_CONFIRM`] distinct messages for chunks near each other have shown a
+    /// later packet, their packets outvoting those of messages elsewhere, the window
+    /// starts again at this one's chunk (`resyncs`; the open chunks are emitted) and
+    /// this packet is placed: its slot position is returned.
+    fn revive(
+        &mut self,
+        packet: &[u8],
+        facts: &PacketFacts,
+        out: &mut Vec<FinishedChunk>,
+    ) -> Option<usize> {
+        let heeded = !self.proven || (self.clock.is_some() && self.quiet());
+        if !heeded {
+            self.revive = None;
+            return None;
+        }
+        // A handler that places from a message's first packet only says Drop here: such
+        // streams keep the count rules alone.
+        let Placement::Place { chunk_id, index } = self.handler.header(packet, facts) else {
+            return None;
+        };
+        if index >= self.cfg.slots_per_chunk || !self.fits_alone(facts) {
+            return None;
+        }
+        let near = self.cfg.max_chunks as u64;
+        let fresh = Revive {
+            near: chunk_id,
+            message_id: facts.message_id,
+            messages: 1,
+            votes: 1,
+        };
+        let r = match self.revive {
+            None => fresh,
+            Some(mut r) if chunk_id.abs_diff(r.near) < near => {
+                r.votes += 1;
+                if r.message_id != facts.message_id {
+                    r.message_id = facts.message_id;
+                    r.messages += 1;
+                }
+                r
+            }
+            Some(r) if r.votes > 1 => Revive {
+                votes: r.votes - 1,
+                ..r
+            },
+            Some(_) => fresh,
+        };
+        if r.messages < JUMP_CONFIRM {
+            self.revive = Some(r);
+            return None;
+        }
+        self.flush(out);
+        self.stats.resyncs += 1;
+        // The window opens at this packet's chunk: no packet in between can open it.
+        self.place(packet, facts, out).ok()
     }
 
     fn open(&mut self, chunk_id: u64, w: usize) -> Result<usize, DropReason> {
@@ -977,6 +1080,7 @@ impl ChunkAssembler {
         }
         self.table.remove(st.message_id);
         if complete {
+            self.proven = true;
             self.stats.heaps += 1;
         } else {
             self.stats.heaps_incomplete += 1;

@@ -216,6 +216,15 @@ fn send(a: &SendArgs) -> Result<Vec<(&'static str, String)>, String> {
             let mut g = Generator::new(class, seed, legit);
             let mut buf = vec![0u8; hostile::MAX_PACKET];
             let (mut packets, mut bytes, mut errors) = (0u64, 0u64, 0u64);
+            // The attack begins once the stream's first heap is out: bad packets
+            // *while a stream flows* (issue 18). A flood already running when a
+            // capture starts is the engine suite's case
+            // (`a_flood_that_starts_before_the_stream_does_not_keep_the_chunk_window`):
+            // a chunk receiver's window may open at a bad packet and then costs the
+            // stream its first chunk, which this run's count would charge to the class.
+            while cnt.load(Ordering::Relaxed) < 2 && !done.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_micros(200));
+            }
             let t0 = Instant::now();
             while !done.load(Ordering::Relaxed) {
                 let n = g.next(cnt.load(Ordering::Relaxed), &mut buf);
@@ -638,16 +647,12 @@ pub fn run(a: HostileArgs) -> i32 {
 /// the suite guards every other class. (The heap receivers' window floods — huge-ids and
 /// window-thrash against `fhspeadsrc` and `speaddepay` — were here: a heap's first
 /// packet is now held apart until its second arrives, so a flood of one-packet heaps
-/// evicts only itself, and `--check` enforces it.)
+/// evicts only itself, and `--check` enforces it. `direct` under huge-ids was here too:
+/// the attack started with the stream, and when a bad packet arrived first the chunk
+/// window opened at it and held every heap out (0 of 143 in 2 of 8 runs); a window no
+/// message completed in now follows the stream's messages, and the attack starts once
+/// the stream's first heap is out.)
 pub const KNOWN_WEAK: &[(Receiver, Class)] = &[
-    // Far counters that agree with each other, many in a row between two packets of
-    // the real stream, confirmed a jump of the chunk window (JUMP_CONFIRM): seen in CI
-    // as one heap of nine lost. Since 2026-11-26 a jump also needs the window quiet for
-    // 20 ms (JUMP_QUIET_NS), so the flood moves nothing while the stream flows (engine
-    // test); in release runs on the loaded 2-core machine 8 of 9 kept 95/95, one kept
-    // 94/95 with no window move in its counters (too-far only). Kept here until that
-    // last heap is explained.
-    (Receiver::Direct, Class::HugeIds),
     // A flood of distinct or changing descriptors (each bad packet a whole heap of one
     // descriptor). Since 2026-11-26 such heaps are learnt and counted, not pushed
     // (deliver-descriptor-heaps=false), and a descriptor costs a lookup: fhspeadsrc keeps

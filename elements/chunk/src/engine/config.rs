@@ -106,8 +106,9 @@ pub struct ChunkStats {
     pub heaps: u64,
     /// Messages that ended incomplete (evicted with their chunk, or by `max_messages`).
     pub heaps_incomplete: u64,
-    /// Times the window started again because a window's worth of messages in a row
-    /// were too old (the sender restarted its counter).
+    /// Times the window started again elsewhere: a window's worth of messages in a row
+    /// were too old (the sender restarted its counter), or a window no message had
+    /// completed in (or a quiet one) saw the stream's messages elsewhere.
     pub resyncs: u64,
     /// Packets that did not parse, were placed outside the chunk or the slot, or collided
     /// with another message's slot.

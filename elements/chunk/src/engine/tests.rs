@@ -883,3 +883,111 @@ fn stale_ids_between_the_packets_of_a_live_message_cause_no_resync() {
     assert!(c.info.is_present(0));
     assert_eq!(slot_bytes(c, 0), b"abcdefghijklmnop");
 }
+
+/// Message `id` (a whole slot) in two packets of half a slot each.
+fn halves(id: u64) -> [Vec<u8>; 2] {
+    let h = SLOT as u16 / 2;
+    [
+        pkt(id, SLOT as u16, 0, &[id as u8; SLOT / 2]),
+        pkt(id, SLOT as u16, h, &[id as u8; SLOT / 2]),
+    ]
+}
+
+/// The window opens at the first packet seen; when that is a bad one (a flood already
+/// running as the capture starts), a window no message completed in is unproven, and
+/// the real stream's messages, dropped as too old but each continuing in later packets
+/// where the bad single packets do not, move it back after JUMP_CONFIRM of them.
+#[test]
+fn a_window_opened_by_a_bad_packet_follows_the_stream_after_jump_confirm_messages() {
+    let mut e = engine(3);
+    let mut out = Vec::new();
+    let mut rng = firehose_core::testing::Xorshift(11);
+    // Half of a message far away: the window opens at chunk 1000.
+    e.push(&halves(4000)[0], &mut out);
+    for id in 0..20u64 {
+        for p in halves(id) {
+            e.push(&p, &mut out);
+            // A lying single packet after each real one, anywhere (never message 1000).
+            let bad = 2000 + rng.next_u64() % 100_000;
+            e.push(&halves(bad)[(bad % 2) as usize], &mut out);
+        }
+    }
+    e.flush(&mut out);
+    let s = e.stats();
+    assert_eq!(s.resyncs, 1, "{s:?}");
+    // The bad chunk left at the move; the stream's messages 0..JUMP_CONFIRM-1 were lost
+    // waiting for it, the JUMP_CONFIRM-th lost its first half; from chunk 2 on all came.
+    let real: Vec<&FinishedChunk> = out.iter().filter(|c| c.info.chunk_id < 5).collect();
+    assert_eq!(
+        real.iter().map(|c| c.info.chunk_id).collect::<Vec<_>>(),
+        [1, 2, 3, 4]
+    );
+    for c in &real[1..] {
+        assert!(
+            missing(c).is_empty(),
+            "chunk {}: {:?}",
+            c.info.chunk_id,
+            missing(c)
+        );
+    }
+}
+
+/// While the real stream flows in its window (messages complete there: proven, and by
+/// the clock never quiet), later packets of dropped messages elsewhere — replayed or
+/// far messages of several packets, agreeing with each other — move nothing; once the
+/// stream has gone quiet, the same run moves the window.
+#[test]
+fn replayed_messages_elsewhere_never_move_a_window_the_stream_flows_in() {
+    let mut e = engine(3);
+    let mut out = Vec::new();
+    // Chunks seen (id, whole), the buffers dropped at once so their pool slots return.
+    let mut seen = Vec::new();
+    let mut take = |out: &mut Vec<FinishedChunk>| {
+        seen.extend(
+            out.drain(..)
+                .map(|c| (c.info.chunk_id, missing(&c).is_empty())),
+        );
+    };
+    let ms = 1_000_000u64;
+    let mut far = 4000u64;
+    for id in 0..40u64 {
+        e.set_clock(Some(id * ms));
+        for p in halves(id) {
+            e.push(&p, &mut out);
+        }
+        // Two whole far messages of two packets each, near each other, per real one.
+        for _ in 0..2 {
+            for p in halves(far) {
+                e.push(&p, &mut out);
+            }
+            far += 1;
+        }
+        take(&mut out);
+    }
+    assert_eq!(e.stats().resyncs, 0, "{:?}", e.stats());
+    // The far messages' first packets wait for a jump (too-far), their second packets
+    // are the later packets of dropped messages: counted too-far, and no more.
+    assert_eq!(e.stats().too_far, 40 * 2 * 2);
+    // The stream stops: after JUMP_QUIET_NS the far messages move the window (a jump,
+    // by the count of first packets, before the later-packet rule needs to).
+    e.set_clock(Some(39 * ms + JUMP_QUIET_NS));
+    for _ in 0..JUMP_CONFIRM {
+        for p in halves(far) {
+            e.push(&p, &mut out);
+        }
+        far += 1;
+    }
+    take(&mut out);
+    assert_eq!(
+        seen,
+        (0..10).map(|id| (id, true)).collect::<Vec<_>>(),
+        "every chunk of the stream whole"
+    );
+    let before = e.stats().too_old;
+    e.push(&halves(40)[0], &mut out);
+    assert_eq!(
+        e.stats().too_old,
+        before + 1,
+        "the window moved to the far messages"
+    );
+}
