@@ -10,7 +10,7 @@
 //! `GstFhProviderAllocator`, says whose it is); its `alloc` serves an element that
 //! does not keep a pool of its own (`GstBaseSrc`'s default with no pool: `audiotestsrc`,
 //! `filesrc`): a region of the provider's kind, which goes back to a small free list of
-//! the allocator when the memory is freed ([`SPARE_REGIONS`] at most), so that a stream
+//! the allocator when the memory is freed ([`SPARE_REGIONS`] at most: never more than were in use at once), so that a stream
 //! of such buffers reuses a bounded set of regions (shared segments: no `memfd_create`,
 //! `mmap` or `munmap` per buffer) instead of mapping one per buffer.
 
@@ -26,7 +26,7 @@ use crate::provider::MemoryProvider;
 
 /// Most freed regions a [`ProviderAllocator`] keeps for reuse; one freed when this many
 /// are kept is unmapped.
-pub const SPARE_REGIONS: usize = 64;
+pub const SPARE_REGIONS: usize = 128;
 
 /// Regions freed by the allocator's memories, kept for the next `alloc` of a like size.
 #[derive(Default)]

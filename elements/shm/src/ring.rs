@@ -116,7 +116,7 @@ impl Map {
     }
 
     /// Maps `len` bytes of `fd`, writable or not.
-    fn map(fd: BorrowedFd<'_>, len: usize, writable: bool) -> io::Result<Self> {
+    fn of_fd(fd: BorrowedFd<'_>, len: usize, writable: bool) -> io::Result<Self> {
         let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
         // SAFETY: maps a descriptor we were given at no fixed address; checked below.
         let p = unsafe {
@@ -141,7 +141,7 @@ impl Map {
     /// The u64 word at `off` (8-aligned, within the region), as an atomic.
     fn word(&self, off: usize) -> &AtomicU64 {
         assert!(
-            off % 8 == 0 && off + 8 <= self.len(),
+            off.is_multiple_of(8) && off + 8 <= self.len(),
             "a word within the region"
         );
         // SAFETY: in bounds and aligned (asserted; the mapping is page-aligned); the
@@ -406,10 +406,10 @@ pub fn map_consumer(
         }
     }
     let m = std::sync::Arc::new(
-        Map::map(msgs, want[0], false).map_err(|e| format!("mapping the message ring: {e}"))?,
+        Map::of_fd(msgs, want[0], false).map_err(|e| format!("mapping the message ring: {e}"))?,
     );
     let r = std::sync::Arc::new(
-        Map::map(rels, want[1], true).map_err(|e| format!("mapping the release ring: {e}"))?,
+        Map::of_fd(rels, want[1], true).map_err(|e| format!("mapping the release ring: {e}"))?,
     );
     let tail = r.word(TAIL).load(Ordering::Acquire);
     let head = r.word(REL_HEAD).load(Ordering::Acquire);
@@ -704,7 +704,7 @@ mod tests {
         let p = ProducerRing::new(4096, 16).unwrap();
         let [m, _] = p.fds();
         assert!(
-            Map::map(m, HEADER + 4096, true).is_err(),
+            Map::of_fd(m, HEADER + 4096, true).is_err(),
             "read-only descriptor"
         );
         // A lying head and a lying record.

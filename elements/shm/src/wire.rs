@@ -196,29 +196,39 @@ pub fn peer_cred(fd: BorrowedFd<'_>) -> io::Result<(u32, i32)> {
 /// socket is `ErrorKind::WouldBlock`; a peer that is gone is `BrokenPipe` or
 /// `ConnectionReset` (no SIGPIPE).
 pub fn send(fd: BorrowedFd<'_>, msg: &[u8], pass: Option<BorrowedFd<'_>>) -> io::Result<()> {
+    send_fds(fd, msg, pass.as_slice())
+}
+
+/// [`send`] with up to four descriptors.
+pub fn send_fds(fd: BorrowedFd<'_>, msg: &[u8], pass: &[BorrowedFd<'_>]) -> io::Result<()> {
+    assert!(pass.len() <= 4, "at most four descriptors");
     let mut iov = libc::iovec {
         iov_base: msg.as_ptr() as *mut libc::c_void,
         iov_len: msg.len(),
     };
-    // Room for one descriptor's control message, 8-byte aligned.
-    let mut cbuf = [0u64; 4];
+    // Room for one control message with four descriptors, 8-byte aligned.
+    let mut cbuf = [0u64; 6];
     // SAFETY: msghdr is plain data.
     let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
     mh.msg_iov = &mut iov;
     mh.msg_iovlen = 1;
-    if let Some(pass) = pass {
+    if !pass.is_empty() {
+        let bytes = (pass.len() * std::mem::size_of::<RawFd>()) as u32;
         // SAFETY: CMSG_SPACE is arithmetic.
-        let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+        let space = unsafe { libc::CMSG_SPACE(bytes) } as usize;
         mh.msg_control = cbuf.as_mut_ptr().cast();
         mh.msg_controllen = space;
-        // SAFETY: the control buffer has `space` bytes, enough for one cmsg with one fd;
-        // CMSG_FIRSTHDR of a buffer that large is not NULL.
+        // SAFETY: the control buffer has `space` bytes (48 >= CMSG_SPACE(16)), enough for
+        // one cmsg with these descriptors; CMSG_FIRSTHDR of a buffer that large is not
+        // NULL.
         unsafe {
             let c = libc::CMSG_FIRSTHDR(&mh);
             (*c).cmsg_level = libc::SOL_SOCKET;
             (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), pass.as_raw_fd());
+            (*c).cmsg_len = libc::CMSG_LEN(bytes) as usize;
+            for (i, p) in pass.iter().enumerate() {
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>().add(i), p.as_raw_fd());
+            }
         }
     }
     loop {
@@ -328,6 +338,29 @@ pub fn wait(fd: BorrowedFd<'_>, events: i16, timeout_ms: i32) -> io::Result<i16>
     };
     // SAFETY: one live pollfd.
     let r = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(p.revents)
+}
+
+/// [`wait`] for at most `timeout_ns` nanoseconds (`ppoll`).
+pub fn wait_ns(fd: BorrowedFd<'_>, events: i16, timeout_ns: u64) -> io::Result<i16> {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events,
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: one live pollfd and a live timespec; no signal mask.
+    let r = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
     if r < 0 {
         let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::Interrupted {

@@ -31,6 +31,11 @@ const DEFAULT_COPY_SLOTS: u32 = 16;
 const MIN_COPY_SLOT: usize = 64 * 1024;
 /// How often the service thread looks at its stop flag when nothing happens.
 const SERVICE_POLL_MS: i32 = 100;
+/// While buffers keep coming and consumers read rings, the service thread reads their
+/// release rings this often without announcing that it sleeps (so a release needs no
+/// wake-up); once a tick passes without a buffer it announces it (the streaming thread
+/// may be waiting upstream for the slots those releases free) and sleeps until woken.
+const RING_TICK_NS: u64 = 200_000;
 
 #[derive(Debug, Clone)]
 struct Settings {
@@ -171,8 +176,33 @@ fn serve(
     let on_full: OnFull = settings.on_full.into();
     let mut ids = Vec::new();
     let mut pfds: Vec<libc::pollfd> = Vec::new();
+    let (mut epoch, mut last_buffers) = (0u64, u64::MAX);
     while !shared.stop.load(Ordering::Acquire) {
-        lock(&shared.hub).poll_set(&mut ids);
+        let rings = {
+            let mut hub = lock(&shared.hub);
+            if hub.drain_rings() {
+                shared.released.notify_all();
+            }
+            hub.poll_set(&mut ids);
+            hub.has_rings()
+        };
+        // With rings: a short tick while buffers come, else an announced sleep.
+        let mut asleep = false;
+        let timeout_ns = if !rings {
+            SERVICE_POLL_MS as u64 * 1_000_000
+        } else if counters.buffers.get() != last_buffers {
+            last_buffers = counters.buffers.get();
+            RING_TICK_NS
+        } else {
+            epoch += 1;
+            if lock(&shared.hub).rings_asleep(epoch) {
+                // Releases came as it announced: read them first.
+                lock(&shared.hub).rings_asleep(0);
+                continue;
+            }
+            asleep = true;
+            SERVICE_POLL_MS as u64 * 1_000_000
+        };
         pfds.clear();
         pfds.push(pollfd(listener.as_raw_fd()));
         pfds.extend(ids.iter().map(|&(fd, _, out)| {
@@ -183,8 +213,16 @@ fn serve(
             }
             p
         }));
-        // SAFETY: `pfds` is a live array of `len` pollfds.
-        let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as _, SERVICE_POLL_MS) };
+        let ts = libc::timespec {
+            tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+        };
+        // SAFETY: `pfds` is a live array of `len` pollfds, `ts` a live timespec; no
+        // signal mask.
+        let n = unsafe { libc::ppoll(pfds.as_mut_ptr(), pfds.len() as _, &ts, std::ptr::null()) };
+        if asleep {
+            lock(&shared.hub).rings_asleep(0);
+        }
         if n <= 0 {
             // Also sees block-mode consumers whose socket stays full (stuck).
             if ids.iter().any(|i| i.2) {
@@ -395,10 +433,16 @@ impl ShmSink {
         crate::metas::read_reusing(buf, &mut msg.metas, &mut state.spare_packets);
         let shared = &self.shared;
         let mut hub = lock(&shared.hub);
+        hub.drain_rings();
         if hub.must_wait() {
             hub.flush();
         }
-        while hub.must_wait() {
+        loop {
+            // Releases in rings count before anything waits.
+            hub.drain_rings();
+            if !hub.must_wait() {
+                break;
+            }
             if shared.flushing.load(Ordering::Acquire) {
                 return Err(gst::FlowError::Flushing);
             }
