@@ -44,6 +44,9 @@ struct Inner {
     slots: usize,
     free: Mutex<Vec<u32>>,
     returned: Condvar,
+    /// Threads waiting in [`SlotPool::acquire_blocking`] (changed and read under `free`'s
+    /// lock): a slot returned when nobody waits makes no `futex` call.
+    waiting: AtomicUsize,
     in_use: AtomicUsize,
     high_water: AtomicUsize,
     exhausted: AtomicU64,
@@ -90,6 +93,7 @@ impl SlotPool {
                 slots,
                 free: Mutex::new(free),
                 returned: Condvar::new(),
+                waiting: AtomicUsize::new(0),
                 in_use: AtomicUsize::new(0),
                 high_water: AtomicUsize::new(0),
                 exhausted: AtomicU64::new(0),
@@ -148,12 +152,14 @@ impl SlotPool {
             if cancel.load(Ordering::Acquire) {
                 return None;
             }
+            self.inner.waiting.fetch_add(1, Ordering::Relaxed);
             free = self
                 .inner
                 .returned
                 .wait_timeout(free, poll)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            self.inner.waiting.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -274,8 +280,13 @@ impl Drop for Slot {
         let mut free = crate::sync::lock(&self.inner.free);
         free.push(self.index);
         self.inner.in_use.fetch_sub(1, Ordering::Relaxed);
+        // Read under the lock: a waiter counts itself under it before it waits, so
+        // either it is counted here or it finds this slot when it looks.
+        let waiting = self.inner.waiting.load(Ordering::Relaxed) > 0;
         drop(free);
-        self.inner.returned.notify_one();
+        if waiting {
+            self.inner.returned.notify_one();
+        }
     }
 }
 

@@ -83,6 +83,9 @@ struct Shared {
     hub: Mutex<Hub<gst::Buffer>>,
     /// Signalled when a consumer released something or left (a blocked render waits).
     released: Condvar,
+    /// Renders waiting on `released` (changed and read under the hub's lock): nobody is
+    /// signalled, and no `futex` call made, when nobody waits.
+    waiters: std::sync::atomic::AtomicUsize,
     flushing: AtomicBool,
     stop: AtomicBool,
 }
@@ -150,6 +153,12 @@ impl ElementStats for ShmSink {
             ("metas-dropped", h.metas_dropped.get()),
             ("batches", h.batches.get()),
             ("batched-messages", h.batched.get()),
+            ("ring-consumers", h.ring_consumers.get()),
+            ("ring-packets", h.ring_packets.get()),
+            ("ring-full", h.ring_full.get()),
+            ("ring-releases", h.ring_releases.get()),
+            ("wakes-sent", h.wakes_sent.get()),
+            ("wakes-received", h.wakes_received.get()),
         ] {
             s.set(name, v);
         }
@@ -160,7 +169,8 @@ impl ElementStats for ShmSink {
 
 const HUB_COUNTERS: &str = "consumers, consumers-drop, consumers-total, consumers-lost, \
                             consumers-malformed, messages, released, release-messages, releases-unknown, drops-held, drops-socket-full, drops-flushing, \
-                            metas-dropped, batches, batched-messages, pool-* (the copy pool)";
+                            metas-dropped, batches, batched-messages, ring-consumers, ring-packets, \
+                            ring-full, ring-releases, wakes-sent, wakes-received, pool-* (the copy pool)";
 
 /// The service thread: accepts consumers (checking their uid), reads their releases
 /// and notices when they go away.
@@ -181,7 +191,7 @@ fn serve(
         let rings = {
             let mut hub = lock(&shared.hub);
             if hub.drain_rings() {
-                shared.released.notify_all();
+                shared.wake_waiters();
             }
             hub.poll_set(&mut ids);
             hub.has_rings()
@@ -264,6 +274,7 @@ fn serve(
         }
         {
             let mut hub = lock(&shared.hub);
+            changed |= hub.drain_rings();
             for (p, &(_, id, _)) in pfds[1..].iter().zip(&ids) {
                 if p.revents & !libc::POLLOUT != 0 {
                     changed |= hub.service(id);
@@ -285,10 +296,34 @@ fn serve(
                     }
                 }
             }
+            if changed {
+                shared.wake_waiters();
+            }
         }
-        if changed {
-            shared.released.notify_all();
+    }
+}
+
+impl Shared {
+    /// Wakes the renders waiting on `released`, if any (call with the hub's lock held).
+    fn wake_waiters(&self) {
+        if self.waiters.load(Ordering::Relaxed) > 0 {
+            self.released.notify_all();
         }
+    }
+
+    /// Waits on `released` for at most 50 ms, counted in `waiters`.
+    fn wait<'a>(
+        &self,
+        hub: std::sync::MutexGuard<'a, Hub<gst::Buffer>>,
+    ) -> std::sync::MutexGuard<'a, Hub<gst::Buffer>> {
+        self.waiters.fetch_add(1, Ordering::Relaxed);
+        let hub = self
+            .released
+            .wait_timeout(hub, Duration::from_millis(50))
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+        self.waiters.fetch_sub(1, Ordering::Relaxed);
+        hub
     }
 }
 
@@ -405,12 +440,7 @@ impl ShmSink {
                 if self.shared.flushing.load(Ordering::Acquire) {
                     return Err(gst::FlowError::Flushing);
                 }
-                hub = self
-                    .shared
-                    .released
-                    .wait_timeout(hub, Duration::from_millis(50))
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
+                hub = self.shared.wait(hub);
             }
         }
         let Some((segment, offset, len, item)) = self.locate(state, buf)? else {
@@ -446,11 +476,7 @@ impl ShmSink {
             if shared.flushing.load(Ordering::Acquire) {
                 return Err(gst::FlowError::Flushing);
             }
-            hub = shared
-                .released
-                .wait_timeout(hub, Duration::from_millis(50))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            hub = shared.wait(hub);
         }
         hub.queue(msg, item, &shared.flushing);
         if flush {
