@@ -281,8 +281,10 @@ impl Drop for Slot {
         free.push(self.index);
         self.inner.in_use.fetch_sub(1, Ordering::Relaxed);
         // Read under the lock: a waiter counts itself under it before it waits, so
-        // either it is counted here or it finds this slot when it looks.
-        let waiting = self.inner.waiting.load(Ordering::Relaxed) > 0;
+        // either it is counted here or it finds this slot when it looks. One wake-up
+        // per waiter: slots returned beyond as many as wait need none (a producer that
+        // waits for its consumer's releases gets them in bursts).
+        let waiting = free.len() <= self.inner.waiting.load(Ordering::Relaxed);
         drop(free);
         if waiting {
             self.inner.returned.notify_one();
@@ -346,6 +348,34 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         drop(a);
         assert!(t.join().unwrap());
+    }
+
+    #[test]
+    fn every_waiter_is_woken_by_a_returned_slot_not_by_its_poll() {
+        // Waiters poll every 30 s: only a wake-up gets them their slots within the test.
+        let p = pool(4);
+        let held: Vec<Slot> = (0..4).map(|_| p.try_acquire().unwrap()).collect();
+        let start = std::time::Instant::now();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let p = p.clone();
+                std::thread::spawn(move || {
+                    let cancel = AtomicBool::new(false);
+                    p.acquire_blocking(&cancel, Duration::from_secs(30))
+                        .is_some()
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(100));
+        // Returned in a burst: as many wake-ups as waiters, whatever the order.
+        drop(held);
+        for w in waiters {
+            assert!(w.join().unwrap());
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "woken, not polled"
+        );
     }
 
     #[test]
