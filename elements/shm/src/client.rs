@@ -40,6 +40,18 @@ pub const NAP_NS: u64 = 50_000;
 /// Naps in a row before the consumer announces that it sleeps and waits to be woken.
 pub const NAPS: u32 = 20;
 
+/// An environment variable: the nap in microseconds instead of [`NAP_NS`] (for
+/// measurements: shorter naps cost more `ppoll` calls, longer ones more latency).
+pub const NAP_ENV: &str = "FIREHOSE_SHM_NAP_US";
+
+/// The nap: [`NAP_ENV`] if set, else [`NAP_NS`].
+fn nap_setting() -> u64 {
+    std::env::var(NAP_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(NAP_NS, |us| us.max(1) * 1000)
+}
+
 /// A segment mapped read-only; unmapped when the last view into it is gone.
 #[derive(Debug)]
 pub struct Mapping {
@@ -397,6 +409,7 @@ pub struct Client {
     /// Naps since the last packet; whether the caller should nap (no wake-up comes).
     naps: u32,
     nap: bool,
+    nap_ns: u64,
 }
 
 impl Client {
@@ -439,6 +452,7 @@ impl Client {
             ring_packets: 0,
             naps: 0,
             nap: false,
+            nap_ns: nap_setting(),
         })
     }
 
@@ -485,7 +499,7 @@ impl Client {
     /// look again within `ns` nanoseconds (the consumer naps: nobody will wake it),
     /// `None` when it may wait on [`Client::fd`] for as long as it likes.
     pub fn nap_ns(&self) -> Option<u64> {
-        self.nap.then_some(NAP_NS)
+        self.nap.then_some(self.nap_ns)
     }
 
     /// What sends this consumer's releases (its batch size and counts).
