@@ -214,7 +214,8 @@ impl Releaser {
         if let Some(r) = p.ring.as_mut() {
             if r.push(seq) {
                 p.ring_released += 1;
-                if r.producer_asleep() {
+                // `|` , not `||`: the sleep epoch is read (and marked woken) either way.
+                if r.producer_asleep() | r.backlog(self.batch() as u64) {
                     // Gone or full: either way there is nothing more to do.
                     if wire::send(self.fd.as_fd(), proto::WAKE_PACKET, None).is_ok() {
                         p.wakes += 1;

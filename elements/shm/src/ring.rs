@@ -372,6 +372,8 @@ pub struct ReleaseRing {
     slots: u64,
     head: u64,
     woken: u64,
+    /// The release head when the last backlog wake-up went.
+    backlog_woken: u64,
 }
 
 /// Maps the rings the producer passed (`msgs` read-only, `rels` writable), after
@@ -427,6 +429,7 @@ pub fn map_consumer(
             slots: slots.into(),
             head,
             woken: 0,
+            backlog_woken: head,
         },
     ))
 }
@@ -533,6 +536,21 @@ impl ReleaseRing {
         self.head += 1;
         self.rels.word(REL_HEAD).store(self.head, Ordering::Release);
         true
+    }
+
+    /// After releases were written: true when at least `n` of them wait unread by the
+    /// producer and `n` more were written since the last time this said so. A producer
+    /// that leaves that many unread is not reading them (its streaming thread may wait
+    /// upstream for the very slots they free), asleep or not: one wake-up per `n`
+    /// releases gets them back to it at once.
+    pub fn backlog(&mut self, n: u64) -> bool {
+        let t = self.msgs.word(REL_TAIL).load(Ordering::Acquire);
+        let unread = self.head.saturating_sub(t);
+        if unread >= n && self.head - self.backlog_woken >= n {
+            self.backlog_woken = self.head;
+            return true;
+        }
+        false
     }
 
     /// After releases were written: true when the producer announced that it sleeps (an
@@ -649,6 +667,21 @@ mod tests {
         p.set_asleep(0);
         r.push(3);
         assert!(!r.producer_asleep(), "awake");
+        // A backlog: 4 unread releases ask for a wake-up once per 4.
+        p.releases(&mut Vec::new()).unwrap();
+        let wakes: Vec<bool> = (0..12)
+            .map(|i| {
+                r.push(i);
+                r.backlog(4)
+            })
+            .collect();
+        assert_eq!(
+            wakes,
+            [false, false, false, true, false, false, false, true, false, false, false, true]
+        );
+        p.releases(&mut Vec::new()).unwrap();
+        r.push(99);
+        assert!(!r.backlog(4), "read: no backlog");
     }
 
     /// The consumer's words, written as a lying consumer would.
