@@ -90,12 +90,30 @@ fn socket() -> io::Result<OwnedFd> {
 
 /// Listens on `addr`; a socket file gets `mode` (a stale socket file left by a dead
 /// producer is replaced; any other file there is an error).
+///
+/// A socket file appears only once it listens, with its mode: it is bound under a
+/// temporary name next to it and renamed into place, so a consumer that connects as
+/// soon as the file exists is never refused (a name too long for that is bound in
+/// place).
 pub fn listen(addr: &Address, mode: u32) -> io::Result<OwnedFd> {
-    let (sa, len) = addr.sockaddr()?;
     let fd = socket()?;
-    if let Address::Path(p) = addr {
-        remove_stale(p)?;
+    // The name bound first: a temporary one next to the file when it fits.
+    let tmp = match addr {
+        Address::Path(p) => {
+            remove_stale(p)?;
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+            name.map(|n| {
+                Address::Path(p.with_file_name(format!(".{n}.{}.tmp", std::process::id())))
+            })
+            .filter(|t| t.sockaddr().is_ok())
+        }
+        Address::Abstract(_) => None,
+    };
+    let bound = tmp.as_ref().unwrap_or(addr);
+    if let Address::Path(t) = bound {
+        remove_stale(t)?;
     }
+    let (sa, len) = bound.sockaddr()?;
     // SAFETY: `sa` is a valid sockaddr_un of `len` bytes.
     cvt(unsafe {
         libc::bind(
@@ -104,14 +122,25 @@ pub fn listen(addr: &Address, mode: u32) -> io::Result<OwnedFd> {
             len,
         )
     })?;
-    if let Address::Path(p) = addr {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))?;
+    let r = (|| {
+        if let Address::Path(p) = bound {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))?;
+        }
+        // SAFETY: no pointers.
+        cvt(unsafe { libc::listen(fd.as_raw_fd(), 64) })?;
+        set_nonblocking(fd.as_raw_fd())?;
+        if let (Some(Address::Path(t)), Address::Path(p)) = (&tmp, addr) {
+            std::fs::rename(t, p)?;
+        }
+        Ok(())
+    })();
+    if r.is_err() {
+        if let Some(Address::Path(t)) = &tmp {
+            let _ = std::fs::remove_file(t);
+        }
     }
-    // SAFETY: no pointers.
-    cvt(unsafe { libc::listen(fd.as_raw_fd(), 64) })?;
-    set_nonblocking(fd.as_raw_fd())?;
-    Ok(fd)
+    r.map(|()| fd)
 }
 
 fn remove_stale(p: &Path) -> io::Result<()> {
@@ -490,6 +519,12 @@ mod tests {
         // A second listen replaces the stale socket file.
         drop(l);
         let l = listen(&addr, 0o660).unwrap();
+        // Bound under a temporary name and renamed into place: nothing else is left.
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["s"]);
         let c = connect(&addr).unwrap();
         let s = accept(l.as_fd()).unwrap().expect("a pending connection");
         // SAFETY: geteuid has no arguments.

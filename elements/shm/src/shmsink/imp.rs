@@ -190,15 +190,21 @@ fn serve(
     let mut ids = Vec::new();
     let mut pfds: Vec<libc::pollfd> = Vec::new();
     let (mut epoch, mut last_buffers) = (0u64, u64::MAX);
+    // Whether the last round read releases from a ring: then it ticks once more before
+    // it announces that it sleeps (a consumer that keeps releasing to an idle producer
+    // would otherwise wake it for every few).
+    let mut drained = false;
     let tick_ns = std::env::var(RING_TICK_ENV)
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
         .map_or(RING_TICK_NS, |us| us.max(1) * 1000);
     while !shared.stop.load(Ordering::Acquire) {
+        let mut active = std::mem::take(&mut drained);
         let rings = {
             let mut hub = lock(&shared.hub);
             if hub.drain_rings() {
                 shared.wake_waiters();
+                active = true;
             }
             hub.poll_set(&mut ids);
             hub.has_rings()
@@ -207,7 +213,7 @@ fn serve(
         let mut asleep = false;
         let timeout_ns = if !rings {
             SERVICE_POLL_MS as u64 * 1_000_000
-        } else if counters.buffers.get() != last_buffers {
+        } else if counters.buffers.get() != last_buffers || active {
             last_buffers = counters.buffers.get();
             tick_ns
         } else {
@@ -281,7 +287,8 @@ fn serve(
         }
         {
             let mut hub = lock(&shared.hub);
-            changed |= hub.drain_rings();
+            drained = hub.drain_rings();
+            changed |= drained;
             for (p, &(_, id, _)) in pfds[1..].iter().zip(&ids) {
                 if p.revents & !libc::POLLOUT != 0 {
                     changed |= hub.service(id);
