@@ -1586,6 +1586,7 @@ fn the_python_consumer_batches_its_releases_when_behind() {
         time.sleep(1)\n\
         n = 0\n\
         for item in c:\n    with item:\n        n += int(item.data[0] == n % 251)\n\
+        c.flush_releases()\n\
         print('items=%d batch=%d messages=%d released=%d' % ((n, c._release.batch) + c.release_counts))\n";
     let child = Command::new(&py)
         .args(["-c", script, &path])
