@@ -146,7 +146,9 @@ impl Map {
         );
         // SAFETY: in bounds and aligned (asserted; the mapping is page-aligned); the
         // mapping lives as long as `self`. The other process writes the word
-        // concurrently, so it is only ever read and written as an atomic.
+        // concurrently, so it is only ever read and written as an atomic. In a
+        // read-only mapping (the consumer's message region) only `load` is used, which
+        // Rust allows on read-only memory for atomics no wider than a machine word.
         unsafe { &*self.ptr().add(off).cast::<AtomicU64>() }
     }
 
