@@ -37,7 +37,10 @@ import numpy as np
 __all__ = ["Consumer", "Item", "ProtocolError", "ProducerGone", "PACKET_DTYPE", "release_batch"]
 
 MAGIC = 0x4D534846
-VERSION = 2
+# Producer protocol versions read: 3 adds rings in shared memory, which only a consumer
+# that asks for them gets; this package does not ask, so it reads every message from
+# the socket, as with version 2.
+VERSIONS = (2, 3)
 MAX_MESSAGE = 128 * 1024
 MAX_BATCH = 256
 MAX_SEGMENT = 1 << 40
@@ -348,8 +351,10 @@ class Consumer:
     def _decode(self, kind, b, fds):
         if kind == HELLO:
             magic, version, on_full, consumer, max_held = struct.unpack("<IHBQI", b)
-            if magic != MAGIC or version != VERSION:
-                raise ProtocolError("not a Firehose shared-memory producer of protocol version %d" % VERSION)
+            if magic != MAGIC or version not in VERSIONS:
+                raise ProtocolError(
+                    "not a Firehose shared-memory producer of protocol version 2 or 3 (it speaks %d)" % version
+                )
             self.hello = {"consumer": consumer, "on_full": ("block", "drop")[on_full], "max_held": max_held}
             if self._release_batch is None:
                 held = min(self._asked_held, max_held) if self._asked_held else max_held

@@ -7,17 +7,55 @@
 //! allocation query: no custom query, nothing called across elements but the query.
 //!
 //! The allocator is a plain `GstAllocator` to C and Python (its type name,
-//! `GstFhProviderAllocator`, says whose it is); its `alloc` (for an element that does
-//! not keep a pool) maps a region of the provider's kind per call — slow, and meant for
-//! set-up, not for a stream.
+//! `GstFhProviderAllocator`, says whose it is); its `alloc` serves an element that
+//! does not keep a pool of its own (`GstBaseSrc`'s default with no pool: `audiotestsrc`,
+//! `filesrc`): a region of the provider's kind, which goes back to a small free list of
+//! the allocator when the memory is freed ([`SPARE_REGIONS`] at most: never more than were in use at once), so that a stream
+//! of such buffers reuses a bounded set of regions (shared segments: no `memfd_create`,
+//! `mmap` or `munmap` per buffer) instead of mapping one per buffer.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
 
+use crate::memory::MemoryRegion;
 use crate::provider::MemoryProvider;
+
+/// Most freed regions a [`ProviderAllocator`] keeps for reuse; one freed when this many
+/// are kept is unmapped.
+pub const SPARE_REGIONS: usize = 128;
+
+/// Regions freed by the allocator's memories, kept for the next `alloc` of a like size.
+#[derive(Default)]
+struct Spare {
+    regions: Mutex<Vec<MemoryRegion>>,
+    /// Regions mapped by the provider, and allocations served from the free list.
+    made: AtomicU64,
+    reused: AtomicU64,
+}
+
+impl Spare {
+    /// A kept region of at least `len` bytes and not more than twice that (plus a page):
+    /// a small allocation does not pin a large region.
+    fn take(&self, len: usize) -> Option<MemoryRegion> {
+        let mut v = crate::sync::lock(&self.regions);
+        let most = len
+            .saturating_mul(2)
+            .saturating_add(crate::memory::page_size());
+        let i = v.iter().rposition(|r| r.len() >= len && r.len() <= most)?;
+        Some(v.swap_remove(i))
+    }
+
+    fn put(&self, region: MemoryRegion) {
+        let mut v = crate::sync::lock(&self.regions);
+        if v.len() < SPARE_REGIONS {
+            v.push(region);
+        }
+    }
+}
 
 mod imp {
     use super::*;
@@ -27,6 +65,7 @@ mod imp {
     #[derive(Default)]
     pub struct ProviderAllocator {
         pub(super) provider: OnceLock<Arc<dyn MemoryProvider>>,
+        pub(super) spare: Arc<Spare>,
     }
 
     #[glib::object_subclass]
@@ -55,9 +94,23 @@ mod imp {
             let Some(provider) = self.provider.get() else {
                 return std::ptr::null_mut();
             };
-            match provider.allocate(size.max(1)) {
+            let spare = &self.spare;
+            let region = match spare.take(size.max(1)) {
+                Some(r) => {
+                    spare.reused.fetch_add(1, Ordering::Relaxed);
+                    Ok(r)
+                }
+                None => provider.allocate(size.max(1)).inspect(|_| {
+                    spare.made.fetch_add(1, Ordering::Relaxed);
+                }),
+            };
+            match region {
                 Ok(region) => {
-                    let mem = gst::Memory::from_mut_slice(RegionBytes { region, size });
+                    let mem = gst::Memory::from_mut_slice(RegionBytes {
+                        region: Some(region),
+                        size,
+                        spare: Arc::downgrade(spare),
+                    });
                     // Our reference goes to the caller, as alloc must hand it over.
                     glib::translate::IntoGlibPtr::into_glib_ptr(mem)
                 }
@@ -66,23 +119,45 @@ mod imp {
         }
     }
 
-    /// A whole region as a memory's bytes (its first `size`).
+    /// A whole region as a memory's bytes (its first `size`); the region goes back to
+    /// the allocator's free list when the memory is freed.
     struct RegionBytes {
-        region: crate::memory::MemoryRegion,
+        /// Always `Some` until drop.
+        region: Option<MemoryRegion>,
         size: usize,
+        spare: Weak<Spare>,
+    }
+
+    impl RegionBytes {
+        fn ptr(&self) -> *mut u8 {
+            self.region
+                .as_ref()
+                .map_or(std::ptr::null_mut(), |r| r.as_ptr())
+        }
     }
 
     impl AsRef<[u8]> for RegionBytes {
         fn as_ref(&self) -> &[u8] {
             // SAFETY: the region is mapped for `len() >= size` bytes and owned here.
-            unsafe { std::slice::from_raw_parts(self.region.as_ptr(), self.size) }
+            unsafe { std::slice::from_raw_parts(self.ptr(), self.size) }
         }
     }
 
     impl AsMut<[u8]> for RegionBytes {
         fn as_mut(&mut self) -> &mut [u8] {
             // SAFETY: as above; `&mut self` is the only access.
-            unsafe { std::slice::from_raw_parts_mut(self.region.as_ptr(), self.size) }
+            unsafe { std::slice::from_raw_parts_mut(self.ptr(), self.size) }
+        }
+    }
+
+    impl Drop for RegionBytes {
+        fn drop(&mut self) {
+            // The memory is freed: nobody reads these bytes any more, so the region may
+            // serve the next allocation (kept mapped, and for a shared segment still
+            // named to the processes it was passed to).
+            if let (Some(r), Some(spare)) = (self.region.take(), self.spare.upgrade()) {
+                spare.put(r);
+            }
         }
     }
 }
@@ -100,6 +175,16 @@ impl ProviderAllocator {
         unsafe { a.set_qdata(provider_quark(), provider.clone()) };
         let _ = a.imp().provider.set(provider);
         a
+    }
+
+    /// Regions its `alloc` had the provider map, and allocations it served from regions
+    /// freed before (the free list of [`SPARE_REGIONS`]).
+    pub fn regions(&self) -> (u64, u64) {
+        let s = &self.imp().spare;
+        (
+            s.made.load(Ordering::Relaxed),
+            s.reused.load(Ordering::Relaxed),
+        )
     }
 
     /// The provider it carries.
@@ -515,6 +600,35 @@ mod tests {
             Proposal::Provider(p) => assert_eq!(p.kind(), MemoryKind::Shared),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn memory_allocated_one_at_a_time_reuses_one_region() {
+        gst::init().unwrap();
+        let a = ProviderAllocator::new(Arc::new(SharedSegment::new("firehose-test")));
+        let mut first = None;
+        for i in 0..300u32 {
+            let mut m = a.alloc(4000, None).unwrap();
+            {
+                let mut map = m.get_mut().unwrap().map_writable().unwrap();
+                map[..4].copy_from_slice(&i.to_le_bytes());
+                first.get_or_insert(map.as_ptr() as usize);
+                assert_eq!(map.as_ptr() as usize, first.unwrap(), "the same region");
+            }
+        }
+        assert_eq!(a.regions(), (1, 299), "one region made, reused 299 times");
+        // Several alive at once: as many regions as are alive, and no more after.
+        let held: Vec<gst::Memory> = (0..10).map(|_| a.alloc(4000, None).unwrap()).collect();
+        drop(held);
+        let held: Vec<gst::Memory> = (0..10).map(|_| a.alloc(4000, None).unwrap()).collect();
+        assert_eq!(a.regions().0, 10);
+        // A much larger size is not served from small regions, nor a small one from it.
+        let big = a.alloc(1 << 20, None).unwrap();
+        assert_eq!(a.regions().0, 11);
+        drop(big);
+        let _small = a.alloc(100, None).unwrap();
+        assert_eq!(a.regions().0, 12, "100 B does not pin the 1 MiB region");
+        drop(held);
     }
 
     /// An allocator that, like stock `shmsink`'s, names no memory type.

@@ -44,6 +44,9 @@ struct Inner {
     slots: usize,
     free: Mutex<Vec<u32>>,
     returned: Condvar,
+    /// Threads waiting in [`SlotPool::acquire_blocking`] (changed and read under `free`'s
+    /// lock): a slot returned when nobody waits makes no `futex` call.
+    waiting: AtomicUsize,
     in_use: AtomicUsize,
     high_water: AtomicUsize,
     exhausted: AtomicU64,
@@ -90,6 +93,7 @@ impl SlotPool {
                 slots,
                 free: Mutex::new(free),
                 returned: Condvar::new(),
+                waiting: AtomicUsize::new(0),
                 in_use: AtomicUsize::new(0),
                 high_water: AtomicUsize::new(0),
                 exhausted: AtomicU64::new(0),
@@ -148,12 +152,14 @@ impl SlotPool {
             if cancel.load(Ordering::Acquire) {
                 return None;
             }
+            self.inner.waiting.fetch_add(1, Ordering::Relaxed);
             free = self
                 .inner
                 .returned
                 .wait_timeout(free, poll)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            self.inner.waiting.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -274,8 +280,15 @@ impl Drop for Slot {
         let mut free = crate::sync::lock(&self.inner.free);
         free.push(self.index);
         self.inner.in_use.fetch_sub(1, Ordering::Relaxed);
+        // Read under the lock: a waiter counts itself under it before it waits, so
+        // either it is counted here or it finds this slot when it looks. One wake-up
+        // per waiter: slots returned beyond as many as wait need none (a producer that
+        // waits for its consumer's releases gets them in bursts).
+        let waiting = free.len() <= self.inner.waiting.load(Ordering::Relaxed);
         drop(free);
-        self.inner.returned.notify_one();
+        if waiting {
+            self.inner.returned.notify_one();
+        }
     }
 }
 
@@ -335,6 +348,34 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         drop(a);
         assert!(t.join().unwrap());
+    }
+
+    #[test]
+    fn every_waiter_is_woken_by_a_returned_slot_not_by_its_poll() {
+        // Waiters poll every 30 s: only a wake-up gets them their slots within the test.
+        let p = pool(4);
+        let held: Vec<Slot> = (0..4).map(|_| p.try_acquire().unwrap()).collect();
+        let start = std::time::Instant::now();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let p = p.clone();
+                std::thread::spawn(move || {
+                    let cancel = AtomicBool::new(false);
+                    p.acquire_blocking(&cancel, Duration::from_secs(30))
+                        .is_some()
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(100));
+        // Returned in a burst: as many wake-ups as waiters, whatever the order.
+        drop(held);
+        for w in waiters {
+            assert!(w.join().unwrap());
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "woken, not polled"
+        );
     }
 
     #[test]

@@ -70,6 +70,19 @@ pub fn wait_readable(fd: RawFd, waker: &Waker, timeout_ms: i32) -> io::Result<bo
     poll_with_waker(&mut fds, timeout)
 }
 
+/// [`wait_readable`] for at most `timeout_ns` nanoseconds.
+pub fn wait_readable_ns(fd: RawFd, waker: &Waker, timeout_ns: u64) -> io::Result<bool> {
+    let mut fds = [
+        libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        waker.pollfd(),
+    ];
+    poll_with_waker(&mut fds, Some(timeout_ns))
+}
+
 /// Sleeps `ns` nanoseconds unless `waker` fires first (`Ok(true)`); a signal ends the
 /// nap early (`Ok(false)`).
 pub fn nap(waker: &Waker, ns: u64) -> io::Result<bool> {

@@ -7,6 +7,14 @@
 //! mapping past the end of a file faults on access), a buffer's range within its
 //! segment. A lie ends the connection with an
 //! error that says what was wrong.
+//!
+//! With a version 3 producer the consumer asks for rings ([`crate::ring`]; unless
+//! [`RING_ENV`] is `0` or [`Client::set_ring`] says no): packets then come from its
+//! message ring, releases go into its release ring, and the socket is read only when
+//! the ring is empty, or when a sync record in the ring says a socket packet comes
+//! first. A consumer whose ring is empty naps a few times ([`NAPS`] of [`NAP_NS`]:
+//! [`Client::nap_ns`] tells the caller how long to wait) before it announces that it
+//! sleeps, after which the producer wakes it on the socket.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -18,7 +26,31 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::proto::{self, BufferMsg, Msg, OnFull, ProtoError};
+use crate::ring::{self, ConsumerRing, Record, ReleaseRing};
 use crate::wire::{self, Address, Received};
+
+/// An environment variable: `0` keeps consumers of this crate off the rings (every
+/// message on the socket, as with protocol version 2; for comparisons).
+pub const RING_ENV: &str = "FIREHOSE_SHM_RING";
+
+/// How long a consumer whose ring is empty waits before it looks again, without
+/// announcing that it sleeps (the producer sends no wake-up for it).
+pub const NAP_NS: u64 = 50_000;
+
+/// Naps in a row before the consumer announces that it sleeps and waits to be woken.
+pub const NAPS: u32 = 20;
+
+/// An environment variable: the nap in microseconds instead of [`NAP_NS`] (for
+/// measurements: shorter naps cost more `ppoll` calls, longer ones more latency).
+pub const NAP_ENV: &str = "FIREHOSE_SHM_NAP_US";
+
+/// The nap: [`NAP_ENV`] if set, else [`NAP_NS`].
+fn nap_setting() -> u64 {
+    std::env::var(NAP_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(NAP_NS, |us| us.max(1) * 1000)
+}
 
 /// A segment mapped read-only; unmapped when the last view into it is gone.
 #[derive(Debug)]
@@ -117,6 +149,11 @@ struct Pending {
     /// Release messages sent, and the buffers they named.
     messages: u64,
     released: u64,
+    /// The release ring, once the producer passed it.
+    ring: Option<ReleaseRing>,
+    /// Releases written into it, and wake-ups sent to the producer.
+    ring_released: u64,
+    wakes: u64,
 }
 
 /// Sends release messages in batches: one message names every buffer released since
@@ -150,6 +187,9 @@ impl Releaser {
                 out: Vec::with_capacity(16 + 8 * proto::MAX_RELEASE),
                 messages: 0,
                 released: 0,
+                ring: None,
+                ring_released: 0,
+                wakes: 0,
             }),
             has_pending: AtomicBool::new(false),
             idle: AtomicBool::new(true),
@@ -170,6 +210,21 @@ impl Releaser {
 
     fn release(&self, seq: u64) {
         let mut p = firehose_core::sync::lock(&self.pending);
+        let p = &mut *p;
+        if let Some(r) = p.ring.as_mut() {
+            if r.push(seq) {
+                p.ring_released += 1;
+                // `|` , not `||`: the sleep epoch is read (and marked woken) either way.
+                if r.producer_asleep() | r.backlog(self.batch() as u64) {
+                    // Gone or full: either way there is nothing more to do.
+                    if wire::send(self.fd.as_fd(), proto::WAKE_PACKET, None).is_ok() {
+                        p.wakes += 1;
+                    }
+                }
+                return;
+            }
+            // The ring is full: a release message, as without rings.
+        }
         p.seqs.push(seq);
         if p.since.is_none() {
             p.since = Some(Instant::now());
@@ -177,7 +232,7 @@ impl Releaser {
         // SeqCst, against `set_idle`'s: either this sees the loop idle and sends, or
         // the loop's flush after it went idle sees this release.
         if p.seqs.len() >= self.batch() || self.idle.load(Ordering::SeqCst) {
-            self.send_locked(&mut p);
+            self.send_locked(p);
         }
         self.has_pending
             .store(!p.seqs.is_empty(), Ordering::Release);
@@ -218,6 +273,12 @@ impl Releaser {
     pub fn counts(&self) -> (u64, u64) {
         let p = firehose_core::sync::lock(&self.pending);
         (p.messages, p.released)
+    }
+
+    /// Releases written into the release ring, and wake-ups sent to the producer.
+    pub fn ring_counts(&self) -> (u64, u64) {
+        let p = firehose_core::sync::lock(&self.pending);
+        (p.ring_released, p.wakes)
     }
 
     fn send_locked(&self, p: &mut Pending) {
@@ -336,6 +397,20 @@ pub struct Client {
     /// Packets received, and how many of them were batches.
     packets: u64,
     batches: u64,
+    /// Whether to ask a version 3 producer for rings.
+    want_ring: bool,
+    /// The message ring, once the producer passed it.
+    ring: Option<ConsumerRing>,
+    /// Socket packets read, and how many must have been read before the ring is read
+    /// on (a sync record).
+    sock_read: u64,
+    sync_to: u64,
+    /// Packets read from the ring.
+    ring_packets: u64,
+    /// Naps since the last packet; whether the caller should nap (no wake-up comes).
+    naps: u32,
+    nap: bool,
+    nap_ns: u64,
 }
 
 impl Client {
@@ -371,6 +446,14 @@ impl Client {
             batch_left: 0,
             packets: 0,
             batches: 0,
+            want_ring: std::env::var(RING_ENV).map_or(true, |v| v != "0"),
+            ring: None,
+            sock_read: 0,
+            sync_to: 0,
+            ring_packets: 0,
+            naps: 0,
+            nap: false,
+            nap_ns: nap_setting(),
         })
     }
 
@@ -401,6 +484,25 @@ impl Client {
         (self.packets, self.batches)
     }
 
+    /// Packets read from the ring (of [`Client::packet_counts`]'s), and whether the
+    /// producer passed rings.
+    pub fn ring_packets(&self) -> (u64, bool) {
+        (self.ring_packets, self.ring.is_some())
+    }
+
+    /// Whether to ask a version 3 producer for rings (before its hello is read; by
+    /// default yes unless [`RING_ENV`] is `0`).
+    pub fn set_ring(&mut self, on: bool) {
+        self.want_ring = on;
+    }
+
+    /// After [`Client::poll_event`] returned nothing: `Some(ns)` when the caller should
+    /// look again within `ns` nanoseconds (the consumer naps: nobody will wake it),
+    /// `None` when it may wait on [`Client::fd`] for as long as it likes.
+    pub fn nap_ns(&self) -> Option<u64> {
+        self.nap.then_some(self.nap_ns)
+    }
+
     /// What sends this consumer's releases (its batch size and counts).
     pub fn releaser(&self) -> &Releaser {
         &self.releaser
@@ -424,6 +526,10 @@ impl Client {
     pub fn poll_event(&mut self) -> Result<Option<Event>, ClientError> {
         self.releaser.set_idle(false);
         self.releaser.flush(false);
+        self.nap = false;
+        if let Some(r) = &self.ring {
+            r.wake();
+        }
         loop {
             if self.batch_left > 0 {
                 // The next message of the batch read last (its framing checked then).
@@ -439,10 +545,50 @@ impl Client {
                     Step::More => continue,
                 }
             }
+            // The ring first, unless a sync in it names socket packets not read yet.
+            if let (Some(r), true) = (self.ring.as_mut(), self.sock_read >= self.sync_to) {
+                match r.next(&mut self.buf) {
+                    Ok(Some(Record::Sync(n))) => {
+                        self.sync_to = self.sync_to.max(n);
+                        continue;
+                    }
+                    Ok(Some(Record::Packet(n))) => {
+                        self.ring_packets += 1;
+                        self.naps = 0;
+                        match self.packet(n, false)? {
+                            Some(Step::Event(e)) => return Ok(Some(e)),
+                            Some(Step::Hello) => return Ok(None),
+                            _ => continue,
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        return Err(ClientError::Protocol(ProtoError::Invalid(format!(
+                            "its message ring: {e}"
+                        ))))
+                    }
+                }
+            }
             self.fds.clear();
             let n = match wire::recv(self.fd.as_fd(), &mut self.buf, &mut self.fds) {
                 Ok(Received::Message(n)) => n,
                 Ok(Received::Nothing) => {
+                    if self.sock_read < self.sync_to {
+                        return Err(ClientError::Protocol(ProtoError::Invalid(format!(
+                            "its ring names socket packet {} and only {} came",
+                            self.sync_to, self.sock_read
+                        ))));
+                    }
+                    if let Some(r) = self.ring.as_mut() {
+                        if self.naps < NAPS {
+                            // Nap: look again soon, no wake-up asked for.
+                            self.naps += 1;
+                            self.nap = true;
+                        } else if !r.sleep() {
+                            // A record came as it was about to sleep.
+                            continue;
+                        }
+                    }
                     // The caller waits next: no release may wait with it, and one made
                     // while it waits (on another thread) goes at once.
                     self.releaser.set_idle(true);
@@ -454,29 +600,38 @@ impl Client {
                 }
                 Err(e) => return Err(ClientError::Io(e)),
             };
-            self.packets += 1;
-            if proto::is_batch(&self.buf[..n]) {
-                // Several messages: the whole framing is checked before any is read.
-                let frames = proto::frames(&self.buf[..n]).map_err(ClientError::Protocol)?;
-                if !self.fds.is_empty() {
-                    return Err(ClientError::Protocol(ProtoError::Descriptors {
-                        kind: "batch",
-                        got: self.fds.len(),
-                    }));
-                }
-                self.batches += 1;
-                self.batch_left = frames.left();
-                self.batch_at = 3;
-                continue;
-            }
-            let msg = proto::decode(&self.buf[..n]).map_err(ClientError::Protocol)?;
-            match self.handle(msg, self.fds.len())? {
-                Step::Event(e) => return Ok(Some(e)),
+            self.sock_read += 1;
+            match self.packet(n, true)? {
+                Some(Step::Event(e)) => return Ok(Some(e)),
                 // Back to the caller, who may be waiting for just this.
-                Step::Hello => return Ok(None),
-                Step::More => {}
+                Some(Step::Hello) => return Ok(None),
+                _ => {}
             }
         }
+    }
+
+    /// One packet of `n` bytes in the buffer, from the socket (with `self.fds`) or the
+    /// ring: a batch is checked and its reading begun (`None`: read on), a single
+    /// message handled.
+    fn packet(&mut self, n: usize, socket: bool) -> Result<Option<Step>, ClientError> {
+        self.packets += 1;
+        let fds = if socket { self.fds.len() } else { 0 };
+        if proto::is_batch(&self.buf[..n]) {
+            // Several messages: the whole framing is checked before any is read.
+            let frames = proto::frames(&self.buf[..n]).map_err(ClientError::Protocol)?;
+            if fds != 0 {
+                return Err(ClientError::Protocol(ProtoError::Descriptors {
+                    kind: "batch",
+                    got: fds,
+                }));
+            }
+            self.batches += 1;
+            self.batch_left = frames.left();
+            self.batch_at = 3;
+            return Ok(None);
+        }
+        let msg = proto::decode(&self.buf[..n]).map_err(ClientError::Protocol)?;
+        self.handle(msg, fds).map(Some)
     }
 
     /// Checks and acts on one message (`fds` descriptors came with it).
@@ -485,11 +640,18 @@ impl Client {
         {
             match msg {
                 Msg::Hello {
+                    version,
                     consumer,
                     on_full,
                     max_held,
                 } => {
                     self.hello = Some((consumer, on_full, max_held));
+                    if version >= 3 && self.want_ring {
+                        let mut out = Vec::new();
+                        proto::encode(&Msg::RingRequest, &mut out).expect("fits");
+                        // A producer that is gone shows at the next read.
+                        let _ = wire::send(self.fd.as_fd(), &out, None);
+                    }
                     let held = match self.asked_held {
                         0 => max_held,
                         n => n.min(max_held),
@@ -507,6 +669,15 @@ impl Client {
                     self.maps.remove(&id);
                     Ok(Step::More)
                 }
+                Msg::Ring { bytes, slots } => {
+                    let (r, rel) =
+                        ring::map_consumer(self.fds[0].as_fd(), self.fds[1].as_fd(), bytes, slots)
+                            .map_err(|e| ClientError::Protocol(ProtoError::Invalid(e)))?;
+                    self.ring = Some(r);
+                    firehose_core::sync::lock(&self.releaser.pending).ring = Some(rel);
+                    Ok(Step::More)
+                }
+                Msg::Wake => Ok(Step::More),
                 Msg::Caps(c) => Ok(Step::Event(Event::Caps(c))),
                 Msg::Eos => Ok(Step::Event(Event::Eos)),
                 Msg::Error(e) => Ok(Step::Event(Event::Error(e))),
@@ -518,17 +689,26 @@ impl Client {
                         releaser: self.releaser.clone(),
                     })))
                 }
-                Msg::Release(_) | Msg::Subscribe { .. } => unreachable!("refused by accept"),
+                Msg::Release(_) | Msg::Subscribe { .. } | Msg::RingRequest => {
+                    unreachable!("refused by accept")
+                }
             }
         }
     }
 
     /// The next event, waiting up to `timeout_ms` (`Ok(None)` when none came).
     pub fn wait_event(&mut self, timeout_ms: i32) -> Result<Option<Event>, ClientError> {
-        if let Some(e) = self.poll_event()? {
-            return Ok(Some(e));
+        let end = Instant::now() + Duration::from_millis(timeout_ms.max(0) as u64);
+        loop {
+            if let Some(e) = self.poll_event()? {
+                return Ok(Some(e));
+            }
+            let left = end.saturating_duration_since(Instant::now()).as_nanos() as u64;
+            if left == 0 {
+                return Ok(None);
+            }
+            let ns = self.nap_ns().map_or(left, |n| n.min(left));
+            wire::wait_ns(self.fd.as_fd(), libc::POLLIN, ns).map_err(ClientError::Io)?;
         }
-        wire::wait(self.fd.as_fd(), libc::POLLIN, timeout_ms).map_err(ClientError::Io)?;
-        self.poll_event()
     }
 }

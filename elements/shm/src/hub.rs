@@ -18,6 +18,14 @@
 //! [`Hub::flush`]). A queue the socket has no room for waits there, and later buffers
 //! join it, until the socket takes it (the next buffer, or the service thread when the
 //! socket has room): nothing is held back waiting for more.
+//!
+//! A consumer that asked for rings ([`crate::ring`], protocol version 3) gets its
+//! packets in its message ring instead, with a wake-up on the socket only when it
+//! announced that it sleeps, and writes its releases into its release ring, which the
+//! streaming thread reads before each buffer ([`Hub::drain_rings`]) and the service
+//! thread while it is awake. Socket packets (segments, with their descriptors, and
+//! whatever the full ring had no room for) keep their place in the order: the ring's
+//! next record is a sync naming how many socket packets the consumer must have read.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -28,6 +36,7 @@ use std::sync::Arc;
 use firehose_core::stats::Counter;
 
 use crate::proto::{self, BufferMsg, Msg, OnFull, ProtoError};
+use crate::ring::{ProducerRing, RingError};
 use crate::segments::Segment;
 use crate::wire;
 
@@ -74,6 +83,18 @@ pub struct HubCounters {
     pub batches: Counter,
     /// Messages that travelled in those batches.
     pub batched: Counter,
+    /// Consumers that read rings (now).
+    pub ring_consumers: Counter,
+    /// Packets written into consumers' rings (no system call).
+    pub ring_packets: Counter,
+    /// Packets a full ring had no room for (sent on the socket instead).
+    pub ring_full: Counter,
+    /// Wake-ups sent to consumers that announced they sleep.
+    pub wakes_sent: Counter,
+    /// Wake-ups consumers sent (the service thread had announced that it sleeps).
+    pub wakes_received: Counter,
+    /// Releases read from release rings.
+    pub ring_releases: Counter,
 }
 
 struct Peer {
@@ -91,6 +112,11 @@ struct Peer {
     queue: proto::Batch,
     /// Since when its socket has had no room for the queue.
     full_since: Option<std::time::Instant>,
+    /// Its rings, once it asked for them.
+    ring: Option<ProducerRing>,
+    /// Socket packets sent to it, and how many of them a sync in its ring covers.
+    sent: u64,
+    synced: u64,
 }
 
 /// Why a consumer left.
@@ -121,6 +147,8 @@ pub struct Hub<T> {
     caps_out: Vec<u8>,
     inbuf: Vec<u8>,
     fds: Vec<OwnedFd>,
+    /// Release numbers read from a ring, reused.
+    seqs: Vec<u64>,
     /// What it counts (shared: the element reads it without the hub's lock).
     pub counters: Arc<HubCounters>,
     /// Consumers that left since [`Hub::take_left`], and why (for the element's log).
@@ -142,6 +170,7 @@ impl<T> Default for Hub<T> {
             caps_out: Vec::new(),
             inbuf: vec![0; proto::MAX_MESSAGE],
             fds: Vec::new(),
+            seqs: Vec::with_capacity(crate::ring::RELEASE_SLOTS as usize),
             counters: Arc::default(),
             left: Vec::new(),
             ended: false,
@@ -197,14 +226,19 @@ impl<T> Hub<T> {
             segments: HashSet::new(),
             queue: proto::Batch::default(),
             full_since: None,
+            ring: None,
+            sent: 0,
+            synced: 0,
         };
         let hello = Msg::Hello {
+            version: proto::VERSION,
             consumer: id,
             on_full,
             max_held,
         };
         proto::encode(&hello, &mut self.out).expect("a hello fits");
         send_patient(peer.fd.as_fd(), &self.out, None, None)?;
+        peer.sent += 1;
         for s in &self.segments {
             announce(&mut self.out, &mut peer, s)?;
         }
@@ -237,8 +271,9 @@ impl<T> Hub<T> {
             proto::encode(&Msg::SegmentGone { id }, &mut self.out).expect("fits");
             for p in &mut self.peers {
                 if p.segments.remove(&id) {
-                    if let Err(e) = send_patient(p.fd.as_fd(), &self.out, None, None) {
-                        lost.push((p.id, e));
+                    match send_patient(p.fd.as_fd(), &self.out, None, None) {
+                        Ok(()) => p.sent += 1,
+                        Err(e) => lost.push((p.id, e)),
                     }
                 }
             }
@@ -254,7 +289,7 @@ impl<T> Hub<T> {
         }
         self.segments = live;
         for (id, e) in lost {
-            self.detach(id, Leave::Lost(e.to_string()));
+            self.detach(id, leave(e));
         }
     }
 
@@ -293,6 +328,7 @@ impl<T> Hub<T> {
     /// has no room for is waited for if the consumer is in block mode (until
     /// `flushing`), else the buffer is missed. Returns how many consumers got it.
     pub fn queue(&mut self, msg: &mut BufferMsg, item: T, flushing: &AtomicBool) -> usize {
+        self.drain_rings();
         let seq = self.next_seq;
         self.next_seq += 1;
         msg.seq = seq;
@@ -383,7 +419,7 @@ impl<T> Hub<T> {
             self.held.insert(seq, Held { _item: item, refs });
         }
         for (id, e) in lost {
-            self.detach(id, Leave::Lost(e.to_string()));
+            self.detach(id, leave(e));
         }
         refs as usize
     }
@@ -419,7 +455,7 @@ impl<T> Hub<T> {
             }
         }
         for (id, e) in lost {
-            self.detach(id, Leave::Lost(e.to_string()));
+            self.detach(id, leave(e));
         }
         sent
     }
@@ -468,7 +504,7 @@ impl<T> Hub<T> {
                     return true;
                 }
                 Err(e) => {
-                    self.detach(id, Leave::Lost(e.to_string()));
+                    self.detach(id, leave(e));
                     return true;
                 }
             };
@@ -477,7 +513,21 @@ impl<T> Hub<T> {
                     kind: "release",
                     got: self.fds.len(),
                 }),
-                Ok(Msg::Release(seqs)) => self.release(i, &seqs),
+                Ok(Msg::Release(seqs)) => {
+                    self.counters.release_messages.add(1);
+                    self.release(i, &seqs)
+                }
+                Ok(Msg::Wake) => {
+                    self.counters.wakes_received.add(1);
+                    Ok(())
+                }
+                Ok(Msg::RingRequest) => match self.open_ring(i) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.detach(id, leave(e));
+                        return true;
+                    }
+                },
                 Ok(Msg::Subscribe { on_full, max_held }) => {
                     let p = &mut self.peers[i];
                     p.on_full = on_full;
@@ -502,9 +552,85 @@ impl<T> Hub<T> {
         }
     }
 
+    /// Makes consumer `i`'s rings and passes them (it asked for them). Rings that cannot
+    /// be made leave it on the socket, which works as before. An `Err`: its socket
+    /// failed (detach it).
+    fn open_ring(&mut self, i: usize) -> io::Result<Result<(), ProtoError>> {
+        let p = &mut self.peers[i];
+        if p.ring.is_some() {
+            return Ok(Err(ProtoError::Invalid("it asked for rings twice".into())));
+        }
+        let Ok(ring) = ProducerRing::new(crate::ring::MESSAGE_BYTES, crate::ring::RELEASE_SLOTS)
+        else {
+            return Ok(Ok(()));
+        };
+        let (bytes, slots) = ring.sizes();
+        proto::encode(&Msg::Ring { bytes, slots }, &mut self.out).expect("fits");
+        // Whatever is queued goes first, on the socket, where it was meant to go.
+        flush_patient(p, &self.counters, None)?;
+        send_patient_fds(p.fd.as_fd(), &self.out, &ring.fds(), None)?;
+        p.sent += 1;
+        p.ring = Some(ring);
+        self.count_peers();
+        Ok(Ok(()))
+    }
+
+    /// Whether any consumer reads rings (the service thread then reads their releases
+    /// while it is awake, and announces when it sleeps).
+    pub fn has_rings(&self) -> bool {
+        self.counters.ring_consumers.get() > 0
+    }
+
+    /// Reads the releases consumers wrote into their rings, without waiting. A consumer
+    /// whose ring lies (an index out of bounds) is disconnected. True if anything was
+    /// released or anybody left.
+    pub fn drain_rings(&mut self) -> bool {
+        if !self.has_rings() {
+            return false;
+        }
+        let mut any = false;
+        let mut bad = Vec::new();
+        let mut seqs = std::mem::take(&mut self.seqs);
+        for i in 0..self.peers.len() {
+            let Some(ring) = self.peers[i].ring.as_mut() else {
+                continue;
+            };
+            seqs.clear();
+            match ring.releases(&mut seqs) {
+                Ok(()) if seqs.is_empty() => {}
+                Ok(()) => {
+                    self.counters.ring_releases.add(seqs.len() as u64);
+                    let _ = self.release(i, &seqs);
+                    any = true;
+                }
+                Err(e) => bad.push((self.peers[i].id, e)),
+            }
+        }
+        self.seqs = seqs;
+        for (id, e) in bad {
+            self.detach(id, Leave::Malformed(format!("its release ring: {e}")));
+            any = true;
+        }
+        any
+    }
+
+    /// Announces to every consumer that reads rings that the producer's service thread
+    /// sleeps (`epoch`, non-zero: a release then comes with a wake-up on the socket) or
+    /// is awake (0). True when releases wait already: read them instead of sleeping.
+    pub fn rings_asleep(&mut self, epoch: u64) -> bool {
+        let mut waiting = false;
+        for r in self.peers.iter().filter_map(|p| p.ring.as_ref()) {
+            r.set_asleep(epoch);
+            waiting |= epoch != 0 && r.has_releases();
+        }
+        waiting
+    }
+
     fn count_peers(&self) {
         let c = &self.counters;
         c.consumers.set(self.peers.len() as u64);
+        c.ring_consumers
+            .set(self.peers.iter().filter(|p| p.ring.is_some()).count() as u64);
         let drop = self.peers.iter().filter(|p| p.on_full == OnFull::Drop);
         c.consumers_drop.set(drop.count() as u64);
     }
@@ -514,7 +640,6 @@ impl<T> Hub<T> {
     /// `releases_unknown` and ignored. Such a lie can only touch the liar's own
     /// references, so nobody else is affected and the connection goes on.
     fn release(&mut self, i: usize, seqs: &[u64]) -> Result<(), ProtoError> {
-        self.counters.release_messages.add(1);
         let (mut ok, mut unknown) = (0, 0);
         for &s in seqs {
             if self.peers[i].held.remove(&s) {
@@ -583,6 +708,7 @@ fn announce(out: &mut Vec<u8>, p: &mut Peer, s: &Segment) -> io::Result<()> {
     )
     .expect("fits");
     send_patient(p.fd.as_fd(), out, Some(s.fd.as_fd()), None)?;
+    p.sent += 1;
     p.segments.insert(s.id);
     Ok(())
 }
@@ -591,17 +717,80 @@ fn send_caps(out: &mut Vec<u8>, p: &mut Peer, caps: &str) -> io::Result<()> {
     proto::encode(&Msg::Caps(caps.to_owned()), out)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
     send_patient(p.fd.as_fd(), out, None, None)?;
+    p.sent += 1;
     p.caps_sent = true;
     Ok(())
 }
 
-/// Sends `p`'s queue as one packet if its socket has room (it stays queued if not).
+/// Why a consumer leaves after `e`: a ring that lied (`InvalidData`) is the consumer's
+/// fault, anything else a lost connection.
+fn leave(e: io::Error) -> Leave {
+    if e.kind() == io::ErrorKind::InvalidData {
+        Leave::Malformed(e.to_string())
+    } else {
+        Leave::Lost(e.to_string())
+    }
+}
+
+/// Writes `packet` into `ring`, after a sync if socket packets were sent since the last
+/// one; false when the ring has no room.
+fn ring_put(
+    ring: &mut ProducerRing,
+    sent: u64,
+    synced: &mut u64,
+    packet: &[u8],
+) -> Result<bool, RingError> {
+    if sent > *synced {
+        if !ring.push_sync(sent)? {
+            return Ok(false);
+        }
+        *synced = sent;
+    }
+    ring.push_packet(packet)
+}
+
+/// Sends `p`'s queue as one packet: into its ring if it has one with room (and a wake-up
+/// on the socket if it sleeps), else on the socket if it has room (it stays queued if
+/// not).
 fn flush_peer(p: &mut Peer, counters: &HubCounters) -> io::Result<()> {
     if p.queue.is_empty() {
         return Ok(());
     }
+    if let Some(ring) = p.ring.as_mut() {
+        match ring_put(ring, p.sent, &mut p.synced, p.queue.packet()) {
+            Ok(true) => {
+                counters.ring_packets.add(1);
+                if p.queue.len() > 1 {
+                    counters.batches.add(1);
+                    counters.batched.add(p.queue.len() as u64);
+                }
+                p.queue.clear();
+                p.full_since = None;
+                if ring.consumer_asleep() {
+                    match wire::send(p.fd.as_fd(), proto::WAKE_PACKET, None) {
+                        Ok(()) => {
+                            p.sent += 1;
+                            counters.wakes_sent.add(1);
+                        }
+                        // Its socket is full: it has plenty to read there and will.
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                return Ok(());
+            }
+            Ok(false) => counters.ring_full.add(1),
+            Err(e) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("its message ring: {e}"),
+                ))
+            }
+        }
+    }
     match wire::send(p.fd.as_fd(), p.queue.packet(), None) {
         Ok(()) => {
+            p.sent += 1;
             if p.queue.len() > 1 {
                 counters.batches.add(1);
                 counters.batched.add(p.queue.len() as u64);
@@ -676,9 +865,19 @@ fn send_patient(
     pass: Option<BorrowedFd<'_>>,
     flushing: Option<&AtomicBool>,
 ) -> io::Result<()> {
+    send_patient_fds(fd, msg, pass.as_slice(), flushing)
+}
+
+/// [`send_patient`] with several descriptors.
+fn send_patient_fds(
+    fd: BorrowedFd<'_>,
+    msg: &[u8],
+    pass: &[BorrowedFd<'_>],
+    flushing: Option<&AtomicBool>,
+) -> io::Result<()> {
     let start = std::time::Instant::now();
     loop {
-        match wire::send(fd, msg, pass) {
+        match wire::send_fds(fd, msg, pass) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             r => return r,
         }
@@ -1073,5 +1272,225 @@ mod tests {
             "complete and in order"
         );
         assert!(hub.counters.batches.get() >= 2, "the queue went as a batch");
+    }
+
+    /// A real memfd segment (a real consumer maps it), and the region behind it.
+    fn memfd_segment(id: u32) -> (Segment, firehose_core::memory::MemoryRegion) {
+        use firehose_core::provider::MemoryProvider;
+        let r = firehose_core::provider::SharedSegment::new("fhshm-hub-test")
+            .allocate(1 << 20)
+            .unwrap();
+        let fd = r.fd().unwrap().try_clone_to_owned().unwrap();
+        let s = Segment {
+            id,
+            base: r.as_ptr() as usize,
+            len: r.len(),
+            fd: Arc::new(fd),
+        };
+        (s, r)
+    }
+
+    thread_local! {
+        static REGIONS: std::cell::RefCell<Vec<firehose_core::memory::MemoryRegion>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    /// [`memfd_segment`], its region kept for the rest of the test thread.
+    fn real_segment(id: u32) -> Segment {
+        let (s, r) = memfd_segment(id);
+        REGIONS.with(|v| v.borrow_mut().push(r));
+        s
+    }
+
+    /// A hub with one segment and a real consumer ([`crate::client::Client`]) that asked
+    /// for rings and has them; the consumer's id.
+    fn hub_with_a_ring_consumer(
+        name: &str,
+        on_full: OnFull,
+        max_held: u32,
+    ) -> (Hub<Arc<()>>, crate::client::Client, u64) {
+        let addr = wire::Address::new(&format!("fhshm-hub-{name}-{}", std::process::id()), true);
+        let l = wire::listen(&addr, 0o600).unwrap();
+        let mut c = crate::client::Client::connect(&addr).unwrap();
+        c.set_ring(true);
+        let fd = wire::accept(l.as_fd())
+            .unwrap()
+            .expect("a pending connection");
+        let mut hub: Hub<Arc<()>> = Hub::default();
+        hub.sync_segments(vec![real_segment(5)]);
+        let id = hub.attach(fd, on_full, max_held).unwrap();
+        while c.hello().is_none() {
+            c.poll_event().unwrap();
+        }
+        // The consumer's ring request.
+        let start = std::time::Instant::now();
+        while !c.ring_packets().1 {
+            hub.service(id);
+            let _ = c.poll_event().unwrap();
+            assert!(start.elapsed().as_secs() < 5, "no ring");
+        }
+        assert!(hub.has_rings());
+        (hub, c, id)
+    }
+
+    fn read_all(c: &mut crate::client::Client) -> Vec<crate::client::BufferView> {
+        let mut v = Vec::new();
+        while let Some(e) = c.poll_event().unwrap() {
+            if let crate::client::Event::Buffer(b) = e {
+                v.push(b);
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn a_ring_consumer_reads_every_buffer_in_order_through_wraps_and_a_full_ring() {
+        let (mut hub, mut c, _) = hub_with_a_ring_consumer("order", OnFull::Drop, 100_000);
+        let stop = AtomicBool::new(false);
+        let mut seq = 0u64;
+        // One at a time, read as they come: the ring goes round many times.
+        for _ in 0..10_000 {
+            hub.publish(&mut msg(), Arc::new(()), &stop);
+            let got = read_all(&mut c);
+            assert_eq!(got.len(), 1);
+            assert_eq!(got[0].msg.seq, seq);
+            seq += 1;
+        }
+        let sent = hub.counters.ring_packets.get();
+        assert_eq!(sent, 10_000, "all through the ring");
+        hub.drain_rings();
+        assert_eq!(hub.held(), 0, "released through the release ring");
+        assert_eq!(hub.counters.ring_releases.get(), 10_000);
+        assert_eq!(hub.counters.release_messages.get(), 0, "no release message");
+        // Nobody reads: the ring fills, later buffers go on the socket, then a segment
+        // is announced (a socket packet) and more buffers follow in the ring once
+        // there is room: the consumer reads them all, in order.
+        while hub.counters.ring_full.get() < 50 {
+            hub.publish(&mut msg(), Arc::new(()), &stop);
+        }
+        let mut got = read_all(&mut c);
+        let keep = hub.segments.clone();
+        hub.sync_segments(vec![keep[0].clone(), real_segment(6)]);
+        for _ in 0..100 {
+            hub.publish(
+                &mut BufferMsg {
+                    segment: 6,
+                    ..msg()
+                },
+                Arc::new(()),
+                &stop,
+            );
+        }
+        got.extend(read_all(&mut c));
+        let seqs: Vec<u64> = got.iter().map(|b| b.msg.seq).collect();
+        let end = hub.next_seq;
+        assert_eq!(
+            seqs,
+            (seq..end).collect::<Vec<_>>(),
+            "complete and in order"
+        );
+        assert_eq!(hub.counters.drops_socket.get(), 0);
+        assert!(got.iter().all(|b| b.msg.missed == 0));
+        assert_eq!(got.last().unwrap().msg.segment, 6);
+        drop(got);
+        hub.drain_rings();
+        assert_eq!(hub.held(), 0);
+    }
+
+    #[test]
+    fn sleeping_sides_are_woken_on_the_socket_and_only_then() {
+        let (mut hub, mut c, id) = hub_with_a_ring_consumer("wake", OnFull::Block, 64);
+        let stop = AtomicBool::new(false);
+        // The consumer naps, then announces that it sleeps.
+        let mut polls = 0;
+        loop {
+            assert!(c.poll_event().unwrap().is_none());
+            polls += 1;
+            if c.nap_ns().is_none() {
+                break; // asleep: it waits to be woken
+            }
+            assert!(polls <= crate::client::NAPS, "naps, then sleep");
+            assert_eq!(hub.counters.wakes_sent.get(), 0);
+        }
+        hub.publish(&mut msg(), Arc::new(()), &stop);
+        assert_eq!(hub.counters.wakes_sent.get(), 1, "it slept: woken");
+        hub.publish(&mut msg(), Arc::new(()), &stop);
+        assert_eq!(hub.counters.wakes_sent.get(), 1, "once per sleep");
+        assert_eq!(
+            wire::wait(c.fd(), libc::POLLIN, 1000).unwrap() & libc::POLLIN,
+            libc::POLLIN
+        );
+        let got = read_all(&mut c);
+        assert_eq!(got.len(), 2);
+        // An awake producer gets releases without a wake-up; a sleeping one is woken.
+        drop(got);
+        assert_eq!(c.releaser().ring_counts(), (2, 0));
+        assert!(hub.rings_asleep(9), "releases wait: do not sleep");
+        assert!(hub.drain_rings());
+        assert!(!hub.rings_asleep(9), "nothing waits now");
+        hub.publish(&mut msg(), Arc::new(()), &stop);
+        drop(read_all(&mut c));
+        assert_eq!(c.releaser().ring_counts(), (3, 1), "woken once");
+        hub.service(id);
+        assert_eq!(hub.counters.wakes_received.get(), 1);
+        assert!(hub.drain_rings());
+        assert_eq!(hub.held(), 0);
+    }
+
+    #[test]
+    fn a_consumer_that_lies_in_its_release_ring_is_disconnected_and_nobody_else_is_touched() {
+        let (mut hub, mut c, _) = hub_with_a_ring_consumer("lie", OnFull::Block, 64);
+        // A second consumer, on the socket only.
+        let (b, cb) = pair();
+        hub.attach(b, OnFull::Block, 8).unwrap();
+        let mut cb = Client::new(cb);
+        let stop = AtomicBool::new(false);
+        let item = Arc::new(());
+        hub.publish(&mut msg(), item.clone(), &stop);
+        let got = read_all(&mut c);
+        assert_eq!(cb.buffers().len(), 1);
+        // The liar writes a release head far ahead, as a hostile process could.
+        let fd = hub.peers[0].ring.as_ref().unwrap().fds()[1]
+            .try_clone_to_owned()
+            .unwrap();
+        let len = crate::ring::HEADER + 8;
+        // SAFETY: maps the release region's first page and word, writable, as the
+        // consumer may; unmapped below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        // SAFETY: offset 64 (the release head) lies in the mapping; aligned.
+        unsafe {
+            (*p.cast::<u8>()
+                .add(64)
+                .cast::<std::sync::atomic::AtomicU64>())
+            .store(1 << 50, Ordering::Release)
+        };
+        hub.drain_rings();
+        // SAFETY: what mmap returned.
+        unsafe { libc::munmap(p, len) };
+        let left = hub.take_left();
+        assert_eq!(left.len(), 1);
+        match &left[0].1 {
+            Leave::Malformed(m) => assert!(m.contains("release ring head"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(hub.counters.consumers_malformed.get(), 1);
+        assert_eq!(
+            Arc::strong_count(&item),
+            2,
+            "the other consumer still holds it"
+        );
+        hub.publish(&mut msg(), Arc::new(()), &stop);
+        assert_eq!(cb.buffers().len(), 1, "and gets the next");
+        drop(got);
     }
 }

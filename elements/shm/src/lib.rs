@@ -21,6 +21,7 @@ pub mod client;
 pub mod hub;
 pub mod metas;
 pub mod proto;
+pub mod ring;
 pub mod segments;
 pub mod shmsink;
 pub mod shmsrc;

@@ -20,6 +20,13 @@
 //! twice) only names its own references, so the hub counts it and ignores it.
 //! Releases travel in batches ([`Msg::Release`] names up to [`MAX_RELEASE`] buffers).
 //!
+//! Protocol version 3 adds rings of messages in shared memory ([`crate::ring`]): a
+//! consumer that asks for them ([`Msg::RingRequest`]) gets two descriptors
+//! ([`Msg::Ring`]) and from then on reads the producer's packets from the ring, and
+//! writes its releases into a ring of its own; [`Msg::Wake`] on the socket wakes a peer
+//! that announced it sleeps. A consumer that does not ask (the Python package) gets
+//! every message on the socket, as in version 2.
+//!
 //! Producer messages travel in batches too (protocol version 2): when several are
 //! queued for a consumer at once (a buffer list, a socket that was full), one packet
 //! carries them all ([`Batch`]: tag, count, then each message with its length). A
@@ -30,9 +37,12 @@ use std::fmt;
 
 /// First field of [`Msg::Hello`]: "FHSM".
 pub const MAGIC: u32 = 0x4d53_4846;
-/// Protocol version; a consumer refuses another. 2: producer messages may come in
-/// batches ([`Batch`]).
-pub const VERSION: u16 = 2;
+/// Protocol version the producer speaks. 2: producer messages may come in batches
+/// ([`Batch`]); 3: rings in shared memory for the consumers that ask for them.
+pub const VERSION: u16 = 3;
+/// Oldest producer version a consumer of this crate reads (a version 2 producer has no
+/// rings: the consumer stays on the socket).
+pub const MIN_VERSION: u16 = 2;
 /// Largest message either side sends or accepts, in bytes.
 pub const MAX_MESSAGE: usize = 128 * 1024;
 /// Largest caps or error string.
@@ -58,6 +68,11 @@ const BUFFER: u8 = 5;
 const EOS: u8 = 6;
 const ERROR: u8 = 7;
 const BATCH: u8 = 8;
+const RING: u8 = 9;
+const WAKE: u8 = 10;
+const RING_REQUEST: u8 = 18;
+/// A [`Msg::Wake`], encoded.
+pub const WAKE_PACKET: &[u8] = &[WAKE];
 /// Bytes before a batch's first message: tag and count.
 const BATCH_HEAD: usize = 1 + 2;
 const RELEASE: u8 = 16;
@@ -197,6 +212,8 @@ pub struct BufferMsg {
 pub enum Msg {
     /// First message to a consumer.
     Hello {
+        /// The producer's protocol version.
+        version: u16,
         /// The consumer's number at this producer.
         consumer: u64,
         /// This consumer's back-pressure.
@@ -226,6 +243,19 @@ pub enum Msg {
     Error(String),
     /// The consumer is done with these buffers.
     Release(Vec<u64>),
+    /// Producer → consumer, after a [`Msg::RingRequest`]: its rings, the message region
+    /// (read-only) and the release region as two descriptors with the message.
+    Ring {
+        /// Data bytes of the message ring.
+        bytes: u32,
+        /// Slots of the release ring.
+        slots: u32,
+    },
+    /// Either way: the receiver announced that it sleeps and its ring has something.
+    Wake,
+    /// Consumer → producer: it reads rings ([`Msg::Ring`]); sent after the hello of a
+    /// version 3 producer.
+    RingRequest,
     /// The consumer's own back-pressure, instead of the producer's default: its
     /// `on-full`, and the buffers it may hold (0: the producer's limit; never more).
     Subscribe {
@@ -320,13 +350,14 @@ pub fn encode(msg: &Msg, out: &mut Vec<u8>) -> Result<(), ProtoError> {
     out.clear();
     match msg {
         Msg::Hello {
+            version,
             consumer,
             on_full,
             max_held,
         } => {
             out.push(HELLO);
             out.extend_from_slice(&MAGIC.to_le_bytes());
-            out.extend_from_slice(&VERSION.to_le_bytes());
+            out.extend_from_slice(&version.to_le_bytes());
             out.push(match on_full {
                 OnFull::Block => 0,
                 OnFull::Drop => 1,
@@ -346,6 +377,13 @@ pub fn encode(msg: &Msg, out: &mut Vec<u8>) -> Result<(), ProtoError> {
         Msg::Caps(s) => text(out, CAPS, s, "caps")?,
         Msg::Error(s) => text(out, ERROR, s, "error text")?,
         Msg::Eos => out.push(EOS),
+        Msg::Ring { bytes, slots } => {
+            out.push(RING);
+            out.extend_from_slice(&bytes.to_le_bytes());
+            out.extend_from_slice(&slots.to_le_bytes());
+        }
+        Msg::Wake => out.push(WAKE),
+        Msg::RingRequest => out.push(RING_REQUEST),
         Msg::Buffer(b) => {
             out.push(BUFFER);
             out.extend_from_slice(&b.seq.to_le_bytes());
@@ -541,9 +579,9 @@ pub fn decode(b: &[u8]) -> Result<Msg, ProtoError> {
                 )));
             }
             let version = r.u16("version")?;
-            if version != VERSION {
+            if !(MIN_VERSION..=VERSION).contains(&version) {
                 return Err(ProtoError::Invalid(format!(
-                    "protocol version {version}, this side speaks {VERSION}"
+                    "protocol version {version}, this side speaks {MIN_VERSION} to {VERSION}"
                 )));
             }
             let on_full = match r.u8("on-full")? {
@@ -552,6 +590,7 @@ pub fn decode(b: &[u8]) -> Result<Msg, ProtoError> {
                 v => return Err(ProtoError::Invalid(format!("on-full {v}"))),
             };
             Msg::Hello {
+                version,
                 on_full,
                 consumer: r.u64("consumer")?,
                 max_held: r.u32("max-held")?,
@@ -573,6 +612,12 @@ pub fn decode(b: &[u8]) -> Result<Msg, ProtoError> {
         CAPS => Msg::Caps(r.text("caps")?),
         ERROR => Msg::Error(r.text("error text")?),
         EOS => Msg::Eos,
+        RING => Msg::Ring {
+            bytes: r.u32("ring bytes")?,
+            slots: r.u32("ring slots")?,
+        },
+        WAKE => Msg::Wake,
+        RING_REQUEST => Msg::RingRequest,
         BUFFER => {
             let mut m = BufferMsg {
                 seq: r.u64("seq")?,
@@ -848,6 +893,7 @@ pub fn check_packets(packets: &[PacketMeta], len: u64) -> Result<(), ProtoError>
 pub struct Consumer {
     segments: std::collections::HashMap<u32, u64>,
     hello: bool,
+    ring: bool,
 }
 
 impl Consumer {
@@ -864,8 +910,15 @@ impl Consumer {
             Msg::Error(_) => "error",
             Msg::Release(_) => "release",
             Msg::Subscribe { .. } => "subscribe",
+            Msg::Ring { .. } => "ring",
+            Msg::Wake => "wake",
+            Msg::RingRequest => "ring-request",
         };
-        let want = usize::from(matches!(msg, Msg::Segment { .. }));
+        let want = match msg {
+            Msg::Segment { .. } => 1,
+            Msg::Ring { .. } => 2,
+            _ => 0,
+        };
         if fds != want {
             return Err(ProtoError::Descriptors { kind, got: fds });
         }
@@ -913,12 +966,16 @@ impl Consumer {
                     }
                 }
             }
-            Msg::Release(_) | Msg::Subscribe { .. } => {
+            Msg::Ring { .. } if self.ring => {
+                return Err(ProtoError::Invalid("a second ring".into()))
+            }
+            Msg::Ring { .. } => self.ring = true,
+            Msg::Release(_) | Msg::Subscribe { .. } | Msg::RingRequest => {
                 return Err(ProtoError::Invalid(format!(
                     "a {kind} message from the producer"
                 )))
             }
-            Msg::Caps(_) | Msg::Eos | Msg::Error(_) => {}
+            Msg::Caps(_) | Msg::Eos | Msg::Error(_) | Msg::Wake => {}
         }
         Ok(msg)
     }
@@ -976,11 +1033,18 @@ mod tests {
     fn all() -> Vec<Msg> {
         vec![
             Msg::Hello {
+                version: VERSION,
                 consumer: 3,
                 on_full: OnFull::Drop,
                 max_held: 16,
             },
             Msg::Segment { id: 2, size: 8192 },
+            Msg::Ring {
+                bytes: 1 << 18,
+                slots: 4096,
+            },
+            Msg::Wake,
+            Msg::RingRequest,
             Msg::Caps("application/x-test, a=(int)1".into()),
             Msg::Buffer(buffer()),
             Msg::SegmentGone { id: 2 },

@@ -90,12 +90,30 @@ fn socket() -> io::Result<OwnedFd> {
 
 /// Listens on `addr`; a socket file gets `mode` (a stale socket file left by a dead
 /// producer is replaced; any other file there is an error).
+///
+/// A socket file appears only once it listens, with its mode: it is bound under a
+/// temporary name next to it and renamed into place, so a consumer that connects as
+/// soon as the file exists is never refused (a name too long for that is bound in
+/// place).
 pub fn listen(addr: &Address, mode: u32) -> io::Result<OwnedFd> {
-    let (sa, len) = addr.sockaddr()?;
     let fd = socket()?;
-    if let Address::Path(p) = addr {
-        remove_stale(p)?;
+    // The name bound first: a temporary one next to the file when it fits.
+    let tmp = match addr {
+        Address::Path(p) => {
+            remove_stale(p)?;
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+            name.map(|n| {
+                Address::Path(p.with_file_name(format!(".{n}.{}.tmp", std::process::id())))
+            })
+            .filter(|t| t.sockaddr().is_ok())
+        }
+        Address::Abstract(_) => None,
+    };
+    let bound = tmp.as_ref().unwrap_or(addr);
+    if let Address::Path(t) = bound {
+        remove_stale(t)?;
     }
+    let (sa, len) = bound.sockaddr()?;
     // SAFETY: `sa` is a valid sockaddr_un of `len` bytes.
     cvt(unsafe {
         libc::bind(
@@ -104,14 +122,25 @@ pub fn listen(addr: &Address, mode: u32) -> io::Result<OwnedFd> {
             len,
         )
     })?;
-    if let Address::Path(p) = addr {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))?;
+    let r = (|| {
+        if let Address::Path(p) = bound {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))?;
+        }
+        // SAFETY: no pointers.
+        cvt(unsafe { libc::listen(fd.as_raw_fd(), 64) })?;
+        set_nonblocking(fd.as_raw_fd())?;
+        if let (Some(Address::Path(t)), Address::Path(p)) = (&tmp, addr) {
+            std::fs::rename(t, p)?;
+        }
+        Ok(())
+    })();
+    if r.is_err() {
+        if let Some(Address::Path(t)) = &tmp {
+            let _ = std::fs::remove_file(t);
+        }
     }
-    // SAFETY: no pointers.
-    cvt(unsafe { libc::listen(fd.as_raw_fd(), 64) })?;
-    set_nonblocking(fd.as_raw_fd())?;
-    Ok(fd)
+    r.map(|()| fd)
 }
 
 fn remove_stale(p: &Path) -> io::Result<()> {
@@ -196,29 +225,39 @@ pub fn peer_cred(fd: BorrowedFd<'_>) -> io::Result<(u32, i32)> {
 /// socket is `ErrorKind::WouldBlock`; a peer that is gone is `BrokenPipe` or
 /// `ConnectionReset` (no SIGPIPE).
 pub fn send(fd: BorrowedFd<'_>, msg: &[u8], pass: Option<BorrowedFd<'_>>) -> io::Result<()> {
+    send_fds(fd, msg, pass.as_slice())
+}
+
+/// [`send`] with up to four descriptors.
+pub fn send_fds(fd: BorrowedFd<'_>, msg: &[u8], pass: &[BorrowedFd<'_>]) -> io::Result<()> {
+    assert!(pass.len() <= 4, "at most four descriptors");
     let mut iov = libc::iovec {
         iov_base: msg.as_ptr() as *mut libc::c_void,
         iov_len: msg.len(),
     };
-    // Room for one descriptor's control message, 8-byte aligned.
-    let mut cbuf = [0u64; 4];
+    // Room for one control message with four descriptors, 8-byte aligned.
+    let mut cbuf = [0u64; 6];
     // SAFETY: msghdr is plain data.
     let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
     mh.msg_iov = &mut iov;
     mh.msg_iovlen = 1;
-    if let Some(pass) = pass {
+    if !pass.is_empty() {
+        let bytes = (pass.len() * std::mem::size_of::<RawFd>()) as u32;
         // SAFETY: CMSG_SPACE is arithmetic.
-        let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+        let space = unsafe { libc::CMSG_SPACE(bytes) } as usize;
         mh.msg_control = cbuf.as_mut_ptr().cast();
         mh.msg_controllen = space;
-        // SAFETY: the control buffer has `space` bytes, enough for one cmsg with one fd;
-        // CMSG_FIRSTHDR of a buffer that large is not NULL.
+        // SAFETY: the control buffer has `space` bytes (48 >= CMSG_SPACE(16)), enough for
+        // one cmsg with these descriptors; CMSG_FIRSTHDR of a buffer that large is not
+        // NULL.
         unsafe {
             let c = libc::CMSG_FIRSTHDR(&mh);
             (*c).cmsg_level = libc::SOL_SOCKET;
             (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), pass.as_raw_fd());
+            (*c).cmsg_len = libc::CMSG_LEN(bytes) as usize;
+            for (i, p) in pass.iter().enumerate() {
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>().add(i), p.as_raw_fd());
+            }
         }
     }
     loop {
@@ -328,6 +367,29 @@ pub fn wait(fd: BorrowedFd<'_>, events: i16, timeout_ms: i32) -> io::Result<i16>
     };
     // SAFETY: one live pollfd.
     let r = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(p.revents)
+}
+
+/// [`wait`] for at most `timeout_ns` nanoseconds (`ppoll`).
+pub fn wait_ns(fd: BorrowedFd<'_>, events: i16, timeout_ns: u64) -> io::Result<i16> {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events,
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: one live pollfd and a live timespec; no signal mask.
+    let r = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
     if r < 0 {
         let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::Interrupted {
@@ -457,6 +519,12 @@ mod tests {
         // A second listen replaces the stale socket file.
         drop(l);
         let l = listen(&addr, 0o660).unwrap();
+        // Bound under a temporary name and renamed into place: nothing else is left.
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["s"]);
         let c = connect(&addr).unwrap();
         let s = accept(l.as_fd()).unwrap().expect("a pending connection");
         // SAFETY: geteuid has no arguments.

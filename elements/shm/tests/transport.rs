@@ -97,7 +97,13 @@ fn connect_attached(path: &str, el: &gst::Element) -> Client {
 }
 
 fn connect(path: &str) -> Client {
+    connect_ring(path, true)
+}
+
+/// [`connect`], asking for rings or not (`false`: every message on the socket).
+fn connect_ring(path: &str, ring: bool) -> Client {
     let mut c = Client::connect(&Address::new(path, false)).unwrap();
+    c.set_ring(ring);
     wait_for("the hello", || {
         let _ = c.poll_event();
         c.hello().is_some()
@@ -439,6 +445,98 @@ fn buffers_generated_into_the_proposed_pool_travel_without_a_copy() {
         distinct.len() > 1,
         "the pool's slots take turns: {distinct:?}"
     );
+}
+
+/// A stock source with no pool of its own (`GstBaseSrc`'s default: one allocation per
+/// buffer from the allocator the sink proposes) reuses a few segments instead of making
+/// one per buffer, and nothing is copied.
+#[test]
+fn a_source_without_a_pool_reuses_a_bounded_set_of_segments() {
+    init();
+    let path = socket("nopool");
+    let n = 300usize;
+    let pipeline = gst::parse::launch(&format!(
+        "audiotestsrc num-buffers={n} samplesperbuffer=1024 ! fhshmsink name=sink \
+         socket-path={path} wait-for-connection=true max-held=8"
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    let el = pipeline.by_name("sink").unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let mut c = connect(&path);
+    let mut segments = std::collections::BTreeSet::new();
+    for _ in 0..n {
+        let v = next_buffer(&mut c);
+        assert_eq!(v.as_ref().len(), 1024 * 2, "S16LE mono");
+        segments.insert(v.msg.segment);
+    }
+    let s = stats(&el);
+    pipeline.set_state(gst::State::Null).unwrap();
+    assert_eq!(field(&s, "bytes-copied"), 0, "{s}");
+    // Before the allocator kept freed regions, each buffer was a new memfd segment
+    // (300 here); now as many as are in flight at once: the consumer's max-held and
+    // the one the sink waits with.
+    assert!(
+        segments.len() <= 12,
+        "{} segments for {n} buffers",
+        segments.len()
+    );
+}
+
+/// A consumer with rings reads its buffers from the ring and writes its releases into
+/// its release ring: while it is busy (buffers wait for it), no socket packet and no
+/// release message per buffer.
+#[test]
+fn a_ring_consumer_makes_no_system_call_per_buffer_while_busy() {
+    let path = socket("ringbusy");
+    let (mut h, el) = sink_harness(&path, &[("max-held", "256"), ("copy-slots", "64")]);
+    let mut c = connect_attached(&path, &el);
+    wait_for("the rings", || {
+        let _ = c.poll_event();
+        c.ring_packets().1
+    });
+    let (socket_before, _) = c.packet_counts();
+    let (ring_before, _) = c.ring_packets();
+    let rounds = 50u64;
+    let mut got = 0u64;
+    for round in 0..rounds {
+        for i in 0..40 {
+            let k = round * 40 + i;
+            h.push(buffer(k * 100, 100, k)).unwrap();
+        }
+        for _ in 0..40 {
+            let v = next_buffer(&mut c);
+            assert_eq!(v.as_ref(), &pattern(got * 100, 100)[..]);
+            assert_eq!(v.msg.pts, got);
+            got += 1;
+        }
+    }
+    let n = rounds * 40;
+    wait_for("every release", || {
+        let _ = c.wait_event(5);
+        field(&stats(&el), "released") == n
+    });
+    let s = stats(&el);
+    let from_ring = c.ring_packets().0 - ring_before;
+    let from_socket = c.packet_counts().0 - socket_before - from_ring;
+    assert_eq!(from_ring, n, "every buffer from the ring");
+    // At most a wake-up per round (the consumer may have slept between them).
+    assert!(
+        from_socket <= rounds,
+        "{from_socket} socket packets for {n} buffers"
+    );
+    assert_eq!(field(&s, "release-messages"), 0, "{s}");
+    assert_eq!(c.releaser().counts(), (0, 0));
+    let (ring_released, wakes) = c.releaser().ring_counts();
+    assert_eq!(ring_released, n);
+    // Wake-ups to the producer: at most one per batch's worth of unread releases (16
+    // here), plus one per round for a producer that announced it sleeps.
+    assert!(
+        wakes <= n / 16 + rounds,
+        "{wakes} wake-ups for {n} releases"
+    );
+    assert_eq!(field(&s, "pool-in-use"), 0);
 }
 
 #[test]
@@ -864,6 +962,7 @@ fn a_producer_that_lies_gets_a_clear_error() {
     let mut o = Vec::new();
     proto::encode(
         &Msg::Hello {
+            version: proto::VERSION,
             consumer: 1,
             on_full: proto::OnFull::Block,
             max_held: 4,
@@ -910,6 +1009,7 @@ fn hello_bytes(version: u16) -> Vec<u8> {
     let mut o = Vec::new();
     proto::encode(
         &Msg::Hello {
+            version: proto::VERSION,
             consumer: 1,
             on_full: proto::OnFull::Block,
             max_held: 4,
@@ -963,8 +1063,8 @@ fn consumers_refuse_a_lying_batch_and_another_protocol_version_with_a_clear_erro
         (
             "version1",
             vec![hello_bytes(1)],
-            "protocol version 1, this side speaks 2",
-            "refused: not a Firehose shared-memory producer of protocol version 2",
+            "protocol version 1, this side speaks 2 to 3",
+            "refused: not a Firehose shared-memory producer of protocol version 2 or 3 (it speaks 1)",
         ),
     ] {
         // The Rust client.
@@ -1049,6 +1149,7 @@ fn fake_producer_announcing(
     let mut o = Vec::new();
     proto::encode(
         &Msg::Hello {
+            version: proto::VERSION,
             consumer: 1,
             on_full: proto::OnFull::Block,
             max_held: 4,
@@ -1353,7 +1454,9 @@ fn read_and_release(h: &mut Harness, el: &gst::Element, c: &mut Client, n: u64) 
 fn releases_travel_in_batches_and_the_producer_takes_both() {
     let path = socket("batch");
     let (mut h, el) = sink_harness(&path, &[("max-held", "256"), ("copy-slots", "64")]);
-    let mut c = connect(&path);
+    // Release messages are the socket's way: no rings here (see
+    // `a_ring_consumer_makes_no_system_call_per_buffer_while_busy` for those).
+    let mut c = connect_ring(&path, false);
     assert_eq!(
         c.releaser().batch(),
         16,
@@ -1373,7 +1476,7 @@ fn releases_travel_in_batches_and_the_producer_takes_both() {
     assert_eq!(field(&s, "releases-unknown"), 0);
     assert_eq!(field(&s, "pool-in-use"), 0);
     // A batch of 1 is a message per buffer, as before batching; the producer takes both.
-    let mut one = connect(&path);
+    let mut one = connect_ring(&path, false);
     one.set_release_batch(1);
     drop(c);
     wait_for("detach", || field(&stats(&el), "consumers") == 1);
@@ -1483,6 +1586,7 @@ fn the_python_consumer_batches_its_releases_when_behind() {
         time.sleep(1)\n\
         n = 0\n\
         for item in c:\n    with item:\n        n += int(item.data[0] == n % 251)\n\
+        c.flush_releases()\n\
         print('items=%d batch=%d messages=%d released=%d' % ((n, c._release.batch) + c.release_counts))\n";
     let child = Command::new(&py)
         .args(["-c", script, &path])

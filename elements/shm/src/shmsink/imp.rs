@@ -31,6 +31,14 @@ const DEFAULT_COPY_SLOTS: u32 = 16;
 const MIN_COPY_SLOT: usize = 64 * 1024;
 /// How often the service thread looks at its stop flag when nothing happens.
 const SERVICE_POLL_MS: i32 = 100;
+/// While buffers keep coming and consumers read rings, the service thread reads their
+/// release rings this often without announcing that it sleeps (so a release needs no
+/// wake-up); once a tick passes without a buffer it announces it (the streaming thread
+/// may be waiting upstream for the slots those releases free) and sleeps until woken.
+const RING_TICK_NS: u64 = 200_000;
+/// An environment variable: the tick in microseconds instead of [`RING_TICK_NS`] (for
+/// measurements: a shorter tick returns slots sooner, at the cost of more wake-ups).
+const RING_TICK_ENV: &str = "FIREHOSE_SHM_TICK_US";
 
 #[derive(Debug, Clone)]
 struct Settings {
@@ -78,6 +86,9 @@ struct Shared {
     hub: Mutex<Hub<gst::Buffer>>,
     /// Signalled when a consumer released something or left (a blocked render waits).
     released: Condvar,
+    /// Renders waiting on `released` (changed and read under the hub's lock): nobody is
+    /// signalled, and no `futex` call made, when nobody waits.
+    waiters: std::sync::atomic::AtomicUsize,
     flushing: AtomicBool,
     stop: AtomicBool,
 }
@@ -145,6 +156,12 @@ impl ElementStats for ShmSink {
             ("metas-dropped", h.metas_dropped.get()),
             ("batches", h.batches.get()),
             ("batched-messages", h.batched.get()),
+            ("ring-consumers", h.ring_consumers.get()),
+            ("ring-packets", h.ring_packets.get()),
+            ("ring-full", h.ring_full.get()),
+            ("ring-releases", h.ring_releases.get()),
+            ("wakes-sent", h.wakes_sent.get()),
+            ("wakes-received", h.wakes_received.get()),
         ] {
             s.set(name, v);
         }
@@ -155,7 +172,8 @@ impl ElementStats for ShmSink {
 
 const HUB_COUNTERS: &str = "consumers, consumers-drop, consumers-total, consumers-lost, \
                             consumers-malformed, messages, released, release-messages, releases-unknown, drops-held, drops-socket-full, drops-flushing, \
-                            metas-dropped, batches, batched-messages, pool-* (the copy pool)";
+                            metas-dropped, batches, batched-messages, ring-consumers, ring-packets, \
+                            ring-full, ring-releases, wakes-sent, wakes-received, pool-* (the copy pool)";
 
 /// The service thread: accepts consumers (checking their uid), reads their releases
 /// and notices when they go away.
@@ -171,8 +189,43 @@ fn serve(
     let on_full: OnFull = settings.on_full.into();
     let mut ids = Vec::new();
     let mut pfds: Vec<libc::pollfd> = Vec::new();
+    let (mut epoch, mut last_buffers) = (0u64, u64::MAX);
+    // Whether the last round read releases from a ring: then it ticks once more before
+    // it announces that it sleeps (a consumer that keeps releasing to an idle producer
+    // would otherwise wake it for every few).
+    let mut drained = false;
+    let tick_ns = std::env::var(RING_TICK_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(RING_TICK_NS, |us| us.max(1) * 1000);
     while !shared.stop.load(Ordering::Acquire) {
-        lock(&shared.hub).poll_set(&mut ids);
+        let mut active = std::mem::take(&mut drained);
+        let rings = {
+            let mut hub = lock(&shared.hub);
+            if hub.drain_rings() {
+                shared.wake_waiters();
+                active = true;
+            }
+            hub.poll_set(&mut ids);
+            hub.has_rings()
+        };
+        // With rings: a short tick while buffers come, else an announced sleep.
+        let mut asleep = false;
+        let timeout_ns = if !rings {
+            SERVICE_POLL_MS as u64 * 1_000_000
+        } else if counters.buffers.get() != last_buffers || active {
+            last_buffers = counters.buffers.get();
+            tick_ns
+        } else {
+            epoch += 1;
+            if lock(&shared.hub).rings_asleep(epoch) {
+                // Releases came as it announced: read them first.
+                lock(&shared.hub).rings_asleep(0);
+                continue;
+            }
+            asleep = true;
+            SERVICE_POLL_MS as u64 * 1_000_000
+        };
         pfds.clear();
         pfds.push(pollfd(listener.as_raw_fd()));
         pfds.extend(ids.iter().map(|&(fd, _, out)| {
@@ -183,8 +236,16 @@ fn serve(
             }
             p
         }));
-        // SAFETY: `pfds` is a live array of `len` pollfds.
-        let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as _, SERVICE_POLL_MS) };
+        let ts = libc::timespec {
+            tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+        };
+        // SAFETY: `pfds` is a live array of `len` pollfds, `ts` a live timespec; no
+        // signal mask.
+        let n = unsafe { libc::ppoll(pfds.as_mut_ptr(), pfds.len() as _, &ts, std::ptr::null()) };
+        if asleep {
+            lock(&shared.hub).rings_asleep(0);
+        }
         if n <= 0 {
             // Also sees block-mode consumers whose socket stays full (stuck).
             if ids.iter().any(|i| i.2) {
@@ -226,6 +287,8 @@ fn serve(
         }
         {
             let mut hub = lock(&shared.hub);
+            drained = hub.drain_rings();
+            changed |= drained;
             for (p, &(_, id, _)) in pfds[1..].iter().zip(&ids) {
                 if p.revents & !libc::POLLOUT != 0 {
                     changed |= hub.service(id);
@@ -247,10 +310,34 @@ fn serve(
                     }
                 }
             }
+            if changed {
+                shared.wake_waiters();
+            }
         }
-        if changed {
-            shared.released.notify_all();
+    }
+}
+
+impl Shared {
+    /// Wakes the renders waiting on `released`, if any (call with the hub's lock held).
+    fn wake_waiters(&self) {
+        if self.waiters.load(Ordering::Relaxed) > 0 {
+            self.released.notify_all();
         }
+    }
+
+    /// Waits on `released` for at most 50 ms, counted in `waiters`.
+    fn wait<'a>(
+        &self,
+        hub: std::sync::MutexGuard<'a, Hub<gst::Buffer>>,
+    ) -> std::sync::MutexGuard<'a, Hub<gst::Buffer>> {
+        self.waiters.fetch_add(1, Ordering::Relaxed);
+        let hub = self
+            .released
+            .wait_timeout(hub, Duration::from_millis(50))
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+        self.waiters.fetch_sub(1, Ordering::Relaxed);
+        hub
     }
 }
 
@@ -367,12 +454,7 @@ impl ShmSink {
                 if self.shared.flushing.load(Ordering::Acquire) {
                     return Err(gst::FlowError::Flushing);
                 }
-                hub = self
-                    .shared
-                    .released
-                    .wait_timeout(hub, Duration::from_millis(50))
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
+                hub = self.shared.wait(hub);
             }
         }
         let Some((segment, offset, len, item)) = self.locate(state, buf)? else {
@@ -395,18 +477,20 @@ impl ShmSink {
         crate::metas::read_reusing(buf, &mut msg.metas, &mut state.spare_packets);
         let shared = &self.shared;
         let mut hub = lock(&shared.hub);
+        hub.drain_rings();
         if hub.must_wait() {
             hub.flush();
         }
-        while hub.must_wait() {
+        loop {
+            // Releases in rings count before anything waits.
+            hub.drain_rings();
+            if !hub.must_wait() {
+                break;
+            }
             if shared.flushing.load(Ordering::Acquire) {
                 return Err(gst::FlowError::Flushing);
             }
-            hub = shared
-                .released
-                .wait_timeout(hub, Duration::from_millis(50))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            hub = shared.wait(hub);
         }
         hub.queue(msg, item, &shared.flushing);
         if flush {

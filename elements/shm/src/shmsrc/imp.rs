@@ -342,7 +342,11 @@ impl PushSrcImpl for ShmSrc {
                     }
                     Ok(None) => {
                         let fd = state.client.fd().as_raw_fd();
-                        let _ = firehose_core::wake::wait_readable(fd, &waker, WAIT_MS);
+                        let _ = match state.client.nap_ns() {
+                            // The ring was empty: look again soon (nobody wakes a nap).
+                            Some(ns) => firehose_core::wake::wait_readable_ns(fd, &waker, ns),
+                            None => firehose_core::wake::wait_readable(fd, &waker, WAIT_MS),
+                        };
                     }
                     Err(e) => return Err(self.fail(&e)),
                 }
