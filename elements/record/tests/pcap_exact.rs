@@ -1,7 +1,8 @@
 //! A pcap recording is byte for byte what the format says: the file written through the
-//! staging blocks (payloads copied with streaming stores where the CPU has them, at every
-//! alignment the record headers give them, across block boundaries, several blocks in
-//! flight) equals a file built here independently, header by header.
+//! staging blocks (stored in whole cache lines with streaming stores where the CPU has
+//! them, payloads at every alignment the record headers give them, across block
+//! boundaries, several blocks in flight) equals a file built here independently, header
+//! by header.
 
 mod common;
 
@@ -11,23 +12,11 @@ use common::{batch, payload, read_capture, record, TempDir};
 use firehose_core::stats::names;
 
 /// Payload lengths covering short and long payloads at every alignment: a spread from 1
-/// to 9000 bytes, and the lengths around the streaming-copy threshold and page sizes.
+/// to 9000 bytes, and the lengths around a cache line and page sizes.
 fn lengths() -> Vec<usize> {
     let mut v: Vec<usize> = (0..240).map(|i| (i * 1237) % 9000 + 1).collect();
-    let t = firehose_record::disk::stage::STREAMING_MIN_BYTES;
     v.extend([
-        t - 1,
-        t,
-        t + 1,
-        4095,
-        4096,
-        4097,
-        8191,
-        8192,
-        8193,
-        64,
-        63,
-        1,
+        1023, 1024, 1025, 4095, 4096, 4097, 8191, 8192, 8193, 64, 63, 65, 1,
     ]);
     v
 }
