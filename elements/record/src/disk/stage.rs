@@ -246,18 +246,18 @@ fn put_lines(block: &mut [u8], fill: usize, line: &mut Line, data: &[u8]) {
         line.0[part..part + k].copy_from_slice(&data[..k]);
         pos += k;
         data = &data[k..];
-        if pos % 64 == 0 {
+        if pos.is_multiple_of(64) {
             store(&mut block[pos - 64..pos], &line.0);
         }
     }
+    // Here `pos` starts a line (the one above was completed), or nothing is left.
     let whole = data.len() / 64 * 64;
     if whole > 0 {
         store(&mut block[pos..pos + whole], &data[..whole]);
-        pos += whole;
-        data = &data[whole..];
     }
-    // Here `pos` starts a line (the one above was completed, or nothing is left).
-    line.0[..data.len()].copy_from_slice(data);
+    // The rest starts the next line.
+    let rest = &data[whole..];
+    line.0[..rest.len()].copy_from_slice(rest);
 }
 
 /// Copies with streaming stores, or as usual where the CPU has none.
