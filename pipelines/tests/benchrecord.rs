@@ -90,6 +90,59 @@ fn quick_record_bench_produces_a_table() {
 }
 
 #[test]
+fn writers_chooses_the_rows_and_their_turns() {
+    let dir = temp_path("bench-record-writers");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = run(
+        &[
+            "bench",
+            "record",
+            "--quick",
+            "--size",
+            "16M",
+            "--writers",
+            "pcap,fio,raw",
+            "--dir",
+            dir.to_str().unwrap(),
+        ],
+        Duration::from_secs(300),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.all());
+    let rows: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| writer"))
+        .map(|l| l.split('|').nth(1).unwrap().trim())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            "fhrecordsink format=pcap",
+            "fio libaio",
+            "fhrecordsink format=raw"
+        ],
+        "{}",
+        out.all()
+    );
+    // pcap took its turn before fio, and is still compared with it and with raw.
+    let pcap = out.stderr.find("round 1: fhrecordsink format=pcap");
+    let fio = out.stderr.find("round 1: fio libaio");
+    assert!(pcap.is_some() && pcap < fio, "{}", out.all());
+    assert!(
+        out.stdout
+            .contains("fhrecordsink format=pcap against fhrecordsink format=raw in the same round"),
+        "{}",
+        out.all()
+    );
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "files cleaned up"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn record_bench_usage_errors() {
     let out = run(
         &["bench", "record", "--block-size", "1000"],
@@ -102,4 +155,14 @@ fn record_bench_usage_errors() {
         Duration::from_secs(30),
     );
     assert_eq!(out.code, Some(2), "{}", out.all());
+    let out = run(
+        &["bench", "record", "--writers", "fio,tape"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.code, Some(2), "{}", out.all());
+    assert!(
+        out.stderr.contains("unknown writer 'tape'"),
+        "{}",
+        out.all()
+    );
 }

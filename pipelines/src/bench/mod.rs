@@ -222,6 +222,15 @@ pub struct RecordArgs {
     /// Payload bytes per packet of the test stream feeding the GStreamer writers
     #[arg(long, default_value_t = 8192, value_parser = parse_size)]
     packet_size: u32,
+    /// Writers, in the order they take their turn in each round: fio (the reference
+    /// the ratios are taken against), fio-fresh, raw, pcap, filesink
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "fio,fio-fresh,raw,pcap,filesink",
+        value_parser = record::parse_writer
+    )]
+    writers: Vec<record::Writer>,
     #[command(flatten)]
     run: RunArgs,
 }
@@ -734,6 +743,7 @@ fn record(a: RecordArgs) -> i32 {
         repeat: a.run.repeat(),
         block_size: a.block_size,
         packet_size: a.packet_size,
+        writers: a.writers,
         ..Default::default()
     };
     if let Some(d) = a.dir {

@@ -47,6 +47,48 @@ pub struct Options {
     pub plot: Option<PathBuf>,
     /// Short runs.
     pub quick: bool,
+    /// The writers, in the order they take their turn in each round.
+    pub writers: Vec<Writer>,
+}
+
+/// One of the writers `bench record` can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writer {
+    /// fio as is: the reference every ratio is taken against.
+    Fio,
+    /// fio with `--refill_buffers`.
+    FioFresh,
+    /// fhrecordsink format=raw.
+    Raw,
+    /// fhrecordsink format=pcap.
+    Pcap,
+    /// filesink (page cache).
+    Filesink,
+}
+
+/// Every writer, in the default order.
+pub const ALL_WRITERS: [Writer; 5] = [
+    Writer::Fio,
+    Writer::FioFresh,
+    Writer::Raw,
+    Writer::Pcap,
+    Writer::Filesink,
+];
+
+/// Parses a `--writers` entry: fio, fio-fresh, raw, pcap, filesink.
+pub fn parse_writer(s: &str) -> Result<Writer, String> {
+    Ok(match s.trim() {
+        "fio" => Writer::Fio,
+        "fio-fresh" => Writer::FioFresh,
+        "raw" => Writer::Raw,
+        "pcap" => Writer::Pcap,
+        "filesink" => Writer::Filesink,
+        other => {
+            return Err(format!(
+                "unknown writer '{other}': choose from fio, fio-fresh, raw, pcap, filesink"
+            ))
+        }
+    })
 }
 
 impl Default for Options {
@@ -60,6 +102,7 @@ impl Default for Options {
             out: None,
             plot: None,
             quick: false,
+            writers: ALL_WRITERS.to_vec(),
         }
     }
 }
@@ -74,6 +117,10 @@ const FIO: &str = "fio libaio";
 const FIO_FRESH: &str = "fio libaio --refill_buffers";
 /// The row name of the page-cache reference.
 const FILESINK: &str = "filesink";
+/// The row name of fhrecordsink format=raw.
+const RAW: &str = "fhrecordsink format=raw";
+/// The row name of fhrecordsink format=pcap.
+const PCAP: &str = "fhrecordsink format=pcap";
 /// What fhrecordsink must reach, as a share of fio's figure in the same round.
 pub const TARGET: f64 = 0.95;
 
@@ -226,7 +273,8 @@ fn run_pipeline(o: &Options, writer: &str, sink: &str, path: &Path) -> Result<Ro
     })
 }
 
-fn writers(o: &Options) -> Vec<(String, String, PathBuf)> {
+/// The row name, pipeline tail and file of each GStreamer writer.
+fn gst_writer(o: &Options, w: Writer) -> Option<(String, String, PathBuf)> {
     let p = |name: &str| {
         o.dir.join(format!(
             "firehose-bench-record-{}.{name}",
@@ -240,18 +288,25 @@ fn writers(o: &Options) -> Vec<(String, String, PathBuf)> {
             o.block_size
         )
     };
-    let raw = p("raw");
-    let pcap = p("pcap");
-    let file = p("filesink");
-    vec![
-        ("fhrecordsink format=raw".into(), rec("raw", &raw), raw),
-        ("fhrecordsink format=pcap".into(), rec("pcap", &pcap), pcap),
-        (
-            FILESINK.into(),
-            format!("filesink location={} sync=false", file.display()),
-            file,
-        ),
-    ]
+    Some(match w {
+        Writer::Fio | Writer::FioFresh => return None,
+        Writer::Raw => {
+            let raw = p("raw");
+            (RAW.into(), rec("raw", &raw), raw)
+        }
+        Writer::Pcap => {
+            let pcap = p("pcap");
+            (PCAP.into(), rec("pcap", &pcap), pcap)
+        }
+        Writer::Filesink => {
+            let file = p("filesink");
+            (
+                FILESINK.into(),
+                format!("filesink location={} sync=false", file.display()),
+                file,
+            )
+        }
+    })
 }
 
 fn cleanup(path: &Path) {
@@ -278,6 +333,8 @@ pub struct Summary {
     pub vs_fresh: Option<Spread>,
     /// The same against filesink.
     pub vs_filesink: Option<Spread>,
+    /// The same against fhrecordsink format=raw.
+    pub vs_raw: Option<Spread>,
 }
 
 /// Sums up `runs[i]` (writer i's rounds, in order), each against the reference writers'
@@ -307,6 +364,7 @@ pub fn summarize(runs: &[Vec<Row>]) -> Vec<Summary> {
                 vs_fio: per_round(r, find(FIO)),
                 vs_fresh: per_round(r, find(FIO_FRESH)),
                 vs_filesink: per_round(r, find(FILESINK)),
+                vs_raw: per_round(r, find(RAW)),
             })
         })
         .collect()
@@ -321,22 +379,36 @@ pub fn run(o: &Options) -> i32 {
     let fio_path = o
         .dir
         .join(format!("firehose-bench-record-{}.fio", std::process::id()));
-    let gst_writers = writers(o);
-    let mut names = vec![FIO.to_string(), FIO_FRESH.to_string()];
-    names.extend(gst_writers.iter().map(|w| w.0.clone()));
+    // Each writer once, in the order given.
+    let mut order: Vec<Writer> = Vec::new();
+    for &w in &o.writers {
+        if !order.contains(&w) {
+            order.push(w);
+        }
+    }
+    let names: Vec<String> = order
+        .iter()
+        .map(|&w| match w {
+            Writer::Fio => FIO.to_string(),
+            Writer::FioFresh => FIO_FRESH.to_string(),
+            _ => gst_writer(o, w).map(|g| g.0).unwrap_or_default(),
+        })
+        .collect();
     let mut runs: Vec<Vec<Row>> = vec![Vec::new(); names.len()];
     let mut failure = None;
     'rounds: for round in 0..o.repeat {
-        for (i, name) in names.iter().enumerate() {
-            let result = if i < 2 {
-                let r = run_fio(o, &fio_path, i == 1);
-                cleanup(&fio_path);
-                r
-            } else {
-                let (_, sink, path) = &gst_writers[i - 2];
-                let r = run_pipeline(o, name, sink, path);
-                cleanup(path);
-                r
+        for (i, (name, &w)) in names.iter().zip(&order).enumerate() {
+            let result = match gst_writer(o, w) {
+                None => {
+                    let r = run_fio(o, &fio_path, w == Writer::FioFresh);
+                    cleanup(&fio_path);
+                    r
+                }
+                Some((_, sink, path)) => {
+                    let r = run_pipeline(o, name, &sink, &path);
+                    cleanup(&path);
+                    r
+                }
             };
             match result {
                 Ok(row) => {
@@ -564,6 +636,16 @@ pub fn report(o: &Options, rows: &[Summary], took: Duration, failure: Option<&st
             fmt_ratio(x.vs_fresh.as_ref()),
         );
     }
+    if let Some(p) = rows.iter().find(|x| x.writer == PCAP) {
+        if let Some(v) = &p.vs_raw {
+            let _ = writeln!(
+                r,
+                "- {PCAP} against {RAW} in the same round (GB/s of file bytes, record \
+                 headers included): {}",
+                fmt_ratio(Some(v))
+            );
+        }
+    }
     r
 }
 
@@ -649,6 +731,14 @@ mod tests {
         );
         assert!(r.contains("format=pcap: 0.80× (0.77–0.83)"), "{r}");
         assert!(r.contains("0.95×: **missed**"), "{r}");
+        // pcap against raw, round by round: 1.02/1.2, 1.04/1.25, 1.0/1.3.
+        assert!(
+            r.contains(
+                "fhrecordsink format=pcap against fhrecordsink format=raw in the same round \
+                 (GB/s of file bytes, record headers included): 0.83× (0.77–0.85)"
+            ),
+            "{r}"
+        );
         assert!(!r.contains("not a disk measurement"), "{r}");
     }
 
@@ -666,6 +756,22 @@ mod tests {
         let r = report(&o, &summarize(&runs), Duration::from_secs(1), None);
         assert!(r.contains("**--quick: not a disk measurement.**"), "{r}");
         assert!(r.contains("target ≥ 0.95×: not judged"), "{r}");
+    }
+
+    #[test]
+    fn writers_are_parsed_by_name_and_unknown_ones_are_refused() {
+        let ws: Result<Vec<Writer>, String> = "fio,pcap,raw".split(',').map(parse_writer).collect();
+        assert_eq!(ws, Ok(vec![Writer::Fio, Writer::Pcap, Writer::Raw]));
+        let all: Result<Vec<Writer>, String> = "fio,fio-fresh,raw,pcap,filesink"
+            .split(',')
+            .map(parse_writer)
+            .collect();
+        assert_eq!(all, Ok(ALL_WRITERS.to_vec()));
+        let e = parse_writer("pcapng").unwrap_err();
+        assert!(
+            e.contains("unknown writer 'pcapng'") && e.contains("filesink"),
+            "{e}"
+        );
     }
 
     #[test]
