@@ -519,9 +519,14 @@ impl ConsumerRing {
         true
     }
 
-    /// Announces that this consumer reads again.
+    /// Announces that this consumer reads again. Only this consumer writes the word, so
+    /// it is written only when set: an awake consumer (every poll calls this) does not
+    /// take the producer's cached copy of the line away once per buffer.
     pub fn wake(&self) {
-        self.rels.word(C_ASLEEP).store(0, Ordering::Relaxed);
+        let w = self.rels.word(C_ASLEEP);
+        if w.load(Ordering::Relaxed) != 0 {
+            w.store(0, Ordering::Relaxed);
+        }
     }
 }
 
