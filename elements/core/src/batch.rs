@@ -24,6 +24,18 @@ impl PacketAddr {
         (self.ip, self.port)
     }
 
+    /// The address from its 16 bytes (IPv6 in network order), its port and whether it
+    /// is IPv4: `v4` holds only for an IPv4-mapped address (`::ffff:a.b.c.d`), as from
+    /// `From<SocketAddr>`; an address that is not mapped is IPv6 whatever `v4` says.
+    pub fn from_octets(ip: [u8; 16], port: u16, v4: bool) -> Self {
+        let mapped = ip[..10] == [0; 10] && ip[10..12] == [0xff, 0xff];
+        Self {
+            ip,
+            port,
+            v4: v4 && mapped,
+        }
+    }
+
     /// Whether the source did not know the sender: port 0 and the unspecified
     /// address (what `PacketAddr::default()` holds).
     pub fn is_unknown(&self) -> bool {
@@ -213,6 +225,27 @@ mod tests {
             let a: SocketAddr = s.parse().unwrap();
             assert_eq!(PacketAddr::from(a).to_socket_addr(), a);
         }
+    }
+
+    #[test]
+    fn from_octets_agrees_with_from_socket_addr() {
+        for s in [
+            "10.1.2.3:9",
+            "[::1]:7148",
+            "[fe80::1]:1",
+            "[::ffff:10.0.0.1]:5",
+            "0.0.0.0:0",
+        ] {
+            let a: SocketAddr = s.parse().unwrap();
+            let p = PacketAddr::from(a);
+            let (ip, port) = p.octets();
+            let v4 = a.is_ipv4();
+            assert_eq!(PacketAddr::from_octets(ip, port, v4), p, "{s}");
+        }
+        // A v4 flag on an address that is not IPv4-mapped: IPv6, as via SocketAddr.
+        let v6: SocketAddr = "[fe80::1]:1".parse().unwrap();
+        let (ip, port) = PacketAddr::from(v6).octets();
+        assert_eq!(PacketAddr::from_octets(ip, port, true).to_socket_addr(), v6);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Firehose's buffer metas to and from their wire form ([`crate::proto::WireMeta`]): the
 //! message meta, the packet batch meta and the chunk meta. Other metas do not travel.
 
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::IpAddr;
 
 use firehose_core::meta::chunk::{ChunkInfo, ChunkMeta};
 use firehose_core::meta::message::{self, Message};
@@ -71,6 +71,26 @@ pub fn recycle(metas: &mut Vec<WireMeta>, spare: &mut Vec<PacketMeta>) {
     }
 }
 
+// `packet_infos` converts in place only while the two have one size and alignment.
+const _: () = assert!(
+    std::mem::size_of::<PacketMeta>() == std::mem::size_of::<PacketInfo>()
+        && std::mem::align_of::<PacketMeta>() == std::mem::align_of::<PacketInfo>()
+);
+
+/// The packet list of a batch as the meta holds it, converted in place: a `PacketMeta`
+/// and a `PacketInfo` have one size and alignment, so the decoded list's allocation
+/// becomes the meta's (no allocation, one pass).
+fn packet_infos(ps: Vec<PacketMeta>) -> Vec<PacketInfo> {
+    ps.into_iter()
+        .map(|p| PacketInfo {
+            offset: p.offset,
+            len: p.len,
+            rx_time_ns: p.rx_time_ns,
+            src: PacketAddr::from_octets(p.ip, p.port, p.v4),
+        })
+        .collect()
+}
+
 /// Attaches `metas` to `buf`; with `readable`, a packet batch also gets its
 /// `FirehoseBatchMeta` (the metas every language reads). A chunk's readable meta does
 /// not travel: its per-slot byte counts are not on the wire.
@@ -87,22 +107,7 @@ pub fn write(buf: &mut gst::BufferRef, metas: Vec<WireMeta>, readable: bool) {
                 },
             ),
             WireMeta::Packets(ps) => {
-                let packets = ps
-                    .iter()
-                    .map(|p| {
-                        let v6 = Ipv6Addr::from(p.ip);
-                        let ip = match (p.v4, v6.to_ipv4_mapped()) {
-                            (true, Some(v4)) => IpAddr::V4(v4),
-                            _ => IpAddr::V6(v6),
-                        };
-                        PacketInfo {
-                            offset: p.offset,
-                            len: p.len,
-                            rx_time_ns: p.rx_time_ns,
-                            src: PacketAddr::from(SocketAddr::new(ip, p.port)),
-                        }
-                    })
-                    .collect::<Vec<_>>();
+                let packets = packet_infos(ps);
                 if readable {
                     firehose_core::meta::readable::add_batch(buf, &packets, None);
                 }
@@ -131,6 +136,47 @@ pub fn write(buf: &mut gst::BufferRef, metas: Vec<WireMeta>, readable: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
+
+    #[test]
+    fn packet_list_converts_in_place_and_keeps_addresses() {
+        let addrs = ["10.1.2.3:7148", "[fe80::1]:9", "[::ffff:10.0.0.1]:5"];
+        let ps: Vec<PacketMeta> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let a = a.parse::<SocketAddr>().unwrap();
+                let (ip, port) = PacketAddr::from(a).octets();
+                PacketMeta {
+                    offset: i as u32 * 100,
+                    len: 40,
+                    rx_time_ns: i as u64,
+                    ip,
+                    port,
+                    v4: a.is_ipv4(),
+                }
+            })
+            .collect();
+        let at = ps.as_ptr() as usize;
+        let infos = packet_infos(ps);
+        assert_eq!(infos.as_ptr() as usize, at, "no new allocation");
+        for (i, (p, a)) in infos.iter().zip(addrs).enumerate() {
+            assert_eq!(p.src.to_socket_addr(), a.parse::<SocketAddr>().unwrap());
+            assert_eq!(
+                (p.offset, p.len, p.rx_time_ns),
+                (i as u32 * 100, 40, i as u64)
+            );
+        }
+        // A v4 flag on an address that is not IPv4-mapped stays IPv6.
+        let (ip, port) = PacketAddr::from("[fe80::1]:9".parse::<SocketAddr>().unwrap()).octets();
+        let odd = packet_infos(vec![PacketMeta {
+            ip,
+            port,
+            v4: true,
+            ..Default::default()
+        }]);
+        assert_eq!(odd[0].src.to_socket_addr().to_string(), "[fe80::1]:9");
+    }
 
     #[test]
     fn firehose_metas_survive_the_trip() {

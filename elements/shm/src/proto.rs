@@ -688,15 +688,24 @@ fn decode_meta(tag: u16, body: &[u8]) -> Result<Option<WireMeta>, ProtoError> {
         }),
         meta_tag::PACKETS => {
             let n = r.count(PACKET_BYTES, "packet count")?;
+            // All the records at once (`count` checked that they fit), each read at
+            // fixed offsets: no length check per field.
+            let body = r.take(n * PACKET_BYTES, "packets")?;
             let mut ps = Vec::with_capacity(n);
-            for _ in 0..n {
+            for c in body.chunks_exact(PACKET_BYTES) {
+                let c: &[u8; PACKET_BYTES] = c.try_into().expect("chunks_exact");
+                let v4 = match c[34] {
+                    0 => false,
+                    1 => true,
+                    v => return Err(ProtoError::Invalid(format!("packet v4 is {v}, not 0 or 1"))),
+                };
                 ps.push(PacketMeta {
-                    offset: r.u32("packet offset")?,
-                    len: r.u32("packet length")?,
-                    rx_time_ns: r.u64("packet time")?,
-                    ip: r.take(16, "packet address")?.try_into().expect("16"),
-                    port: r.u16("packet port")?,
-                    v4: r.bool("packet v4")?,
+                    offset: u32::from_le_bytes(c[0..4].try_into().expect("4")),
+                    len: u32::from_le_bytes(c[4..8].try_into().expect("4")),
+                    rx_time_ns: u64::from_le_bytes(c[8..16].try_into().expect("8")),
+                    ip: c[16..32].try_into().expect("16"),
+                    port: u16::from_le_bytes(c[32..34].try_into().expect("2")),
+                    v4,
                 });
             }
             WireMeta::Packets(ps)
@@ -1103,6 +1112,25 @@ mod tests {
         let count_at = out.len() - PACKET_BYTES - 4;
         out[count_at..count_at + 4].copy_from_slice(&1_000_000u32.to_le_bytes());
         assert_eq!(decode(&out), Err(ProtoError::Truncated("packet count")));
+        // A v4 flag that is neither 0 nor 1, in the last of several packets; each field
+        // of a packet read back from its place.
+        let p = PacketMeta {
+            offset: 0x0102_0304,
+            len: 0x0506_0708,
+            rx_time_ns: 0x1112_1314_1516_1718,
+            ip: std::array::from_fn(|i| i as u8 + 0x20),
+            port: 0x3132,
+            v4: true,
+        };
+        let mut b = buffer();
+        b.metas = vec![WireMeta::Packets(vec![PacketMeta::default(), p])];
+        encode(&Msg::Buffer(b.clone()), &mut out).unwrap();
+        assert_eq!(decode(&out).unwrap(), Msg::Buffer(b));
+        *out.last_mut().unwrap() = 2;
+        assert_eq!(
+            decode(&out),
+            Err(ProtoError::Invalid("packet v4 is 2, not 0 or 1".into()))
+        );
         // A segment of 0 bytes, or of more than a consumer maps.
         for size in [0, MAX_SEGMENT + 1] {
             encode(&Msg::Segment { id: 1, size: 1 }, &mut out).unwrap();

@@ -519,9 +519,14 @@ impl ConsumerRing {
         true
     }
 
-    /// Announces that this consumer reads again.
+    /// Announces that this consumer reads again. Only this consumer writes the word, so
+    /// it is written only when set: an awake consumer (every poll calls this) does not
+    /// take the producer's cached copy of the line away once per buffer.
     pub fn wake(&self) {
-        self.rels.word(C_ASLEEP).store(0, Ordering::Relaxed);
+        let w = self.rels.word(C_ASLEEP);
+        if w.load(Ordering::Relaxed) != 0 {
+            w.store(0, Ordering::Relaxed);
+        }
     }
 }
 
@@ -658,6 +663,18 @@ mod tests {
         assert!(!p.consumer_asleep(), "once per sleep");
         c.wake();
         assert!(!c.sleep(), "records wait: it reads on instead");
+        // Asleep, then awake again by itself before a record: no wake-up is due (wake
+        // clears the word when set, and a second wake leaves it clear).
+        while c.next(&mut [0u8; 64]).unwrap().is_some() {}
+        assert!(c.sleep());
+        c.wake();
+        c.wake();
+        p.push_packet(b"z").unwrap();
+        assert!(!p.consumer_asleep(), "it woke by itself");
+        while c.next(&mut [0u8; 64]).unwrap().is_some() {}
+        assert!(c.sleep());
+        p.push_packet(b"w").unwrap();
+        assert!(p.consumer_asleep(), "asleep again: wake it");
         // The producer's side.
         p.set_asleep(5);
         assert!(!p.has_releases());

@@ -98,6 +98,14 @@ impl CustomMetaType {
         #[allow(deprecated)] // The quark setter is the one that skips the quark lock on 1.22.
         s.set_value_by_quark(self.quarks[i], v.to_send_value());
     }
+
+    /// Sets field `i` of `s` to `v`, handing `v` itself to the structure: for a boxed
+    /// value (a `GBytes`) no reference taken for the field and dropped after, as
+    /// [`Self::set`] does. The arrays of [`Arrays::finish`] go in this way.
+    pub fn set_owned(&self, s: &mut gst::StructureRef, i: usize, v: impl Into<glib::Value> + Send) {
+        #[allow(deprecated)] // As in `set`.
+        s.set_value_by_quark(self.quarks[i], glib::SendValue::from_owned(v));
+    }
 }
 
 /// Numeric arrays written one after the other into one allocation, each starting at a

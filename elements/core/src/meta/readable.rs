@@ -251,7 +251,7 @@ pub fn add_batch(
     let t = &*BATCH;
     let s = t.add(buffer);
     t.set(s, 0, n as u64);
-    a.finish(|i, b| t.set(s, i + 1, b));
+    a.finish(|i, b| t.set_owned(s, i + 1, b));
 }
 
 /// Attaches the readable chunk meta describing `info` to `buffer`; `bytes_present`
@@ -277,7 +277,7 @@ pub fn add_chunk(buffer: &mut gst::BufferRef, info: &ChunkInfo, bytes_present: &
     t.set(s, 4, info.packets);
     t.set(s, 5, info.bytes);
     t.set(s, 6, pp as u64);
-    a.finish(|i, b| t.set(s, 7 + i, b));
+    a.finish(|i, b| t.set_owned(s, 7 + i, b));
 }
 
 /// The readable batch meta's API type (to find or remove it among a buffer's metas).

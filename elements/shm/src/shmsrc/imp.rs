@@ -101,25 +101,27 @@ impl ShmSrc {
     fn buffer(&self, view: crate::client::BufferView) -> gst::Buffer {
         let mut view = view;
         let metas = std::mem::take(&mut view.msg.metas);
-        let m = view.msg.clone();
+        let m = &view.msg;
+        let (pts, dts, duration, flags, missed, len) =
+            (m.pts, m.dts, m.duration, m.flags, m.missed, m.len);
         let t = |v: u64| (v != NONE_TIME).then(|| gst::ClockTime::from_nseconds(v));
         let mut buf = gst::Buffer::new();
         {
             let b = buf.get_mut().expect("a new buffer is writable");
             b.append_memory(gst::Memory::from_slice(view));
-            b.set_pts(t(m.pts));
-            b.set_dts(t(m.dts));
-            b.set_duration(t(m.duration));
-            let mut flags = gst::BufferFlags::from_bits_truncate(m.flags);
-            if m.missed > 0 {
+            b.set_pts(t(pts));
+            b.set_dts(t(dts));
+            b.set_duration(t(duration));
+            let mut flags = gst::BufferFlags::from_bits_truncate(flags);
+            if missed > 0 {
                 flags |= gst::BufferFlags::DISCONT;
-                self.counters.missed.add(m.missed);
+                self.counters.missed.add(missed);
             }
             b.set_flags(flags);
             crate::metas::write(b, metas, self.readable.wanted());
         }
         self.counters.buffers.add(1);
-        self.counters.bytes.add(m.len);
+        self.counters.bytes.add(len);
         buf
     }
 }
