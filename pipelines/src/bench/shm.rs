@@ -48,6 +48,11 @@ pub struct ShmArgs {
     /// Buffers per Python run, as a fraction of the GStreamer runs' count
     #[arg(long, default_value_t = 0.25)]
     python_share: f64,
+    /// More properties of `fhshmsrc`, space-separated, e.g. "readable-metas=false" (stock
+    /// `shmsrc` makes no metas; fhshmsrc builds the readable FirehoseBatchMeta for the
+    /// bench's `identity ! fakesink`, which do not say they read only the Rust metas)
+    #[arg(long, default_value = "")]
+    src_props: String,
 }
 
 /// What one row measures.
@@ -297,7 +302,7 @@ fn run_once(a: &ShmArgs, peer: Peer, size: u64, n: u64) -> Result<Run, String> {
     } else {
         (
             format!("fhshmsink socket-path={sock} wait-for-connection=true"),
-            format!("fhshmsrc socket-path={sock}"),
+            format!("fhshmsrc socket-path={sock} {}", a.src_props),
         )
     };
     let mut producer =
