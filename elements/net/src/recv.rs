@@ -611,12 +611,10 @@ impl UdpReceiver {
         let mut counts = RecvCounts::default();
         let mut used = 0;
         let mut coalesced = 0;
-        let mut longest = 0;
         let mut batch_time = 0;
         for i in 0..n {
             let base = i * per_msg;
             let len = self.msgs[i].msg_len as usize;
-            longest = longest.max(len);
             used = base + len;
             let (mut rx_time_ns, gso, to) = self.parse_cmsgs(i);
             if rx_time_ns == 0 {
@@ -666,9 +664,6 @@ impl UdpReceiver {
             counts.bytes += len as u64;
         }
         self.coalesce.received(counts.bytes, n as u64);
-        if coalesced == 0 {
-            self.recent_len = longest.clamp(1, self.max_packet);
-        }
         self.learn_batch(n, coalesced, n < vlen);
         Ok(Recv::Batch { used, counts })
     }
@@ -677,7 +672,20 @@ impl UdpReceiver {
     /// `short`: fewer than the batch had room for) to the GRO adaptation and applies
     /// what it decides. [`UdpReceiver::recv_batch`] does this itself; a caller of
     /// [`UdpReceiver::recv_vectored`] does it after reading the messages.
+    /// It also sizes the next batches (see [`UdpReceiver::batch_len`]) for datagrams
+    /// as long as this batch's longest, when none was coalesced: both ways of receiving
+    /// learn it (until 2026-11-26 only `recv_batch` did, and the landing sources took at
+    /// most `batch-bytes` ÷ `max-packet-size` datagrams per receive, 28 by default,
+    /// whatever their length).
     pub fn learn_batch(&mut self, messages: usize, coalesced: usize, short: bool) {
+        if coalesced == 0 && messages > 0 {
+            let longest = self.msgs[..messages]
+                .iter()
+                .map(|m| m.msg_len as usize)
+                .max()
+                .unwrap_or(0);
+            self.recent_len = longest.clamp(1, self.max_packet);
+        }
         let drained = short || std::mem::take(&mut self.emptied);
         self.learn(messages, coalesced, drained);
     }
@@ -1033,6 +1041,40 @@ mod tests {
         // 8000-byte ones: 32; nothing is cut on the way.
         receive(&mut rx, 8000, 5);
         assert_eq!(rx.batch_len(), 32);
+    }
+
+    #[test]
+    fn vectored_receives_learn_the_datagram_length_too() {
+        // As above, through recv_vectored + learn_batch (the landing sources' way).
+        let (mut rx, _) = UdpReceiver::open(&loopback(false, false), 9000, 64, 256 << 10).unwrap();
+        assert_eq!(rx.batch_len(), 29);
+        let port = rx.local_addr().unwrap().port();
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for _ in 0..10 {
+            s.send_to(&[7u8; 1472], ("127.0.0.1", port)).unwrap();
+        }
+        let mut room = vec![0u8; 64 * 9001];
+        let mut iovs: Vec<libc::iovec> = room
+            .chunks_mut(9001)
+            .map(|c| libc::iovec {
+                iov_base: c.as_mut_ptr().cast(),
+                iov_len: c.len(),
+            })
+            .collect();
+        let lens = [1usize; 64];
+        let mut got = 0;
+        while got < 10 {
+            let vlen = rx.batch_len();
+            let n = rx
+                .recv_vectored(&mut iovs, 1, &lens[..vlen], true)
+                .unwrap()
+                .unwrap();
+            assert!((0..n).all(|i| rx.message(i).len == 1472));
+            rx.learn_batch(n, 0, n < vlen);
+            got += n;
+        }
+        assert_eq!(got, 10);
+        assert_eq!(rx.batch_len(), 64);
     }
 
     #[test]
