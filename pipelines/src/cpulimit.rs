@@ -157,6 +157,62 @@ impl CpuLimit {
     }
 }
 
+/// How often a budget held its processes back: from the cgroup's `cpu.stat`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Throttling {
+    /// Quota periods in which the processes ran.
+    pub periods: u64,
+    /// Of those, periods that ended with the processes held back (quota spent).
+    pub throttled: u64,
+    /// Time the processes were held back, µs.
+    pub throttled_us: u64,
+}
+
+impl Throttling {
+    /// Parses `cpu.stat`: cgroup v2 counts `throttled_usec`, v1 `throttled_time` in ns.
+    pub fn parse(text: &str) -> Self {
+        let mut t = Self::default();
+        for line in text.lines() {
+            let mut kv = line.split_whitespace();
+            let (Some(k), Some(v)) = (kv.next(), kv.next().and_then(|v| v.parse::<u64>().ok()))
+            else {
+                continue;
+            };
+            match k {
+                "nr_periods" => t.periods = v,
+                "nr_throttled" => t.throttled = v,
+                "throttled_usec" => t.throttled_us = v,
+                "throttled_time" => t.throttled_us = v / 1000,
+                _ => {}
+            }
+        }
+        t
+    }
+
+    /// What happened between `earlier` and this reading.
+    pub fn since(&self, earlier: &Throttling) -> Throttling {
+        Throttling {
+            periods: self.periods.saturating_sub(earlier.periods),
+            throttled: self.throttled.saturating_sub(earlier.throttled),
+            throttled_us: self.throttled_us.saturating_sub(earlier.throttled_us),
+        }
+    }
+
+    /// Throttled periods as a share of the periods run, 0 to 1 (`None`: none ran).
+    pub fn share(&self) -> Option<f64> {
+        (self.periods > 0).then(|| self.throttled as f64 / self.periods as f64)
+    }
+}
+
+impl CpuLimit {
+    /// The budget's throttling counters so far (`None` when `cpu.stat` cannot be read).
+    pub fn throttling(&self) -> Option<Throttling> {
+        fs::read_to_string(self.dir.join("cpu.stat"))
+            .ok()
+            .map(|t| Throttling::parse(&t))
+    }
+}
+
 /// Prefix of the cgroups this module makes; the rest of the name is the owner's pid.
 const PREFIX: &str = "firehose-bench-";
 
@@ -271,6 +327,35 @@ mod tests {
             fs::read_to_string(l.dir.join("cpu.cfs_quota_us")).unwrap(),
             "15000"
         );
+        drop(l);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn throttling_reads_both_versions_of_cpu_stat() {
+        let v1 = Throttling::parse("nr_periods 200\nnr_throttled 50\nthrottled_time 375000000\n");
+        assert_eq!(
+            v1,
+            Throttling {
+                periods: 200,
+                throttled: 50,
+                throttled_us: 375_000
+            }
+        );
+        let v2 = Throttling::parse(
+            "usage_usec 9\nuser_usec 5\nsystem_usec 4\nnr_periods 300\nnr_throttled 30\n\
+             throttled_usec 2000\n",
+        );
+        let d = v2.since(&v1);
+        assert_eq!((d.periods, d.throttled, d.throttled_us), (100, 0, 0));
+        assert_eq!(v1.share(), Some(0.25));
+        assert_eq!(Throttling::default().share(), None);
+        let root = v1_scratch("stat");
+        let l = CpuLimit::create_in(&root, 0.5).unwrap();
+        assert_eq!(l.throttling(), None, "no cpu.stat yet");
+        fs::write(l.dir.join("cpu.stat"), "nr_periods 4\nnr_throttled 1\n").unwrap();
+        assert_eq!(l.throttling().map(|t| t.throttled), Some(1));
+        fs::remove_file(l.dir.join("cpu.stat")).unwrap();
         drop(l);
         fs::remove_dir_all(&root).unwrap();
     }

@@ -55,6 +55,42 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Datagrams the kernel dropped at the UDP sockets bound to local `port` (their receive
+/// buffers were full), from the `drops` column of /proc/net/udp and /proc/net/udp6:
+/// one receiver's own count, where /proc/net/snmp's counters are the whole host's.
+/// `None` when no such socket is listed.
+pub fn udp_socket_drops(port: u16) -> Option<u64> {
+    let mut found = None;
+    for file in ["/proc/net/udp", "/proc/net/udp6"] {
+        if let Ok(text) = std::fs::read_to_string(file) {
+            if let Some(d) = parse_socket_drops(&text, port) {
+                found = Some(found.unwrap_or(0) + d);
+            }
+        }
+    }
+    found
+}
+
+/// The summed `drops` of the sockets with local port `port` in the text of
+/// /proc/net/udp (or udp6); `None` when there is none.
+pub fn parse_socket_drops(text: &str, port: u16) -> Option<u64> {
+    let want = format!("{port:04X}");
+    let mut found = None;
+    for line in text.lines().skip(1) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // sl local_address rem_address st tx:rx tr:tm retrnsmt uid timeout inode ref
+        // pointer drops
+        let local_port = fields.get(1).and_then(|a| a.rsplit(':').next());
+        if local_port != Some(want.as_str()) {
+            continue;
+        }
+        if let Some(d) = fields.last().and_then(|d| d.parse::<u64>().ok()) {
+            found = Some(found.unwrap_or(0) + d);
+        }
+    }
+    found
+}
+
 /// Kernel-wide IPv4 UDP error counters from /proc/net/snmp.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UdpCounters {
@@ -198,6 +234,20 @@ mod tests {
             }
         );
         assert!(UdpCounters::read().is_ok());
+    }
+
+    #[test]
+    fn socket_drops_parse_and_a_real_socket_is_found() {
+        let text = "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n\
+ 1: 0100007F:1F90 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 1 2 0000000000000000 12\n\
+ 2: 00000000:1F90 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 3 2 0000000000000000 3\n\
+ 3: 0100007F:1F91 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4 2 0000000000000000 99\n";
+        assert_eq!(parse_socket_drops(text, 8080), Some(15));
+        assert_eq!(parse_socket_drops(text, 8081), Some(99));
+        assert_eq!(parse_socket_drops(text, 80), None);
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = s.local_addr().unwrap().port();
+        assert_eq!(udp_socket_drops(port), Some(0));
     }
 
     #[test]

@@ -89,7 +89,19 @@ fn quick_bench_produces_a_table() {
             cpu > 0.0,
             "a receiver that received has a CPU figure: {r:?}"
         );
+        // What one wake-up took (udpsrc reports no receive calls), and how often the
+        // budget held the receiver back (0 to 100 %).
+        if r[3] != "udpsrc" {
+            let per: f64 = r[12].parse().unwrap();
+            assert!((1.0..=64.0).contains(&per), "{r:?}");
+        }
+        let throttled: f64 = r[13].parse().unwrap();
+        assert!((0.0..=100.0).contains(&throttled), "{r:?}");
     }
+    assert!(
+        report.contains("| datagrams per receive | throttled periods % |"),
+        "{report}"
+    );
     // The charts: one per size, next to the report, linked from it.
     for size in [8972, 1472] {
         let svg = md.with_file_name(format!(

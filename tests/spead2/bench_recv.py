@@ -10,10 +10,11 @@ Protocol (the same as `firehose bench-recv`, see pipelines/src/bench/child.rs), 
 each on stdout:
     ready port=P                    bound
     (the parent writes "go": the sender starts; later "stop", or closes stdin)
-    result units=H bytes=B incomplete=I datagrams=P cpu_s=C
+    result units=H bytes=B incomplete=I datagrams=P batches=N cpu_s=C
 where units are complete data heaps (those with item 0x1000: descriptor and stop heaps
 are not counted), bytes their payload, incomplete the heaps spead2 evicted or flushed
-incomplete, and cpu_s the process's user + system time (every spead2 thread included)
+incomplete, batches the receive calls that brought packets (spead2's own count), and
+cpu_s the process's user + system time (every spead2 thread included)
 from "go" until the heap count stops moving after "stop": the same window as every
 other receiver's.
 """
@@ -112,7 +113,7 @@ def run(args):
     incomplete = stats["incomplete_heaps_evicted"] + stats["incomplete_heaps_flushed"]
     print(
         f"result units={counts['heaps']} bytes={counts['bytes']} incomplete={incomplete} "
-        f"datagrams={stats['packets']} cpu_s={c:.4f}",
+        f"datagrams={stats['packets']} batches={stats['batches']} cpu_s={c:.4f}",
         flush=True,
     )
     del stream

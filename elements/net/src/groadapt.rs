@@ -9,9 +9,19 @@
 //! 1.5× the receiver's CPU per GB of the same socket without GRO (docs/benchmarks.md).
 //!
 //! So the receiver watches: after [`PLAIN_AFTER`] messages in a row that each held one
-//! datagram, it turns GRO off on the socket and, once a read has emptied the socket
-//! queue (so no coalesced message from before the switch is left), sizes messages for
-//! one datagram each. Every [`PROBE_EVERY`] it turns GRO on again (message room first,
+//! datagram, it turns GRO off on the socket and, once no coalesced message from before
+//! the switch can be left — a read has emptied the socket queue, or as much payload has
+//! been read as the queue held at the switch ([`GroAdapt::queued_at_switch`]) — sizes
+//! messages for one datagram each. Waiting for an empty queue alone is not enough: a
+//! receiver that is behind (held to a CPU quota, or just loaded) may never see one, and
+//! would take its whole stream in batches sized for 64 KiB messages (4 datagrams per
+//! `recvmmsg` at the default `batch-bytes`), at several times the cost per datagram —
+//! which keeps it behind.
+//!
+//! A limit of the switch: the kernel reports a coalesced message's segment size only
+//! while GRO is on, so a coalesced message still queued at the switch (the stream began
+//! coalescing right after [`PLAIN_AFTER`] plain ones) is read without it and dropped as
+//! `truncated`, counted. Every [`PROBE_EVERY`] it turns GRO on again (message room first,
 //! then the socket option, so a coalesced message never meets a small slot) and looks
 //! whether the stream coalesces now. Nothing is lost or truncated by a switch.
 
@@ -30,7 +40,7 @@ pub enum Mode {
     /// GRO on, watching whether messages are coalesced.
     On,
     /// GRO turned off; messages keep their 64 KiB of room until a read empties the
-    /// queue of what was coalesced before the switch.
+    /// queue, or until what was queued at the switch has been read.
     Draining,
     /// GRO off, one datagram per message, until the next probe.
     Off,
@@ -57,6 +67,9 @@ pub struct GroAdapt {
     since: Instant,
     plain_after: u64,
     probe_every: Duration,
+    /// While draining: payload bytes still to read before everything queued at the
+    /// switch has been (`None`: not known; wait for an empty read).
+    drain_left: Option<u64>,
 }
 
 impl GroAdapt {
@@ -73,6 +86,26 @@ impl GroAdapt {
             since: now,
             plain_after,
             probe_every,
+            drain_left: None,
+        }
+    }
+
+    /// After [`Action::TurnOff`] was applied: the socket held `bytes` of receive buffer
+    /// then (SO_MEMINFO `rmem_alloc`, which charges each datagram at least its
+    /// payload). Datagrams are read in the order they were queued, so once that much
+    /// payload has been read ([`GroAdapt::read`]) every message from before the switch
+    /// has been, and messages are sized for one datagram even if the queue never ran
+    /// empty.
+    pub fn queued_at_switch(&mut self, bytes: u64) {
+        if self.mode == Mode::Draining {
+            self.drain_left = Some(bytes);
+        }
+    }
+
+    /// A batch read `bytes` of payload (counted only while draining).
+    pub fn read(&mut self, bytes: u64) {
+        if let Some(left) = self.drain_left.as_mut() {
+            *left = left.saturating_sub(bytes);
         }
     }
 
@@ -112,8 +145,9 @@ impl GroAdapt {
                 Action::Keep
             }
             Mode::Draining => {
-                if drained {
+                if drained || self.drain_left == Some(0) {
                     self.mode = Mode::Off;
+                    self.drain_left = None;
                     self.since = now();
                 }
                 Action::Keep
@@ -172,6 +206,37 @@ mod tests {
         assert_eq!(a.after_batch(2, 0, true, || t), Action::Keep);
         assert_eq!(a.mode(), Mode::Off);
         assert!(!a.coalescing());
+    }
+
+    #[test]
+    fn draining_ends_once_what_was_queued_at_the_switch_is_read() {
+        let t = Instant::now();
+        let mut a = adapt(t);
+        assert_eq!(a.after_batch(12, 0, false, || t), Action::TurnOff);
+        a.queued_at_switch(10_000);
+        // The queue never runs empty (a receiver behind its stream).
+        a.read(6_000);
+        assert_eq!(a.after_batch(4, 0, false, || t), Action::Keep);
+        assert_eq!(
+            a.mode(),
+            Mode::Draining,
+            "4 000 bytes of the old queue left"
+        );
+        a.read(6_000);
+        assert_eq!(a.after_batch(4, 0, false, || t), Action::Keep);
+        assert_eq!(a.mode(), Mode::Off);
+        assert!(!a.coalescing());
+        // Not draining: neither call changes anything.
+        a.queued_at_switch(5);
+        a.read(1);
+        assert_eq!(a.after_batch(64, 0, false, || t), Action::Keep);
+        assert_eq!(a.mode(), Mode::Off);
+        // Without a count, only an empty read ends the draining.
+        let mut b = adapt(t);
+        b.after_batch(12, 0, false, || t);
+        b.read(1 << 30);
+        assert_eq!(b.after_batch(4, 0, false, || t), Action::Keep);
+        assert_eq!(b.mode(), Mode::Draining);
     }
 
     #[test]

@@ -198,9 +198,8 @@ fn setsockopt_int(sock: &Socket, level: i32, name: i32, value: i32) -> io::Resul
     }
 }
 
-/// The kernel's count of datagrams dropped on this socket (SO_MEMINFO), if available.
-fn socket_drops(sock: &Socket) -> Option<u64> {
-    const SK_MEMINFO_DROPS: usize = 8;
+/// The socket's SO_MEMINFO counters (`SK_MEMINFO_*` indexes), if available.
+fn meminfo(sock: &Socket) -> Option<[u32; 16]> {
     let mut info = [0u32; 16];
     let mut len = mem::size_of_val(&info) as libc::socklen_t;
     // SAFETY: info is a writable buffer of `len` bytes.
@@ -213,7 +212,23 @@ fn socket_drops(sock: &Socket) -> Option<u64> {
             &mut len,
         )
     };
-    (r == 0 && len as usize > SK_MEMINFO_DROPS * 4).then(|| u64::from(info[SK_MEMINFO_DROPS]))
+    // The drop counter is the last field the kernel has filled since Linux 4.16.
+    (r == 0 && len as usize > SK_MEMINFO_DROPS * 4).then_some(info)
+}
+
+/// Index of the drop counter in SO_MEMINFO.
+const SK_MEMINFO_DROPS: usize = 8;
+
+/// The kernel's count of datagrams dropped on this socket (SO_MEMINFO), if available.
+fn socket_drops(sock: &Socket) -> Option<u64> {
+    meminfo(sock).map(|i| u64::from(i[SK_MEMINFO_DROPS]))
+}
+
+/// Receive-buffer bytes the socket's queued datagrams are charged (SO_MEMINFO's
+/// `rmem_alloc`: each datagram's whole allocation, never less than its payload), if
+/// available.
+fn queued_bytes(sock: &Socket) -> Option<u64> {
+    meminfo(sock).map(|i| u64::from(i[libc::SK_MEMINFO_RMEM_ALLOC as usize]))
 }
 
 fn parse_ip(what: &str, s: &str) -> Result<IpAddr, OpenError> {
@@ -596,12 +611,10 @@ impl UdpReceiver {
         let mut counts = RecvCounts::default();
         let mut used = 0;
         let mut coalesced = 0;
-        let mut longest = 0;
         let mut batch_time = 0;
         for i in 0..n {
             let base = i * per_msg;
             let len = self.msgs[i].msg_len as usize;
-            longest = longest.max(len);
             used = base + len;
             let (mut rx_time_ns, gso, to) = self.parse_cmsgs(i);
             if rx_time_ns == 0 {
@@ -651,9 +664,6 @@ impl UdpReceiver {
             counts.bytes += len as u64;
         }
         self.coalesce.received(counts.bytes, n as u64);
-        if coalesced == 0 {
-            self.recent_len = longest.clamp(1, self.max_packet);
-        }
         self.learn_batch(n, coalesced, n < vlen);
         Ok(Recv::Batch { used, counts })
     }
@@ -662,12 +672,33 @@ impl UdpReceiver {
     /// `short`: fewer than the batch had room for) to the GRO adaptation and applies
     /// what it decides. [`UdpReceiver::recv_batch`] does this itself; a caller of
     /// [`UdpReceiver::recv_vectored`] does it after reading the messages.
+    /// It also sizes the next batches (see [`UdpReceiver::batch_len`]) for datagrams
+    /// as long as this batch's longest, when none was coalesced: both ways of receiving
+    /// learn it (until 2026-11-26 only `recv_batch` did, and the landing sources took at
+    /// most `batch-bytes` ÷ `max-packet-size` datagrams per receive, 28 by default,
+    /// whatever their length).
     pub fn learn_batch(&mut self, messages: usize, coalesced: usize, short: bool) {
+        if coalesced == 0 && messages > 0 {
+            let longest = self.msgs[..messages]
+                .iter()
+                .map(|m| m.msg_len as usize)
+                .max()
+                .unwrap_or(0);
+            self.recent_len = longest.clamp(1, self.max_packet);
+        }
         let drained = short || std::mem::take(&mut self.emptied);
         self.learn(messages, coalesced, drained);
     }
 
     fn learn(&mut self, messages: usize, coalesced: usize, drained: bool) {
+        if self.adapt.mode() == GroMode::Draining {
+            // What this batch read counts towards what was queued at the switch.
+            let bytes = self.msgs[..messages]
+                .iter()
+                .map(|m| u64::from(m.msg_len))
+                .sum();
+            self.adapt.read(bytes);
+        }
         let action = self
             .adapt
             .after_batch(messages, coalesced, drained, Instant::now);
@@ -678,6 +709,14 @@ impl UdpReceiver {
         };
         let ok = setsockopt_int(&self.sock, libc::SOL_UDP, libc::UDP_GRO, on).is_ok();
         self.adapt.switched(action, ok, Instant::now());
+        if ok && action == GroAction::TurnOff {
+            // Only what is queued now can be coalesced: once that much payload has been
+            // read, the rest came after the switch, one datagram per message, even if
+            // the queue never runs empty (a receiver that is behind, or throttled).
+            if let Some(queued) = queued_bytes(&self.sock) {
+                self.adapt.queued_at_switch(queued);
+            }
+        }
     }
 
     /// The GRO adaptation's mode (see [`crate::groadapt`]).
@@ -1005,6 +1044,40 @@ mod tests {
     }
 
     #[test]
+    fn vectored_receives_learn_the_datagram_length_too() {
+        // As above, through recv_vectored + learn_batch (the landing sources' way).
+        let (mut rx, _) = UdpReceiver::open(&loopback(false, false), 9000, 64, 256 << 10).unwrap();
+        assert_eq!(rx.batch_len(), 29);
+        let port = rx.local_addr().unwrap().port();
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for _ in 0..10 {
+            s.send_to(&[7u8; 1472], ("127.0.0.1", port)).unwrap();
+        }
+        let mut room = vec![0u8; 64 * 9001];
+        let mut iovs: Vec<libc::iovec> = room
+            .chunks_mut(9001)
+            .map(|c| libc::iovec {
+                iov_base: c.as_mut_ptr().cast(),
+                iov_len: c.len(),
+            })
+            .collect();
+        let lens = [1usize; 64];
+        let mut got = 0;
+        while got < 10 {
+            let vlen = rx.batch_len();
+            let n = rx
+                .recv_vectored(&mut iovs, 1, &lens[..vlen], true)
+                .unwrap()
+                .unwrap();
+            assert!((0..n).all(|i| rx.message(i).len == 1472));
+            rx.learn_batch(n, 0, n < vlen);
+            got += n;
+        }
+        assert_eq!(got, 10);
+        assert_eq!(rx.batch_len(), 64);
+    }
+
+    #[test]
     fn empty_socket_without_wait_returns_an_empty_batch() {
         let mut rx = open(true, 1500);
         let mut slab = vec![0u8; rx.slab_size()];
@@ -1219,8 +1292,9 @@ mod tests {
             let base = k - 8;
             receive_checked(&mut rx, &mut slab, 8, |i| datagram(base + i));
         }
-        // GRO is off, but messages keep their room until a read finds the queue empty.
-        assert_eq!(rx.gro_mode(), GroMode::Draining);
+        // GRO went off when the queue held nothing: no message can be coalesced, so the
+        // next batch is sized for single datagrams already.
+        assert_eq!(rx.gro_mode(), GroMode::Off);
         let empty = rx.recv_batch(&mut slab, &mut Vec::new(), false).unwrap();
         assert!(matches!(empty, Recv::Batch { used: 0, .. }));
         assert_eq!(rx.gro_mode(), GroMode::Off);
@@ -1258,6 +1332,75 @@ mod tests {
             GroMode::On,
             "a coalescing stream keeps GRO on"
         );
+    }
+
+    #[test]
+    fn a_receiver_that_never_empties_its_queue_still_leaves_draining() {
+        let (mut rx, report) =
+            UdpReceiver::open(&loopback(true, false), 1472, 64, 256 << 10).unwrap();
+        assert!(report.gro);
+        rx.set_gro_limits(16, Duration::from_secs(60));
+        let mut slab = vec![0u8; rx.slab_size()];
+        let port = rx.local_addr().unwrap().port();
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let plain = |k: usize| vec![(k % 251) as u8; 1472];
+        let mut expected = std::collections::VecDeque::new();
+        let mut k = 0;
+        let mut send_plain = |n: usize, expected: &mut std::collections::VecDeque<Vec<u8>>| {
+            for _ in 0..n {
+                s.send_to(&plain(k), ("127.0.0.1", port)).unwrap();
+                expected.push_back(plain(k));
+                k += 1;
+            }
+        };
+        // 16 plain datagrams (GRO goes off after them) and a backlog behind them.
+        // (Not a coalesced message: read after the switch it comes without its segment
+        // size, which the kernel reports only while GRO is on, and is dropped as
+        // truncated; see groadapt.)
+        send_plain(40, &mut expected);
+        let mut read = |rx: &mut UdpReceiver,
+                        expected: &mut std::collections::VecDeque<Vec<u8>>| {
+            let mut out = Vec::new();
+            match rx.recv_batch(&mut slab, &mut out, false).unwrap() {
+                Recv::Batch { counts, .. } => {
+                    assert_eq!(
+                        counts.truncated,
+                        0,
+                        "nothing truncated, mode {:?}",
+                        rx.gro_mode()
+                    );
+                    for p in &out {
+                        let want = expected.pop_front().expect("no datagram more than sent");
+                        assert!(slab[p.range()] == want[..], "mode {:?}", rx.gro_mode());
+                    }
+                    out.len()
+                }
+                Recv::Woken => panic!("not woken"),
+            }
+        };
+        for _ in 0..4 {
+            assert_eq!(read(&mut rx, &mut expected), 4);
+        }
+        assert_eq!(rx.gro_mode(), GroMode::Draining);
+        // Behind its stream: as many datagrams arrive as each read takes, so the queue
+        // never runs empty; draining ends anyway, once what was queued at the switch
+        // has been read.
+        let mut reads = 0;
+        while rx.gro_mode() == GroMode::Draining {
+            send_plain(4, &mut expected);
+            assert!(read(&mut rx, &mut expected) > 0, "the queue ran empty");
+            reads += 1;
+            assert!(reads < 2000, "still draining after {reads} reads");
+        }
+        assert_eq!(rx.gro_mode(), GroMode::Off);
+        assert!(expected.len() >= 4, "left draining with datagrams queued");
+        while !expected.is_empty() {
+            assert!(
+                read(&mut rx, &mut expected) > 0,
+                "{} not received",
+                expected.len()
+            );
+        }
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub struct Counts {
     pub datagrams: u64,
     /// UDP payload bytes.
     pub bytes: u64,
+    /// `recvmmsg` calls that brought datagrams.
+    pub batches: u64,
 }
 
 /// A bound socket and the preallocated receive buffer.
@@ -128,6 +130,7 @@ impl Floor {
         let bytes: u64 = self.msgs[..n].iter().map(|m| u64::from(m.msg_len)).sum();
         self.counts.datagrams += n as u64;
         self.counts.bytes += bytes;
+        self.counts.batches += u64::from(n > 0);
         Ok(n)
     }
 }
@@ -160,11 +163,14 @@ mod tests {
         assert_eq!(got, 100);
         // 100 + 101 + … + 199
         assert_eq!(
-            floor.counts,
-            Counts {
-                datagrams: 100,
-                bytes: (100..200).sum()
-            }
+            (floor.counts.datagrams, floor.counts.bytes),
+            (100, (100..200).sum())
+        );
+        // At most BATCH datagrams per call, and only calls that brought some count.
+        assert!(
+            (2..=100).contains(&floor.counts.batches),
+            "{:?}",
+            floor.counts
         );
         // Nothing queued: the call returns on the tick with nothing.
         assert_eq!(floor.receive().unwrap(), 0);

@@ -347,6 +347,7 @@ fn run_floor(cfg: &RecvConfig, timeout: Duration) -> Result<(), String> {
         ("units", floor.counts.datagrams.to_string()),
         ("datagrams", floor.counts.datagrams.to_string()),
         ("bytes", floor.counts.bytes.to_string()),
+        ("batches", floor.counts.batches.to_string()),
         ("cpu_s", format!("{cpu:.4}")),
     ]);
     Ok(())
@@ -457,7 +458,18 @@ fn run_pipeline(cfg: &RecvConfig, timeout: Duration) -> Result<(), String> {
     child::print_result(&[
         ("units", units.to_string()),
         ("bytes", bytes.to_string()),
-        ("datagrams", src_field(names::PACKETS).to_string()),
+        (
+            "datagrams",
+            // fhudpsrc counts datagrams as `packets`; the landing sources count heaps
+            // or chunks there and datagrams as `datagrams`.
+            if matches!(kind, Receiver::Direct | Receiver::SpeadSrc) {
+                src_field(names::DATAGRAMS)
+            } else {
+                src_field(names::PACKETS)
+            }
+            .to_string(),
+        ),
+        ("batches", src_field(names::BATCHES).to_string()),
         ("incomplete", field(names::HEAPS_INCOMPLETE).to_string()),
         (
             // fhdpdksrc's drops-nic: imissed + ierrors + rx_nombuf of the DPDK port.

@@ -170,7 +170,10 @@ impl Report<'_> {
              sender's start until its count stops moving), per GB (1e9 bytes) delivered; \
              figures are the median of {} run(s), the range in brackets; ratios are taken \
              run by run at the common rate (the highest rate every receiver kept up with in \
-             every run) and their median given",
+             every run) and their median given; kernel drops = datagrams the kernel dropped \
+             at the receiver's own socket (/proc/net/udp; the host's UDP InErrors where it \
+             was not listed); datagrams per receive = datagrams ÷ the receive calls that \
+             brought any (spead2's own `batches`)",
             LOSSLESS * 100.0,
             self.repeats()
         );
@@ -189,7 +192,9 @@ impl Report<'_> {
                 r,
                 "- CPU budget: {how}; compare the highest \
                  lossless rates (a receiver using its whole budget shows CPU s/GB ≈ budget ÷ \
-                 rate, so read CPU per GB in a run without a budget)"
+                 rate, so read CPU per GB in a run without a budget); throttled periods = \
+                 the share of the budget's quota periods that ended with the receiver held \
+                 back (cgroup cpu.stat)"
             );
         }
         r.push('\n');
@@ -298,7 +303,8 @@ impl Report<'_> {
     fn step_table(&self) -> String {
         let mut r = String::new();
         let mut head = format!("| {} |", Step::FIGURES.join(" | "));
-        let mut rule = String::from("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let mut rule =
+            String::from("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         if self.host_cpu {
             head.push_str(" host CPU s/GB |");
             rule.push_str("---:|");

@@ -10,7 +10,7 @@ use firehose_testkit::netns::VethPair;
 
 use super::child::{num, ReceiverProcess};
 use super::receiver::{Receiver, RecvConfig, SPEAD2_INSTALL};
-use crate::cpulimit::CpuLimit;
+use crate::cpulimit::{CpuLimit, Throttling};
 use crate::session::{BusEvent, Session};
 use crate::statsline::counter;
 use crate::{signals, sys};
@@ -113,12 +113,21 @@ pub struct Step {
     /// accounting the receive softirq a veth runs in the sender's syscall is charged to
     /// the sender.)
     pub host_cpu_s: f64,
-    /// Kernel UDP InErrors during the step (whole host).
+    /// Datagrams the kernel dropped at the receiver's socket (/proc/net/udp), or the
+    /// host's UDP InErrors during the step where the socket was not found.
     pub kernel_drops: u64,
     /// Drops the element counted (pool, NIC, truncated).
     pub element_drops: u64,
     /// Pool memory the receiver got ("hugepage", "system"; "-" when not reported).
     pub memory: String,
+    /// Datagrams the receiver read from its socket (0: not reported).
+    pub datagrams: u64,
+    /// Receive calls that brought datagrams (0: not reported): datagrams ÷ batches is
+    /// what one wake-up of the receiver takes.
+    pub batches: u64,
+    /// How often the CPU budget held the receiver back during the step (`None`: no
+    /// budget, or its counters could not be read).
+    pub throttling: Option<Throttling>,
 }
 
 impl Step {
@@ -165,9 +174,15 @@ impl Step {
         (self.bytes > 0).then(|| self.host_cpu_s / (self.bytes as f64 / 1e9))
     }
 
+    /// Datagrams per receive call that brought any (`None`: not reported).
+    pub fn per_batch(&self) -> Option<f64> {
+        (self.batches > 0 && self.datagrams > 0)
+            .then(|| self.datagrams as f64 / self.batches as f64)
+    }
+
     /// The step's figures, formatted once for the report table and the progress log
     /// (named by [`Step::FIGURES`]).
-    pub fn figures(&self) -> [String; 11] {
+    pub fn figures(&self) -> [String; 13] {
         [
             (self.repeat + 1).to_string(),
             format!("{} B", self.size),
@@ -180,11 +195,15 @@ impl Step {
             self.kernel_drops.to_string(),
             self.element_drops.to_string(),
             opt3(self.cpu_per_gb()),
+            self.per_batch().map_or("-".into(), |n| format!("{n:.1}")),
+            self.throttling
+                .and_then(|t| t.share())
+                .map_or("-".into(), |f| format!("{:.0}", f * 100.0)),
         ]
     }
 
     /// What each of [`Step::figures`] is.
-    pub const FIGURES: [&str; 11] = [
+    pub const FIGURES: [&str; 13] = [
         "run",
         "payload",
         "receiver",
@@ -196,6 +215,8 @@ impl Step {
         "kernel drops",
         "element drops",
         "CPU s/GB",
+        "datagrams per receive",
+        "throttled periods %",
     ];
 }
 
@@ -370,6 +391,7 @@ fn step(
     })?;
     let description = sender_description(plan, size, rate, rx.port);
     let snmp0 = sys::UdpCounters::read().unwrap_or_default();
+    let throttled0 = plan.cpu_limit.and_then(CpuLimit::throttling);
     rx.go();
     let host0 = sys::host_busy_seconds();
     let seconds = plan.seconds;
@@ -381,8 +403,18 @@ fn step(
     };
     let host_cpu_s = sys::host_busy_seconds() - host0;
     std::thread::sleep(DRAIN);
+    // The receiver's own socket's drops, while it is still open (spead2 and the floor
+    // included); the host's UDP errors when it cannot be found.
+    let socket_drops = sys::udp_socket_drops(rx.port);
     let kv = rx.finish()?;
     let snmp = sys::UdpCounters::read().unwrap_or_default().since(&snmp0);
+    // From "go" until the receiver's count stopped moving (it has exited since, so
+    // nothing after its window is added).
+    let throttling = plan
+        .cpu_limit
+        .and_then(CpuLimit::throttling)
+        .zip(throttled0)
+        .map(|(now, then)| now.since(&then));
     Ok(Step {
         repeat,
         size,
@@ -397,9 +429,12 @@ fn step(
         incomplete: num(&kv, "incomplete"),
         cpu_s: num(&kv, "cpu_s"),
         host_cpu_s,
-        kernel_drops: snmp.in_errors,
+        kernel_drops: socket_drops.unwrap_or(snmp.in_errors),
         element_drops: num(&kv, "element_drops"),
         memory: kv.get("memory").cloned().unwrap_or_else(|| "-".into()),
+        datagrams: num(&kv, "datagrams"),
+        batches: num(&kv, "batches"),
+        throttling,
     })
 }
 
@@ -443,6 +478,9 @@ pub(crate) mod tests {
             kernel_drops: sent - units,
             element_drops: 0,
             memory: "-".into(),
+            datagrams: sent,
+            batches: sent / 8,
+            throttling: None,
         }
     }
 
@@ -455,6 +493,17 @@ pub(crate) mod tests {
         assert!((s.loss() - 0.01).abs() < 1e-9);
         let cpu = s.cpu_per_gb().unwrap();
         assert!((cpu - 0.5 / (99_000.0 * 1472.0 / 1e9)).abs() < 1e-9);
+        let f = s.figures();
+        assert_eq!((f[11].as_str(), f[12].as_str()), ("8.0", "-"));
+        let mut t = s.clone();
+        t.batches = 0;
+        t.throttling = Some(Throttling {
+            periods: 300,
+            throttled: 75,
+            throttled_us: 1,
+        });
+        let f = t.figures();
+        assert_eq!((f[11].as_str(), f[12].as_str()), ("-", "25"));
         let mut s = step(Receiver::Speaddepay, 0, 1, 10, 0, 0.1);
         assert_eq!(s.cpu_per_gb(), None, "nothing received: no CPU per GB");
         // A heap receiver is judged against heaps sent, not datagrams.

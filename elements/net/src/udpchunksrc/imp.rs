@@ -21,11 +21,15 @@ use crate::socket_settings::{insert_after, SocketSettings};
 
 firehose_core::debug_category!(CAT, "fhudpchunksrc", "Firehose UDP chunk source");
 
-/// Default `batch-size`. Why 4: with GRO each message carries up to 64 KiB, so a
-/// receive takes up to 256 KiB, the batch that `fhudpsrc`'s `batch-bytes` keeps within a
-/// CPU's L2 cache; the packets copied from scratch are still there when the engine
-/// reads them.
-const DEFAULT_BATCH_SIZE: u32 = 4;
+/// Default `batch-size`: `fhudpsrc`'s and `fhspeadsrc`'s. One receive fills at most
+/// [`BATCH_BYTES`] of messages: 4 while GRO may coalesce (64 KiB each), up to 64
+/// single datagrams once the receiver has learnt that the stream does not (until
+/// 2026-11-26 the default was 4, so a plain sender's datagrams came 4 per `recvmmsg`:
+/// under a CPU quota that per-call cost decided the highest lossless rate).
+const DEFAULT_BATCH_SIZE: u32 = 64;
+/// Bytes one receive may fill, as `fhudpsrc`'s `batch-bytes`: the packets copied from
+/// scratch are still in the CPU's L2 cache when the engine reads them.
+const BATCH_BYTES: usize = 256 << 10;
 /// Most messages per receive: the receiver keeps two 64 KiB scratch buffers per message.
 const MAX_BATCH_SIZE: u32 = 256;
 
@@ -93,7 +97,7 @@ impl ObjectImpl for UdpChunkSrc {
             &mut v,
             "buffer-size",
             [live::batch_size(
-                "Messages received by one recvmmsg; with GRO each message carries up to 64 KiB of datagrams",
+                "Most messages received by one recvmmsg (at most 256 KiB of them); with GRO each message carries up to 64 KiB of datagrams",
                 MAX_BATCH_SIZE,
                 DEFAULT_BATCH_SIZE,
             ),
@@ -172,11 +176,10 @@ impl BaseSrcImpl for UdpChunkSrc {
         let s = lock(&self.settings).clone();
         let element = self.obj();
         let element = element.upcast_ref::<gst::Element>();
-        // Chunks carry no per-datagram receive times: no kernel timestamps. No byte
-        // limit on a batch either: payloads go to chunks, not to a slab.
-        let (rx, report) = s
-            .socket
-            .open(element, *CAT, false, s.batch_size as usize, 0)?;
+        // Chunks carry no per-datagram receive times: no kernel timestamps.
+        let (rx, report) =
+            s.socket
+                .open(element, *CAT, false, s.batch_size as usize, BATCH_BYTES)?;
         let host = s.chunk.host(element, *CAT, self.chunks.cancel())?;
         let (mut engine, caps) = self.chunks.start(element, host, s.chunk.readable_metas);
         match s.landing {
