@@ -53,6 +53,10 @@ pub struct ShmArgs {
     /// bench's `identity ! fakesink`, which do not say they read only the Rust metas)
     #[arg(long, default_value = "")]
     src_props: String,
+    /// Multiplies the buffers per run (8 GiB per run from 256 KiB up, 2 GiB below,
+    /// 200,000 small buffers): longer runs for CPU figures that come in 10 ms ticks
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
 }
 
 /// What one row measures.
@@ -432,9 +436,9 @@ pub fn shm(a: ShmArgs) -> i32 {
                 continue;
             }
             let n = if peer.gstreamer_pair() {
-                count(size)
+                ((count(size) as f64 * a.scale) as u64).max(16)
             } else {
-                ((count(size) as f64 * a.python_share) as u64).max(16)
+                ((count(size) as f64 * a.scale * a.python_share) as u64).max(16)
             };
             let gb = (size * n) as f64 / 1e9;
             let name = peer.name();
