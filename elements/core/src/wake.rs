@@ -58,20 +58,16 @@ impl Waker {
 /// passes (`Ok(false)`; -1 = no timeout) or a signal interrupts (`Ok(false)`): callers
 /// try their read again and wait again when it finds nothing.
 pub fn wait_readable(fd: RawFd, waker: &Waker, timeout_ms: i32) -> io::Result<bool> {
-    let mut fds = [
-        libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        waker.pollfd(),
-    ];
     let timeout = u64::try_from(timeout_ms).ok().map(|ms| ms * 1_000_000);
-    poll_with_waker(&mut fds, timeout)
+    wait_readable_for(fd, waker, timeout)
 }
 
 /// [`wait_readable`] for at most `timeout_ns` nanoseconds.
 pub fn wait_readable_ns(fd: RawFd, waker: &Waker, timeout_ns: u64) -> io::Result<bool> {
+    wait_readable_for(fd, waker, Some(timeout_ns))
+}
+
+fn wait_readable_for(fd: RawFd, waker: &Waker, timeout_ns: Option<u64>) -> io::Result<bool> {
     let mut fds = [
         libc::pollfd {
             fd,
@@ -80,7 +76,7 @@ pub fn wait_readable_ns(fd: RawFd, waker: &Waker, timeout_ns: u64) -> io::Result
         },
         waker.pollfd(),
     ];
-    poll_with_waker(&mut fds, Some(timeout_ns))
+    poll_with_waker(&mut fds, timeout_ns)
 }
 
 /// Sleeps `ns` nanoseconds unless `waker` fires first (`Ok(true)`); a signal ends the

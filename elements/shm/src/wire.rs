@@ -360,36 +360,31 @@ pub fn recv(fd: BorrowedFd<'_>, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> io::R
 /// Waits until `fd` has one of `events` (POLLIN, POLLOUT) or hangs up, or `timeout_ms`
 /// passes; the `revents` seen (0 on timeout or signal).
 pub fn wait(fd: BorrowedFd<'_>, events: i16, timeout_ms: i32) -> io::Result<i16> {
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events,
-        revents: 0,
-    };
-    // SAFETY: one live pollfd.
-    let r = unsafe { libc::poll(&mut p, 1, timeout_ms) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(0);
-        }
-        return Err(e);
-    }
-    Ok(p.revents)
+    let timeout = u64::try_from(timeout_ms).ok().map(|ms| ms * 1_000_000);
+    wait_for(fd, events, timeout)
 }
 
 /// [`wait`] for at most `timeout_ns` nanoseconds (`ppoll`).
 pub fn wait_ns(fd: BorrowedFd<'_>, events: i16, timeout_ns: u64) -> io::Result<i16> {
+    wait_for(fd, events, Some(timeout_ns))
+}
+
+/// [`wait`] with no timeout for `None`.
+fn wait_for(fd: BorrowedFd<'_>, events: i16, timeout_ns: Option<u64>) -> io::Result<i16> {
     let mut p = libc::pollfd {
         fd: fd.as_raw_fd(),
         events,
         revents: 0,
     };
-    let ts = libc::timespec {
-        tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
-    };
-    // SAFETY: one live pollfd and a live timespec; no signal mask.
-    let r = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+    let ts = timeout_ns.map(|ns| libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    });
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: one live pollfd and a live timespec (or none: no timeout); no signal mask.
+    let r = unsafe { libc::ppoll(&mut p, 1, ts_ptr, std::ptr::null()) };
     if r < 0 {
         let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::Interrupted {

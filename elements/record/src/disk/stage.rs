@@ -273,20 +273,27 @@ mod tests {
     use crate::disk::writer::WriterConfig;
     use firehose_core::{HugepagePolicy, PoolConfig};
 
-    #[test]
-    fn staged_bytes_reach_the_file_in_order_across_blocks() {
-        let dir = std::env::temp_dir().join(format!("fhrec-stage-{}", std::process::id()));
+    /// A directory for the test, an O_DIRECT writer with `depth` writes in flight, and
+    /// a stage over `slots` blocks of `block` bytes with its file `name` begun.
+    fn staged(
+        tag: &str,
+        block: usize,
+        slots: usize,
+        depth: u32,
+    ) -> (std::path::PathBuf, std::path::PathBuf, Writer, Stage) {
+        let dir = std::env::temp_dir().join(format!("fhrec-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let pool = SlotPool::new(&PoolConfig {
-            slot_size: 4096,
-            slots: 4,
+            slot_size: block,
+            slots,
             hugepages: HugepagePolicy::Off,
         })
         .unwrap();
-        let mut writer = Writer::spawn(
+        let writer = Writer::spawn(
             WriterConfig {
                 direct: true,
                 overwrite: true,
+                depth,
                 ..Default::default()
             },
             16,
@@ -294,8 +301,7 @@ mod tests {
         )
         .unwrap();
         let mut stage = Stage::new(pool);
-        let cancel = AtomicBool::new(false);
-        let path = dir.join("s.bin");
+        let path = dir.join(format!("{tag}.bin"));
         stage.begin_file(
             Cmd::Open {
                 path: path.clone(),
@@ -303,6 +309,14 @@ mod tests {
             },
             &writer,
         );
+        (dir, path, writer, stage)
+    }
+
+    #[test]
+    fn staged_bytes_reach_the_file_in_order_across_blocks() {
+        let (dir, path, mut writer, mut stage) =
+            staged("stage", 4096, 4, WriterConfig::default().depth);
+        let cancel = AtomicBool::new(false);
         let mut expect = Vec::new();
         for i in 0..100u32 {
             let rec = vec![i as u8; 300 + i as usize];
@@ -325,35 +339,8 @@ mod tests {
         // Pieces of 1 to 9000 bytes, each after a short one (0 to 66 bytes) that shifts
         // it (as pcap's record headers shift payloads), crossing lines and block
         // boundaries; several writes in flight; the file ends inside a line.
-        let dir = std::env::temp_dir().join(format!("fhrec-stage-nt-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let pool = SlotPool::new(&PoolConfig {
-            slot_size: 16384,
-            slots: 8,
-            hugepages: HugepagePolicy::Off,
-        })
-        .unwrap();
-        let mut writer = Writer::spawn(
-            WriterConfig {
-                direct: true,
-                overwrite: true,
-                depth: 4,
-                ..Default::default()
-            },
-            16,
-            Box::new(|_| {}),
-        )
-        .unwrap();
-        let mut stage = Stage::new(pool);
+        let (dir, path, mut writer, mut stage) = staged("stage-nt", 16384, 8, 4);
         let cancel = AtomicBool::new(false);
-        let path = dir.join("nt.bin");
-        stage.begin_file(
-            Cmd::Open {
-                path: path.clone(),
-                index: None,
-            },
-            &writer,
-        );
         let mut expect = Vec::new();
         for i in 0..200usize {
             let short: Vec<u8> = (0..(i % 67)).map(|j| (j * 3 + i) as u8).collect();
