@@ -88,6 +88,14 @@ pub fn nap(waker: &Waker, ns: u64) -> io::Result<bool> {
 /// `ppoll` on `fds`, the last of which is a waker's, for at most `timeout_ns` (`None`:
 /// no limit): whether the waker fired. A signal counts as a plain wake-up.
 fn poll_with_waker(fds: &mut [libc::pollfd], timeout_ns: Option<u64>) -> io::Result<bool> {
+    ppoll(fds, timeout_ns)?;
+    Ok(fds.last().is_some_and(|w| w.revents & libc::POLLIN != 0))
+}
+
+/// `ppoll` on `fds` for at most `timeout_ns` nanoseconds (`None`: no limit), no signal
+/// mask: how many have events; 0 on timeout or when a signal interrupted (callers look
+/// again).
+pub fn ppoll(fds: &mut [libc::pollfd], timeout_ns: Option<u64>) -> io::Result<usize> {
     let ts = timeout_ns.map(|ns| libc::timespec {
         tv_sec: (ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,
@@ -108,12 +116,15 @@ fn poll_with_waker(fds: &mut [libc::pollfd], timeout_ns: Option<u64>) -> io::Res
     if r < 0 {
         let e = io::Error::last_os_error();
         return if e.kind() == io::ErrorKind::Interrupted {
-            Ok(false)
+            for f in fds.iter_mut() {
+                f.revents = 0;
+            }
+            Ok(0)
         } else {
             Err(e)
         };
     }
-    Ok(fds.last().is_some_and(|w| w.revents & libc::POLLIN != 0))
+    Ok(r as usize)
 }
 
 /// Receive-buffer bytes assumed per datagram (or GRO message) beyond its payload: the

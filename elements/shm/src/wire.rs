@@ -371,28 +371,13 @@ pub fn wait_ns(fd: BorrowedFd<'_>, events: i16, timeout_ns: u64) -> io::Result<i
 
 /// [`wait`] with no timeout for `None`.
 fn wait_for(fd: BorrowedFd<'_>, events: i16, timeout_ns: Option<u64>) -> io::Result<i16> {
-    let mut p = libc::pollfd {
+    let mut p = [libc::pollfd {
         fd: fd.as_raw_fd(),
         events,
         revents: 0,
-    };
-    let ts = timeout_ns.map(|ns| libc::timespec {
-        tv_sec: (ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
-    });
-    let ts_ptr = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: one live pollfd and a live timespec (or none: no timeout); no signal mask.
-    let r = unsafe { libc::ppoll(&mut p, 1, ts_ptr, std::ptr::null()) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(0);
-        }
-        return Err(e);
-    }
-    Ok(p.revents)
+    }];
+    firehose_core::wake::ppoll(&mut p, timeout_ns)?;
+    Ok(p[0].revents)
 }
 
 /// Size in bytes of the file behind `fd` (a segment's memfd), to check a producer's
