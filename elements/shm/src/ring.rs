@@ -76,6 +76,19 @@ fn lie(what: String) -> RingError {
     RingError(what)
 }
 
+/// The writer's half of the sleep handshake, after its records are written: true when
+/// the peer announced in `asleep` an epoch (non-zero) not woken yet, which it then is
+/// (the fence pairs with the peer's between announcing and looking once more).
+fn asleep_unwoken(asleep: &AtomicU64, woken: &mut u64) -> bool {
+    fence(Ordering::SeqCst);
+    let e = asleep.load(Ordering::Relaxed);
+    if e != 0 && e != *woken {
+        *woken = e;
+        return true;
+    }
+    false
+}
+
 fn pad8(n: usize) -> usize {
     (n + 7) & !7
 }
@@ -300,13 +313,7 @@ impl ProducerRing {
     /// After records were written: true when the consumer announced that it sleeps (an
     /// epoch not woken yet), so a wake-up must go on the socket.
     pub fn consumer_asleep(&mut self) -> bool {
-        fence(Ordering::SeqCst);
-        let e = self.rels.word(C_ASLEEP).load(Ordering::Relaxed);
-        if e != 0 && e != self.woken {
-            self.woken = e;
-            return true;
-        }
-        false
+        asleep_unwoken(self.rels.word(C_ASLEEP), &mut self.woken)
     }
 
     /// Appends the sequence numbers the consumer released since the last call to `out`
@@ -563,13 +570,7 @@ impl ReleaseRing {
     /// After releases were written: true when the producer announced that it sleeps (an
     /// epoch not woken yet), so a wake-up must go on the socket.
     pub fn producer_asleep(&mut self) -> bool {
-        fence(Ordering::SeqCst);
-        let e = self.msgs.word(P_ASLEEP).load(Ordering::Relaxed);
-        if e != 0 && e != self.woken {
-            self.woken = e;
-            return true;
-        }
-        false
+        asleep_unwoken(self.msgs.word(P_ASLEEP), &mut self.woken)
     }
 }
 
