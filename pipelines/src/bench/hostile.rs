@@ -658,8 +658,9 @@ pub const KNOWN_WEAK: &[(Receiver, Class)] = &[
     // 2-core machine, every time with kernel drops (its receive thread starved by the
     // sender's threads and other work; `perf` gave it a quarter of a core), never to the
     // flood's state (descriptor heaps are learnt and counted, a descriptor costs a
-    // lookup). On the quiet machine it kept 143/143 in 9 of 9 release runs under
-    // descriptor-flood and 6 of 6 under descriptor-churn, as the debug CI form did.
+    // lookup). On the quiet machine it kept 143/143 in 6 of 6 release runs under
+    // descriptor-flood (3 on 2026-11-26 evening, 3 late evening) and 3 of 3 under
+    // descriptor-churn, as the debug CI form did.
 ];
 
 /// What `--check` refuses: a legitimate heap lost or damaged, RSS growth above the bound
