@@ -180,6 +180,22 @@ impl VethPair {
         ])
     }
 
+    /// Sets both ends' MTU, e.g. 9000 for jumbo frames (a veth carries up to 65535).
+    pub fn set_mtu(&self, mtu: u32) -> io::Result<()> {
+        let mtu = mtu.to_string();
+        ip(&["link", "set", "dev", &self.host_if, "mtu", &mtu])?;
+        ip(&[
+            "-n",
+            &self.ns,
+            "link",
+            "set",
+            "dev",
+            &self.peer_if,
+            "mtu",
+            &mtu,
+        ])
+    }
+
     /// A command that runs `program` inside the namespace (`ip netns exec`).
     pub fn command(&self, program: &str) -> Command {
         let mut c = Command::new("ip");

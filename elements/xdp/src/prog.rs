@@ -231,15 +231,20 @@ mod tests {
     /// The generated program, loaded into this kernel (the verifier must accept it) and
     /// run on hand-made frames with `BPF_PROG_TEST_RUN`. With an empty XSKMAP a match
     /// returns the fallback verdict, DROP here, and anything else PASS. Needs root.
+    ///
+    /// Both forms are checked: the plain program and the multi-buffer one (jumbo
+    /// frames), which must give the same verdicts.
     fn verdicts(m: &Match, frames: &[(&str, Vec<u8>, u32)]) {
         let map = sys::create_xskmap(4).expect("BPF_MAP_CREATE (run the tests as root)");
         let insns =
             redirect_program(m, std::os::fd::AsRawFd::as_raw_fd(&map), action::DROP).unwrap();
-        let prog = sys::load_xdp(&insns, "fh_xdp_test")
-            .unwrap_or_else(|e| panic!("verifier refused: {}\n{}", e.error, e.log));
-        for (what, frame, want) in frames {
-            let got = sys::test_run(&prog, frame).unwrap();
-            assert_eq!(got, *want, "{what}");
+        for frags in [false, true] {
+            let prog = sys::load_xdp(&insns, "fh_xdp_test", frags)
+                .unwrap_or_else(|e| panic!("verifier refused: {}\n{}", e.error, e.log));
+            for (what, frame, want) in frames {
+                let got = sys::test_run(&prog, frame).unwrap();
+                assert_eq!(got, *want, "{what} (frags {frags})");
+            }
         }
     }
 

@@ -14,6 +14,8 @@ use crate::bpf::Insn;
 const BPF_MAP_CREATE: libc::c_int = 0;
 const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
 const BPF_PROG_LOAD: libc::c_int = 5;
+/// `BPF_F_XDP_HAS_FRAGS`: an XDP program that handles multi-buffer frames.
+const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
 const BPF_PROG_TEST_RUN: libc::c_int = 10;
 const BPF_LINK_CREATE: libc::c_int = 28;
 
@@ -173,7 +175,11 @@ pub struct LoadError {
 
 /// Loads `insns` as an XDP program. On failure the load is repeated with the verifier
 /// log on, so the error carries the reason.
-pub fn load_xdp(insns: &[Insn], name: &str) -> Result<OwnedFd, LoadError> {
+///
+/// `frags`: the program accepts multi-buffer frames (`BPF_F_XDP_HAS_FRAGS`, what
+/// `SEC("xdp.frags")` sets), which a driver hands it for frames longer than a page; it
+/// reads only the headers, which lie in the first buffer.
+pub fn load_xdp(insns: &[Insn], name: &str, frags: bool) -> Result<OwnedFd, LoadError> {
     // GPL-compatible, so every helper is allowed; the project itself is MPL-2.0.
     let license = CString::new("Dual MPL/GPL").expect("no NUL");
     let load = |log: &mut [u8]| {
@@ -184,6 +190,7 @@ pub fn load_xdp(insns: &[Insn], name: &str) -> Result<OwnedFd, LoadError> {
             license: license.as_ptr() as u64,
             prog_name: name16(name),
             expected_attach_type: BPF_XDP,
+            prog_flags: if frags { BPF_F_XDP_HAS_FRAGS } else { 0 },
             ..Default::default()
         };
         if !log.is_empty() {

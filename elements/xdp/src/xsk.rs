@@ -181,6 +181,9 @@ pub struct Config {
     pub frames: u32,
     /// Bytes per frame (2048 or 4096).
     pub frame_size: u32,
+    /// Bind with `XDP_USE_SG`: a frame longer than one UMEM frame arrives in several,
+    /// each descriptor but the last marked `XDP_PKT_CONTD` (Linux 6.6+).
+    pub multi_buffer: bool,
     /// Bind with `XDP_ZEROCOPY` (else `XDP_COPY`).
     pub zero_copy: bool,
 }
@@ -339,6 +342,11 @@ impl XskSocket {
         let addr = libc::sockaddr_xdp {
             sxdp_family: libc::AF_XDP as u16,
             sxdp_flags: libc::XDP_USE_NEED_WAKEUP
+                | if cfg.multi_buffer {
+                    libc::XDP_USE_SG
+                } else {
+                    0
+                }
                 | if cfg.zero_copy {
                     libc::XDP_ZEROCOPY
                 } else {

@@ -448,6 +448,10 @@ fn run_pipeline(cfg: &RecvConfig, timeout: Duration) -> Result<(), String> {
     let cpu = sys::cpu_seconds() - cpu0;
     let (units, bytes, stats) = read();
     let field = |n: &str| stats.as_ref().map_or(0, |s| counter(s, n));
+    // Stopped before the source's own counters are read: fhxdpsrc reads the kernel's
+    // drop counters of its socket at stop (otherwise only on its stats timer, which
+    // no batch drives once the stream ended).
+    session.stop();
     let src_stats = stats_property(&src);
     let src_field = |n: &str| src_stats.as_ref().map_or(0, |s| counter(s, n));
     // Which memory the pool got (hugepages or not) matters for the CPU figure.
@@ -474,8 +478,18 @@ fn run_pipeline(cfg: &RecvConfig, timeout: Duration) -> Result<(), String> {
         (
             // fhdpdksrc's drops-nic: imissed + ierrors + rx_nombuf of the DPDK port.
             "element_drops",
-            (src_field(names::DROPS_POOL) + src_field("drops-nic") + src_field(names::TRUNCATED))
-                .to_string(),
+            // fhxdpsrc's drops-pool (fill ring empty), drops-kernel (RX ring full:
+            // no socket of its own in /proc/net/udp) and unjoined (jumbo datagrams
+            // whose frames could not be joined).
+            (src_field(names::DROPS_POOL)
+                + if kind.needs_interface() {
+                    src_field(names::DROPS_KERNEL) + src_field("unjoined")
+                } else {
+                    0
+                }
+                + src_field("drops-nic")
+                + src_field(names::TRUNCATED))
+            .to_string(),
         ),
         ("cpu_s", format!("{cpu:.4}")),
         ("memory", memory),

@@ -73,6 +73,10 @@ pub struct Plan<'a> {
     pub repeat: u32,
     /// The sender uses UDP GSO (labelled as such everywhere).
     pub gso: bool,
+    /// Sender threads, each sending an equal share of the rate (SPEAD heaps with
+    /// interleaved heap counters): one thread's ceiling is below what a bypass
+    /// receiver under a CPU budget takes.
+    pub senders: u32,
     /// The link.
     pub link: &'a Link,
     /// Extra environment of receiver processes (e.g. `GST_PLUGIN_PATH` for fhdpdksrc).
@@ -293,8 +297,13 @@ fn config(plan: &Plan, receiver: Receiver, size: u32) -> RecvConfig {
     cfg
 }
 
-/// The sender's pipeline for one step to `port`.
-fn sender_description(plan: &Plan, size: u32, rate: u64, port: u16) -> String {
+/// The pipeline of sender `index` (of `plan.senders`) for one step to `port`: each
+/// sends `rate / senders`; with several, SPEAD heap counters interleave (sender `i`
+/// sends `i + 1, i + 1 + n, …`) and none sends the stop heap, which would end a heap
+/// receiver's stream while the others still send (the receivers are stopped by us).
+fn sender_description(plan: &Plan, size: u32, rate: u64, port: u16, index: u32) -> String {
+    let n = plan.senders.max(1);
+    let rate = rate / u64::from(n);
     let host = match plan.link {
         Link::Loopback => "127.0.0.1".to_string(),
         Link::Veth(pair) => pair.host_ip.to_string(),
@@ -314,12 +323,52 @@ fn sender_description(plan: &Plan, size: u32, rate: u64, port: u16) -> String {
             let heaps = ((rate as f64 * plan.seconds) / (f64::from(heap) * 8.0))
                 .round()
                 .max(2.0) as u64;
+            let interleave = if n > 1 {
+                format!(
+                    " heap-cnt-start={} heap-cnt-step={n} stop-at-eos=false",
+                    index + 1
+                )
+            } else {
+                String::new()
+            };
             format!(
                 "fakesrc num-buffers={heaps} sizetype=fixed sizemax={heap} filltype=nothing \
-                 ! speadpay name=speadpay packet-size={size} descriptors-separate=true ! {sink}"
+                 ! speadpay name=speadpay packet-size={size} descriptors-separate=true\
+                 {interleave} ! {sink}"
             )
         }
     }
+}
+
+/// Runs every sender of a step at once, each in its own thread; their counts added.
+fn send_all(descriptions: Vec<String>, seconds: f64) -> Result<Sent, StepError> {
+    let results: Vec<Result<Sent, StepError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = descriptions
+            .iter()
+            .map(|d| s.spawn(move || send(d, seconds)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(StepError::Failed("a sender thread panicked".into())))
+            })
+            .collect()
+    });
+    let mut total = Sent {
+        datagrams: 0,
+        bytes: 0,
+        heaps: 0,
+        secs: 0.0,
+    };
+    for r in results {
+        let one = r?;
+        total.datagrams += one.datagrams;
+        total.bytes += one.bytes;
+        total.heaps += one.heaps;
+        total.secs = total.secs.max(one.secs);
+    }
+    Ok(total)
 }
 
 /// What the sender of one step did.
@@ -389,16 +438,18 @@ fn step(
             e
         }
     })?;
-    let description = sender_description(plan, size, rate, rx.port);
+    let descriptions: Vec<String> = (0..plan.senders.max(1))
+        .map(|i| sender_description(plan, size, rate, rx.port, i))
+        .collect();
     let snmp0 = sys::UdpCounters::read().unwrap_or_default();
     let throttled0 = plan.cpu_limit.and_then(CpuLimit::throttling);
     rx.go();
     let host0 = sys::host_busy_seconds();
     let seconds = plan.seconds;
     let sent = match plan.link {
-        Link::Loopback => send(&description, seconds)?,
+        Link::Loopback => send_all(descriptions, seconds)?,
         Link::Veth(pair) => pair
-            .in_ns(move || send(&description, seconds))
+            .in_ns(move || send_all(descriptions, seconds))
             .map_err(|e| StepError::Failed(format!("sender in namespace: {e}")))??,
     };
     let host_cpu_s = sys::host_busy_seconds() - host0;
@@ -511,5 +562,47 @@ pub(crate) mod tests {
         s.sent_heaps = 5;
         s.sent_datagrams = 4000;
         assert!(s.lossless());
+    }
+
+    /// Several senders split the rate and interleave SPEAD heap counters, and none
+    /// sends the stop heap; one sender is the plain pipeline.
+    #[test]
+    fn senders_split_the_rate_and_interleave_heap_counters() {
+        let rates = |_| vec![4_000_000_000];
+        let mut plan = Plan {
+            traffic: Traffic::Heaps(1 << 20),
+            sizes: vec![1472],
+            rates: &rates,
+            receivers: vec![Receiver::Spead2],
+            base: RecvConfig::new(Receiver::Spead2),
+            seconds: 1.0,
+            repeat: 1,
+            gso: false,
+            senders: 1,
+            link: &Link::Loopback,
+            env: Vec::new(),
+            cpu_limit: None,
+        };
+        let one = sender_description(&plan, 1472, 4_000_000_000, 7148, 0);
+        assert!(one.contains("rate=4000000000"), "{one}");
+        assert!(!one.contains("heap-cnt"), "{one}");
+        assert!(
+            one.contains("num-buffers=477"),
+            "4 Gb/s for 1 s of 1 MiB heaps: {one}"
+        );
+        plan.senders = 2;
+        let second = sender_description(&plan, 1472, 4_000_000_000, 7148, 1);
+        assert!(second.contains("rate=2000000000"), "{second}");
+        assert!(second.contains("num-buffers=238"), "{second}");
+        assert!(
+            second.contains("heap-cnt-start=2 heap-cnt-step=2 stop-at-eos=false"),
+            "{second}"
+        );
+        plan.traffic = Traffic::Datagrams;
+        let d = sender_description(&plan, 1472, 4_000_000_000, 7148, 1);
+        assert!(
+            d.contains("rate=2000000000") && d.contains("num-packets=169837"),
+            "{d}"
+        );
     }
 }

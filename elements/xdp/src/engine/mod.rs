@@ -8,6 +8,7 @@
 //! the error's [`ErrorKind`] to a GStreamer error, and keeps the receive loop.
 
 mod error;
+pub mod jumbo;
 mod setup;
 
 use std::net::IpAddr;
@@ -107,6 +108,9 @@ pub struct Capture {
     pub bind_mode: &'static str,
     /// The interface's index when the capture started.
     pub ifindex: u32,
+    /// Datagrams longer than a frame arrive in several (the interface's MTU needs
+    /// it): join them with [`jumbo`].
+    pub multi_buffer: bool,
 }
 
 /// Sets up the capture `cfg` describes; `notice` receives what should be logged.
@@ -114,10 +118,14 @@ pub fn open(cfg: &Config, notice: &mut dyn FnMut(Notice)) -> Result<Capture, Set
     let ifindex = setup::interface(cfg)?;
     let queues = setup::check_queue(cfg)?;
     setup::check_frames(cfg)?;
-    let region = Arc::new(setup::umem(cfg, notice)?);
+    // Frames longer than one UMEM frame holds (jumbo frames) arrive in several: the
+    // program, socket and UMEM must allow it (multi-buffer mode, see `jumbo`).
+    let mtu = setup::mtu(cfg);
+    let multi_buffer = !jumbo::Geometry::holds_mtu(cfg.frame_size, mtu);
+    let region = Arc::new(setup::umem(cfg, multi_buffer, notice)?);
     let map = setup::xskmap(queues.max(cfg.queue + 1))?;
-    let prog = setup::program(cfg, &map)?;
-    let mut sock = setup::socket(cfg, ifindex, &region, notice)?;
+    let prog = setup::program(cfg, &map, multi_buffer)?;
+    let mut sock = setup::socket(cfg, ifindex, &region, multi_buffer.then_some(mtu), notice)?;
     setup::busy_poll(cfg, &sock, notice);
     setup::insert(cfg, &map, &sock)?;
     let ring: SharedRing = Arc::new(Mutex::new(ReceiveRing::new(
@@ -148,6 +156,7 @@ pub fn open(cfg: &Config, notice: &mut dyn FnMut(Notice)) -> Result<Capture, Set
         },
         xdp_mode,
         bind_mode,
+        multi_buffer,
     })
 }
 

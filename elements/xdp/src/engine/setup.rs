@@ -7,6 +7,7 @@ use firehose_core::netif::iface_index;
 use firehose_core::MemoryRegion;
 
 use super::error::{is_permission, ErrorKind, SetupError, PRIVILEGE_FIX};
+use super::jumbo::{self, Geometry};
 use super::{rx_queues, AttachMode, BindMode, Config, Notice};
 use crate::prog::{self, Match};
 use crate::sys::{self, action};
@@ -77,12 +78,31 @@ pub(super) fn check_frames(cfg: &Config) -> Result<(), SetupError> {
     Ok(())
 }
 
-/// Allocates the UMEM; a fallback from hugepages is a warning.
+/// The interface's MTU (sysfs), or 1500 where sysfs does not say.
+pub(super) fn mtu(cfg: &Config) -> u32 {
+    std::fs::read_to_string(format!("/sys/class/net/{}/mtu", cfg.interface))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1500)
+}
+
+/// Allocates the UMEM (and, for multi-buffer capture, the guard after it that
+/// datagrams wrapping from the last frame to the first are joined in); a fallback
+/// from hugepages is a warning.
 pub(super) fn umem(
     cfg: &Config,
+    multi_buffer: bool,
     notice: &mut dyn FnMut(Notice),
 ) -> Result<MemoryRegion, SetupError> {
-    let len = cfg.frames as usize * cfg.frame_size as usize;
+    let geometry = Geometry {
+        frames: cfg.frames as usize,
+        frame_size: cfg.frame_size as usize,
+    };
+    let len = if multi_buffer {
+        geometry.region_len()
+    } else {
+        cfg.frames as usize * cfg.frame_size as usize
+    };
     // The UMEM is pinned when registered: above the locked-memory limit the kernel
     // refuses it (ENOBUFS), after the allocation and pre-fault. Say so first.
     firehose_core::memory::check_lockable(len)
@@ -111,14 +131,19 @@ pub(super) fn xskmap(entries: u32) -> Result<OwnedFd, SetupError> {
 }
 
 /// Generates and loads the redirect program for `cfg`'s ports and address.
-pub(super) fn program(cfg: &Config, map: &OwnedFd) -> Result<OwnedFd, SetupError> {
+/// `multi_buffer`: loaded as accepting multi-buffer frames (jumbo frames).
+pub(super) fn program(
+    cfg: &Config,
+    map: &OwnedFd,
+    multi_buffer: bool,
+) -> Result<OwnedFd, SetupError> {
     let m = Match {
         ports: cfg.ports.clone(),
         address: cfg.address,
     };
     let insns = prog::redirect_program(&m, map.as_raw_fd(), action::PASS)
         .map_err(|e| SetupError::new(ErrorKind::Settings, e.to_string()))?;
-    sys::load_xdp(&insns, "fhxdpsrc").map_err(|e| {
+    sys::load_xdp(&insns, "fhxdpsrc", multi_buffer).map_err(|e| {
         if is_permission(&e.error) && e.log.is_empty() {
             SetupError::new(
                 ErrorKind::NotAuthorized,
@@ -145,6 +170,7 @@ pub(super) fn socket(
     cfg: &Config,
     ifindex: u32,
     region: &MemoryRegion,
+    mtu: Option<u32>,
     notice: &mut dyn FnMut(Notice),
 ) -> Result<XskSocket, SetupError> {
     let xcfg = |zero_copy| xsk::Config {
@@ -152,6 +178,7 @@ pub(super) fn socket(
         queue: cfg.queue,
         frames: cfg.frames,
         frame_size: cfg.frame_size,
+        multi_buffer: mtu.is_some(),
         zero_copy,
     };
     match cfg.bind {
@@ -168,13 +195,29 @@ pub(super) fn socket(
             other => other,
         },
     }
-    .map_err(|e| socket_error(cfg, e))
+    .map_err(|e| socket_error(cfg, e, mtu))
 }
 
 /// The message for a socket that could not be opened or bound.
-fn socket_error(cfg: &Config, e: XskError) -> SetupError {
+///
+/// `mtu`: the interface's MTU when it needed multi-buffer mode.
+fn socket_error(cfg: &Config, e: XskError, mtu: Option<u32>) -> SetupError {
     let (iface, queue) = (&cfg.interface, cfg.queue);
     let errno = e.error.raw_os_error();
+    if let (Some(mtu), "bind", Some(libc::EINVAL | libc::EOPNOTSUPP)) = (mtu, e.step, errno) {
+        let fits = cfg.frame_size as usize - jumbo::FRAME_HEADROOM - 18;
+        return SetupError::new(
+            ErrorKind::Settings,
+            format!(
+                "{e}: {iface} has an MTU of {mtu}, longer than one {} B frame holds, and \
+                 multi-buffer AF_XDP (XDP_USE_SG), which jumbo frames need, was refused: \
+                 it needs Linux 6.6 or later and a driver with XDP multi-buffer support. \
+                 Or lower the MTU to {fits} (ip link set dev {iface} mtu {fits}), or use \
+                 fhudpsrc",
+                cfg.frame_size
+            ),
+        );
+    }
     if is_permission(&e.error) {
         SetupError::new(ErrorKind::NotAuthorized, format!("{e}: {PRIVILEGE_FIX}"))
     } else if e.step == "socket" && errno == Some(libc::EAFNOSUPPORT) {
@@ -333,6 +376,22 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.message.contains("2048 or 4096"), "{e}");
+    }
+
+    #[test]
+    fn a_refused_multi_buffer_bind_names_the_mtu_and_the_fixes() {
+        let refused = || XskError {
+            step: "bind",
+            error: std::io::Error::from_raw_os_error(libc::EINVAL),
+        };
+        let e = socket_error(&cfg(), refused(), Some(9000));
+        assert_eq!(e.kind, ErrorKind::Settings);
+        for want in ["MTU of 9000", "Linux 6.6", "mtu 3822", "fhudpsrc"] {
+            assert!(e.message.contains(want), "{want}: {e}");
+        }
+        // Without jumbo frames the same refusal is not blamed on them.
+        let e = socket_error(&cfg(), refused(), None);
+        assert!(!e.message.contains("MTU"), "{e}");
     }
 
     #[test]

@@ -16,6 +16,7 @@ use firehose_core::sync::lock;
 use firehose_core::{MemoryRegion, PacketInfo};
 
 use super::{XdpMode, ZeroCopy};
+use crate::engine::jumbo::{self, Geometry, Placed};
 use crate::engine::{self, AttachMode, BindMode, Capture, ErrorKind, Notice};
 use crate::xsk::XskSocket;
 use firehose_core::frame::accept::{packet_entry_dest, Rejected};
@@ -121,6 +122,8 @@ firehose_core::counters! {
         truncated: names::TRUNCATED,
         filtered: names::FILTERED,
         empty: names::EMPTY,
+        joined: "joined",
+        unjoined: "unjoined",
     }
 }
 
@@ -143,6 +146,11 @@ struct Tally {
     truncated: u64,
     filtered: u64,
     empty: u64,
+    /// Datagrams longer than a frame, joined from several (jumbo frames).
+    joined: u64,
+    /// Datagrams longer than a frame whose frames could not be joined (not in slot
+    /// order): dropped.
+    unjoined: u64,
 }
 
 /// How the running capture ended up configured, for stats and logs.
@@ -338,7 +346,13 @@ impl XdpSrc {
             if self.live.is_flushing() {
                 return Err(gst::FlowError::Flushing);
             }
-            let (start, n) = st.cap.sock.rx.peek(st.batch);
+            // Multi-buffer: look far enough ahead to see the end of any datagram.
+            let ahead = if st.cap.multi_buffer {
+                st.batch.max(jumbo::MAX_FRAGS)
+            } else {
+                st.batch
+            };
+            let (start, n) = st.cap.sock.rx.peek(ahead);
             if n == 0 {
                 if let Err(e) = st.watch.check(std::time::Instant::now()) {
                     st.cap.link = None;
@@ -400,8 +414,34 @@ impl XdpSrc {
                 let mut ring = lock(&st.cap.ring);
                 // Descriptors consumed; the rest stay in the RX ring for the next call.
                 let mut used = 0;
-                for i in 0..n {
+                let geometry = Geometry {
+                    frames: st.frames as usize,
+                    frame_size: fs,
+                };
+                let base = MemoryRegion::as_ptr(&st.cap.region);
+                let mut i = 0;
+                // A datagram joined in the guard ends the batch: its frames past the
+                // last slot are held with the batch but lie outside the run, so no
+                // later frame may extend the run over them.
+                let mut wrapped = false;
+                while i < n && !wrapped {
                     let d = st.cap.sock.rx.desc(start.wrapping_add(i));
+                    // A datagram longer than a frame comes in several descriptors
+                    // (multi-buffer mode), all in the ring once the first is: find its
+                    // last; one cut off by the peek waits for the next call.
+                    let mut last = i;
+                    if st.cap.multi_buffer {
+                        while last < n
+                            && st.cap.sock.rx.desc(start.wrapping_add(last)).options
+                                & libc::XDP_PKT_CONTD
+                                != 0
+                        {
+                            last += 1;
+                        }
+                        if last == n {
+                            break;
+                        }
+                    }
                     let (addr, len) = (d.addr as usize, d.len as usize);
                     let slot = addr / fs;
                     // The lent memory covers lo..hi, so it may hold only this batch's
@@ -411,30 +451,90 @@ impl XdpSrc {
                     if slots.last().is_some_and(|&l: &u32| l as usize + 1 != slot) {
                         break;
                     }
-                    used = i + 1;
+                    let first = i;
+                    used = last + 1;
+                    i = last + 1;
                     let frame_start = slot * fs;
                     // A descriptor outside the UMEM or across a frame boundary would
                     // be a kernel bug; count it rather than trust it.
-                    if slot >= st.frames as usize
-                        || addr + len > frame_start + fs
-                        || ring.complete(slot as u32).is_err()
-                    {
+                    let valid = |slot: usize, addr: usize, len: usize| {
+                        slot < st.frames as usize && addr + len <= slot * fs + fs
+                    };
+                    let mut whole = valid(slot, addr, len) && ring.complete(slot as u32).is_ok();
+                    if whole {
+                        // A completed frame belongs to the run whether its datagram is
+                        // kept or rejected: a rejected one goes back with the batch, so
+                        // no frame inside lo..hi returns to the kernel while the memory
+                        // is lent.
+                        lo = lo.min(frame_start);
+                        hi = hi.max(frame_start + fs);
+                        slots.push(slot as u32);
+                    }
+                    // The continuation frames' bytes move up against the first's.
+                    let mut end = addr + len;
+                    for m in 1..=(last - first) as usize {
+                        let f = st.cap.sock.rx.desc(start.wrapping_add(first + m as u32));
+                        let (faddr, flen) = (f.addr as usize, f.len as usize);
+                        let fslot = faddr / fs;
+                        if !valid(fslot, faddr, flen) || ring.complete(fslot as u32).is_err() {
+                            whole = false;
+                            continue;
+                        }
+                        let placed = whole
+                            .then(|| jumbo::place(geometry, slot, m, fslot, flen, end))
+                            .flatten();
+                        let dst = match placed {
+                            Some(Placed::InRun { dst }) => {
+                                slots.push(fslot as u32);
+                                hi = hi.max(fslot * fs + fs);
+                                dst
+                            }
+                            Some(Placed::Guard { dst }) => {
+                                // Held with the batch, not released now: frames go back
+                                // in the order they came, which keeps the fill ring in
+                                // slot order (a frame returned early would leave a hole
+                                // that the next datagram across it could not be joined
+                                // over).
+                                slots.push(fslot as u32);
+                                hi = hi.max((dst + flen).div_ceil(fs) * fs);
+                                wrapped = true;
+                                dst
+                            }
+                            None => {
+                                whole = false;
+                                let _ = ring.release(fslot as u32);
+                                continue;
+                            }
+                        };
+                        // SAFETY: faddr..+flen lies in frame `fslot`, just completed
+                        // (the kernel no longer writes it); dst..+flen lies in this
+                        // datagram's own frames or in the guard past the UMEM, which
+                        // the kernel never sees and which only a datagram holding the
+                        // last frame (lent until released) uses; `place` checked it
+                        // against the region. The ranges may overlap (a move back).
+                        unsafe { std::ptr::copy(base.add(faddr), base.add(dst), flen) };
+                        end = dst + flen;
+                    }
+                    if last > first {
+                        if whole {
+                            t.joined += 1;
+                        } else {
+                            t.unjoined += 1;
+                            continue;
+                        }
+                    }
+                    if !whole {
                         t.malformed += 1;
                         continue;
                     }
-                    // A completed frame belongs to the run whether its datagram is kept
-                    // or rejected: a rejected one goes back with the batch, so no frame
-                    // inside lo..hi returns to the kernel while the memory is lent.
-                    lo = lo.min(frame_start);
-                    hi = hi.max(frame_start + fs);
-                    slots.push(slot as u32);
-                    // SAFETY: addr..addr+len lies inside frame `slot` of the region
-                    // (checked above); the slot was just completed, so the kernel no
-                    // longer writes it and nobody else reads it until it is lent.
+                    // SAFETY: addr..end lies inside this datagram's frames of the
+                    // region (the first checked above, the rest joined against it); the
+                    // frames were just completed, so the kernel no longer writes them
+                    // and nobody else reads them until they are lent.
                     let frame = unsafe {
                         std::slice::from_raw_parts(
                             MemoryRegion::as_ptr(&st.cap.region).add(addr),
-                            len,
+                            end - addr,
                         )
                     };
                     match packet_entry_dest(frame, addr, &st.cap.filter, now) {
@@ -476,6 +576,8 @@ impl XdpSrc {
             c.truncated.add(t.truncated);
             c.filtered.add(t.filtered);
             c.empty.add(t.empty);
+            c.joined.add(t.joined);
+            c.unjoined.add(t.unjoined);
             if packets.is_empty() {
                 continue;
             }
