@@ -488,7 +488,14 @@ fn run_pipeline(cfg: &RecvConfig, timeout: Duration) -> Result<(), String> {
                     0
                 }
                 + src_field("drops-nic")
-                + src_field(names::TRUNCATED))
+                + src_field(names::TRUNCATED)
+                // Chunk mode's own: packets of chunks already gone (too old), and those
+                // its pool or handler refused.
+                + if matches!(kind, Receiver::Chunk | Receiver::XdpChunk) {
+                    field(names::TOO_OLD) + field(names::DROPS_POOL) + field("drops-handler")
+                } else {
+                    0
+                })
             .to_string(),
         ),
         ("cpu_s", format!("{cpu:.4}")),
