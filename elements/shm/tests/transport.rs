@@ -623,10 +623,13 @@ fn a_burst_pushed_as_lists_reaches_another_process_complete_and_in_order_in_batc
         );
         if name == "burstbig" {
             // A list splits only where the sink waits (a consumer at max-held, slots
-            // all taken); the consumer releases as it goes.
+            // all taken); the consumer releases as it goes, so the lists go in few
+            // packets each. How few depends on how fast the consumer process runs: 26 to
+            // 55 for the 20 lists in five runs here, 64 once in a CI run. Unbatched
+            // would be one per buffer (2000).
             assert!(
-                packets <= 3 * lists,
-                "{name}: about a packet per list: {out}"
+                packets <= 5 * lists,
+                "{name}: a few packets per list: {out}"
             );
         }
         wait_for("the consumer leaves", || {
