@@ -659,7 +659,7 @@ impl ObjectImpl for XdpSrc {
                 .build(),
             glib::ParamSpecUInt::builder("frame-size")
                 .nick("Frame size")
-                .blurb("Bytes per UMEM frame, 2048 or 4096; frames longer than this less 256 B of headroom are dropped by the kernel")
+                .blurb("Bytes per UMEM frame, 2048 or 4096. On an interface whose MTU does not fit one frame less 256 B of headroom (jumbo frames), the capture runs in multi-buffer mode (Linux 6.6+): the kernel splits a long datagram over several frames and the element joins them (stats joined, unjoined)")
                 .minimum(2048)
                 .maximum(4096)
                 .default_value(DEFAULT_FRAME_SIZE)
