@@ -43,10 +43,16 @@ impl Geometry {
         (self.frames + GUARD_FRAMES as usize) * self.frame_size
     }
 
-    /// Whether a frame of `mtu` bytes of IP (plus an Ethernet and a VLAN header) fits
-    /// one slot after its headroom; if not, the capture needs multi-buffer mode.
+    /// The largest MTU whose frames (IP plus an Ethernet and a VLAN header) fit one
+    /// slot of `frame_size` bytes after its headroom.
+    pub fn max_mtu(frame_size: u32) -> usize {
+        frame_size as usize - FRAME_HEADROOM - 18
+    }
+
+    /// Whether frames of an `mtu`-byte interface fit one slot; if not, the capture
+    /// needs multi-buffer mode.
     pub fn holds_mtu(frame_size: u32, mtu: u32) -> bool {
-        mtu as usize + 18 <= frame_size as usize - FRAME_HEADROOM
+        mtu as usize <= Self::max_mtu(frame_size)
     }
 }
 

@@ -7,7 +7,7 @@ use firehose_core::netif::iface_index;
 use firehose_core::MemoryRegion;
 
 use super::error::{is_permission, ErrorKind, SetupError, PRIVILEGE_FIX};
-use super::jumbo::{self, Geometry};
+use super::jumbo::Geometry;
 use super::{rx_queues, AttachMode, BindMode, Config, Notice};
 use crate::prog::{self, Match};
 use crate::sys::{self, action};
@@ -205,7 +205,7 @@ fn socket_error(cfg: &Config, e: XskError, mtu: Option<u32>) -> SetupError {
     let (iface, queue) = (&cfg.interface, cfg.queue);
     let errno = e.error.raw_os_error();
     if let (Some(mtu), "bind", Some(libc::EINVAL | libc::EOPNOTSUPP)) = (mtu, e.step, errno) {
-        let fits = cfg.frame_size as usize - jumbo::FRAME_HEADROOM - 18;
+        let fits = Geometry::max_mtu(cfg.frame_size);
         return SetupError::new(
             ErrorKind::Settings,
             format!(

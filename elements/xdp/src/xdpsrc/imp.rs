@@ -531,12 +531,7 @@ impl XdpSrc {
                     // region (the first checked above, the rest joined against it); the
                     // frames were just completed, so the kernel no longer writes them
                     // and nobody else reads them until they are lent.
-                    let frame = unsafe {
-                        std::slice::from_raw_parts(
-                            MemoryRegion::as_ptr(&st.cap.region).add(addr),
-                            end - addr,
-                        )
-                    };
+                    let frame = unsafe { std::slice::from_raw_parts(base.add(addr), end - addr) };
                     match packet_entry_dest(frame, addr, &st.cap.filter, now) {
                         Ok((p, d)) => {
                             t.packets += 1;
