@@ -129,6 +129,10 @@ const RELEASE_DELAY: Duration = Duration::from_millis(1);
 /// batching saves). The Python package reads it too.
 pub const RELEASE_BATCH_ENV: &str = "FIREHOSE_SHM_RELEASE_BATCH";
 
+/// Fewest unread releases that wake a producer that is not asleep (see
+/// [`crate::ring::ReleaseRing::backlog`]).
+const BACKLOG_FLOOR: u64 = 8;
+
 /// Most buffers one release message names when nothing else limits the batch.
 pub const DEFAULT_RELEASE_BATCH: usize = 16;
 
@@ -215,7 +219,13 @@ impl Releaser {
             if r.push(seq) {
                 p.ring_released += 1;
                 // `|` , not `||`: the sleep epoch is read (and marked woken) either way.
-                if r.producer_asleep() | r.backlog(self.batch() as u64) {
+                // The backlog threshold has a floor: a consumer with a release batch
+                // of 1 (max-held under 16) would otherwise wake the producer for
+                // nearly every buffer while it polls its rings anyway.
+                let backlog = (self.batch() as u64).max(BACKLOG_FLOOR);
+                if r.producer_asleep() | r.backlog(backlog) {
+                    // Whatever woke it, the next backlog wake-up counts from here.
+                    r.woke();
                     // Gone or full: either way there is nothing more to do.
                     if wire::send(self.fd.as_fd(), proto::WAKE_PACKET, None).is_ok() {
                         p.wakes += 1;

@@ -553,18 +553,20 @@ impl ReleaseRing {
     }
 
     /// After releases were written: true when at least `n` of them wait unread by the
-    /// producer and `n` more were written since the last time this said so. A producer
+    /// producer and `n` more were written since the last wake-up ([`Self::woke`]). A producer
     /// that leaves that many unread is not reading them (its streaming thread may wait
     /// upstream for the very slots they free), asleep or not: one wake-up per `n`
     /// releases gets them back to it at once.
-    pub fn backlog(&mut self, n: u64) -> bool {
+    pub fn backlog(&self, n: u64) -> bool {
         let t = self.msgs.word(REL_TAIL).load(Ordering::Acquire);
         let unread = self.head.saturating_sub(t);
-        if unread >= n && self.head - self.backlog_woken >= n {
-            self.backlog_woken = self.head;
-            return true;
-        }
-        false
+        unread >= n && self.head - self.backlog_woken >= n
+    }
+
+    /// A wake-up went (for a backlog or a sleeping producer): the next backlog
+    /// wake-up needs `n` more releases from here.
+    pub fn woke(&mut self) {
+        self.backlog_woken = self.head;
     }
 
     /// After releases were written: true when the producer announced that it sleeps (an
@@ -692,7 +694,11 @@ mod tests {
         let wakes: Vec<bool> = (0..12)
             .map(|i| {
                 r.push(i);
-                r.backlog(4)
+                let wake = r.backlog(4);
+                if wake {
+                    r.woke();
+                }
+                wake
             })
             .collect();
         assert_eq!(
