@@ -199,7 +199,8 @@ struct OpenChunk {
 struct Revive {
     /// The chunk id of the first of them.
     near: u64,
-    /// The last of them, so that its many packets count once as a message.
+    /// The highest of them, so that its many packets (and those of lower ones) count
+    /// once as a message.
     message_id: u64,
     /// How many distinct messages.
     messages: usize,
@@ -207,6 +208,9 @@ struct Revive {
     /// from elsewhere does not end the run, more of them than of these do).
     votes: usize,
 }
+
+/// Most votes a [`Revive`] run holds: four times the messages it needs.
+const REVIVE_VOTES_MAX: usize = 4 * JUMP_CONFIRM;
 
 /// Why a placement did not give a slot.
 enum Unplaced {
@@ -779,8 +783,12 @@ impl ChunkAssembler {
         let r = match self.revive {
             None => fresh,
             Some(mut r) if chunk_id.abs_diff(r.near) < near => {
-                r.votes += 1;
-                if r.message_id != facts.message_id {
+                // Capped, so that one long message's packets cannot outlast any number
+                // of packets elsewhere.
+                r.votes = (r.votes + 1).min(REVIVE_VOTES_MAX);
+                // A new message only when its id is past the last one counted: a stream
+                // moves forward, and two messages replayed in turn stay two.
+                if facts.message_id > r.message_id {
                     r.message_id = facts.message_id;
                     r.messages += 1;
                 }

@@ -991,3 +991,22 @@ fn replayed_messages_elsewhere_never_move_a_window_the_stream_flows_in() {
         "the window moved to the far messages"
     );
 }
+
+/// Later packets of just two dropped messages, alternating (what a flood can replay),
+/// are two messages, not one per change of id: they never reach JUMP_CONFIRM and never
+/// move an unproven window.
+#[test]
+fn two_dropped_messages_alternating_do_not_count_as_many() {
+    let mut e = engine(3);
+    let mut out = Vec::new();
+    // Half of a message far away: the window opens at chunk 1000, unproven.
+    e.push(&halves(4000)[0], &mut out);
+    let (a, b) = (halves(0), halves(4));
+    e.push(&a[0], &mut out);
+    e.push(&b[0], &mut out);
+    for _ in 0..4 * JUMP_CONFIRM {
+        e.push(&a[1], &mut out);
+        e.push(&b[1], &mut out);
+    }
+    assert_eq!(e.stats().resyncs, 0, "{:?}", e.stats());
+}
