@@ -28,7 +28,7 @@ impl PacketAddr {
     /// is IPv4: `v4` holds only for an IPv4-mapped address (`::ffff:a.b.c.d`), as from
     /// `From<SocketAddr>`; an address that is not mapped is IPv6 whatever `v4` says.
     pub fn from_octets(ip: [u8; 16], port: u16, v4: bool) -> Self {
-        let mapped = ip[..10] == [0; 10] && ip[10..12] == [0xff, 0xff];
+        let mapped = std::net::Ipv6Addr::from(ip).to_ipv4_mapped().is_some();
         Self {
             ip,
             port,

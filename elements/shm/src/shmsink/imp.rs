@@ -236,17 +236,12 @@ fn serve(
             }
             p
         }));
-        let ts = libc::timespec {
-            tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
-            tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
-        };
-        // SAFETY: `pfds` is a live array of `len` pollfds, `ts` a live timespec; no
-        // signal mask.
-        let n = unsafe { libc::ppoll(pfds.as_mut_ptr(), pfds.len() as _, &ts, std::ptr::null()) };
+        // An error is taken as a timeout: the loop looks again (as on a signal).
+        let n = firehose_core::wake::ppoll(&mut pfds, Some(timeout_ns)).unwrap_or(0);
         if asleep {
             lock(&shared.hub).rings_asleep(0);
         }
-        if n <= 0 {
+        if n == 0 {
             // Also sees block-mode consumers whose socket stays full (stuck).
             if ids.iter().any(|i| i.2) {
                 lock(&shared.hub).flush();
