@@ -23,7 +23,7 @@
 //! coalescing right after [`PLAIN_AFTER`] plain ones) is read without it and dropped as
 //! `truncated`, counted. Every [`PROBE_EVERY`] it turns GRO on again (message room first,
 //! then the socket option, so a coalesced message never meets a small slot) and looks
-//! whether the stream coalesces now. Nothing is lost or truncated by a switch.
+//! whether the stream coalesces now; turning GRO back on loses nothing.
 
 use std::time::{Duration, Instant};
 

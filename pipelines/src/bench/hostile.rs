@@ -494,6 +494,8 @@ struct Run {
     class: Option<Class>,
     sent: BTreeMap<String, String>,
     got: BTreeMap<String, String>,
+    /// Datagrams the kernel dropped at the receiver's socket (/proc/net/udp), or the
+    /// host's UDP InErrors where the socket was not listed.
     kernel_drops: u64,
 }
 
@@ -570,6 +572,9 @@ fn one(
         .output()
         .map_err(|e| format!("cannot start the sender: {e}"))?;
     std::thread::sleep(DRAIN);
+    // The receiver's own socket's drops while it is still open, as `bench spead`
+    // counts them; the host's UDP errors where it is not listed.
+    let socket_drops = sys::udp_socket_drops(rx.port);
     let got = rx.finish()?;
     let snmp = sys::UdpCounters::read().unwrap_or_default().since(&snmp0);
     let text = String::from_utf8_lossy(&out.stdout);
@@ -586,7 +591,7 @@ fn one(
         class,
         sent,
         got,
-        kernel_drops: snmp.in_errors,
+        kernel_drops: socket_drops.unwrap_or(snmp.in_errors),
     })
 }
 
