@@ -423,6 +423,14 @@ pub fn prefetch_following(buf: &[u8], from: usize, len: usize) {
     prefetch(&buf[from.min(end)..end]);
 }
 
+/// Whether [`copy_streaming`] can copy on this CPU (AVX-512F, checked at run time).
+pub fn has_streaming_stores() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// Copies `src` into `dest` (the same length) with streaming (non-temporal) stores for
 /// the whole 64-byte lines of `dest`, which go to memory without being read first or kept
 /// in the cache; the partial lines at either end are copied as usual. Only for memory
@@ -434,7 +442,7 @@ pub fn prefetch_following(buf: &[u8], from: usize, len: usize) {
 pub fn copy_streaming(dest: &mut [u8], src: &[u8]) -> bool {
     assert_eq!(dest.len(), src.len(), "copy_streaming: lengths differ");
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx512f") {
+    if has_streaming_stores() {
         let head = dest.as_ptr().align_offset(64).min(dest.len());
         let lines = (dest.len() - head) / 64;
         let tail = head + lines * 64;

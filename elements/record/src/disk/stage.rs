@@ -20,7 +20,7 @@
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use firehose_core::memory::{copy_streaming, store_fence};
+use firehose_core::memory::{copy_streaming, has_streaming_stores, store_fence};
 use firehose_core::{Slot, SlotPool};
 
 use super::writer::{Cmd, Writer};
@@ -76,7 +76,7 @@ impl Stage {
             spare: Vec::with_capacity(slots),
             index: Vec::new(),
             file_bytes: 0,
-            streaming: streaming_stores(),
+            streaming: has_streaming_stores(),
             line: Box::new(Line([0; 64])),
         }
     }
@@ -219,15 +219,6 @@ impl Stage {
         self.spare.clear();
         self.index.clear();
     }
-}
-
-/// Whether this CPU has the streaming stores of [`copy_streaming`] (it copies nothing
-/// and says so where it has not).
-fn streaming_stores() -> bool {
-    let mut probe = Line([0; 64]);
-    let has = copy_streaming(&mut probe.0, &[0; 64]);
-    store_fence();
-    has
 }
 
 /// Writes `data` into `block` from `fill` as whole 64-byte lines only, with streaming
