@@ -504,6 +504,15 @@ fn encode_meta(m: &WireMeta, out: &mut Vec<u8>) {
     out[start + 2..start + 6].copy_from_slice(&len.to_le_bytes());
 }
 
+/// A wire flag: 0 or 1, anything else an error naming `w`.
+fn flag(v: u8, w: &'static str) -> Result<bool, ProtoError> {
+    match v {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(ProtoError::Invalid(format!("{w} is {v}, not 0 or 1"))),
+    }
+}
+
 /// A cursor over a message that fails, naming the field, instead of reading past it.
 struct Reader<'a> {
     b: &'a [u8],
@@ -531,11 +540,7 @@ impl<'a> Reader<'a> {
         Ok(u64::from_le_bytes(self.take(8, w)?.try_into().expect("8")))
     }
     fn bool(&mut self, w: &'static str) -> Result<bool, ProtoError> {
-        match self.u8(w)? {
-            0 => Ok(false),
-            1 => Ok(true),
-            v => Err(ProtoError::Invalid(format!("{w} is {v}, not 0 or 1"))),
-        }
+        flag(self.u8(w)?, w)
     }
     fn text(&mut self, w: &'static str) -> Result<String, ProtoError> {
         let n = self.u32(w)? as usize;
@@ -694,11 +699,7 @@ fn decode_meta(tag: u16, body: &[u8]) -> Result<Option<WireMeta>, ProtoError> {
             let mut ps = Vec::with_capacity(n);
             for c in body.chunks_exact(PACKET_BYTES) {
                 let c: &[u8; PACKET_BYTES] = c.try_into().expect("chunks_exact");
-                let v4 = match c[34] {
-                    0 => false,
-                    1 => true,
-                    v => return Err(ProtoError::Invalid(format!("packet v4 is {v}, not 0 or 1"))),
-                };
+                let v4 = flag(c[34], "packet v4")?;
                 ps.push(PacketMeta {
                     offset: u32::from_le_bytes(c[0..4].try_into().expect("4")),
                     len: u32::from_le_bytes(c[4..8].try_into().expect("4")),
