@@ -51,8 +51,9 @@ pub struct Options {
     pub writers: Vec<Writer>,
 }
 
-/// One of the writers `bench record` can run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One of the writers `bench record` can run (`--writers`: fio, fio-fresh, raw, pcap,
+/// filesink).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Writer {
     /// fio as is: the reference every ratio is taken against.
     Fio,
@@ -66,28 +67,14 @@ pub enum Writer {
     Filesink,
 }
 
-/// Every writer, in the default order.
-pub const ALL_WRITERS: [Writer; 5] = [
-    Writer::Fio,
-    Writer::FioFresh,
-    Writer::Raw,
-    Writer::Pcap,
-    Writer::Filesink,
-];
-
-/// Parses a `--writers` entry: fio, fio-fresh, raw, pcap, filesink.
+/// Parses a `--writers` entry by its name (the derived one), refusing others with the
+/// list.
 pub fn parse_writer(s: &str) -> Result<Writer, String> {
-    Ok(match s.trim() {
-        "fio" => Writer::Fio,
-        "fio-fresh" => Writer::FioFresh,
-        "raw" => Writer::Raw,
-        "pcap" => Writer::Pcap,
-        "filesink" => Writer::Filesink,
-        other => {
-            return Err(format!(
-                "unknown writer '{other}': choose from fio, fio-fresh, raw, pcap, filesink"
-            ))
-        }
+    <Writer as clap::ValueEnum>::from_str(s.trim(), false).map_err(|_| {
+        format!(
+            "unknown writer '{}': choose from fio, fio-fresh, raw, pcap, filesink",
+            s.trim()
+        )
     })
 }
 
@@ -102,7 +89,7 @@ impl Default for Options {
             out: None,
             plot: None,
             quick: false,
-            writers: ALL_WRITERS.to_vec(),
+            writers: <Writer as clap::ValueEnum>::value_variants().to_vec(),
         }
     }
 }
@@ -766,7 +753,10 @@ mod tests {
             .split(',')
             .map(parse_writer)
             .collect();
-        assert_eq!(all, Ok(ALL_WRITERS.to_vec()));
+        assert_eq!(
+            all,
+            Ok(<Writer as clap::ValueEnum>::value_variants().to_vec())
+        );
         let e = parse_writer("pcapng").unwrap_err();
         assert!(
             e.contains("unknown writer 'pcapng'") && e.contains("filesink"),
