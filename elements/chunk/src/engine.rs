@@ -260,7 +260,8 @@ pub struct ChunkAssembler {
     /// Dropped messages of a stream elsewhere, seen again while the window is unproven
     /// or quiet (see [`ChunkAssembler::revive`]).
     revive: Option<Revive>,
-    /// A message has completed since the window opened: a stream is in it.
+    /// A message has completed since the window opened (or, for messages without a
+    /// length, been put together from several packets): a stream is in it.
     proven: bool,
     /// Copy payloads with streaming stores ([`STREAMING_MIN_CHUNK_BYTES`]).
     streaming: bool,
@@ -1044,6 +1045,13 @@ impl ChunkAssembler {
         // for a hundred packets; without this the run would only break on those).
         self.stale_run = 0;
         let st = &mut self.states[pos];
+        // A message with no length never completes; new bytes for one that had some
+        // (a message put together from several packets here, which a flood's single
+        // packets never do) prove the window instead. Messages with a length prove it
+        // by completing (partial multi-packet floods must not).
+        if st.len.is_none() && st.bytes > 0 && t.fresh > 0 {
+            self.proven = true;
+        }
         st.bytes += t.fresh;
         st.ranges
             .add(facts.message_offset, facts.message_offset + t.n);
