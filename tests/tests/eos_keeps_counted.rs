@@ -11,7 +11,7 @@
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use firehose_core::PacketBatchMeta;
 use gst::prelude::*;
@@ -61,6 +61,17 @@ fn eos_mid_stream(
     let src = p.by_name("src").unwrap();
     p.set_state(gst::State::Playing).unwrap();
     let stop = traffic(&src);
+    // The EOS must land mid-stream: wait for the first counted packet (start-up takes
+    // hundreds of milliseconds on a loaded machine), then for `after` more.
+    let counted_now = || {
+        src.property::<gst::Structure>("stats")
+            .get::<u64>("packets")
+            .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while counted_now() == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     std::thread::sleep(after);
     p.send_event(gst::event::Eos::new());
     let msg = p
@@ -72,10 +83,7 @@ fn eos_mid_stream(
         )
         .map(|m| m.type_());
     stop();
-    let counted = src
-        .property::<gst::Structure>("stats")
-        .get::<u64>("packets")
-        .unwrap();
+    let counted = counted_now();
     p.set_state(gst::State::Null).unwrap();
     assert_eq!(msg, Some(gst::MessageType::Eos), "{desc}: EOS on the bus");
     assert!(counted > 0, "{desc}: produced something");
