@@ -646,38 +646,52 @@ fn state_changes_under_traffic_never_hang_and_return_every_chunk() {
 fn a_trickle_is_taken_in_few_receives_and_loses_nothing() {
     // One seq packet (a counter, then 100 bytes) every 200 µs, 8 per receive: with 2 ms
     // naps (10 packets' worth) most receives come full; waking for each packet would
-    // take about one receive per packet.
-    let (mut h, port) = harness(&[
-        ("handler", "seq"),
-        ("handler-config", "seq,offset=0,width=4,payload-offset=4"),
-        ("slots-per-chunk", "8"),
-        ("slot-size", "100"),
-        ("gro", "false"),
-        ("batch-size", "8"),
-        ("coalesce-us", "2000"),
-    ]);
-    let sender = std::thread::spawn(move || {
-        let tx = Sender::new(port);
-        for n in 0..200u32 {
-            let mut p = n.to_be_bytes().to_vec();
-            p.extend([n as u8; 100]);
-            tx.send(&p);
-            std::thread::sleep(Duration::from_micros(200));
+    // take about one receive per packet. Each receive is full or waited its 2 ms, so a
+    // sender that took `span` allows at most 200/8 + span/2 ms + 2 receives. A loaded
+    // machine stretches the sender's naps; where that leaves the bound too loose to tell
+    // (over 3/4 of the packets), the trickle is sent again to a fresh source.
+    let mut tries = Vec::new();
+    for _ in 0..4 {
+        let (mut h, port) = harness(&[
+            ("handler", "seq"),
+            ("handler-config", "seq,offset=0,width=4,payload-offset=4"),
+            ("slots-per-chunk", "8"),
+            ("slot-size", "100"),
+            ("gro", "false"),
+            ("batch-size", "8"),
+            ("coalesce-us", "2000"),
+        ]);
+        let sender = std::thread::spawn(move || {
+            let tx = Sender::new(port);
+            let t0 = Instant::now();
+            for n in 0..200u32 {
+                let mut p = n.to_be_bytes().to_vec();
+                p.extend([n as u8; 100]);
+                tx.send(&p);
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            t0.elapsed()
+        });
+        for id in 0..25u64 {
+            let buf = h.pull().unwrap();
+            let info = buf.meta::<ChunkMeta>().unwrap().info().clone();
+            assert_eq!((info.chunk_id, info.is_complete()), (id, true));
         }
-    });
-    for id in 0..25u64 {
-        let buf = h.pull().unwrap();
-        let info = buf.meta::<ChunkMeta>().unwrap().info().clone();
-        assert_eq!((info.chunk_id, info.is_complete()), (id, true));
+        let span = sender.join().unwrap();
+        let st = stats(&h.element().unwrap());
+        assert_eq!(field(&st, names::PACKETS), 200);
+        let receives = field(&st, names::BATCHES);
+        let bound = 200 / 8 + (span.as_micros() / 2000) as u64 + 2;
+        tries.push((receives, bound));
+        if bound < 200 * 3 / 4 {
+            assert!(
+                receives <= bound,
+                "{receives} receives for 200 packets sent over {span:?}"
+            );
+            return;
+        }
     }
-    sender.join().unwrap();
-    let st = stats(&h.element().unwrap());
-    assert_eq!(field(&st, names::PACKETS), 200);
-    assert!(
-        field(&st, names::BATCHES) <= 200 / 3,
-        "{} receives for 200 packets",
-        field(&st, names::BATCHES)
-    );
+    panic!("the sender never trickled at its pace (receives, bound): {tries:?}");
 }
 
 /// Starts `fhudpchunksrc` with [`PROPS`] and `props` in a pipeline and returns the
