@@ -158,13 +158,16 @@ fn rate_is_met_over_a_second() {
     }
     let elapsed = start.elapsed().as_secs_f64();
     assert_eq!(n, 100);
+    // Timed from before the source exists, so never less than the schedule; the upper
+    // bounds leave 0.9 s for start-up and stalls on a loaded machine (the pacer catches
+    // up after a stall) and still fail at half the rate.
     assert!(
-        (0.89..1.25).contains(&elapsed),
+        (0.89..1.9).contains(&elapsed),
         "1000 packets took {elapsed:.3} s, want ~0.99 s"
     );
     let half = halfway.unwrap().as_secs_f64();
     assert!(
-        (0.44..0.7).contains(&half),
+        (0.44..1.4).contains(&half),
         "the 50th batch came at {half:.3} s, want ~0.49 s"
     );
     // Timestamps are the nominal schedule: batch k at k * 10 ms, lasting 10 ms.
@@ -186,14 +189,16 @@ fn unlock_interrupts_a_long_pacing_sleep() {
     let src = h.element().unwrap();
     let t = Instant::now();
     within(
-        Duration::from_secs(10),
+        Duration::from_secs(60),
         "PLAYING -> NULL while pacing",
         move || {
             src.set_state(gst::State::Null).unwrap();
         },
     );
     assert!(
-        t.elapsed() < Duration::from_secs(2),
+        // Interrupted, not waited out: the wait would last minutes (or for ever); the
+        // bound leaves a loaded machine plenty.
+        t.elapsed() < Duration::from_secs(30),
         "stop took {:?}",
         t.elapsed()
     );
@@ -218,14 +223,16 @@ fn unlock_interrupts_a_wait_for_a_pool_slot() {
     assert_eq!(stat(&src, names::BATCHES), slots);
     let t = Instant::now();
     within(
-        Duration::from_secs(10),
+        Duration::from_secs(60),
         "PLAYING -> NULL on an empty pool",
         move || {
             src.set_state(gst::State::Null).unwrap();
         },
     );
     assert!(
-        t.elapsed() < Duration::from_secs(2),
+        // Interrupted, not waited out: the wait would last minutes (or for ever); the
+        // bound leaves a loaded machine plenty.
+        t.elapsed() < Duration::from_secs(30),
         "stop took {:?}",
         t.elapsed()
     );
@@ -243,7 +250,7 @@ fn playing_to_null_at_full_speed_never_hangs() {
         pipeline.set_state(gst::State::Playing).unwrap();
         std::thread::sleep(Duration::from_millis(5 + 7 * (i % 5)));
         within(
-            Duration::from_secs(10),
+            Duration::from_secs(60),
             "PLAYING -> NULL at full speed",
             move || {
                 pipeline.set_state(gst::State::Null).unwrap();
