@@ -258,7 +258,7 @@ fn original_rate_reproduces_the_capture_timing() {
     let took = t.elapsed();
     assert_eq!(got.len(), 5);
     assert!(took >= Duration::from_millis(600), "took {took:?}");
-    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
     for (i, g) in got.iter().enumerate() {
         // Each datagram is its own batch here, PTS on the capture's schedule.
         let pts = g.pts.unwrap().nseconds();
@@ -268,17 +268,28 @@ fn original_rate_reproduces_the_capture_timing() {
             "datagram {i}: pts {pts}, want {want}"
         );
     }
-    // As fast as possible: no waiting.
+    // As fast as possible: no waiting. Frames 5 s apart (a 20 s schedule) tell waiting
+    // from a slow start on a loaded machine.
+    let far: Vec<(u64, Vec<u8>)> = (0..5u64)
+        .map(|i| {
+            (
+                T0 + i * 5_000_000_000,
+                frame("1.1.1.1:1", "2.2.2.2:2", &payload(i, 10)),
+            )
+        })
+        .collect();
+    let far_path = dir.join("far.pcap");
+    std::fs::write(&far_path, classic_pcap(&far, true, false)).unwrap();
     let t = Instant::now();
-    replay(
-        &format!("location={} rate=max", path.display()),
+    let (got, _, r) = replay(
+        &format!("location={} rate=max", far_path.display()),
         Duration::from_secs(30),
-    )
-    .2
-    .unwrap();
+    );
+    r.unwrap();
+    assert_eq!(got.len(), 5);
     assert!(
-        t.elapsed() < Duration::from_millis(500),
-        "rate=max took {:?}",
+        t.elapsed() < Duration::from_secs(10),
+        "rate=max took {:?} of a 20 s capture",
         t.elapsed()
     );
 }
@@ -307,7 +318,7 @@ fn bit_rate_paces_and_loop_repeats() {
     assert_eq!(stat(&el, names::BATCHES), 15);
     let took = t.elapsed();
     assert!(took >= Duration::from_millis(250), "took {took:?}");
-    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
 }
 
 #[test]
@@ -394,7 +405,7 @@ fn pace_and_bitrate_replace_rate_which_still_works() {
     assert_eq!(got.len(), 100);
     let took = t.elapsed();
     assert!(took >= Duration::from_millis(150), "took {took:?}");
-    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
     // The deprecated alias sets both and reads back from them.
     common::init();
     let el = gst::ElementFactory::make("fhpcapsrc").build().unwrap();
