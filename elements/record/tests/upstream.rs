@@ -50,7 +50,15 @@ fn pcapng_statistics_carry_the_sources_kernel_drops() {
         tx.send_to(&[9u8; 100], ("127.0.0.1", port)).unwrap();
         std::thread::sleep(Duration::from_millis(5));
     }
-    std::thread::sleep(Duration::from_millis(300));
+    // fhudpsrc does not drain its socket on EOS: wait until all 3010 are accounted for
+    // (received or counted dropped) before sending it, however slow the machine.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let accounted = || {
+        stat(&udp, names::PACKETS) + stat(&udp, names::DROPS_KERNEL) + stat(&udp, names::DROPS_POOL)
+    };
+    while accounted() < 3010 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     pipeline.send_event(gst::event::Eos::new());
     let r = common::wait_end(&pipeline.bus().unwrap(), Duration::from_secs(20));
     let (got, kernel_drops) = (stat(&udp, names::PACKETS), stat(&udp, names::DROPS_KERNEL));
