@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{payload, replay, require_tool, TempDir};
+use firehose_record::read::container::count_whole_records;
 
 /// tcpdump writing `path`, stopped (SIGINT, so it flushes) when dropped.
 struct Tcpdump {
@@ -95,7 +96,13 @@ fn capture_and_replay(iface: &str) {
         // Paced a little so no capture buffer can overflow.
         std::thread::sleep(Duration::from_micros(200));
     }
-    std::thread::sleep(Duration::from_millis(300));
+    // tcpdump writes each packet as it comes (-U): stop it once the file holds all, not
+    // after a fixed while (a loaded machine runs it late; what is still in its ring at
+    // the interrupt would be lost).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while count_whole_records(&path) < sent.len() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     dump.stop();
 
     let (got, el, r) = replay(

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{require_tool, TempDir};
+use firehose_record::read::container::count_whole_records;
 use firehose_spead::heap::HeapMeta;
 use gst::prelude::*;
 
@@ -153,7 +154,21 @@ fn capture_and_compare(gso: bool) -> (std::path::PathBuf, i32, TempDir) {
     let r = common::wait_end(&rx.bus().unwrap(), Duration::from_secs(20));
     rx.set_state(gst::State::Null).unwrap();
     r.unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    // tcpdump writes each packet as it comes (-U), but how many records a GSO send makes
+    // is the kernel's business: stop it once its file has stopped growing for a second
+    // (what is still in its ring at the interrupt would be lost), not after a fixed while
+    // that a loaded machine can outlast.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut last, mut since) = (0, Instant::now());
+    while Instant::now() < deadline {
+        let n = count_whole_records(&path);
+        if n != last {
+            (last, since) = (n, Instant::now());
+        } else if n > 0 && since.elapsed() >= Duration::from_secs(1) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // SAFETY: kill() on our own child's pid, not yet reaped.
     unsafe { libc::kill(dump.id() as libc::pid_t, libc::SIGINT) };
     assert!(dump.wait().unwrap().success());

@@ -703,22 +703,6 @@ fn capture_frames(path: &std::path::Path) -> Vec<(u16, Vec<u8>)> {
     out
 }
 
-/// Whole records in a capture that may still be being written (0 until its header is).
-fn count_records(path: &std::path::Path) -> usize {
-    use firehose_record::read::container::CaptureReader;
-    let Ok(f) = std::fs::File::open(path) else {
-        return 0;
-    };
-    let Ok(mut r) = CaptureReader::new(f) else {
-        return 0;
-    };
-    let mut n = 0;
-    while let Ok(Some(_)) = r.next_record() {
-        n += 1;
-    }
-    n
-}
-
 #[test]
 fn a_recording_keeps_each_frames_real_addresses_and_headers() {
     const N: u32 = 40;
@@ -796,7 +780,9 @@ fn a_recording_keeps_each_frames_real_addresses_and_headers() {
     pipeline.set_state(gst::State::Null).unwrap();
     // tcpdump writes each packet as it sees it (-U): wait until it wrote them all.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while count_records(&theirs) < N as usize && Instant::now() < deadline {
+    while firehose_record::read::container::count_whole_records(&theirs) < N as usize
+        && Instant::now() < deadline
+    {
         std::thread::sleep(Duration::from_millis(20));
     }
     // SAFETY: kill() on our own child's pid, not yet reaped.

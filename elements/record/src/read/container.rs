@@ -119,6 +119,23 @@ fn to_ns(ts: u64, resol: (u8, u8), offset_s: i64) -> u64 {
     ns.saturating_add_signed(offset_s.saturating_mul(1_000_000_000))
 }
 
+/// Whole packet records in the capture at `path`, which may still be being written
+/// (a live tcpdump, a running recorder): 0 until its header is, and a record cut
+/// short at the end is not counted. For waiting until a capture holds what was sent.
+pub fn count_whole_records(path: &std::path::Path) -> usize {
+    let Ok(f) = std::fs::File::open(path) else {
+        return 0;
+    };
+    let Ok(mut r) = CaptureReader::new(io::BufReader::new(f)) else {
+        return 0;
+    };
+    let mut n = 0;
+    while let Ok(Some(_)) = r.next_record() {
+        n += 1;
+    }
+    n
+}
+
 impl<R: Read> CaptureReader<R> {
     /// Reads the file header of `src`; fails with `InvalidData` if it is neither pcap
     /// nor pcapng.
@@ -556,6 +573,24 @@ mod tests {
         assert_eq!(recs_us[0].0, 1_000_007_000);
         let big_us = swap_pcap(us, 2, &[3, 1]);
         assert_eq!(collect(&big_us).0[0].0, 1_000_007_000);
+    }
+
+    #[test]
+    fn whole_records_of_a_file_being_written_are_counted() {
+        let path = std::env::temp_dir().join(format!("fh-count-{}.pcap", std::process::id()));
+        assert_eq!(count_whole_records(&path), 0, "no file yet");
+        let mut f = pcap_file_header(65535, 1).to_vec();
+        std::fs::write(&path, &f[..10]).unwrap();
+        assert_eq!(count_whole_records(&path), 0, "header half written");
+        for i in 0..3u64 {
+            f.extend_from_slice(&pcap_record_header(i, 3, 3));
+            f.extend_from_slice(b"abc");
+        }
+        std::fs::write(&path, &f[..f.len() - 1]).unwrap();
+        assert_eq!(count_whole_records(&path), 2, "the last record cut short");
+        std::fs::write(&path, &f).unwrap();
+        assert_eq!(count_whole_records(&path), 3);
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
