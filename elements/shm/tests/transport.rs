@@ -2,7 +2,7 @@
 //! engine, across processes with the `fhshm-peer` binary, and under faults (a consumer
 //! or a producer killed with SIGKILL, a peer that lies, another uid, 1000 connects).
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -1582,18 +1582,20 @@ fn the_python_consumer_batches_its_releases_when_behind() {
     );
     let path = socket("pybatch");
     let (mut h, el) = sink_harness(&path, &[("max-held", "64"), ("copy-slots", "64")]);
-    // It sleeps before reading, so that every buffer waits in its socket.
-    let script = "import sys, time\n\
+    // It reads nothing until told (a line on stdin, once all 40 and the EOS are pushed),
+    // so that every buffer waits in its socket however slow the machine.
+    let script = "import sys\n\
         from firehose_shm import Consumer\n\
         c = Consumer(sys.argv[1], timeout=10)\n\
-        time.sleep(1)\n\
+        sys.stdin.readline()\n\
         n = 0\n\
         for item in c:\n    with item:\n        n += int(item.data[0] == n % 251)\n\
         c.flush_releases()\n\
         print('items=%d batch=%d messages=%d released=%d' % ((n, c._release.batch) + c.release_counts))\n";
-    let child = Command::new(&py)
+    let mut child = Command::new(&py)
         .args(["-c", script, &path])
         .env("PYTHONPATH", repo_root().join("python"))
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -1604,6 +1606,9 @@ fn the_python_consumer_batches_its_releases_when_behind() {
         h.push(buffer(i, 100, i)).unwrap();
     }
     h.push_event(gst::event::Eos::new());
+    let mut go = child.stdin.take().unwrap();
+    go.write_all(b"read\n").unwrap();
+    drop(go);
     let out = output(child);
     assert_eq!(kv(&out, "items"), "40", "{out}");
     assert_eq!(kv(&out, "batch"), "8", "an eighth of max-held 64: {out}");
