@@ -1,6 +1,6 @@
 //! The `fhmetrics` tracer serves the counters of a live pipeline it saw being built.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use firehose_metrics::http::get;
 use firehose_metrics::tracer::FhMetrics;
@@ -83,8 +83,15 @@ fn tracer_serves_a_pipelines_counters() {
     pipeline.set_state(gst::State::Null).unwrap();
     // The EOS message holds a reference to the pipeline, and so to its elements.
     drop((msg, bus, pipeline));
-    // Gone elements disappear from the exposition.
-    std::thread::sleep(Duration::from_millis(50));
-    let (_, body) = get(addr, "/metrics", "application/openmetrics-text").unwrap();
+    // Gone elements disappear from the exposition (polled: their last references may go
+    // on another thread a little later on a loaded machine).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let body = loop {
+        let (_, body) = get(addr, "/metrics", "application/openmetrics-text").unwrap();
+        if body == "# EOF\n" || Instant::now() > deadline {
+            break body;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert_eq!(body, "# EOF\n");
 }
