@@ -383,14 +383,14 @@ mod tests {
         let r = receiver();
         let cfg = SenderConfig {
             destinations: vec![r.local_addr().unwrap()],
-            rate_bps: 8_000, // 1 kB/s
+            rate_bps: 800, // 100 B/s: the interrupt has most of a second to land
             burst_bytes: 100,
             ..Default::default()
         };
         let mut s = UdpSender::new(&cfg, Arc::default()).unwrap();
         let data = batch(&[100, 100, 100]);
         let stop = Interrupt::default();
-        // The first datagram is the burst; the second is due 100 ms later.
+        // The first datagram is the burst; the second is due 1 s later.
         let first = std::thread::scope(|sc| {
             sc.spawn(|| {
                 std::thread::sleep(Duration::from_millis(30));
@@ -403,10 +403,10 @@ mod tests {
         s.pacer_mut().reset();
         let t0 = Instant::now();
         s.send(data.as_slice(), 1, &stop).unwrap();
-        // After the reset: one datagram of burst, then one 100 ms later.
+        // After the reset: one datagram of burst, then one 1 s later.
         let took = t0.elapsed();
         assert!(
-            took >= Duration::from_millis(95) && took < Duration::from_secs(1),
+            took >= Duration::from_millis(950) && took < Duration::from_secs(5),
             "{took:?}"
         );
         assert_eq!(recv_all(&r, 3), data);
