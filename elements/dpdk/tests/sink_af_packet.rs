@@ -36,7 +36,7 @@ fn af_packet_sink_delivers_every_datagram_to_a_kernel_socket() {
             UdpSocket::from(s)
         })
         .unwrap();
-    rx.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    rx.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let receiver = std::thread::spawn(move || {
         let mut seen = vec![0u32; COUNT as usize];
         let mut buf = vec![0u8; 2048];

@@ -49,8 +49,8 @@ fn fault_ends_the_capture(tag: &str, fault: &[&str], want: &str) {
         .collect();
     ip(&args).unwrap();
     let msg = bus
-        .timed_pop_filtered(gst::ClockTime::from_seconds(5), &errors)
-        .expect("an error within 5 s of the fault, not a capture that waits for ever");
+        .timed_pop_filtered(gst::ClockTime::from_seconds(30), &errors)
+        .expect("an error within 30 s of the fault, not a capture that waits for ever");
     pipeline.set_state(gst::State::Null).unwrap();
     match msg.view() {
         gst::MessageView::Error(e) => {
