@@ -1176,9 +1176,8 @@ mod tests {
     }
 
     /// Receives `n` datagrams sent one every 200 µs by another thread; returns how many
-    /// batches they came in. Panics unless each arrives once, in order.
-    /// Sends `n` datagrams 200 µs apart and receives them all; returns the batches they
-    /// came in and how long the sender took (longer than 40 ms on a loaded machine).
+    /// batches they came in and how long the sender took (longer than 40 ms on a loaded
+    /// machine). Panics unless each arrives once, in order.
     fn trickle(rx: &mut UdpReceiver, n: u16) -> (usize, Duration) {
         let port = rx.local_addr().unwrap().port();
         let sender = std::thread::spawn(move || {

@@ -899,7 +899,8 @@ fn a_killed_producer_ends_the_consumer_with_an_error_not_a_hang() {
             &[gst::MessageType::Error, gst::MessageType::Eos],
         )
         .expect("an error or EOS within 30 s, not a hang");
-    assert!(killed.elapsed() < Duration::from_secs(30));
+    // Seen from the hang-up, not from a timer: well within the guard above.
+    assert!(killed.elapsed() < Duration::from_secs(10));
     match msg.view() {
         gst::MessageView::Error(e) => {
             assert!(

@@ -129,9 +129,11 @@ fn send_paced(
     let (from, to) = (pair.peer_ip, pair.host_ip);
     pair.in_ns(move || {
         let s = UdpSocket::bind((from, 0)).unwrap();
+        // One deadline for the whole send: a consumer that stopped for good lets the
+        // rest go unpaced, and the test's own check reports it.
+        let deadline = Instant::now() + Duration::from_secs(30);
         for seq in 0..n {
             if let Some(seen) = &progress {
-                let deadline = Instant::now() + Duration::from_secs(30);
                 while seq > seen.load(Ordering::Relaxed) + 64 && Instant::now() < deadline {
                     std::thread::sleep(Duration::from_millis(1));
                 }
