@@ -258,7 +258,8 @@ fn original_rate_reproduces_the_capture_timing() {
     let took = t.elapsed();
     assert_eq!(got.len(), 5);
     assert!(took >= Duration::from_millis(600), "took {took:?}");
-    assert!(took < Duration::from_secs(10), "took {took:?}");
+    // From before the pipeline exists: start-up on a loaded machine counts too.
+    assert!(took < Duration::from_secs(4), "took {took:?}");
     for (i, g) in got.iter().enumerate() {
         // Each datagram is its own batch here, PTS on the capture's schedule.
         let pts = g.pts.unwrap().nseconds();
@@ -318,7 +319,7 @@ fn bit_rate_paces_and_loop_repeats() {
     assert_eq!(stat(&el, names::BATCHES), 15);
     let took = t.elapsed();
     assert!(took >= Duration::from_millis(250), "took {took:?}");
-    assert!(took < Duration::from_secs(10), "took {took:?}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
 }
 
 #[test]
@@ -405,7 +406,7 @@ fn pace_and_bitrate_replace_rate_which_still_works() {
     assert_eq!(got.len(), 100);
     let took = t.elapsed();
     assert!(took >= Duration::from_millis(150), "took {took:?}");
-    assert!(took < Duration::from_secs(10), "took {took:?}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
     // The deprecated alias sets both and reads back from them.
     common::init();
     let el = gst::ElementFactory::make("fhpcapsrc").build().unwrap();

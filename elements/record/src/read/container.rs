@@ -121,7 +121,9 @@ fn to_ns(ts: u64, resol: (u8, u8), offset_s: i64) -> u64 {
 
 /// Whole packet records in the capture at `path`, which may still be being written
 /// (a live tcpdump, a running recorder): 0 until its header is, and a record cut
-/// short at the end is not counted. For waiting until a capture holds what was sent.
+/// short at the end is not counted. Counting stops at the first record that cannot be
+/// read, and each call reads the file from its start: for waiting until a capture
+/// holds what was sent, not for large files.
 pub fn count_whole_records(path: &std::path::Path) -> usize {
     let Ok(f) = std::fs::File::open(path) else {
         return 0;
