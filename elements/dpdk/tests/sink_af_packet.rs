@@ -30,7 +30,7 @@ fn af_packet_sink_delivers_every_datagram_to_a_kernel_socket() {
                 socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
             // Past rmem_max as root: all of the test fits, so a reader descheduled on
             // a loaded machine loses nothing.
-            let _ = firehose_testkit::sockbuf::force_recv_buffer(&s, 16 << 20);
+            let _ = firehose_net::recv::grow_recv_buffer(&s, 16 << 20);
             s.bind(&std::net::SocketAddr::from((peer_ip, port)).into())
                 .unwrap();
             UdpSocket::from(s)

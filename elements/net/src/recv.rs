@@ -343,20 +343,29 @@ fn join_ssm_v6(sock: &Socket, group: &Ipv6Addr, source: &Ipv6Addr, ifindex: u32)
     }
 }
 
-fn set_buffer(sock: &Socket, want: usize, report: &mut OpenReport) {
-    if want == 0 {
-        report.buffer_granted = sock.recv_buffer_size().unwrap_or(0);
-        return;
-    }
+/// Asks for a receive buffer of `want` bytes on `sock`: `SO_RCVBUF`, capped by
+/// `net.core.rmem_max`, then, if that granted less, `SO_RCVBUFFORCE`, which goes past the
+/// cap with CAP_NET_ADMIN (root outside a user namespace). Returns what the kernel granted
+/// (twice the usable size, as the kernel reports it). Tests' own receiving sockets use it
+/// too, so that a loaded CI machine with a stock rmem_max loses nothing they did not.
+pub fn grow_recv_buffer(sock: &Socket, want: usize) -> usize {
     let _ = sock.set_recv_buffer_size(want);
     let mut got = sock.recv_buffer_size().unwrap_or(0);
     if got < want {
-        // As root, SO_RCVBUFFORCE may exceed net.core.rmem_max.
         let v = i32::try_from(want).unwrap_or(i32::MAX);
         if setsockopt_int(sock, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, v).is_ok() {
             got = sock.recv_buffer_size().unwrap_or(0);
         }
     }
+    got
+}
+
+fn set_buffer(sock: &Socket, want: usize, report: &mut OpenReport) {
+    if want == 0 {
+        report.buffer_granted = sock.recv_buffer_size().unwrap_or(0);
+        return;
+    }
+    let got = grow_recv_buffer(sock, want);
     report.buffer_granted = got;
     // The kernel reports twice the usable size it granted.
     if got < want {
@@ -1173,6 +1182,29 @@ mod tests {
         assert_eq!(total.packets, 5);
         assert_eq!(total.bytes, (10..15).sum::<u64>());
         assert!(out.iter().all(|p| p.rx_time_ns > 0));
+    }
+
+    #[test]
+    fn a_grown_buffer_is_granted_and_reported() {
+        let s = Socket::new(Domain::IPV4, Type::DGRAM, None).unwrap();
+        let got = grow_recv_buffer(&s, 1 << 20);
+        assert!(got >= 4096, "granted {got}");
+        if has_net_admin() {
+            assert!(
+                got >= 1 << 20,
+                "CAP_NET_ADMIN is granted past rmem_max: {got}"
+            );
+        }
+    }
+
+    /// Whether this process has CAP_NET_ADMIN (bit 12 of its effective set).
+    fn has_net_admin() -> bool {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .is_some_and(|caps| caps & (1 << 12) != 0)
     }
 
     /// Receives `n` datagrams sent one every 200 µs by another thread; returns how many

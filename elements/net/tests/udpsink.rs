@@ -33,7 +33,7 @@ fn receiver(addr: &str) -> UdpSocket {
     let s =
         socket2::Socket::new(socket2::Domain::for_address(a), socket2::Type::DGRAM, None).unwrap();
     // Past rmem_max as root: the reader may be descheduled on a loaded machine.
-    let _ = firehose_testkit::sockbuf::force_recv_buffer(&s, 16 << 20);
+    let _ = firehose_net::recv::grow_recv_buffer(&s, 16 << 20);
     s.bind(&a.into()).unwrap();
     let u: UdpSocket = s.into();
     u.set_read_timeout(Some(Duration::from_secs(20))).unwrap();

@@ -19,7 +19,6 @@ pub mod checker;
 pub mod elementdoc;
 pub mod netns;
 pub mod pattern;
-pub mod sockbuf;
 pub mod starterror;
 pub mod testsrc;
 
