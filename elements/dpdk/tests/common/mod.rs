@@ -51,7 +51,10 @@ pub fn len_of(seq: u64) -> usize {
 
 /// A sender's schedule of `pps` sends a second that, after a stall (a loaded machine),
 /// goes on from the moment it resumes rather than catching up in a burst, which the
-/// receivers' rings in these tests are not sized for.
+/// receivers' rings in these tests are not sized for. Not `firehose_core::pace::Pacer`
+/// (with a lag limit it would schedule the same): that one spins the last 50 µs of every
+/// wait, and at these tests' 25 µs gaps its spinning would take the core the polling
+/// DPDK receiver needs on a 2-core machine.
 struct Pace {
     gap: Duration,
     due: Instant,
