@@ -15,14 +15,9 @@
 //! when buffers were released out of order downstream) cannot be joined without a copy
 //! elsewhere: the datagram is dropped and counted (`unjoined`). Nothing here allocates.
 
-/// Frames after the UMEM reserved for datagrams that wrap. A datagram of at most
-/// 65535 bytes spans at most 18 frames of 4096 − 256 bytes (the kernel's limit is
-/// `MAX_SKB_FRAGS + 1` = 18 by default); all but the first may lie past the end.
-pub const GUARD_FRAMES: u32 = 17;
-
-/// The most frames one datagram spans: a receive loop must look at least this many
-/// descriptors ahead to find the end of any datagram.
-pub const MAX_FRAGS: u32 = GUARD_FRAMES + 1;
+/// The longest frame the kernel can hand over: a 65535-byte IP datagram with an
+/// Ethernet and a VLAN header.
+const MAX_FRAME_BYTES: usize = 65535 + 18;
 
 /// Bytes the kernel leaves before the data of each frame in copy mode
 /// (`XDP_PACKET_HEADROOM`; the UMEM's own headroom is 0).
@@ -38,9 +33,23 @@ pub struct Geometry {
 }
 
 impl Geometry {
+    /// The most frames one datagram spans (the kernel fills each after its headroom):
+    /// 18 of 4096 bytes, 37 of 2048. A receive loop must look at least this many
+    /// descriptors ahead to find the end of any datagram, and a chain of more is no
+    /// datagram at all.
+    pub fn max_frags(&self) -> usize {
+        MAX_FRAME_BYTES.div_ceil(self.frame_size - FRAME_HEADROOM)
+    }
+
+    /// Frames after the UMEM reserved for datagrams that wrap: all of a datagram's
+    /// frames but the first may lie past the end.
+    pub fn guard_frames(&self) -> usize {
+        self.max_frags() - 1
+    }
+
     /// Bytes of the region: the slots and the guard after them.
     pub fn region_len(&self) -> usize {
-        (self.frames + GUARD_FRAMES as usize) * self.frame_size
+        (self.frames + self.guard_frames()) * self.frame_size
     }
 
     /// The largest MTU whose frames (IP plus an Ethernet and a VLAN header) fit one
@@ -116,11 +125,11 @@ mod tests {
     /// headroom), joins it with [`place`] and returns the joined bytes, or `None`.
     fn join(g: Geometry, slots: &[usize], datagram: &[u8]) -> Option<Vec<u8>> {
         let mut region = vec![0xEEu8; g.region_len()];
-        let frags: Vec<&[u8]> = datagram.chunks(DATA).collect();
+        let frags: Vec<&[u8]> = datagram.chunks(g.frame_size - FRAME_HEADROOM).collect();
         assert_eq!(frags.len(), slots.len());
         let mut descs = vec![];
         for (&s, f) in slots.iter().zip(&frags) {
-            let addr = s * FS + FRAME_HEADROOM;
+            let addr = s * g.frame_size + FRAME_HEADROOM;
             region[addr..addr + f.len()].copy_from_slice(f);
             descs.push((addr, f.len(), s));
         }
@@ -164,6 +173,22 @@ mod tests {
         let d = datagram(65535 + 14);
         let slots: Vec<usize> = std::iter::once(63).chain(0..17).collect();
         assert_eq!(join(geo(64), &slots, &d).unwrap(), d);
+    }
+
+    #[test]
+    fn the_guard_holds_the_largest_datagram_at_either_frame_size() {
+        for (frame_size, frags) in [(4096, 18), (2048, 37)] {
+            let g = Geometry {
+                frames: 64,
+                frame_size,
+            };
+            assert_eq!(g.max_frags(), frags, "{frame_size}");
+            assert_eq!(g.region_len(), (64 + frags - 1) * frame_size);
+            // The largest frame the kernel hands over, from the last slot on.
+            let d = datagram(MAX_FRAME_BYTES);
+            let slots: Vec<usize> = std::iter::once(63).chain(0..frags - 1).collect();
+            assert_eq!(join(g, &slots, &d).unwrap(), d, "{frame_size}");
+        }
     }
 
     #[test]

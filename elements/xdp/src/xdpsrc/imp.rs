@@ -346,9 +346,13 @@ impl XdpSrc {
             if self.live.is_flushing() {
                 return Err(gst::FlowError::Flushing);
             }
+            let geometry = Geometry {
+                frames: st.frames as usize,
+                frame_size: st.frame_size,
+            };
             // Multi-buffer: look far enough ahead to see the end of any datagram.
             let ahead = if st.cap.multi_buffer {
-                st.batch.max(jumbo::MAX_FRAGS)
+                st.batch.max(geometry.max_frags() as u32)
             } else {
                 st.batch
             };
@@ -414,10 +418,6 @@ impl XdpSrc {
                 let mut ring = lock(&st.cap.ring);
                 // Descriptors consumed; the rest stay in the RX ring for the next call.
                 let mut used = 0;
-                let geometry = Geometry {
-                    frames: st.frames as usize,
-                    frame_size: fs,
-                };
                 let base = MemoryRegion::as_ptr(&st.cap.region);
                 let mut i = 0;
                 // A datagram joined in the guard ends the batch: its frames past the
@@ -438,7 +438,24 @@ impl XdpSrc {
                         {
                             last += 1;
                         }
+                        if last == n && !(i == 0 && n == ahead) {
+                            break;
+                        }
                         if last == n {
+                            // A whole window of continuations, more than any datagram
+                            // spans: no datagram (a kernel bug). Waiting for its end
+                            // would peek the same descriptors for ever; its frames go
+                            // back and it is counted.
+                            for k in 0..n {
+                                let f = st.cap.sock.rx.desc(start.wrapping_add(k));
+                                let fslot = f.addr as usize / fs;
+                                if fslot < st.frames as usize && ring.complete(fslot as u32).is_ok()
+                                {
+                                    let _ = ring.release(fslot as u32);
+                                }
+                            }
+                            t.malformed += 1;
+                            used = n;
                             break;
                         }
                     }
