@@ -93,6 +93,12 @@ pub mod names {
     pub const TOO_FAR: &str = "too-far";
     /// Packets of messages the packet handler chose not to place (chunk engines).
     pub const DROPS_HANDLER: &str = "drops-handler";
+    /// Datagrams longer than a frame whose frames were joined into contiguous bytes
+    /// (multi-buffer AF_XDP).
+    pub const JOINED: &str = "joined";
+    /// Datagrams longer than a frame whose frames could not be joined: dropped
+    /// (multi-buffer AF_XDP).
+    pub const UNJOINED: &str = "unjoined";
     /// Times a chunk engine started its window again after a window's worth of
     /// messages in a row were too old, i.e. the sender restarted its counter (chunk
     /// engines).

@@ -367,6 +367,42 @@ fn jumbo_frames_arrive_whole_in_native_mode() {
     jumbo_test("native");
 }
 
+/// A capture whose frames are all held downstream (nobody pulls) makes the kernel drop:
+/// its counters show it while the capture runs, not only once it stops (the stats timer
+/// runs only with batches, and none comes while starved).
+#[test]
+fn kernel_drops_show_while_starved() {
+    let pair = VethPair::create("k").expect("needs root and iproute2");
+    pair.pin_host_neighbour().unwrap();
+    let port = 7320;
+    let h = xdp_harness(
+        &pair,
+        port,
+        &[
+            ("mode", "generic"),
+            ("frames", "64"),
+            ("stats-interval", "0"),
+        ],
+    );
+    let el = h.element().unwrap();
+    send_stream(&pair, port, 1000, 1472);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let dropped = || {
+        let s = stats(&el);
+        field(&s, "rx-dropped") + field(&s, "rx-fill-ring-empty-descs")
+    };
+    while dropped() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no kernel drops shown while running: {}",
+            stats(&el)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(field(&stats(&el), names::PACKETS) < 1000);
+    drop(h);
+}
+
 /// Datagrams spanning more frames (23 of 2048 bytes) than the 18 that 4096-byte frames
 /// allow, taken in batches of 8: the receive loop must look as far ahead as the frame
 /// size needs (it looked 18 ahead, saw no datagram end, and peeked the same descriptors

@@ -449,8 +449,8 @@ fn run_pipeline(cfg: &RecvConfig, timeout: Duration) -> Result<(), String> {
     let (units, bytes, stats) = read();
     let field = |n: &str| stats.as_ref().map_or(0, |s| counter(s, n));
     // Stopped before the source's own counters are read: fhxdpsrc reads the kernel's
-    // drop counters of its socket at stop (otherwise only on its stats timer, which
-    // no batch drives once the stream ended).
+    // drop counters of its socket at stop (and after each 100 ms without a packet), so
+    // they are exact, not up to 100 ms old.
     session.stop();
     let src_stats = stats_property(&src);
     let src_field = |n: &str| src_stats.as_ref().map_or(0, |s| counter(s, n));
@@ -483,7 +483,7 @@ fn run_pipeline(cfg: &RecvConfig, timeout: Duration) -> Result<(), String> {
             // whose frames could not be joined).
             (src_field(names::DROPS_POOL)
                 + if kind.needs_interface() {
-                    src_field(names::DROPS_KERNEL) + src_field("unjoined")
+                    src_field(names::DROPS_KERNEL) + src_field(names::UNJOINED)
                 } else {
                     0
                 }
@@ -492,7 +492,7 @@ fn run_pipeline(cfg: &RecvConfig, timeout: Duration) -> Result<(), String> {
                 // Chunk mode's own: packets of chunks already gone (too old), and those
                 // its pool or handler refused.
                 + if matches!(kind, Receiver::Chunk | Receiver::XdpChunk) {
-                    field(names::TOO_OLD) + field(names::DROPS_POOL) + field("drops-handler")
+                    field(names::TOO_OLD) + field(names::DROPS_POOL) + field(names::DROPS_HANDLER)
                 } else {
                     0
                 })
@@ -501,7 +501,6 @@ fn run_pipeline(cfg: &RecvConfig, timeout: Duration) -> Result<(), String> {
         ("cpu_s", format!("{cpu:.4}")),
         ("memory", memory),
     ]);
-    session.stop();
     Ok(())
 }
 

@@ -41,6 +41,8 @@ const IDLE_WAIT_MS: i32 = 100;
 /// Poll timeout while few frames are posted: a dry fill ring makes the kernel drop
 /// without waking us, so look again soon for frames released downstream.
 const STARVED_WAIT_MS: i32 = 1;
+/// How often the kernel's drop counters are read while no packet comes.
+const KERNEL_STATS_IDLE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The pool properties: today's 16384 frames of 4096 bytes by default.
 const POOL: PoolProps = PoolProps {
@@ -122,8 +124,8 @@ firehose_core::counters! {
         truncated: names::TRUNCATED,
         filtered: names::FILTERED,
         empty: names::EMPTY,
-        joined: "joined",
-        unjoined: "unjoined",
+        joined: names::JOINED,
+        unjoined: names::UNJOINED,
     }
 }
 
@@ -176,6 +178,8 @@ struct State {
     post: Vec<u32>,
     /// The interface: gone or down is an error, not a capture that waits for ever.
     watch: firehose_core::netif::LinkWatch,
+    /// When the receive loop, finding no packet, next reads the kernel's drop counters.
+    kernel_stats_due: std::time::Instant,
 }
 
 #[derive(Default)]
@@ -330,6 +334,7 @@ impl XdpSrc {
                 timer: s.stats_interval.timer(),
                 post: Vec::with_capacity(cfg.frames as usize),
                 watch,
+                kernel_stats_due: std::time::Instant::now(),
             },
             mode,
         ))
@@ -358,7 +363,16 @@ impl XdpSrc {
             };
             let (start, n) = st.cap.sock.rx.peek(ahead);
             if n == 0 {
-                if let Err(e) = st.watch.check(std::time::Instant::now()) {
+                let now = std::time::Instant::now();
+                // With no packets the stats timer, which runs with batches, does not
+                // read the kernel's drop counters: read them here, at most every 100 ms,
+                // or an idle or starved capture (a full pool: exactly when the kernel
+                // drops) shows them stale to `stats`, fhmetrics and the bench.
+                if now >= st.kernel_stats_due {
+                    self.read_kernel_stats(&st.cap.sock);
+                    st.kernel_stats_due = now + KERNEL_STATS_IDLE;
+                }
+                if let Err(e) = st.watch.check(now) {
                     st.cap.link = None;
                     gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
                     return Err(gst::FlowError::Error);
