@@ -55,7 +55,8 @@ pub enum BenchCommand {
     /// (`--link veth`) also fhxdpsrc feeding speaddepay and chunk mode.
     Spead(SpeadArgs),
     /// fhudpsrc, fhxdpsrc (AF_XDP) and fhdpdksrc (DPDK) on one stream across a veth pair
-    /// the benchmark creates (sender in a private network namespace); needs root.
+    /// the benchmark creates (sender in a private network namespace); needs root. Sizes
+    /// above 1472 set the veth's MTU to 9000 (without fhdpdksrc)
     Bypass(BypassArgs),
     /// fhrecordsink (raw and pcap) against fio (O_DIRECT, libaio, several writes in
     /// flight) and filesink, on one filesystem.
@@ -583,6 +584,38 @@ fn fail(e: &str) -> i32 {
     EXIT_ERROR
 }
 
+/// Whether every size fits a veth's payload: at most [`MAX_JUMBO_PAYLOAD`] bytes (a
+/// 9000-byte MTU).
+fn veth_sizes(sizes: &[u32]) -> Result<(), String> {
+    match sizes.iter().find(|&&s| s > MAX_JUMBO_PAYLOAD) {
+        Some(bad) => Err(format!(
+            "a veth carries payloads of at most {MAX_JUMBO_PAYLOAD} bytes (a {JUMBO_MTU}-byte \
+             MTU), not {bad}"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The sweep's veth pair, with a [`JUMBO_MTU`] (and a note saying so) only where a size
+/// needs jumbo frames, so that 1472-byte runs keep the 1500-byte MTU (and fhxdpsrc its
+/// single-frame mode).
+fn veth_for(
+    sizes: &[u32],
+    notes: &mut Vec<String>,
+) -> Result<firehose_testkit::netns::VethPair, String> {
+    let pair = veth::create_pair()?;
+    if sizes.iter().any(|&s| s > 1472) {
+        pair.set_mtu(JUMBO_MTU)
+            .map_err(|e| format!("veth MTU {JUMBO_MTU}: {e}"))?;
+        notes.push(format!(
+            "the veth's MTU is {JUMBO_MTU} (jumbo frames) for every size: fhxdpsrc joins \
+             datagrams longer than a 4096-byte UMEM frame from the frames the kernel splits \
+             them into (multi-buffer AF_XDP)"
+        ));
+    }
+    Ok(pair)
+}
+
 fn spead(a: SpeadArgs) -> i32 {
     let veth = a.link == LinkKind::Veth;
     let sizes = a
@@ -594,16 +627,10 @@ fn spead(a: SpeadArgs) -> i32 {
         return usage(&format!("packet size {bad} is below SPEAD's minimum of 64"));
     }
     if veth {
-        if let Some(&bad) = sizes.iter().find(|&&s| s > MAX_JUMBO_PAYLOAD) {
-            return usage(&format!(
-                "--link veth carries payloads of at most {MAX_JUMBO_PAYLOAD} bytes (a \
-                 9000-byte MTU), not {bad}"
-            ));
+        if let Err(e) = veth_sizes(&sizes) {
+            return usage(&e);
         }
     }
-    // Jumbo frames only where a size needs them, so that 1472-byte runs keep the
-    // 1500-byte MTU (and fhxdpsrc its single-frame mode).
-    let jumbo = veth && sizes.iter().any(|&s| s > 1472);
     let given = a.receivers.is_some();
     let receivers = a.receivers.clone().unwrap_or_else(|| {
         let mut v = vec![
@@ -649,20 +676,8 @@ fn spead(a: SpeadArgs) -> i32 {
         Err(e) => return fail(&e),
     };
     let link = if veth {
-        match veth::create_pair() {
-            Ok(p) => {
-                if jumbo {
-                    if let Err(e) = p.set_mtu(JUMBO_MTU) {
-                        return fail(&format!("veth MTU {JUMBO_MTU}: {e}"));
-                    }
-                    notes.push(format!(
-                        "the veth's MTU is {JUMBO_MTU} (jumbo frames) for every size: \
-                         fhxdpsrc joins datagrams longer than a 4096-byte UMEM frame from \
-                         the frames the kernel splits them into (multi-buffer AF_XDP)"
-                    ));
-                }
-                Link::Veth(p)
-            }
+        match veth_for(&sizes, &mut notes) {
+            Ok(p) => Link::Veth(p),
             Err(e) => return fail(&e),
         }
     } else {
@@ -706,10 +721,14 @@ fn spead(a: SpeadArgs) -> i32 {
 
 fn bypass(a: BypassArgs) -> i32 {
     let sizes = a.sweep.sizes.clone().unwrap_or(vec![1472]);
-    if let Some(&bad) = sizes.iter().find(|&&s| s > 1472) {
-        return usage(&format!(
-            "--sizes: {bad} is not within 1..=1472 (the veth keeps its 1500-byte MTU)"
-        ));
+    if let Err(e) = veth_sizes(&sizes) {
+        return usage(&e);
+    }
+    if sizes.iter().any(|&s| s > 1472) && a.receivers.contains(&Receiver::Fhdpdksrc) {
+        return usage(
+            "fhdpdksrc's PMDs on a veth take frames of one mbuf: run sizes above 1472 \
+             without it (--receivers floor,fhudpsrc,fhxdpsrc)",
+        );
     }
     if let Some(rx) = a.receivers.iter().find(|r| r.counts_heaps()) {
         return usage(&format!(
@@ -735,7 +754,7 @@ fn bypass(a: BypassArgs) -> i32 {
         Ok(c) => c,
         Err(e) => return fail(&e),
     };
-    let pair = match veth::create_pair() {
+    let pair = match veth_for(&sizes, &mut notes) {
         Ok(p) => p,
         Err(e) => return fail(&e),
     };
