@@ -668,10 +668,7 @@ mod tests {
         let mut buf = vec![0u8; 16384 + 64];
         let at = buf.as_ptr().align_offset(64);
         let dest = &mut buf[at..at + 16384];
-        #[cfg(target_arch = "x86_64")]
-        let avx512 = std::is_x86_feature_detected!("avx512f");
-        #[cfg(not(target_arch = "x86_64"))]
-        let avx512 = false;
+        let avx512 = has_streaming_stores();
         // Aligned whole lines, a ragged start and end, shorter than a line, empty.
         for (at, n) in [(64, 8192), (67, 8000), (130, 50), (5, 0)] {
             dest.fill(0);

@@ -218,12 +218,11 @@ impl Releaser {
         if let Some(r) = p.ring.as_mut() {
             if r.push(seq) {
                 p.ring_released += 1;
-                // `|` , not `||`: the sleep epoch is read (and marked woken) either way.
                 // The backlog threshold has a floor: a consumer with a release batch
                 // of 1 (max-held under 16) would otherwise wake the producer for
                 // nearly every buffer while it polls its rings anyway.
                 let backlog = (self.batch() as u64).max(BACKLOG_FLOOR);
-                if r.producer_asleep() | r.backlog(backlog) {
+                if r.producer_asleep() || r.backlog(backlog) {
                     // Whatever woke it, the next backlog wake-up counts from here.
                     r.woke();
                     // Gone or full: either way there is nothing more to do.

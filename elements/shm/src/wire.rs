@@ -88,28 +88,6 @@ fn socket() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// `rename(from, to)` that fails with `EEXIST` rather than replace what is at `to`.
-fn rename_no_replace(from: &std::path::Path, to: &std::path::Path) -> io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = |p: &std::path::Path| {
-        std::ffi::CString::new(p.as_os_str().as_bytes())
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))
-    };
-    let (f, t) = (c(from)?, c(to)?);
-    // SAFETY: two NUL-terminated paths that live across the call, relative to the
-    // working directory.
-    cvt(unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            f.as_ptr(),
-            libc::AT_FDCWD,
-            t.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
-    })
-    .map(|_| ())
-}
-
 /// Listens on `addr`; a socket file gets `mode` (a stale socket file left by a dead
 /// producer is replaced; any other file there is an error).
 ///
@@ -154,7 +132,12 @@ pub fn listen(addr: &Address, mode: u32) -> io::Result<OwnedFd> {
         cvt(unsafe { libc::listen(fd.as_raw_fd(), 64) })?;
         set_nonblocking(fd.as_raw_fd())?;
         if let (Some(Address::Path(t)), Address::Path(p)) = (&tmp, addr) {
-            rename_no_replace(t, p)?;
+            // Into place without replacing a file that appeared there meanwhile: a
+            // hard link fails with EEXIST where rename would replace (the temporary
+            // name is removed below on error; here, once the socket is in place, a
+            // failure to remove it leaves only a stray name).
+            std::fs::hard_link(t, p)?;
+            let _ = std::fs::remove_file(t);
         }
         Ok(())
     })();
