@@ -15,6 +15,36 @@ pub fn iface_index(name: &str) -> Result<u32, String> {
     }
 }
 
+/// The MTU of network interface `name` as the calling thread's network namespace sees
+/// it (`SIOCGIFMTU` on a socket: sysfs would show the namespace it was mounted in), or
+/// `None` where there is no such interface.
+pub fn iface_mtu(name: &str) -> Option<u32> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    if name.len() >= libc::IFNAMSIZ || name.contains('\0') {
+        return None;
+    }
+    // SAFETY: no pointers; the descriptor is owned below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a fresh descriptor that nothing else owns.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ifreq is plain data; all zeroes is a valid (empty) request.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, &b) in req.ifr_name.iter_mut().zip(name.as_bytes()) {
+        *d = b as libc::c_char;
+    }
+    // SAFETY: SIOCGIFMTU reads the NUL-terminated name (shorter than IFNAMSIZ, the rest
+    // zero) and writes the MTU into the request it is given.
+    let r = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFMTU, &mut req) };
+    if r != 0 {
+        return None;
+    }
+    // SAFETY: after a successful SIOCGIFMTU the union holds the MTU.
+    Some(unsafe { req.ifr_ifru.ifru_mtu } as u32)
+}
+
 /// Watches the interface a running capture receives on: whether it still exists (with
 /// the same index: deleted and made again is another interface) and is up. Checked at
 /// most every [`LinkWatch::EVERY`], from a receive loop that found nothing to read, so a
@@ -78,6 +108,19 @@ impl LinkWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mtu_of_loopback_and_of_no_interface() {
+        let lo = iface_mtu("lo").expect("lo has an MTU");
+        let sysfs: u32 = std::fs::read_to_string("/sys/class/net/lo/mtu")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(lo, sysfs);
+        assert_eq!(iface_mtu("fh-no-such-if"), None);
+        assert_eq!(iface_mtu("a-name-longer-than-ifnamsiz"), None);
+    }
 
     #[test]
     fn a_watch_sees_loopback_up_and_a_missing_interface_gone() {

@@ -78,12 +78,10 @@ pub(super) fn check_frames(cfg: &Config) -> Result<(), SetupError> {
     Ok(())
 }
 
-/// The interface's MTU (sysfs), or 1500 where sysfs does not say.
+/// The interface's MTU as this thread's network namespace sees it, or 1500 where it
+/// cannot be read (the bind that follows names the interface's real problem).
 pub(super) fn mtu(cfg: &Config) -> u32 {
-    std::fs::read_to_string(format!("/sys/class/net/{}/mtu", cfg.interface))
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(1500)
+    firehose_core::netif::iface_mtu(&cfg.interface).unwrap_or(1500)
 }
 
 /// Allocates the UMEM (and, for multi-buffer capture, the guard after it that
