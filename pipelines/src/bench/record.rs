@@ -67,6 +67,17 @@ pub enum Writer {
     Filesink,
 }
 
+/// Parses a `--writers` entry by its name (the derived one), refusing others with the
+/// list.
+pub fn parse_writer(s: &str) -> Result<Writer, String> {
+    <Writer as clap::ValueEnum>::from_str(s.trim(), false).map_err(|_| {
+        format!(
+            "unknown writer '{}': choose from fio, fio-fresh, raw, pcap, filesink",
+            s.trim()
+        )
+    })
+}
+
 impl Default for Options {
     fn default() -> Self {
         Self {
@@ -732,6 +743,25 @@ mod tests {
         let r = report(&o, &summarize(&runs), Duration::from_secs(1), None);
         assert!(r.contains("**--quick: not a disk measurement.**"), "{r}");
         assert!(r.contains("target ≥ 0.95×: not judged"), "{r}");
+    }
+
+    #[test]
+    fn writers_are_parsed_by_name_and_unknown_ones_are_refused() {
+        let ws: Result<Vec<Writer>, String> = "fio,pcap,raw".split(',').map(parse_writer).collect();
+        assert_eq!(ws, Ok(vec![Writer::Fio, Writer::Pcap, Writer::Raw]));
+        let all: Result<Vec<Writer>, String> = "fio,fio-fresh,raw,pcap,filesink"
+            .split(',')
+            .map(parse_writer)
+            .collect();
+        assert_eq!(
+            all,
+            Ok(<Writer as clap::ValueEnum>::value_variants().to_vec())
+        );
+        let e = parse_writer("pcapng").unwrap_err();
+        assert!(
+            e.contains("unknown writer 'pcapng'") && e.contains("filesink"),
+            "{e}"
+        );
     }
 
     #[test]
