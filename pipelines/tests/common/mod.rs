@@ -118,9 +118,12 @@ impl Running {
         assert_eq!(rc, 0, "kill({pid}, {signal}) failed");
     }
 
-    /// Waits for exit; kills the process and panics with its output past `timeout`.
+    /// Waits for exit; kills the process and panics with its output if it has not
+    /// exited `timeout` after this call (counted from here, not from the start: a test
+    /// that worked a while with the process running, slowly on a loaded machine, still
+    /// gives it the whole `timeout` to stop).
     pub fn finish(mut self, timeout: Duration) -> Output {
-        let deadline = self.started + timeout;
+        let deadline = Instant::now() + timeout;
         let status = loop {
             if let Some(status) = self.child.try_wait().expect("wait works") {
                 break status;
