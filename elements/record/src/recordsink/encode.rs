@@ -100,12 +100,23 @@ impl Encoder {
 
     /// Most bytes `buf` can take in the file.
     pub fn bound(&self, buf: &gst::BufferRef) -> usize {
-        let records = buf
-            .meta::<PacketBatchMeta>()
-            .map_or(1, |m| m.packets().len());
+        // A batch's datagrams, not its buffer: a receive slab is usually far larger than
+        // what it holds, and rotation by size decides on this bound.
+        let (records, bytes) = match buf.meta::<PacketBatchMeta>() {
+            Some(m) => (
+                m.packets().len(),
+                // Those encode() records: the ones that lie in the buffer.
+                m.packets()
+                    .iter()
+                    .filter(|p| p.range().end <= buf.size())
+                    .map(|p| p.len as usize)
+                    .sum::<usize>(),
+            ),
+            None => (1, buf.size()),
+        };
         match self.format {
-            Format::Raw => buf.size(),
-            _ => buf.size() + records * RECORD_OVERHEAD,
+            Format::Raw => bytes,
+            _ => bytes + records * RECORD_OVERHEAD,
         }
     }
 
