@@ -89,6 +89,10 @@ struct State {
     /// Original timing: the capture time and the instant the current pass is anchored
     /// to (its first datagram's).
     anchor: Option<(u64, Instant)>,
+    /// Original timing: the first pass's anchor, where PTS 0 is. PTS follows the
+    /// capture's schedule from there, so neither start-up nor a late push on a loaded
+    /// machine moves it.
+    origin: Option<Instant>,
     pacer: Pacer,
     sent: u64,
     eos: bool,
@@ -187,6 +191,7 @@ impl PcapSrc {
             };
             if state.rate == Rate::Original {
                 let (ts0, t0) = *state.anchor.get_or_insert((d.ts_ns, Instant::now()));
+                state.origin.get_or_insert(t0);
                 // A capture going back in time (merged files) plays its packet at once.
                 let due = t0 + Duration::from_nanos(d.ts_ns.saturating_sub(ts0));
                 if due > Instant::now() {
@@ -464,6 +469,7 @@ impl BaseSrcImpl for PcapSrc {
             pass_delivered: 0,
             start: Instant::now(),
             anchor: None,
+            origin: None,
             pacer,
             sent: 0,
             eos: false,
@@ -525,7 +531,7 @@ impl PushSrcImpl for PcapSrc {
                     .map(|(ts0, t0)| {
                         let due =
                             t0 + Duration::from_nanos(packets[0].rx_time_ns.saturating_sub(ts0));
-                        due.saturating_duration_since(state.start)
+                        due.saturating_duration_since(state.origin.unwrap_or(t0))
                     })
                     .unwrap_or_default(),
                 Rate::Bits(_) => {
