@@ -1,5 +1,7 @@
-//! Reading capture files: records from pcap or pcapng ([`container`]) and the UDP
-//! datagram inside each frame ([`link`]). No GStreamer types.
+//! Reading capture files: records from pcap or pcapng ([`container`]), the UDP
+//! datagram inside each frame ([`link`]), and where a crashed recording's whole records
+//! end ([`salvage`], for `firehose record check` and `repair`). No GStreamer types.
 
 pub mod container;
 pub mod link;
+pub mod salvage;
