@@ -4,7 +4,9 @@
 //! Space for a whole buffer is reserved before any of it is formatted, so a buffer is
 //! either recorded entirely or dropped entirely (never a half-written record in the
 //! file), and formatting itself never waits. Index bytes (format=raw) are staged beside
-//! the data and sent with each block.
+//! the data and sent just before the block their records begin in, so that the index
+//! is never behind the data: after a kill every whole record in the data file has its
+//! entry (entries whose records did not reach the data file are ignored by readers).
 //!
 //! Where the CPU has them, bytes go into a block with streaming (non-temporal) stores,
 //! in whole 64-byte lines only ([`put_lines`]): a block is written to disk by `O_DIRECT`
@@ -159,12 +161,13 @@ impl Stage {
         }
     }
 
-    /// Appends index bytes (sent with the next block).
+    /// Appends index bytes (sent before the next block).
     pub fn put_index(&mut self, entry: &[u8]) {
         self.index.extend_from_slice(entry);
     }
 
     fn send_block(&mut self, writer: &Writer) {
+        self.send_index(writer);
         if let Some(mut slot) = self.cur.take() {
             let part = self.fill % 64;
             if self.streaming && part > 0 {
@@ -173,13 +176,12 @@ impl Stage {
                 slot.as_mut_full()[at..self.fill].copy_from_slice(&self.line.0[..part]);
             }
             // Streaming stores are weakly ordered: every one into this block must be
-            // visible before another thread (the writer, the I/O threads, the kernel)
+            // visible before another thread (the writer, the kernel)
             // may read it.
             store_fence();
             writer.send(Cmd::Block(slot, self.fill));
             self.fill = 0;
         }
-        self.send_index(writer);
     }
 
     fn send_index(&mut self, writer: &Writer) {
@@ -264,7 +266,7 @@ mod tests {
     use crate::disk::writer::WriterConfig;
     use firehose_core::{HugepagePolicy, PoolConfig};
 
-    /// A directory for the test, an O_DIRECT writer with `depth` writes in flight, and
+    /// A directory for the test, an O_DIRECT writer with up to `depth` blocks a write, and
     /// a stage over `slots` blocks of `block` bytes with its file `name` begun.
     fn staged(
         tag: &str,
@@ -296,6 +298,7 @@ mod tests {
         stage.begin_file(
             Cmd::Open {
                 path: path.clone(),
+                head: Vec::new(),
                 index: None,
             },
             &writer,
@@ -329,7 +332,7 @@ mod tests {
     fn long_pieces_at_every_alignment_arrive_byte_exact() {
         // Pieces of 1 to 9000 bytes, each after a short one (0 to 66 bytes) that shifts
         // it (as pcap's record headers shift payloads), crossing lines and block
-        // boundaries; several writes in flight; the file ends inside a line.
+        // boundaries; several blocks a write; the file ends inside a line.
         let (dir, path, mut writer, mut stage) = staged("stage-nt", 16384, 8, 4);
         let cancel = AtomicBool::new(false);
         let mut expect = Vec::new();

@@ -7,11 +7,12 @@
 //! (e.g. a full disk) the thread keeps draining the queue, so slots keep coming back and
 //! nobody waits forever, but writes nothing more; the error is kept for the element.
 //!
-//! With `depth` above 1 and `O_DIRECT`, up to `depth` blocks of a file are in flight at
-//! once ([`super::inflight`]), and are accounted for in file order: index bytes are
-//! written only once the blocks before them are, and everything in flight is finished
-//! before a file is closed, another opened, a barrier answered or a block written the
-//! plain way.
+//! Blocks are written in file order, one write at a time, each appended at the end of
+//! the data ([`super::file`]), so a file never holds space that was not written. When
+//! the disk falls behind, blocks queue up; the next write then takes up to `depth` of
+//! the consecutive blocks waiting (the index bytes among them are written first)
+//! in one vectored write, which keeps that many blocks' requests in the device at once.
+//! A disk that keeps up gets one block per write: it has time to spare.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -26,8 +27,7 @@ use std::time::Instant;
 use firehose_core::stats::Counter;
 use firehose_core::Slot;
 
-use super::file::DiskFile;
-use super::inflight::{Done, InFlight};
+use super::file::{DiskFile, MAX_GATHER};
 
 /// When written data is flushed to the device.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -54,18 +54,12 @@ pub struct WriterConfig {
     /// Keep at most this many files (data files with their index), deleting the
     /// oldest this writer created (0: keep all).
     pub ring: u32,
-    /// Direct writes in flight at once (0 or 1: one at a time).
+    /// Most blocks one direct write carries when several are waiting (0 or 1: one
+    /// block per write).
     pub depth: u32,
     /// Replace files that exist; otherwise opening one is an error (`EEXIST`).
     pub overwrite: bool,
 }
-
-/// How far past the end of the blocks in flight a file's size is moved, in blocks per
-/// write in flight. Moving the size waits for the writes in flight (it takes the inode
-/// lock they hold shared), so it is done in steps; a killed recording's open file can
-/// end with up to about twice this many blocks per write in flight that were not
-/// written (zeros).
-pub const AHEAD_BLOCKS_PER_DEPTH: u64 = 1;
 
 /// A command for the writer thread.
 pub enum Cmd {
@@ -74,6 +68,9 @@ pub enum Cmd {
     Open {
         /// The data file.
         path: PathBuf,
+        /// The bytes the data file begins with (its file header; also staged in its
+        /// first block): the file appears with them in it.
+        head: Vec<u8>,
         /// The index file and its header.
         index: Option<(PathBuf, Vec<u8>)>,
     },
@@ -162,7 +159,6 @@ impl Writer {
     pub fn spawn(config: WriterConfig, capacity: usize, notify: Notify) -> io::Result<Self> {
         let (tx, rx) = mpsc::sync_channel(capacity.max(4));
         let shared = Arc::new(WriterShared::default());
-        let io = InFlight::spawn(config.depth as usize)?;
         let thread = std::thread::Builder::new()
             .name("fhrecord-writer".into())
             .spawn({
@@ -173,8 +169,8 @@ impl Writer {
                         shared: &shared,
                         notify: &notify,
                         open: None,
-                        io,
-                        pending_index: VecDeque::new(),
+                        gather: Vec::with_capacity(MAX_GATHER),
+                        gathered_index: Vec::with_capacity(MAX_GATHER),
                         refused_told: false,
                     }
                     .run(rx)
@@ -232,9 +228,6 @@ struct Open {
     file: DiskFile,
     index: Option<(File, PathBuf)>,
     unsynced: u64,
-    /// A write in flight failed: later completions are ignored, and the file is cut
-    /// back and closed once nothing is in flight.
-    broken: bool,
 }
 
 /// The writer thread's state.
@@ -243,10 +236,10 @@ struct Run<'a> {
     shared: &'a WriterShared,
     notify: &'a Notify,
     open: Option<Open>,
-    io: InFlight,
-    /// Index bytes waiting for the blocks submitted before them: (blocks submitted
-    /// when they came, bytes).
-    pending_index: VecDeque<(u64, Vec<u8>)>,
+    /// The blocks of the next write (at most `depth`, allocated once).
+    gather: Vec<(Slot, usize)>,
+    /// Index bytes that came between them, written before them.
+    gathered_index: Vec<Vec<u8>>,
     refused_told: bool,
 }
 
@@ -260,19 +253,21 @@ impl Run<'_> {
 
     fn run(mut self, rx: Receiver<Cmd>) {
         let mut ring: VecDeque<(PathBuf, Option<PathBuf>)> = VecDeque::new();
-        for cmd in rx {
-            // Account for (and free the slots of) whatever came back meanwhile.
-            self.reap(false);
+        // A command taken while gathering blocks, to be handled after their write.
+        let mut next: Option<Cmd> = None;
+        loop {
+            let Some(cmd) = next.take().or_else(|| rx.recv().ok()) else {
+                break;
+            };
             let failed = self.shared.failed.load(Ordering::Acquire);
             match cmd {
                 Cmd::Barrier(reply) => {
-                    self.reap(true);
                     let _ = reply.send(());
                 }
                 _ if failed => {} // drain: slots go back to the pool, nothing is written
-                Cmd::Open { path, index } => {
+                Cmd::Open { path, head, index } => {
                     self.close();
-                    match open_file(&path, index, self.config) {
+                    match open_file(&path, &head, index, self.config) {
                         Ok((o, refused)) => {
                             if refused {
                                 self.tell_refused(&path);
@@ -293,64 +288,83 @@ impl Run<'_> {
                         Err(e) => self.shared.fail(&path, e),
                     }
                 }
-                Cmd::Block(slot, len) => self.block(slot, len),
-                Cmd::Index(bytes) => {
-                    if self.io.outstanding() == 0 {
-                        self.write_index(&bytes);
-                    } else {
-                        self.pending_index.push_back((self.io.next_seq(), bytes));
-                    }
+                Cmd::Block(slot, len) => {
+                    self.gather.push((slot, len));
+                    next = self.gather_more(&rx);
+                    self.write_gathered();
                 }
+                Cmd::Index(bytes) => self.write_index(&bytes),
                 Cmd::Close => self.close(),
             }
         }
         self.close();
     }
 
-    /// Writes a block: in flight when the file allows it, else here and now.
-    fn block(&mut self, mut slot: Slot, len: usize) {
-        let overlap = self.io.enabled()
-            && self
-                .open
-                .as_ref()
-                .is_some_and(|o| !o.broken && o.file.can_overlap());
-        if overlap {
-            while !self.io.has_room() {
-                self.reap_one();
-            }
-            let ahead = AHEAD_BLOCKS_PER_DEPTH * self.config.depth as u64;
-            let Some(o) = self.open.as_mut().filter(|o| !o.broken) else {
-                return; // a write in flight failed meanwhile
-            };
-            let block = slot.as_mut_full();
-            let ahead = ahead * block.len() as u64;
-            match o.file.plan(block, len, ahead) {
-                Ok(placed) => {
-                    let file = o.file.shared();
-                    self.io.submit(file, slot, placed);
-                }
-                Err(e) => {
-                    o.broken = true;
-                    let path = o.file.path().to_owned();
-                    self.shared.fail(&path, e);
-                    self.settle();
-                }
-            }
-            return;
+    /// After a whole block: takes the blocks already waiting behind it (up to `depth`
+    /// in all, the last of them possibly the file's short last one) and the index bytes
+    /// that came with them, when the open file may write several at once. Returns the first
+    /// other command it took.
+    fn gather_more(&mut self, rx: &Receiver<Cmd>) -> Option<Cmd> {
+        let depth = (self.config.depth as usize).clamp(1, MAX_GATHER);
+        let whole = |slot: &Slot, len: usize| len == slot.capacity();
+        let can = self.open.as_ref().is_some_and(|o| o.file.can_gather());
+        if !can || !self.gather.last().is_some_and(|(s, l)| whole(s, *l)) {
+            return None;
         }
-        // A plain write comes after every write in flight.
-        self.reap(true);
-        let Some(o) = self.open.as_mut() else { return };
+        while self.gather.len() < depth {
+            match rx.try_recv() {
+                Ok(Cmd::Block(slot, len)) => {
+                    let ends_file = !whole(&slot, len);
+                    self.gather.push((slot, len));
+                    if ends_file {
+                        break;
+                    }
+                }
+                Ok(Cmd::Index(bytes)) => self.gathered_index.push(bytes),
+                Ok(other) => return Some(other),
+                Err(_) => break,
+            }
+        }
+        None
+    }
+
+    /// Writes the index bytes that came with the gathered blocks, then the blocks (one
+    /// write).
+    fn write_gathered(&mut self) {
+        let Some(o) = self.open.as_mut() else {
+            self.gather.clear();
+            self.gathered_index.clear();
+            return;
+        };
+        // Index bytes first: they name records of these blocks, and an index ahead of
+        // the data is harmless (readers ignore entries past it), one behind loses them.
+        for bytes in std::mem::take(&mut self.gathered_index) {
+            if let Some((f, p)) = o.index.as_mut() {
+                if let Err(e) = f.write_all(&bytes) {
+                    self.shared.fail(p, e);
+                }
+            }
+        }
         let before = o.file.real_size();
         let t0 = Instant::now();
-        match o.file.write_block(slot.as_mut_full(), len) {
+        let result = {
+            let n = self.gather.len();
+            let mut bufs: [&[u8]; MAX_GATHER] = [&[]; MAX_GATHER];
+            for (b, (slot, len)) in bufs.iter_mut().zip(self.gather.iter_mut()) {
+                *b = &slot.as_mut_full()[..*len];
+            }
+            o.file.write(&bufs[..n])
+        };
+        let ns = t0.elapsed().as_nanos() as u64;
+        // Back to the pool at once: the streaming thread may be waiting for them.
+        self.gather.clear();
+        match result {
             Ok(refused) => {
-                let ns = t0.elapsed().as_nanos() as u64;
-                drop(slot);
+                let written = o.file.real_size() - before;
                 if let Some(r) = refused {
                     self.tell_refused(&r.path);
                 }
-                self.written(len, ns);
+                self.written(written, ns);
             }
             Err(e) => {
                 // What did reach the file before the error stays there.
@@ -365,78 +379,18 @@ impl Run<'_> {
     }
 
     /// Counts `len` bytes written to the open file, and flushes when it is time.
-    fn written(&mut self, len: usize, ns: u64) {
+    fn written(&mut self, len: u64, ns: u64) {
         self.shared.latency_max_ns.fetch_max(ns, Ordering::Relaxed);
-        self.shared.bytes_written.add(len as u64);
+        self.shared.bytes_written.add(len);
         let Some(o) = self.open.as_mut() else { return };
-        o.unsynced += len as u64;
+        o.unsynced += len;
         if let FsyncPolicy::Bytes(n) = self.config.fsync {
             if o.unsynced >= n.max(1) {
                 o.unsynced = 0;
-                if let Err(e) = o.file.sync() {
+                let index = o.index.as_ref().map(|(f, _)| f.sync_data());
+                if let Err(e) = o.file.sync().and(index.unwrap_or(Ok(()))) {
                     self.shared.fail(o.file.path(), e);
                 }
-            }
-        }
-    }
-
-    /// Accounts for one write that came back, in file order.
-    fn account(&mut self, d: Done) {
-        let Some(o) = self.open.as_mut() else { return };
-        if o.broken {
-            return; // its data is cut away with the file
-        }
-        match d.result {
-            Ok(()) => {
-                o.file.completed(&d.placed);
-                self.written(d.placed.len, d.ns);
-            }
-            Err((done, e)) => {
-                self.shared.bytes_written.add(done.min(d.placed.len) as u64);
-                o.file.failed(&d.placed, done);
-                o.broken = true;
-                let path = o.file.path().to_owned();
-                self.shared.fail(&path, e);
-            }
-        }
-    }
-
-    /// Waits for the next write in order and accounts for it.
-    fn reap_one(&mut self) {
-        if let Some(d) = self.io.next(true) {
-            self.account(d);
-        }
-        self.settle();
-    }
-
-    /// Accounts for the writes that are back (`all`: waits for every one in flight).
-    fn reap(&mut self, all: bool) {
-        while let Some(d) = self.io.next(all) {
-            self.account(d);
-        }
-        self.settle();
-    }
-
-    /// Writes the index bytes whose blocks are written; closes a broken file once
-    /// nothing of it is in flight.
-    fn settle(&mut self) {
-        let finished = self.io.next_seq() - self.io.outstanding() as u64;
-        while self
-            .pending_index
-            .front()
-            .is_some_and(|(after, _)| *after <= finished)
-        {
-            let (_, bytes) = self.pending_index.pop_front().expect("checked");
-            if !self.shared.failed.load(Ordering::Acquire) {
-                self.write_index(&bytes);
-            }
-        }
-        if self.open.as_ref().is_some_and(|o| o.broken) {
-            // Later blocks may still land: cut the file back only after them.
-            while self.io.next(true).is_some() {}
-            self.pending_index.clear();
-            if let Some(o) = self.open.take() {
-                let _ = o.file.finish(false);
             }
         }
     }
@@ -454,9 +408,8 @@ impl Run<'_> {
         }
     }
 
-    /// Finishes the open file once everything in flight is written.
+    /// Finishes the open file.
     fn close(&mut self) {
-        self.reap(true);
         if let Some(o) = self.open.take() {
             close(o, self.config, self.shared);
         }
@@ -465,15 +418,23 @@ impl Run<'_> {
 
 fn open_file(
     path: &Path,
+    head: &[u8],
     index: Option<(PathBuf, Vec<u8>)>,
     config: &WriterConfig,
 ) -> io::Result<(Open, bool)> {
-    let (file, refused) =
-        DiskFile::create(path, config.direct, config.preallocate, config.overwrite)?;
+    let (file, refused) = DiskFile::create(
+        path,
+        config.direct,
+        config.preallocate,
+        config.overwrite,
+        head,
+    )?;
     let index = match index {
         Some((p, header)) => {
-            let mut f = super::file::open_for_writing(&p, config.overwrite, 0)?;
-            f.write_all(&header)?;
+            let mut f = super::file::create_with(&p, config.overwrite, &header)?;
+            // Entries are appended after the header.
+            use std::io::Seek;
+            f.seek(io::SeekFrom::End(0))?;
             Some((f, p))
         }
         None => None,
@@ -483,7 +444,6 @@ fn open_file(
             file,
             index,
             unsynced: 0,
-            broken: false,
         },
         refused.is_some(),
     ))
@@ -535,6 +495,7 @@ mod tests {
         .unwrap();
         writer.send(Cmd::Open {
             path: path.clone(),
+            head: Vec::new(),
             index: Some((idx.clone(), b"H".to_vec())),
         });
         let mut expect = Vec::new();

@@ -7,8 +7,8 @@
 //! record ends after the last whole one (counted `truncated`). What ended the file
 //! early, and where, is kept ([`CaptureReader::damage`]) for a reader that must say so
 //! (`fhpcapsrc` makes it an error); space never written (zeros after the last record,
-//! as a recording killed with writes in flight leaves) is the end of the data, not
-//! damage.
+//! as a recording of an older version killed with writes in flight left) is the end of
+//! the data, not damage.
 
 use std::io::{self, Read};
 
@@ -287,8 +287,9 @@ impl<R: Read> CaptureReader<R> {
         let h = &self.buf[self.start..self.start + 16];
         if h.iter().all(|&b| b == 0) {
             // Not a record (no capture holds an empty frame at the epoch) but space
-            // never written: a recording killed with writes in flight (fhrecordsink
-            // io-depth above 1) ends so. The data ends here.
+            // never written: a recording of a version before the writes in file order,
+            // killed with writes in flight (io-depth above 1), ends so. The data ends
+            // here.
             self.counts.truncated += 1;
             self.done = true;
             return Ok(None);
@@ -597,7 +598,8 @@ mod tests {
 
     #[test]
     fn space_never_written_ends_the_data() {
-        // A pcap killed with writes in flight: whole records, then zeros.
+        // A pcap an older version left when killed with writes in flight: whole
+        // records, then zeros.
         let mut f = pcap_file_header(65535, 1).to_vec();
         f.extend_from_slice(&pcap_record_header(1, 3, 3));
         f.extend_from_slice(b"abc");

@@ -32,8 +32,8 @@ firehose_core::debug_category!(CAT, "fhrecordsink", "Firehose recorder");
 const DEFAULT_BLOCK_SIZE: u32 = 4 << 20;
 const DEFAULT_QUEUE_SIZE: u64 = 64 << 20;
 const DEFAULT_FSYNC_BYTES: u64 = 256 << 20;
-/// Direct writes in flight: as fio's `--iodepth=4`, enough to keep a device busy
-/// between completions (see `crate::disk::inflight`).
+/// Most blocks one write carries when the disk is behind: four blocks' requests in the
+/// device at once, as fio's `--iodepth=4` keeps (see `crate::disk::writer`).
 const DEFAULT_IO_DEPTH: u32 = 4;
 /// Disk space reserved ahead of the write position: extents laid out before the data
 /// arrives make `O_DIRECT` writes about 10 % faster on ext4.
@@ -248,10 +248,11 @@ impl RecordSink {
             (PathBuf::from(p), h)
         });
         gst::debug!(CAT, imp = self, "opening {}", path.display());
+        let header = state.enc.file_header();
+        let head = header.clone();
         state
             .stage
-            .begin_file(Cmd::Open { path, index }, &state.writer);
-        let header = state.enc.file_header();
+            .begin_file(Cmd::Open { path, head, index }, &state.writer);
         if !header.is_empty() {
             state.stage.reserve(header.len(), true, &NEVER);
             state.stage.put(&header, &state.writer);
@@ -417,7 +418,8 @@ impl RecordSink {
                 overwrite: settings.overwrite,
                 fsync,
                 ring: settings.max_files,
-                // Never more writes in flight than blocks to fill: one is being staged.
+                // Never more blocks in one write than there are to fill: one is being
+                // staged.
                 depth: settings.io_depth.min(slots.saturating_sub(1).max(1) as u32),
             },
             // Every block plus its index message, and room for control commands.

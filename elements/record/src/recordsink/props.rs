@@ -62,7 +62,7 @@ pub fn specs() -> Vec<glib::ParamSpec> {
             .build(),
         glib::ParamSpecUInt::builder("io-depth")
             .nick("I/O depth")
-            .blurb("Direct block writes in flight at once (the file's size runs up to 2 x io-depth blocks ahead of the data while recording; 1 = one write at a time, and a killed recording's open file ends exactly at its last whole block)")
+            .blurb("Most blocks one direct write carries when several are waiting (the disk fell behind): they go in one vectored write, that many blocks' requests in the device at once. Writes are one at a time and in file order, so a file only ever holds data that reached it (1 = one block per write)")
             .minimum(1)
             .maximum(64)
             .default_value(4)
