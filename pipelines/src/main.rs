@@ -1,7 +1,8 @@
 //! The `firehose` command: run Firehose GStreamer pipelines with live statistics
 //! (`launch`, with `--metrics` for Prometheus), check a loopback capture end to end
-//! (`demo`), compare receivers and writers (`bench`) and check or tune the host
-//! (`tune`). The Firehose elements are registered statically, so no
+//! (`demo`), compare receivers and writers (`bench`), check or tune the host
+//! (`tune`), and check or repair a recording a crash left behind (`record`). The
+//! Firehose elements are registered statically, so no
 //! GST_PLUGIN_PATH is needed.
 
 mod args;
@@ -11,6 +12,7 @@ mod demo;
 mod launch;
 mod pipelinefile;
 mod plot;
+mod record;
 mod session;
 mod signals;
 mod statsline;
@@ -53,6 +55,10 @@ enum Command {
     /// command that fixes it; exit 1 when something fails) or make the safe run-time
     /// changes (--apply)
     Tune(tune::TuneArgs),
+    /// Check a pcap, pcapng or raw recording a crash left behind (`check`), or keep only
+    /// its whole records (`repair`)
+    #[command(subcommand)]
+    Record(record::RecordCommand),
     /// One benchmark receiver in its own process (used by `bench`).
     #[command(hide = true)]
     BenchRecv(bench::receiver::RecvConfig),
@@ -129,6 +135,7 @@ fn main() -> ExitCode {
         Command::Bench(b) => bench::run(b),
         Command::BenchRecv(cfg) => bench::receiver::run_child(&cfg),
         Command::Tune(a) => tune::run(a),
+        Command::Record(c) => record::run(c),
         Command::BenchHostile(c) => bench::hostile::run_child(c),
     };
     ExitCode::from(status as u8)

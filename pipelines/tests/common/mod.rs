@@ -110,6 +110,11 @@ impl Running {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends `signal` to the process.
     pub fn signal(&self, signal: libc::c_int) {
         let pid = self.child.id() as libc::pid_t;
