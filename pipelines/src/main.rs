@@ -9,6 +9,7 @@ mod args;
 mod bench;
 mod cpulimit;
 mod demo;
+mod generate;
 mod launch;
 mod pipelinefile;
 mod plot;
@@ -59,6 +60,10 @@ enum Command {
     /// its whole records (`repair`)
     #[command(subcommand)]
     Record(record::RecordCommand),
+    /// Man pages and shell completions, generated from this command's own definitions
+    /// (what `scripts/setup install` and the Debian package install)
+    #[command(subcommand)]
+    Generate(generate::GenerateCommand),
     /// One benchmark receiver in its own process (used by `bench`).
     #[command(hide = true)]
     BenchRecv(bench::receiver::RecvConfig),
@@ -122,6 +127,11 @@ fn main() -> ExitCode {
             return ExitCode::from(code as u8);
         }
     };
+    if let Command::Generate(g) = cli.command {
+        // No GStreamer needed to describe the command line.
+        use clap::CommandFactory;
+        return ExitCode::from(generate::run(g, Cli::command()) as u8);
+    }
     if let Err(e) = init() {
         eprintln!("firehose: {e}");
         return ExitCode::from(EXIT_ERROR as u8);
@@ -136,6 +146,7 @@ fn main() -> ExitCode {
         Command::BenchRecv(cfg) => bench::receiver::run_child(&cfg),
         Command::Tune(a) => tune::run(a),
         Command::Record(c) => record::run(c),
+        Command::Generate(_) => unreachable!("handled before GStreamer starts"),
         Command::BenchHostile(c) => bench::hostile::run_child(c),
     };
     ExitCode::from(status as u8)
