@@ -35,6 +35,22 @@ fn tcpdump(path: &Path) -> (usize, bool, String) {
     )
 }
 
+/// Records test packets to `path` in `format` with `firehose launch` and kills it with
+/// SIGKILL once the file holds five blocks.
+fn record_and_kill(path: &Path, format: &str) {
+    let rec = spawn(&[
+        "launch",
+        "-q",
+        &format!(
+            "fhtestsrc packet-size=1000 rate=100000000 ! fhrecordsink format={format} location={} block-size=65536",
+            path.display()
+        ),
+    ]);
+    wait_for_size(path, 5 * 65536);
+    rec.signal(libc::SIGKILL);
+    rec.finish(T);
+}
+
 /// Waits until `path` holds at least `bytes`.
 fn wait_for_size(path: &Path, bytes: u64) {
     let deadline = Instant::now() + T;
@@ -54,17 +70,7 @@ fn wait_for_size(path: &Path, bytes: u64) {
 fn a_killed_recording_is_checked_and_repaired_to_what_tcpdump_reads_whole() {
     let dir = fresh_dir("record-killed");
     let path = dir.join("k.pcap");
-    let rec = spawn(&[
-        "launch",
-        "-q",
-        &format!(
-            "fhtestsrc packet-size=1000 rate=100000000 ! fhrecordsink location={} block-size=65536",
-            path.display()
-        ),
-    ]);
-    wait_for_size(&path, 5 * 65536);
-    rec.signal(libc::SIGKILL);
-    rec.finish(T);
+    record_and_kill(&path, "pcap");
     let check = run(&["record", "check", path.to_str().unwrap()], T);
     let (before, clean, err) = tcpdump(&path);
     assert!(
@@ -169,17 +175,7 @@ fn an_older_versions_zeros_are_found_and_cut() {
 fn a_killed_raw_recording_is_repaired_with_its_index() {
     let dir = fresh_dir("record-raw");
     let path = dir.join("r.raw");
-    let rec = spawn(&[
-        "launch",
-        "-q",
-        &format!(
-            "fhtestsrc packet-size=1000 rate=100000000 ! fhrecordsink format=raw location={} block-size=65536",
-            path.display()
-        ),
-    ]);
-    wait_for_size(&path, 5 * 65536);
-    rec.signal(libc::SIGKILL);
-    rec.finish(T);
+    record_and_kill(&path, "raw");
     let check = run(&["record", "check", path.to_str().unwrap()], T);
     assert!(check.stdout.contains("r.raw: raw,"), "{}", check.all());
     assert!(check.stdout.contains("index: "), "{}", check.all());
