@@ -274,32 +274,29 @@ impl DiskFile {
         self.preallocate_for(total);
         let mut refused = None;
         if !whole.is_empty() {
-            let result = match &self.direct {
-                Some(d) => write_all_at(d, whole, self.real),
-                None => write_all_at(&self.plain, whole, self.real),
-            };
-            match result {
-                Ok(()) => self.direct_proven |= self.direct.is_some(),
-                Err((0, e))
-                    if self.direct.is_some()
-                        && !self.direct_proven
-                        && e.raw_os_error() == Some(libc::EINVAL) =>
+            let mut result = write_all_at(
+                self.direct.as_ref().unwrap_or(&self.plain),
+                whole,
+                self.real,
+            );
+            if let Err((0, e)) = &result {
+                if self.direct.is_some()
+                    && !self.direct_proven
+                    && e.raw_os_error() == Some(libc::EINVAL)
                 {
                     // The filesystem takes O_DIRECT at open but not at write: buffered.
                     self.direct = None;
                     refused = Some(DirectRefused {
                         path: self.path.clone(),
                     });
-                    if let Err((done, e)) = write_all_at(&self.plain, whole, self.real) {
-                        self.cut_back(done as u64);
-                        return Err(e);
-                    }
-                }
-                Err((done, e)) => {
-                    self.cut_back(done as u64);
-                    return Err(e);
+                    result = write_all_at(&self.plain, whole, self.real);
                 }
             }
+            if let Err((done, e)) = result {
+                self.cut_back(done as u64);
+                return Err(e);
+            }
+            self.direct_proven |= self.direct.is_some();
             self.real += whole.iter().map(|b| b.len() as u64).sum::<u64>();
         }
         if let Some(s) = short {
@@ -499,13 +496,15 @@ mod tests {
     }
 
     #[test]
-    fn vectored_writes_resume_after_a_short_write() {
-        // A write into a pipe-sized chunk is not possible for files; check the iovec
-        // bookkeeping by writing buffers of odd sizes through the page cache.
+    fn vectored_writes_put_more_buffers_than_one_call_takes_back_to_back() {
+        // More buffers than one pwritev is given (MAX_GATHER + 1 iovecs): the rest go in
+        // the next call, from where the first one ended.
         let d = dir("vec");
         let path = d.join("v.bin");
         let f = open_for_writing(&path, true, 0).unwrap();
-        let parts: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 1000 + i as usize * 777]).collect();
+        let parts: Vec<Vec<u8>> = (0..MAX_GATHER as u32 + 9)
+            .map(|i| vec![i as u8; 100 + i as usize * 77])
+            .collect();
         let refs: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
         write_all_at(&f, &refs, 10).unwrap();
         let data = std::fs::read(&path).unwrap();

@@ -331,20 +331,17 @@ impl Run<'_> {
     /// Writes the index bytes that came with the gathered blocks, then the blocks (one
     /// write).
     fn write_gathered(&mut self) {
-        let Some(o) = self.open.as_mut() else {
-            self.gather.clear();
-            self.gathered_index.clear();
-            return;
-        };
         // Index bytes first: they name records of these blocks, and an index ahead of
         // the data is harmless (readers ignore entries past it), one behind loses them.
-        for bytes in std::mem::take(&mut self.gathered_index) {
-            if let Some((f, p)) = o.index.as_mut() {
-                if let Err(e) = f.write_all(&bytes) {
-                    self.shared.fail(p, e);
-                }
-            }
+        let mut index = std::mem::take(&mut self.gathered_index);
+        for bytes in index.drain(..) {
+            self.write_index(&bytes);
         }
+        self.gathered_index = index;
+        let Some(o) = self.open.as_mut() else {
+            self.gather.clear();
+            return;
+        };
         let before = o.file.real_size();
         let t0 = Instant::now();
         let result = {
@@ -470,7 +467,7 @@ mod tests {
     use firehose_core::{HugepagePolicy, PoolConfig, SlotPool};
 
     #[test]
-    fn blocks_in_flight_land_in_order_with_their_index_and_the_exact_size() {
+    fn gathered_blocks_land_in_order_with_their_index_and_the_exact_size() {
         let dir = std::env::temp_dir().join(format!("fhrec-writer-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("w.bin");
