@@ -60,8 +60,10 @@ pub fn run(cmd: RecordCommand) -> i32 {
 /// Checks (and with `repair` = `Some(in_place)` repairs) one file; `Ok(true)` when it
 /// is whole or was repaired.
 fn one(path: &Path, repair: Option<bool>) -> Result<bool, String> {
-    let s = salvage::scan(path).map_err(|e| e.to_string())?;
-    for p in std::iter::once(&s.path).chain(s.index.as_ref().map(|i| &i.path)) {
+    // Before reading anything: a file still being written would only look cut short.
+    let data = salvage::data_path(path);
+    let index = salvage::index_path(&data);
+    for p in std::iter::once(&data).chain(index.exists().then_some(&index)) {
         if let Some(who) = salvage::open_for_writing_by(p).map_err(|e| e.to_string())? {
             return Err(format!(
                 "{} is open for writing by {who}: it is still being recorded. Check or repair it once that recording has stopped",
@@ -69,6 +71,7 @@ fn one(path: &Path, repair: Option<bool>) -> Result<bool, String> {
             ));
         }
     }
+    let s = salvage::scan(path).map_err(|e| e.to_string())?;
     print!("{}", report(&s));
     let Some(in_place) = repair else {
         return Ok(s.is_whole());

@@ -9,6 +9,11 @@
 //! record: the end of the file, a record cut short, space never written, or bytes that
 //! cannot be framed. [`repair`] keeps exactly what comes before it.
 //!
+//! It walks the framing itself rather than through [`super::container::CaptureReader`]:
+//! that reader skips a block it cannot understand to deliver the packets after it,
+//! and hides non-packet blocks, where a repair must stop at the first block that is not
+//! whole and know where every block (a trailing statistics block too) ends.
+//!
 //! Every length read from the file is checked against the file's size and against
 //! [`MAX_RECORD`] before anything is read or allocated for it, so no input makes the
 //! scan read past the file or allocate more than one record's worth.
@@ -230,10 +235,7 @@ fn short_tail(w: &mut Window, pos: u64, need: u64) -> io::Result<Tail> {
 /// Scans `path`: pcap or pcapng by its magic, raw when it has neither and `path.idx`
 /// exists (or `path` is a `.idx` file: its data file is scanned).
 pub fn scan(path: &Path) -> io::Result<Scan> {
-    let data_path = match path.to_str().and_then(|s| s.strip_suffix(".idx")) {
-        Some(stem) if Path::new(stem).exists() => PathBuf::from(stem),
-        _ => path.to_owned(),
-    };
+    let data_path = data_path(path);
     let file = File::open(&data_path)?;
     let meta = file.metadata()?;
     if !meta.is_file() {
@@ -276,6 +278,15 @@ pub fn scan(path: &Path) -> io::Result<Scan> {
     s.path = data_path;
     s.reserved = reserved;
     Ok(s)
+}
+
+/// The data file `path` names: `path` itself, or for a raw index (`x.raw.idx`) the data
+/// file beside it.
+pub fn data_path(path: &Path) -> PathBuf {
+    match path.to_str().and_then(|s| s.strip_suffix(".idx")) {
+        Some(stem) if Path::new(stem).exists() => PathBuf::from(stem),
+        _ => path.to_owned(),
+    }
 }
 
 /// The index file of raw data file `data`.
