@@ -211,6 +211,31 @@ fn a_killed_raw_recording_is_repaired_with_its_index() {
     );
     let lines = String::from_utf8_lossy(&py.stdout).lines().count() as u64;
     assert_eq!(lines, records, "the Python reader reads every whole record");
+    // The example a Python user starts from says the same, with the system Python's
+    // numpy viewing each record in place.
+    let ex = Command::new("/usr/bin/python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../examples/read_raw.py"
+        ))
+        .arg(&fixed)
+        .env(
+            "PYTHONPATH",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../python"),
+        )
+        .output()
+        .unwrap();
+    let ex_out = String::from_utf8_lossy(&ex.stdout);
+    assert!(
+        ex.status.success()
+            && ex_out.starts_with(&format!(
+                "{records} records ({records} packet), {records} complete"
+            )),
+        "examples/read_raw.py (apt-get install -y python3-numpy): {ex_out}{}",
+        String::from_utf8_lossy(&ex.stderr)
+    );
+    // A test packet starts with its magic, FHT1.
+    assert!(ex_out.contains("first bytes [70, 72, 84, 49"), "{ex_out}");
     // Every record ends where the data file does: nothing is left after them.
     let size = std::fs::metadata(&fixed).unwrap().len();
     assert!(
