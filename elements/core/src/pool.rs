@@ -68,6 +68,11 @@ impl std::fmt::Debug for SlotPool {
 }
 
 impl SlotPool {
+    /// Whether `other` is this pool (a clone of it), not another with the same shape.
+    pub fn is(&self, other: &SlotPool) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// Allocates and pre-faults `slots * slot_size` bytes of anonymous memory under
     /// `config.hugepages`.
     pub fn new(config: &PoolConfig) -> Result<Self, RegionError> {

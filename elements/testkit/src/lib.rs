@@ -8,7 +8,9 @@
 //! Put any Firehose chain between them (e.g. `fhudpsink` … `fhudpsrc`) to prove that it
 //! delivers every packet intact. The engines ([`pattern`], [`checker`]) use no GStreamer
 //! types and can be tested and benchmarked alone; [`testsrc`] and [`check`] are thin
-//! element adapters over them (`fhtestsrc` paces with [`firehose_core::pace`]).
+//! element adapters over them. `fhtestsrc` is a `PacketSrc` subclass (the worked
+//! example of docs/architecture.md) whose transport is [`generate`], paced with
+//! [`firehose_core::pace`].
 
 #![warn(missing_docs)]
 
@@ -17,6 +19,7 @@ use gst::glib;
 pub mod check;
 pub mod checker;
 pub mod elementdoc;
+pub mod generate;
 pub mod netns;
 pub mod pattern;
 pub mod starterror;

@@ -21,12 +21,14 @@
 //!   `ElementImpl` and `ObjectImpl` items every source writes the same way (the EOS
 //!   handling keeps the batch `create` was returning: [`LiveControl::request_eos`]).
 
+pub mod base;
 mod control;
 mod counters;
 mod dry;
 pub mod output;
 mod pool_props;
 
+pub use base::{Batch, BatchSize, PacketSrc, PacketSrcExt, PacketSrcImpl, Receive};
 pub use control::LiveControl;
 pub use counters::{append_pool, append_slot_pool};
 pub use dry::DryWarning;

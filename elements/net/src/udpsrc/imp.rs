@@ -1,19 +1,20 @@
-//! `fhudpsrc` implementation: a thin adapter from [`crate::recv::UdpReceiver`] to a
-//! GStreamer live push source.
+//! `fhudpsrc` implementation: a [`PacketSrc`](firehose_core::src::PacketSrc) whose
+//! transport is [`crate::recv::UdpReceiver`]. The base owns batch-size, the pool,
+//! output, caps, readable metas, stats and live control; this file holds the socket
+//! properties, `batch-bytes`, `timestamps`, `when-full` and how one batch is received.
 
 use firehose_core::batch::batch_buffer_with_dests;
 use firehose_core::sync::lock;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use firehose_core::alloc;
 use firehose_core::props::WhenFull;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{
-    self as live, LiveControl, PacketOutput, PoolProps, PoolSettings, PoolSize,
+    self as live, Batch, BatchSize, PacketSrcExt, PacketSrcImpl, PoolProps, PoolSize, Receive,
 };
-use firehose_core::stats::{self, names, StatsInterval, StatsTimer};
-use firehose_core::{PacketInfo, PoolConfig, SlotArena, SlotPool};
+use firehose_core::stats::names;
+use firehose_core::{PacketInfo, SlotArena, SlotPool};
 
 use crate::recv::{Recv, RecvCounts, UdpReceiver};
 use crate::socket_settings::{insert_after, SocketSettings};
@@ -39,24 +40,18 @@ const POOL: PoolProps = PoolProps {
 #[derive(Debug, Clone)]
 struct Settings {
     socket: SocketSettings,
-    batch_size: u32,
     batch_bytes: u32,
     timestamps: bool,
     when_full: WhenFull,
-    pool: PoolSettings,
-    stats_interval: StatsInterval,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
             socket: SocketSettings::default(),
-            batch_size: DEFAULT_BATCH_SIZE,
             batch_bytes: DEFAULT_BATCH_BYTES,
             timestamps: false,
             when_full: WhenFull::Auto,
-            pool: PoolSettings::new(&POOL),
-            stats_interval: StatsInterval::default(),
         }
     }
 }
@@ -86,16 +81,15 @@ impl Counters {
 
 struct State {
     rx: UdpReceiver,
-    pool: SlotPool,
-    /// The slot being filled by successive batches.
-    arena: Option<SlotArena>,
+    /// The slot being filled by successive batches, and the pool it came from (a pool
+    /// the base replaced, for memory downstream proposed, is not filled further).
+    arena: Option<(SlotArena, SlotPool)>,
     /// Where datagrams go when the pool is empty under when-full=drop, to be counted.
     scratch: Vec<u8>,
     /// Reused list of the datagrams dropped into `scratch`.
     lost: Vec<PacketInfo>,
     /// Initial capacity of each batch's packet list.
     batch_hint: usize,
-    timer: StatsTimer,
     when_full: WhenFull,
     /// The interface of `multicast-iface`, watched while nothing arrives: a capture
     /// whose interface went away or down says so (an element error).
@@ -106,61 +100,46 @@ struct State {
 pub struct UdpSrc {
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
-    /// The unlock flag, the receiver's waker and the pool.
-    live: LiveControl,
-    /// Kept after stop for the final `stats` read.
-    pool: Mutex<Option<SlotPool>>,
     counters: Counters,
     /// Says on the bus when the pool runs dry.
     dry: live::DryWarning,
-    /// `output`, `caps`, and what was negotiated: batches or one buffer per datagram.
-    output: PacketOutput,
-    /// `readable-metas`, and whether downstream may read them (the allocation query).
-    readable: firehose_core::meta::readable::ReadableOutput,
 }
 
 impl UdpSrc {
-    fn stats(&self) -> gst::Structure {
-        let mut s = self.counters.structure();
-        live::append_slot_pool(&mut s, lock(&self.pool).as_ref());
-        s
-    }
-
-    fn post_stats(&self, state: &State) {
-        self.counters.kernel_drops.set(state.rx.kernel_drops());
-        stats::post(self.obj().upcast_ref(), self.stats());
-    }
-
     /// Receives until one batch is ready (as a memory over the bytes it used, plus its
     /// datagrams), the wait is interrupted, or an error occurs.
-    fn receive(&self, state: &mut State) -> Result<(gst::Memory, Vec<PacketInfo>), gst::FlowError> {
+    fn fill(
+        &self,
+        state: &mut State,
+        rx: &Receive<'_>,
+    ) -> Result<(gst::Memory, Vec<PacketInfo>), gst::FlowError> {
         loop {
-            if self.live.is_flushing() {
+            if rx.live.is_flushing() {
                 return Err(gst::FlowError::Flushing);
             }
             let need = state.rx.per_msg();
-            if state.arena.as_ref().is_none_or(|a| a.remaining() < need) {
+            let usable = |(a, p): &(SlotArena, SlotPool)| a.remaining() >= need && p.is(rx.pool);
+            if !state.arena.as_ref().is_some_and(usable) {
                 state.arena = None;
                 // A network source is live: `auto` drops.
                 let slot = if state.when_full.blocks(true) {
                     Some(
-                        state
-                            .pool
-                            .acquire_blocking(self.live.flag(), Duration::from_millis(100))
+                        rx.pool
+                            .acquire_blocking(rx.live.flag(), Duration::from_millis(100))
                             .ok_or(gst::FlowError::Flushing)?,
                     )
                 } else {
-                    state.pool.try_acquire()
+                    rx.pool.try_acquire()
                 };
                 match slot {
-                    Some(slot) => state.arena = Some(SlotArena::new(slot)),
+                    Some(slot) => state.arena = Some((SlotArena::new(slot), rx.pool.clone())),
                     None => {
                         self.drop_queued(state)?;
                         continue;
                     }
                 }
             }
-            let arena = state.arena.as_mut().expect("arena set above");
+            let (arena, _) = state.arena.as_mut().expect("arena set above");
             let mut packets = Vec::with_capacity(state.batch_hint);
             match state.rx.recv_batch(arena.spare_mut(), &mut packets, true) {
                 Ok(Recv::Woken) => return Err(gst::FlowError::Flushing),
@@ -224,7 +203,7 @@ impl UdpSrc {
     }
 }
 
-firehose_core::element_subclass!(UdpSrc, "GstFhUdpSrc", gst_base::PushSrc);
+firehose_core::element_subclass!(UdpSrc, "GstFhUdpSrc", firehose_core::src::PacketSrc);
 
 impl ObjectImpl for UdpSrc {
     firehose_core::properties!(|| {
@@ -232,23 +211,13 @@ impl ObjectImpl for UdpSrc {
         insert_after(
             &mut v,
             "buffer-size",
-            [
-                glib::ParamSpecUInt::builder("batch-size")
-                    .nick("Batch size")
-                    .blurb("Most datagrams received by one recvmmsg and pushed as one buffer")
-                    .minimum(1)
-                    .maximum(1024)
-                    .default_value(DEFAULT_BATCH_SIZE)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("batch-bytes")
-                    .nick("Batch bytes")
-                    .blurb("Most buffer bytes one batch may fill (0 = no limit): lowers batch-size so that a batch stays in the CPU cache until downstream reads it; with GRO each message takes 64 KiB")
-                    .maximum(64 << 20)
-                    .default_value(DEFAULT_BATCH_BYTES)
-                    .mutable_ready()
-                    .build(),
-            ],
+            [glib::ParamSpecUInt::builder("batch-bytes")
+                .nick("Batch bytes")
+                .blurb("Most buffer bytes one batch may fill (0 = no limit): lowers batch-size so that a batch stays in the CPU cache until downstream reads it; with GRO each message takes 64 KiB")
+                .maximum(64 << 20)
+                .default_value(DEFAULT_BATCH_BYTES)
+                .mutable_ready()
+                .build()],
         );
         insert_after(
             &mut v,
@@ -264,109 +233,97 @@ impl ObjectImpl for UdpSrc {
                 .mutable_ready()
                 .build()],
         );
-        v.extend([
+        v.push(
             glib::ParamSpecEnum::builder::<WhenFull>("when-full")
                 .nick("When full")
                 .blurb("When every pool slot is in use downstream: drop (count drops-pool) or block; auto drops (a network source is live)")
                 .mutable_ready()
                 .build(),
-        ]);
-        v.extend(PacketOutput::param_specs());
-        v.extend(POOL.param_specs());
-        v.extend(stats::properties(&Counters::describe("pool-*, memory")));
+        );
         v
     });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        if self.output.set(value, pspec) {
-            return;
-        }
         let mut s = lock(&self.settings);
-        if s.socket.set(value, pspec) || s.pool.set(value, pspec) {
+        if s.socket.set(value, pspec) {
             return;
         }
         match pspec.name() {
-            "batch-size" => s.batch_size = value.get().unwrap(),
-            "batch-bytes" => s.batch_bytes = value.get().unwrap(),
-            "timestamps" => s.timestamps = value.get().unwrap(),
-            "when-full" => s.when_full = value.get().unwrap(),
-            other => s.stats_interval.set(other, value),
+            "batch-bytes" => s.batch_bytes = value.get().expect("type checked upstream"),
+            "timestamps" => s.timestamps = value.get().expect("type checked upstream"),
+            "when-full" => s.when_full = value.get().expect("type checked upstream"),
+            other => gst::error!(CAT, imp = self, "no setter for property {other}"),
         }
     }
 
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        if pspec.name() == "stats" {
-            return self.stats().to_value();
-        }
-        if let Some(v) = self.output.get(pspec) {
-            return v;
-        }
         let s = lock(&self.settings);
         if let Some(v) = s.socket.get(pspec) {
             return v;
         }
-        // Sized in bytes only: the slot (batch slab) size is known at start.
-        if let Some(v) = s.pool.get(pspec, u64::from(s.batch_bytes).max(1)) {
-            return v;
-        }
         match pspec.name() {
-            "batch-size" => s.batch_size.to_value(),
             "batch-bytes" => s.batch_bytes.to_value(),
             "timestamps" => s.timestamps.to_value(),
             "when-full" => s.when_full.to_value(),
-            other => s.stats_interval.value(other),
+            other => {
+                gst::error!(CAT, imp = self, "no getter for property {other}");
+                pspec.default_value().clone()
+            }
         }
     }
-
-    firehose_core::live_src_constructed!(true);
 }
 
 impl ElementImpl for UdpSrc {
-    firehose_core::live_src_send_event!(live);
-
     firehose_core::element_metadata!(
         "Firehose UDP source",
         "Source/Network",
         "Receives UDP with recvmmsg and GRO into pooled memory, one buffer per batch \
          (application/x-firehose-packets) or, to stock elements, one per datagram",
     );
-
-    firehose_core::pad_templates!(live::output::packets_src_template());
 }
 
-impl BaseSrcImpl for UdpSrc {
-    fn start(&self) -> Result<(), gst::ErrorMessage> {
+// Every method is the base's.
+impl BaseSrcImpl for UdpSrc {}
+impl PushSrcImpl for UdpSrc {}
+
+impl PacketSrcImpl for UdpSrc {
+    const LIVE: bool = true;
+    const BATCH_SIZE: BatchSize = BatchSize {
+        blurb: "Most datagrams received by one recvmmsg and pushed as one buffer",
+        max: 1024,
+        default: DEFAULT_BATCH_SIZE,
+    };
+    const POOL: &'static PoolProps = &POOL;
+
+    fn stats_description() -> String {
+        Counters::describe("pool-*, memory")
+    }
+
+    /// Sized in bytes only: the slot (batch slab) size is known at start.
+    fn slot_bytes(&self, _batch_size: u32) -> u64 {
+        u64::from(lock(&self.settings).batch_bytes).max(1)
+    }
+
+    fn open(&self, batch_size: u32) -> Result<usize, gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
         self.dry.reset();
         let (mut rx, report) = s.socket.open(
             self.obj().upcast_ref(),
             *CAT,
             s.timestamps,
-            s.batch_size as usize,
+            batch_size as usize,
             s.batch_bytes as usize,
         )?;
         let slab = rx.slab_size();
-        let slots = (s.pool.count(slab as u64) as usize).max(2);
-        let pool = SlotPool::new(&PoolConfig {
-            slot_size: slab,
-            slots,
-            hugepages: s.pool.policy(),
-        })
-        .map_err(|e| gst::error_msg!(gst::ResourceError::NoSpaceLeft, ("{}", e)))?;
-        if let Some(reason) = pool.fallback_reason() {
-            gst::element_imp_warning!(self, gst::ResourceError::Settings, ("{}", reason));
-        }
         gst::info!(
             CAT,
             imp = self,
-            "bound {:?}, rcvbuf {} B, gro {}, {} messages per batch, {} slots of {} B ({})",
+            "bound {:?}, rcvbuf {} B, gro {}, {} messages per batch, slots of {} B",
             report.local,
             report.buffer_granted,
             report.gro,
             rx.batch_len(),
-            slots,
-            pool.slot_size(),
-            pool.kind().as_str()
+            slab,
         );
         // Joined on a named interface: watched (checked when a wait finds nothing).
         let watch = s.socket.multicast_iface.as_deref().and_then(|name| {
@@ -378,105 +335,67 @@ impl BaseSrcImpl for UdpSrc {
         }
         let port_changed = lock(&self.settings).socket.set_bound_port(&report);
         self.counters.reset();
-        self.live.start();
-        self.readable.start(s.pool.readable_metas);
-        self.live.set_waker(rx.waker());
-        self.live.set_pool(pool.clone());
-        *lock(&self.pool) = Some(pool.clone());
+        self.obj().live().set_waker(rx.waker());
         *lock(&self.state) = Some(State {
             arena: None,
             scratch: vec![0u8; slab],
-            lost: Vec::with_capacity(s.batch_size as usize * 8),
-            batch_hint: s.batch_size as usize,
+            lost: Vec::with_capacity(batch_size as usize * 8),
+            batch_hint: batch_size as usize,
             rx,
-            pool,
-            timer: s.stats_interval.timer(),
             when_full: s.when_full,
             watch,
         });
         if port_changed {
             self.obj().notify("port");
         }
-        Ok(())
+        Ok(slab)
     }
 
-    fn stop(&self) -> Result<(), gst::ErrorMessage> {
+    fn receive(&self, rx: &Receive<'_>) -> Result<Batch, gst::FlowError> {
+        let mut guard = lock(&self.state);
+        let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+        let (mem, packets) = self.fill(state, rx)?;
+        // Where each datagram was sent (IP_PKTINFO): recordings write the real address.
+        let dests = state.rx.take_dests();
+        drop(guard);
+        // One clock read per batch: the running time at which the batch was complete.
+        let pts = self.obj().current_running_time();
+        self.counters.batches.add(1);
+        self.dry.check(
+            self.obj().upcast_ref(),
+            self.counters.drops_pool.get(),
+            "the receive pool",
+            "pool-size",
+        );
+        Ok(if rx.list() {
+            // One GstBuffer per datagram, each a sub-memory of the one slot: no copy,
+            // but the per-buffer cost that stock elements need; each with its sender
+            // (retrieve-sender-address), as udpsrc's.
+            Batch::List(rx.output.list_from(&mem, &packets, pts))
+        } else {
+            Batch::Buffer(batch_buffer_with_dests(
+                mem,
+                packets,
+                dests,
+                pts,
+                rx.readable,
+            ))
+        })
+    }
+
+    fn counters(&self) -> gst::Structure {
+        self.counters.structure()
+    }
+
+    fn refresh_counters(&self) {
+        if let Some(state) = lock(&self.state).as_ref() {
+            self.counters.kernel_drops.set(state.rx.kernel_drops());
+        }
+    }
+
+    fn close(&self) {
         if let Some(state) = lock(&self.state).take() {
             self.counters.kernel_drops.set(state.rx.kernel_drops());
         }
-        self.live.stop();
-        // The pool stays reachable for the final `stats` read; slots still held
-        // downstream keep its memory alive until they are dropped.
-        Ok(())
-    }
-
-    /// An element downstream that needs its memory (shared segments, pinned pages)
-    /// proposes its provider ([`firehose_core::alloc`]): the pool is cut from it, so the
-    /// kernel's copy lands there. Another allocator cannot be received into: say so.
-    fn decide_allocation(
-        &self,
-        query: &mut gst::query::Allocation,
-    ) -> Result<(), gst::LoggableError> {
-        self.readable.decide(self.obj().upcast_ref(), Some(query));
-        // Called from the streaming thread before it receives: the state is free.
-        if let Some(state) = lock(&self.state).as_mut() {
-            if let Some(pool) = alloc::decide_pool(self.obj().upcast_ref(), query, &state.pool)? {
-                gst::info!(
-                    CAT,
-                    imp = self,
-                    "receiving into {} memory, as downstream proposed",
-                    pool.kind().as_str()
-                );
-                state.arena = None;
-                state.pool = pool.clone();
-                self.live.set_pool(pool.clone());
-                *lock(&self.pool) = Some(pool);
-            }
-        }
-        self.parent_decide_allocation(query)
-    }
-
-    firehose_core::live_src_base!(live, output: output);
-}
-
-impl PushSrcImpl for UdpSrc {
-    fn create(
-        &self,
-        _buffer: Option<&mut gst::BufferRef>,
-    ) -> Result<CreateSuccess, gst::FlowError> {
-        self.live.create(|| {
-            let mut guard = lock(&self.state);
-            let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-            let (mem, packets) = self.receive(state)?;
-            // Where each datagram was sent (IP_PKTINFO): recordings write the real address.
-            let dests = state.rx.take_dests();
-            // One clock read per batch: the running time at which the batch was complete.
-            let pts = self.obj().current_running_time();
-            self.counters.batches.add(1);
-            self.dry.check(
-                self.obj().upcast_ref(),
-                self.counters.drops_pool.get(),
-                "the receive pool",
-                "pool-size",
-            );
-            if state.timer.due(Instant::now()) {
-                self.post_stats(state);
-            }
-            let readable = self.readable.wanted();
-            drop(guard);
-
-            if self.output.is_list() {
-                // One GstBuffer per datagram, each a sub-memory of the one slot: no copy,
-                // but the per-buffer cost that stock elements need.
-                // Each with its sender (retrieve-sender-address), as udpsrc's.
-                Ok(CreateSuccess::NewBufferList(
-                    self.output.list_from(&mem, &packets, pts),
-                ))
-            } else {
-                Ok(CreateSuccess::NewBuffer(batch_buffer_with_dests(
-                    mem, packets, dests, pts, readable,
-                )))
-            }
-        })
     }
 }

@@ -20,7 +20,7 @@ pub use firehose_core::props::Output;
 
 glib::wrapper! {
     /// The `fhudpsrc` element.
-    pub struct UdpSrc(ObjectSubclass<imp::UdpSrc>) @extends gst_base::PushSrc, gst_base::BaseSrc, gst::Element, gst::Object;
+    pub struct UdpSrc(ObjectSubclass<imp::UdpSrc>) @extends firehose_core::src::PacketSrc, gst_base::PushSrc, gst_base::BaseSrc, gst::Element, gst::Object;
 }
 
 /// Registers `fhudpsrc` with `plugin` (or statically with `None`).

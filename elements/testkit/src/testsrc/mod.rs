@@ -32,7 +32,7 @@ mod imp;
 glib::wrapper! {
     /// The `fhtestsrc` element.
     pub struct FhTestSrc(ObjectSubclass<imp::FhTestSrc>)
-        @extends gst_base::PushSrc, gst_base::BaseSrc, gst::Element, gst::Object;
+        @extends firehose_core::src::PacketSrc, gst_base::PushSrc, gst_base::BaseSrc, gst::Element, gst::Object;
 }
 
 /// Registers `fhtestsrc` with `plugin` (or with the process when `None`, as tests do).

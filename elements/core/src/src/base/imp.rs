@@ -1,0 +1,376 @@
+//! What [`super::PacketSrc`] does around a subclass's transport: its properties, its
+//! pool, live control, negotiation and `stats`.
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use gst::glib;
+use gst::glib::translate::{IntoGlibPtr, ToGlibPtr};
+use gst::prelude::*;
+use gst::subclass::prelude::*;
+use gst_base::subclass::base_src::CreateSuccess;
+use gst_base::subclass::prelude::*;
+
+use super::{Batch, BatchSize, Class, Methods, Receive};
+use crate::meta::readable::ReadableOutput;
+use crate::src::{self as live, LiveControl, PacketOutput, PoolProps, PoolSettings};
+use crate::stats::{self, StatsInterval, StatsTimer};
+use crate::sync::lock;
+use crate::{PoolConfig, SlotPool};
+
+crate::debug_category!(CAT, "fhpacketsrc", "Firehose packet source base class");
+
+/// The base's properties, as set.
+#[derive(Clone, Copy, Debug)]
+struct Settings {
+    batch_size: u32,
+    pool: PoolSettings,
+    stats_interval: StatsInterval,
+}
+
+/// Between start and stop: what `create` reads once per batch.
+#[derive(Debug)]
+struct Run {
+    batch_size: u32,
+    timer: StatsTimer,
+}
+
+/// The instance data of the base class.
+#[derive(Debug)]
+pub struct PacketSrc {
+    settings: Mutex<Settings>,
+    /// `output`, `caps`, and what was negotiated: batches or one buffer per datagram.
+    output: PacketOutput,
+    /// `readable-metas`, and whether downstream may read them (the allocation query).
+    readable: ReadableOutput,
+    live: LiveControl,
+    /// The pool batches are received into; `live` holds it too, to wake a wait for a
+    /// slot on `unlock()`.
+    pool: Mutex<Option<SlotPool>>,
+    run: Mutex<Run>,
+}
+
+#[glib::object_subclass]
+impl ObjectSubclass for PacketSrc {
+    const NAME: &'static str = "GstFhPacketSrc";
+    const ABSTRACT: bool = true;
+    // Each plugin links its own copy of this crate (crate::props explains): the second
+    // to load registers the type as `GstFhPacketSrc-1`.
+    const ALLOW_NAME_CONFLICT: bool = true;
+    type Type = super::PacketSrc;
+    type ParentType = gst_base::PushSrc;
+    type Class = Class;
+
+    /// `klass` is the class of the instance being made: the subclass's defaults.
+    fn with_class(klass: &Class) -> Self {
+        let m = klass.methods.expect("an instance is of a subclass");
+        Self {
+            settings: Mutex::new(Settings {
+                batch_size: m.batch_size.default,
+                pool: PoolSettings::new(m.pool),
+                stats_interval: StatsInterval::default(),
+            }),
+            output: PacketOutput::default(),
+            readable: ReadableOutput::default(),
+            live: LiveControl::default(),
+            pool: Mutex::new(None),
+            run: Mutex::new(Run {
+                batch_size: m.batch_size.default,
+                timer: StatsTimer::new(0),
+            }),
+        }
+    }
+}
+
+impl PacketSrc {
+    /// The properties the base installs on a subclass's class (`super` explains why
+    /// there): `batch-size`, the output ones, the pool ones, `stats` and
+    /// `stats-interval`.
+    pub(super) fn param_specs(
+        batch: &BatchSize,
+        pool: &PoolProps,
+        stats_description: &str,
+    ) -> Vec<glib::ParamSpec> {
+        let mut v = vec![live::batch_size(batch.blurb, batch.max, batch.default)];
+        v.extend(PacketOutput::param_specs());
+        v.extend(pool.param_specs());
+        v.extend(stats::properties(stats_description));
+        v
+    }
+
+    /// The subclass's constants and methods (copied out of the class struct).
+    fn class(&self) -> Methods {
+        let obj = self.obj();
+        let class: &Class = obj.class().as_ref();
+        class.methods.expect("an instance is of a subclass")
+    }
+
+    /// Sets one of the base's properties (the subclass's class routes them here).
+    pub(super) fn set_base_property(&self, value: &glib::Value, pspec: &glib::ParamSpec) {
+        if self.output.set(value, pspec) {
+            return;
+        }
+        let mut s = lock(&self.settings);
+        if s.pool.set(value, pspec) {
+            return;
+        }
+        match pspec.name() {
+            "batch-size" => s.batch_size = value.get().expect("type checked upstream"),
+            "stats-interval" => s.stats_interval.0 = value.get().expect("type checked upstream"),
+            other => gst::error!(CAT, imp = self, "no setter for property {other}"),
+        }
+    }
+
+    /// The value of one of the base's properties.
+    pub(super) fn base_property(&self, pspec: &glib::ParamSpec) -> glib::Value {
+        if let Some(v) = self.output.get(pspec) {
+            return v;
+        }
+        let s = *lock(&self.settings);
+        match pspec.name() {
+            "batch-size" => s.batch_size.to_value(),
+            "stats-interval" => s.stats_interval.0.to_value(),
+            "stats" => self.stats().to_value(),
+            _ => {
+                let slot = (self.class().slot_bytes)(&self.obj(), s.batch_size);
+                s.pool.get(pspec, slot).unwrap_or_else(|| {
+                    gst::error!(CAT, imp = self, "no getter for property {}", pspec.name());
+                    pspec.default_value().clone()
+                })
+            }
+        }
+    }
+
+    pub(super) fn live(&self) -> &LiveControl {
+        &self.live
+    }
+
+    pub(super) fn output(&self) -> &PacketOutput {
+        &self.output
+    }
+
+    /// The subclass's counters and the pool's.
+    fn stats(&self) -> gst::Structure {
+        let mut s = (self.class().counters)(&self.obj());
+        live::append_slot_pool(&mut s, lock(&self.pool).as_ref());
+        s
+    }
+
+    pub(super) fn post_stats(&self) {
+        stats::post(self.obj().upcast_ref(), self.stats());
+    }
+
+    /// The pool of `slots` slots of `slot_size` bytes, with `memory`.
+    fn make_pool(&self, slot_size: usize, s: &Settings) -> Result<SlotPool, gst::ErrorMessage> {
+        let what = self.class().pool.what;
+        let slots = s.pool.count(slot_size as u64).max(2) as usize;
+        let pool = SlotPool::new(&PoolConfig {
+            slot_size,
+            slots,
+            hugepages: s.pool.policy(),
+        })
+        .map_err(|e| {
+            gst::error_msg!(
+                gst::ResourceError::NoSpaceLeft,
+                ("cannot allocate the {slots} x {slot_size}-byte {what}: {e}; lower pool-size or batch-size")
+            )
+        })?;
+        if let Some(why) = pool.fallback_reason() {
+            // memory=auto says it once (docs/elements.md).
+            gst::element_imp_warning!(self, gst::ResourceError::Settings, ("{what}: {why}"));
+        }
+        Ok(pool)
+    }
+}
+
+impl PacketSrc {
+    /// What `create` returns for `out`: a buffer as it is; a list submitted to
+    /// GstBaseSrc, which pushes it after `create` returns with no buffer (a subclass's
+    /// `create` is this one, reached from C: `super` says why).
+    fn submit(&self, out: CreateSuccess) -> CreateSuccess {
+        match out {
+            CreateSuccess::NewBufferList(list) => {
+                let obj = self.obj();
+                let src: &gst_base::BaseSrc = obj.upcast_ref();
+                // SAFETY: called from `create` on the streaming thread, as the function
+                // requires; it takes ownership of the list.
+                unsafe {
+                    gst_base::ffi::gst_base_src_submit_buffer_list(
+                        src.to_glib_none().0,
+                        list.into_glib_ptr(),
+                    )
+                };
+                CreateSuccess::FilledBuffer
+            }
+            other => other,
+        }
+    }
+}
+
+impl ObjectImpl for PacketSrc {
+    fn constructed(&self) {
+        self.parent_constructed();
+        // Not live for a source that paces itself; buffers carry times, so segments
+        // are in time.
+        live::set_live(&*self.obj(), self.class().live);
+    }
+}
+
+impl GstObjectImpl for PacketSrc {}
+
+impl ElementImpl for PacketSrc {
+    fn pad_templates() -> &'static [gst::PadTemplate] {
+        static TEMPLATES: std::sync::LazyLock<Vec<gst::PadTemplate>> =
+            std::sync::LazyLock::new(|| vec![live::output::packets_src_template()]);
+        TEMPLATES.as_ref()
+    }
+
+    /// An application's EOS ends the stream after the batch being received is pushed
+    /// ([`LiveControl::request_eos`]); anything else, or an EOS before start, goes to
+    /// GstBaseSrc.
+    fn send_event(&self, event: gst::Event) -> bool {
+        if event.type_() == gst::EventType::Eos && self.live.request_eos() {
+            gst::debug!(
+                CAT,
+                imp = self,
+                "EOS: pushing what was received, then ending"
+            );
+            return true;
+        }
+        self.parent_send_event(event)
+    }
+}
+
+impl BaseSrcImpl for PacketSrc {
+    fn start(&self) -> Result<(), gst::ErrorMessage> {
+        let s = *lock(&self.settings);
+        let class = self.class();
+        // Before `open`, which may install a waker in it.
+        self.live.start();
+        let opened = (class.open)(&self.obj(), s.batch_size).and_then(|slot_size| {
+            self.make_pool(slot_size, &s)
+                .inspect_err(|_| (class.close)(&self.obj()))
+        });
+        let pool = match opened {
+            Ok(p) => p,
+            Err(e) => {
+                self.live.stop();
+                return Err(e);
+            }
+        };
+        self.readable.start(s.pool.readable_metas);
+        self.live.add_pool(pool.clone());
+        gst::debug!(
+            CAT,
+            imp = self,
+            "started with {s:?}: {} slots of {} bytes ({})",
+            pool.stats().slots,
+            pool.slot_size(),
+            pool.kind().as_str()
+        );
+        *lock(&self.pool) = Some(pool);
+        *lock(&self.run) = Run {
+            batch_size: s.batch_size,
+            timer: s.stats_interval.timer(),
+        };
+        Ok(())
+    }
+
+    fn stop(&self) -> Result<(), gst::ErrorMessage> {
+        (self.class().close)(&self.obj());
+        // The pool stays reachable for the final `stats` read (the next start
+        // replaces it); slots still held downstream keep its memory alive until they
+        // are dropped.
+        self.live.stop();
+        Ok(())
+    }
+
+    fn is_seekable(&self) -> bool {
+        false
+    }
+
+    fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
+        self.output.caps(filter)
+    }
+
+    fn negotiate(&self) -> Result<(), gst::LoggableError> {
+        self.output.negotiate(self.obj().upcast_ref())
+    }
+
+    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
+        self.live.unlock()
+    }
+
+    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
+        self.live.unlock_stop()
+    }
+
+    /// An element downstream that needs its memory (`fhshmsink`'s shared segments,
+    /// pinned pages) proposes its provider ([`crate::alloc`]): the pool is cut from it,
+    /// so each batch is received straight into that memory, with no copy. Another
+    /// allocator cannot be received into: say so, and keep the own pool.
+    fn decide_allocation(
+        &self,
+        query: &mut gst::query::Allocation,
+    ) -> Result<(), gst::LoggableError> {
+        self.readable.decide(self.obj().upcast_ref(), Some(query));
+        // From the streaming thread before the first create: nothing holds the pool's
+        // lock for long.
+        let current = lock(&self.pool).clone();
+        if let Some(current) = current {
+            if let Some(pool) = crate::alloc::decide_pool(self.obj().upcast_ref(), query, &current)?
+            {
+                gst::info!(
+                    CAT,
+                    imp = self,
+                    "receiving into {} memory, as downstream proposed",
+                    pool.kind().as_str()
+                );
+                self.live.set_pool(pool.clone());
+                *lock(&self.pool) = Some(pool);
+            }
+        }
+        self.parent_decide_allocation(query)
+    }
+}
+
+impl PushSrcImpl for PacketSrc {
+    fn create(
+        &self,
+        _buffer: Option<&mut gst::BufferRef>,
+    ) -> Result<CreateSuccess, gst::FlowError> {
+        self.live.create(|| {
+            let pool = lock(&self.pool).clone().ok_or(gst::FlowError::Flushing)?;
+            let (batch_size, due) = {
+                let mut run = lock(&self.run);
+                (run.batch_size, run.timer.due(Instant::now()))
+            };
+            let rx = Receive {
+                pool: &pool,
+                live: &self.live,
+                batch_size,
+                readable: self.readable.wanted(),
+                output: &self.output,
+            };
+            let class = self.class();
+            match (class.receive)(&self.obj(), &rx) {
+                Ok(batch) => {
+                    if due {
+                        (class.refresh_counters)(&self.obj());
+                        self.post_stats();
+                    }
+                    Ok(self.submit(match batch {
+                        Batch::Buffer(buf) => self.output.push(buf),
+                        Batch::List(list) => CreateSuccess::NewBufferList(list),
+                    }))
+                }
+                Err(gst::FlowError::Eos) => {
+                    (class.refresh_counters)(&self.obj());
+                    self.post_stats();
+                    Err(gst::FlowError::Eos)
+                }
+                Err(e) => Err(e),
+            }
+        })
+    }
+}

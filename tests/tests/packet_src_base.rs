@@ -1,0 +1,110 @@
+//! The packet-source base class (`GstFhPacketSrc`): the properties it declares keep
+//! each subclass's own defaults, bounds and blurbs, are set and read per instance, and
+//! sit beside the subclass's own properties on one element.
+
+use firehose_core::src::PacketSrc;
+use gst::glib;
+use gst::prelude::*;
+
+/// The sources on the base class, with their pool-size default, batch-size maximum,
+/// and one counter of their own that their `stats` blurb must name.
+const SOURCES: &[(&str, u64, u32, &str)] = &[
+    // 8 batches of 64 packets of 1472 bytes.
+    ("fhtestsrc", 8 * 64 * 1472, 65536, "batches"),
+    ("fhudpsrc", 64 << 20, 1024, "drops-kernel"),
+];
+
+fn init() {
+    gst::init().unwrap();
+    gstfirehose::register_static().unwrap();
+}
+
+fn spec(e: &gst::Element, name: &str) -> glib::ParamSpec {
+    e.find_property(name)
+        .unwrap_or_else(|| panic!("{} has no {name}", e.name()))
+}
+
+#[test]
+fn each_subclass_keeps_its_own_defaults_bounds_and_blurbs() {
+    init();
+    for &(name, pool_bytes, batch_max, counter) in SOURCES {
+        let e = gst::ElementFactory::make(name).build().unwrap();
+        assert!(e.is::<PacketSrc>(), "{name} is a GstFhPacketSrc");
+        let pool = spec(&e, "pool-size");
+        assert_eq!(pool.default_value().get::<u64>().unwrap(), pool_bytes, "{name}");
+        assert_eq!(e.property::<u64>("pool-size"), pool_bytes, "{name}");
+        let batch = spec(&e, "batch-size")
+            .downcast::<glib::ParamSpecUInt>()
+            .unwrap();
+        assert_eq!((batch.default_value(), batch.maximum()), (64, batch_max), "{name}");
+        let blurb = spec(&e, "stats").blurb().unwrap().to_string();
+        assert!(blurb.contains(counter), "{name}: {blurb}");
+        // The spec belongs to the element's own class, not to the base.
+        assert_eq!(pool.owner_type(), e.type_(), "{name}");
+        for p in ["memory", "output", "caps", "readable-metas", "stats-interval"] {
+            spec(&e, p);
+        }
+    }
+}
+
+#[test]
+fn base_and_own_properties_are_set_and_read_per_instance() {
+    init();
+    let a = gst::ElementFactory::make("fhtestsrc").build().unwrap();
+    let b = gst::ElementFactory::make("fhtestsrc").build().unwrap();
+    a.set_property("batch-size", 7u32);
+    a.set_property("packet-size", 100u32);
+    a.set_property("stats-interval", 250u32);
+    a.set_property("readable-metas", false);
+    a.set_property_from_str("output", "list");
+    a.set_property_from_str("memory", "system");
+    a.set_property("pool-size", 12345u64);
+    assert_eq!(a.property::<u32>("batch-size"), 7);
+    assert_eq!(a.property::<u32>("packet-size"), 100);
+    assert_eq!(a.property::<u32>("stats-interval"), 250);
+    assert!(!a.property::<bool>("readable-metas"));
+    assert_eq!(a.property_value("output").serialize().unwrap(), "list");
+    assert_eq!(a.property_value("memory").serialize().unwrap(), "system");
+    assert_eq!(a.property::<u64>("pool-size"), 12345);
+    // The other instance keeps the defaults.
+    assert_eq!(b.property::<u32>("batch-size"), 64);
+    assert_eq!(b.property::<u32>("packet-size"), 1472);
+    assert_eq!(b.property::<u32>("stats-interval"), 1000);
+    assert!(b.property::<bool>("readable-metas"));
+    assert_eq!(b.property_value("output").serialize().unwrap(), "auto");
+    // Before a start, stats hold the element's counters at zero and an empty pool.
+    let s = b.property::<gst::Structure>("stats");
+    assert_eq!(s.get::<u64>("packets").unwrap(), 0);
+    assert_eq!(s.get::<u64>("pool-slots").unwrap(), 0);
+    // A udp source's own and base properties side by side.
+    let u = gst::ElementFactory::make("fhudpsrc").build().unwrap();
+    u.set_property("batch-size", 1000u32);
+    u.set_property("port", 0i32);
+    assert_eq!(u.property::<u32>("batch-size"), 1000);
+}
+
+#[test]
+fn stats_after_the_stream_hold_the_counts_and_the_pool() {
+    init();
+    let pipeline = gst::parse::launch(
+        "fhtestsrc name=src num-packets=100 batch-size=10 packet-size=64 ! fakesink",
+    )
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let bus = pipeline.bus().unwrap();
+    let msg = bus
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(30),
+            &[gst::MessageType::Eos, gst::MessageType::Error],
+        )
+        .expect("EOS within 30 s");
+    assert_eq!(msg.type_(), gst::MessageType::Eos, "{msg:?}");
+    pipeline.set_state(gst::State::Null).unwrap();
+    let src = pipeline.by_name("src").unwrap();
+    let s = src.property::<gst::Structure>("stats");
+    assert_eq!(s.get::<u64>("packets").unwrap(), 100);
+    assert_eq!(s.get::<u64>("batches").unwrap(), 10);
+    assert_eq!(s.get::<u64>("pool-slots").unwrap(), 8);
+}
