@@ -31,17 +31,31 @@ fn each_subclass_keeps_its_own_defaults_bounds_and_blurbs() {
         let e = gst::ElementFactory::make(name).build().unwrap();
         assert!(e.is::<PacketSrc>(), "{name} is a GstFhPacketSrc");
         let pool = spec(&e, "pool-size");
-        assert_eq!(pool.default_value().get::<u64>().unwrap(), pool_bytes, "{name}");
+        assert_eq!(
+            pool.default_value().get::<u64>().unwrap(),
+            pool_bytes,
+            "{name}"
+        );
         assert_eq!(e.property::<u64>("pool-size"), pool_bytes, "{name}");
         let batch = spec(&e, "batch-size")
             .downcast::<glib::ParamSpecUInt>()
             .unwrap();
-        assert_eq!((batch.default_value(), batch.maximum()), (64, batch_max), "{name}");
+        assert_eq!(
+            (batch.default_value(), batch.maximum()),
+            (64, batch_max),
+            "{name}"
+        );
         let blurb = spec(&e, "stats").blurb().unwrap().to_string();
         assert!(blurb.contains(counter), "{name}: {blurb}");
         // The spec belongs to the element's own class, not to the base.
         assert_eq!(pool.owner_type(), e.type_(), "{name}");
-        for p in ["memory", "output", "caps", "readable-metas", "stats-interval"] {
+        for p in [
+            "memory",
+            "output",
+            "caps",
+            "readable-metas",
+            "stats-interval",
+        ] {
             spec(&e, p);
         }
     }

@@ -598,3 +598,47 @@ fn coalesced_heaps_replay_through_speaddepay() {
         assert!(*data == heaps[i], "heap {i}: payload differs");
     }
 }
+
+/// Downstream proposes shared segments (as `fhshmsink` does): the replay pool is cut
+/// from them, so each batch is read from the file straight into that memory (no copy).
+#[test]
+fn batches_are_replayed_into_the_memory_downstream_proposes() {
+    use firehose_core::provider::SharedSegment;
+    use firehose_core::{caps, gstmem, MemoryKind, PacketBatchMeta};
+    use gst_check::Harness;
+    let dir = TempDir::new("src-proposed");
+    let frames: Vec<(u64, Vec<u8>)> = (0..40u64)
+        .map(|i| {
+            let p = payload(i, 200);
+            (T0 + i, frame("192.168.1.2:999", "192.168.1.3:7148", &p))
+        })
+        .collect();
+    let path = dir.join("proposed.pcap");
+    std::fs::write(&path, classic_pcap(&frames, true, false)).unwrap();
+    common::init();
+    let src = gst::ElementFactory::make("fhpcapsrc")
+        .property("location", path.to_str().unwrap())
+        .property("batch-size", 8u32)
+        .property_from_str("pace", "max")
+        .build()
+        .unwrap();
+    let mut h = Harness::with_element(&src, None, Some("src"));
+    let provider = std::sync::Arc::new(SharedSegment::new("fhpcapsrc-test"));
+    firehose_core::alloc::propose_on(&h.sinkpad().unwrap(), provider);
+    h.set_sink_caps(caps::packets_caps());
+    h.play();
+    let mut seen = 0u64;
+    while let Some(buf) = h.pull_until_eos().unwrap() {
+        assert_eq!(gstmem::buffer_memory_kind(&buf), Some(MemoryKind::Shared));
+        let meta = buf.meta::<PacketBatchMeta>().unwrap();
+        let map = buf.map_readable().unwrap();
+        for p in meta.packets() {
+            assert_eq!(&map[p.range()], &payload(seen, 200)[..]);
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 40);
+    let s = src.property::<gst::Structure>("stats");
+    assert_eq!(s.get::<&str>("memory").unwrap(), "shared");
+    assert!(!s.has_field("bytes-copied"), "no copy to count: {s}");
+}

@@ -1,5 +1,7 @@
-//! `fhpcapsrc` implementation: a `PushSrc` filling one pool slot per batch from
-//! [`super::replay::Replay`], paced by [`firehose_core::pace`].
+//! `fhpcapsrc` implementation: a [`PacketSrc`](firehose_core::src::PacketSrc) whose
+//! transport is [`super::replay::Replay`], paced by [`firehose_core::pace`]: one pool
+//! slot filled per batch. The base owns batch-size, the pool, output, caps, readable
+//! metas, stats and live control.
 
 use firehose_core::sync::lock;
 use std::net::IpAddr;
@@ -7,11 +9,11 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use firehose_core::pace::Pacer;
+use firehose_core::pace::{Interrupt, Pacer};
 use firehose_core::src::prelude::*;
-use firehose_core::src::{self as live, LiveControl, PoolProps, PoolSettings, PoolSize};
-use firehose_core::stats::{self, names, StatsInterval, StatsTimer};
-use firehose_core::{gstmem, PacketBatchMeta, PacketInfo, PoolConfig, SlotPool};
+use firehose_core::src::{Batch, BatchSize, PacketSrcImpl, PoolProps, PoolSize, Receive};
+use firehose_core::stats::names;
+use firehose_core::{gstmem, PacketBatchMeta, PacketInfo};
 
 use super::replay::{Filter, Replay, SplitMode, Splitter};
 use super::{Pace, Rate, Split};
@@ -52,9 +54,6 @@ struct Settings {
     bad_rate: Option<String>,
     split: Split,
     loops: u32,
-    batch_size: u32,
-    pool: PoolSettings,
-    stats_interval: StatsInterval,
 }
 
 impl Default for Settings {
@@ -68,15 +67,14 @@ impl Default for Settings {
             bad_rate: None,
             split: Split::Spead,
             loops: 1,
-            batch_size: DEFAULT_BATCH_SIZE,
-            pool: PoolSettings::new(&POOL),
-            stats_interval: StatsInterval::default(),
         }
     }
 }
 
 struct State {
     settings: Settings,
+    /// `batch-size` at start.
+    batch_size: u32,
     rate: Rate,
     replay: Replay,
     /// Passes started so far (the first included).
@@ -96,7 +94,6 @@ struct State {
     pacer: Pacer,
     sent: u64,
     eos: bool,
-    timer: StatsTimer,
     splitter: Splitter,
     /// When the last warning about a record that could not be split went out.
     unsplit_warned: Option<Instant>,
@@ -121,28 +118,12 @@ firehose_core::counters! {
 /// The `fhpcapsrc` element.
 #[derive(Default)]
 pub struct PcapSrc {
-    /// `output`, `caps`, and what was negotiated: batches or one buffer per datagram.
-    output: firehose_core::src::PacketOutput,
-    /// Copies each batch into the memory downstream asked for, if it did.
-    copy: firehose_core::alloc::CopyOut,
-    /// `readable-metas`, and whether downstream may read them (the allocation query).
-    readable: firehose_core::meta::readable::ReadableOutput,
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
-    /// For `stats`; `live` holds it too, to wake a pool wait on `unlock()`.
-    pool: Mutex<Option<SlotPool>>,
-    live: LiveControl,
     counters: Counters,
 }
 
 impl PcapSrc {
-    fn stats(&self) -> gst::Structure {
-        let mut s = self.counters.structure();
-        self.copy.append_stats(&mut s);
-        live::append_slot_pool(&mut s, lock(&self.pool).as_ref());
-        s
-    }
-
     fn sync_counts(&self, state: &State) {
         let r = state.replay.counts();
         self.counters.malformed.set(r.malformed);
@@ -165,8 +146,13 @@ impl PcapSrc {
 
     /// Fills `data` with a batch; returns its datagrams (empty at the end of the
     /// stream) or Flushing when a pacing wait was interrupted.
-    fn fill(&self, state: &mut State, data: &mut [u8]) -> Result<Vec<PacketInfo>, gst::FlowError> {
-        let batch = state.settings.batch_size as usize;
+    fn fill(
+        &self,
+        state: &mut State,
+        data: &mut [u8],
+        interrupt: &Interrupt,
+    ) -> Result<Vec<PacketInfo>, gst::FlowError> {
+        let batch = state.batch_size as usize;
         let mut packets = Vec::with_capacity(batch);
         let mut fill = 0usize;
         while packets.len() < batch && data.len() - fill >= MAX_DATAGRAM {
@@ -200,7 +186,7 @@ impl PcapSrc {
                         state.replay.unread(d, &data[fill..fill + d.len]);
                         break;
                     }
-                    if !self.live.interrupt().sleep_until(due) {
+                    if !interrupt.sleep_until(due) {
                         state.replay.unread(d, &data[fill..fill + d.len]);
                         return Err(gst::FlowError::Flushing);
                     }
@@ -246,11 +232,11 @@ impl PcapSrc {
     }
 }
 
-firehose_core::element_subclass!(PcapSrc, "GstFhPcapSrc", gst_base::PushSrc);
+firehose_core::element_subclass!(PcapSrc, "GstFhPcapSrc", firehose_core::src::PacketSrc);
 
 impl ObjectImpl for PcapSrc {
     firehose_core::properties!(|| {
-        let mut v = vec![
+        vec![
             glib::ParamSpecString::builder("location")
                 .nick("Location")
                 .blurb("The pcap or pcapng file to replay")
@@ -294,23 +280,12 @@ impl ObjectImpl for PcapSrc {
                 .default_value(1)
                 .mutable_ready()
                 .build(),
-            live::batch_size("Most datagrams per buffer", 1024, DEFAULT_BATCH_SIZE),
-        ];
-        v.extend(firehose_core::src::PacketOutput::param_specs());
-        v.extend(POOL.param_specs());
-        v.extend(stats::properties(&Counters::describe("pool-*, memory")));
-        v
+        ]
     });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        if self.output.set(value, pspec) {
-            return;
-        }
         let opt = |v: Option<String>| v.filter(|x| !x.is_empty());
         let mut s = lock(&self.settings);
-        if s.pool.set(value, pspec) {
-            return;
-        }
         match pspec.name() {
             "location" => s.location = opt(value.get().expect("type checked upstream")),
             "port" => s.port = value.get().expect("type checked upstream"),
@@ -333,22 +308,12 @@ impl ObjectImpl for PcapSrc {
                 }
             }
             "loop" => s.loops = value.get().expect("type checked upstream"),
-            "batch-size" => s.batch_size = value.get().expect("type checked upstream"),
-            other => s.stats_interval.set(other, value),
+            other => gst::error!(CAT, imp = self, "no setter for property {other}"),
         }
     }
 
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        if let Some(v) = self.output.get(pspec) {
-            return v;
-        }
-        if pspec.name() == "stats" {
-            return self.stats().to_value();
-        }
         let s = lock(&self.settings);
-        if let Some(v) = s.pool.get(pspec, SLOT_SIZE as u64) {
-            return v;
-        }
         match pspec.name() {
             "location" => s.location.to_value(),
             "port" => s.port.to_value(),
@@ -363,30 +328,46 @@ impl ObjectImpl for PcapSrc {
             }
             .to_value(),
             "loop" => s.loops.to_value(),
-            "batch-size" => s.batch_size.to_value(),
-            other => s.stats_interval.value(other),
+            other => {
+                gst::error!(CAT, imp = self, "no getter for property {other}");
+                pspec.default_value().clone()
+            }
         }
     }
-
-    // Not live: replay paces itself.
-    firehose_core::live_src_constructed!(false);
 }
 
 impl ElementImpl for PcapSrc {
-    firehose_core::live_src_send_event!(live);
-
     firehose_core::element_metadata!(
         "Firehose pcap replay",
         "Source/File/Network",
         "Replays the UDP datagrams of a pcap or pcapng file as packet batches, at the \
          original pace, a set rate or as fast as possible",
     );
-
-    firehose_core::pad_templates!(live::output::packets_src_template());
 }
 
-impl BaseSrcImpl for PcapSrc {
-    fn start(&self) -> Result<(), gst::ErrorMessage> {
+// Every method is the base's.
+impl BaseSrcImpl for PcapSrc {}
+impl PushSrcImpl for PcapSrc {}
+
+impl PacketSrcImpl for PcapSrc {
+    // Not live: replay paces itself.
+    const LIVE: bool = false;
+    const BATCH_SIZE: BatchSize = BatchSize {
+        blurb: "Most datagrams per buffer",
+        max: 1024,
+        default: DEFAULT_BATCH_SIZE,
+    };
+    const POOL: &'static PoolProps = &POOL;
+
+    fn stats_description() -> String {
+        Counters::describe("pool-*, memory")
+    }
+
+    fn slot_bytes(&self, _batch_size: u32) -> u64 {
+        SLOT_SIZE as u64
+    }
+
+    fn open(&self, batch_size: u32) -> Result<usize, gst::ErrorMessage> {
         let settings = lock(&self.settings).clone();
         if let Some(e) = &settings.bad_rate {
             return Err(gst::error_msg!(gst::ResourceError::Settings, ("{}", e)));
@@ -438,31 +419,13 @@ impl BaseSrcImpl for PcapSrc {
                 )
             }
         })?;
-        let pool = SlotPool::new(&PoolConfig {
-            slot_size: SLOT_SIZE,
-            slots: settings.pool.count(SLOT_SIZE as u64).max(2) as usize,
-            hugepages: settings.pool.policy(),
-        })
-        .map_err(|e| {
-            gst::error_msg!(
-                gst::ResourceError::NoSpaceLeft,
-                ("Cannot allocate the replay pool: {e}")
-            )
-        })?;
-        if let Some(why) = pool.fallback_reason() {
-            gst::warning!(CAT, imp = self, "not using hugepages: {why}");
-        }
-        self.live.start();
-        self.readable.start(settings.pool.readable_metas);
-        self.live.add_pool(pool.clone());
-        *lock(&self.pool) = Some(pool);
         let pacer = match rate {
             Rate::Bits(b) => Pacer::new(b),
             _ => Pacer::new(0),
         };
         *lock(&self.state) = Some(State {
-            timer: settings.stats_interval.timer(),
             settings,
+            batch_size,
             rate,
             replay,
             pass: 1,
@@ -478,94 +441,75 @@ impl BaseSrcImpl for PcapSrc {
             warning: None,
         });
         self.counters.reset();
-        Ok(())
+        Ok(SLOT_SIZE)
     }
 
-    fn stop(&self) -> Result<(), gst::ErrorMessage> {
+    fn close(&self) {
         *lock(&self.state) = None;
-        *lock(&self.pool) = None;
-        self.live.stop();
-        Ok(())
     }
 
-    firehose_core::live_src_base!(live, output: output);
-    firehose_core::decide_allocation_copies!(copy, "it replays into its own pool", SLOT_SIZE);
-}
+    fn counters(&self) -> gst::Structure {
+        self.counters.structure()
+    }
 
-impl PushSrcImpl for PcapSrc {
-    fn create(
-        &self,
-        _buffer: Option<&mut gst::BufferRef>,
-    ) -> Result<CreateSuccess, gst::FlowError> {
-        self.live.create(|| {
-            let mut guard = lock(&self.state);
-            let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-            if state.eos {
-                self.sync_counts(state);
-                drop(guard);
-                stats::post(self.obj().upcast_ref(), self.stats());
-                return Err(gst::FlowError::Eos);
-            }
-            let pool = lock(&self.pool).clone().ok_or(gst::FlowError::Flushing)?;
-            // Replay never drops: wait for downstream to give a slot back.
-            let mut slot = pool
-                .acquire_blocking(self.live.flag(), POOL_POLL)
-                .ok_or(gst::FlowError::Flushing)?;
-            let filled = self.fill(state, slot.as_mut_full());
+    fn receive(&self, rx: &Receive<'_>) -> Result<Batch, gst::FlowError> {
+        let mut guard = lock(&self.state);
+        let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+        if state.eos {
             self.sync_counts(state);
-            if let Some(w) = state.warning.take() {
-                gst::element_imp_warning!(self, gst::StreamError::Demux, ("{}", w));
-            }
-            let packets = filled?;
-            if packets.is_empty() {
-                drop(guard);
-                gst::debug!(CAT, imp = self, "end of the capture");
-                stats::post(self.obj().upcast_ref(), self.stats());
-                return Err(gst::FlowError::Eos);
-            }
-            let bytes: u64 = packets.iter().map(|p| u64::from(p.len)).sum();
-            let n = packets.len() as u64;
-            let pts = match state.rate {
-                Rate::Original => state
-                    .anchor
-                    .map(|(ts0, t0)| {
-                        let due =
-                            t0 + Duration::from_nanos(packets[0].rx_time_ns.saturating_sub(ts0));
-                        due.saturating_duration_since(state.origin.unwrap_or(t0))
-                    })
-                    .unwrap_or_default(),
-                Rate::Bits(_) => {
-                    if !state.pacer.wait(0, self.live.interrupt()) {
-                        return Err(gst::FlowError::Flushing);
-                    }
-                    state.pacer.time_of(state.pacer.sent())
+            return Err(gst::FlowError::Eos);
+        }
+        // Replay never drops: wait for downstream to give a slot back.
+        let mut slot = rx
+            .pool
+            .acquire_blocking(rx.live.flag(), POOL_POLL)
+            .ok_or(gst::FlowError::Flushing)?;
+        let filled = self.fill(state, slot.as_mut_full(), rx.live.interrupt());
+        self.sync_counts(state);
+        if let Some(w) = state.warning.take() {
+            gst::element_imp_warning!(self, gst::StreamError::Demux, ("{}", w));
+        }
+        let packets = filled?;
+        if packets.is_empty() {
+            gst::debug!(CAT, imp = self, "end of the capture");
+            return Err(gst::FlowError::Eos);
+        }
+        let bytes: u64 = packets.iter().map(|p| u64::from(p.len)).sum();
+        let n = packets.len() as u64;
+        let pts = match state.rate {
+            Rate::Original => state
+                .anchor
+                .map(|(ts0, t0)| {
+                    let due = t0 + Duration::from_nanos(packets[0].rx_time_ns.saturating_sub(ts0));
+                    due.saturating_duration_since(state.origin.unwrap_or(t0))
+                })
+                .unwrap_or_default(),
+            Rate::Bits(_) => {
+                if !state.pacer.wait(0, rx.live.interrupt()) {
+                    return Err(gst::FlowError::Flushing);
                 }
-                Rate::Max => state.start.elapsed(),
-            };
-            state.pacer.record(bytes);
-            let end = packets.last().map_or(0, |p| (p.offset + p.len) as usize);
-            slot.set_len(end);
-            let mut buf = gstmem::slot_into_buffer(slot);
-            {
-                let b = buf.get_mut().expect("a new buffer is writable");
-                b.set_pts(gst::ClockTime::from_nseconds(pts.as_nanos() as u64));
-                b.set_offset(state.sent);
-                b.set_offset_end(state.sent + n);
-                if self.readable.wanted() {
-                    firehose_core::meta::readable::add_batch(b, &packets, None);
-                }
-                PacketBatchMeta::add(b, packets);
+                state.pacer.time_of(state.pacer.sent())
             }
-            state.sent += n;
-            self.counters.packets.add(n);
-            self.counters.bytes.add(bytes);
-            self.counters.batches.add(1);
-            let due = state.timer.due(Instant::now());
-            drop(guard);
-            if due {
-                stats::post(self.obj().upcast_ref(), self.stats());
+            Rate::Max => state.start.elapsed(),
+        };
+        state.pacer.record(bytes);
+        let end = packets.last().map_or(0, |p| (p.offset + p.len) as usize);
+        slot.set_len(end);
+        let mut buf = gstmem::slot_into_buffer(slot);
+        {
+            let b = buf.get_mut().expect("a new buffer is writable");
+            b.set_pts(gst::ClockTime::from_nseconds(pts.as_nanos() as u64));
+            b.set_offset(state.sent);
+            b.set_offset_end(state.sent + n);
+            if rx.readable {
+                firehose_core::meta::readable::add_batch(b, &packets, None);
             }
-            Ok(self.output.push(self.copy.out(buf)))
-        })
+            PacketBatchMeta::add(b, packets);
+        }
+        state.sent += n;
+        self.counters.packets.add(n);
+        self.counters.bytes.add(bytes);
+        self.counters.batches.add(1);
+        Ok(buf.into())
     }
 }

@@ -80,7 +80,7 @@ pub enum Split {
 glib::wrapper! {
     /// The `fhpcapsrc` element.
     pub struct PcapSrc(ObjectSubclass<imp::PcapSrc>)
-        @extends gst_base::PushSrc, gst_base::BaseSrc, gst::Element, gst::Object;
+        @extends firehose_core::src::PacketSrc, gst_base::PushSrc, gst_base::BaseSrc, gst::Element, gst::Object;
 }
 
 /// Registers `fhpcapsrc` with `plugin` (or with the process when `None`).

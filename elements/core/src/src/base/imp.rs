@@ -176,8 +176,14 @@ impl PacketSrc {
             )
         })?;
         if let Some(why) = pool.fallback_reason() {
-            // memory=auto says it once (docs/elements.md).
-            gst::element_imp_warning!(self, gst::ResourceError::Settings, ("{what}: {why}"));
+            // memory=auto says it once (docs/elements.md): on the bus for a live
+            // capture, whose loss rate may depend on it; in the log for a source that
+            // paces itself (replay, the test source), which loses nothing either way.
+            if self.class().live {
+                gst::element_imp_warning!(self, gst::ResourceError::Settings, ("{}", why));
+            } else {
+                gst::warning!(CAT, imp = self, "{what} in normal pages: {why}");
+            }
         }
         Ok(pool)
     }
