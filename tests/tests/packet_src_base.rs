@@ -12,6 +12,11 @@ const SOURCES: &[(&str, u64, u32, &str)] = &[
     // 8 batches of 64 packets of 1472 bytes.
     ("fhtestsrc", 8 * 64 * 1472, 65536, "batches"),
     ("fhudpsrc", 64 << 20, 1024, "drops-kernel"),
+    // 16 slots of 2 MiB.
+    ("fhpcapsrc", 16 * (2 << 20), 1024, "records-split"),
+    // The device's memory: 16384 UMEM frames of 4096 bytes; 8192 slots of 9728.
+    ("fhxdpsrc", 16384 * 4096, 4096, "unjoined"),
+    ("fhibvsrc", 8192 * 9728, 4096, "pool-in-use"),
 ];
 
 fn init() {

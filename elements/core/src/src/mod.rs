@@ -28,7 +28,9 @@ mod dry;
 pub mod output;
 mod pool_props;
 
-pub use base::{Batch, BatchSize, PacketSrc, PacketSrcExt, PacketSrcImpl, Receive};
+pub use base::{
+    Batch, BatchSize, Open, PacketSrc, PacketSrcExt, PacketSrcImpl, Receive, ReceiveInto,
+};
 pub use control::LiveControl;
 pub use counters::{append_pool, append_slot_pool};
 pub use dry::DryWarning;

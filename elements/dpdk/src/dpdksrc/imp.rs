@@ -1,17 +1,22 @@
-//! `fhdpdksrc` implementation: a live `PushSrc` polling one DPDK receive queue.
+//! `fhdpdksrc` implementation: a [`PacketSrc`](firehose_core::src::PacketSrc) whose
+//! transport polls one DPDK receive queue. The base owns batch-size, the pool
+//! properties, output, caps, readable metas, stats, live control and the copy into
+//! memory downstream proposes (the NIC writes into DPDK's mbufs:
+//! [`ReceiveInto::Device`]).
 
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use firehose_core::batch::batch_buffer_with_dests;
 use firehose_core::frame::accept::{accept, Rejected, UdpFilter as Filter};
 use firehose_core::meta::dest::PacketDest;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{
-    self as live, CountAlias, LiveControl, PoolProps, PoolSettings, PoolSize,
+    Batch, BatchSize, CountAlias, LiveControl, Open, PacketSrcExt, PacketSrcImpl, PoolProps,
+    PoolSettings, PoolSize, Receive, ReceiveInto,
 };
-use firehose_core::stats::{self, names, StatsInterval, StatsTimer};
+use firehose_core::stats::names;
 use firehose_core::sync::lock;
 use firehose_core::{PacketAddr, PacketInfo};
 
@@ -55,14 +60,11 @@ struct Settings {
     queue: u32,
     port: i32,
     address: Option<String>,
-    pool: PoolSettings,
     mbuf_cache: u32,
     mbuf_size: u32,
     rx_descriptors: u32,
-    batch_size: u32,
     promiscuous: bool,
     poll_interval: u32,
-    stats_interval: StatsInterval,
 }
 
 impl Default for Settings {
@@ -73,22 +75,19 @@ impl Default for Settings {
             queue: 0,
             port: DEFAULT_PORT,
             address: None,
-            pool: PoolSettings::new(&POOL),
             mbuf_cache: DEFAULT_MBUF_CACHE,
             mbuf_size: DEFAULT_MBUF_SIZE,
             rx_descriptors: DEFAULT_RX_DESC,
-            batch_size: DEFAULT_BATCH,
             promiscuous: false,
             poll_interval: DEFAULT_POLL_US,
-            stats_interval: StatsInterval::default(),
         }
     }
 }
 
 impl Settings {
     /// Mbufs: `pool-size` over `mbuf-size` (or the deprecated `mbufs`), at least 64.
-    fn mbufs(&self) -> u32 {
-        let n = self.pool.count(self.mbuf_size.into());
+    fn mbufs(&self, pool: &PoolSettings) -> u32 {
+        let n = pool.count(self.mbuf_size.into());
         u32::try_from(n).unwrap_or(u32::MAX).max(64)
     }
 }
@@ -165,7 +164,6 @@ struct State {
     rejected: Vec<*mut sys::rte_mbuf>,
     /// Absolute payload address of each kept packet, parallel to the batch's infos.
     addrs: Vec<usize>,
-    timer: StatsTimer,
     /// The port's link, checked while bursts come back empty.
     watch: PortLinkWatch,
 }
@@ -177,19 +175,11 @@ unsafe impl Send for State {}
 /// The `fhdpdksrc` element.
 #[derive(Default)]
 pub struct DpdkSrc {
-    /// `output`, `caps`, and what was negotiated: batches or one buffer per datagram.
-    output: firehose_core::src::PacketOutput,
-    /// Copies each batch into the memory downstream asked for, if it did (the NIC
-    /// cannot write there).
-    copy: firehose_core::alloc::CopyOut,
-    /// `readable-metas`, and whether downstream may read them (the allocation query).
-    readable: firehose_core::meta::readable::ReadableOutput,
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
     /// The open port's id, for `stats` reads from other threads; cleared (under this
     /// lock) before the port is closed.
     nic: Mutex<Option<u16>>,
-    live: LiveControl,
     counters: Counters,
     nic_counters: NicCounters,
 }
@@ -245,7 +235,6 @@ impl DpdkSrc {
         self.refresh_nic();
         let nic = self.nic_counters.fields();
         let mut s = self.counters.structure();
-        self.copy.append_stats(&mut s);
         s.set("drops-nic", nic.iter().map(|&(_, v)| v).sum::<u64>());
         for (name, v) in nic {
             s.set(name, v);
@@ -267,13 +256,14 @@ impl DpdkSrc {
     /// Polls until a burst yields at least one datagram for us, or flushing.
     /// Receives one batch: a memory over its frames (each frame's headers included),
     /// the datagrams and where each was sent.
-    fn receive(
+    fn fill(
         &self,
         st: &mut State,
+        live: &LiveControl,
     ) -> Result<(gst::Memory, Vec<PacketInfo>, Vec<PacketDest>), gst::FlowError> {
         let id = st.port.id();
         loop {
-            if self.live.is_flushing() {
+            if live.is_flushing() {
                 return Err(gst::FlowError::Flushing);
             }
             // SAFETY: a started port and set-up queue; `rx` has room for `burst` pointers.
@@ -287,7 +277,7 @@ impl DpdkSrc {
                 }
                 if st.poll.is_zero() {
                     std::hint::spin_loop();
-                } else if !self.live.nap(st.poll) {
+                } else if !live.nap(st.poll) {
                     return Err(gst::FlowError::Flushing);
                 }
                 continue;
@@ -363,11 +353,11 @@ impl DpdkSrc {
     }
 }
 
-firehose_core::element_subclass!(DpdkSrc, "GstFhDpdkSrc", gst_base::PushSrc);
+firehose_core::element_subclass!(DpdkSrc, "GstFhDpdkSrc", firehose_core::src::PacketSrc);
 
 impl ObjectImpl for DpdkSrc {
     firehose_core::properties!(|| {
-        let mut v = vec![
+        vec![
             glib::ParamSpecString::builder("eal-args")
                 .nick("EAL arguments")
                 .blurb(
@@ -427,11 +417,6 @@ impl ObjectImpl for DpdkSrc {
                 .default_value(DEFAULT_RX_DESC)
                 .mutable_ready()
                 .build(),
-            live::batch_size(
-                "Most frames per rte_eth_rx_burst, pushed as one buffer",
-                MAX_BATCH,
-                DEFAULT_BATCH,
-            ),
             glib::ParamSpecBoolean::builder("promiscuous")
                 .nick("Promiscuous")
                 .blurb("Receive frames for any MAC address")
@@ -448,24 +433,11 @@ impl ObjectImpl for DpdkSrc {
                 .default_value(DEFAULT_POLL_US)
                 .mutable_ready()
                 .build(),
-        ];
-        v.extend(firehose_core::src::PacketOutput::param_specs());
-        v.extend(POOL.param_specs());
-        v.extend(stats::properties(&Counters::describe(&format!(
-            "drops-nic (imissed + ierrors + rx-nombuf from rte_eth_stats), {}",
-            NicCounters::describe("")
-        ))));
-        v
+        ]
     });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        if self.output.set(value, pspec) {
-            return;
-        }
         let mut s = lock(&self.settings);
-        if s.pool.set(value, pspec) {
-            return;
-        }
         let string = || {
             value
                 .get::<Option<String>>()
@@ -481,24 +453,14 @@ impl ObjectImpl for DpdkSrc {
             "mbuf-cache" => s.mbuf_cache = value.get().expect("type checked upstream"),
             "mbuf-size" => s.mbuf_size = value.get().expect("type checked upstream"),
             "rx-descriptors" => s.rx_descriptors = value.get().expect("type checked upstream"),
-            "batch-size" => s.batch_size = value.get().expect("type checked upstream"),
             "promiscuous" => s.promiscuous = value.get().expect("type checked upstream"),
             "poll-interval" => s.poll_interval = value.get().expect("type checked upstream"),
-            other => s.stats_interval.set(other, value),
+            other => gst::error!(CAT, imp = self, "no setter for property {other}"),
         }
     }
 
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        if let Some(v) = self.output.get(pspec) {
-            return v;
-        }
-        if pspec.name() == "stats" {
-            return self.stats().to_value();
-        }
         let s = lock(&self.settings);
-        if let Some(v) = s.pool.get(pspec, s.mbuf_size.into()) {
-            return v;
-        }
         match pspec.name() {
             "eal-args" => s.eal_args.to_value(),
             "dpdk-port" => s.dpdk_port.to_value(),
@@ -508,31 +470,54 @@ impl ObjectImpl for DpdkSrc {
             "mbuf-cache" => s.mbuf_cache.to_value(),
             "mbuf-size" => s.mbuf_size.to_value(),
             "rx-descriptors" => s.rx_descriptors.to_value(),
-            "batch-size" => s.batch_size.to_value(),
             "promiscuous" => s.promiscuous.to_value(),
             "poll-interval" => s.poll_interval.to_value(),
-            other => s.stats_interval.value(other),
+            other => {
+                gst::error!(CAT, imp = self, "no getter for property {other}");
+                pspec.default_value().clone()
+            }
         }
     }
-
-    firehose_core::live_src_constructed!(true);
 }
 
 impl ElementImpl for DpdkSrc {
-    firehose_core::live_src_send_event!(live);
-
     firehose_core::element_metadata!(
         "Firehose DPDK source",
         "Source/Network",
         "Receives UDP from a DPDK port (kernel bypass), one buffer per burst, \
          the mbufs lent downstream without a copy",
     );
-
-    firehose_core::pad_templates!(live::output::packets_src_template());
 }
 
-impl BaseSrcImpl for DpdkSrc {
-    fn start(&self) -> Result<(), gst::ErrorMessage> {
+// Every method is the base's.
+impl BaseSrcImpl for DpdkSrc {}
+impl PushSrcImpl for DpdkSrc {}
+
+impl PacketSrcImpl for DpdkSrc {
+    const LIVE: bool = true;
+    const BATCH_SIZE: BatchSize = BatchSize {
+        blurb: "Most frames per rte_eth_rx_burst, pushed as one buffer",
+        max: MAX_BATCH,
+        default: DEFAULT_BATCH,
+    };
+    const POOL: &'static PoolProps = &POOL;
+    const RECEIVE_INTO: ReceiveInto = ReceiveInto::Device {
+        why: "the NIC writes into DPDK's mbufs",
+    };
+
+    fn stats_description() -> String {
+        Counters::describe(&format!(
+            "drops-nic (imissed + ierrors + rx-nombuf from rte_eth_stats), {}",
+            NicCounters::describe("")
+        ))
+    }
+
+    /// An mbuf.
+    fn slot_bytes(&self, _batch_size: u32) -> u64 {
+        lock(&self.settings).mbuf_size.into()
+    }
+
+    fn open(&self, open: &Open) -> Result<usize, gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
         let address = match s.address.as_deref() {
             None => None,
@@ -550,8 +535,14 @@ impl BaseSrcImpl for DpdkSrc {
         let session = Session::open(&s.eal_args).map_err(|e| e.to_gst())?;
         let data_room = u16::try_from(s.mbuf_size).unwrap_or(u16::MAX);
         let mut port = Port::claim(&s.dpdk_port).map_err(|e| e.to_gst())?;
-        let pool = Pool::new("rx", s.mbufs(), s.mbuf_cache, data_room, port.is_virtual())
-            .map_err(|e| e.to_gst())?;
+        let pool = Pool::new(
+            "rx",
+            s.mbufs(&open.pool),
+            s.mbuf_cache,
+            data_room,
+            port.is_virtual(),
+        )
+        .map_err(|e| e.to_gst())?;
         if pool.span().len() > u32::MAX as usize {
             return Err(gst::error_msg!(
                 gst::ResourceError::Settings,
@@ -573,18 +564,16 @@ impl BaseSrcImpl for DpdkSrc {
             port,
             port.bus(),
             s.queue,
-            s.mbufs(),
+            s.mbufs(&open.pool),
             data_room,
             session.vdevs()
         );
         self.counters.reset();
         self.nic_counters.reset();
-        let burst = s.batch_size.min(MAX_BATCH) as usize;
+        let burst = open.batch_size.min(MAX_BATCH) as usize;
         *lock(&self.nic) = Some(port.id());
-        self.live.start();
-        self.readable.start(s.pool.readable_metas);
         // The naps between empty bursts sleep in ppoll on it, so unlock() cuts them short.
-        self.live.new_waker().map_err(|e| {
+        self.obj().live().new_waker().map_err(|e| {
             gst::error_msg!(gst::ResourceError::OpenRead, ("eventfd failed: {}", e))
         })?;
         let watch = PortLinkWatch::new(port.id(), &s.dpdk_port, &s.eal_args);
@@ -600,12 +589,26 @@ impl BaseSrcImpl for DpdkSrc {
             rx: vec![std::ptr::null_mut(); burst],
             rejected: Vec::with_capacity(burst),
             addrs: Vec::with_capacity(burst),
-            timer: s.stats_interval.timer(),
         });
-        Ok(())
+        // A copy into proposed memory takes a batch in one slot.
+        Ok(firehose_core::alloc::CopyOut::SLOT_BYTES)
     }
 
-    fn stop(&self) -> Result<(), gst::ErrorMessage> {
+    fn receive(&self, rx: &Receive<'_>) -> Result<Batch, gst::FlowError> {
+        let mut guard = lock(&self.state);
+        let st = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+        let (mem, packets, dests) = self.fill(st, rx.live)?;
+        drop(guard);
+        let pts = self.obj().current_running_time();
+        self.counters.batches.add(1);
+        Ok(batch_buffer_with_dests(mem, packets, dests, pts, rx.readable).into())
+    }
+
+    fn counters(&self) -> gst::Structure {
+        self.stats()
+    }
+
+    fn close(&self) {
         self.refresh_nic();
         let state = {
             let mut nic = lock(&self.nic);
@@ -614,33 +617,5 @@ impl BaseSrcImpl for DpdkSrc {
         };
         // Port stop + close, then the pool reference and the hot-plugged devices.
         drop(state);
-        self.live.stop();
-        Ok(())
-    }
-
-    firehose_core::live_src_base!(live, output: output);
-    firehose_core::decide_allocation_copies!(copy, "the NIC writes into DPDK's mbufs");
-}
-
-impl PushSrcImpl for DpdkSrc {
-    fn create(
-        &self,
-        _buffer: Option<&mut gst::BufferRef>,
-    ) -> Result<CreateSuccess, gst::FlowError> {
-        self.live.create(|| {
-            let mut guard = lock(&self.state);
-            let st = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-            let (mem, packets, dests) = self.receive(st)?;
-            let pts = self.obj().current_running_time();
-            self.counters.batches.add(1);
-            let post = st.timer.due(Instant::now());
-            let readable = self.readable.wanted();
-            drop(guard);
-            if post {
-                stats::post(self.obj().upcast_ref(), self.stats());
-            }
-            let buf = batch_buffer_with_dests(mem, packets, dests, pts, readable);
-            Ok(self.output.push(self.copy.out(buf)))
-        })
     }
 }

@@ -14,7 +14,7 @@ mod imp;
 
 glib::wrapper! {
     /// The `fhdpdksrc` element.
-    pub struct DpdkSrc(ObjectSubclass<imp::DpdkSrc>) @extends gst_base::PushSrc, gst_base::BaseSrc, gst::Element, gst::Object;
+    pub struct DpdkSrc(ObjectSubclass<imp::DpdkSrc>) @extends firehose_core::src::PacketSrc, gst_base::PushSrc, gst_base::BaseSrc, gst::Element, gst::Object;
 }
 
 /// Registers `fhdpdksrc` with `plugin` (or statically with `None`).

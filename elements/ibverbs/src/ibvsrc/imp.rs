@@ -1,6 +1,10 @@
-//! `fhibvsrc` implementation: settings; start = probe → interface/device/port →
+//! `fhibvsrc` implementation: a [`PacketSrc`](firehose_core::src::PacketSrc) whose
+//! transport is [`RxEngine`]: settings; open = probe → interface/device/port →
 //! hugepage region → queue pair, steering rule and registration → post → RTR →
-//! multicast join; create = the engine's poll loop; stats.
+//! multicast join; receive = the engine's poll loop; stats. The base owns batch-size,
+//! the pool properties, output, caps, readable metas, stats, live control and the copy
+//! into memory downstream proposes (the NIC writes into the registered region:
+//! [`ReceiveInto::Device`]).
 
 use firehose_core::sync::lock;
 use std::net::{IpAddr, Ipv4Addr};
@@ -10,9 +14,10 @@ use std::time::{Duration, Instant};
 use firehose_core::ring::SharedRing;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{
-    self as live, CountAlias, LiveControl, PoolProps, PoolSettings, PoolSize,
+    Batch, BatchSize, CountAlias, Open, PacketSrcExt, PacketSrcImpl, PoolProps, PoolSettings,
+    PoolSize, Receive, ReceiveInto,
 };
-use firehose_core::stats::{self, names, StatsInterval, StatsTimer};
+use firehose_core::stats::names;
 use firehose_core::MemoryRegion;
 
 use crate::device::{QueueConfig, VerbsDevice};
@@ -57,16 +62,15 @@ struct Settings {
     port: u32,
     interface: Option<String>,
     device: Option<String>,
-    pool: PoolSettings,
     slot_size: u32,
-    batch_size: u32,
-    stats_interval: StatsInterval,
+    /// The pool settings and batch size of the last start (for `stats`).
+    opened: Option<Open>,
 }
 
 impl Settings {
     /// Receive slots: `pool-size` over `slot-size` (or the deprecated `slots`).
-    fn slots(&self) -> u64 {
-        self.pool.count(self.slot_size.into())
+    fn slots(&self, pool: &PoolSettings) -> u64 {
+        pool.count(self.slot_size.into())
     }
 }
 
@@ -77,10 +81,8 @@ impl Default for Settings {
             port: DEFAULT_PORT,
             interface: None,
             device: None,
-            pool: PoolSettings::new(&POOL),
             slot_size: DEFAULT_SLOT_SIZE,
-            batch_size: DEFAULT_BATCH_SIZE,
-            stats_interval: StatsInterval::default(),
+            opened: None,
         }
     }
 }
@@ -90,7 +92,6 @@ struct State {
     engine: RxEngine<VerbsDevice>,
     /// Dropped after the engine (field order), leaving the group last.
     _membership: Option<Membership>,
-    timer: StatsTimer,
     /// The interface received on, watched while idle: gone, replaced or down is an
     /// element error naming it.
     watch: Option<firehose_core::netif::LinkWatch>,
@@ -100,51 +101,49 @@ struct State {
 /// started.
 #[derive(Default)]
 pub struct IbvSrc {
-    /// `output`, `caps`, and what was negotiated: batches or one buffer per datagram.
-    output: firehose_core::src::PacketOutput,
-    /// Copies each batch into the memory downstream asked for, if it did (the NIC
-    /// cannot write there).
-    copy: firehose_core::alloc::CopyOut,
-    /// `readable-metas`, and whether downstream may read them (the allocation query).
-    readable: firehose_core::meta::readable::ReadableOutput,
     settings: Mutex<Settings>,
     counters: Arc<RxCounters>,
     /// Held for the whole receive loop: `stats` and `unlock` never take it.
     state: Mutex<Option<State>>,
     /// The ring, for `stats` (its own lock is only held briefly).
     ring: Mutex<Option<SharedRing>>,
-    live: LiveControl,
 }
 
 impl IbvSrc {
     fn stats(&self) -> gst::Structure {
-        let slots = lock(&self.settings).slots();
+        let slots = {
+            let s = lock(&self.settings);
+            let pool = s
+                .opened
+                .map_or_else(|| PoolSettings::new(&POOL), |o| o.pool);
+            s.slots(&pool)
+        };
         let held = lock(&self.ring)
             .as_ref()
             .map_or(0, |r| lock(r).counts().held as u64);
         let mut s = self.counters.structure();
-        self.copy.append_stats(&mut s);
         s.set(names::POOL_IN_USE, held);
         s.set(names::POOL_SLOTS, slots);
         s
     }
 
     /// Sets up everything between the probe and the first poll.
-    fn open(
+    fn open_queue(
         &self,
         s: &Settings,
+        open: &Open,
         address: Ipv4Addr,
         target: &Target,
     ) -> Result<State, gst::ErrorMessage> {
-        let slots = match u32::try_from(s.slots()) {
+        let slots = match u32::try_from(s.slots(&open.pool)) {
             Ok(n) if (2..=MAX_SLOTS).contains(&n) => n,
             _ => {
                 return Err(gst::error_msg!(
                     gst::ResourceError::Settings,
                     (
                         "pool-size {} B makes {} slots of {} B: set pool-size to between 2 and {} slots' worth",
-                        s.pool.bytes(s.slot_size.into()),
-                        s.slots(),
+                        open.pool.bytes(s.slot_size.into()),
+                        s.slots(&open.pool),
                         s.slot_size,
                         MAX_SLOTS
                     )
@@ -157,7 +156,7 @@ impl IbvSrc {
         firehose_core::memory::check_lockable(bytes).map_err(|e| {
             gst::error_msg!(gst::ResourceError::NoSpaceLeft, ("{}", e), ["{:?}", e])
         })?;
-        let region = MemoryRegion::allocate(bytes, s.pool.policy()).map_err(|e| {
+        let region = MemoryRegion::allocate(bytes, open.pool.policy()).map_err(|e| {
             gst::error_msg!(gst::ResourceError::NoSpaceLeft, ("{}", e), ["{:?}", e])
         })?;
         if let Some(why) = region.fallback_reason() {
@@ -171,7 +170,7 @@ impl IbvSrc {
                 device: target.device.clone(),
                 port: target.port,
                 slots,
-                batch: s.batch_size,
+                batch: open.batch_size,
             },
             region.clone(),
             &[rule],
@@ -192,8 +191,8 @@ impl IbvSrc {
         let cfg = EngineConfig {
             slots,
             slot_size: s.slot_size,
-            batch: s.batch_size,
-            reserve: EngineConfig::default_reserve(slots, s.batch_size),
+            batch: open.batch_size,
+            reserve: EngineConfig::default_reserve(slots, open.batch_size),
             filter: UdpFilter::port(
                 port,
                 (!address.is_unspecified()).then_some(IpAddr::V4(address)),
@@ -236,17 +235,16 @@ impl IbvSrc {
         Ok(State {
             engine,
             _membership: membership,
-            timer: s.stats_interval.timer(),
             watch,
         })
     }
 }
 
-firehose_core::element_subclass!(IbvSrc, "GstFhIbvSrc", gst_base::PushSrc);
+firehose_core::element_subclass!(IbvSrc, "GstFhIbvSrc", firehose_core::src::PacketSrc);
 
 impl ObjectImpl for IbvSrc {
     firehose_core::properties!(|| {
-        let mut v = vec![
+        vec![
             glib::ParamSpecString::builder("address")
                 .nick("Address")
                 .blurb("Destination IP (unicast or multicast group) to steer to this queue; 0.0.0.0 = any")
@@ -279,28 +277,11 @@ impl ObjectImpl for IbvSrc {
                 .default_value(DEFAULT_SLOT_SIZE)
                 .mutable_ready()
                 .build(),
-            live::batch_size(
-                "Completions polled, and slots re-posted, per batch (one buffer per batch)",
-                4096,
-                DEFAULT_BATCH_SIZE,
-            ),
-        ];
-        v.extend(firehose_core::src::PacketOutput::param_specs());
-        v.extend(POOL.param_specs());
-        v.extend(stats::properties(&RxCounters::describe(
-            "pool-in-use, pool-slots",
-        )));
-        v
+        ]
     });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        if self.output.set(value, pspec) {
-            return;
-        }
         let mut s = lock(&self.settings);
-        if s.pool.set(value, pspec) {
-            return;
-        }
         let opt = |v: Option<String>| v.filter(|x| !x.is_empty());
         match pspec.name() {
             "address" => {
@@ -313,50 +294,60 @@ impl ObjectImpl for IbvSrc {
             "interface" => s.interface = opt(value.get().unwrap()),
             "device" => s.device = opt(value.get().unwrap()),
             "slot-size" => s.slot_size = value.get().unwrap(),
-            "batch-size" => s.batch_size = value.get().unwrap(),
-            other => s.stats_interval.set(other, value),
+            other => gst::error!(CAT, imp = self, "no setter for property {other}"),
         }
     }
 
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        if let Some(v) = self.output.get(pspec) {
-            return v;
-        }
-        if pspec.name() == "stats" {
-            return self.stats().to_value();
-        }
         let s = lock(&self.settings);
-        if let Some(v) = s.pool.get(pspec, s.slot_size.into()) {
-            return v;
-        }
         match pspec.name() {
             "address" => s.address.to_value(),
             "port" => (s.port as i32).to_value(),
             "interface" => s.interface.to_value(),
             "device" => s.device.to_value(),
             "slot-size" => s.slot_size.to_value(),
-            "batch-size" => s.batch_size.to_value(),
-            other => s.stats_interval.value(other),
+            other => {
+                gst::error!(CAT, imp = self, "no getter for property {other}");
+                pspec.default_value().clone()
+            }
         }
     }
-
-    firehose_core::live_src_constructed!(true);
 }
 
 impl ElementImpl for IbvSrc {
-    firehose_core::live_src_send_event!(live);
-
     firehose_core::element_metadata!(
         "Firehose RDMA raw-packet source",
         "Source/Network",
         "Receives UDP through an RDMA raw-packet queue pair into a registered region (libibverbs loaded at run time)",
     );
-
-    firehose_core::pad_templates!(live::output::packets_src_template());
 }
 
-impl BaseSrcImpl for IbvSrc {
-    fn start(&self) -> Result<(), gst::ErrorMessage> {
+// Every method is the base's.
+impl BaseSrcImpl for IbvSrc {}
+impl PushSrcImpl for IbvSrc {}
+
+impl PacketSrcImpl for IbvSrc {
+    const LIVE: bool = true;
+    const BATCH_SIZE: BatchSize = BatchSize {
+        blurb: "Completions polled, and slots re-posted, per batch (one buffer per batch)",
+        max: 4096,
+        default: DEFAULT_BATCH_SIZE,
+    };
+    const POOL: &'static PoolProps = &POOL;
+    const RECEIVE_INTO: ReceiveInto = ReceiveInto::Device {
+        why: "the NIC writes into its registered receive region",
+    };
+
+    fn stats_description() -> String {
+        RxCounters::describe("pool-in-use, pool-slots")
+    }
+
+    /// A receive slot.
+    fn slot_bytes(&self, _batch_size: u32) -> u64 {
+        lock(&self.settings).slot_size.into()
+    }
+
+    fn open(&self, open: &Open) -> Result<usize, gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
         let address: IpAddr = s.address.parse().map_err(|_| {
             gst::error_msg!(
@@ -394,90 +385,73 @@ impl BaseSrcImpl for IbvSrc {
             target
         );
         self.counters.reset();
-        self.live.start();
-        self.readable.start(s.pool.readable_metas);
+        lock(&self.settings).opened = Some(*open);
         // The idle naps between polls sleep in ppoll on it, so unlock() cuts them short.
-        self.live.new_waker().map_err(|e| {
+        self.obj().live().new_waker().map_err(|e| {
             gst::error_msg!(gst::ResourceError::OpenRead, ("eventfd failed: {}", e))
         })?;
-        let state = self.open(&s, address, &target)?;
+        let state = self.open_queue(&s, open, address, &target)?;
         *lock(&self.state) = Some(state);
-        Ok(())
+        // A copy into proposed memory takes a batch in one slot.
+        Ok(firehose_core::alloc::CopyOut::SLOT_BYTES)
     }
 
-    fn stop(&self) -> Result<(), gst::ErrorMessage> {
+    fn close(&self) {
         // Dropping the state destroys the QP, flows and MR, reclaims the posted slots
         // and leaves the multicast group; slots held downstream return when their
         // buffers go (the region stays mapped until then).
         *lock(&self.state) = None;
         *lock(&self.ring) = None;
-        self.live.stop();
-        Ok(())
     }
 
-    firehose_core::live_src_base!(live, output: output);
-    firehose_core::decide_allocation_copies!(
-        copy,
-        "the NIC writes into its registered receive region"
-    );
-}
+    fn counters(&self) -> gst::Structure {
+        self.stats()
+    }
 
-impl PushSrcImpl for IbvSrc {
-    fn create(
-        &self,
-        _buffer: Option<&mut gst::BufferRef>,
-    ) -> Result<CreateSuccess, gst::FlowError> {
-        self.live.create(|| {
-            let mut guard = lock(&self.state);
-            let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-            let mut idle = 0u32;
-            loop {
-                if self.live.is_flushing() {
-                    return Err(gst::FlowError::Flushing);
+    fn receive(&self, rx: &Receive<'_>) -> Result<Batch, gst::FlowError> {
+        let mut guard = lock(&self.state);
+        let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+        let mut idle = 0u32;
+        loop {
+            if rx.live.is_flushing() {
+                return Err(gst::FlowError::Flushing);
+            }
+            let step = state.engine.fill().and_then(|_| {
+                // One clock read per poll, stamped on every packet of its batch.
+                state.engine.step(firehose_core::batch::unix_ns())
+            });
+            match step {
+                Ok(Step::Batch(batch)) => {
+                    let pts = self.obj().current_running_time();
+                    return Ok(batch.into_buffer(pts, rx.readable).into());
                 }
-                let step = state.engine.fill().and_then(|_| {
-                    // One clock read per poll, stamped on every packet of its batch.
-                    state.engine.step(firehose_core::batch::unix_ns())
-                });
-                match step {
-                    Ok(Step::Batch(batch)) => {
-                        let pts = self.obj().current_running_time();
-                        if state.timer.due(Instant::now()) {
-                            stats::post(self.obj().upcast_ref(), self.stats());
+                Ok(Step::Busy) => idle = 0,
+                Ok(Step::Idle) => {
+                    idle = idle.saturating_add(1);
+                    if idle < IDLE_SPINS {
+                        std::hint::spin_loop();
+                    } else {
+                        if !rx.live.nap(IDLE_SLEEP) {
+                            return Err(gst::FlowError::Flushing);
                         }
-                        let buf = batch.into_buffer(pts, self.readable.wanted());
-                        return Ok(self.output.push(self.copy.out(buf)));
-                    }
-                    Ok(Step::Busy) => idle = 0,
-                    Ok(Step::Idle) => {
-                        idle = idle.saturating_add(1);
-                        if idle < IDLE_SPINS {
-                            std::hint::spin_loop();
-                        } else {
-                            if !self.live.nap(IDLE_SLEEP) {
-                                return Err(gst::FlowError::Flushing);
-                            }
-                            if let Some(Err(e)) = state.watch.as_mut().map(|w| w.check(Instant::now()))
-                            {
-                                gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
-                                return Err(gst::FlowError::Error);
-                            }
-                            if state.timer.due(Instant::now()) {
-                                stats::post(self.obj().upcast_ref(), self.stats());
-                            }
+                        if let Some(Err(e)) = state.watch.as_mut().map(|w| w.check(Instant::now()))
+                        {
+                            gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
+                            return Err(gst::FlowError::Error);
                         }
+                        rx.post_stats_if_due();
                     }
-                    Err(e) => {
-                        gst::element_imp_error!(
-                            self,
-                            gst::ResourceError::Read,
-                            ("RDMA receive failed: {}; check the device with ibv_devinfo and the kernel log (dmesg)", e),
-                            ["{:?}", e]
-                        );
-                        return Err(gst::FlowError::Error);
-                    }
+                }
+                Err(e) => {
+                    gst::element_imp_error!(
+                        self,
+                        gst::ResourceError::Read,
+                        ("RDMA receive failed: {}; check the device with ibv_devinfo and the kernel log (dmesg)", e),
+                        ["{:?}", e]
+                    );
+                    return Err(gst::FlowError::Error);
                 }
             }
-        })
+        }
     }
 }

@@ -21,7 +21,7 @@ mod imp;
 
 glib::wrapper! {
     /// The `fhibvsrc` element.
-    pub struct IbvSrc(ObjectSubclass<imp::IbvSrc>) @extends gst_base::PushSrc, gst_base::BaseSrc, gst::Element, gst::Object;
+    pub struct IbvSrc(ObjectSubclass<imp::IbvSrc>) @extends firehose_core::src::PacketSrc, gst_base::PushSrc, gst_base::BaseSrc, gst::Element, gst::Object;
 }
 
 /// Registers `fhibvsrc` with `plugin`.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use firehose_core::props::WhenFull;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{
-    self as live, Batch, BatchSize, PacketSrcExt, PacketSrcImpl, PoolProps, PoolSize, Receive,
+    self as live, Batch, BatchSize, Open, PacketSrcExt, PacketSrcImpl, PoolProps, PoolSize, Receive,
 };
 use firehose_core::stats::names;
 use firehose_core::{PacketInfo, SlotArena, SlotPool};
@@ -113,26 +113,26 @@ impl UdpSrc {
         state: &mut State,
         rx: &Receive<'_>,
     ) -> Result<(gst::Memory, Vec<PacketInfo>), gst::FlowError> {
+        let pool = rx.pool()?;
         loop {
             if rx.live.is_flushing() {
                 return Err(gst::FlowError::Flushing);
             }
             let need = state.rx.per_msg();
-            let usable = |(a, p): &(SlotArena, SlotPool)| a.remaining() >= need && p.is(rx.pool);
+            let usable = |(a, p): &(SlotArena, SlotPool)| a.remaining() >= need && p.is(pool);
             if !state.arena.as_ref().is_some_and(usable) {
                 state.arena = None;
                 // A network source is live: `auto` drops.
                 let slot = if state.when_full.blocks(true) {
                     Some(
-                        rx.pool
-                            .acquire_blocking(rx.live.flag(), Duration::from_millis(100))
+                        pool.acquire_blocking(rx.live.flag(), Duration::from_millis(100))
                             .ok_or(gst::FlowError::Flushing)?,
                     )
                 } else {
-                    rx.pool.try_acquire()
+                    pool.try_acquire()
                 };
                 match slot {
-                    Some(slot) => state.arena = Some((SlotArena::new(slot), rx.pool.clone())),
+                    Some(slot) => state.arena = Some((SlotArena::new(slot), pool.clone())),
                     None => {
                         self.drop_queued(state)?;
                         continue;
@@ -304,7 +304,8 @@ impl PacketSrcImpl for UdpSrc {
         u64::from(lock(&self.settings).batch_bytes).max(1)
     }
 
-    fn open(&self, batch_size: u32) -> Result<usize, gst::ErrorMessage> {
+    fn open(&self, open: &Open) -> Result<usize, gst::ErrorMessage> {
+        let batch_size = open.batch_size;
         let s = lock(&self.settings).clone();
         self.dry.reset();
         let (mut rx, report) = s.socket.open(

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use firehose_core::pace::{Interrupt, Pacer};
 use firehose_core::src::prelude::*;
-use firehose_core::src::{Batch, BatchSize, PacketSrcImpl, PoolProps, PoolSize, Receive};
+use firehose_core::src::{Batch, BatchSize, Open, PacketSrcImpl, PoolProps, PoolSize, Receive};
 use firehose_core::stats::names;
 use firehose_core::{gstmem, PacketBatchMeta, PacketInfo};
 
@@ -367,7 +367,8 @@ impl PacketSrcImpl for PcapSrc {
         SLOT_SIZE as u64
     }
 
-    fn open(&self, batch_size: u32) -> Result<usize, gst::ErrorMessage> {
+    fn open(&self, open: &Open) -> Result<usize, gst::ErrorMessage> {
+        let batch_size = open.batch_size;
         let settings = lock(&self.settings).clone();
         if let Some(e) = &settings.bad_rate {
             return Err(gst::error_msg!(gst::ResourceError::Settings, ("{}", e)));
@@ -461,7 +462,7 @@ impl PacketSrcImpl for PcapSrc {
         }
         // Replay never drops: wait for downstream to give a slot back.
         let mut slot = rx
-            .pool
+            .pool()?
             .acquire_blocking(rx.live.flag(), POOL_POLL)
             .ok_or(gst::FlowError::Flushing)?;
         let filled = self.fill(state, slot.as_mut_full(), rx.live.interrupt());

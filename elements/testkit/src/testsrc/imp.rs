@@ -9,7 +9,7 @@ use std::time::Duration;
 use firehose_core::batch::{batch_buffer, unix_ns};
 use firehose_core::gstmem;
 use firehose_core::src::prelude::*;
-use firehose_core::src::{Batch, BatchSize, PacketSrcImpl, PoolProps, PoolSize, Receive};
+use firehose_core::src::{Batch, BatchSize, Open, PacketSrcImpl, PoolProps, PoolSize, Receive};
 use firehose_core::sync::lock;
 
 use crate::generate::{Counters, Generator, GeneratorConfig, MAX_PACKET_SIZE};
@@ -145,7 +145,8 @@ impl PacketSrcImpl for FhTestSrc {
         u64::from(lock(&self.settings).packet_size) * u64::from(batch_size)
     }
 
-    fn open(&self, batch_size: u32) -> Result<usize, gst::ErrorMessage> {
+    fn open(&self, open: &Open) -> Result<usize, gst::ErrorMessage> {
+        let batch_size = open.batch_size;
         let config = *lock(&self.settings);
         let g = Generator::new(config, batch_size)
             .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{e}")))?;
@@ -172,7 +173,7 @@ impl PacketSrcImpl for FhTestSrc {
         }
         // A test source never drops: wait for downstream to give a slot back.
         let mut slot = rx
-            .pool
+            .pool()?
             .acquire_blocking(rx.live.flag(), POOL_POLL)
             .ok_or(gst::FlowError::Flushing)?;
         let mut packets = Vec::with_capacity(g.next_len() as usize);

@@ -1,17 +1,20 @@
-//! `fhxdpsrc` implementation: start-up (program, socket, UMEM, link), the batch receive
-//! loop, stats and teardown.
+//! `fhxdpsrc` implementation: a [`PacketSrc`](firehose_core::src::PacketSrc) whose
+//! transport is an AF_XDP socket ([`crate::engine`] sets it up): start-up, the batch
+//! receive loop, stats and teardown. The base owns batch-size, the pool properties,
+//! output, caps, readable metas, stats, live control and the copy into memory
+//! downstream proposes (the NIC writes into the UMEM: [`ReceiveInto::Device`]).
 
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use firehose_core::batch::batch_buffer_with_dests;
 use firehose_core::ring::{lend_batch, SharedRing};
 use firehose_core::src::prelude::*;
 use firehose_core::src::{
-    self as live, CountAlias, LiveControl, PoolProps, PoolSettings, PoolSize,
+    Batch, BatchSize, CountAlias, LiveControl, Open, PacketSrcExt, PacketSrcImpl, PoolProps,
+    PoolSettings, PoolSize, Receive, ReceiveInto,
 };
-use firehose_core::stats::{self, names, Counter, StatsInterval, StatsTimer};
+use firehose_core::stats::{self, names, Counter};
 use firehose_core::sync::lock;
 use firehose_core::{MemoryRegion, PacketInfo};
 
@@ -73,10 +76,7 @@ struct Settings {
     busy_poll: u32,
     poll_interval: u32,
     busy_poll_budget: u32,
-    pool: PoolSettings,
     frame_size: u32,
-    batch_size: u32,
-    stats_interval: StatsInterval,
 }
 
 impl Default for Settings {
@@ -92,10 +92,7 @@ impl Default for Settings {
             busy_poll: 0,
             poll_interval: DEFAULT_POLL_US,
             busy_poll_budget: DEFAULT_BUSY_POLL_BUDGET,
-            pool: PoolSettings::new(&POOL),
             frame_size: DEFAULT_FRAME_SIZE,
-            batch_size: DEFAULT_BATCH_SIZE,
-            stats_interval: StatsInterval::default(),
         }
     }
 }
@@ -103,10 +100,10 @@ impl Default for Settings {
 impl Settings {
     /// UMEM frames: as set through the deprecated `frames`, or `pool-size` over
     /// `frame-size` rounded down to a power of two (the rings need one).
-    fn frames(&self) -> u64 {
-        match self.pool.size {
+    fn frames(&self, pool: &PoolSettings) -> u64 {
+        match pool.size {
             PoolSize::Count(n) => n,
-            PoolSize::Bytes(_) => match self.pool.count(self.frame_size.into()) {
+            PoolSize::Bytes(_) => match pool.count(self.frame_size.into()) {
                 0 => 0,
                 n => 1 << n.ilog2(),
             },
@@ -171,9 +168,8 @@ struct State {
     busy_poll: bool,
     /// Sleep this long after an empty RX ring instead of blocking (`None` = block).
     poll_interval: Option<std::time::Duration>,
-    /// Also in `XdpSrc::live`; here so the receive loop takes no extra lock.
+    /// Also in the base's live control; here so the receive loop takes no extra lock.
     waker: Arc<Waker>,
-    timer: StatsTimer,
     /// Reused list of slots taken for the fill ring.
     post: Vec<u32>,
     /// The interface: gone or down is an error, not a capture that waits for ever.
@@ -184,19 +180,11 @@ struct State {
 
 #[derive(Default)]
 pub struct XdpSrc {
-    /// `output`, `caps`, and what was negotiated: batches or one buffer per datagram.
-    output: firehose_core::src::PacketOutput,
-    /// Copies each batch into the memory downstream asked for, if it did (the NIC
-    /// cannot write there).
-    copy: firehose_core::alloc::CopyOut,
-    /// `readable-metas`, and whether downstream may read them (the allocation query).
-    readable: firehose_core::meta::readable::ReadableOutput,
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
     /// The slot accounting, kept after stop for the final `stats` read.
     ring: Mutex<Option<SharedRing>>,
     mode: Mutex<Option<Mode>>,
-    live: LiveControl,
     counters: Counters,
     kernel: KernelCounters,
     /// Most frames held downstream at once.
@@ -212,7 +200,6 @@ impl XdpSrc {
         });
         let (counts, slots) = counts.unwrap_or_default();
         let mut s = self.counters.structure();
-        self.copy.append_stats(&mut s);
         s.set(names::DROPS_POOL, k.rx_dropped.get());
         s.set(names::DROPS_KERNEL, k.rx_ring_full.get());
         for (name, v) in k.fields() {
@@ -245,7 +232,7 @@ impl XdpSrc {
     }
 
     /// The engine configuration `s` describes.
-    fn config(s: &Settings) -> Result<engine::Config, gst::ErrorMessage> {
+    fn config(s: &Settings, open: &Open) -> Result<engine::Config, gst::ErrorMessage> {
         let bad = |m: String| gst::error_msg!(gst::ResourceError::Settings, ("{}", m));
         let interface = s.interface.clone().ok_or_else(|| {
             gst::error_msg!(
@@ -271,15 +258,15 @@ impl XdpSrc {
             },
             busy_poll: s.busy_poll,
             busy_poll_budget: s.busy_poll_budget,
-            frames: u32::try_from(s.frames()).unwrap_or(u32::MAX),
+            frames: u32::try_from(s.frames(&open.pool)).unwrap_or(u32::MAX),
             frame_size: s.frame_size,
-            batch_size: s.batch_size,
-            hugepages: s.pool.policy(),
+            batch_size: open.batch_size,
+            hugepages: open.pool.policy(),
         })
     }
 
-    fn open(&self, s: &Settings) -> Result<(State, Mode), gst::ErrorMessage> {
-        let cfg = Self::config(s)?;
+    fn open_capture(&self, s: &Settings, open: &Open) -> Result<(State, Mode), gst::ErrorMessage> {
+        let cfg = Self::config(s, open)?;
         let cap = engine::open(&cfg, &mut |n| match n {
             Notice::Warning(m) => {
                 gst::element_imp_warning!(self, gst::ResourceError::Settings, ("{}", m))
@@ -298,7 +285,7 @@ impl XdpSrc {
             };
             gst::error_msg!(kind, ("{}", e.message))
         })?;
-        let waker = self.live.new_waker().map_err(|e| {
+        let waker = self.obj().live().new_waker().map_err(|e| {
             gst::error_msg!(gst::ResourceError::OpenRead, ("eventfd failed: {}", e))
         })?;
         let mode = Mode {
@@ -326,12 +313,11 @@ impl XdpSrc {
                 cap,
                 frames: cfg.frames,
                 frame_size: s.frame_size as usize,
-                batch: s.batch_size,
+                batch: open.batch_size,
                 busy_poll: s.busy_poll > 0,
                 poll_interval: (s.poll_interval > 0)
                     .then(|| std::time::Duration::from_micros(s.poll_interval.into())),
                 waker,
-                timer: s.stats_interval.timer(),
                 post: Vec::with_capacity(cfg.frames as usize),
                 watch,
                 kernel_stats_due: std::time::Instant::now(),
@@ -343,12 +329,13 @@ impl XdpSrc {
     /// Receives until one batch with at least one datagram is ready (a memory over its
     /// frames plus the datagrams and where each was sent, its frame headers lying before
     /// its payload), the wait is interrupted, or an error occurs.
-    fn receive(
+    fn fill(
         &self,
         st: &mut State,
+        live: &LiveControl,
     ) -> Result<(gst::Memory, Vec<PacketInfo>, Vec<PacketDest>), gst::FlowError> {
         loop {
-            if self.live.is_flushing() {
+            if live.is_flushing() {
                 return Err(gst::FlowError::Flushing);
             }
             let geometry = Geometry {
@@ -395,7 +382,7 @@ impl XdpSrc {
                     // Nobody waits on the socket, so the kernel wakes no one per
                     // packet; the RX ring holds what arrives meanwhile. Stop and
                     // unlock() cuts the nap short.
-                    if !self.live.nap(nap) {
+                    if !live.nap(nap) {
                         return Err(gst::FlowError::Flushing);
                     }
                     continue;
@@ -617,11 +604,11 @@ impl XdpSrc {
     }
 }
 
-firehose_core::element_subclass!(XdpSrc, "GstFhXdpSrc", gst_base::PushSrc);
+firehose_core::element_subclass!(XdpSrc, "GstFhXdpSrc", firehose_core::src::PacketSrc);
 
 impl ObjectImpl for XdpSrc {
     firehose_core::properties!(|| {
-        let mut v = vec![
+        vec![
             glib::ParamSpecString::builder("interface")
                 .nick("Interface")
                 .blurb("Network interface to capture on (required)")
@@ -691,29 +678,11 @@ impl ObjectImpl for XdpSrc {
                 .default_value(DEFAULT_FRAME_SIZE)
                 .mutable_ready()
                 .build(),
-            live::batch_size(
-                "Most frames taken from the RX ring, and pushed as one buffer, per batch",
-                4096,
-                DEFAULT_BATCH_SIZE,
-            ),
-        ];
-        v.extend(firehose_core::src::PacketOutput::param_specs());
-        v.extend(POOL.param_specs());
-        let kernel = KernelCounters::describe("pool-*, xdp-mode, bind-mode, memory");
-        v.extend(stats::properties(&Counters::describe(&format!(
-            "drops-pool, drops-kernel, {kernel}"
-        ))));
-        v
+        ]
     });
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        if self.output.set(value, pspec) {
-            return;
-        }
         let mut s = lock(&self.settings);
-        if s.pool.set(value, pspec) {
-            return;
-        }
         let opt = |v: Option<String>| v.filter(|x| !x.is_empty());
         match pspec.name() {
             "interface" => s.interface = opt(value.get().unwrap()),
@@ -732,22 +701,12 @@ impl ObjectImpl for XdpSrc {
             "poll-interval" => s.poll_interval = value.get().unwrap(),
             "busy-poll-budget" => s.busy_poll_budget = value.get().unwrap(),
             "frame-size" => s.frame_size = value.get().unwrap(),
-            "batch-size" => s.batch_size = value.get().unwrap(),
-            other => s.stats_interval.set(other, value),
+            other => gst::error!(CAT, imp = self, "no setter for property {other}"),
         }
     }
 
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        if let Some(v) = self.output.get(pspec) {
-            return v;
-        }
-        if pspec.name() == "stats" {
-            return self.stats().to_value();
-        }
         let s = lock(&self.settings);
-        if let Some(v) = s.pool.get(pspec, s.frame_size.into()) {
-            return v;
-        }
         match pspec.name() {
             "interface" => s.interface.to_value(),
             "queue" => s.queue.to_value(),
@@ -760,77 +719,87 @@ impl ObjectImpl for XdpSrc {
             "poll-interval" => s.poll_interval.to_value(),
             "busy-poll-budget" => s.busy_poll_budget.to_value(),
             "frame-size" => s.frame_size.to_value(),
-            "batch-size" => s.batch_size.to_value(),
-            other => s.stats_interval.value(other),
+            other => {
+                gst::error!(CAT, imp = self, "no getter for property {other}");
+                pspec.default_value().clone()
+            }
         }
     }
-
-    firehose_core::live_src_constructed!(true);
 }
 
 impl ElementImpl for XdpSrc {
-    firehose_core::live_src_send_event!(live);
-
     firehose_core::element_metadata!(
         "Firehose AF_XDP source",
         "Source/Network",
         "Captures UDP to chosen ports with its own XDP program and an AF_XDP socket, \
          lending UMEM frames downstream, one buffer per batch",
     );
-
-    firehose_core::pad_templates!(live::output::packets_src_template());
 }
 
-impl BaseSrcImpl for XdpSrc {
-    fn start(&self) -> Result<(), gst::ErrorMessage> {
+// Every method is the base's.
+impl BaseSrcImpl for XdpSrc {}
+impl PushSrcImpl for XdpSrc {}
+
+impl PacketSrcImpl for XdpSrc {
+    const LIVE: bool = true;
+    const BATCH_SIZE: BatchSize = BatchSize {
+        blurb: "Most frames taken from the RX ring, and pushed as one buffer, per batch",
+        max: 4096,
+        default: DEFAULT_BATCH_SIZE,
+    };
+    const POOL: &'static PoolProps = &POOL;
+    const RECEIVE_INTO: ReceiveInto = ReceiveInto::Device {
+        why: "the NIC writes into its AF_XDP UMEM",
+    };
+
+    fn stats_description() -> String {
+        let kernel = KernelCounters::describe("pool-*, xdp-mode, bind-mode, memory");
+        Counters::describe(&format!("drops-pool, drops-kernel, {kernel}"))
+    }
+
+    /// A UMEM frame.
+    fn slot_bytes(&self, _batch_size: u32) -> u64 {
+        lock(&self.settings).frame_size.into()
+    }
+
+    fn open(&self, open: &Open) -> Result<usize, gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
         self.counters.reset();
         self.kernel.reset();
         self.high_water.reset();
-        self.live.start();
-        self.readable.start(s.pool.readable_metas);
-        let (state, mode) = self.open(&s)?;
+        let (state, mode) = self.open_capture(&s, open)?;
         *lock(&self.ring) = Some(state.cap.ring.clone());
         *lock(&self.mode) = Some(mode);
         *lock(&self.state) = Some(state);
-        Ok(())
+        // A lent batch spans at most this much; a copy slot holds one.
+        Ok(firehose_core::alloc::CopyOut::SLOT_BYTES)
     }
 
-    fn stop(&self) -> Result<(), gst::ErrorMessage> {
+    fn receive(&self, rx: &Receive<'_>) -> Result<Batch, gst::FlowError> {
+        let mut guard = lock(&self.state);
+        let st = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+        let (mem, packets, dests) = self.fill(st, rx.live)?;
+        drop(guard);
+        // One clock read per batch: the running time at which the batch was complete.
+        let pts = self.obj().current_running_time();
+        self.counters.batches.add(1);
+        Ok(batch_buffer_with_dests(mem, packets, dests, pts, rx.readable).into())
+    }
+
+    fn counters(&self) -> gst::Structure {
+        self.stats()
+    }
+
+    fn refresh_counters(&self) {
+        if let Some(st) = lock(&self.state).as_ref() {
+            self.read_kernel_stats(&st.cap.sock);
+        }
+    }
+
+    fn close(&self) {
         if let Some(st) = lock(&self.state).take() {
             self.read_kernel_stats(&st.cap.sock);
             st.cap.close();
         }
-        self.live.stop();
-        Ok(())
-    }
-
-    firehose_core::live_src_base!(live, output: output);
-    firehose_core::decide_allocation_copies!(copy, "the NIC writes into its AF_XDP UMEM");
-}
-
-impl PushSrcImpl for XdpSrc {
-    fn create(
-        &self,
-        _buffer: Option<&mut gst::BufferRef>,
-    ) -> Result<CreateSuccess, gst::FlowError> {
-        self.live.create(|| {
-            let mut guard = lock(&self.state);
-            let st = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-            let (mem, packets, dests) = self.receive(st)?;
-            // One clock read per batch: the running time at which the batch was complete.
-            let pts = self.obj().current_running_time();
-            self.counters.batches.add(1);
-            let readable = self.readable.wanted();
-            if st.timer.due(Instant::now()) {
-                self.read_kernel_stats(&st.cap.sock);
-                drop(guard);
-                stats::post(self.obj().upcast_ref(), self.stats());
-            } else {
-                drop(guard);
-            }
-            let buf = batch_buffer_with_dests(mem, packets, dests, pts, readable);
-            Ok(self.output.push(self.copy.out(buf)))
-        })
     }
 }

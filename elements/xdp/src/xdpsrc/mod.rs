@@ -58,7 +58,7 @@ pub enum ZeroCopy {
 
 glib::wrapper! {
     /// The `fhxdpsrc` element.
-    pub struct XdpSrc(ObjectSubclass<imp::XdpSrc>) @extends gst_base::PushSrc, gst_base::BaseSrc, gst::Element, gst::Object;
+    pub struct XdpSrc(ObjectSubclass<imp::XdpSrc>) @extends firehose_core::src::PacketSrc, gst_base::PushSrc, gst_base::BaseSrc, gst::Element, gst::Object;
 }
 
 /// Registers `fhxdpsrc` with `plugin`.

@@ -11,7 +11,8 @@ use gst::subclass::prelude::*;
 use gst_base::subclass::base_src::CreateSuccess;
 use gst_base::subclass::prelude::*;
 
-use super::{Batch, BatchSize, Class, Methods, Receive};
+use super::{Batch, BatchSize, Class, Methods, Open, Receive, ReceiveInto};
+use crate::alloc::CopyOut;
 use crate::meta::readable::ReadableOutput;
 use crate::src::{self as live, LiveControl, PacketOutput, PoolProps, PoolSettings};
 use crate::stats::{self, StatsInterval, StatsTimer};
@@ -44,9 +45,13 @@ pub struct PacketSrc {
     /// `readable-metas`, and whether downstream may read them (the allocation query).
     readable: ReadableOutput,
     live: LiveControl,
-    /// The pool batches are received into; `live` holds it too, to wake a wait for a
-    /// slot on `unlock()`.
+    /// The pool batches are received into ([`ReceiveInto::Pool`]); `live` holds it too, to
+    /// wake a wait for a slot on `unlock()`.
     pool: Mutex<Option<SlotPool>>,
+    /// The copy into the memory downstream proposed ([`ReceiveInto::Device`]).
+    copy: CopyOut,
+    /// The slot size `open` returned: a copy slot's size ([`ReceiveInto::Device`]).
+    slot_size: std::sync::atomic::AtomicUsize,
     run: Mutex<Run>,
 }
 
@@ -74,6 +79,8 @@ impl ObjectSubclass for PacketSrc {
             readable: ReadableOutput::default(),
             live: LiveControl::default(),
             pool: Mutex::new(None),
+            copy: CopyOut::default(),
+            slot_size: Default::default(),
             run: Mutex::new(Run {
                 batch_size: m.batch_size.default,
                 timer: StatsTimer::new(0),
@@ -149,15 +156,27 @@ impl PacketSrc {
         &self.output
     }
 
-    /// The subclass's counters and the pool's.
+    /// The subclass's counters, and the pool's or the copy's.
     fn stats(&self) -> gst::Structure {
-        let mut s = (self.class().counters)(&self.obj());
-        live::append_slot_pool(&mut s, lock(&self.pool).as_ref());
+        let class = self.class();
+        let mut s = (class.counters)(&self.obj());
+        match class.receive_into {
+            ReceiveInto::Pool => live::append_slot_pool(&mut s, lock(&self.pool).as_ref()),
+            ReceiveInto::Device { .. } => self.copy.append_stats(&mut s),
+        }
         s
     }
 
     pub(super) fn post_stats(&self) {
         stats::post(self.obj().upcast_ref(), self.stats());
+    }
+
+    pub(super) fn post_stats_if_due(&self) {
+        let due = lock(&self.run).timer.due(Instant::now());
+        if due {
+            (self.class().refresh_counters)(&self.obj());
+            self.post_stats();
+        }
     }
 
     /// The pool of `slots` slots of `slot_size` bytes, with `memory`.
@@ -253,11 +272,19 @@ impl BaseSrcImpl for PacketSrc {
         let class = self.class();
         // Before `open`, which may install a waker in it.
         self.live.start();
-        let opened = (class.open)(&self.obj(), s.batch_size).and_then(|slot_size| {
-            self.make_pool(slot_size, &s)
-                .inspect_err(|_| (class.close)(&self.obj()))
-        });
-        let pool = match opened {
+        let open = Open {
+            batch_size: s.batch_size,
+            pool: s.pool,
+        };
+        let opened =
+            (class.open)(&self.obj(), &open).and_then(|slot_size| match class.receive_into {
+                ReceiveInto::Pool => self
+                    .make_pool(slot_size, &s)
+                    .map(|p| (slot_size, Some(p)))
+                    .inspect_err(|_| (class.close)(&self.obj())),
+                ReceiveInto::Device { .. } => Ok((slot_size, None)),
+            });
+        let (slot_size, pool) = match opened {
             Ok(p) => p,
             Err(e) => {
                 self.live.stop();
@@ -265,16 +292,26 @@ impl BaseSrcImpl for PacketSrc {
             }
         };
         self.readable.start(s.pool.readable_metas);
-        self.live.add_pool(pool.clone());
-        gst::debug!(
-            CAT,
-            imp = self,
-            "started with {s:?}: {} slots of {} bytes ({})",
-            pool.stats().slots,
-            pool.slot_size(),
-            pool.kind().as_str()
-        );
-        *lock(&self.pool) = Some(pool);
+        self.slot_size
+            .store(slot_size, std::sync::atomic::Ordering::Relaxed);
+        if let Some(pool) = &pool {
+            self.live.add_pool(pool.clone());
+            gst::debug!(
+                CAT,
+                imp = self,
+                "started with {s:?}: {} slots of {} bytes ({})",
+                pool.stats().slots,
+                pool.slot_size(),
+                pool.kind().as_str()
+            );
+        } else {
+            gst::debug!(
+                CAT,
+                imp = self,
+                "started with {s:?}, in the device's memory"
+            );
+        }
+        *lock(&self.pool) = pool;
         *lock(&self.run) = Run {
             batch_size: s.batch_size,
             timer: s.stats_interval.timer(),
@@ -319,21 +356,30 @@ impl BaseSrcImpl for PacketSrc {
         &self,
         query: &mut gst::query::Allocation,
     ) -> Result<(), gst::LoggableError> {
-        self.readable.decide(self.obj().upcast_ref(), Some(query));
-        // From the streaming thread before the first create: nothing holds the pool's
-        // lock for long.
-        let current = lock(&self.pool).clone();
-        if let Some(current) = current {
-            if let Some(pool) = crate::alloc::decide_pool(self.obj().upcast_ref(), query, &current)?
-            {
-                gst::info!(
-                    CAT,
-                    imp = self,
-                    "receiving into {} memory, as downstream proposed",
-                    pool.kind().as_str()
-                );
-                self.live.set_pool(pool.clone());
-                *lock(&self.pool) = Some(pool);
+        let obj = self.obj();
+        let element: &gst::Element = obj.upcast_ref();
+        self.readable.decide(element, Some(query));
+        match self.class().receive_into {
+            ReceiveInto::Device { why } => {
+                let slot = self.slot_size.load(std::sync::atomic::Ordering::Relaxed);
+                self.copy.decide(element, query, why, slot.max(1))?;
+            }
+            ReceiveInto::Pool => {
+                // From the streaming thread before the first create: nothing holds the
+                // pool's lock for long.
+                let current = lock(&self.pool).clone();
+                if let Some(current) = current {
+                    if let Some(pool) = crate::alloc::decide_pool(element, query, &current)? {
+                        gst::info!(
+                            CAT,
+                            imp = self,
+                            "receiving into {} memory, as downstream proposed",
+                            pool.kind().as_str()
+                        );
+                        self.live.set_pool(pool.clone());
+                        *lock(&self.pool) = Some(pool);
+                    }
+                }
             }
         }
         self.parent_decide_allocation(query)
@@ -346,17 +392,18 @@ impl PushSrcImpl for PacketSrc {
         _buffer: Option<&mut gst::BufferRef>,
     ) -> Result<CreateSuccess, gst::FlowError> {
         self.live.create(|| {
-            let pool = lock(&self.pool).clone().ok_or(gst::FlowError::Flushing)?;
+            let pool = lock(&self.pool).clone();
             let (batch_size, due) = {
                 let mut run = lock(&self.run);
                 (run.batch_size, run.timer.due(Instant::now()))
             };
             let rx = Receive {
-                pool: &pool,
+                pool: pool.as_ref(),
                 live: &self.live,
                 batch_size,
                 readable: self.readable.wanted(),
                 output: &self.output,
+                base: self,
             };
             let class = self.class();
             match (class.receive)(&self.obj(), &rx) {
@@ -366,7 +413,7 @@ impl PushSrcImpl for PacketSrc {
                         self.post_stats();
                     }
                     Ok(self.submit(match batch {
-                        Batch::Buffer(buf) => self.output.push(buf),
+                        Batch::Buffer(buf) => self.output.push(self.copy.out(buf)),
                         Batch::List(list) => CreateSuccess::NewBufferList(list),
                     }))
                 }

@@ -12,6 +12,9 @@
 //! - the packet pool: sized from `pool-size` and the subclass's slot size, backed by
 //!   `memory`, and re-cut from the memory an element downstream proposes in the
 //!   allocation query (`fhshmsink`'s shared segments, `fhcudaupload`'s pinned pages);
+//!   or, for a transport whose device writes into memory of its own (AF_XDP's UMEM,
+//!   DPDK's mbufs, a registered RDMA region: [`ReceiveInto::Device`]), the one copy of each
+//!   batch into the proposed memory, counted (`bytes-copied`);
 //! - live control: `unlock` / `unlock_stop` end every wait at once, and an
 //!   application's EOS keeps the batch `create` is returning ([`LiveControl`]);
 //! - caps and negotiation: batches to elements that understand them, one buffer per
@@ -40,7 +43,7 @@ use gst::prelude::*;
 use gst::subclass::prelude::*;
 use gst_base::subclass::prelude::*;
 
-use super::{LiveControl, PacketOutput, PoolProps};
+use super::{LiveControl, PacketOutput, PoolProps, PoolSettings};
 use crate::SlotPool;
 
 #[doc(hidden)]
@@ -82,12 +85,38 @@ impl From<gst::Buffer> for Batch {
     }
 }
 
+/// Where a source receives its batches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReceiveInto {
+    /// Into slots of a pool the base makes, sized from `pool-size` and
+    /// [`PacketSrcImpl::slot_bytes`], and cut from the memory downstream proposes.
+    Pool,
+    /// Into memory the transport owns because its device writes there (it sizes it
+    /// from the pool settings it is opened with, and reports its `pool-*` counters
+    /// itself). When downstream proposes memory, the base copies each batch into it
+    /// once, counted, and says why it cannot receive there.
+    Device {
+        /// Why, for that warning: "the NIC writes into its AF_XDP UMEM".
+        why: &'static str,
+    },
+}
+
+/// What the base hands a subclass's [`PacketSrcImpl::open`].
+#[derive(Clone, Copy, Debug)]
+pub struct Open {
+    /// `batch-size`.
+    pub batch_size: u32,
+    /// `memory`, `pool-size` (or a deprecated count), `readable-metas`: what a
+    /// [`ReceiveInto::Device`] transport sizes its own memory from.
+    pub pool: PoolSettings,
+}
+
 /// What the base hands a subclass's [`PacketSrcImpl::receive`] for one batch.
 #[derive(Debug)]
 pub struct Receive<'a> {
-    /// The pool to take a slot from: the source's own, or one cut from the memory
-    /// downstream proposed.
-    pub pool: &'a SlotPool,
+    /// The pool to take a slot from ([`ReceiveInto::Pool`]; `None` for a device's memory):
+    /// the source's own, or one cut from the memory downstream proposed.
+    pub pool: Option<&'a SlotPool>,
     /// Ends every wait at `unlock()`: pass [`LiveControl::flag`] to a pool wait and
     /// [`LiveControl::interrupt`] to a pacing sleep.
     pub live: &'a LiveControl,
@@ -98,12 +127,24 @@ pub struct Receive<'a> {
     pub readable: bool,
     /// `output`, `caps` and what was negotiated.
     pub output: &'a PacketOutput,
+    pub(crate) base: &'a imp::PacketSrc,
 }
 
 impl Receive<'_> {
     /// Whether negotiation chose one buffer per datagram.
     pub fn list(&self) -> bool {
         self.output.is_list()
+    }
+
+    /// Posts `stats` if `stats-interval` says one is due: for a receive loop that waits
+    /// long without a batch (the base posts after each batch anyway).
+    pub fn post_stats_if_due(&self) {
+        self.base.post_stats_if_due();
+    }
+
+    /// The pool of a [`ReceiveInto::Pool`] source.
+    pub fn pool(&self) -> Result<&SlotPool, gst::FlowError> {
+        self.pool.ok_or(gst::FlowError::NotNegotiated)
     }
 }
 
@@ -116,6 +157,8 @@ pub trait PacketSrcImpl: PushSrcImpl + ObjectSubclass<Type: IsA<PacketSrc>> {
     const BATCH_SIZE: BatchSize;
     /// Its pool properties (`memory`, `pool-size`, deprecated aliases).
     const POOL: &'static PoolProps;
+    /// Where it receives: a pool of the base's (the default) or its device's memory.
+    const RECEIVE_INTO: ReceiveInto = ReceiveInto::Pool;
 
     /// The counters its `stats` holds, for the property's blurb (e.g.
     /// `Counters::describe("pool-*, memory")` of a [`counters!`](crate::counters) set).
@@ -126,17 +169,21 @@ pub trait PacketSrcImpl: PushSrcImpl + ObjectSubclass<Type: IsA<PacketSrc>> {
 
     /// At start, before the pool exists: checks the settings (an error names the
     /// property to change), opens the transport, resets the counters and the streaming
-    /// state, and returns the slot size in bytes. A transport that waits in `poll`
-    /// installs its waker in the live control now ([`PacketSrcExt::live`]).
-    fn open(&self, batch_size: u32) -> Result<usize, gst::ErrorMessage>;
+    /// state, and returns the slot size in bytes (a [`ReceiveInto::Device`] transport: its
+    /// largest batch, the slot size of a copy into proposed memory). A transport that
+    /// waits in `poll` installs its waker in the live control now
+    /// ([`PacketSrcExt::live`]).
+    fn open(&self, open: &Open) -> Result<usize, gst::ErrorMessage>;
 
-    /// Receives one batch into a slot of `rx.pool` and returns it as a batch buffer
+    /// Receives one batch (into a slot of `rx.pool` for a [`ReceiveInto::Pool`] source) and
+    /// returns it as a batch buffer
     /// ([`crate::batch::batch_buffer`]), time-stamped. `Err(Flushing)` when a wait was
     /// cut short by `unlock()`, `Err(Eos)` at the end of the stream (the base posts the
     /// final `stats`).
     fn receive(&self, rx: &Receive<'_>) -> Result<Batch, gst::FlowError>;
 
-    /// The `firehose-stats` structure of its own counters; the base appends the pool's.
+    /// The `firehose-stats` structure of its own counters; the base appends the pool's
+    /// (or, for a [`ReceiveInto::Device`] source, what it copied into proposed memory).
     fn counters(&self) -> gst::Structure;
 
     /// On the streaming thread, just before the base posts `stats`: brings counters
@@ -167,8 +214,9 @@ pub(crate) struct Methods {
     pub(crate) live: bool,
     pub(crate) batch_size: BatchSize,
     pub(crate) pool: &'static PoolProps,
+    pub(crate) receive_into: ReceiveInto,
     pub(crate) slot_bytes: fn(&PacketSrc, u32) -> u64,
-    pub(crate) open: fn(&PacketSrc, u32) -> Result<usize, gst::ErrorMessage>,
+    pub(crate) open: fn(&PacketSrc, &Open) -> Result<usize, gst::ErrorMessage>,
     pub(crate) receive: fn(&PacketSrc, &Receive<'_>) -> Result<Batch, gst::FlowError>,
     pub(crate) counters: fn(&PacketSrc) -> gst::Structure,
     pub(crate) refresh_counters: fn(&PacketSrc),
@@ -213,8 +261,9 @@ unsafe impl<T: PacketSrcImpl> IsSubclassable<T> for PacketSrc {
             live: T::LIVE,
             batch_size: T::BATCH_SIZE,
             pool: T::POOL,
+            receive_into: T::RECEIVE_INTO,
             slot_bytes: |obj, batch| subclass::<T>(obj).slot_bytes(batch),
-            open: |obj, batch| subclass::<T>(obj).open(batch),
+            open: |obj, open| subclass::<T>(obj).open(open),
             receive: |obj, rx| subclass::<T>(obj).receive(rx),
             counters: |obj| subclass::<T>(obj).counters(),
             refresh_counters: |obj| subclass::<T>(obj).refresh_counters(),
