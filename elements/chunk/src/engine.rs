@@ -57,6 +57,7 @@ mod landing;
 mod landing_tests;
 pub mod settings;
 mod table;
+
 #[cfg(test)]
 mod tests;
 
@@ -1101,5 +1102,34 @@ impl ChunkAssembler {
         } else {
             self.stats.heaps_incomplete += 1;
         }
+    }
+}
+
+/// Chunk placement as an engine over any transport: each datagram of a batch goes to
+/// [`ChunkAssembler::push`]; one outside the batch's memory is counted as malformed.
+impl firehose_core::transport::Engine for ChunkAssembler {
+    type Output = FinishedChunk;
+
+    fn feed(
+        &mut self,
+        data: &[u8],
+        packets: &[firehose_core::PacketInfo],
+        out: &mut Vec<FinishedChunk>,
+    ) -> bool {
+        for p in packets {
+            match firehose_core::transport::datagram(data, p) {
+                Some(d) => {
+                    if self.push(d, out) == Flow::End {
+                        return false;
+                    }
+                }
+                None => self.count_malformed(1),
+            }
+        }
+        true
+    }
+
+    fn finish(&mut self, out: &mut Vec<FinishedChunk>) {
+        self.flush(out);
     }
 }

@@ -22,7 +22,10 @@
 //! - [`meta`]: the buffer metas: `rust_meta!` for Rust-only ones, the chunk meta, and
 //!   the message meta every language reads;
 //! - [`ring`], [`arena`], [`wake`]: device receive rings, slot arenas, wake-up
-//!   coalescing.
+//!   coalescing;
+//! - [`transport`]: the seam between transports (what receives batches) and engines
+//!   (what makes heaps or chunks of them), which composes any engine with any
+//!   transport, or with several.
 //!
 //! The chunk engine, packet handlers and the landing protocol are in `firehose-chunk`.
 //!
@@ -48,6 +51,7 @@ pub mod src;
 pub mod stats;
 pub mod sync;
 pub mod testing;
+pub mod transport;
 pub mod wake;
 
 #[doc(hidden)]

@@ -953,6 +953,28 @@ impl UdpReceiver {
     }
 }
 
+/// Kernel UDP as a transport: one `recvmmsg` batch per receive.
+impl firehose_core::transport::Transport for UdpReceiver {
+    fn batch_bytes(&self) -> usize {
+        self.slab_size()
+    }
+
+    fn receive(
+        &mut self,
+        slot: &mut [u8],
+        packets: &mut Vec<PacketInfo>,
+        wait: bool,
+    ) -> io::Result<firehose_core::transport::Received> {
+        use firehose_core::transport::Received;
+        let before = packets.len();
+        Ok(match self.recv_batch(slot, packets, wait)? {
+            Recv::Woken => Received::Interrupted,
+            Recv::Batch { used, .. } if packets.len() > before => Received::Batch { used },
+            Recv::Batch { .. } => Received::Nothing,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

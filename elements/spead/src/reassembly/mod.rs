@@ -903,3 +903,40 @@ impl Reassembler {
         }
     }
 }
+
+/// Heap reassembly as an engine over any transport: each datagram of a batch goes to
+/// [`Reassembler::push`], stamped with its receive time; one outside the batch's memory
+/// is counted as malformed. The stream ends at a stop heap when
+/// [`Config::stop_ends`] (the stop heap itself is delivered).
+impl firehose_core::transport::Engine for Reassembler {
+    type Output = Heap;
+
+    fn feed(
+        &mut self,
+        data: &[u8],
+        packets: &[firehose_core::PacketInfo],
+        out: &mut Vec<Heap>,
+    ) -> bool {
+        for p in packets {
+            let Some(d) = firehose_core::transport::datagram(data, p) else {
+                self.counts.packets += 1;
+                self.counts.malformed += 1;
+                continue;
+            };
+            let mut stopped = false;
+            let stop_ends = self.stop_ends;
+            self.push(d, Some(p.rx_time_ns), &mut |h: Heap| {
+                stopped |= stop_ends && h.info.stream_ctrl == Some(ctrl::STOP);
+                out.push(h);
+            });
+            if stopped {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn finish(&mut self, out: &mut Vec<Heap>) {
+        self.flush(&mut |h| out.push(h));
+    }
+}

@@ -1,0 +1,201 @@
+//! The transport/engine seam (`firehose_core::transport`): one engine fed by two
+//! transports, as one stream received over two sockets (two multicast groups, two NIC
+//! queues) is. A SPEAD stream's heaps alternate between two kernel UDP receivers on
+//! loopback (even heap counters to one, odd to the other); batches from both, taken in
+//! turn, feed one chunk engine and one heap reassembler. Every heap must come out whole
+//! and byte-exact, each chunk with every slot present.
+
+use std::collections::BTreeSet;
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
+
+use firehose_chunk::{ChunkAssembler, ChunkConfig, FinishedChunk};
+use firehose_core::pool::SlotPool;
+use firehose_core::transport::{Engine, Received, Transport};
+use firehose_core::{HugepagePolicy, PacketInfo};
+use firehose_net::recv::{SocketConfig, UdpReceiver};
+use firehose_spead::chunk::{SpeadChunkConfig, SpeadChunkHandler};
+use firehose_spead::hostile::{self, Legit, LEGIT_ITEM, MAX_PACKET};
+use firehose_spead::reassembly::{Config, Heap, Reassembler};
+use firehose_spead::wire::{ids, Flavour};
+
+/// Heaps in the stream: 8 chunks of 4.
+const HEAPS: u64 = 32;
+const SPC: usize = 4;
+const HEAP_SIZE: usize = 32 << 10;
+const PACKET: usize = 1472;
+
+fn legit() -> Legit {
+    Legit::new(Flavour::SPEAD_64_40, PACKET, HEAP_SIZE).unwrap()
+}
+
+/// A receiver on 127.0.0.1 and its port.
+fn transport() -> (UdpReceiver, u16) {
+    let (rx, report) = UdpReceiver::open(
+        &SocketConfig {
+            address: "127.0.0.1".into(),
+            port: 0,
+            multicast_iface: None,
+            multicast_sources: Vec::new(),
+            // Holds the whole stream (~1 MiB of payload): nothing is lost while the
+            // test reads the other socket (SO_RCVBUFFORCE as root, as CI runs).
+            buffer_size: 16 << 20,
+            reuse: false,
+            gro: false,
+            timestamps: false,
+        },
+        PACKET,
+        16,
+        0,
+    )
+    .unwrap();
+    (rx, report.local.unwrap().port())
+}
+
+/// Sends every heap, even counters to `even`, odd to `odd`, one datagram per send.
+fn send(even: u16, odd: u16) -> u64 {
+    let l = legit();
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut buf = vec![0u8; MAX_PACKET];
+    let mut sent = 0;
+    for cnt in 1..=HEAPS {
+        let port = if cnt % 2 == 0 { even } else { odd };
+        for k in 0..l.packets_per_heap() {
+            let n = l.packet(cnt, k, &mut buf);
+            tx.send_to(&buf[..n], ("127.0.0.1", port)).unwrap();
+            sent += 1;
+        }
+    }
+    sent
+}
+
+/// Takes one batch from each transport in turn into `engine` until `expected`
+/// datagrams came (or 30 s passed: a hang guard), then ends the engine.
+fn feed<E: Engine>(
+    transports: &mut [&mut UdpReceiver],
+    engine: &mut E,
+    expected: u64,
+) -> Vec<E::Output> {
+    let mut slot = vec![0u8; transports.iter().map(|t| t.batch_bytes()).max().unwrap()];
+    let mut packets: Vec<PacketInfo> = Vec::new();
+    let mut out = Vec::new();
+    let mut got = 0u64;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    'outer: while got < expected && Instant::now() < deadline {
+        for t in transports.iter_mut() {
+            packets.clear();
+            match t.receive(&mut slot, &mut packets, false).unwrap() {
+                Received::Batch { used } => {
+                    got += packets.len() as u64;
+                    if !engine.feed(&slot[..used], &packets, &mut out) {
+                        break 'outer;
+                    }
+                }
+                Received::Nothing | Received::Interrupted => {}
+            }
+        }
+    }
+    assert_eq!(got, expected, "datagrams received from both transports");
+    engine.finish(&mut out);
+    out
+}
+
+#[test]
+fn two_transports_feed_one_chunk_engine() {
+    gst::init().unwrap();
+    let (mut a, pa) = transport();
+    let (mut b, pb) = transport();
+    let sent = send(pa, pb);
+    let cfg = ChunkConfig {
+        slots_per_chunk: SPC,
+        slot_size: HEAP_SIZE,
+        // The whole stream fits the window: the two sockets are read in turn, so one
+        // runs ahead of the other by up to a batch.
+        max_chunks: (HEAPS as usize).div_ceil(SPC),
+        ..ChunkConfig::default()
+    };
+    let pool = SlotPool::new(&cfg.pool_config(2 * cfg.max_chunks, HugepagePolicy::Off)).unwrap();
+    let handler = SpeadChunkHandler::new(SpeadChunkConfig {
+        place_item: ids::HEAP_CNT,
+        step: 1,
+        offset: 1,
+        slots_per_chunk: SPC as u64,
+        stop: true,
+    });
+    let mut engine = ChunkAssembler::new(cfg, Box::new(handler), pool).unwrap();
+    let chunks: Vec<FinishedChunk> = feed(&mut [&mut a, &mut b], &mut engine, sent);
+    let mut intact = BTreeSet::new();
+    for c in &chunks {
+        assert_eq!(c.info.slots, SPC, "chunk {}", c.info.chunk_id);
+        for i in 0..c.info.slots {
+            assert!(
+                c.info.is_present(i),
+                "chunk {} slot {i} missing",
+                c.info.chunk_id
+            );
+            let cnt = c.info.chunk_id * SPC as u64 + i as u64 + 1;
+            assert!(
+                hostile::check_bytes(cnt, &c.slot.as_ref()[c.info.slot_range(i)]),
+                "heap {cnt} damaged"
+            );
+            intact.insert(cnt);
+        }
+    }
+    assert_eq!(
+        intact,
+        (1..=HEAPS).collect(),
+        "every heap, from both transports"
+    );
+    assert_eq!(engine.stats().malformed, 0);
+}
+
+#[test]
+fn two_transports_feed_one_heap_reassembler() {
+    gst::init().unwrap();
+    let (mut a, pa) = transport();
+    let (mut b, pb) = transport();
+    let sent = send(pa, pb);
+    let mut engine = Reassembler::new(&Config {
+        hugepages: HugepagePolicy::Off,
+        ..Config::default()
+    })
+    .unwrap();
+    let heaps: Vec<Heap> = feed(&mut [&mut a, &mut b], &mut engine, sent);
+    let l = legit();
+    let intact: BTreeSet<u64> = heaps
+        .iter()
+        .filter(|h| {
+            h.info.complete
+                && h.info.item(LEGIT_ITEM).is_some()
+                && l.check(h.info.heap_cnt, &h.payload.map_readable().unwrap())
+        })
+        .map(|h| h.info.heap_cnt)
+        .collect();
+    assert_eq!(
+        intact,
+        (1..=HEAPS).collect(),
+        "every heap, from both transports"
+    );
+}
+
+/// A transport's packet list is trusted no further than its memory: an entry past
+/// the batch is counted, never read.
+#[test]
+fn an_entry_outside_the_batch_is_counted_not_read() {
+    gst::init().unwrap();
+    let mut engine = Reassembler::new(&Config {
+        hugepages: HugepagePolicy::Off,
+        ..Config::default()
+    })
+    .unwrap();
+    let data = [0u8; 64];
+    let bad = PacketInfo {
+        offset: 60,
+        len: 100,
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    assert!(engine.feed(&data, &[bad], &mut out));
+    assert!(out.is_empty());
+    assert_eq!(engine.counts().malformed, 1);
+}
