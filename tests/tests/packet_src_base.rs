@@ -127,3 +127,22 @@ fn stats_after_the_stream_hold_the_counts_and_the_pool() {
     assert_eq!(s.get::<u64>("batches").unwrap(), 10);
     assert_eq!(s.get::<u64>("pool-slots").unwrap(), 8);
 }
+
+/// A device source sizes its own memory from the base's pool settings: its `stats`
+/// count the slots that `pool-size` (or the deprecated count) asks for, before a start.
+#[test]
+fn a_device_source_counts_the_slots_the_pool_settings_ask_for() {
+    init();
+    let e = gst::ElementFactory::make("fhibvsrc").build().unwrap();
+    e.set_property("pool-size", 100u64 * 9728);
+    let slots = |e: &gst::Element| {
+        e.property::<gst::Structure>("stats")
+            .get::<u64>("pool-slots")
+            .unwrap()
+    };
+    assert_eq!(slots(&e), 100);
+    // The old count sets the count itself, and pool-size then reads count x slot size.
+    e.set_property("slots", 7u32);
+    assert_eq!(slots(&e), 7);
+    assert_eq!(e.property::<u64>("pool-size"), 7 * 9728);
+}

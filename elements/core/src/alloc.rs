@@ -558,30 +558,6 @@ impl CopyOut {
     }
 }
 
-/// `BaseSrcImpl::decide_allocation` for a source whose device owns its receive memory:
-/// its `readable` field (a [`crate::meta::readable::ReadableOutput`]) learns whether
-/// downstream may read the readable metas, its [`CopyOut`] field `$copy` decides (saying `$why` in the warning; copy slots of
-/// `$slot_bytes`, [`CopyOut::SLOT_BYTES`] when left out), then GstBaseSrc goes on as
-/// usual. Used inside `impl BaseSrcImpl for …`.
-#[macro_export]
-macro_rules! decide_allocation_copies {
-    ($copy:ident, $why:expr) => {
-        $crate::decide_allocation_copies!($copy, $why, $crate::alloc::CopyOut::SLOT_BYTES);
-    };
-    ($copy:ident, $why:expr, $slot_bytes:expr) => {
-        fn decide_allocation(
-            &self,
-            query: &mut $crate::__gst::query::Allocation,
-        ) -> Result<(), $crate::__gst::LoggableError> {
-            let element = self.obj();
-            let element: &$crate::__gst::Element = element.upcast_ref();
-            self.readable.decide(element, Some(query));
-            self.$copy.decide(element, query, $why, $slot_bytes)?;
-            self.parent_decide_allocation(query)
-        }
-    };
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,8 @@
-//! The live-source layer: what every Firehose source (`fhudpsrc`, `fhudpchunksrc`,
-//! `fhxdpsrc`, `fhibvsrc`, `fhdpdksrc`, `fhpcapsrc`, `fhtestsrc`) needs around its
-//! receive loop, written once.
+//! The live-source layer: what every Firehose source needs around its receive loop,
+//! written once. [`PacketSrc`] (the base class, [`base`]) assembles it for the packet
+//! sources (`fhudpsrc`, `fhxdpsrc`, `fhibvsrc`, `fhdpdksrc`, `fhpcapsrc`,
+//! `fhtestsrc`); the landing sources (`fhudpchunksrc`, `fhspeadsrc`) and `fhshmsrc`
+//! still use the parts and macros below themselves.
 //!
 //! - [`LiveControl`]: the flushing flag, the eventfd waker and the pools an `unlock()`
 //!   must reach, so `BaseSrcImpl::unlock` / `unlock_stop` are one line and every kind
@@ -15,7 +17,7 @@
 //! - [`src_template`]: the `src` pad template; [`caps_query`].
 //! - [`output`]: `output=auto|batch|list` and `caps` of a packet source: batches to
 //!   elements that understand them, one buffer per datagram to stock elements.
-//! - [`live_src_base!`](crate::live_src_base),
+//! - [`live_src_base!`](crate::live_src_base) (for the sources not on the base),
 //!   [`live_src_send_event!`](crate::live_src_send_event) and
 //!   [`live_src_constructed!`](crate::live_src_constructed): the `BaseSrcImpl`,
 //!   `ElementImpl` and `ObjectImpl` items every source writes the same way (the EOS
@@ -110,46 +112,21 @@ pub fn caps_query(caps: gst::Caps, filter: Option<&gst::Caps>) -> Option<gst::Ca
     })
 }
 
-/// Expands to the `BaseSrcImpl` items every Firehose source has: `is_seekable` (false:
-/// a live stream or a replay cannot seek), and `unlock` / `unlock_stop` through the
-/// [`LiveControl`] in field `$live`. Use inside `impl BaseSrcImpl`.
+/// Expands to the `BaseSrcImpl` items of a source not on [`PacketSrc`] (the landing
+/// sources, `fhshmsrc`): `is_seekable` (false: a live stream cannot seek), and
+/// `unlock` / `unlock_stop` through the [`LiveControl`] in field `$live`. Use inside
+/// `impl BaseSrcImpl`.
 ///
 /// - `live_src_base!(live)`: just those.
-/// - `live_src_base!(live, caps: expr)`: also `caps`, answered with the fixed caps
-///   `expr` ([`caps_query`]).
-/// - `live_src_base!(live, output: field)`: also `caps` and `negotiate`, through the
-///   [`PacketOutput`] in field `field` (batches or one buffer per datagram).
 /// - `live_src_base!(live, flushing: field)`: `unlock` also calls
 ///   `self.field.set_flushing(true)` first and `unlock_stop` `set_flushing(false)` last
 ///   (a chunk engine's front, whose own flag cuts short a wait for a pool chunk).
 #[macro_export]
 macro_rules! live_src_base {
-    ($live:ident $(, flushing: $also:ident)? $(, caps: $caps:expr)? $(, output: $output:ident)? $(,)?) => {
+    ($live:ident $(, flushing: $also:ident)? $(,)?) => {
         fn is_seekable(&self) -> bool {
             false
         }
-
-        $(
-            fn caps(
-                &self,
-                filter: ::std::option::Option<&$crate::__gst::Caps>,
-            ) -> ::std::option::Option<$crate::__gst::Caps> {
-                $crate::src::caps_query($caps, filter)
-            }
-        )?
-
-        $(
-            fn caps(
-                &self,
-                filter: ::std::option::Option<&$crate::__gst::Caps>,
-            ) -> ::std::option::Option<$crate::__gst::Caps> {
-                self.$output.caps(filter)
-            }
-
-            fn negotiate(&self) -> ::std::result::Result<(), $crate::__gst::LoggableError> {
-                self.$output.negotiate($crate::__gst::prelude::Cast::upcast_ref(&*self.obj()))
-            }
-        )?
 
         fn unlock(&self) -> ::std::result::Result<(), $crate::__gst::ErrorMessage> {
             $( self.$also.set_flushing(true); )?

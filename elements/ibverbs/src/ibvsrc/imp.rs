@@ -63,8 +63,6 @@ struct Settings {
     interface: Option<String>,
     device: Option<String>,
     slot_size: u32,
-    /// The pool settings and batch size of the last start (for `stats`).
-    opened: Option<Open>,
 }
 
 impl Settings {
@@ -82,7 +80,6 @@ impl Default for Settings {
             interface: None,
             device: None,
             slot_size: DEFAULT_SLOT_SIZE,
-            opened: None,
         }
     }
 }
@@ -111,13 +108,8 @@ pub struct IbvSrc {
 
 impl IbvSrc {
     fn stats(&self) -> gst::Structure {
-        let slots = {
-            let s = lock(&self.settings);
-            let pool = s
-                .opened
-                .map_or_else(|| PoolSettings::new(&POOL), |o| o.pool);
-            s.slots(&pool)
-        };
+        let pool = self.obj().pool_settings();
+        let slots = lock(&self.settings).slots(&pool);
         let held = lock(&self.ring)
             .as_ref()
             .map_or(0, |r| lock(r).counts().held as u64);
@@ -385,7 +377,6 @@ impl PacketSrcImpl for IbvSrc {
             target
         );
         self.counters.reset();
-        lock(&self.settings).opened = Some(*open);
         // The idle naps between polls sleep in ppoll on it, so unlock() cuts them short.
         self.obj().live().new_waker().map_err(|e| {
             gst::error_msg!(gst::ResourceError::OpenRead, ("eventfd failed: {}", e))

@@ -148,6 +148,10 @@ impl PacketSrc {
         }
     }
 
+    pub(super) fn pool_settings(&self) -> PoolSettings {
+        lock(&self.settings).pool
+    }
+
     pub(super) fn live(&self) -> &LiveControl {
         &self.live
     }
