@@ -293,3 +293,35 @@ fn fhspeadsrc_lists_packets_landed_when_auto_does_not_land() {
     assert_eq!(s.get::<u64>("packets-landed").unwrap(), 0, "{s}");
     assert!(s.get::<u64>("packets-copied").unwrap() > 0, "{s}");
 }
+
+/// The `stats` blurb lists every key the structure holds (`pool-*` standing for the
+/// pool's): the blurb is generated from the same definitions as the structure, so a
+/// counter added to an engine shows up in `gst-inspect-1.0` and docs/elements.md.
+#[test]
+fn the_stats_blurb_names_every_key() {
+    init();
+    let mut missing = Vec::new();
+    for f in elements_with_stats() {
+        let el = f.create().build().unwrap();
+        let blurb = el
+            .find_property("stats")
+            .unwrap()
+            .blurb()
+            .unwrap_or("")
+            .to_string();
+        let listed: BTreeSet<&str> = blurb
+            .split([',', ':', ';', '(', ')'])
+            .map(str::trim)
+            .collect();
+        for k in keys(&el) {
+            let pooled = k.starts_with("pool-") && listed.contains("pool-*");
+            if !pooled && !listed.contains(k.as_str()) {
+                missing.push(format!("{}: {k}", f.name()));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "keys not in the stats blurb: {missing:?}"
+    );
+}

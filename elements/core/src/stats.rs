@@ -156,6 +156,109 @@ impl Counter {
     }
 }
 
+/// Declares an engine's counts once: a plain struct of `u64` fields (no atomics, no
+/// GStreamer: the engine owns it on its thread), each with its `stats` name. Generates
+/// `NAMES` (declaration order), `COUNT`, `fields()` (`(name, value)` pairs, for
+/// [`structure`] or a [`Mirror`]) and `describe(extra)` (the names joined by commas, then
+/// `extra`: the blurb of a `stats` property), so the struct, the names in `stats` and
+/// the documented list cannot drift apart.
+///
+/// ```
+/// firehose_core::counts! {
+///     /// What an engine counts.
+///     pub struct EngineCounts {
+///         /// Packets taken.
+///         packets: firehose_core::stats::names::PACKETS,
+///         too_far: "too-far",
+///     }
+/// }
+/// let c = EngineCounts { packets: 3, too_far: 1 };
+/// assert_eq!(c.fields(), [("packets", 3), ("too-far", 1)]);
+/// assert_eq!(EngineCounts::describe("pool-*"), "packets, too-far, pool-*");
+/// ```
+#[macro_export]
+macro_rules! counts {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident {
+            $( $(#[$fmeta:meta])* $field:ident : $key:expr ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        $vis struct $name {
+            $( $(#[$fmeta])* pub $field: u64, )*
+        }
+
+        #[allow(dead_code)]
+        impl $name {
+            /// The stats names of the counts, in declaration order.
+            pub const NAMES: &'static [&'static str] = &[$($key),*];
+            /// How many counts there are.
+            pub const COUNT: usize = Self::NAMES.len();
+
+            /// `(name, value)` of every count, in declaration order.
+            pub fn fields(&self) -> [(&'static str, u64); Self::COUNT] {
+                [$(($key, self.$field)),*]
+            }
+
+            /// The names joined by commas, then `extra` if not empty.
+            pub fn describe(extra: &str) -> ::std::string::String {
+                let mut s = Self::NAMES.join(", ");
+                if !extra.is_empty() {
+                    s.push_str(", ");
+                    s.push_str(extra);
+                }
+                s
+            }
+        }
+    };
+}
+
+/// Atomic copies of an engine's [`counts!`] (`N` = its `COUNT`), updated once per
+/// buffer by the thread that owns the engine, so that a `stats` read from any thread
+/// never waits for it.
+#[derive(Debug)]
+pub struct Mirror<const N: usize> {
+    values: [Counter; N],
+}
+
+impl<const N: usize> Default for Mirror<N> {
+    fn default() -> Self {
+        Self {
+            values: std::array::from_fn(|_| Counter::default()),
+        }
+    }
+}
+
+impl<const N: usize> Mirror<N> {
+    /// Copies the engine's `fields()`.
+    pub fn update(&self, fields: &[(&'static str, u64); N]) {
+        for (c, (_, v)) in self.values.iter().zip(fields) {
+            c.set(*v);
+        }
+    }
+
+    /// Back to zero (at start).
+    pub fn reset(&self) {
+        self.values.iter().for_each(Counter::reset);
+    }
+
+    /// `(name, value)` pairs with the engine's `names` (its `NAMES`).
+    pub fn fields(&self, names: &[&'static str]) -> Vec<(&'static str, u64)> {
+        names
+            .iter()
+            .zip(&self.values)
+            .map(|(n, c)| (*n, c.get()))
+            .collect()
+    }
+
+    /// The value of count `i` (declaration order).
+    pub fn get(&self, i: usize) -> u64 {
+        self.values[i].get()
+    }
+}
+
 /// Builds the stats structure from `(name, value)` pairs.
 pub fn structure(fields: &[(&str, u64)]) -> gst::Structure {
     let mut s = gst::Structure::new_empty(STRUCTURE_NAME);

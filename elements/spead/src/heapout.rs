@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use firehose_core::alloc;
 use firehose_core::meta::message;
 use firehose_core::src::DryWarning;
-use firehose_core::stats::names;
+use firehose_core::stats::{names, Mirror};
 use firehose_core::RegionError;
 use firehose_net::landsrc::SourceEngine;
 
@@ -16,30 +16,30 @@ use crate::heap::HeapMeta;
 use crate::reassembly::{Config, Counts, Emitted, Heap, Reassembler};
 use crate::wire::ctrl;
 
-/// The counters `stats` lists for heaps, besides the receiver's.
-pub const COUNTERS: &str = "packets, heaps, bytes, heaps-incomplete, malformed, too-large, out-of-order-dropped, duplicated, drops-pool, pool-*, descriptors, descriptors-dropped, descriptor-heaps";
+/// The counters `stats` lists for heaps, besides the receiver's: the reassembler's
+/// (from [`Counts`]), then the pool's and the descriptors known.
+pub fn counters() -> String {
+    Counts::describe(&HeapExtras::describe("memory"))
+}
 
 firehose_core::counters! {
-    /// The reassembler's counts and pool accounting, mirrored once per buffer or receive
-    /// for the `stats` property, which may be read from any thread.
-    pub struct HeapCounters {
-        packets: names::PACKETS,
-        heaps: names::HEAPS,
-        bytes: names::BYTES,
-        heaps_incomplete: names::HEAPS_INCOMPLETE,
-        malformed: names::MALFORMED,
-        too_large: names::TOO_LARGE,
-        out_of_order_dropped: names::OUT_OF_ORDER_DROPPED,
-        duplicates: names::DUPLICATED,
-        drops_pool: names::DROPS_POOL,
+    /// What the heap elements report beside the reassembler's counts: its pool and the
+    /// descriptors it knows (gauges, read once per buffer).
+    pub struct HeapExtras {
         pool_slots: names::POOL_SLOTS,
         pool_in_use: names::POOL_IN_USE,
         pool_high_water: names::POOL_HIGH_WATER,
         pool_exhausted: names::POOL_EXHAUSTED,
         descriptors: "descriptors",
-        descriptors_dropped: "descriptors-dropped",
-        descriptor_heaps: "descriptor-heaps",
     }
+}
+
+/// The reassembler's counts and pool accounting, mirrored once per buffer or receive for
+/// the `stats` property, which may be read from any thread.
+#[derive(Debug, Default)]
+pub struct HeapCounters {
+    counts: Mirror<{ Counts::COUNT }>,
+    extras: HeapExtras,
 }
 
 impl HeapCounters {
@@ -48,7 +48,9 @@ impl HeapCounters {
     /// deliver nothing, with only a counter to say why).
     /// Also says on the bus when the payload pools ran dry (`dry`, rate-limited).
     pub fn update_warning(&self, engine: &Reassembler, element: &gst::Element, dry: &DryWarning) {
-        let first_too_large = self.too_large.get() == 0 && engine.counts().too_large > 0;
+        let too_large = Counts::NAMES.iter().position(|&n| n == names::TOO_LARGE);
+        let first_too_large =
+            too_large.is_some_and(|i| self.counts.get(i) == 0) && engine.counts().too_large > 0;
         self.update(engine);
         dry.check(
             element,
@@ -72,29 +74,21 @@ impl HeapCounters {
 
     /// Copies the engine's counts.
     pub fn update(&self, engine: &Reassembler) {
-        let c: &Counts = engine.counts();
-        self.packets.set(c.packets);
-        self.heaps.set(c.heaps);
-        self.bytes.set(c.bytes);
-        self.heaps_incomplete.set(c.heaps_incomplete);
-        self.malformed.set(c.malformed);
-        self.too_large.set(c.too_large);
-        self.out_of_order_dropped.set(c.out_of_order_dropped);
-        self.duplicates.set(c.duplicates);
-        self.drops_pool.set(c.drops_pool);
+        self.counts.update(&engine.counts().fields());
         let p = engine.pool_stats();
-        self.pool_slots.set(p.slots as u64);
-        self.pool_in_use.set(p.in_use as u64);
-        self.pool_high_water.set(p.high_water as u64);
-        self.pool_exhausted.set(p.exhausted);
-        self.descriptors.set(engine.descriptor_count() as u64);
-        self.descriptors_dropped.set(c.descriptors_dropped);
-        self.descriptor_heaps.set(c.descriptor_heaps);
+        let x = &self.extras;
+        x.pool_slots.set(p.slots as u64);
+        x.pool_in_use.set(p.in_use as u64);
+        x.pool_high_water.set(p.high_water as u64);
+        x.pool_exhausted.set(p.exhausted);
+        x.descriptors.set(engine.descriptor_count() as u64);
     }
 
     /// The stats structure; `memory` is the pool's memory kind once started.
     pub fn stats(&self, memory: Option<&str>) -> gst::Structure {
-        let mut s = self.structure();
+        let mut fields = self.counts.fields(Counts::NAMES);
+        fields.extend(self.extras.fields());
+        let mut s = firehose_core::stats::structure(&fields);
         s.set("memory", memory.unwrap_or(firehose_core::stats::NOT_KNOWN));
         s
     }

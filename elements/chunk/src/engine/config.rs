@@ -91,66 +91,46 @@ pub enum Flow {
     End,
 }
 
-/// The engine's counters (shared names in [`firehose_core::stats::names`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ChunkStats {
-    /// Packets written into chunks.
-    pub packets: u64,
-    /// Payload bytes written into chunks.
-    pub bytes: u64,
-    /// Chunks emitted.
-    pub chunks: u64,
-    /// Chunks emitted with at least one slot absent.
-    pub chunks_incomplete: u64,
-    /// Messages that completed.
-    pub heaps: u64,
-    /// Messages that ended incomplete (evicted with their chunk, or by `max_messages`).
-    pub heaps_incomplete: u64,
-    /// Times the window started again elsewhere: a window's worth of messages in a row
-    /// were too old (the sender restarted its counter), or a window no message had
-    /// completed in (or a quiet one) saw the stream's messages elsewhere.
-    pub resyncs: u64,
-    /// Packets that did not parse, were placed outside the chunk or the slot, or collided
-    /// with another message's slot.
-    pub malformed: u64,
-    /// Packets for chunks that had left the window, or for messages already ended
-    /// incomplete.
-    pub too_old: u64,
-    /// Packets of messages that were already complete.
-    pub duplicated: u64,
-    /// Packets of messages the handler dropped.
-    pub drops_handler: u64,
-    /// Packets dropped because their chunk got no pool slot.
-    pub drops_pool: u64,
-    /// Packets of messages whose chunk lay beyond the whole window, dropped until
-    /// enough messages in a row confirmed the jump (a lying or random chunk id must not
-    /// end every open chunk).
-    pub too_far: u64,
+firehose_core::counts! {
+    /// The engine's counters (shared names in [`firehose_core::stats::names`]), declared
+    /// once: the struct, the names in `stats` and the list in the `stats` blurb.
+    pub struct ChunkStats {
+        /// Packets written into chunks.
+        packets: names::PACKETS,
+        /// Payload bytes written into chunks.
+        bytes: names::BYTES,
+        /// Chunks emitted.
+        chunks: names::CHUNKS,
+        /// Chunks emitted with at least one slot absent.
+        chunks_incomplete: names::CHUNKS_INCOMPLETE,
+        /// Messages that completed.
+        heaps: names::HEAPS,
+        /// Messages that ended incomplete (evicted with their chunk, or by `max_messages`).
+        heaps_incomplete: names::HEAPS_INCOMPLETE,
+        /// Packets that did not parse, were placed outside the chunk or the slot, or
+        /// collided with another message's slot.
+        malformed: names::MALFORMED,
+        /// Packets for chunks that had left the window, or for messages already ended
+        /// incomplete.
+        too_old: names::TOO_OLD,
+        /// Packets of messages that were already complete.
+        duplicated: names::DUPLICATED,
+        /// Packets of messages the handler dropped.
+        drops_handler: names::DROPS_HANDLER,
+        /// Packets dropped because their chunk got no pool slot.
+        drops_pool: names::DROPS_POOL,
+        /// Times the window started again elsewhere: a window's worth of messages in a
+        /// row were too old (the sender restarted its counter), or a window no message
+        /// had completed in (or a quiet one) saw the stream's messages elsewhere.
+        resyncs: names::RESYNCS,
+        /// Packets of messages whose chunk lay beyond the whole window, dropped until
+        /// enough messages in a row confirmed the jump (a lying or random chunk id must
+        /// not end every open chunk).
+        too_far: names::TOO_FAR,
+    }
 }
 
 impl ChunkStats {
-    /// How many counters [`ChunkStats::fields`] gives.
-    pub const COUNT: usize = 13;
-
-    /// The counters as `(name, value)` pairs, for [`firehose_core::stats::structure`].
-    pub fn fields(&self) -> [(&'static str, u64); Self::COUNT] {
-        [
-            (names::PACKETS, self.packets),
-            (names::BYTES, self.bytes),
-            (names::CHUNKS, self.chunks),
-            (names::CHUNKS_INCOMPLETE, self.chunks_incomplete),
-            (names::HEAPS, self.heaps),
-            (names::HEAPS_INCOMPLETE, self.heaps_incomplete),
-            (names::MALFORMED, self.malformed),
-            (names::TOO_OLD, self.too_old),
-            (names::DUPLICATED, self.duplicated),
-            (names::DROPS_HANDLER, self.drops_handler),
-            (names::DROPS_POOL, self.drops_pool),
-            (names::RESYNCS, self.resyncs),
-            (names::TOO_FAR, self.too_far),
-        ]
-    }
-
     /// Packets seen: those written plus every drop counter.
     pub fn packets_seen(&self) -> u64 {
         self.packets

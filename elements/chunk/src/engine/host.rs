@@ -5,7 +5,7 @@
 use crate::handler::{self, CONFIG_SLOTS_PER_CHUNK, CONFIG_SLOT_SIZE};
 use firehose_core::batch::PacketBatchMeta;
 use firehose_core::pool::SlotPool;
-use firehose_core::stats::{self, names, Counter};
+use firehose_core::stats::{self, names};
 use firehose_core::{caps as fcaps, HugepagePolicy};
 
 use super::{ChunkAssembler, ChunkConfig, ChunkStats, FinishedChunk, Flow};
@@ -109,37 +109,30 @@ pub fn feed_buffer(
 /// streaming thread.
 #[derive(Debug, Default)]
 pub struct StatsMirror {
-    counters: [Counter; ChunkStats::COUNT],
+    counters: stats::Mirror<{ ChunkStats::COUNT }>,
 }
 
 impl StatsMirror {
     /// The fields of [`StatsMirror::structure`], for the description of a host's
-    /// `stats` property.
-    pub const COUNTERS: &'static str = "packets, bytes, chunks, chunks-incomplete, heaps, heaps-incomplete, malformed, too-old, duplicated, drops-handler, drops-pool, resyncs, pool-*";
+    /// `stats` property: the engine's (from [`ChunkStats`]), then the pool's.
+    pub fn counters() -> String {
+        ChunkStats::describe("pool-*, memory")
+    }
 
     /// Copies the engine's counters (once per buffer).
     pub fn update(&self, s: &ChunkStats) {
-        for (c, (_, v)) in self.counters.iter().zip(s.fields()) {
-            c.set(v);
-        }
+        self.counters.update(&s.fields());
     }
 
     /// Back to zero (at start).
     pub fn reset(&self) {
-        for c in &self.counters {
-            c.reset();
-        }
+        self.counters.reset();
     }
 
     /// The `stats` structure: the engine's counters, then `pool` counters and its
     /// `memory` kind when there is a pool.
     pub fn structure(&self, pool: Option<&SlotPool>) -> gst::Structure {
-        let names = ChunkStats::default().fields().map(|(n, _)| n);
-        let mut fields: Vec<(&str, u64)> = names
-            .iter()
-            .zip(&self.counters)
-            .map(|(n, c)| (*n, c.get()))
-            .collect();
+        let mut fields = self.counters.fields(ChunkStats::NAMES);
         let p = pool.map(|p| p.stats()).unwrap_or_default();
         fields.extend([
             (names::POOL_SLOTS, p.slots as u64),

@@ -267,7 +267,7 @@ impl ObjectImpl for FhDepay {
     fn properties() -> &'static [glib::ParamSpec] {
         static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
             let mut props = ChunkSettings::properties();
-            props.extend(stats::properties(StatsMirror::COUNTERS));
+            props.extend(stats::properties(&StatsMirror::counters()));
             props
         });
         PROPS.as_ref()

@@ -110,7 +110,7 @@ impl ObjectImpl for UdpChunkSrc {
         v.extend(ChunkSettings::properties());
         v.extend(stats::properties(&format!(
             "{}, {}",
-            StatsMirror::COUNTERS,
+            &StatsMirror::counters(),
             LandingCounters::describe("")
         )));
         v

@@ -296,7 +296,7 @@ impl PacketSrcImpl for UdpSrc {
     const POOL: &'static PoolProps = &POOL;
 
     fn stats_description() -> String {
-        Counters::describe("pool-*, memory")
+        Counters::describe("")
     }
 
     /// Sized in bytes only: the slot (batch slab) size is known at start.

@@ -360,7 +360,7 @@ impl PacketSrcImpl for PcapSrc {
     const POOL: &'static PoolProps = &POOL;
 
     fn stats_description() -> String {
-        Counters::describe("pool-*, memory")
+        Counters::describe("")
     }
 
     fn slot_bytes(&self, _batch_size: u32) -> u64 {

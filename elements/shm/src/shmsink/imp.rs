@@ -173,7 +173,7 @@ impl ElementStats for ShmSink {
 const HUB_COUNTERS: &str = "consumers, consumers-drop, consumers-total, consumers-lost, \
                             consumers-malformed, messages, released, release-messages, releases-unknown, drops-held, drops-socket-full, drops-flushing, \
                             metas-dropped, batches, batched-messages, ring-consumers, ring-packets, \
-                            ring-full, ring-releases, wakes-sent, wakes-received, pool-* (the copy pool)";
+                            ring-full, ring-releases, wakes-sent, wakes-received, pool-*, memory (the copy pool's)";
 
 /// The service thread: accepts consumers (checking their uid), reads their releases
 /// and notices when they go away.

@@ -331,8 +331,21 @@ fn build_properties() -> Vec<glib::ParamSpec> {
                 .build(),
             readable::param_spec(),
         ];
-    v.extend(stats::properties(
-            "packets, heaps, bytes, heaps-incomplete, malformed, too-large, out-of-order-dropped, duplicated, drops-pool, pool-*, descriptors, descriptors-dropped, descriptor-heaps, chunks, chunks-incomplete, too-old, drops-handler, resyncs, too-far, memory; the same keys in both modes, those of the other mode reading 0",
-        ));
+    v.extend(stats::properties(&stats_description()));
     v
+}
+
+/// The `stats` keys of both modes, from the engines' own definitions: the heap
+/// engine's, then those only the chunk engine has.
+fn stats_description() -> String {
+    let heaps = crate::heapout::counters();
+    let chunk_only: Vec<&str> = firehose_chunk::ChunkStats::NAMES
+        .iter()
+        .copied()
+        .filter(|n| !heaps.split(", ").any(|h| h == *n))
+        .collect();
+    format!(
+        "{heaps}, {}; the same keys in both modes, those of the other mode reading 0",
+        chunk_only.join(", ")
+    )
 }

@@ -87,6 +87,7 @@ mod window;
 use std::collections::HashSet;
 
 use firehose_core::gstmem::slot_into_memory;
+use firehose_core::stats::names;
 use firehose_core::{HugepagePolicy, MemoryKind, PoolStats, RegionError, Slot};
 
 use self::entry::{per_packet, Added, Limits, Payload, MAX_HEAP_ITEMS};
@@ -166,34 +167,37 @@ impl Default for Config {
     }
 }
 
-/// What happened to the packets and heaps so far (see the module doc for each case).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counts {
-    /// Packets pushed.
-    pub packets: u64,
-    /// Heaps delivered (complete ones, and incomplete ones under `Deliver`; the stop
-    /// heap, which carries no data, is not counted).
-    pub heaps: u64,
-    /// Payload bytes of the heaps counted in `heaps`.
-    pub bytes: u64,
-    /// Heaps that ended incomplete (dropped or delivered).
-    pub heaps_incomplete: u64,
-    /// Packets (or descriptors) that were malformed.
-    pub malformed: u64,
-    /// Packets of heaps above `max_heap_size`.
-    pub too_large: u64,
-    /// Packets not at their heap's next offset (in-order mode), or too late.
-    pub out_of_order_dropped: u64,
-    /// Packets whose bytes had all arrived already.
-    pub duplicates: u64,
-    /// Packets dropped because no pool slot was free.
-    pub drops_pool: u64,
-    /// Descriptors refused because `max_descriptors` were known (new ids, or new
-    /// versions of known ones).
-    pub descriptors_dropped: u64,
-    /// Complete heaps that carried only descriptors, learnt and not delivered (see
-    /// [`Config::deliver_descriptor_heaps`]); not counted in `heaps`.
-    pub descriptor_heaps: u64,
+firehose_core::counts! {
+    /// What happened to the packets and heaps so far (see the module doc for each
+    /// case), declared once: the struct, the names in `stats` and the list in the
+    /// `stats` blurb of the elements that run it.
+    pub struct Counts {
+        /// Packets pushed.
+        packets: names::PACKETS,
+        /// Heaps delivered (complete ones, and incomplete ones under `Deliver`; the stop
+        /// heap, which carries no data, is not counted).
+        heaps: names::HEAPS,
+        /// Payload bytes of the heaps counted in `heaps`.
+        bytes: names::BYTES,
+        /// Heaps that ended incomplete (dropped or delivered).
+        heaps_incomplete: names::HEAPS_INCOMPLETE,
+        /// Packets (or descriptors) that were malformed.
+        malformed: names::MALFORMED,
+        /// Packets of heaps above `max_heap_size`.
+        too_large: names::TOO_LARGE,
+        /// Packets not at their heap's next offset (in-order mode), or too late.
+        out_of_order_dropped: names::OUT_OF_ORDER_DROPPED,
+        /// Packets whose bytes had all arrived already.
+        duplicates: names::DUPLICATED,
+        /// Packets dropped because no pool slot was free.
+        drops_pool: names::DROPS_POOL,
+        /// Descriptors refused because `max_descriptors` were known (new ids, or new
+        /// versions of known ones).
+        descriptors_dropped: "descriptors-dropped",
+        /// Complete heaps that carried only descriptors, learnt and not delivered (see
+        /// [`Config::deliver_descriptor_heaps`]); not counted in `heaps`.
+        descriptor_heaps: "descriptor-heaps",
+    }
 }
 
 impl Counts {

@@ -99,7 +99,7 @@ impl ObjectImpl for SpeadSrc {
         v.extend(heap_properties());
         v.extend(stats::properties(&format!(
             "{}, {}",
-            heapout::COUNTERS,
+            &heapout::counters(),
             LandingCounters::describe("")
         )));
         v

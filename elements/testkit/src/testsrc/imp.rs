@@ -138,7 +138,7 @@ impl PacketSrcImpl for FhTestSrc {
     const POOL: &'static PoolProps = &POOL;
 
     fn stats_description() -> String {
-        Counters::describe("pool-*, memory")
+        Counters::describe("")
     }
 
     fn slot_bytes(&self, batch_size: u32) -> u64 {

@@ -161,7 +161,8 @@ pub trait PacketSrcImpl: PushSrcImpl + ObjectSubclass<Type: IsA<PacketSrc>> {
     const RECEIVE_INTO: ReceiveInto = ReceiveInto::Pool;
 
     /// The counters its `stats` holds, for the property's blurb (e.g.
-    /// `Counters::describe("pool-*, memory")` of a [`counters!`](crate::counters) set).
+    /// `Counters::describe("")` of a [`counters!`](crate::counters) set); the base adds
+    /// the keys it appends itself (the pool's, or the copy into proposed memory's).
     fn stats_description() -> String;
 
     /// Bytes per pool slot with `batch_size` (for `pool-size` in bytes ↔ slots).
@@ -270,7 +271,13 @@ unsafe impl<T: PacketSrcImpl> IsSubclassable<T> for PacketSrc {
             close: |obj| subclass::<T>(obj).close(),
         });
 
-        let specs = imp::PacketSrc::param_specs(&T::BATCH_SIZE, T::POOL, &T::stats_description());
+        // The keys the base appends to the subclass's counters (imp::PacketSrc::stats).
+        let appended = match T::RECEIVE_INTO {
+            ReceiveInto::Pool => "pool-*, memory",
+            ReceiveInto::Device { .. } => "bytes-copied, bytes-uncopied, memory-copied-into",
+        };
+        let stats = format!("{}, {appended}", T::stats_description());
+        let specs = imp::PacketSrc::param_specs(&T::BATCH_SIZE, T::POOL, &stats);
         // The subclass's own properties were installed with ids 1..=n by glib's
         // class_init (chained above); the base's follow.
         let first = <T as ObjectImpl>::properties().len() as u32 + 1;
