@@ -174,6 +174,9 @@ impl Counter {
 /// }
 /// let c = EngineCounts { packets: 3, too_far: 1 };
 /// assert_eq!(c.fields(), [("packets", 3), ("too-far", 1)]);
+/// let m = firehose_core::stats::Mirror::<{ EngineCounts::COUNT }>::default();
+/// m.update(&c.fields());
+/// assert_eq!(EngineCounts::from_values(m.values()), c);
 /// assert_eq!(EngineCounts::describe("pool-*"), "packets, too-far, pool-*");
 /// ```
 #[macro_export]
@@ -200,6 +203,13 @@ macro_rules! counts {
             /// `(name, value)` of every count, in declaration order.
             pub fn fields(&self) -> [(&'static str, u64); Self::COUNT] {
                 [$(($key, self.$field)),*]
+            }
+
+            /// The counts from their values in declaration order (what a
+            /// [`Mirror`]($crate::stats::Mirror) holds).
+            pub fn from_values(values: [u64; Self::COUNT]) -> Self {
+                let [$($field),*] = values;
+                Self { $($field),* }
             }
 
             /// The names joined by commas, then `extra` if not empty.
@@ -253,9 +263,9 @@ impl<const N: usize> Mirror<N> {
             .collect()
     }
 
-    /// The value of count `i` (declaration order).
-    pub fn get(&self, i: usize) -> u64 {
-        self.values[i].get()
+    /// The values, in declaration order (for the counts' `from_values`).
+    pub fn values(&self) -> [u64; N] {
+        std::array::from_fn(|i| self.values[i].get())
     }
 }
 

@@ -48,9 +48,8 @@ impl HeapCounters {
     /// deliver nothing, with only a counter to say why).
     /// Also says on the bus when the payload pools ran dry (`dry`, rate-limited).
     pub fn update_warning(&self, engine: &Reassembler, element: &gst::Element, dry: &DryWarning) {
-        let too_large = Counts::NAMES.iter().position(|&n| n == names::TOO_LARGE);
-        let first_too_large =
-            too_large.is_some_and(|i| self.counts.get(i) == 0) && engine.counts().too_large > 0;
+        let mirrored = Counts::from_values(self.counts.values());
+        let first_too_large = mirrored.too_large == 0 && engine.counts().too_large > 0;
         self.update(engine);
         dry.check(
             element,

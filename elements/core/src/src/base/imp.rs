@@ -29,11 +29,17 @@ struct Settings {
     stats_interval: StatsInterval,
 }
 
-/// Between start and stop: what `create` reads once per batch.
+/// What `create` reads once per batch, under one lock: set at start, the pool
+/// replaced by `decide_allocation`, kept after stop for the final `stats` read.
 #[derive(Debug)]
 struct Run {
     batch_size: u32,
     timer: StatsTimer,
+    /// The pool batches are received into ([`ReceiveInto::Pool`]); `live` holds it
+    /// too, to wake a wait for a slot on `unlock()`.
+    pool: Option<SlotPool>,
+    /// The slot size `open` returned: a copy slot's size ([`ReceiveInto::Device`]).
+    slot_size: usize,
 }
 
 /// The instance data of the base class.
@@ -45,13 +51,8 @@ pub struct PacketSrc {
     /// `readable-metas`, and whether downstream may read them (the allocation query).
     readable: ReadableOutput,
     live: LiveControl,
-    /// The pool batches are received into ([`ReceiveInto::Pool`]); `live` holds it too, to
-    /// wake a wait for a slot on `unlock()`.
-    pool: Mutex<Option<SlotPool>>,
     /// The copy into the memory downstream proposed ([`ReceiveInto::Device`]).
     copy: CopyOut,
-    /// The slot size `open` returned: a copy slot's size ([`ReceiveInto::Device`]).
-    slot_size: std::sync::atomic::AtomicUsize,
     run: Mutex<Run>,
 }
 
@@ -78,12 +79,12 @@ impl ObjectSubclass for PacketSrc {
             output: PacketOutput::default(),
             readable: ReadableOutput::default(),
             live: LiveControl::default(),
-            pool: Mutex::new(None),
             copy: CopyOut::default(),
-            slot_size: Default::default(),
             run: Mutex::new(Run {
                 batch_size: m.batch_size.default,
                 timer: StatsTimer::new(0),
+                pool: None,
+                slot_size: 0,
             }),
         }
     }
@@ -156,22 +157,18 @@ impl PacketSrc {
         &self.live
     }
 
-    pub(super) fn output(&self) -> &PacketOutput {
-        &self.output
-    }
-
     /// The subclass's counters, and the pool's or the copy's.
     fn stats(&self) -> gst::Structure {
         let class = self.class();
         let mut s = (class.counters)(&self.obj());
         match class.receive_into {
-            ReceiveInto::Pool => live::append_slot_pool(&mut s, lock(&self.pool).as_ref()),
+            ReceiveInto::Pool => live::append_slot_pool(&mut s, lock(&self.run).pool.as_ref()),
             ReceiveInto::Device { .. } => self.copy.append_stats(&mut s),
         }
         s
     }
 
-    pub(super) fn post_stats(&self) {
+    fn post_stats(&self) {
         stats::post(self.obj().upcast_ref(), self.stats());
     }
 
@@ -296,8 +293,6 @@ impl BaseSrcImpl for PacketSrc {
             }
         };
         self.readable.start(s.pool.readable_metas);
-        self.slot_size
-            .store(slot_size, std::sync::atomic::Ordering::Relaxed);
         if let Some(pool) = &pool {
             self.live.add_pool(pool.clone());
             gst::debug!(
@@ -315,10 +310,11 @@ impl BaseSrcImpl for PacketSrc {
                 "started with {s:?}, in the device's memory"
             );
         }
-        *lock(&self.pool) = pool;
         *lock(&self.run) = Run {
             batch_size: s.batch_size,
             timer: s.stats_interval.timer(),
+            pool,
+            slot_size,
         };
         Ok(())
     }
@@ -365,13 +361,13 @@ impl BaseSrcImpl for PacketSrc {
         self.readable.decide(element, Some(query));
         match self.class().receive_into {
             ReceiveInto::Device { why } => {
-                let slot = self.slot_size.load(std::sync::atomic::Ordering::Relaxed);
+                let slot = lock(&self.run).slot_size;
                 self.copy.decide(element, query, why, slot.max(1))?;
             }
             ReceiveInto::Pool => {
                 // From the streaming thread before the first create: nothing holds the
                 // pool's lock for long.
-                let current = lock(&self.pool).clone();
+                let current = lock(&self.run).pool.clone();
                 if let Some(current) = current {
                     if let Some(pool) = crate::alloc::decide_pool(element, query, &current)? {
                         gst::info!(
@@ -381,7 +377,7 @@ impl BaseSrcImpl for PacketSrc {
                             pool.kind().as_str()
                         );
                         self.live.set_pool(pool.clone());
-                        *lock(&self.pool) = Some(pool);
+                        lock(&self.run).pool = Some(pool);
                     }
                 }
             }
@@ -396,10 +392,11 @@ impl PushSrcImpl for PacketSrc {
         _buffer: Option<&mut gst::BufferRef>,
     ) -> Result<CreateSuccess, gst::FlowError> {
         self.live.create(|| {
-            let pool = lock(&self.pool).clone();
-            let (batch_size, due) = {
+            // One lock per batch for the base.
+            let (pool, batch_size, due) = {
                 let mut run = lock(&self.run);
-                (run.batch_size, run.timer.due(Instant::now()))
+                let due = run.timer.due(Instant::now());
+                (run.pool.clone(), run.batch_size, due)
             };
             let rx = Receive {
                 pool: pool.as_ref(),

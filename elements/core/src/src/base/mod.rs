@@ -386,20 +386,10 @@ pub trait PacketSrcExt: IsA<PacketSrc> + 'static {
         self.upcast_ref::<PacketSrc>().imp().live()
     }
 
-    /// `output`, `caps` and what was negotiated.
-    fn output(&self) -> &PacketOutput {
-        self.upcast_ref::<PacketSrc>().imp().output()
-    }
-
     /// `memory`, `pool-size` and `readable-metas` as set now (a device transport's
     /// `stats` derive its slot count from them before it starts).
     fn pool_settings(&self) -> PoolSettings {
         self.upcast_ref::<PacketSrc>().imp().pool_settings()
-    }
-
-    /// Posts `stats` now (the base also does every `stats-interval` and at the end).
-    fn post_stats(&self) {
-        self.upcast_ref::<PacketSrc>().imp().post_stats()
     }
 }
 
