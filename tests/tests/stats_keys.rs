@@ -325,3 +325,28 @@ fn the_stats_blurb_names_every_key() {
         "keys not in the stats blurb: {missing:?}"
     );
 }
+
+/// Every numeric `stats` field of every element is declared in the one catalogue of
+/// statistics (`firehose_core::stats::CATALOGUE`), so that the metrics endpoint gives it
+/// its type and help and docs/metrics.md lists it: a counter an element adds without
+/// declaring it fails here, not as a help-less series in a dashboard.
+#[test]
+fn every_numeric_stats_field_is_in_the_catalogue() {
+    init();
+    let mut missing = BTreeSet::new();
+    for f in elements_with_stats() {
+        let el = f.create().build().unwrap();
+        let s = el.property::<gst::Structure>("stats");
+        for (k, v) in s.iter() {
+            let numeric =
+                v.get::<u64>().is_ok() || v.get::<u32>().is_ok() || v.get::<i64>().is_ok();
+            if numeric && firehose_core::stats::stat(k).is_none() {
+                missing.insert(format!("{}: {k}", f.name()));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "stats fields not in firehose_core::stats::CATALOGUE: {missing:?}"
+    );
+}

@@ -14,6 +14,7 @@
 //! of such buffers reuses a bounded set of regions (shared segments: no `memfd_create`,
 //! `mmap` or `munmap` per buffer) instead of mapping one per buffer.
 
+use crate::stats::names;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -546,7 +547,7 @@ impl CopyOut {
         match self.copy.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             Some(c) => {
                 s.set(crate::stats::names::BYTES_COPIED, c.bytes_copied());
-                s.set("bytes-uncopied", self.uncopied.get());
+                s.set(names::BYTES_UNCOPIED, self.uncopied.get());
                 s.set("memory-copied-into", c.pool().kind().as_str());
             }
             None => {

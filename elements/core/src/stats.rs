@@ -11,114 +11,253 @@ use std::time::{Duration, Instant};
 /// Name of the stats structure, in the `stats` property and in element messages.
 pub const STRUCTURE_NAME: &str = "firehose-stats";
 
-/// Counter names, shared across elements.
-pub mod names {
+/// The metric type of a statistic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Only goes up (until the element restarts); exposed with a `_total` suffix.
+    Counter,
+    /// A level that goes up and down (pool slots in use), or a maximum so far.
+    Gauge,
+}
+
+/// One statistic with a fixed meaning, as [`CATALOGUE`] declares it.
+#[derive(Debug, Clone, Copy)]
+pub struct Stat {
+    /// Field name in the `firehose-stats` structure.
+    pub stat: &'static str,
+    /// Counter or gauge.
+    pub kind: Kind,
+    /// One line for people: the metrics endpoint's `# HELP`, the docs.
+    pub help: &'static str,
+}
+
+/// Declares every statistic once: its constant in [`names`], and its kind and help in
+/// [`CATALOGUE`] (what the metrics endpoint and docs/metrics.md read).
+macro_rules! catalogue {
+    ($( $(#[$doc:meta])* $konst:ident = $kind:ident $name:literal : $help:literal; )*) => {
+        /// Statistic names, shared across elements so that tools can add them up; each
+        /// is declared once, with its kind and help, in [`CATALOGUE`].
+        pub mod names {
+            $( $(#[$doc])* pub const $konst: &str = $name; )*
+        }
+
+        /// Every statistic with a fixed meaning. Gauges must be here (a gauge taken for
+        /// a counter would make `rate()` nonsense); counters are here for their help, and
+        /// a test checks that every element's numeric `stats` fields are.
+        pub const CATALOGUE: &[Stat] = &[
+            $( Stat { stat: $name, kind: Kind::$kind, help: $help }, )*
+        ];
+    };
+}
+
+catalogue! {
     /// Datagrams (or packets) delivered downstream.
-    pub const PACKETS: &str = "packets";
+    PACKETS = Counter "packets": "Datagrams or packets delivered downstream";
     /// Payload bytes delivered downstream.
-    pub const BYTES: &str = "bytes";
+    BYTES = Counter "bytes": "Payload bytes delivered downstream";
     /// Buffers (batches) pushed; for a source that pushes chunks, receive calls that
     /// returned data.
-    pub const BATCHES: &str = "batches";
+    BATCHES = Counter "batches": "Buffers (batches) pushed, or receive calls that returned data";
     /// Datagrams received, before any verdict on them (a chunk source's `packets` are
     /// those written into chunks).
-    pub const DATAGRAMS: &str = "datagrams";
+    DATAGRAMS = Counter "datagrams": "Datagrams received, before any verdict on them";
     /// Packets whose payload the kernel received straight into its chunk or heap: no
     /// copy.
-    pub const PACKETS_LANDED: &str = "packets-landed";
+    PACKETS_LANDED = Counter "packets-landed": "Packets received straight into their chunk or heap (no copy)";
     /// Packets received into scratch and handed to the chunk or heap engine, which
     /// copies their payload once (the prediction of where it goes missed, or the handler
     /// does not allow receiving into chunks).
-    pub const PACKETS_COPIED: &str = "packets-copied";
+    PACKETS_COPIED = Counter "packets-copied": "Packets received into scratch and copied once";
     /// Datagrams the kernel dropped on a full socket buffer (SO_RXQ_OVFL).
-    pub const DROPS_KERNEL: &str = "drops-kernel";
+    DROPS_KERNEL = Counter "drops-kernel": "Datagrams the kernel dropped on a full socket buffer";
     /// Datagrams received but dropped because no pool slot was free.
-    pub const DROPS_POOL: &str = "drops-pool";
+    DROPS_POOL = Counter "drops-pool": "Datagrams dropped because no pool slot was free";
+    /// Packets (or buffers) a recorder dropped because the disk fell behind (recorders).
+    DROPS_DISK = Counter "drops-disk": "Packets or buffers dropped because the disk fell behind";
+    /// Packets of messages the packet handler chose not to place (chunk engines).
+    DROPS_HANDLER = Counter "drops-handler": "Packets of messages the packet handler chose not to place";
+    /// Packets the NIC dropped (DPDK imissed + rx_nombuf).
+    DROPS_NIC = Counter "drops-nic": "Packets the NIC dropped (DPDK imissed + rx_nombuf)";
     /// Datagrams dropped because they were longer than `max-packet-size`.
-    pub const TRUNCATED: &str = "truncated";
+    TRUNCATED = Counter "truncated": "Datagrams longer than max-packet-size, dropped";
     /// Zero-length datagrams (counted, not delivered).
-    pub const EMPTY: &str = "empty";
+    EMPTY = Counter "empty": "Zero-length datagrams, counted and not delivered";
     /// Packets that did not parse.
-    pub const MALFORMED: &str = "malformed";
+    MALFORMED = Counter "malformed": "Packets that did not parse";
     /// Reassembled heaps.
-    pub const HEAPS: &str = "heaps";
+    HEAPS = Counter "heaps": "Reassembled heaps";
     /// Heaps that ended incomplete.
-    pub const HEAPS_INCOMPLETE: &str = "heaps-incomplete";
+    HEAPS_INCOMPLETE = Counter "heaps-incomplete": "Heaps that ended incomplete";
     /// Chunks emitted.
-    pub const CHUNKS: &str = "chunks";
-    /// Bytes written to disk.
-    pub const BYTES_WRITTEN: &str = "bytes-written";
-    /// Packets sent (sinks).
-    pub const PACKETS_SENT: &str = "packets-sent";
-    /// Bytes sent (sinks).
-    pub const BYTES_SENT: &str = "bytes-sent";
-    /// Send errors (sinks).
-    pub const SEND_ERRORS: &str = "send-errors";
-    /// Packets missing from a sequence (checker).
-    pub const LOST: &str = "lost";
-    /// Packets seen twice (checker).
-    pub const DUPLICATED: &str = "duplicated";
-    /// Packets that arrived after a later one (checker).
-    pub const REORDERED: &str = "reordered";
-    /// Packets whose content failed verification (checker).
-    pub const CORRUPTED: &str = "corrupted";
-    /// Packets older than the checker's window: duplicates or very late arrivals
-    /// (checker).
-    pub const LATE: &str = "late";
-    /// UDP GSO sends, one per multi-segment message (sinks).
-    pub const GSO_SENDS: &str = "gso-sends";
-    /// Times the kernel refused UDP GSO and the sink fell back to plain sends: 0 or 1,
-    /// since the sink stops asking after a refusal (sinks).
-    pub const GSO_FALLBACKS: &str = "gso-fallbacks";
-    /// Nanoseconds by which a paced sender fell behind its schedule and did not catch up
-    /// (the schedule moved instead of a long catch-up burst): input that came late, or
-    /// a sending thread the machine stalled. 0 while the rate is kept (sinks).
-    pub const PACING_SLIP_NS: &str = "pacing-slip-ns";
-    /// Pool slots in use now.
-    pub const POOL_IN_USE: &str = "pool-in-use";
-    /// Most pool slots ever in use at once.
-    pub const POOL_HIGH_WATER: &str = "pool-high-water";
-    /// Times the pool was found empty.
-    pub const POOL_EXHAUSTED: &str = "pool-exhausted";
-    /// Slots in the pool.
-    pub const POOL_SLOTS: &str = "pool-slots";
+    CHUNKS = Counter "chunks": "Chunks emitted";
     /// Chunks emitted with at least one slot absent (chunk engines).
-    pub const CHUNKS_INCOMPLETE: &str = "chunks-incomplete";
+    CHUNKS_INCOMPLETE = Counter "chunks-incomplete": "Chunks emitted with at least one slot absent";
     /// Packets for a chunk that had already left the window, or for a message already
     /// ended incomplete (chunk engines).
-    pub const TOO_OLD: &str = "too-old";
-    /// Packets of messages whose chunk lay so far ahead that the window would have left
-    /// every open chunk behind, until enough messages in a row agree on the jump (chunk
-    /// engines).
-    pub const TOO_FAR: &str = "too-far";
-    /// Packets of messages the packet handler chose not to place (chunk engines).
-    pub const DROPS_HANDLER: &str = "drops-handler";
-    /// Datagrams longer than a frame whose frames were joined into contiguous bytes
-    /// (multi-buffer AF_XDP).
-    pub const JOINED: &str = "joined";
-    /// Datagrams longer than a frame whose frames could not be joined: dropped
-    /// (multi-buffer AF_XDP).
-    pub const UNJOINED: &str = "unjoined";
+    TOO_OLD = Counter "too-old": "Packets for a chunk that had already left the window";
+    /// Packets of heaps larger than `max-heap-size` (heap reassembly).
+    TOO_LARGE = Counter "too-large": "Packets of heaps larger than max-heap-size";
     /// Times a chunk engine started its window again after a window's worth of
     /// messages in a row were too old, i.e. the sender restarted its counter (chunk
     /// engines).
-    pub const RESYNCS: &str = "resyncs";
-    /// Packets (or buffers) a recorder dropped because the disk fell behind (recorders).
-    pub const DROPS_DISK: &str = "drops-disk";
-    /// Files opened so far (recorders).
-    pub const FILES: &str = "files";
-    /// Longest single disk write, in microseconds (recorders).
-    pub const WRITE_LATENCY_MAX_US: &str = "write-latency-max-us";
-    /// Packets not delivered because they did not match the filter (replay sources).
-    pub const FILTERED: &str = "filtered";
-    /// Packets of heaps larger than `max-heap-size` (heap reassembly).
-    pub const TOO_LARGE: &str = "too-large";
-    /// Bytes a source copied into the memory downstream proposed because it cannot
-    /// receive into it (its device owns its receive memory).
-    pub const BYTES_COPIED: &str = "bytes-copied";
+    RESYNCS = Counter "resyncs": "Times a chunk engine restarted its window";
     /// Packets dropped because they did not continue their heap in order, or came after
     /// their heap was given up (heap reassembly).
-    pub const OUT_OF_ORDER_DROPPED: &str = "out-of-order-dropped";
+    OUT_OF_ORDER_DROPPED = Counter "out-of-order-dropped": "Packets dropped because they did not continue their heap in order";
+    /// Bytes written to disk.
+    BYTES_WRITTEN = Counter "bytes-written": "Bytes written to disk";
+    /// Files opened so far (recorders).
+    FILES = Counter "files": "Files opened";
+    /// Packets sent (sinks).
+    PACKETS_SENT = Counter "packets-sent": "Packets sent";
+    /// Bytes sent (sinks).
+    BYTES_SENT = Counter "bytes-sent": "Bytes sent";
+    /// Send errors (sinks).
+    SEND_ERRORS = Counter "send-errors": "Send errors";
+    /// UDP GSO sends, one per multi-segment message (sinks).
+    GSO_SENDS = Counter "gso-sends": "UDP GSO sends";
+    /// Times the kernel refused UDP GSO and the sink fell back to plain sends: 0 or 1,
+    /// since the sink stops asking after a refusal (sinks).
+    GSO_FALLBACKS = Counter "gso-fallbacks": "Times the kernel refused UDP GSO";
+    /// Nanoseconds by which a paced sender fell behind its schedule and did not catch up
+    /// (the schedule moved instead of a long catch-up burst): input that came late, or
+    /// a sending thread the machine stalled. 0 while the rate is kept (sinks).
+    PACING_SLIP_NS = Counter "pacing-slip-ns": "Time a paced sender fell behind its schedule";
+    /// Packets missing from a sequence (checker).
+    LOST = Counter "lost": "Packets missing from the sequence";
+    /// Packets seen twice (checker).
+    DUPLICATED = Counter "duplicated": "Packets seen twice";
+    /// Packets that arrived after a later one (checker).
+    REORDERED = Counter "reordered": "Packets that arrived after a later one";
+    /// Packets whose content failed verification (checker).
+    CORRUPTED = Counter "corrupted": "Packets whose content failed verification";
+    /// Packets older than the checker's window: duplicates or very late arrivals
+    /// (checker).
+    LATE = Counter "late": "Packets older than the checker's window";
+    /// Packets not delivered because they did not match the filter (replay sources).
+    FILTERED = Counter "filtered": "Packets not delivered because they did not match the filter";
+    /// Bytes a source copied into the memory downstream proposed because it cannot
+    /// receive into it (its device owns its receive memory).
+    BYTES_COPIED = Counter "bytes-copied": "Bytes copied into the memory downstream proposed";
+    /// Times the pool was found empty.
+    POOL_EXHAUSTED = Counter "pool-exhausted": "Times the pool was found empty";
+    /// Pool slots in use now.
+    POOL_IN_USE = Gauge "pool-in-use": "Pool slots in use now";
+    /// Most pool slots ever in use at once.
+    POOL_HIGH_WATER = Gauge "pool-high-water": "Most pool slots ever in use at once";
+    /// Slots in the pool.
+    POOL_SLOTS = Gauge "pool-slots": "Slots in the pool";
+    /// Receive buffers posted to the device now.
+    POOL_POSTED = Gauge "pool-posted": "Receive buffers posted to the device now";
+    /// Longest single disk write, in microseconds (recorders).
+    WRITE_LATENCY_MAX_US = Gauge "write-latency-max-us": "Longest single disk write";
+    /// Consumers attached now.
+    CONSUMERS = Gauge "consumers": "Consumers attached now";
+    /// Buffers or transfers in flight now.
+    IN_FLIGHT = Gauge "in-flight": "Buffers or transfers in flight now";
+    /// SPEAD descriptor heaps received.
+    DESCRIPTORS = Counter "descriptors": "SPEAD descriptor heaps received";
+    /// Packets the kernel dropped for an AF_XDP socket (XDP_STATISTICS).
+    RX_DROPPED = Counter "rx-dropped": "Packets the kernel dropped for an AF_XDP socket (XDP_STATISTICS)";
+    /// Invalid descriptors on an AF_XDP receive ring.
+    RX_INVALID_DESCS = Counter "rx-invalid-descs": "Invalid descriptors on an AF_XDP receive ring";
+    /// Packets dropped because an AF_XDP receive ring was full.
+    RX_RING_FULL = Counter "rx-ring-full": "Packets dropped because an AF_XDP receive ring was full";
+    /// Times an AF_XDP fill ring was found empty.
+    RX_FILL_RING_EMPTY_DESCS = Counter "rx-fill-ring-empty-descs": "Times an AF_XDP fill ring was found empty";
+    /// Packets the NIC missed for lack of receive descriptors (DPDK).
+    IMISSED = Counter "imissed": "Packets the NIC missed for lack of receive descriptors (DPDK)";
+    /// Erroneous packets the NIC received (DPDK).
+    IERRORS = Counter "ierrors": "Erroneous packets the NIC received (DPDK)";
+    /// Receive buffer allocation failures (DPDK).
+    RX_NOMBUF = Counter "rx-nombuf": "Receive buffer allocation failures (DPDK)";
+    /// Packets the device did not accept for sending (DPDK).
+    DROPS_TX = Counter "drops-tx": "Packets the device did not accept for sending (DPDK)";
+    /// Work completions with an error status (ibverbs).
+    COMPLETION_ERRORS = Counter "completion-errors": "Work completions with an error status (ibverbs)";
+    /// Packets of messages whose chunk lay so far ahead that the window would have left
+    /// every open chunk behind, until enough messages in a row agree on the jump (chunk
+    /// engines).
+    TOO_FAR = Counter "too-far": "Packets for a chunk so far ahead the window would have left every open chunk behind";
+    /// SPEAD descriptors not kept because the table was full.
+    DESCRIPTORS_DROPPED = Counter "descriptors-dropped": "SPEAD descriptors not kept because the table was full";
+    /// Transfers to the GPU completed.
+    TRANSFERS = Counter "transfers": "Transfers to the GPU completed";
+    /// Inputs copied through a pinned bounce slot before the GPU transfer.
+    BOUNCE_COPIES = Counter "bounce-copies": "Inputs copied through a pinned bounce slot before the GPU transfer";
+    /// Most GPU transfers queued at once.
+    IN_FLIGHT_HIGH_WATER = Gauge "in-flight-high-water": "Most GPU transfers queued at once";
+    /// Time GPU submits waited for a free place in the ring.
+    STALL_TIME_NS = Counter "stall-time-ns": "Time GPU submits waited for a free place in the ring";
+    /// Buffers uploaded from unpinned memory because pinning was refused.
+    PINNED_FALLBACKS = Counter "pinned-fallbacks": "Buffers uploaded from unpinned memory because pinning was refused";
+    /// Bytes passed on in the source's own memory although downstream proposed its memory (no free slot).
+    BYTES_UNCOPIED = Counter "bytes-uncopied": "Bytes passed on in the source's own memory although downstream proposed its memory (no free slot)";
+    /// Datagrams longer than a frame whose frames were joined into contiguous bytes
+    /// (multi-buffer AF_XDP).
+    JOINED = Counter "joined": "Datagrams longer than an AF_XDP frame whose frames were joined";
+    /// Datagrams longer than a frame whose frames could not be joined: dropped
+    /// (multi-buffer AF_XDP).
+    UNJOINED = Counter "unjoined": "Datagrams longer than an AF_XDP frame whose frames could not be joined (dropped)";
+    /// Captured records cut into the SPEAD packets they held (replay).
+    RECORDS_SPLIT = Counter "records-split": "Captured records cut into the SPEAD packets they held (replay)";
+    /// Captured records that could not be cut into whole SPEAD packets (replay).
+    RECORDS_UNSPLIT = Counter "records-unsplit": "Captured records that could not be cut into whole SPEAD packets (replay)";
+    /// Complete heaps that carried only descriptors, learnt and not delivered.
+    DESCRIPTOR_HEAPS = Counter "descriptor-heaps": "Complete heaps that carried only descriptors, learnt and not delivered";
+    /// Buffers sent or received through shared memory.
+    BUFFERS = Counter "buffers": "Buffers sent or received through shared memory";
+    /// Buffers the producer says this consumer missed (held its limit, or its socket was full).
+    MISSED = Counter "missed": "Buffers the producer says this consumer missed (held its limit, or its socket was full)";
+    /// Caps changes received from the producer.
+    CAPS_CHANGES = Counter "caps-changes": "Caps changes received from the producer";
+    /// Consumers attached now whose on-full is drop.
+    CONSUMERS_DROP = Gauge "consumers-drop": "Consumers attached now whose on-full is drop";
+    /// Consumers ever attached.
+    CONSUMERS_TOTAL = Counter "consumers-total": "Consumers ever attached";
+    /// Consumers that went away without being asked (hang-up, crash).
+    CONSUMERS_LOST = Counter "consumers-lost": "Consumers that went away without being asked (hang-up, crash)";
+    /// Consumers disconnected for breaking the protocol.
+    CONSUMERS_MALFORMED = Counter "consumers-malformed": "Consumers disconnected for breaking the protocol";
+    /// Consumers refused at connect (another user, not allowed by allow-uid).
+    CONSUMERS_REFUSED = Counter "consumers-refused": "Consumers refused at connect (another user, not allowed by allow-uid)";
+    /// Buffer messages sent to consumers (one per consumer per buffer).
+    MESSAGES = Counter "messages": "Buffer messages sent to consumers (one per consumer per buffer)";
+    /// Buffers consumers released (one per consumer per buffer).
+    RELEASED = Counter "released": "Buffers consumers released (one per consumer per buffer)";
+    /// Release messages read (consumers batch their releases).
+    RELEASE_MESSAGES = Counter "release-messages": "Release messages read (consumers batch their releases)";
+    /// Releases of a buffer the consumer did not hold, ignored.
+    RELEASES_UNKNOWN = Counter "releases-unknown": "Releases of a buffer the consumer did not hold, ignored";
+    /// Buffers a drop-mode consumer missed because it held its limit.
+    DROPS_HELD = Counter "drops-held": "Buffers a drop-mode consumer missed because it held its limit";
+    /// Buffers a drop-mode consumer missed because its socket was full.
+    DROPS_SOCKET_FULL = Counter "drops-socket-full": "Buffers a drop-mode consumer missed because its socket was full";
+    /// Buffers skipped for a block-mode consumer because the element was flushing.
+    DROPS_FLUSHING = Counter "drops-flushing": "Buffers skipped for a block-mode consumer because the element was flushing";
+    /// Buffers dropped because no shared-memory copy slot was free.
+    DROPS_NO_SLOT = Counter "drops-no-slot": "Buffers dropped because no shared-memory copy slot was free";
+    /// Metas left out of a message that would have been too long.
+    METAS_DROPPED = Counter "metas-dropped": "Metas left out of a message that would have been too long";
+    /// Messages that travelled in multi-message packets.
+    BATCHED_MESSAGES = Counter "batched-messages": "Messages that travelled in multi-message packets";
+    /// Consumers that read shared-memory rings now.
+    RING_CONSUMERS = Gauge "ring-consumers": "Consumers that read shared-memory rings now";
+    /// Messages written into consumers' rings (no system call).
+    RING_PACKETS = Counter "ring-packets": "Messages written into consumers' rings (no system call)";
+    /// Messages a full ring had no room for (sent on the socket instead).
+    RING_FULL = Counter "ring-full": "Messages a full ring had no room for (sent on the socket instead)";
+    /// Releases read from release rings.
+    RING_RELEASES = Counter "ring-releases": "Releases read from release rings";
+    /// Wake-ups sent to consumers that announced they sleep.
+    WAKES_SENT = Counter "wakes-sent": "Wake-ups sent to consumers that announced they sleep";
+    /// Wake-ups consumers sent to the producer.
+    WAKES_RECEIVED = Counter "wakes-received": "Wake-ups consumers sent to the producer";
+}
+
+/// The catalogue entry of stats field `stat`, if it has a fixed meaning.
+pub fn stat(stat: &str) -> Option<&'static Stat> {
+    CATALOGUE.iter().find(|s| s.stat == stat)
 }
 
 /// The value of a text field of a `stats` structure (`memory`, `xdp-mode`, …) that is not

@@ -136,13 +136,13 @@ firehose_core::counters! {
         /// Bytes copied to the device (payload and tables).
         bytes: names::BYTES,
         /// Transfers completed.
-        transfers: "transfers",
+        transfers: names::TRANSFERS,
         /// Inputs copied through a pinned bounce slot first (not pinned, or gathered).
-        bounce_copies: "bounce-copies",
+        bounce_copies: names::BOUNCE_COPIES,
         /// Most transfers queued at once.
-        in_flight_high_water: "in-flight-high-water",
+        in_flight_high_water: names::IN_FLIGHT_HIGH_WATER,
         /// Nanoseconds a submit waited for a free place in the ring.
-        stall_ns: "stall-time-ns",
+        stall_ns: names::STALL_TIME_NS,
         /// Packet ranges that lay outside their buffer (left out, not copied).
         malformed: names::MALFORMED,
     }

@@ -18,15 +18,6 @@ pub const OPENMETRICS_CONTENT_TYPE: &str =
 /// Content type of the Prometheus 0.0.4 text format.
 pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// The metric type of a series.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// Only goes up (until the element restarts); exposed with a `_total` suffix.
-    Counter,
-    /// A level that goes up and down (pool slots in use), or a maximum so far.
-    Gauge,
-}
-
 /// The text format to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -56,155 +47,13 @@ impl Format {
     }
 }
 
-/// One statistic with a fixed meaning: its name in the stats structure, its type, its help.
-#[derive(Debug, Clone, Copy)]
-pub struct Series {
-    /// Field name in the `firehose-stats` structure.
-    pub stat: &'static str,
-    /// Counter or gauge.
-    pub kind: Kind,
-    /// The `# HELP` text.
-    pub help: &'static str,
-}
+/// The statistics with a fixed meaning, declared once in `firehose_core::stats`
+/// (their names, kinds and help).
+pub use firehose_core::stats::{Kind, Stat as Series, CATALOGUE as SERIES};
 
-const fn c(stat: &'static str, help: &'static str) -> Series {
-    Series {
-        stat,
-        kind: Kind::Counter,
-        help,
-    }
-}
-
-const fn g(stat: &'static str, help: &'static str) -> Series {
-    Series {
-        stat,
-        kind: Kind::Gauge,
-        help,
-    }
-}
-
-/// The known statistics. Gauges must be listed (a gauge taken for a counter would make
-/// `rate()` nonsense); counters are listed for their help text.
-pub const SERIES: &[Series] = &[
-    c("packets", "Datagrams or packets delivered downstream"),
-    c("bytes", "Payload bytes delivered downstream"),
-    c(
-        "batches",
-        "Buffers (batches) pushed, or receive calls that returned data",
-    ),
-    c(
-        "datagrams",
-        "Datagrams received, before any verdict on them",
-    ),
-    c(
-        "packets-landed",
-        "Packets received straight into their chunk or heap (no copy)",
-    ),
-    c(
-        "packets-copied",
-        "Packets received into scratch and copied once",
-    ),
-    c(
-        "drops-kernel",
-        "Datagrams the kernel dropped on a full socket buffer",
-    ),
-    c(
-        "drops-pool",
-        "Datagrams dropped because no pool slot was free",
-    ),
-    c(
-        "drops-disk",
-        "Packets or buffers dropped because the disk fell behind",
-    ),
-    c(
-        "drops-handler",
-        "Packets of messages the packet handler chose not to place",
-    ),
-    c(
-        "drops-nic",
-        "Packets the NIC dropped (DPDK imissed + rx_nombuf)",
-    ),
-    c(
-        "truncated",
-        "Datagrams longer than max-packet-size, dropped",
-    ),
-    c("empty", "Zero-length datagrams, counted and not delivered"),
-    c("malformed", "Packets that did not parse"),
-    c("heaps", "Reassembled heaps"),
-    c("heaps-incomplete", "Heaps that ended incomplete"),
-    c("chunks", "Chunks emitted"),
-    c(
-        "chunks-incomplete",
-        "Chunks emitted with at least one slot absent",
-    ),
-    c(
-        "too-old",
-        "Packets for a chunk that had already left the window",
-    ),
-    c("too-large", "Packets of heaps larger than max-heap-size"),
-    c("resyncs", "Times a chunk engine restarted its window"),
-    c(
-        "out-of-order-dropped",
-        "Packets dropped because they did not continue their heap in order",
-    ),
-    c("bytes-written", "Bytes written to disk"),
-    c("files", "Files opened"),
-    c("packets-sent", "Packets sent"),
-    c("bytes-sent", "Bytes sent"),
-    c("send-errors", "Send errors"),
-    c("gso-sends", "UDP GSO sends"),
-    c("gso-fallbacks", "Times the kernel refused UDP GSO"),
-    c(
-        "pacing-slip-ns",
-        "Time a paced sender fell behind its schedule",
-    ),
-    c("lost", "Packets missing from the sequence"),
-    c("duplicated", "Packets seen twice"),
-    c("reordered", "Packets that arrived after a later one"),
-    c("corrupted", "Packets whose content failed verification"),
-    c("late", "Packets older than the checker's window"),
-    c(
-        "filtered",
-        "Packets not delivered because they did not match the filter",
-    ),
-    c(
-        "bytes-copied",
-        "Bytes copied into the memory downstream proposed",
-    ),
-    c("pool-exhausted", "Times the pool was found empty"),
-    g("pool-in-use", "Pool slots in use now"),
-    g("pool-high-water", "Most pool slots ever in use at once"),
-    g("pool-slots", "Slots in the pool"),
-    g("pool-posted", "Receive buffers posted to the device now"),
-    g(
-        "write-latency-max-us",
-        "Longest single disk write",
-    ),
-    g("consumers", "Consumers attached now"),
-    g("in-flight", "Buffers or transfers in flight now"),
-    c("descriptors", "SPEAD descriptor heaps received"),
-    c("rx-dropped", "Packets the kernel dropped for an AF_XDP socket (XDP_STATISTICS)"),
-    c("rx-invalid-descs", "Invalid descriptors on an AF_XDP receive ring"),
-    c("rx-ring-full", "Packets dropped because an AF_XDP receive ring was full"),
-    c("rx-fill-ring-empty-descs", "Times an AF_XDP fill ring was found empty"),
-    c("imissed", "Packets the NIC missed for lack of receive descriptors (DPDK)"),
-    c("ierrors", "Erroneous packets the NIC received (DPDK)"),
-    c("rx-nombuf", "Receive buffer allocation failures (DPDK)"),
-    c("drops-tx", "Packets the device did not accept for sending (DPDK)"),
-    c("completion-errors", "Work completions with an error status (ibverbs)"),
-    c("too-far", "Packets for a chunk so far ahead the window would have left every open chunk behind"),
-    c("descriptors-dropped", "SPEAD descriptors not kept because the table was full"),
-    c("transfers", "Transfers to the GPU completed"),
-    c("bounce-copies", "Inputs copied through a pinned bounce slot before the GPU transfer"),
-    g("in-flight-high-water", "Most GPU transfers queued at once"),
-    c("stall-time-ns", "Time GPU submits waited for a free place in the ring"),
-    c("pinned-fallbacks", "Buffers uploaded from unpinned memory because pinning was refused"),
-    c("bytes-uncopied", "Bytes passed on in the source's own memory although downstream proposed its memory (no free slot)"),
-];
-
-/// The table entry of stats field `stat`, if it is a known one.
+/// The catalogue entry of stats field `stat`, if it is a known one.
 pub fn series(stat: &str) -> Option<&'static Series> {
-    SERIES.iter().find(|s| s.stat == stat)
+    firehose_core::stats::stat(stat)
 }
 
 /// The type of stats field `stat`: a gauge only when [`SERIES`] says so.
@@ -230,7 +79,9 @@ fn split_unit(stat: &str) -> (&str, f64) {
 /// The family name of stats field `stat`: `firehose_` + the name with every character
 /// outside `[a-zA-Z0-9_]` made `_` ("drops-kernel" → "firehose_drops_kernel"), a time
 /// unit made `_seconds`. A counter's family never ends in `_total` itself (OpenMetrics
-/// adds it to the sample).
+/// adds it to the sample), unless without it it would be another statistic's family:
+/// `consumers-total` (a counter) stays `firehose_consumers_total` beside the gauge
+/// `consumers` (`firehose_consumers`), whose family it would otherwise share.
 pub fn family_name(stat: &str) -> String {
     let (base, per_second) = split_unit(stat);
     let mut name = String::with_capacity(PREFIX.len() + stat.len() + 8);
@@ -242,7 +93,10 @@ pub fn family_name(stat: &str) -> String {
     if per_second != 1.0 {
         name.push_str("_seconds");
     }
-    if kind_of(stat) == Kind::Counter {
+    let clashes = stat
+        .strip_suffix("-total")
+        .is_some_and(|s| series(s).is_some());
+    if kind_of(stat) == Kind::Counter && !clashes {
         if let Some(base) = name.strip_suffix("_total") {
             name.truncate(base.len());
         }
@@ -568,6 +422,22 @@ mod tests {
             Format::OpenMetrics,
         );
         assert_eq!(text.matches("firehose_a_b_total{").count(), 1);
+    }
+
+    #[test]
+    fn every_statistic_has_a_family_of_its_own() {
+        let mut seen = std::collections::BTreeMap::new();
+        for s in SERIES {
+            if let Some(other) = seen.insert(family_name(s.stat), s.stat) {
+                panic!(
+                    "{} and {other} share the family {}",
+                    s.stat,
+                    family_name(s.stat)
+                );
+            }
+        }
+        assert_eq!(family_name("consumers-total"), "firehose_consumers_total");
+        assert_eq!(family_name("consumers"), "firehose_consumers");
     }
 
     #[test]

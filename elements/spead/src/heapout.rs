@@ -30,7 +30,7 @@ firehose_core::counters! {
         pool_in_use: names::POOL_IN_USE,
         pool_high_water: names::POOL_HIGH_WATER,
         pool_exhausted: names::POOL_EXHAUSTED,
-        descriptors: "descriptors",
+        descriptors: names::DESCRIPTORS,
     }
 }
 

@@ -2,6 +2,7 @@
 //! [`crate::engine`]; this file is the GStreamer side (pads, caps, events, states,
 //! properties, the allocation proposal).
 
+use firehose_core::stats::names;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -196,7 +197,7 @@ pub struct CudaUpload {
 impl ElementStats for CudaUpload {
     fn stats(&self) -> gst::Structure {
         let mut s = self.stats.structure();
-        s.set("pinned-fallbacks", self.fallbacks.get());
+        s.set(names::PINNED_FALLBACKS, self.fallbacks.get());
         s
     }
 }

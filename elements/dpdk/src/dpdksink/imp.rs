@@ -124,7 +124,7 @@ impl DpdkSink {
             (names::PACKETS_SENT, c.packets.get()),
             (names::BYTES_SENT, c.bytes.get()),
             (names::BATCHES, c.batches.get()),
-            ("drops-tx", c.drops_tx.get()),
+            (names::DROPS_TX, c.drops_tx.get()),
             (names::SEND_ERRORS, c.errors.get()),
         ])
     }

@@ -107,9 +107,9 @@ firehose_core::counters! {
 firehose_core::counters! {
     /// Mirrored from the port's `rte_eth_stats`.
     struct NicCounters {
-        imissed: "imissed",
-        ierrors: "ierrors",
-        rx_nombuf: "rx-nombuf",
+        imissed: names::IMISSED,
+        ierrors: names::IERRORS,
+        rx_nombuf: names::RX_NOMBUF,
     }
 }
 

@@ -110,8 +110,8 @@ firehose_core::counters! {
         malformed: names::MALFORMED,
         truncated: names::TRUNCATED,
         filtered: names::FILTERED,
-        records_split: "records-split",
-        records_unsplit: "records-unsplit",
+        records_split: names::RECORDS_SPLIT,
+        records_unsplit: names::RECORDS_UNSPLIT,
     }
 }
 

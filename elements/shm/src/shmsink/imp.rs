@@ -72,11 +72,11 @@ impl Default for Settings {
 firehose_core::counters! {
     /// What the streaming thread counts.
     struct SinkCounters {
-        buffers: "buffers",
+        buffers: names::BUFFERS,
         bytes: names::BYTES,
         bytes_copied: names::BYTES_COPIED,
-        drops_no_slot: "drops-no-slot",
-        consumers_refused: "consumers-refused",
+        drops_no_slot: names::DROPS_NO_SLOT,
+        consumers_refused: names::CONSUMERS_REFUSED,
     }
 }
 
@@ -141,27 +141,27 @@ impl ElementStats for ShmSink {
         let mut s = self.counters.structure();
         let h = &self.hub_counters;
         for (name, v) in [
-            ("consumers", h.consumers.get()),
-            ("consumers-drop", h.consumers_drop.get()),
-            ("consumers-total", h.consumers_total.get()),
-            ("consumers-lost", h.consumers_lost.get()),
-            ("consumers-malformed", h.consumers_malformed.get()),
-            ("messages", h.messages.get()),
-            ("released", h.released.get()),
-            ("release-messages", h.release_messages.get()),
-            ("releases-unknown", h.releases_unknown.get()),
-            ("drops-held", h.drops_held.get()),
-            ("drops-socket-full", h.drops_socket.get()),
-            ("drops-flushing", h.drops_flushing.get()),
-            ("metas-dropped", h.metas_dropped.get()),
-            ("batches", h.batches.get()),
-            ("batched-messages", h.batched.get()),
-            ("ring-consumers", h.ring_consumers.get()),
-            ("ring-packets", h.ring_packets.get()),
-            ("ring-full", h.ring_full.get()),
-            ("ring-releases", h.ring_releases.get()),
-            ("wakes-sent", h.wakes_sent.get()),
-            ("wakes-received", h.wakes_received.get()),
+            (names::CONSUMERS, h.consumers.get()),
+            (names::CONSUMERS_DROP, h.consumers_drop.get()),
+            (names::CONSUMERS_TOTAL, h.consumers_total.get()),
+            (names::CONSUMERS_LOST, h.consumers_lost.get()),
+            (names::CONSUMERS_MALFORMED, h.consumers_malformed.get()),
+            (names::MESSAGES, h.messages.get()),
+            (names::RELEASED, h.released.get()),
+            (names::RELEASE_MESSAGES, h.release_messages.get()),
+            (names::RELEASES_UNKNOWN, h.releases_unknown.get()),
+            (names::DROPS_HELD, h.drops_held.get()),
+            (names::DROPS_SOCKET_FULL, h.drops_socket.get()),
+            (names::DROPS_FLUSHING, h.drops_flushing.get()),
+            (names::METAS_DROPPED, h.metas_dropped.get()),
+            (names::BATCHES, h.batches.get()),
+            (names::BATCHED_MESSAGES, h.batched.get()),
+            (names::RING_CONSUMERS, h.ring_consumers.get()),
+            (names::RING_PACKETS, h.ring_packets.get()),
+            (names::RING_FULL, h.ring_full.get()),
+            (names::RING_RELEASES, h.ring_releases.get()),
+            (names::WAKES_SENT, h.wakes_sent.get()),
+            (names::WAKES_RECEIVED, h.wakes_received.get()),
         ] {
             s.set(name, v);
         }

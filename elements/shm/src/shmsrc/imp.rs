@@ -52,10 +52,10 @@ impl Default for Settings {
 firehose_core::counters! {
     /// What the source counts.
     struct SrcCounters {
-        buffers: "buffers",
+        buffers: names::BUFFERS,
         bytes: names::BYTES,
-        missed: "missed",
-        caps_changes: "caps-changes",
+        missed: names::MISSED,
+        caps_changes: names::CAPS_CHANGES,
     }
 }
 

@@ -193,10 +193,10 @@ firehose_core::counts! {
         drops_pool: names::DROPS_POOL,
         /// Descriptors refused because `max_descriptors` were known (new ids, or new
         /// versions of known ones).
-        descriptors_dropped: "descriptors-dropped",
+        descriptors_dropped: names::DESCRIPTORS_DROPPED,
         /// Complete heaps that carried only descriptors, learnt and not delivered (see
         /// [`Config::deliver_descriptor_heaps`]); not counted in `heaps`.
-        descriptor_heaps: "descriptor-heaps",
+        descriptor_heaps: names::DESCRIPTOR_HEAPS,
     }
 }
 

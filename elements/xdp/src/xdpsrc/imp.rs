@@ -129,10 +129,10 @@ firehose_core::counters! {
 firehose_core::counters! {
     /// Mirrored from getsockopt(XDP_STATISTICS).
     struct KernelCounters {
-        rx_dropped: "rx-dropped",
-        rx_invalid_descs: "rx-invalid-descs",
-        rx_ring_full: "rx-ring-full",
-        rx_fill_ring_empty: "rx-fill-ring-empty-descs",
+        rx_dropped: names::RX_DROPPED,
+        rx_invalid_descs: names::RX_INVALID_DESCS,
+        rx_ring_full: names::RX_RING_FULL,
+        rx_fill_ring_empty: names::RX_FILL_RING_EMPTY_DESCS,
     }
 }
 
