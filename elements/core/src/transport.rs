@@ -45,6 +45,36 @@ pub trait Transport {
     ) -> io::Result<Received>;
 }
 
+/// A transport whose device writes into memory of its own (AF_XDP's UMEM, DPDK's
+/// mbufs): it hands each batch to a consumer where it lies, then takes the memory back.
+/// An engine fed this way copies each payload once, from the device's memory straight
+/// into its heap or chunk ([`feed_in_place`]).
+pub trait InPlaceTransport {
+    /// Receives one batch (waiting until datagrams arrive, `stop` is raised or the
+    /// transport's waker fires) and calls `consume(data, packets)` with it (offsets into
+    /// `data`); the memory goes back to the device when `consume` returns.
+    fn receive_in_place(
+        &mut self,
+        stop: &std::sync::atomic::AtomicBool,
+        consume: &mut dyn FnMut(&[u8], &[PacketInfo]),
+    ) -> io::Result<Received>;
+}
+
+/// One batch of `transport` fed to `engine`, where the device put it; what it finishes
+/// is appended to `out`. The engine's verdict (false: it ended the stream) is `ended`.
+pub fn feed_in_place<T: InPlaceTransport + ?Sized, E: Engine>(
+    transport: &mut T,
+    engine: &mut E,
+    stop: &std::sync::atomic::AtomicBool,
+    out: &mut Vec<E::Output>,
+) -> io::Result<(Received, bool)> {
+    let mut more = true;
+    let r = transport.receive_in_place(stop, &mut |data, packets| {
+        more = engine.feed(data, packets, out);
+    })?;
+    Ok((r, !more))
+}
+
 /// What turns batches of datagrams into output (heaps, chunks), whichever transport
 /// they came from.
 pub trait Engine {

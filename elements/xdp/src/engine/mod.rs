@@ -5,10 +5,11 @@
 //! XSKMAP, load the program, open and bind the socket, insert it in the map, post every
 //! frame to the fill ring, attach — each of which turns its failure into a
 //! [`SetupError`] that says what to do. The element maps settings to a [`Config`] and
-//! the error's [`ErrorKind`] to a GStreamer error, and keeps the receive loop.
+//! the error's [`ErrorKind`] to a GStreamer error; the receive loop is [`receive`].
 
 mod error;
 pub mod jumbo;
+pub mod receive;
 mod setup;
 
 use std::net::IpAddr;

@@ -4,27 +4,21 @@
 //! output, caps, readable metas, stats, live control and the copy into memory
 //! downstream proposes (the NIC writes into the UMEM: [`ReceiveInto::Device`]).
 
-use std::os::fd::AsRawFd;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use firehose_core::batch::batch_buffer_with_dests;
 use firehose_core::ring::{lend_batch, SharedRing};
 use firehose_core::src::prelude::*;
 use firehose_core::src::{
-    Batch, BatchSize, CountAlias, LiveControl, Open, PacketSrcExt, PacketSrcImpl, PoolProps,
-    PoolSettings, PoolSize, Receive, ReceiveInto,
+    Batch, BatchSize, CountAlias, Open, PacketSrcExt, PacketSrcImpl, PoolProps, PoolSettings,
+    PoolSize, Receive, ReceiveInto,
 };
 use firehose_core::stats::{self, names, Counter};
 use firehose_core::sync::lock;
-use firehose_core::{MemoryRegion, PacketInfo};
 
 use super::{XdpMode, ZeroCopy};
-use crate::engine::jumbo::{self, Geometry, Placed};
-use crate::engine::{self, AttachMode, BindMode, Capture, ErrorKind, Notice};
-use crate::xsk::XskSocket;
-use firehose_core::frame::accept::{packet_entry_dest, Rejected};
-use firehose_core::meta::dest::PacketDest;
-use firehose_core::wake::{wait_readable, Waker};
+use crate::engine::receive::{RxError, Tally, Wait, XdpReceiver};
+use crate::engine::{self, AttachMode, BindMode, ErrorKind, Notice};
 
 firehose_core::debug_category!(CAT, "fhxdpsrc", "Firehose AF_XDP source");
 
@@ -38,14 +32,6 @@ const DEFAULT_BUSY_POLL_BUDGET: u32 = 64;
 /// `firehose bench bypass`: 100 µs took the receiver from 0.62× to 0.36× of fhudpsrc's CPU
 /// per GB, because the kernel then wakes no one per packet.
 const DEFAULT_POLL_US: u32 = 100;
-/// Poll timeout while the kernel has frames to receive into: long, since a packet
-/// wakes us anyway.
-const IDLE_WAIT_MS: i32 = 100;
-/// Poll timeout while few frames are posted: a dry fill ring makes the kernel drop
-/// without waking us, so look again soon for frames released downstream.
-const STARVED_WAIT_MS: i32 = 1;
-/// How often the kernel's drop counters are read while no packet comes.
-const KERNEL_STATS_IDLE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The pool properties: today's 16384 frames of 4096 bytes by default.
 const POOL: PoolProps = PoolProps {
@@ -136,22 +122,6 @@ firehose_core::counters! {
     }
 }
 
-/// Per-batch tallies, added to the shared counters once per batch.
-#[derive(Default)]
-struct Tally {
-    packets: u64,
-    bytes: u64,
-    malformed: u64,
-    truncated: u64,
-    filtered: u64,
-    empty: u64,
-    /// Datagrams longer than a frame, joined from several (jumbo frames).
-    joined: u64,
-    /// Datagrams longer than a frame whose frames could not be joined (not in slot
-    /// order): dropped.
-    unjoined: u64,
-}
-
 /// How the running capture ended up configured, for stats and logs.
 #[derive(Clone, Copy, Debug)]
 struct Mode {
@@ -160,28 +130,11 @@ struct Mode {
     memory: &'static str,
 }
 
-struct State {
-    cap: Capture,
-    frames: u32,
-    frame_size: usize,
-    batch: u32,
-    busy_poll: bool,
-    /// Sleep this long after an empty RX ring instead of blocking (`None` = block).
-    poll_interval: Option<std::time::Duration>,
-    /// Also in the base's live control; here so the receive loop takes no extra lock.
-    waker: Arc<Waker>,
-    /// Reused list of slots taken for the fill ring.
-    post: Vec<u32>,
-    /// The interface: gone or down is an error, not a capture that waits for ever.
-    watch: firehose_core::netif::LinkWatch,
-    /// When the receive loop, finding no packet, next reads the kernel's drop counters.
-    kernel_stats_due: std::time::Instant,
-}
-
 #[derive(Default)]
 pub struct XdpSrc {
     settings: Mutex<Settings>,
-    state: Mutex<Option<State>>,
+    /// The receive loop while started.
+    state: Mutex<Option<XdpReceiver>>,
     /// The slot accounting, kept after stop for the final `stats` read.
     ring: Mutex<Option<SharedRing>>,
     mode: Mutex<Option<Mode>>,
@@ -218,8 +171,9 @@ impl XdpSrc {
         s
     }
 
-    fn read_kernel_stats(&self, sock: &XskSocket) {
-        match sock.statistics() {
+    /// Mirrors the socket's `XDP_STATISTICS` (a failed read is logged).
+    fn set_kernel_stats(&self, k: std::io::Result<libc::xdp_statistics>) {
+        match k {
             Ok(k) => {
                 let c = &self.kernel;
                 c.rx_dropped.set(k.rx_dropped);
@@ -265,7 +219,11 @@ impl XdpSrc {
         })
     }
 
-    fn open_capture(&self, s: &Settings, open: &Open) -> Result<(State, Mode), gst::ErrorMessage> {
+    fn open_capture(
+        &self,
+        s: &Settings,
+        open: &Open,
+    ) -> Result<(XdpReceiver, Mode), gst::ErrorMessage> {
         let cfg = Self::config(s, open)?;
         let cap = engine::open(&cfg, &mut |n| match n {
             Notice::Warning(m) => {
@@ -307,299 +265,56 @@ impl XdpSrc {
             s.frame_size,
             mode.memory
         );
-        let watch = firehose_core::netif::LinkWatch::new(&cfg.interface, cap.ifindex);
-        Ok((
-            State {
-                cap,
-                frames: cfg.frames,
-                frame_size: s.frame_size as usize,
-                batch: open.batch_size,
-                busy_poll: s.busy_poll > 0,
-                poll_interval: (s.poll_interval > 0)
-                    .then(|| std::time::Duration::from_micros(s.poll_interval.into())),
-                waker,
-                post: Vec::with_capacity(cfg.frames as usize),
-                watch,
-                kernel_stats_due: std::time::Instant::now(),
-            },
-            mode,
-        ))
+        let wait = if s.busy_poll > 0 {
+            Wait::BusyPoll
+        } else if s.poll_interval > 0 {
+            Wait::Nap(std::time::Duration::from_micros(s.poll_interval.into()))
+        } else {
+            Wait::Block
+        };
+        let rx = XdpReceiver::new(
+            cap,
+            &cfg.interface,
+            cfg.frames,
+            s.frame_size,
+            open.batch_size,
+            wait,
+            waker,
+        );
+        Ok((rx, mode))
     }
 
-    /// Receives until one batch with at least one datagram is ready (a memory over its
-    /// frames plus the datagrams and where each was sent, its frame headers lying before
-    /// its payload), the wait is interrupted, or an error occurs.
-    fn fill(
-        &self,
-        st: &mut State,
-        live: &LiveControl,
-    ) -> Result<(gst::Memory, Vec<PacketInfo>, Vec<PacketDest>), gst::FlowError> {
-        loop {
-            if live.is_flushing() {
-                return Err(gst::FlowError::Flushing);
+    /// Mirrors what the receive loop counted.
+    fn mirror(&self, t: &Tally) {
+        let c = &self.counters;
+        c.packets.set(t.packets);
+        c.bytes.set(t.bytes);
+        c.malformed.set(t.malformed);
+        c.truncated.set(t.truncated);
+        c.filtered.set(t.filtered);
+        c.empty.set(t.empty);
+        c.joined.set(t.joined);
+        c.unjoined.set(t.unjoined);
+        self.high_water.set(t.held);
+    }
+
+    /// The flow error for a receive that ended without a batch (an element error first,
+    /// unless it was cut short by unlock).
+    fn receive_error(&self, e: RxError) -> gst::FlowError {
+        match e {
+            RxError::Interrupted => gst::FlowError::Flushing,
+            RxError::Link(e) => {
+                gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
+                gst::FlowError::Error
             }
-            let geometry = Geometry {
-                frames: st.frames as usize,
-                frame_size: st.frame_size,
-            };
-            // Multi-buffer: look far enough ahead to see the end of any datagram.
-            let ahead = if st.cap.multi_buffer {
-                st.batch.max(geometry.max_frags() as u32)
-            } else {
-                st.batch
-            };
-            let (start, n) = st.cap.sock.rx.peek(ahead);
-            if n == 0 {
-                let now = std::time::Instant::now();
-                // With no packets the stats timer, which runs with batches, does not
-                // read the kernel's drop counters: read them here, at most every 100 ms,
-                // or an idle or starved capture (a full pool: exactly when the kernel
-                // drops) shows them stale to `stats`, fhmetrics and the bench.
-                if now >= st.kernel_stats_due {
-                    self.read_kernel_stats(&st.cap.sock);
-                    st.kernel_stats_due = now + KERNEL_STATS_IDLE;
-                }
-                if let Err(e) = st.watch.check(now) {
-                    st.cap.link = None;
-                    gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
-                    return Err(gst::FlowError::Error);
-                }
-                // Frames released downstream go back to the kernel before we wait:
-                // with the fill ring dry it drops packets without waking us.
-                let posted = {
-                    let mut ring = lock(&st.cap.ring);
-                    engine::refill(&mut ring, &mut st.cap.sock.fill, &mut st.post);
-                    ring.counts().posted
-                };
-                if st.busy_poll || st.cap.sock.fill.needs_wakeup() {
-                    st.cap.sock.kick();
-                }
-                if st.busy_poll {
-                    std::hint::spin_loop();
-                    continue;
-                }
-                if let Some(nap) = st.poll_interval {
-                    // Nobody waits on the socket, so the kernel wakes no one per
-                    // packet; the RX ring holds what arrives meanwhile. Stop and
-                    // unlock() cuts the nap short.
-                    if !live.nap(nap) {
-                        return Err(gst::FlowError::Flushing);
-                    }
-                    continue;
-                }
-                let timeout = if posted < st.batch as usize {
-                    STARVED_WAIT_MS
-                } else {
-                    IDLE_WAIT_MS
-                };
-                match wait_readable(st.cap.sock.as_raw_fd(), &st.waker, timeout) {
-                    Ok(true) => return Err(gst::FlowError::Flushing),
-                    Ok(false) => continue,
-                    Err(e) => {
-                        st.cap.link = None;
-                        gst::element_imp_error!(
-                            self,
-                            gst::ResourceError::Read,
-                            ("poll on the AF_XDP socket failed: {}", e)
-                        );
-                        return Err(gst::FlowError::Error);
-                    }
-                }
+            RxError::Poll(e) => {
+                gst::element_imp_error!(
+                    self,
+                    gst::ResourceError::Read,
+                    ("poll on the AF_XDP socket failed: {}", e)
+                );
+                gst::FlowError::Error
             }
-            let now = firehose_core::batch::unix_ns();
-            let mut packets = Vec::with_capacity(n as usize);
-            let mut dests = Vec::with_capacity(n as usize);
-            let mut slots = Vec::with_capacity(n as usize);
-            let (mut lo, mut hi) = (usize::MAX, 0usize);
-            let mut t = Tally::default();
-            let fs = st.frame_size;
-            {
-                // One lock per batch: completions, the release of an all-rejected run
-                // and the refill.
-                let mut ring = lock(&st.cap.ring);
-                // Descriptors consumed; the rest stay in the RX ring for the next call.
-                let mut used = 0;
-                let base = MemoryRegion::as_ptr(&st.cap.region);
-                let mut i = 0;
-                // A datagram joined in the guard ends the batch: its frames past the
-                // last slot are held with the batch but lie outside the run, so no
-                // later frame may extend the run over them.
-                let mut wrapped = false;
-                while i < n && !wrapped {
-                    let d = st.cap.sock.rx.desc(start.wrapping_add(i));
-                    // A datagram longer than a frame comes in several descriptors
-                    // (multi-buffer mode), all in the ring once the first is: find its
-                    // last; one cut off by the peek waits for the next call.
-                    let mut last = i;
-                    if st.cap.multi_buffer {
-                        while last < n
-                            && st.cap.sock.rx.desc(start.wrapping_add(last)).options
-                                & libc::XDP_PKT_CONTD
-                                != 0
-                        {
-                            last += 1;
-                        }
-                        if last == n && !(i == 0 && n == ahead) {
-                            break;
-                        }
-                        if last == n {
-                            // A whole window of continuations, more than any datagram
-                            // spans: no datagram (a kernel bug). Waiting for its end
-                            // would peek the same descriptors for ever; its frames go
-                            // back and it is counted.
-                            for k in 0..n {
-                                let f = st.cap.sock.rx.desc(start.wrapping_add(k));
-                                let fslot = f.addr as usize / fs;
-                                if fslot < st.frames as usize && ring.complete(fslot as u32).is_ok()
-                                {
-                                    let _ = ring.release(fslot as u32);
-                                }
-                            }
-                            t.malformed += 1;
-                            used = n;
-                            break;
-                        }
-                    }
-                    let (addr, len) = (d.addr as usize, d.len as usize);
-                    let slot = addr / fs;
-                    // The lent memory covers lo..hi, so it may hold only this batch's
-                    // own frames: a frame that does not continue the run of adjacent
-                    // slots ends the batch (the fill ring's order wraps at the end of
-                    // the UMEM, and frames between two of ours may be the kernel's).
-                    if slots.last().is_some_and(|&l: &u32| l as usize + 1 != slot) {
-                        break;
-                    }
-                    let first = i;
-                    used = last + 1;
-                    i = last + 1;
-                    let frame_start = slot * fs;
-                    // A descriptor outside the UMEM or across a frame boundary would
-                    // be a kernel bug; count it rather than trust it.
-                    let valid = |slot: usize, addr: usize, len: usize| {
-                        slot < st.frames as usize && addr + len <= slot * fs + fs
-                    };
-                    let mut whole = valid(slot, addr, len) && ring.complete(slot as u32).is_ok();
-                    if whole {
-                        // A completed frame belongs to the run whether its datagram is
-                        // kept or rejected: a rejected one goes back with the batch, so
-                        // no frame inside lo..hi returns to the kernel while the memory
-                        // is lent.
-                        lo = lo.min(frame_start);
-                        hi = hi.max(frame_start + fs);
-                        slots.push(slot as u32);
-                    }
-                    // The continuation frames' bytes move up against the first's.
-                    let mut end = addr + len;
-                    for m in 1..=(last - first) as usize {
-                        let f = st.cap.sock.rx.desc(start.wrapping_add(first + m as u32));
-                        let (faddr, flen) = (f.addr as usize, f.len as usize);
-                        let fslot = faddr / fs;
-                        if !valid(fslot, faddr, flen) || ring.complete(fslot as u32).is_err() {
-                            whole = false;
-                            continue;
-                        }
-                        let placed = whole
-                            .then(|| jumbo::place(geometry, slot, m, fslot, flen, end))
-                            .flatten();
-                        let dst = match placed {
-                            Some(Placed::InRun { dst }) => {
-                                slots.push(fslot as u32);
-                                hi = hi.max(fslot * fs + fs);
-                                dst
-                            }
-                            Some(Placed::Guard { dst }) => {
-                                // Held with the batch, not released now: frames go back
-                                // in the order they came, which keeps the fill ring in
-                                // slot order (a frame returned early would leave a hole
-                                // that the next datagram across it could not be joined
-                                // over).
-                                slots.push(fslot as u32);
-                                hi = hi.max((dst + flen).div_ceil(fs) * fs);
-                                wrapped = true;
-                                dst
-                            }
-                            None => {
-                                whole = false;
-                                let _ = ring.release(fslot as u32);
-                                continue;
-                            }
-                        };
-                        // SAFETY: faddr..+flen lies in frame `fslot`, just completed
-                        // (the kernel no longer writes it); dst..+flen lies in this
-                        // datagram's own frames or in the guard past the UMEM, which
-                        // the kernel never sees and which only a datagram holding the
-                        // last frame (lent until released) uses; `place` checked it
-                        // against the region. The ranges may overlap (a move back).
-                        unsafe { std::ptr::copy(base.add(faddr), base.add(dst), flen) };
-                        end = dst + flen;
-                    }
-                    if last > first {
-                        if whole {
-                            t.joined += 1;
-                        } else {
-                            t.unjoined += 1;
-                            continue;
-                        }
-                    }
-                    if !whole {
-                        t.malformed += 1;
-                        continue;
-                    }
-                    // SAFETY: addr..end lies inside this datagram's frames of the
-                    // region (the first checked above, the rest joined against it); the
-                    // frames were just completed, so the kernel no longer writes them
-                    // and nobody else reads them until they are lent.
-                    let frame = unsafe { std::slice::from_raw_parts(base.add(addr), end - addr) };
-                    match packet_entry_dest(frame, addr, &st.cap.filter, now) {
-                        Ok((p, d)) => {
-                            t.packets += 1;
-                            t.bytes += u64::from(p.len);
-                            packets.push(p);
-                            dests.push(d);
-                        }
-                        Err(r) => match r {
-                            // The XDP program redirects UDP only.
-                            Rejected::Malformed | Rejected::NotUdp => t.malformed += 1,
-                            Rejected::Truncated => t.truncated += 1,
-                            Rejected::Filtered => t.filtered += 1,
-                            Rejected::Empty => t.empty += 1,
-                        },
-                    }
-                }
-                st.cap.sock.rx.release(used);
-                if packets.is_empty() {
-                    // Nothing to lend: the rejected frames go straight back.
-                    for s in slots.drain(..) {
-                        let _ = ring.release(s);
-                    }
-                }
-                engine::refill(&mut ring, &mut st.cap.sock.fill, &mut st.post);
-                let held = ring.counts().held as u64;
-                if held > self.high_water.get() {
-                    self.high_water.set(held);
-                }
-            }
-            if st.cap.sock.fill.needs_wakeup() {
-                st.cap.sock.kick();
-            }
-            let c = &self.counters;
-            c.packets.add(t.packets);
-            c.bytes.add(t.bytes);
-            c.malformed.add(t.malformed);
-            c.truncated.add(t.truncated);
-            c.filtered.add(t.filtered);
-            c.empty.add(t.empty);
-            c.joined.add(t.joined);
-            c.unjoined.add(t.unjoined);
-            if packets.is_empty() {
-                continue;
-            }
-            for p in &mut packets {
-                // Offsets were relative to the UMEM; the memory starts at `lo`.
-                p.offset -= lo as u32;
-            }
-            let mem = lend_batch(&st.cap.ring, &st.cap.region, lo..hi, slots);
-            return Ok((mem, packets, dests));
         }
     }
 }
@@ -768,7 +483,7 @@ impl PacketSrcImpl for XdpSrc {
         self.kernel.reset();
         self.high_water.reset();
         let (state, mode) = self.open_capture(&s, open)?;
-        *lock(&self.ring) = Some(state.cap.ring.clone());
+        *lock(&self.ring) = Some(state.capture().ring.clone());
         *lock(&self.mode) = Some(mode);
         *lock(&self.state) = Some(state);
         // A lent batch spans at most this much; a copy slot holds one.
@@ -778,12 +493,19 @@ impl PacketSrcImpl for XdpSrc {
     fn receive(&self, rx: &Receive<'_>) -> Result<Batch, gst::FlowError> {
         let mut guard = lock(&self.state);
         let st = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-        let (mem, packets, dests) = self.fill(st, rx.live)?;
+        let got = st.receive(rx.live.flag(), &mut |t, k| {
+            self.mirror(t);
+            self.set_kernel_stats(k);
+        });
+        self.mirror(&st.tally());
+        let b = got.map_err(|e| self.receive_error(e))?;
+        let cap = st.capture();
+        let mem = lend_batch(&cap.ring, &cap.region, b.range, b.slots);
         drop(guard);
         // One clock read per batch: the running time at which the batch was complete.
         let pts = self.obj().current_running_time();
         self.counters.batches.add(1);
-        Ok(batch_buffer_with_dests(mem, packets, dests, pts, rx.readable).into())
+        Ok(batch_buffer_with_dests(mem, b.packets, b.dests, pts, rx.readable).into())
     }
 
     fn counters(&self) -> gst::Structure {
@@ -792,14 +514,14 @@ impl PacketSrcImpl for XdpSrc {
 
     fn refresh_counters(&self) {
         if let Some(st) = lock(&self.state).as_ref() {
-            self.read_kernel_stats(&st.cap.sock);
+            self.set_kernel_stats(st.capture().sock.statistics());
         }
     }
 
     fn close(&self) {
         if let Some(st) = lock(&self.state).take() {
-            self.read_kernel_stats(&st.cap.sock);
-            st.cap.close();
+            self.set_kernel_stats(st.capture().sock.statistics());
+            st.close();
         }
     }
 }
