@@ -45,19 +45,43 @@ pub trait Transport {
     ) -> io::Result<Received>;
 }
 
+/// What an [`InPlaceTransport`] dropped itself before a consumer saw it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Discarded {
+    /// Datagrams longer than the transport accepts.
+    pub truncated: u64,
+    /// Zero-length datagrams.
+    pub empty: u64,
+    /// Everything else it could not deliver: frames that were not a UDP datagram to a
+    /// captured port, a datagram whose frames could not be joined, a descriptor that lied.
+    pub other: u64,
+}
+
 /// A transport whose device writes into memory of its own (AF_XDP's UMEM, DPDK's
 /// mbufs): it hands each batch to a consumer where it lies, then takes the memory back.
 /// An engine fed this way copies each payload once, from the device's memory straight
-/// into its heap or chunk ([`feed_in_place`]).
-pub trait InPlaceTransport {
-    /// Receives one batch (waiting until datagrams arrive, `stop` is raised or the
-    /// transport's waker fires) and calls `consume(data, packets)` with it (offsets into
-    /// `data`); the memory goes back to the device when `consume` returns.
+/// into its heap or chunk ([`feed_in_place`]). `Send`: an element opens it on one thread
+/// and receives on its streaming thread.
+pub trait InPlaceTransport: Send {
+    /// Receives one batch and calls `consume(data, packets)` with it (offsets into
+    /// `data`); the memory goes back to the device when `consume` returns. With `wait`,
+    /// blocks until datagrams arrive, `stop` is raised or the transport's waker fires
+    /// ([`Received::Interrupted`]); without, takes what is queued ([`Received::Nothing`]
+    /// when nothing is).
     fn receive_in_place(
         &mut self,
         stop: &std::sync::atomic::AtomicBool,
+        wait: bool,
         consume: &mut dyn FnMut(&[u8], &[PacketInfo]),
     ) -> io::Result<Received>;
+
+    /// What it dropped itself since it was opened.
+    fn discarded(&self) -> Discarded;
+
+    /// Datagrams the device or kernel dropped before the transport saw them (full
+    /// rings, no free frame) since it was opened: may cost a system call, so read it when
+    /// stats are due.
+    fn device_drops(&mut self) -> u64;
 }
 
 /// One batch of `transport` fed to `engine`, where the device put it; what it finishes
@@ -69,7 +93,7 @@ pub fn feed_in_place<T: InPlaceTransport + ?Sized, E: Engine>(
     out: &mut Vec<E::Output>,
 ) -> io::Result<(Received, bool)> {
     let mut more = true;
-    let r = transport.receive_in_place(stop, &mut |data, packets| {
+    let r = transport.receive_in_place(stop, true, &mut |data, packets| {
         more = engine.feed(data, packets, out);
     })?;
     Ok((r, !more))

@@ -5,6 +5,7 @@
 //! [`ReceiveInto::Device`]).
 
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,6 +19,8 @@ use firehose_core::src::{
 };
 use firehose_core::stats::names;
 use firehose_core::sync::lock;
+use firehose_core::transport::{Discarded, InPlaceTransport, Received};
+use firehose_core::wake::{self, Waker};
 use firehose_core::{PacketAddr, PacketInfo};
 
 use crate::dpdk::{self, Pool, Port, PortConfig, PortLinkWatch, Session};
@@ -253,7 +256,85 @@ impl DpdkSrc {
         }
     }
 
-    /// Polls until a burst yields at least one datagram for us, or flushing.
+    /// Opens the EAL session, the port and its pool, and starts the port's queue.
+    fn open_state(&self, open: &Open) -> Result<State, gst::ErrorMessage> {
+        let s = lock(&self.settings).clone();
+        let address = match s.address.as_deref() {
+            None => None,
+            Some(a) => Some(a.trim_matches(['[', ']']).parse::<IpAddr>().map_err(|_| {
+                gst::error_msg!(
+                    gst::ResourceError::Settings,
+                    (
+                        "address '{}' is not an IP address: give the destination address to \
+                      accept (e.g. the interface's or a multicast group), or leave it unset",
+                        a
+                    )
+                )
+            })?),
+        };
+        let session = Session::open(&s.eal_args).map_err(|e| e.to_gst())?;
+        let data_room = u16::try_from(s.mbuf_size).unwrap_or(u16::MAX);
+        let mut port = Port::claim(&s.dpdk_port).map_err(|e| e.to_gst())?;
+        let pool = Pool::new(
+            "rx",
+            s.mbufs(&open.pool),
+            s.mbuf_cache,
+            data_room,
+            port.is_virtual(),
+        )
+        .map_err(|e| e.to_gst())?;
+        if pool.span().len() > u32::MAX as usize {
+            return Err(gst::error_msg!(
+                gst::ResourceError::Settings,
+                ("The receive pool spans more than 4 GiB, beyond the batch meta's offsets: \
+                  lower pool-size")
+            ));
+        }
+        let cfg = PortConfig {
+            queue: s.queue as u16,
+            rx_desc: s.rx_descriptors as u16,
+            tx_desc: 512,
+            promiscuous: s.promiscuous,
+        };
+        port.start(&cfg, &pool).map_err(|e| e.to_gst())?;
+        gst::info!(
+            CAT,
+            imp = self,
+            "receiving on {:?} (bus {}) queue {}, {} mbufs of {} B, devices {:?}",
+            port,
+            port.bus(),
+            s.queue,
+            s.mbufs(&open.pool),
+            data_room,
+            session.vdevs()
+        );
+        let burst = open.batch_size.min(MAX_BATCH) as usize;
+        let watch = PortLinkWatch::new(port.id(), &s.dpdk_port, &s.eal_args);
+        Ok(State {
+            watch,
+            port,
+            pool,
+            _session: session,
+            queue: s.queue as u16,
+            burst: burst as u16,
+            filter: Filter::port(s.port as u16, address),
+            poll: Duration::from_micros(s.poll_interval.into()),
+            rx: vec![std::ptr::null_mut(); burst],
+            rejected: Vec::with_capacity(burst),
+            addrs: Vec::with_capacity(burst),
+        })
+    }
+
+    /// Adds what one burst counted.
+    fn count(&self, t: &BurstCounts) {
+        let c = &self.counters;
+        c.packets.add(t.packets);
+        c.bytes.add(t.bytes);
+        c.filtered.add(t.filtered);
+        c.malformed.add(t.malformed);
+        c.empty.add(t.empty);
+    }
+
     /// Receives one batch: a memory over its frames (each frame's headers included),
     /// the datagrams and where each was sent.
     fn fill(
@@ -261,46 +342,109 @@ impl DpdkSrc {
         st: &mut State,
         live: &LiveControl,
     ) -> Result<(gst::Memory, Vec<PacketInfo>, Vec<PacketDest>), gst::FlowError> {
-        let id = st.port.id();
+        let got = st.burst(live.flag(), true, &mut |d| live.nap(d), &mut |t| {
+            self.count(t)
+        });
+        let b = match got {
+            Ok(Some(b)) => b,
+            Ok(None) | Err(Stopped::Interrupted) => return Err(gst::FlowError::Flushing),
+            Err(Stopped::Link(e)) => {
+                gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
+                return Err(gst::FlowError::Error);
+            }
+        };
+        let mem = gst::Memory::from_slice(LentMbufs {
+            _pool: st.pool.clone(),
+            ptr: b.lo,
+            len: b.hi - b.lo,
+            mbufs: b.kept,
+        });
+        Ok((mem, b.packets, b.dests))
+    }
+}
+
+/// What one burst counted.
+#[derive(Clone, Copy, Debug, Default)]
+struct BurstCounts {
+    packets: u64,
+    bytes: u64,
+    filtered: u64,
+    malformed: u64,
+    empty: u64,
+}
+
+/// One batch of datagrams in the pool's memory, its mbufs owned until freed or lent.
+struct Burst {
+    /// The part of the pool the batch spans (frame headers included).
+    lo: usize,
+    hi: usize,
+    kept: Vec<*mut sys::rte_mbuf>,
+    /// Offsets relative to `lo`.
+    packets: Vec<PacketInfo>,
+    dests: Vec<PacketDest>,
+}
+
+/// Why [`State::burst`] returned without a batch.
+enum Stopped {
+    /// `stop` was raised, or a nap was cut short.
+    Interrupted,
+    /// The port's link went away or down.
+    Link(String),
+}
+
+impl State {
+    /// Polls until a burst yields at least one datagram for us (`None` at once without
+    /// `wait` when none does), `stop` is raised or `nap` (between empty bursts) is cut
+    /// short. `counts` is told what each burst counted, rejected frames included.
+    fn burst(
+        &mut self,
+        stop: &AtomicBool,
+        wait: bool,
+        nap: &mut dyn FnMut(Duration) -> bool,
+        counts: &mut dyn FnMut(&BurstCounts),
+    ) -> Result<Option<Burst>, Stopped> {
+        let id = self.port.id();
         loop {
-            if live.is_flushing() {
-                return Err(gst::FlowError::Flushing);
+            if stop.load(Ordering::Acquire) {
+                return Err(Stopped::Interrupted);
             }
             // SAFETY: a started port and set-up queue; `rx` has room for `burst` pointers.
             let n = usize::from(unsafe {
-                sys::rte_eth_rx_burst(id, st.queue, st.rx.as_mut_ptr(), st.burst)
+                sys::rte_eth_rx_burst(id, self.queue, self.rx.as_mut_ptr(), self.burst)
             });
             if n == 0 {
-                if let Err(e) = st.watch.check(std::time::Instant::now()) {
-                    gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
-                    return Err(gst::FlowError::Error);
+                if !wait {
+                    return Ok(None);
                 }
-                if st.poll.is_zero() {
+                self.watch
+                    .check(std::time::Instant::now())
+                    .map_err(Stopped::Link)?;
+                if self.poll.is_zero() {
                     std::hint::spin_loop();
-                } else if !live.nap(st.poll) {
-                    return Err(gst::FlowError::Flushing);
+                } else if !nap(self.poll) {
+                    return Err(Stopped::Interrupted);
                 }
                 continue;
             }
             let rx_time_ns = firehose_core::batch::unix_ns();
-            st.rejected.clear();
-            st.addrs.clear();
+            self.rejected.clear();
+            self.addrs.clear();
             let mut packets = Vec::with_capacity(n);
             let mut dests = Vec::with_capacity(n);
             let mut kept = Vec::with_capacity(n);
-            let (mut lo, mut hi, mut bytes) = (usize::MAX, 0usize, 0u64);
-            let (mut filtered, mut malformed, mut empty) = (0u64, 0u64, 0u64);
-            for &m in &st.rx[..n] {
+            let (mut lo, mut hi) = (usize::MAX, 0usize);
+            let mut t = BurstCounts::default();
+            for &m in &self.rx[..n] {
                 // SAFETY: `m` came from this burst and is owned here.
-                match unsafe { classify(m, &st.filter) } {
+                match unsafe { classify(m, &self.filter) } {
                     Verdict::Keep(addr, len, src, dest) => {
                         // From the frame's start: its headers lie in the lent memory
                         // too, for a recorder to write as they were.
                         lo = lo.min(addr - usize::from(dest.header_len));
                         dests.push(dest);
                         hi = hi.max(addr + len as usize);
-                        bytes += u64::from(len);
-                        st.addrs.push(addr);
+                        t.bytes += u64::from(len);
+                        self.addrs.push(addr);
                         packets.push(PacketInfo {
                             offset: 0,
                             len,
@@ -310,46 +454,108 @@ impl DpdkSrc {
                         kept.push(m);
                     }
                     Verdict::Filtered => {
-                        filtered += 1;
-                        st.rejected.push(m);
+                        t.filtered += 1;
+                        self.rejected.push(m);
                     }
                     Verdict::Malformed => {
-                        malformed += 1;
-                        st.rejected.push(m);
+                        t.malformed += 1;
+                        self.rejected.push(m);
                     }
                     Verdict::Empty => {
-                        empty += 1;
-                        st.rejected.push(m);
+                        t.empty += 1;
+                        self.rejected.push(m);
                     }
                 }
             }
-            if !st.rejected.is_empty() {
+            if !self.rejected.is_empty() {
                 // SAFETY: these mbufs are owned here and referenced nowhere else.
                 unsafe {
-                    sys::rte_pktmbuf_free_bulk(st.rejected.as_mut_ptr(), st.rejected.len() as u32)
+                    sys::rte_pktmbuf_free_bulk(
+                        self.rejected.as_mut_ptr(),
+                        self.rejected.len() as u32,
+                    )
                 };
             }
-            let c = &self.counters;
-            c.filtered.add(filtered);
-            c.malformed.add(malformed);
-            c.empty.add(empty);
+            t.packets = packets.len() as u64;
+            counts(&t);
             if kept.is_empty() {
                 continue;
             }
-            for (p, &addr) in packets.iter_mut().zip(&st.addrs) {
+            for (p, &addr) in packets.iter_mut().zip(&self.addrs) {
                 // The pool span is checked to fit in u32 at start.
                 p.offset = (addr - lo) as u32;
             }
-            c.packets.add(packets.len() as u64);
-            c.bytes.add(bytes);
-            let mem = gst::Memory::from_slice(LentMbufs {
-                _pool: st.pool.clone(),
-                ptr: lo,
-                len: hi - lo,
-                mbufs: kept,
-            });
-            return Ok((mem, packets, dests));
+            return Ok(Some(Burst {
+                lo,
+                hi,
+                kept,
+                packets,
+                dests,
+            }));
         }
+    }
+}
+
+/// The receive queue alone, for an engine that takes each batch where the NIC wrote it
+/// in the mbufs (`fhspeadsrc transport="fhdpdksrc …"`): the mbufs go back to the pool
+/// as soon as the engine has copied the payloads out.
+struct InPlace {
+    st: State,
+    waker: Arc<Waker>,
+    counts: BurstCounts,
+}
+
+impl InPlaceTransport for InPlace {
+    fn receive_in_place(
+        &mut self,
+        stop: &AtomicBool,
+        wait: bool,
+        consume: &mut dyn FnMut(&[u8], &[PacketInfo]),
+    ) -> std::io::Result<Received> {
+        let waker = self.waker.clone();
+        let total = &mut self.counts;
+        let got = self.st.burst(
+            stop,
+            wait,
+            &mut |d| matches!(wake::nap(&waker, d.as_nanos() as u64), Ok(false)),
+            &mut |t| {
+                total.packets += t.packets;
+                total.bytes += t.bytes;
+                total.filtered += t.filtered;
+                total.malformed += t.malformed;
+                total.empty += t.empty;
+            },
+        );
+        let mut b = match got {
+            Ok(Some(b)) => b,
+            Ok(None) => return Ok(Received::Nothing),
+            Err(Stopped::Interrupted) => return Ok(Received::Interrupted),
+            Err(Stopped::Link(e)) => return Err(std::io::Error::other(e)),
+        };
+        let used = b.hi - b.lo;
+        // SAFETY: [lo, hi) lies inside the pool's one contiguous, mapped range (checked
+        // by `Pool::new`), which the state keeps alive; the listed datagrams are in
+        // mbufs owned here until freed below, so nothing writes them meanwhile. Bytes
+        // between them belong to other mbufs; engines read only the listed ranges.
+        let data = unsafe { std::slice::from_raw_parts(b.lo as *const u8, used) };
+        consume(data, &b.packets);
+        // SAFETY: each mbuf is owned here and freed exactly once, into the live pool.
+        unsafe { sys::rte_pktmbuf_free_bulk(b.kept.as_mut_ptr(), b.kept.len() as u32) };
+        Ok(Received::Batch { used })
+    }
+
+    fn discarded(&self) -> Discarded {
+        Discarded {
+            truncated: 0,
+            empty: self.counts.empty,
+            other: self.counts.filtered + self.counts.malformed,
+        }
+    }
+
+    /// The NIC's drops: no receive descriptor (`imissed`) or no mbuf (`rx_nombuf`).
+    fn device_drops(&mut self) -> u64 {
+        let s = dpdk::port_stats(self.st.port.id());
+        s.imissed + s.rx_nombuf
     }
 }
 
@@ -518,80 +724,31 @@ impl PacketSrcImpl for DpdkSrc {
     }
 
     fn open(&self, open: &Open) -> Result<usize, gst::ErrorMessage> {
-        let s = lock(&self.settings).clone();
-        let address = match s.address.as_deref() {
-            None => None,
-            Some(a) => Some(a.trim_matches(['[', ']']).parse::<IpAddr>().map_err(|_| {
-                gst::error_msg!(
-                    gst::ResourceError::Settings,
-                    (
-                        "address '{}' is not an IP address: give the destination address to \
-                      accept (e.g. the interface's or a multicast group), or leave it unset",
-                        a
-                    )
-                )
-            })?),
-        };
-        let session = Session::open(&s.eal_args).map_err(|e| e.to_gst())?;
-        let data_room = u16::try_from(s.mbuf_size).unwrap_or(u16::MAX);
-        let mut port = Port::claim(&s.dpdk_port).map_err(|e| e.to_gst())?;
-        let pool = Pool::new(
-            "rx",
-            s.mbufs(&open.pool),
-            s.mbuf_cache,
-            data_room,
-            port.is_virtual(),
-        )
-        .map_err(|e| e.to_gst())?;
-        if pool.span().len() > u32::MAX as usize {
-            return Err(gst::error_msg!(
-                gst::ResourceError::Settings,
-                ("The receive pool spans more than 4 GiB, beyond the batch meta's offsets: \
-                  lower pool-size")
-            ));
-        }
-        let cfg = PortConfig {
-            queue: s.queue as u16,
-            rx_desc: s.rx_descriptors as u16,
-            tx_desc: 512,
-            promiscuous: s.promiscuous,
-        };
-        port.start(&cfg, &pool).map_err(|e| e.to_gst())?;
-        gst::info!(
-            CAT,
-            imp = self,
-            "receiving on {:?} (bus {}) queue {}, {} mbufs of {} B, devices {:?}",
-            port,
-            port.bus(),
-            s.queue,
-            s.mbufs(&open.pool),
-            data_room,
-            session.vdevs()
-        );
         self.counters.reset();
         self.nic_counters.reset();
-        let burst = open.batch_size.min(MAX_BATCH) as usize;
-        *lock(&self.nic) = Some(port.id());
+        let state = self.open_state(open)?;
+        *lock(&self.nic) = Some(state.port.id());
         // The naps between empty bursts sleep in ppoll on it, so unlock() cuts them short.
         self.obj().live().new_waker().map_err(|e| {
             gst::error_msg!(gst::ResourceError::OpenRead, ("eventfd failed: {}", e))
         })?;
-        let watch = PortLinkWatch::new(port.id(), &s.dpdk_port, &s.eal_args);
-        *lock(&self.state) = Some(State {
-            watch,
-            port,
-            pool,
-            _session: session,
-            queue: s.queue as u16,
-            burst: burst as u16,
-            filter: Filter::port(s.port as u16, address),
-            poll: Duration::from_micros(s.poll_interval.into()),
-            rx: vec![std::ptr::null_mut(); burst],
-            rejected: Vec::with_capacity(burst),
-            addrs: Vec::with_capacity(burst),
-        });
+        *lock(&self.state) = Some(state);
         // A copy into proposed memory takes a batch in one slot.
         Ok(firehose_core::alloc::CopyOut::SLOT_BYTES)
+    }
+
+    /// The receive queue alone, for an engine fed from the mbufs in place.
+    fn open_in_place(
+        &self,
+        open: &Open,
+        waker: Arc<Waker>,
+    ) -> Result<Box<dyn InPlaceTransport>, gst::ErrorMessage> {
+        let st = self.open_state(open)?;
+        Ok(Box::new(InPlace {
+            st,
+            waker,
+            counts: BurstCounts::default(),
+        }))
     }
 
     fn receive(&self, rx: &Receive<'_>) -> Result<Batch, gst::FlowError> {

@@ -8,6 +8,7 @@
 
 use firehose_core::sync::lock;
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,7 +19,9 @@ use firehose_core::src::{
     PoolSize, Receive, ReceiveInto,
 };
 use firehose_core::stats::names;
-use firehose_core::MemoryRegion;
+use firehose_core::transport::{Discarded, InPlaceTransport, Received};
+use firehose_core::wake::{self, Waker};
+use firehose_core::{MemoryRegion, PacketInfo};
 
 use crate::device::{QueueConfig, VerbsDevice};
 use crate::engine::{EngineConfig, RxCounters, RxEngine, Step};
@@ -117,6 +120,48 @@ impl IbvSrc {
         s.set(names::POOL_IN_USE, held);
         s.set(names::POOL_SLOTS, slots);
         s
+    }
+
+    /// The settings, the address to steer and the device to receive on: checked, and
+    /// the RDMA devices probed (an error says what is missing).
+    fn target(&self) -> Result<(Settings, Ipv4Addr, Target), gst::ErrorMessage> {
+        let s = lock(&self.settings).clone();
+        let address: IpAddr = s.address.parse().map_err(|_| {
+            gst::error_msg!(
+                gst::ResourceError::Settings,
+                (
+                    "address {:?} is not an IPv4 or IPv6 address; give the destination IP or multicast group",
+                    s.address
+                )
+            )
+        })?;
+        let IpAddr::V4(address) = address else {
+            return Err(gst::error_msg!(
+                gst::ResourceError::Settings,
+                (
+                    "address {} is IPv6, but fhibvsrc steers IPv4 only (as spead2's ibverbs receiver); use fhudpsrc for IPv6",
+                    address
+                )
+            ));
+        };
+        let devices = probe::probe().map_err(|e: RdmaUnavailable| {
+            gst::error_msg!(gst::ResourceError::NotFound, ("{}", e), ["{:?}", e])
+        })?;
+        let target = netif::resolve(
+            std::path::Path::new(netif::SYSFS),
+            &devices,
+            s.interface.as_deref(),
+            s.device.as_deref(),
+        )
+        .map_err(|e| gst::error_msg!(gst::ResourceError::NotFound, ("{}", e)))?;
+        gst::info!(
+            CAT,
+            imp = self,
+            "RDMA devices {:?}, using {:?}",
+            devices,
+            target
+        );
+        Ok((s, address, target))
     }
 
     /// Sets up everything between the probe and the first poll.
@@ -340,42 +385,7 @@ impl PacketSrcImpl for IbvSrc {
     }
 
     fn open(&self, open: &Open) -> Result<usize, gst::ErrorMessage> {
-        let s = lock(&self.settings).clone();
-        let address: IpAddr = s.address.parse().map_err(|_| {
-            gst::error_msg!(
-                gst::ResourceError::Settings,
-                (
-                    "address {:?} is not an IPv4 or IPv6 address; give the destination IP or multicast group",
-                    s.address
-                )
-            )
-        })?;
-        let IpAddr::V4(address) = address else {
-            return Err(gst::error_msg!(
-                gst::ResourceError::Settings,
-                (
-                    "address {} is IPv6, but fhibvsrc steers IPv4 only (as spead2's ibverbs receiver); use fhudpsrc for IPv6",
-                    address
-                )
-            ));
-        };
-        let devices = probe::probe().map_err(|e: RdmaUnavailable| {
-            gst::error_msg!(gst::ResourceError::NotFound, ("{}", e), ["{:?}", e])
-        })?;
-        let target = netif::resolve(
-            std::path::Path::new(netif::SYSFS),
-            &devices,
-            s.interface.as_deref(),
-            s.device.as_deref(),
-        )
-        .map_err(|e| gst::error_msg!(gst::ResourceError::NotFound, ("{}", e)))?;
-        gst::info!(
-            CAT,
-            imp = self,
-            "RDMA devices {:?}, using {:?}",
-            devices,
-            target
-        );
+        let (s, address, target) = self.target()?;
         self.counters.reset();
         // The idle naps between polls sleep in ppoll on it, so unlock() cuts them short.
         self.obj().live().new_waker().map_err(|e| {
@@ -402,47 +412,151 @@ impl PacketSrcImpl for IbvSrc {
     fn receive(&self, rx: &Receive<'_>) -> Result<Batch, gst::FlowError> {
         let mut guard = lock(&self.state);
         let state = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-        let mut idle = 0u32;
-        loop {
-            if rx.live.is_flushing() {
-                return Err(gst::FlowError::Flushing);
+        let got = next_batch(state, rx.live.flag(), &mut |d| rx.live.nap(d), &mut || {
+            rx.post_stats_if_due()
+        });
+        match got {
+            Ok(batch) => {
+                let pts = self.obj().current_running_time();
+                Ok(batch.into_buffer(pts, rx.readable).into())
             }
-            let step = state.engine.fill().and_then(|_| {
-                // One clock read per poll, stamped on every packet of its batch.
-                state.engine.step(firehose_core::batch::unix_ns())
-            });
-            match step {
-                Ok(Step::Batch(batch)) => {
-                    let pts = self.obj().current_running_time();
-                    return Ok(batch.into_buffer(pts, rx.readable).into());
-                }
-                Ok(Step::Busy) => idle = 0,
-                Ok(Step::Idle) => {
-                    idle = idle.saturating_add(1);
-                    if idle < IDLE_SPINS {
-                        std::hint::spin_loop();
-                    } else {
-                        if !rx.live.nap(IDLE_SLEEP) {
-                            return Err(gst::FlowError::Flushing);
-                        }
-                        if let Some(Err(e)) = state.watch.as_mut().map(|w| w.check(Instant::now()))
-                        {
-                            gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
-                            return Err(gst::FlowError::Error);
-                        }
-                        rx.post_stats_if_due();
-                    }
-                }
-                Err(e) => {
-                    gst::element_imp_error!(
-                        self,
-                        gst::ResourceError::Read,
-                        ("RDMA receive failed: {}; check the device with ibv_devinfo and the kernel log (dmesg)", e),
-                        ["{:?}", e]
-                    );
-                    return Err(gst::FlowError::Error);
-                }
+            Err(Stopped::Interrupted) => Err(gst::FlowError::Flushing),
+            Err(Stopped::Link(e)) => {
+                gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
+                Err(gst::FlowError::Error)
+            }
+            Err(Stopped::Device(e)) => {
+                gst::element_imp_error!(
+                    self,
+                    gst::ResourceError::Read,
+                    ("RDMA receive failed: {}; check the device with ibv_devinfo and the kernel log (dmesg)", e),
+                    ["{:?}", e]
+                );
+                Err(gst::FlowError::Error)
             }
         }
+    }
+
+    /// The receive queue alone, for an engine that takes each batch where the NIC wrote
+    /// it in the registered ring (`fhspeadsrc transport="fhibvsrc …"`).
+    fn open_in_place(
+        &self,
+        open: &Open,
+        waker: Arc<Waker>,
+    ) -> Result<Box<dyn InPlaceTransport>, gst::ErrorMessage> {
+        let (s, address, target) = self.target()?;
+        self.counters.reset();
+        let state = self.open_queue(&s, open, address, &target)?;
+        Ok(Box::new(InPlace {
+            state,
+            waker,
+            counters: self.counters.clone(),
+        }))
+    }
+}
+
+/// Why [`next_batch`] returned without a batch.
+enum Stopped {
+    /// `stop` was raised, or a nap was cut short.
+    Interrupted,
+    /// The interface went away, was replaced or went down.
+    Link(String),
+    /// The device failed.
+    Device(crate::engine::EngineError),
+}
+
+/// Polls until a run of frames is ready: spins a while after an empty poll, then naps
+/// (`nap`, false when cut short) and watches the link, calling `idle` each nap.
+fn next_batch(
+    state: &mut State,
+    stop: &AtomicBool,
+    nap: &mut dyn FnMut(Duration) -> bool,
+    idle: &mut dyn FnMut(),
+) -> Result<crate::engine::Batch, Stopped> {
+    let mut idle_polls = 0u32;
+    loop {
+        if stop.load(Ordering::Acquire) {
+            return Err(Stopped::Interrupted);
+        }
+        let step = state.engine.fill().and_then(|_| {
+            // One clock read per poll, stamped on every packet of its batch.
+            state.engine.step(firehose_core::batch::unix_ns())
+        });
+        match step.map_err(Stopped::Device)? {
+            Step::Batch(batch) => return Ok(batch),
+            Step::Busy => idle_polls = 0,
+            Step::Idle => {
+                idle_polls = idle_polls.saturating_add(1);
+                if idle_polls < IDLE_SPINS {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                if !nap(IDLE_SLEEP) {
+                    return Err(Stopped::Interrupted);
+                }
+                if let Some(Err(e)) = state.watch.as_mut().map(|w| w.check(Instant::now())) {
+                    return Err(Stopped::Link(e));
+                }
+                idle();
+            }
+        }
+    }
+}
+
+/// The receive queue alone, for an engine fed in place: each run of slots is read where
+/// the NIC wrote it, then its slots go straight back to be posted again.
+struct InPlace {
+    state: State,
+    waker: Arc<Waker>,
+    counters: Arc<RxCounters>,
+}
+
+impl InPlaceTransport for InPlace {
+    fn receive_in_place(
+        &mut self,
+        stop: &AtomicBool,
+        wait: bool,
+        consume: &mut dyn FnMut(&[u8], &[PacketInfo]),
+    ) -> std::io::Result<Received> {
+        let waker = self.waker.clone();
+        let mut empty = false;
+        // Without `wait`, the first nap means nothing is queued.
+        let got = next_batch(
+            &mut self.state,
+            stop,
+            &mut |d| {
+                empty = !wait;
+                wait && matches!(wake::nap(&waker, d.as_nanos() as u64), Ok(false))
+            },
+            &mut || {},
+        );
+        let batch = match got {
+            Ok(b) => b,
+            Err(Stopped::Interrupted) if empty => return Ok(Received::Nothing),
+            Err(Stopped::Interrupted) => return Ok(Received::Interrupted),
+            Err(Stopped::Link(e)) => return Err(std::io::Error::other(e)),
+            Err(Stopped::Device(e)) => return Err(std::io::Error::other(format!("{e}"))),
+        };
+        let map = batch
+            .memory
+            .map_readable()
+            .map_err(|_| std::io::Error::other("could not map a receive run"))?;
+        consume(map.as_slice(), &batch.packets);
+        Ok(Received::Batch { used: map.len() })
+        // The run's slots go back to the ring as `batch` drops here.
+    }
+
+    fn discarded(&self) -> Discarded {
+        let c = &self.counters;
+        Discarded {
+            truncated: c.truncated.get(),
+            empty: c.empty.get(),
+            other: c.malformed.get() + c.filtered.get() + c.completion_errors.get(),
+        }
+    }
+
+    /// Good frames dropped to keep the NIC supplied with slots.
+    fn device_drops(&mut self) -> u64 {
+        self.counters.drops_pool.get()
     }
 }

@@ -18,7 +18,7 @@ use firehose_core::frame::accept::{packet_entry_dest, Rejected};
 use firehose_core::meta::dest::PacketDest;
 use firehose_core::netif::LinkWatch;
 use firehose_core::sync::lock;
-use firehose_core::transport::{InPlaceTransport, Received};
+use firehose_core::transport::{Discarded, InPlaceTransport, Received};
 use firehose_core::wake::{self, wait_readable, Waker};
 use firehose_core::{MemoryRegion, PacketInfo};
 
@@ -193,15 +193,16 @@ impl XdpReceiver {
 
     /// Receives until one batch with at least one datagram is ready (its frame
     /// headers lying before each payload), `stop` is raised or the waker fires, or an
-    /// error occurs. `on_idle` is handed what was counted so far and the socket's
+    /// error occurs; without `wait`, `None` when the RX ring holds no datagram. `on_idle` is handed what was counted so far and the socket's
     /// `XDP_STATISTICS` at most every 100 ms while no packet comes (the caller reads
     /// them after batches itself), so an idle or starved capture — exactly when the
     /// kernel drops — does not show them stale.
     pub fn receive(
         &mut self,
         stop: &AtomicBool,
+        wait: bool,
         on_idle: &mut dyn FnMut(&Tally, std::io::Result<libc::xdp_statistics>),
-    ) -> Result<RxBatch, RxError> {
+    ) -> Result<Option<RxBatch>, RxError> {
         loop {
             if stop.load(Ordering::Acquire) {
                 return Err(RxError::Interrupted);
@@ -218,6 +219,15 @@ impl XdpReceiver {
             };
             let (start, n) = self.cap.sock.rx.peek(ahead);
             if n == 0 {
+                if !wait {
+                    // Frames released meanwhile go back before the caller looks again.
+                    let mut ring = lock(&self.cap.ring);
+                    refill(&mut ring, &mut self.cap.sock.fill, &mut self.post);
+                    if self.cap.sock.fill.needs_wakeup() {
+                        self.cap.sock.kick();
+                    }
+                    return Ok(None);
+                }
                 self.idle(on_idle)?;
                 continue;
             }
@@ -404,12 +414,12 @@ impl XdpReceiver {
                 p.offset -= lo as u32;
             }
             self.tally.add(&t);
-            return Ok(RxBatch {
+            return Ok(Some(RxBatch {
                 range: lo..hi,
                 slots,
                 packets,
                 dests,
-            });
+            }));
         }
     }
 
@@ -471,10 +481,12 @@ impl InPlaceTransport for XdpReceiver {
     fn receive_in_place(
         &mut self,
         stop: &AtomicBool,
+        wait: bool,
         consume: &mut dyn FnMut(&[u8], &[PacketInfo]),
     ) -> std::io::Result<Received> {
-        let b = match self.receive(stop, &mut |_, _| {}) {
-            Ok(b) => b,
+        let b = match self.receive(stop, wait, &mut |_, _| {}) {
+            Ok(Some(b)) => b,
+            Ok(None) => return Ok(Received::Nothing),
             Err(RxError::Interrupted) => return Ok(Received::Interrupted),
             Err(RxError::Link(e)) => return Err(std::io::Error::other(e)),
             Err(RxError::Poll(e)) => return Err(e),
@@ -483,5 +495,23 @@ impl InPlaceTransport for XdpReceiver {
         consume(self.data(&b), &b.packets);
         self.give_back(b);
         Ok(Received::Batch { used })
+    }
+
+    fn discarded(&self) -> Discarded {
+        let t = &self.tally;
+        Discarded {
+            truncated: t.truncated,
+            empty: t.empty,
+            other: t.malformed + t.filtered + t.unjoined,
+        }
+    }
+
+    /// The kernel's drops for this socket: no free frame in the fill ring
+    /// (`rx_dropped`) and a full RX ring (`rx_ring_full`).
+    fn device_drops(&mut self) -> u64 {
+        self.cap
+            .sock
+            .statistics()
+            .map_or(0, |k| k.rx_dropped + k.rx_ring_full)
     }
 }

@@ -223,6 +223,7 @@ impl XdpSrc {
         &self,
         s: &Settings,
         open: &Open,
+        waker: Option<std::sync::Arc<firehose_core::wake::Waker>>,
     ) -> Result<(XdpReceiver, Mode), gst::ErrorMessage> {
         let cfg = Self::config(s, open)?;
         let cap = engine::open(&cfg, &mut |n| match n {
@@ -243,9 +244,13 @@ impl XdpSrc {
             };
             gst::error_msg!(kind, ("{}", e.message))
         })?;
-        let waker = self.obj().live().new_waker().map_err(|e| {
-            gst::error_msg!(gst::ResourceError::OpenRead, ("eventfd failed: {}", e))
-        })?;
+        // The caller's (an engine's element) or this element's own, which its unlock fires.
+        let waker = match waker {
+            Some(w) => w,
+            None => self.obj().live().new_waker().map_err(|e| {
+                gst::error_msg!(gst::ResourceError::OpenRead, ("eventfd failed: {}", e))
+            })?,
+        };
         let mode = Mode {
             xdp: cap.xdp_mode,
             bind: cap.bind_mode,
@@ -482,7 +487,7 @@ impl PacketSrcImpl for XdpSrc {
         self.counters.reset();
         self.kernel.reset();
         self.high_water.reset();
-        let (state, mode) = self.open_capture(&s, open)?;
+        let (state, mode) = self.open_capture(&s, open, None)?;
         *lock(&self.ring) = Some(state.capture().ring.clone());
         *lock(&self.mode) = Some(mode);
         *lock(&self.state) = Some(state);
@@ -493,12 +498,14 @@ impl PacketSrcImpl for XdpSrc {
     fn receive(&self, rx: &Receive<'_>) -> Result<Batch, gst::FlowError> {
         let mut guard = lock(&self.state);
         let st = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-        let got = st.receive(rx.live.flag(), &mut |t, k| {
+        let got = st.receive(rx.live.flag(), true, &mut |t, k| {
             self.mirror(t);
             self.set_kernel_stats(k);
         });
         self.mirror(&st.tally());
-        let b = got.map_err(|e| self.receive_error(e))?;
+        let b = got
+            .map_err(|e| self.receive_error(e))?
+            .ok_or(gst::FlowError::Flushing)?;
         let cap = st.capture();
         let mem = lend_batch(&cap.ring, &cap.region, b.range, b.slots);
         drop(guard);
@@ -516,6 +523,17 @@ impl PacketSrcImpl for XdpSrc {
         if let Some(st) = lock(&self.state).as_ref() {
             self.set_kernel_stats(st.capture().sock.statistics());
         }
+    }
+
+    /// The AF_XDP receive loop alone, for an engine fed from the UMEM in place.
+    fn open_in_place(
+        &self,
+        open: &Open,
+        waker: std::sync::Arc<firehose_core::wake::Waker>,
+    ) -> Result<Box<dyn firehose_core::transport::InPlaceTransport>, gst::ErrorMessage> {
+        let s = lock(&self.settings).clone();
+        let (rx, _) = self.open_capture(&s, open, Some(waker))?;
+        Ok(Box::new(rx))
     }
 
     fn close(&self) {

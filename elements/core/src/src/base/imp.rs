@@ -157,6 +157,20 @@ impl PacketSrc {
         &self.live
     }
 
+    /// The subclass's transport, opened with this element's settings for an engine that
+    /// takes its batches in place (the element itself never starts).
+    pub(super) fn open_in_place(
+        &self,
+        waker: std::sync::Arc<crate::wake::Waker>,
+    ) -> Result<Box<dyn crate::transport::InPlaceTransport>, gst::ErrorMessage> {
+        let s = *lock(&self.settings);
+        let open = Open {
+            batch_size: s.batch_size,
+            pool: s.pool,
+        };
+        (self.class().open_in_place)(&self.obj(), &open, waker)
+    }
+
     /// The subclass's counters, and the pool's or the copy's.
     fn stats(&self) -> gst::Structure {
         let class = self.class();

@@ -43,7 +43,11 @@ use gst::prelude::*;
 use gst::subclass::prelude::*;
 use gst_base::subclass::prelude::*;
 
+use std::sync::Arc;
+
 use super::{LiveControl, PacketOutput, PoolProps, PoolSettings};
+use crate::transport::InPlaceTransport;
+use crate::wake::Waker;
 use crate::SlotPool;
 
 #[doc(hidden)]
@@ -193,6 +197,27 @@ pub trait PacketSrcImpl: PushSrcImpl + ObjectSubclass<Type: IsA<PacketSrc>> {
 
     /// At stop, after the streaming thread has left `receive`.
     fn close(&self) {}
+
+    /// Opens the transport alone, GStreamer-free, for an engine that takes its batches
+    /// where the device wrote them (a composed source: `fhspeadsrc
+    /// transport="fhxdpsrc interface=…"`), with `waker` as the one that ends its waits;
+    /// this element never starts. A [`ReceiveInto::Device`] transport can; the default
+    /// says that this one cannot.
+    fn open_in_place(
+        &self,
+        _open: &Open,
+        _waker: Arc<Waker>,
+    ) -> Result<Box<dyn InPlaceTransport>, gst::ErrorMessage> {
+        let name = self.obj().type_().name();
+        Err(gst::error_msg!(
+            gst::CoreError::NotImplemented,
+            (
+                "{} cannot feed an engine in place: give transport= an AF_XDP source \
+                 (fhxdpsrc …), or leave it unset for kernel UDP",
+                name
+            )
+        ))
+    }
 }
 
 /// The class struct of [`PacketSrc`]: the subclass's methods and constants, and the
@@ -222,7 +247,11 @@ pub(crate) struct Methods {
     pub(crate) counters: fn(&PacketSrc) -> gst::Structure,
     pub(crate) refresh_counters: fn(&PacketSrc),
     pub(crate) close: fn(&PacketSrc),
+    pub(crate) open_in_place: InPlaceFn,
 }
+
+type InPlaceFn =
+    fn(&PacketSrc, &Open, Arc<Waker>) -> Result<Box<dyn InPlaceTransport>, gst::ErrorMessage>;
 
 type PropertyFn = unsafe extern "C" fn(
     *mut glib::gobject_ffi::GObject,
@@ -269,6 +298,7 @@ unsafe impl<T: PacketSrcImpl> IsSubclassable<T> for PacketSrc {
             counters: |obj| subclass::<T>(obj).counters(),
             refresh_counters: |obj| subclass::<T>(obj).refresh_counters(),
             close: |obj| subclass::<T>(obj).close(),
+            open_in_place: |obj, open, waker| subclass::<T>(obj).open_in_place(open, waker),
         });
 
         // The keys the base appends to the subclass's counters (imp::PacketSrc::stats).
@@ -390,6 +420,15 @@ pub trait PacketSrcExt: IsA<PacketSrc> + 'static {
     /// `stats` derive its slot count from them before it starts).
     fn pool_settings(&self) -> PoolSettings {
         self.upcast_ref::<PacketSrc>().imp().pool_settings()
+    }
+
+    /// Opens this source's transport alone, with its properties as set now, for an
+    /// engine that takes batches in place ([`PacketSrcImpl::open_in_place`]).
+    fn open_in_place(
+        &self,
+        waker: Arc<Waker>,
+    ) -> Result<Box<dyn InPlaceTransport>, gst::ErrorMessage> {
+        self.upcast_ref::<PacketSrc>().imp().open_in_place(waker)
     }
 }
 
