@@ -51,19 +51,33 @@ fn heaps_through(
     pair: &firehose_testkit::netns::VethPair,
     dst: SocketAddr,
 ) -> Vec<(HeapInfo, Vec<u8>)> {
-    let pipeline = gst::Pipeline::new();
     let depay = gst::ElementFactory::make("speaddepay")
         .property("max-heap-size", 1u64 << 20)
         .property_from_str("hugepages", "off")
         .build()
         .unwrap();
+    let (heaps, stats) = pushed_heaps(&[src, depay], pair, dst);
+    assert_eq!(heaps.len() as u64, HEAPS, "depay stats {stats}");
+    heaps
+}
+
+/// Runs `chain ! fakesink` (the last element pushes heaps), sends the stream to `dst`,
+/// and returns the heaps once the stop heap has ended the stream, with the last
+/// element's stats.
+fn pushed_heaps(
+    chain: &[gst::Element],
+    pair: &firehose_testkit::netns::VethPair,
+    dst: SocketAddr,
+) -> (Vec<(HeapInfo, Vec<u8>)>, gst::Structure) {
+    let pipeline = gst::Pipeline::new();
     let sink = gst::ElementFactory::make("fakesink")
         .property("signal-handoffs", true)
         .property("sync", false)
         .build()
         .unwrap();
-    pipeline.add_many([&src, &depay, &sink]).unwrap();
-    gst::Element::link_many([&src, &depay, &sink]).unwrap();
+    let all: Vec<&gst::Element> = chain.iter().chain([&sink]).collect();
+    pipeline.add_many(all.iter().copied()).unwrap();
+    gst::Element::link_many(all.iter().copied()).unwrap();
     let (tx, rx) = mpsc::channel::<(HeapInfo, Vec<u8>)>();
     sink.connect("handoff", false, move |args| {
         let buf = args[1].get::<gst::Buffer>().unwrap();
@@ -90,11 +104,9 @@ fn heaps_through(
         }
     }
     sender.join().unwrap();
-    let depay_stats = depay.property::<gst::Structure>("stats");
+    let stats = chain.last().unwrap().property::<gst::Structure>("stats");
     pipeline.set_state(gst::State::Null).unwrap();
-    let heaps: Vec<_> = rx.try_iter().collect();
-    assert_eq!(heaps.len() as u64, HEAPS, "depay stats {depay_stats}");
-    heaps
+    (rx.try_iter().collect(), stats)
 }
 
 #[test]
@@ -150,5 +162,61 @@ fn spead_over_dpdk_reassembles_like_over_kernel_udp() {
             }
             other => panic!("{other:?}"),
         }
+    }
+}
+
+/// The heap engine composed with DPDK in one element (`fhspeadsrc transport="fhdpdksrc
+/// …"`): the reassembler takes each burst where the NIC wrote it in the mbufs. The heaps
+/// are those of `fhudpsrc ! speaddepay`, every payload copied once, none landed.
+#[test]
+fn fhspeadsrc_over_dpdk_reassembles_like_over_kernel_udp() {
+    let _g = serial();
+    init();
+    for (name, t) in [
+        ("fhudpsrc", firehose_net::udpsrc::UdpSrc::static_type()),
+        (
+            "speaddepay",
+            firehose_spead::depay::SpeadDepay::static_type(),
+        ),
+        (
+            "fhspeadsrc",
+            firehose_spead::speadsrc::SpeadSrc::static_type(),
+        ),
+    ] {
+        gst::Element::register(None, name, gst::Rank::NONE, t).unwrap();
+    }
+    let pair = veth("sc");
+    let udp = gst::ElementFactory::make("fhudpsrc")
+        .property("address", pair.host_ip.to_string())
+        .property("port", 7152i32)
+        .property_from_str("hugepages", "off")
+        .build()
+        .unwrap();
+    let via_kernel = heaps_through(udp, &pair, (pair.host_ip, 7152).into());
+    let composed = gst::ElementFactory::make("fhspeadsrc")
+        .property("max-heap-size", 1u64 << 20)
+        .property_from_str("hugepages", "off")
+        .property(
+            "transport",
+            format!(
+                "fhdpdksrc eal-args=\"--no-huge --no-pci \
+                 --vdev=net_af_packet0,iface={},framecnt=4096\" dpdk-port=net_af_packet0 \
+                 port=7153",
+                pair.host_if
+            ),
+        )
+        .build()
+        .unwrap();
+    let (via_dpdk, stats) = pushed_heaps(&[composed], &pair, (pair.host_ip, 7153).into());
+    let datagrams = stream().len() as u64;
+    let field = |k| firehose_core::stats::field(&stats, k);
+    assert_eq!(field("datagrams"), datagrams, "{stats}");
+    assert_eq!(field("packets-copied"), datagrams, "{stats}");
+    assert_eq!(field("packets-landed"), 0, "{stats}");
+    assert_eq!(field("malformed"), 0, "{stats}");
+    assert_eq!(via_dpdk.len() as u64, HEAPS, "{stats}");
+    for (cnt, (k, d)) in (1u64..).zip(via_kernel.iter().zip(&via_dpdk)) {
+        assert_eq!(k.0, d.0, "heap {cnt} meta");
+        assert!(k.1 == d.1, "heap {cnt} bytes differ");
     }
 }

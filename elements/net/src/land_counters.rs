@@ -25,7 +25,7 @@ firehose_core::counters! {
 
 impl LandingCounters {
     /// Copies the receiver's counts; with `kernel`, also reads the kernel's drop count.
-    pub fn update<E: SourceEngine>(&self, src: &LandingSource<E>, kernel: bool) {
+    pub fn update<E: SourceEngine>(&self, src: &mut LandingSource<E>, kernel: bool) {
         let c: DirectCounts = src.counts();
         self.datagrams.set(c.datagrams);
         self.landed.set(c.landed);
@@ -34,7 +34,7 @@ impl LandingCounters {
         self.empty.set(c.empty);
         self.batches.set(c.batches);
         if kernel {
-            self.kernel_drops.set(src.rx.kernel_drops());
+            self.kernel_drops.set(src.kernel_drops());
         }
     }
 
@@ -42,7 +42,7 @@ impl LandingCounters {
     /// or `force`d at the end of the stream), reading the kernel's drops if so.
     pub fn mirror<E: SourceEngine>(
         &self,
-        src: &LandingSource<E>,
+        src: &mut LandingSource<E>,
         timer: &mut StatsTimer,
         force: bool,
     ) -> bool {

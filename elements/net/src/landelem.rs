@@ -57,7 +57,7 @@ impl<E: SourceEngine> LandingElement<E> {
     ) {
         self.counters.reset();
         live.start();
-        live.set_waker(src.rx.waker());
+        live.set_waker(src.waker());
         *lock(&self.state) = Some(Running { src, timer });
         if port_changed {
             element.notify("port");
@@ -67,9 +67,9 @@ impl<E: SourceEngine> LandingElement<E> {
     /// Ends the run: `last` reads the engine's counters one last time (what is still
     /// open goes back to the pool with the engine), then the receiver's and the kernel's.
     pub fn stop(&self, live: &LiveControl, last: impl FnOnce(&E)) {
-        if let Some(r) = lock(&self.state).take() {
+        if let Some(mut r) = lock(&self.state).take() {
             last(&r.src.engine);
-            self.counters.update(&r.src, true);
+            self.counters.update(&mut r.src, true);
         }
         live.stop();
     }

@@ -1,6 +1,9 @@
-//! The receive loop of a source that owns both a UDP socket and the engine its payloads
-//! land in (`fhudpchunksrc` with the chunk engine, `fhspeadsrc` with the SPEAD heap
-//! reassembler): one [`LandingSource`] per element, no GStreamer types.
+//! The receive loop of a source that owns both a transport and the engine it feeds
+//! (`fhudpchunksrc` with the chunk engine, `fhspeadsrc` with the SPEAD heap
+//! reassembler): one [`LandingSource`] per element, no GStreamer types. The transport is
+//! a kernel UDP socket whose payloads land straight in the engine ([`Input::Udp`]), or
+//! any transport whose device writes into memory of its own, whose batches the engine
+//! takes where they lie, one copy per payload ([`Input::InPlace`]: AF_XDP).
 //!
 //! Why one element owns both: the kernel can put a payload straight where the engine
 //! wants it only when the code that calls `recvmmsg` can ask the engine where that is
@@ -16,9 +19,13 @@
 use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use firehose_chunk::landing::LandingEngine;
 use firehose_chunk::{ChunkAssembler, FinishedChunk, Flow};
+use firehose_core::transport::{self, InPlaceTransport, Received};
+use firehose_core::wake::Waker;
+use firehose_core::PacketInfo;
 
 use crate::direct::{DirectCounts, DirectReceiver, DirectRecv};
 use crate::recv::UdpReceiver;
@@ -33,6 +40,10 @@ pub trait SourceEngine: LandingEngine {
     fn take_finished(out: &mut Self::Output, pending: &mut VecDeque<Self::Item>);
     /// Ends everything still open (end of stream) into `out`.
     fn flush_all(&mut self, out: &mut Self::Output);
+    /// Takes a batch of datagrams lying in a transport's memory (`packets` lists them in
+    /// `data`; an entry outside it is counted as malformed, never read) into `out`:
+    /// [`Flow::End`] once the engine ended the stream.
+    fn feed_batch(&mut self, data: &[u8], packets: &[PacketInfo], out: &mut Self::Output) -> Flow;
 }
 
 impl SourceEngine for ChunkAssembler {
@@ -49,6 +60,63 @@ impl SourceEngine for ChunkAssembler {
     fn flush_all(&mut self, out: &mut Vec<FinishedChunk>) {
         self.flush(out);
     }
+
+    fn feed_batch(
+        &mut self,
+        data: &[u8],
+        packets: &[PacketInfo],
+        out: &mut Vec<FinishedChunk>,
+    ) -> Flow {
+        match transport::Engine::feed(self, data, packets, out) {
+            true => Flow::Continue,
+            false => Flow::End,
+        }
+    }
+}
+
+/// Where a [`LandingSource`]'s datagrams come from.
+// One per running element, made at start and never moved on the hot path: boxing the
+// socket would add an indirection per receive for nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum Input {
+    /// A kernel UDP socket: payloads land straight in the engine where it predicts them.
+    Udp {
+        /// The socket.
+        rx: UdpReceiver,
+        /// Receives from `rx` into the engine.
+        direct: DirectReceiver,
+    },
+    /// A transport whose device writes into memory of its own (AF_XDP's UMEM): the
+    /// engine copies each payload once from there.
+    InPlace {
+        /// The transport.
+        transport: Box<dyn InPlaceTransport>,
+        /// The waker that ends its waits (the element's unlock and EOS fire it).
+        waker: Arc<Waker>,
+        /// What it delivered (`landed` stays 0: every payload is copied once).
+        counts: DirectCounts,
+        /// The device's drops, as last read.
+        device_drops: u64,
+    },
+}
+
+impl Input {
+    /// Receive counters (those the transport dropped itself included).
+    fn counts(&self) -> DirectCounts {
+        match self {
+            Input::Udp { direct, .. } => direct.counts(),
+            Input::InPlace {
+                transport, counts, ..
+            } => {
+                let d = transport.discarded();
+                DirectCounts {
+                    truncated: d.truncated,
+                    empty: d.empty,
+                    ..*counts
+                }
+            }
+        }
+    }
 }
 
 /// Why [`LandingSource::next`] returned without an item.
@@ -62,20 +130,18 @@ pub enum Stop {
     Wait(io::Error),
 }
 
-/// A socket, the engine its payloads land in, and what is finished but not pushed yet.
+/// A transport, the engine it feeds, and what is finished but not pushed yet.
 pub struct LandingSource<E: SourceEngine> {
-    /// The socket.
-    pub rx: UdpReceiver,
+    /// The transport.
+    input: Input,
     /// The engine.
     pub engine: E,
-    /// Receives from `rx` into `engine`.
-    direct: DirectReceiver,
     /// Where a receive puts what it finishes (kept for its capacity).
     out: E::Output,
     /// Finished, pushed one per `create`.
     pending: VecDeque<E::Item>,
-    /// Socket buffer the kernel granted, in bytes: at the application's EOS, what is read
-    /// beyond this much arrived after it.
+    /// Socket buffer the kernel granted (or the transport's ring), in bytes: at the
+    /// application's EOS, what is read beyond this much arrived after it.
     buffer_bytes: u64,
     /// Nothing more will be added to `pending`: the engine ended the stream, or the
     /// application's EOS flushed it.
@@ -94,10 +160,32 @@ impl<E: SourceEngine> LandingSource<E> {
         out: E::Output,
     ) -> Self {
         let direct = DirectReceiver::new(batch.clamp(1, rx.max_batch_len()));
+        Self::with_input(Input::Udp { rx, direct }, engine, buffer_bytes, out)
+    }
+
+    /// A loop over a transport that hands batches in place (opened with `waker`, which
+    /// ends its waits) and `engine`; `ring_bytes` is what its device holds at most (the
+    /// EOS bound, as a socket buffer).
+    pub fn in_place(
+        transport: Box<dyn InPlaceTransport>,
+        waker: Arc<Waker>,
+        engine: E,
+        ring_bytes: u64,
+        out: E::Output,
+    ) -> Self {
+        let input = Input::InPlace {
+            transport,
+            waker,
+            counts: DirectCounts::default(),
+            device_drops: 0,
+        };
+        Self::with_input(input, engine, ring_bytes, out)
+    }
+
+    fn with_input(input: Input, engine: E, buffer_bytes: u64, out: E::Output) -> Self {
         Self {
-            rx,
+            input,
             engine,
-            direct,
             out,
             pending: VecDeque::new(),
             buffer_bytes,
@@ -107,7 +195,31 @@ impl<E: SourceEngine> LandingSource<E> {
 
     /// The receiver's counters.
     pub fn counts(&self) -> DirectCounts {
-        self.direct.counts()
+        self.input.counts()
+    }
+
+    /// Datagrams the kernel or device dropped before the transport saw them (a system
+    /// call: read when stats are due).
+    pub fn kernel_drops(&mut self) -> u64 {
+        match &mut self.input {
+            Input::Udp { rx, .. } => rx.kernel_drops(),
+            Input::InPlace {
+                transport,
+                device_drops,
+                ..
+            } => {
+                *device_drops = transport.device_drops();
+                *device_drops
+            }
+        }
+    }
+
+    /// The waker that ends the transport's waits.
+    pub fn waker(&self) -> Arc<Waker> {
+        match &self.input {
+            Input::Udp { rx, .. } => rx.waker(),
+            Input::InPlace { waker, .. } => waker.clone(),
+        }
     }
 
     /// The next item to push: receives (and waits) until one is finished; `None` once
@@ -133,33 +245,58 @@ impl<E: SourceEngine> LandingSource<E> {
                 self.finish(&clock, &mut received)?;
                 continue;
             }
-            if !self.receive(&clock, &mut received)? && !self.ended {
-                self.rx.wait_for_data().map_err(Stop::Wait)?;
+            let got = self.receive(true, flushing, &clock, &mut received)?;
+            if let (false, false, Input::Udp { rx, .. }) = (got, self.ended, &mut self.input) {
+                rx.wait_for_data().map_err(Stop::Wait)?;
             }
         }
         Ok(self.pending.pop_front())
     }
 
-    /// One receive that does not wait; true when datagrams came. What it finished goes
-    /// to `pending`.
+    /// One receive; true when datagrams came. What it finished goes to `pending`. A UDP
+    /// receive never waits (the loop waits between receives); an in-place one waits
+    /// with `wait` (until datagrams come, `stop` is raised or the waker fires), and
+    /// reads the clock when its batch is there, not before the wait.
     fn receive(
         &mut self,
+        wait: bool,
+        stop: &AtomicBool,
         clock: &impl Fn() -> Option<u64>,
         received: &mut impl FnMut(&mut Self, bool),
     ) -> Result<bool, Stop> {
-        self.engine.set_clock(&mut self.out, clock());
-        let before = self.direct.counts().batches;
-        let flow = match self
-            .direct
-            .recv(&mut self.rx, &mut self.engine, &mut self.out, false)
-        {
-            Ok(DirectRecv::Batch(flow)) => flow,
-            // Only a waiting receive is woken.
-            Ok(DirectRecv::Woken) => Flow::Continue,
-            Err(e) => return Err(Stop::Receive(e)),
+        let (got, flow) = match &mut self.input {
+            Input::Udp { rx, direct } => {
+                self.engine.set_clock(&mut self.out, clock());
+                let before = direct.counts().batches;
+                let flow = match direct.recv(rx, &mut self.engine, &mut self.out, false) {
+                    Ok(DirectRecv::Batch(flow)) => flow,
+                    // Only a waiting receive is woken.
+                    Ok(DirectRecv::Woken) => Flow::Continue,
+                    Err(e) => return Err(Stop::Receive(e)),
+                };
+                (direct.counts().batches > before, flow)
+            }
+            Input::InPlace {
+                transport, counts, ..
+            } => {
+                let (engine, out) = (&mut self.engine, &mut self.out);
+                let mut flow = Flow::Continue;
+                let r = transport.receive_in_place(stop, wait, &mut |data, packets| {
+                    engine.set_clock(out, clock());
+                    counts.batches += 1;
+                    counts.datagrams += packets.len() as u64;
+                    counts.copied += packets.len() as u64;
+                    counts.bytes += packets.iter().map(|p| u64::from(p.len)).sum::<u64>();
+                    flow = engine.feed_batch(data, packets, out);
+                });
+                match r {
+                    Ok(Received::Batch { .. }) => (true, flow),
+                    Ok(Received::Nothing | Received::Interrupted) => (false, flow),
+                    Err(e) => return Err(Stop::Receive(e)),
+                }
+            }
         };
         E::take_finished(&mut self.out, &mut self.pending);
-        let got = self.direct.counts().batches > before;
         if flow == Flow::End {
             self.ended = true;
         }
@@ -177,10 +314,11 @@ impl<E: SourceEngine> LandingSource<E> {
         clock: &impl Fn() -> Option<u64>,
         received: &mut impl FnMut(&mut Self, bool),
     ) -> Result<(), Stop> {
-        let start = self.direct.counts().bytes;
+        let start = self.counts().bytes;
+        let never = AtomicBool::new(false);
         while !self.ended
-            && self.direct.counts().bytes - start < self.buffer_bytes
-            && self.receive(clock, received)?
+            && self.counts().bytes - start < self.buffer_bytes
+            && self.receive(false, &never, clock, received)?
         {}
         if !self.ended {
             self.engine.flush_all(&mut self.out);

@@ -22,6 +22,7 @@ pub mod recv;
 pub mod send;
 pub mod sockaddr;
 pub mod socket_settings;
+pub mod transport_input;
 pub mod udpchunksrc;
 pub mod udpsink;
 pub mod udpsrc;

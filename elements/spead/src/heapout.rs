@@ -191,4 +191,16 @@ impl SourceEngine for Reassembler {
         let heaps = &mut out.heaps;
         self.flush(&mut |h| heaps.push(h));
     }
+
+    /// The stop heap is delivered like any other: the element ends the stream at it
+    /// (`stop-is-eos`), as after a landing receive.
+    fn feed_batch(
+        &mut self,
+        data: &[u8],
+        packets: &[firehose_core::PacketInfo],
+        out: &mut Emitted,
+    ) -> firehose_chunk::Flow {
+        self.push_batch(data, packets, out);
+        firehose_chunk::Flow::Continue
+    }
 }

@@ -22,12 +22,25 @@ fn init() {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
         gst::init().unwrap();
+        // fhudpchunksrc handler=spead, as the plugin registers it.
+        firehose_chunk::handler::register_handler(
+            firehose_spead::chunk::NAME,
+            firehose_spead::chunk::factory,
+        );
         for (name, t) in [
             ("fhxdpsrc", firehose_xdp::xdpsrc::XdpSrc::static_type()),
             ("fhudpsrc", firehose_net::udpsrc::UdpSrc::static_type()),
             (
                 "speaddepay",
                 firehose_spead::depay::SpeadDepay::static_type(),
+            ),
+            (
+                "fhspeadsrc",
+                firehose_spead::speadsrc::SpeadSrc::static_type(),
+            ),
+            (
+                "fhudpchunksrc",
+                firehose_net::udpchunksrc::UdpChunkSrc::static_type(),
             ),
         ] {
             gst::Element::register(None, name, gst::Rank::NONE, t).unwrap();
@@ -569,10 +582,46 @@ fn spead_packets() -> Vec<Vec<u8>> {
 /// Runs `desc` (a source named `src` ! speaddepay ! fakesink name=sink), sends the
 /// SPEAD stream from the namespace to `port`, and collects the heaps up to EOS.
 fn heaps_through(pair: &VethPair, desc: &str, port: u16) -> Heaps {
+    let desc = format!("{desc} ! speaddepay max-heap-size=1048576 hugepages=off");
+    buffers_through(pair, &desc, port, |stats| {
+        assert_eq!(field(stats, names::MALFORMED), 0, "{stats}")
+    })
+    .iter()
+    .map(heap_of)
+    .collect()
+}
+
+/// A heap buffer as (cnt, [(item id, value bytes)]).
+fn heap_of(buf: &gst::Buffer) -> (u64, Vec<(u64, Vec<u8>)>) {
+    let info = buf.meta::<HeapMeta>().expect("heap meta").info().clone();
+    assert!(info.complete, "heap {} complete", info.heap_cnt);
+    let map = buf.map_readable().unwrap();
+    let items = info
+        .items
+        .iter()
+        .map(|it| {
+            let v = match &it.value {
+                ItemValue::Immediate(v) => v.to_le_bytes().to_vec(),
+                ItemValue::Bytes(r) => map[r.clone()].to_vec(),
+            };
+            (it.id, v)
+        })
+        .collect();
+    (info.heap_cnt, items)
+}
+
+/// Runs `desc` (ending in an element that pushes heaps or chunks, with its source named
+/// `src`) into a fakesink, sends the SPEAD stream from the namespace to `port`, and
+/// returns what reached the sink up to EOS; `check` looks at `src`'s stats at EOS.
+fn buffers_through(
+    pair: &VethPair,
+    desc: &str,
+    port: u16,
+    check: impl FnOnce(&gst::Structure),
+) -> Vec<gst::Buffer> {
     init();
     let pipeline = gst::parse::launch(&format!(
-        "{desc} ! speaddepay max-heap-size=1048576 hugepages=off \
-         ! fakesink name=sink signal-handoffs=true sync=false"
+        "{desc} ! fakesink name=sink signal-handoffs=true sync=false"
     ))
     .unwrap()
     .downcast::<gst::Pipeline>()
@@ -613,26 +662,8 @@ fn heaps_through(pair: &VethPair, desc: &str, port: u16) -> Heaps {
         .unwrap()
         .property::<gst::Structure>("stats");
     pipeline.set_state(gst::State::Null).unwrap();
-    assert_eq!(field(&stats, names::MALFORMED), 0, "{stats}");
-    rx.try_iter()
-        .map(|buf| {
-            let info = buf.meta::<HeapMeta>().expect("heap meta").info().clone();
-            assert!(info.complete, "heap {} complete", info.heap_cnt);
-            let map = buf.map_readable().unwrap();
-            let items = info
-                .items
-                .iter()
-                .map(|it| {
-                    let v = match &it.value {
-                        ItemValue::Immediate(v) => v.to_le_bytes().to_vec(),
-                        ItemValue::Bytes(r) => map[r.clone()].to_vec(),
-                    };
-                    (it.id, v)
-                })
-                .collect();
-            (info.heap_cnt, items)
-        })
-        .collect()
+    check(&stats);
+    rx.try_iter().collect()
 }
 
 #[test]
@@ -666,6 +697,91 @@ fn spead_over_xdp_reassembles_like_fhudpsrc() {
         .any(|(id, v)| *id == 0x1000 && v.len() == ITEM));
     assert!(xdp == udp, "fhxdpsrc heaps differ from fhudpsrc heaps");
     assert!(xdp_detached_soon(&pair.host_if));
+}
+
+/// The heap engine composed with AF_XDP in one element (`fhspeadsrc transport=…`):
+/// the reassembler takes each batch where the kernel wrote it in the UMEM. The heaps
+/// are those of `fhudpsrc ! speaddepay`, every payload copied once (none landed), and
+/// the program goes at stop.
+#[test]
+fn fhspeadsrc_over_af_xdp_reassembles_like_fhudpsrc() {
+    let pair = VethPair::create("h").expect("needs root and iproute2");
+    pair.pin_host_neighbour().unwrap();
+    let udp = heaps_through(
+        &pair,
+        &format!(
+            "fhudpsrc name=src address={} port=7333 hugepages=off",
+            pair.host_ip
+        ),
+        7333,
+    );
+    let desc = format!(
+        "fhspeadsrc name=src max-heap-size=1048576 hugepages=off \
+         transport=\"fhxdpsrc interface={} port=7334 mode=generic hugepages=off\"",
+        pair.host_if
+    );
+    let datagrams = spead_packets().len() as u64;
+    let composed: Heaps = buffers_through(&pair, &desc, 7334, |s| {
+        assert_eq!(field(s, names::MALFORMED), 0, "{s}");
+        assert_eq!(field(s, names::DATAGRAMS), datagrams, "{s}");
+        assert_eq!(field(s, names::PACKETS_COPIED), datagrams, "{s}");
+        assert_eq!(field(s, names::PACKETS_LANDED), 0, "{s}");
+        assert_eq!(field(s, names::DROPS_KERNEL), 0, "{s}");
+    })
+    .iter()
+    .map(heap_of)
+    .collect();
+    assert_eq!(udp.len() as u64, HEAPS);
+    assert!(
+        composed == udp,
+        "fhspeadsrc over AF_XDP differs from fhudpsrc ! speaddepay"
+    );
+    assert!(xdp_detached_soon(&pair.host_if), "program detached at stop");
+}
+
+/// The chunk engine composed with AF_XDP in one element (`fhudpchunksrc transport=…`):
+/// every heap's item lands in its slot, byte-exact.
+#[test]
+fn fhudpchunksrc_over_af_xdp_places_every_heap() {
+    let pair = VethPair::create("c").expect("needs root and iproute2");
+    pair.pin_host_neighbour().unwrap();
+    let desc = format!(
+        "fhudpchunksrc name=src handler=spead slots-per-chunk=4 slot-size={ITEM} \
+         memory=system transport=\"fhxdpsrc interface={} port=7335 mode=generic \
+         hugepages=off\"",
+        pair.host_if
+    );
+    let chunks = buffers_through(&pair, &desc, 7335, |s| {
+        assert_eq!(field(s, names::MALFORMED), 0, "{s}");
+        assert_eq!(field(s, names::PACKETS_LANDED), 0, "{s}");
+    });
+    // The item of heap `cnt` is (cnt * 31 + i * 7) as bytes: its first byte names it
+    // (31 is odd, so cnt * 31 mod 256 differs for every cnt below 256).
+    let inverse = (1..=255u8).find(|x| x.wrapping_mul(31) == 1).unwrap();
+    let mut placed = std::collections::BTreeSet::new();
+    for c in &chunks {
+        let info = c
+            .meta::<firehose_core::meta::chunk::ChunkMeta>()
+            .expect("chunk meta")
+            .info()
+            .clone();
+        let map = c.map_readable().unwrap();
+        for i in (0..info.slots).filter(|&i| info.is_present(i)) {
+            let slot = &map[info.slot_range(i)];
+            let cnt = u64::from(slot[0].wrapping_mul(inverse));
+            let want: Vec<u8> = (0..ITEM)
+                .map(|k| (cnt as usize * 31 + k * 7) as u8)
+                .collect();
+            assert!(
+                slot == want.as_slice(),
+                "slot {i} of chunk {}",
+                info.chunk_id
+            );
+            placed.insert(cnt);
+        }
+    }
+    assert_eq!(placed, (1..=HEAPS).collect(), "every heap in a slot");
+    assert!(xdp_detached_soon(&pair.host_if), "program detached at stop");
 }
 
 #[test]

@@ -166,7 +166,8 @@ pub struct SpeadArgs {
     #[command(flatten)]
     sweep: SweepArgs,
     /// Receivers, comma-separated: floor, spead2, speaddepay, spead-src, chunk, direct, and with
-    /// --link veth xdp-speaddepay, xdp-chunk [default: all that the link allows]
+    /// --link veth xdp-speaddepay, xdp-spead-src, xdp-chunk, xdp-direct [default: all that
+    /// the link allows]
     #[arg(long, value_delimiter = ',')]
     receivers: Option<Vec<Receiver>>,
     /// Heap payload in bytes
@@ -414,8 +415,10 @@ fn available(
             .copied()
             .filter(|e| gst::ElementFactory::find(e).is_none())
             .collect();
-        let no_handler = matches!(rx, Receiver::Chunk | Receiver::Direct | Receiver::XdpChunk)
-            && !firehose_chunk::handler::handler_names().contains(&"spead");
+        let no_handler = matches!(
+            rx,
+            Receiver::Chunk | Receiver::Direct | Receiver::XdpChunk | Receiver::XdpDirect
+        ) && !firehose_chunk::handler::handler_names().contains(&"spead");
         if missing.is_empty() && !no_handler {
             kept.push(rx);
         } else if given {
@@ -642,7 +645,12 @@ fn spead(a: SpeadArgs) -> i32 {
             Receiver::Direct,
         ];
         if veth {
-            v.extend([Receiver::XdpSpeaddepay, Receiver::XdpChunk]);
+            v.extend([
+                Receiver::XdpSpeaddepay,
+                Receiver::XdpSpeadSrc,
+                Receiver::XdpChunk,
+                Receiver::XdpDirect,
+            ]);
         }
         v
     });
@@ -654,7 +662,7 @@ fn spead(a: SpeadArgs) -> i32 {
     }) {
         return usage(&format!(
             "{} is a datagram receiver: bench spead runs floor, spead2, speaddepay, chunk, \
-             direct, xdp-speaddepay and xdp-chunk",
+             direct, xdp-speaddepay, xdp-spead-src, xdp-chunk and xdp-direct",
             rx.name()
         ));
     }

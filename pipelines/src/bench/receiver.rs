@@ -50,6 +50,12 @@ pub enum Receiver {
     XdpSpeaddepay,
     /// `fhxdpsrc ! fhdepay handler=spead` (veth only).
     XdpChunk,
+    /// `fhspeadsrc transport="fhxdpsrc …"`: the reassembler fed from the UMEM in place
+    /// (veth only).
+    XdpSpeadSrc,
+    /// `fhudpchunksrc handler=spead transport="fhxdpsrc …"`: chunks placed from the
+    /// UMEM in place (veth only).
+    XdpDirect,
 }
 
 impl Receiver {
@@ -68,6 +74,8 @@ impl Receiver {
             Receiver::Direct => "direct",
             Receiver::XdpSpeaddepay => "xdp-speaddepay",
             Receiver::XdpChunk => "xdp-chunk",
+            Receiver::XdpSpeadSrc => "xdp-spead-src",
+            Receiver::XdpDirect => "xdp-direct",
         }
     }
 
@@ -82,6 +90,8 @@ impl Receiver {
                 | Receiver::Direct
                 | Receiver::XdpSpeaddepay
                 | Receiver::XdpChunk
+                | Receiver::XdpSpeadSrc
+                | Receiver::XdpDirect
         )
     }
 
@@ -90,7 +100,12 @@ impl Receiver {
     pub fn needs_interface(self) -> bool {
         matches!(
             self,
-            Receiver::Fhxdpsrc | Receiver::Fhdpdksrc | Receiver::XdpSpeaddepay | Receiver::XdpChunk
+            Receiver::Fhxdpsrc
+                | Receiver::Fhdpdksrc
+                | Receiver::XdpSpeaddepay
+                | Receiver::XdpChunk
+                | Receiver::XdpSpeadSrc
+                | Receiver::XdpDirect
         )
     }
 
@@ -101,6 +116,8 @@ impl Receiver {
             Receiver::Direct => &["fhudpchunksrc"],
             Receiver::SpeadSrc => &["fhspeadsrc"],
             Receiver::XdpChunk => &["fhxdpsrc", "fhdepay"],
+            Receiver::XdpSpeadSrc => &["fhxdpsrc", "fhspeadsrc"],
+            Receiver::XdpDirect => &["fhxdpsrc", "fhudpchunksrc"],
             _ => &[],
         }
     }
@@ -259,10 +276,11 @@ pub fn description(cfg: &RecvConfig) -> String {
         udp.push(' ');
         udp.push_str(props.trim());
     }
-    let xdp = format!(
-        "fhxdpsrc name=src interface={} port={p}",
+    let transport = format!(
+        "fhxdpsrc interface={} port={p}",
         cfg.interface.as_deref().unwrap_or("lo")
     );
+    let xdp = transport.replacen("fhxdpsrc", "fhxdpsrc name=src", 1);
     let chunks = format!(
         "handler=spead handler-config=spead,offset=1 slot-size={} slots-per-chunk={}",
         cfg.heap_size, cfg.heaps_per_chunk
@@ -304,6 +322,13 @@ pub fn description(cfg: &RecvConfig) -> String {
         ),
         Receiver::XdpSpeaddepay => format!("{xdp} ! speaddepay name=depay ! {sink}"),
         Receiver::XdpChunk => format!("{xdp} ! fhdepay name=depay {chunks} ! {sink}"),
+        // The engine's element is both `src` and `depay`; AF_XDP is its transport.
+        Receiver::XdpSpeadSrc => {
+            format!("fhspeadsrc name=src transport=\"{transport}\" ! {sink}")
+        }
+        Receiver::XdpDirect => {
+            format!("fhudpchunksrc name=src {chunks} transport=\"{transport}\" ! {sink}")
+        }
     }
 }
 
@@ -360,7 +385,15 @@ fn run_pipeline(cfg: &RecvConfig, timeout: Duration) -> Result<(), String> {
     // The element whose stats count what the receiver delivered.
     let counted = session
         .element(
-            if kind.counts_heaps() && !matches!(kind, Receiver::Direct | Receiver::SpeadSrc) {
+            if kind.counts_heaps()
+                && !matches!(
+                    kind,
+                    Receiver::Direct
+                        | Receiver::SpeadSrc
+                        | Receiver::XdpSpeadSrc
+                        | Receiver::XdpDirect
+                )
+            {
                 "depay"
             } else {
                 "src"
@@ -373,7 +406,11 @@ fn run_pipeline(cfg: &RecvConfig, timeout: Duration) -> Result<(), String> {
     let probed = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
     if matches!(
         kind,
-        Receiver::Udpsrc | Receiver::Speaddepay | Receiver::SpeadSrc | Receiver::XdpSpeaddepay
+        Receiver::Udpsrc
+            | Receiver::Speaddepay
+            | Receiver::SpeadSrc
+            | Receiver::XdpSpeaddepay
+            | Receiver::XdpSpeadSrc
     ) {
         let sink = session.element("sink").expect("named in the description");
         let pad = sink.static_pad("sink").expect("fakesink has a sink pad");
@@ -402,7 +439,14 @@ fn run_pipeline(cfg: &RecvConfig, timeout: Duration) -> Result<(), String> {
     // The socket is bound in the source's start(), done by the time set_state returns;
     // don't wait for PLAYING: a live pipeline may reach it only with the first packet.
     let t0 = std::time::Instant::now();
+    // An engine over AF_XDP: the port is its transport's, the one asked for (the
+    // element's own `port` is its unused socket's).
+    let transport_port =
+        matches!(kind, Receiver::XdpSpeadSrc | Receiver::XdpDirect).then_some(u64::from(cfg.port));
     let port = loop {
+        if let Some(p) = transport_port {
+            break p;
+        }
         match int_property(&src, "port") {
             Some(p) if p > 0 => break p,
             // Generous: a loaded CI machine can take seconds to start a pipeline.

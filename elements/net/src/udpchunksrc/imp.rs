@@ -35,6 +35,9 @@ const MAX_BATCH_SIZE: u32 = 256;
 
 #[derive(Clone, Debug)]
 struct Settings {
+    /// `transport`: the packet source that feeds the chunk engine, or `None` for the
+    /// element's own socket.
+    transport: Option<String>,
     socket: SocketSettings,
     chunk: ChunkSettings,
     batch_size: u32,
@@ -45,6 +48,7 @@ struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
+            transport: None,
             socket: SocketSettings::default(),
             chunk: ChunkSettings::default(),
             batch_size: DEFAULT_BATCH_SIZE,
@@ -92,12 +96,13 @@ firehose_core::element_subclass!(UdpChunkSrc, "GstFhUdpChunkSrc", gst_base::Push
 
 impl ObjectImpl for UdpChunkSrc {
     firehose_core::properties!(|| {
-        let mut v = SocketSettings::properties();
+        let mut v = vec![crate::transport_input::property()];
+        v.extend(SocketSettings::properties());
         insert_after(
             &mut v,
             "buffer-size",
             [live::batch_size(
-                "Most messages received by one recvmmsg (at most 256 KiB of them); with GRO each message carries up to 64 KiB of datagrams",
+                "Most messages received by one recvmmsg (at most 256 KiB of them); with GRO each message carries up to 64 KiB of datagrams; a transport has its own",
                 MAX_BATCH_SIZE,
                 DEFAULT_BATCH_SIZE,
             ),
@@ -122,6 +127,7 @@ impl ObjectImpl for UdpChunkSrc {
             return;
         }
         match pspec.name() {
+            crate::transport_input::NAME => s.transport = crate::transport_input::value(value),
             "batch-size" => s.batch_size = value.get().unwrap(),
             "landing" => s.landing = value.get().unwrap(),
             other => s.stats_interval.set(other, value),
@@ -137,6 +143,7 @@ impl ObjectImpl for UdpChunkSrc {
             return v;
         }
         match pspec.name() {
+            crate::transport_input::NAME => s.transport.to_value(),
             "batch-size" => s.batch_size.to_value(),
             "landing" => s.landing.to_value(),
             other => s.stats_interval.value(other),
@@ -176,45 +183,63 @@ impl BaseSrcImpl for UdpChunkSrc {
         let s = lock(&self.settings).clone();
         let element = self.obj();
         let element = element.upcast_ref::<gst::Element>();
-        // Chunks carry no per-datagram receive times: no kernel timestamps.
-        let (rx, report) =
-            s.socket
-                .open(element, *CAT, false, s.batch_size as usize, BATCH_BYTES)?;
         let host = s.chunk.host(element, *CAT, self.chunks.cancel())?;
         let (mut engine, caps) = self.chunks.start(element, host, s.chunk.readable_metas);
-        match s.landing {
-            Landing::Auto => {}
-            Landing::On => engine.set_landing(true),
-            Landing::Off => engine.set_landing(false),
-        }
-        gst::info!(
-            CAT,
-            imp = self,
-            "bound {:?}, rcvbuf {} B, gro {}, {} messages per receive",
-            report.local,
-            report.buffer_granted,
-            report.gro,
-            rx.batch_len()
-        );
-        if !engine.can_land() {
-            gst::info!(
-                CAT,
-                imp = self,
-                "the handler cannot be received into chunks directly: every packet is copied once, as with fhdepay"
-            );
-        } else if !engine.lands_directly() {
-            gst::info!(
-                CAT,
-                imp = self,
-                "landing={:?}, chunks of {} bytes: every packet is copied once, as with fhdepay",
-                s.landing,
-                engine.config().chunk_bytes()
-            );
-        }
-        *lock(&self.caps) = Some(caps);
-        let port_changed = lock(&self.settings).socket.set_bound_port(&report);
-        let buffer = report.buffer_granted as u64;
-        let src = LandingSource::new(rx, engine, s.batch_size as usize, buffer, Vec::new());
+        let (src, port_changed) = match s.transport.as_deref() {
+            Some(desc) => {
+                let t = crate::transport_input::open(desc)?;
+                gst::info!(
+                    CAT,
+                    imp = self,
+                    "{} feeds the chunks in place (one copy per payload)",
+                    t.factory
+                );
+                *lock(&self.caps) = Some(caps);
+                let src =
+                    LandingSource::in_place(t.transport, t.waker, engine, t.ring_bytes, Vec::new());
+                (src, false)
+            }
+            None => {
+                // Chunks carry no per-datagram receive times: no kernel timestamps.
+                let (rx, report) =
+                    s.socket
+                        .open(element, *CAT, false, s.batch_size as usize, BATCH_BYTES)?;
+                match s.landing {
+                    Landing::Auto => {}
+                    Landing::On => engine.set_landing(true),
+                    Landing::Off => engine.set_landing(false),
+                }
+                gst::info!(
+                    CAT,
+                    imp = self,
+                    "bound {:?}, rcvbuf {} B, gro {}, {} messages per receive",
+                    report.local,
+                    report.buffer_granted,
+                    report.gro,
+                    rx.batch_len()
+                );
+                if !engine.can_land() {
+                    gst::info!(
+                        CAT,
+                        imp = self,
+                        "the handler cannot be received into chunks directly: every packet is copied once, as with fhdepay"
+                    );
+                } else if !engine.lands_directly() {
+                    gst::info!(
+                        CAT,
+                        imp = self,
+                        "landing={:?}, chunks of {} bytes: every packet is copied once, as with fhdepay",
+                        s.landing,
+                        engine.config().chunk_bytes()
+                    );
+                }
+                *lock(&self.caps) = Some(caps);
+                let port_changed = lock(&self.settings).socket.set_bound_port(&report);
+                let buffer = report.buffer_granted as u64;
+                let src = LandingSource::new(rx, engine, s.batch_size as usize, buffer, Vec::new());
+                (src, port_changed)
+            }
+        };
         let timer = s.stats_interval.timer();
         self.land
             .start(element, &self.live, src, timer, port_changed);
@@ -295,10 +320,12 @@ mod tests {
             .filter(|p| p.owner_type() == own)
             .map(|p| p.name().to_string())
             .collect();
-        let mut want: Vec<String> = SocketSettings::properties()
-            .iter()
-            .map(|p| p.name().to_string())
-            .collect();
+        let mut want: Vec<String> = vec!["transport".into()];
+        want.extend(
+            SocketSettings::properties()
+                .iter()
+                .map(|p| p.name().to_string()),
+        );
         let at = want.iter().position(|n| n == "buffer-size").unwrap() + 1;
         want.insert(at, "batch-size".into());
         want.insert(at + 1, "landing".into());

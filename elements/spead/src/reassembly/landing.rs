@@ -35,6 +35,28 @@ pub struct Emitted {
 }
 
 impl Reassembler {
+    /// Takes a batch of datagrams lying in a transport's memory (`packets` lists them in
+    /// `data`) as [`LandingEngine::push`] takes one each, stamping heaps that start with
+    /// `out.stamp`; an entry outside `data` is counted as malformed, never read.
+    pub fn push_batch(
+        &mut self,
+        data: &[u8],
+        packets: &[firehose_core::PacketInfo],
+        out: &mut Emitted,
+    ) {
+        let stamp = out.stamp;
+        let heaps = &mut out.heaps;
+        for p in packets {
+            match firehose_core::transport::datagram(data, p) {
+                Some(d) => Reassembler::push(self, d, stamp, &mut |h| heaps.push(h)),
+                None => {
+                    self.counts.packets += 1;
+                    self.counts.malformed += 1;
+                }
+            }
+        }
+    }
+
     /// Turns receiving straight into heaps on, for heaps of at most `max_heap` bytes, or
     /// off (`None`; the default, and always in out-of-order mode). Off, or for larger
     /// heaps, [`Reassembler::plan`] predicts nothing.

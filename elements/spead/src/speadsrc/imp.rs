@@ -13,6 +13,7 @@ use firehose_net::land_counters::LandingCounters;
 use firehose_net::landelem::LandingElement;
 use firehose_net::landsrc::LandingSource;
 use firehose_net::socket_settings::{insert_after, SocketSettings};
+use firehose_net::transport_input;
 
 use crate::depay::{heap_properties, Settings as HeapSettings};
 use crate::heapout::{self, heap_buffer, HeapCounters};
@@ -31,6 +32,9 @@ const BATCH_BYTES: usize = 256 << 10;
 
 #[derive(Clone, Debug)]
 struct Settings {
+    /// `transport`: the packet source that feeds the reassembler, or `None` for the
+    /// element's own socket.
+    transport: Option<String>,
     socket: SocketSettings,
     heaps: HeapSettings,
     batch_size: u32,
@@ -39,6 +43,7 @@ struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
+            transport: None,
             socket: SocketSettings::default(),
             heaps: HeapSettings::default(),
             batch_size: DEFAULT_BATCH_SIZE,
@@ -86,12 +91,13 @@ firehose_core::element_subclass!(SpeadSrc, "GstFhSpeadSrc", gst_base::PushSrc);
 
 impl ObjectImpl for SpeadSrc {
     firehose_core::properties!(|| {
-        let mut v = SocketSettings::properties();
+        let mut v = vec![transport_input::property()];
+        v.extend(SocketSettings::properties());
         insert_after(
             &mut v,
             "buffer-size",
             [live::batch_size(
-                "Most datagrams received by one recvmmsg (at most 256 KiB of them)",
+                "Most datagrams received by one recvmmsg (at most 256 KiB of them); a transport has its own",
                 MAX_BATCH_SIZE,
                 DEFAULT_BATCH_SIZE,
             )],
@@ -111,6 +117,7 @@ impl ObjectImpl for SpeadSrc {
             return;
         }
         match pspec.name() {
+            transport_input::NAME => s.transport = transport_input::value(value),
             "batch-size" => s.batch_size = value.get().expect("type checked upstream"),
             name => s.heaps.set(name, value),
         }
@@ -125,6 +132,7 @@ impl ObjectImpl for SpeadSrc {
             return v;
         }
         match pspec.name() {
+            transport_input::NAME => s.transport.to_value(),
             "batch-size" => s.batch_size.to_value(),
             name => s.heaps.get(name),
         }
@@ -167,31 +175,57 @@ impl BaseSrcImpl for SpeadSrc {
         let element = element.upcast_ref::<gst::Element>();
         let mut engine = heapout::new_reassembler(&s.heaps, element)?;
         engine.set_landing(s.heaps.landing.max_bytes());
-        // Heaps carry the time of their first receive, not per-datagram kernel times.
-        let batch = s.batch_size as usize;
-        let (rx, report) = s.socket.open(element, *CAT, false, batch, BATCH_BYTES)?;
         let memory = engine.memory_kind().as_str();
-        gst::info!(
-            CAT,
-            imp = self,
-            "bound {:?}, rcvbuf {} B, gro {}; {} bytes of {} heap memory for heaps up to {} bytes, landing {}",
-            report.local,
-            report.buffer_granted,
-            report.gro,
-            engine.pool_bytes(),
-            memory,
-            s.heaps.max_heap_size,
-            engine.lands_directly()
-        );
-        let port_changed = lock(&self.settings).socket.set_bound_port(&report);
         self.heap_counters.update(&engine);
         self.dry.reset();
         *lock(&self.memory) = Some(memory);
         self.stop_is_eos
             .store(s.heaps.stop_is_eos, Ordering::Relaxed);
         self.readable.start(s.heaps.readable_metas);
-        let buffer = report.buffer_granted as u64;
-        let src = LandingSource::new(rx, engine, batch, buffer, Emitted::default());
+        let (src, port_changed) = match s.transport.as_deref() {
+            Some(desc) => {
+                let t = transport_input::open(desc)?;
+                gst::info!(
+                    CAT,
+                    imp = self,
+                    "{} feeds the heaps in place; {} bytes of {} heap memory for heaps up to {} bytes",
+                    t.factory,
+                    engine.pool_bytes(),
+                    memory,
+                    s.heaps.max_heap_size
+                );
+                let src = LandingSource::in_place(
+                    t.transport,
+                    t.waker,
+                    engine,
+                    t.ring_bytes,
+                    Emitted::default(),
+                );
+                (src, false)
+            }
+            None => {
+                // Heaps carry the time of their first receive, not per-datagram kernel
+                // times.
+                let batch = s.batch_size as usize;
+                let (rx, report) = s.socket.open(element, *CAT, false, batch, BATCH_BYTES)?;
+                gst::info!(
+                    CAT,
+                    imp = self,
+                    "bound {:?}, rcvbuf {} B, gro {}; {} bytes of {} heap memory for heaps up to {} bytes, landing {}",
+                    report.local,
+                    report.buffer_granted,
+                    report.gro,
+                    engine.pool_bytes(),
+                    memory,
+                    s.heaps.max_heap_size,
+                    engine.lands_directly()
+                );
+                let port_changed = lock(&self.settings).socket.set_bound_port(&report);
+                let buffer = report.buffer_granted as u64;
+                let src = LandingSource::new(rx, engine, batch, buffer, Emitted::default());
+                (src, port_changed)
+            }
+        };
         let timer = s.heaps.stats_interval.timer();
         self.land
             .start(element, &self.live, src, timer, port_changed);
@@ -274,6 +308,7 @@ mod tests {
         let el = element();
         let has = |n: &str| el.find_property(n).is_some();
         for name in [
+            "transport",
             "address",
             "port",
             "gro",
