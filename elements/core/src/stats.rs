@@ -344,6 +344,11 @@ macro_rules! counts {
                 [$(($key, self.$field)),*]
             }
 
+            /// Adds `other`'s counts to these (a batch's tally to a running total).
+            pub fn add(&mut self, other: &Self) {
+                $( self.$field += other.$field; )*
+            }
+
             /// The counts from their values in declaration order (what a
             /// [`Mirror`]($crate::stats::Mirror) holds).
             pub fn from_values(values: [u64; Self::COUNT]) -> Self {

@@ -96,18 +96,6 @@ impl Settings {
 }
 
 firehose_core::counters! {
-    /// Counters read by the `stats` property from any thread.
-    struct Counters {
-        packets: names::PACKETS,
-        bytes: names::BYTES,
-        batches: names::BATCHES,
-        filtered: names::FILTERED,
-        malformed: names::MALFORMED,
-        empty: names::EMPTY,
-    }
-}
-
-firehose_core::counters! {
     /// Mirrored from the port's `rte_eth_stats`.
     struct NicCounters {
         imissed: names::IMISSED,
@@ -169,6 +157,8 @@ struct State {
     addrs: Vec<usize>,
     /// The port's link, checked while bursts come back empty.
     watch: PortLinkWatch,
+    /// What the queue counted since start.
+    tally: Tally,
 }
 
 // SAFETY: the raw mbuf pointers in the scratch arrays are only used by the thread that
@@ -183,7 +173,8 @@ pub struct DpdkSrc {
     /// The open port's id, for `stats` reads from other threads; cleared (under this
     /// lock) before the port is closed.
     nic: Mutex<Option<u16>>,
-    counters: Counters,
+    /// The queue's counts, mirrored after each burst.
+    counters: firehose_core::stats::Mirror<{ Tally::COUNT }>,
     nic_counters: NicCounters,
 }
 
@@ -237,7 +228,7 @@ impl DpdkSrc {
     fn stats(&self) -> gst::Structure {
         self.refresh_nic();
         let nic = self.nic_counters.fields();
-        let mut s = self.counters.structure();
+        let mut s = firehose_core::stats::structure(&self.counters.fields(Tally::NAMES));
         s.set("drops-nic", nic.iter().map(|&(_, v)| v).sum::<u64>());
         for (name, v) in nic {
             s.set(name, v);
@@ -322,17 +313,8 @@ impl DpdkSrc {
             rx: vec![std::ptr::null_mut(); burst],
             rejected: Vec::with_capacity(burst),
             addrs: Vec::with_capacity(burst),
+            tally: Tally::default(),
         })
-    }
-
-    /// Adds what one burst counted.
-    fn count(&self, t: &BurstCounts) {
-        let c = &self.counters;
-        c.packets.add(t.packets);
-        c.bytes.add(t.bytes);
-        c.filtered.add(t.filtered);
-        c.malformed.add(t.malformed);
-        c.empty.add(t.empty);
     }
 
     /// Receives one batch: a memory over its frames (each frame's headers included),
@@ -343,7 +325,7 @@ impl DpdkSrc {
         live: &LiveControl,
     ) -> Result<(gst::Memory, Vec<PacketInfo>, Vec<PacketDest>), gst::FlowError> {
         let got = st.burst(live.flag(), true, &mut |d| live.nap(d), &mut |t| {
-            self.count(t)
+            self.counters.update(&t.fields())
         });
         let b = match got {
             Ok(Some(b)) => b,
@@ -363,14 +345,17 @@ impl DpdkSrc {
     }
 }
 
-/// What one burst counted.
-#[derive(Clone, Copy, Debug, Default)]
-struct BurstCounts {
-    packets: u64,
-    bytes: u64,
-    filtered: u64,
-    malformed: u64,
-    empty: u64,
+firehose_core::counts! {
+    /// What the receive queue counted since start, with the stats names `fhdpdksrc`
+    /// reports them under.
+    struct Tally {
+        packets: names::PACKETS,
+        bytes: names::BYTES,
+        batches: names::BATCHES,
+        filtered: names::FILTERED,
+        malformed: names::MALFORMED,
+        empty: names::EMPTY,
+    }
 }
 
 /// One batch of datagrams in the pool's memory, its mbufs owned until freed or lent.
@@ -395,13 +380,14 @@ enum Stopped {
 impl State {
     /// Polls until a burst yields at least one datagram for us (`None` at once without
     /// `wait` when none does), `stop` is raised or `nap` (between empty bursts) is cut
-    /// short. `counts` is told what each burst counted, rejected frames included.
+    /// short. `counted` is handed the running tally after each burst (rejected frames
+    /// included): `stats` stays current while only rejected frames come.
     fn burst(
         &mut self,
         stop: &AtomicBool,
         wait: bool,
         nap: &mut dyn FnMut(Duration) -> bool,
-        counts: &mut dyn FnMut(&BurstCounts),
+        counted: &mut dyn FnMut(&Tally),
     ) -> Result<Option<Burst>, Stopped> {
         let id = self.port.id();
         loop {
@@ -433,7 +419,7 @@ impl State {
             let mut dests = Vec::with_capacity(n);
             let mut kept = Vec::with_capacity(n);
             let (mut lo, mut hi) = (usize::MAX, 0usize);
-            let mut t = BurstCounts::default();
+            let mut t = Tally::default();
             for &m in &self.rx[..n] {
                 // SAFETY: `m` came from this burst and is owned here.
                 match unsafe { classify(m, &self.filter) } {
@@ -477,7 +463,9 @@ impl State {
                 };
             }
             t.packets = packets.len() as u64;
-            counts(&t);
+            t.batches = u64::from(!kept.is_empty());
+            self.tally.add(&t);
+            counted(&self.tally);
             if kept.is_empty() {
                 continue;
             }
@@ -502,7 +490,6 @@ impl State {
 struct InPlace {
     st: State,
     waker: Arc<Waker>,
-    counts: BurstCounts,
 }
 
 impl InPlaceTransport for InPlace {
@@ -513,18 +500,11 @@ impl InPlaceTransport for InPlace {
         consume: &mut dyn FnMut(&[u8], &[PacketInfo]),
     ) -> std::io::Result<Received> {
         let waker = self.waker.clone();
-        let total = &mut self.counts;
         let got = self.st.burst(
             stop,
             wait,
             &mut |d| matches!(wake::nap(&waker, d.as_nanos() as u64), Ok(false)),
-            &mut |t| {
-                total.packets += t.packets;
-                total.bytes += t.bytes;
-                total.filtered += t.filtered;
-                total.malformed += t.malformed;
-                total.empty += t.empty;
-            },
+            &mut |_| {},
         );
         let mut b = match got {
             Ok(Some(b)) => b,
@@ -545,10 +525,11 @@ impl InPlaceTransport for InPlace {
     }
 
     fn discarded(&self) -> Discarded {
+        let t = &self.st.tally;
         Discarded {
             truncated: 0,
-            empty: self.counts.empty,
-            other: self.counts.filtered + self.counts.malformed,
+            empty: t.empty,
+            other: t.filtered + t.malformed,
         }
     }
 
@@ -712,7 +693,7 @@ impl PacketSrcImpl for DpdkSrc {
     };
 
     fn stats_description() -> String {
-        Counters::describe(&format!(
+        Tally::describe(&format!(
             "drops-nic (imissed + ierrors + rx-nombuf from rte_eth_stats), {}",
             NicCounters::describe("")
         ))
@@ -744,11 +725,7 @@ impl PacketSrcImpl for DpdkSrc {
         waker: Arc<Waker>,
     ) -> Result<Box<dyn InPlaceTransport>, gst::ErrorMessage> {
         let st = self.open_state(open)?;
-        Ok(Box::new(InPlace {
-            st,
-            waker,
-            counts: BurstCounts::default(),
-        }))
+        Ok(Box::new(InPlace { st, waker }))
     }
 
     fn receive(&self, rx: &Receive<'_>) -> Result<Batch, gst::FlowError> {
@@ -757,7 +734,6 @@ impl PacketSrcImpl for DpdkSrc {
         let (mem, packets, dests) = self.fill(st, rx.live)?;
         drop(guard);
         let pts = self.obj().current_running_time();
-        self.counters.batches.add(1);
         Ok(batch_buffer_with_dests(mem, packets, dests, pts, rx.readable).into())
     }
 

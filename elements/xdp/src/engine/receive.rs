@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use firehose_core::frame::accept::{packet_entry_dest, Rejected};
 use firehose_core::meta::dest::PacketDest;
 use firehose_core::netif::LinkWatch;
+use firehose_core::stats::names;
 use firehose_core::sync::lock;
 use firehose_core::transport::{Discarded, InPlaceTransport, Received};
 use firehose_core::wake::{self, wait_readable, Waker};
@@ -46,40 +47,28 @@ pub enum Wait {
     BusyPoll,
 }
 
-/// What the receive loop counted, summed over the batches since start.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Tally {
-    /// Datagrams delivered.
-    pub packets: u64,
-    /// Their payload bytes.
-    pub bytes: u64,
-    /// Frames that were no UDP datagram, or descriptors that lied.
-    pub malformed: u64,
-    /// Datagrams longer than the capture allows.
-    pub truncated: u64,
-    /// Datagrams the filter did not want.
-    pub filtered: u64,
-    /// Zero-length datagrams.
-    pub empty: u64,
-    /// Datagrams longer than a frame, joined from several (jumbo frames).
-    pub joined: u64,
-    /// Datagrams longer than a frame whose frames could not be joined: dropped.
-    pub unjoined: u64,
-    /// Most frames held (lent, or being received) at once.
-    pub held: u64,
-}
-
-impl Tally {
-    fn add(&mut self, t: &Tally) {
-        self.packets += t.packets;
-        self.bytes += t.bytes;
-        self.malformed += t.malformed;
-        self.truncated += t.truncated;
-        self.filtered += t.filtered;
-        self.empty += t.empty;
-        self.joined += t.joined;
-        self.unjoined += t.unjoined;
-        self.held = self.held.max(t.held);
+firehose_core::counts! {
+    /// What the receive loop counted since start, with the stats names `fhxdpsrc`
+    /// reports them under.
+    pub struct Tally {
+        /// Datagrams delivered.
+        packets: names::PACKETS,
+        /// Their payload bytes.
+        bytes: names::BYTES,
+        /// Batches delivered.
+        batches: names::BATCHES,
+        /// Frames that were no UDP datagram, or descriptors that lied.
+        malformed: names::MALFORMED,
+        /// Datagrams longer than the capture allows.
+        truncated: names::TRUNCATED,
+        /// Datagrams the filter did not want.
+        filtered: names::FILTERED,
+        /// Zero-length datagrams.
+        empty: names::EMPTY,
+        /// Datagrams longer than a frame, joined from several (jumbo frames).
+        joined: names::JOINED,
+        /// Datagrams longer than a frame whose frames could not be joined: dropped.
+        unjoined: names::UNJOINED,
     }
 }
 
@@ -123,6 +112,8 @@ pub struct XdpReceiver {
     /// When the loop, finding no packet, next reads the kernel's drop counters.
     kernel_stats_due: Instant,
     tally: Tally,
+    /// Most frames held (lent, or being received) at once.
+    held_high: u64,
 }
 
 impl XdpReceiver {
@@ -150,6 +141,7 @@ impl XdpReceiver {
             watch,
             kernel_stats_due: Instant::now(),
             tally: Tally::default(),
+            held_high: 0,
         }
     }
 
@@ -161,6 +153,11 @@ impl XdpReceiver {
     /// What was counted since start.
     pub fn tally(&self) -> Tally {
         self.tally
+    }
+
+    /// Most frames held (lent downstream, or being received) at once since start.
+    pub fn held_high_water(&self) -> u64 {
+        self.held_high
     }
 
     /// Ends the capture (detaches the program, closes the socket).
@@ -400,7 +397,7 @@ impl XdpReceiver {
                     }
                 }
                 refill(&mut ring, &mut self.cap.sock.fill, &mut self.post);
-                t.held = ring.counts().held as u64;
+                self.held_high = self.held_high.max(ring.counts().held as u64);
             }
             if self.cap.sock.fill.needs_wakeup() {
                 self.cap.sock.kick();
@@ -413,6 +410,7 @@ impl XdpReceiver {
                 // Offsets were relative to the UMEM; the batch starts at `lo`.
                 p.offset -= lo as u32;
             }
+            t.batches = 1;
             self.tally.add(&t);
             return Ok(Some(RxBatch {
                 range: lo..hi,

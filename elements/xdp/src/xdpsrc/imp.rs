@@ -98,21 +98,6 @@ impl Settings {
 }
 
 firehose_core::counters! {
-    /// Counters read by the `stats` property from any thread.
-    struct Counters {
-        packets: names::PACKETS,
-        bytes: names::BYTES,
-        batches: names::BATCHES,
-        malformed: names::MALFORMED,
-        truncated: names::TRUNCATED,
-        filtered: names::FILTERED,
-        empty: names::EMPTY,
-        joined: names::JOINED,
-        unjoined: names::UNJOINED,
-    }
-}
-
-firehose_core::counters! {
     /// Mirrored from getsockopt(XDP_STATISTICS).
     struct KernelCounters {
         rx_dropped: names::RX_DROPPED,
@@ -138,7 +123,8 @@ pub struct XdpSrc {
     /// The slot accounting, kept after stop for the final `stats` read.
     ring: Mutex<Option<SharedRing>>,
     mode: Mutex<Option<Mode>>,
-    counters: Counters,
+    /// The receive loop's counts, mirrored once per batch.
+    counters: stats::Mirror<{ Tally::COUNT }>,
     kernel: KernelCounters,
     /// Most frames held downstream at once.
     high_water: Counter,
@@ -152,7 +138,7 @@ impl XdpSrc {
             (r.counts(), r.len())
         });
         let (counts, slots) = counts.unwrap_or_default();
-        let mut s = self.counters.structure();
+        let mut s = stats::structure(&self.counters.fields(Tally::NAMES));
         s.set(names::DROPS_POOL, k.rx_dropped.get());
         s.set(names::DROPS_KERNEL, k.rx_ring_full.get());
         for (name, v) in k.fields() {
@@ -290,17 +276,9 @@ impl XdpSrc {
     }
 
     /// Mirrors what the receive loop counted.
-    fn mirror(&self, t: &Tally) {
-        let c = &self.counters;
-        c.packets.set(t.packets);
-        c.bytes.set(t.bytes);
-        c.malformed.set(t.malformed);
-        c.truncated.set(t.truncated);
-        c.filtered.set(t.filtered);
-        c.empty.set(t.empty);
-        c.joined.set(t.joined);
-        c.unjoined.set(t.unjoined);
-        self.high_water.set(t.held);
+    fn mirror(&self, rx: &XdpReceiver) {
+        self.counters.update(&rx.tally().fields());
+        self.high_water.set(rx.held_high_water());
     }
 
     /// The flow error for a receive that ended without a batch (an element error first,
@@ -474,7 +452,7 @@ impl PacketSrcImpl for XdpSrc {
 
     fn stats_description() -> String {
         let kernel = KernelCounters::describe("pool-*, xdp-mode, bind-mode, memory");
-        Counters::describe(&format!("drops-pool, drops-kernel, {kernel}"))
+        Tally::describe(&format!("drops-pool, drops-kernel, {kernel}"))
     }
 
     /// A UMEM frame.
@@ -498,11 +476,13 @@ impl PacketSrcImpl for XdpSrc {
     fn receive(&self, rx: &Receive<'_>) -> Result<Batch, gst::FlowError> {
         let mut guard = lock(&self.state);
         let st = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+        let high_water = st.held_high_water();
         let got = st.receive(rx.live.flag(), true, &mut |t, k| {
-            self.mirror(t);
+            self.counters.update(&t.fields());
+            self.high_water.set(high_water);
             self.set_kernel_stats(k);
         });
-        self.mirror(&st.tally());
+        self.mirror(st);
         let b = got
             .map_err(|e| self.receive_error(e))?
             .ok_or(gst::FlowError::Flushing)?;
@@ -511,7 +491,6 @@ impl PacketSrcImpl for XdpSrc {
         drop(guard);
         // One clock read per batch: the running time at which the batch was complete.
         let pts = self.obj().current_running_time();
-        self.counters.batches.add(1);
         Ok(batch_buffer_with_dests(mem, b.packets, b.dests, pts, rx.readable).into())
     }
 
