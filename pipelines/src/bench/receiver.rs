@@ -553,6 +553,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn engines_over_af_xdp_name_it_as_their_transport() {
+        let mut cfg = RecvConfig::new(Receiver::XdpSpeadSrc);
+        cfg.interface = Some("veth0".into());
+        cfg.port = 7148;
+        let d = description(&cfg);
+        assert_eq!(
+            d.split(" ! ").next().unwrap(),
+            "fhspeadsrc name=src transport=\"fhxdpsrc interface=veth0 port=7148\"",
+            "{d}"
+        );
+        cfg.kind = Receiver::XdpDirect;
+        let d = description(&cfg);
+        assert!(
+            d.starts_with("fhudpchunksrc name=src handler=spead")
+                && d.contains("transport=\"fhxdpsrc interface=veth0 port=7148\""),
+            "{d}"
+        );
+        assert!(Receiver::XdpDirect.needs_interface() && Receiver::XdpSpeadSrc.counts_heaps());
+    }
+
+    #[test]
     fn descriptions() {
         let mut cfg = RecvConfig::new(Receiver::Chunk);
         let d = description(&cfg);
