@@ -43,6 +43,7 @@ pub mod memory;
 pub mod meta;
 pub mod netif;
 pub mod pace;
+pub mod packet;
 pub mod pool;
 pub mod props;
 pub mod provider;

@@ -15,24 +15,7 @@ impl fmt::Display for DeviceName {
     }
 }
 
-/// What loading libibverbs and calling `ibv_get_device_list` gave, before any judgement.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RawOutcome {
-    /// `dlopen` or `dlsym` failed: rdma-core's libibverbs is not installed (or broken).
-    LibraryMissing {
-        /// The library asked for.
-        library: String,
-        /// `dlerror()` text.
-        detail: String,
-    },
-    /// `ibv_get_device_list` returned NULL with this `errno` (0 if none was set).
-    ListFailed {
-        /// `errno` after the call.
-        errno: i32,
-    },
-    /// `ibv_get_device_list` succeeded with these device names (possibly none).
-    Listed(Vec<String>),
-}
+pub use crate::verbs::RawOutcome;
 
 /// Why RDMA cannot be used here. `Display` gives the cause and the fix, and always
 /// starts with "no RDMA device".

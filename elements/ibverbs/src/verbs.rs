@@ -15,11 +15,29 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
-use crate::probe::RawOutcome;
 use crate::sys::{
     ibv_comp_channel, ibv_context, ibv_cq, ibv_device, ibv_mr, ibv_pd, ibv_qp, ibv_qp_attr,
     ibv_qp_init_attr,
 };
+
+/// What loading libibverbs and calling `ibv_get_device_list` gave, before any judgement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RawOutcome {
+    /// `dlopen` or `dlsym` failed: rdma-core's libibverbs is not installed (or broken).
+    LibraryMissing {
+        /// The library asked for.
+        library: String,
+        /// `dlerror()` text.
+        detail: String,
+    },
+    /// `ibv_get_device_list` returned NULL with this `errno` (0 if none was set).
+    ListFailed {
+        /// `errno` after the call.
+        errno: i32,
+    },
+    /// `ibv_get_device_list` succeeded with these device names (possibly none).
+    Listed(Vec<String>),
+}
 
 /// The shared object name of libibverbs (package `libibverbs1`, from rdma-core).
 pub const LIBIBVERBS: &CStr = c"libibverbs.so.1";
@@ -247,7 +265,7 @@ impl Verbs {
 }
 
 /// Loads `library` (normally [`LIBIBVERBS`]) and lists its devices, as a raw outcome
-/// for [`crate::probe::decide`].
+/// for `probe::decide`.
 pub fn raw_probe_with(library: &CStr) -> RawOutcome {
     match load(library) {
         Ok(v) => v.list(),

@@ -11,7 +11,6 @@ use firehose_core::stats::{names, Mirror};
 use firehose_core::RegionError;
 use firehose_net::landsrc::SourceEngine;
 
-use crate::depay::Settings;
 use crate::heap::HeapMeta;
 use crate::reassembly::{Config, Counts, Emitted, Heap, Reassembler};
 use crate::wire::ctrl;
@@ -93,26 +92,15 @@ impl HeapCounters {
     }
 }
 
-/// The reassembler the settings ask for, its memory allocated and pre-faulted; an error
+/// The reassembler `config` describes (an element's heap settings:
+/// `depay::Settings::reassembly_config`), its memory allocated and pre-faulted; an error
 /// a user can act on when it cannot be had. A fallback from hugepages is posted as a
 /// warning on `element`.
 pub fn new_reassembler(
-    s: &Settings,
+    config: &Config,
     element: &gst::Element,
 ) -> Result<Reassembler, gst::ErrorMessage> {
-    let config = Config {
-        max_heaps: s.max_heaps as usize,
-        substreams: s.substreams as usize,
-        allow_out_of_order: s.allow_out_of_order,
-        incomplete: s.incomplete.into(),
-        max_heap_size: s.max_heap_size as usize,
-        pool_size: s.pool_size,
-        hugepages: s.memory.into(),
-        max_descriptors: s.max_descriptors as usize,
-        stop_ends: s.stop_is_eos,
-        deliver_descriptor_heaps: s.deliver_descriptor_heaps,
-    };
-    let engine = Reassembler::new(&config).map_err(|e| match e {
+    let engine = Reassembler::new(config).map_err(|e| match e {
         // Already says how to reserve hugepages.
         RegionError::NoHugepages { .. } => {
             gst::error_msg!(gst::ResourceError::NoSpaceLeft, ("{}", e))

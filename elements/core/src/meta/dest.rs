@@ -8,8 +8,8 @@
 //! tags). A socket source knows the destination from `IP_PKTINFO` (wildcard binds) or
 //! its bound address, and has no headers. Entry `i` describes datagram `i` of the batch meta.
 
-use crate::batch::PacketAddr;
 use crate::frame::{datagram, LINKTYPE_ETHERNET};
+use crate::packet::PacketAddr;
 
 /// Where one datagram was sent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! The batch and chunk metas every language reads: `GstCustomMeta`s whose structures
-//! repeat what the Rust metas ([`crate::batch::PacketBatchMeta`],
+//! repeat what the Rust metas ([`crate::PacketBatchMeta`],
 //! [`super::chunk::ChunkMeta`]) say, as scalars and as numeric arrays in `GBytes`
 //! (native byte order, each listed below with its numpy dtype), so that Python reads a
 //! whole batch with `numpy.frombuffer` and C with `g_bytes_get_data`, no Rust involved.
@@ -38,10 +38,10 @@
 
 use std::sync::LazyLock;
 
-use crate::batch::PacketInfo;
 use crate::meta::chunk::ChunkInfo;
 use crate::meta::custom::{Arrays, CustomMetaType};
 use crate::meta::dest::PacketDest;
+use crate::packet::PacketInfo;
 
 /// The batch meta's registered name.
 pub const BATCH_NAME: &str = "FirehoseBatchMeta";
@@ -298,7 +298,7 @@ pub fn chunk(buffer: &gst::BufferRef) -> Option<&gst::StructureRef> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::batch::PacketBatchMeta;
+    use crate::PacketBatchMeta;
     use std::net::SocketAddr;
 
     #[test]

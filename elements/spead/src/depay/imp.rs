@@ -315,7 +315,7 @@ impl SpeadDepay {
         if s.mode == Mode::Chunks {
             return self.start_chunks(&s);
         }
-        let engine = heapout::new_reassembler(&s, self.obj().upcast_ref())?;
+        let engine = heapout::new_reassembler(&s.reassembly_config(), self.obj().upcast_ref())?;
         gst::info!(
             CAT,
             imp = self,

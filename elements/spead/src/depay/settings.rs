@@ -141,6 +141,22 @@ impl Settings {
 }
 
 impl Settings {
+    /// The heap reassembler these settings ask for (heaps mode).
+    pub fn reassembly_config(&self) -> crate::reassembly::Config {
+        crate::reassembly::Config {
+            max_heaps: self.max_heaps as usize,
+            substreams: self.substreams as usize,
+            allow_out_of_order: self.allow_out_of_order,
+            incomplete: self.incomplete.into(),
+            max_heap_size: self.max_heap_size as usize,
+            pool_size: self.pool_size,
+            hugepages: self.memory.into(),
+            max_descriptors: self.max_descriptors as usize,
+            stop_ends: self.stop_is_eos,
+            deliver_descriptor_heaps: self.deliver_descriptor_heaps,
+        }
+    }
+
     /// The chunk engine's configuration (`mode=chunks`).
     pub fn chunk_config(&self) -> ChunkConfig {
         ChunkConfig {

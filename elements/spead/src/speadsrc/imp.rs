@@ -173,7 +173,7 @@ impl BaseSrcImpl for SpeadSrc {
         let s = lock(&self.settings).clone();
         let element = self.obj();
         let element = element.upcast_ref::<gst::Element>();
-        let mut engine = heapout::new_reassembler(&s.heaps, element)?;
+        let mut engine = heapout::new_reassembler(&s.heaps.reassembly_config(), element)?;
         engine.set_landing(s.heaps.landing.max_bytes());
         let memory = engine.memory_kind().as_str();
         self.heap_counters.update(&engine);
