@@ -618,7 +618,7 @@ mod tests {
 
         #[glib::object_subclass]
         impl ObjectSubclass for Untyped {
-            const NAME: &'static str = "FhTestUntypedAllocator";
+            const NAME: &'static str = "GstFhTestUntypedAllocator";
             type Type = super::UntypedAllocator;
             type ParentType = gst::Allocator;
         }

@@ -153,7 +153,7 @@ pub enum Hugepages {
 
 shared_enum!(
     Hugepages,
-    "GstFirehoseHugepages",
+    "GstFhHugepages",
     [
         Auto = (
             0,
@@ -193,7 +193,7 @@ pub enum WhenFull {
 
 shared_enum!(
     WhenFull,
-    "GstFirehoseWhenFull",
+    "GstFhWhenFull",
     [
         Drop = (0, "Drop: receive and count as drops-pool (live)", "drop"),
         Block = (1, "Block: wait for a free slot", "block"),
@@ -247,7 +247,7 @@ pub enum Memory {
 
 shared_enum!(
     Memory,
-    "GstFirehoseMemory",
+    "GstFhMemory",
     [
         Auto = (
             0,
@@ -356,7 +356,7 @@ pub enum Output {
 
 shared_enum!(
     Output,
-    "GstFirehoseOutput",
+    "GstFhOutput",
     [
         Batch = (
             0,

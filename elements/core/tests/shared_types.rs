@@ -37,7 +37,7 @@ fn an_enum_type_registered_by_another_copy_is_found_and_used() {
     // SAFETY: a NUL-terminated name and a NULL-terminated table that lives for ever.
     let theirs: glib::Type = unsafe {
         glib::translate::from_glib(glib::gobject_ffi::g_enum_register_static(
-            c"GstFirehoseMemory".as_ptr(),
+            c"GstFhMemory".as_ptr(),
             values.as_ptr(),
         ))
     };

@@ -24,7 +24,7 @@ pub const LANDING_MIN_PAYLOAD_BYTES: usize = 4096;
 /// (`fhudpchunksrc`, `fhspeadsrc`).
 #[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
 #[repr(u32)]
-#[enum_type(name = "GstFirehoseLanding")]
+#[enum_type(name = "GstFhLanding")]
 pub enum Mode {
     /// Into chunks or heaps of at most 2 MiB, which stay in the CPU caches between uses
     /// of their memory ([`LANDING_MAX_CHUNK_BYTES`]); larger ones are copied into.

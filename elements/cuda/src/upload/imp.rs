@@ -30,7 +30,7 @@ const DEFAULT_MAX_IN_FLIGHT: u32 = 4;
 /// `layout=whole|payloads`.
 #[derive(Debug, Eq, PartialEq, Clone, Copy, Default, glib::Enum)]
 #[repr(u32)]
-#[enum_type(name = "GstFirehoseCudaLayout")]
+#[enum_type(name = "GstFhCudaLayout")]
 pub enum UploadLayout {
     /// Each buffer's bytes as they are.
     #[default]
@@ -791,7 +791,7 @@ fn with_memory(caps: &gst::CapsRef, feature: Option<&str>) -> gst::Caps {
 
 #[glib::object_subclass]
 impl ObjectSubclass for CudaUpload {
-    const NAME: &'static str = "FhCudaUpload";
+    const NAME: &'static str = "GstFhCudaUpload";
     type Type = super::CudaUpload;
     type ParentType = gst::Element;
 

@@ -252,7 +252,7 @@ impl UdpSink {
     }
 }
 
-firehose_core::element_subclass!(UdpSink, "FhUdpSink", gst_base::BaseSink);
+firehose_core::element_subclass!(UdpSink, "GstFhUdpSink", gst_base::BaseSink);
 
 impl ObjectImpl for UdpSink {
     firehose_core::properties!(|| {

@@ -387,7 +387,7 @@ impl SpeadDepay {
 
 #[glib::object_subclass]
 impl ObjectSubclass for SpeadDepay {
-    const NAME: &'static str = "GstSpeadDepay";
+    const NAME: &'static str = "GstFhSpeadDepay";
     type Type = super::SpeadDepay;
     type ParentType = gst::Element;
 

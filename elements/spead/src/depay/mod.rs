@@ -62,7 +62,7 @@ pub(crate) use settings::{heap_properties, Settings};
 /// `mode=heaps|chunks`: what `speaddepay` outputs.
 #[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
 #[repr(u32)]
-#[enum_type(name = "GstSpeadDepayMode")]
+#[enum_type(name = "GstFhSpeadDepayMode")]
 pub enum Mode {
     /// One `application/x-spead-heap` buffer per heap, with a heap meta.
     #[default]
@@ -80,7 +80,7 @@ pub enum Mode {
 /// `incomplete=drop|deliver`: what happens to heaps that end incomplete.
 #[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
 #[repr(u32)]
-#[enum_type(name = "GstSpeadDepayIncomplete")]
+#[enum_type(name = "GstFhSpeadDepayIncomplete")]
 pub enum IncompletePolicy {
     /// Drop them and count them (`heaps-incomplete`), as spead2 does by default.
     #[default]

@@ -460,7 +460,7 @@ impl SpeadPay {
 
 #[glib::object_subclass]
 impl ObjectSubclass for SpeadPay {
-    const NAME: &'static str = "GstSpeadPay";
+    const NAME: &'static str = "GstFhSpeadPay";
     type Type = super::SpeadPay;
     type ParentType = gst::Element;
 

@@ -134,7 +134,7 @@ impl FhCheck {
     }
 }
 
-firehose_core::element_subclass!(FhCheck, "FhCheck", gst_base::BaseSink);
+firehose_core::element_subclass!(FhCheck, "GstFhCheck", gst_base::BaseSink);
 
 impl ObjectImpl for FhCheck {
     firehose_core::properties!(|| {

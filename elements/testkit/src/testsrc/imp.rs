@@ -45,7 +45,7 @@ pub struct FhTestSrc {
     counters: Mutex<Arc<Counters>>,
 }
 
-firehose_core::element_subclass!(FhTestSrc, "FhTestSrc", firehose_core::src::PacketSrc);
+firehose_core::element_subclass!(FhTestSrc, "GstFhTestSrc", firehose_core::src::PacketSrc);
 
 impl ObjectImpl for FhTestSrc {
     firehose_core::properties!(|| {
