@@ -739,6 +739,85 @@ fn fhspeadsrc_over_af_xdp_reassembles_like_fhudpsrc() {
     assert!(xdp_detached_soon(&pair.host_if), "program detached at stop");
 }
 
+/// An application's EOS on an engine over AF_XDP (`gst-launch-1.0 -e`, Ctrl-C in
+/// `firehose launch`): what the UMEM already holds is read and every heap still open is
+/// pushed before EOS, so a stream without a stop heap loses nothing that arrived.
+#[test]
+fn an_eos_on_fhspeadsrc_over_af_xdp_pushes_every_heap_received() {
+    init();
+    let pair = VethPair::create("q").expect("needs root and iproute2");
+    pair.pin_host_neighbour().unwrap();
+    let pipeline = gst::parse::launch(&format!(
+        "fhspeadsrc name=src max-heap-size=1048576 hugepages=off \
+         transport=\"fhxdpsrc interface={} port=7336 mode=generic hugepages=off\" \
+         ! fakesink name=sink signal-handoffs=true sync=false",
+        pair.host_if
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    let (tx, rx) = mpsc::channel::<gst::Buffer>();
+    pipeline
+        .by_name("sink")
+        .unwrap()
+        .connect("handoff", false, move |args| {
+            let _ = tx.send(args[1].get::<gst::Buffer>().unwrap());
+            None
+        });
+    pipeline.set_state(gst::State::Playing).unwrap();
+    // Every heap but the stop heap: nothing in the stream ends it.
+    let mut packets = spead_packets();
+    let cfg = PacketConfig::new(Flavour::SPEAD_64_48, 1472).unwrap();
+    let stop_items = [Item::stop()];
+    let mut stop_heap = cfg.heap(HEAPS + 1, &stop_items).unwrap();
+    let mut scratch = vec![0u8; 1472];
+    let mut stop = 0;
+    while stop_heap.write_next(&mut scratch).is_some() {
+        stop += 1;
+    }
+    packets.truncate(packets.len() - stop);
+    let sent = packets.len() as u64;
+    let (from, to) = (pair.peer_ip, pair.host_ip);
+    pair.in_ns(move || {
+        let s = UdpSocket::bind((from, 0)).unwrap();
+        for (k, p) in packets.iter().enumerate() {
+            s.send_to(p, (to, 7336)).unwrap();
+            if k % 32 == 31 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    })
+    .unwrap();
+    let src = pipeline.by_name("src").unwrap();
+    // Wait until the element has taken every datagram, then end the stream.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while field(&src.property::<gst::Structure>("stats"), names::DATAGRAMS) < sent {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            src.property::<gst::Structure>("stats")
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(pipeline.send_event(gst::event::Eos::new()));
+    let msg = pipeline
+        .bus()
+        .unwrap()
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(10),
+            &[gst::MessageType::Eos, gst::MessageType::Error],
+        )
+        .expect("EOS after the application's EOS");
+    assert!(matches!(msg.view(), gst::MessageView::Eos(_)), "{msg:?}");
+    pipeline.set_state(gst::State::Null).unwrap();
+    let heaps: Vec<u64> = rx.try_iter().map(|b| heap_of(&b).0).collect();
+    assert_eq!(
+        heaps,
+        (1..=HEAPS).collect::<Vec<_>>(),
+        "every heap, in order"
+    );
+}
+
 /// The chunk engine composed with AF_XDP in one element (`fhudpchunksrc transport=…`):
 /// every heap's item lands in its slot, byte-exact.
 #[test]
