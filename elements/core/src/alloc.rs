@@ -641,7 +641,7 @@ mod tests {
         q.add_allocation_param(Some(a.upcast_ref::<gst::Allocator>()), Default::default());
         match proposed_provider(&q) {
             Proposal::Foreign(name) => {
-                assert_eq!(name, "FhTestUntypedAllocator (no memory type)")
+                assert_eq!(name, "GstFhTestUntypedAllocator (no memory type)")
             }
             other => panic!("{other:?}"),
         }
