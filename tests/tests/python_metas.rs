@@ -33,24 +33,6 @@ fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// A directory holding only the plugin built with this test (a link to it).
-fn plugin_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    let so = [
-        deps.join("libgstfirehose.so"),
-        deps.join("../libgstfirehose.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-    .unwrap_or_else(|| panic!("libgstfirehose.so not found beside {}", exe.display()));
-    let dir = std::env::temp_dir().join(format!("fh-py-metas-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::os::unix::fs::symlink(so.canonicalize().unwrap(), dir.join("libgstfirehose.so")).unwrap();
-    dir
-}
-
 fn unix_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -114,7 +96,7 @@ fn descriptor_text(d: &Descriptor) -> String {
 
 #[test]
 fn python_reads_every_field_of_the_heap_chunk_and_batch_metas() {
-    let plugins = plugin_dir();
+    let plugins = firehose_tests::plugin_dir("py-metas");
     let mut child = Command::new("/usr/bin/python3")
         .arg(repo_root().join("tests/python/read_metas_live.py"))
         .args([DATAGRAMS.to_string(), HEAP_SIZE.to_string(), "30".into()])

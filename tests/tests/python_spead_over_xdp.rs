@@ -19,24 +19,6 @@ const HEAPS: u64 = 12;
 const ITEM: usize = 48 << 10;
 const PORT: u16 = 7440;
 
-/// A directory holding only the plugin built with this test (a link to it).
-fn plugin_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    let so = [
-        deps.join("libgstfirehose.so"),
-        deps.join("../libgstfirehose.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-    .unwrap_or_else(|| panic!("libgstfirehose.so not found beside {}", exe.display()));
-    let dir = std::env::temp_dir().join(format!("fh-py-xdp-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::os::unix::fs::symlink(so.canonicalize().unwrap(), dir.join("libgstfirehose.so")).unwrap();
-    dir
-}
-
 /// The stream: HEAPS heaps of an immediate and one ITEM-byte item, then a stop heap.
 fn packets() -> Vec<Vec<u8>> {
     let cfg = PacketConfig::new(Flavour::SPEAD_64_48, 1472).unwrap();
@@ -61,7 +43,7 @@ fn packets() -> Vec<Vec<u8>> {
 fn python_receives_spead_over_af_xdp_into_heaps() {
     let pair = VethPair::create("py").expect("needs root and iproute2");
     pair.pin_host_neighbour().unwrap();
-    let plugins = plugin_dir();
+    let plugins = firehose_tests::plugin_dir("py-xdp");
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut child = Command::new("/usr/bin/python3")
         .arg(root.join("examples/spead_over_xdp.py"))

@@ -60,7 +60,7 @@ pub struct Discarded {
 /// A transport whose device writes into memory of its own (AF_XDP's UMEM, DPDK's
 /// mbufs): it hands each batch to a consumer where it lies, then takes the memory back.
 /// An engine fed this way copies each payload once, from the device's memory straight
-/// into its heap or chunk ([`feed_in_place`]). `Send`: an element opens it on one thread
+/// into its heap or chunk (`Engine::feed` inside `consume`). `Send`: an element opens it on one thread
 /// and receives on its streaming thread.
 pub trait InPlaceTransport: Send {
     /// Receives one batch and calls `consume(data, packets)` with it (offsets into
@@ -82,21 +82,6 @@ pub trait InPlaceTransport: Send {
     /// rings, no free frame) since it was opened: may cost a system call, so read it when
     /// stats are due.
     fn device_drops(&mut self) -> u64;
-}
-
-/// One batch of `transport` fed to `engine`, where the device put it; what it finishes
-/// is appended to `out`. The engine's verdict (false: it ended the stream) is `ended`.
-pub fn feed_in_place<T: InPlaceTransport + ?Sized, E: Engine>(
-    transport: &mut T,
-    engine: &mut E,
-    stop: &std::sync::atomic::AtomicBool,
-    out: &mut Vec<E::Output>,
-) -> io::Result<(Received, bool)> {
-    let mut more = true;
-    let r = transport.receive_in_place(stop, true, &mut |data, packets| {
-        more = engine.feed(data, packets, out);
-    })?;
-    Ok((r, !more))
 }
 
 /// What turns batches of datagrams into output (heaps, chunks), whichever transport

@@ -18,10 +18,6 @@ use gst::prelude::*;
 /// The property's name.
 pub const NAME: &str = "transport";
 
-/// Bytes a transport's device holds at most when its source does not say (`pool-size`):
-/// the bound on what an application's EOS still reads.
-const DEFAULT_RING_BYTES: u64 = 64 << 20;
-
 /// The property's spec.
 pub fn property() -> glib::ParamSpec {
     glib::ParamSpecString::builder(NAME)
@@ -81,10 +77,8 @@ pub fn open(desc: &str) -> Result<Opened, gst::ErrorMessage> {
         Arc::new(Waker::new().map_err(|e| {
             gst::error_msg!(gst::ResourceError::OpenRead, ("eventfd failed: {}", e))
         })?);
-    let ring_bytes = src
-        .find_property("pool-size")
-        .and_then(|_| src.property_value("pool-size").get::<u64>().ok())
-        .unwrap_or(DEFAULT_RING_BYTES);
+    // Every packet source has it (the base class's): bytes, whatever the source counts in.
+    let ring_bytes = src.property::<u64>("pool-size");
     let transport = src.open_in_place(waker.clone())?;
     Ok(Opened {
         transport,

@@ -1,7 +1,7 @@
 //! Engines over AF_XDP without an element between them: the GStreamer-free receive loop
 //! (`engine::receive::XdpReceiver`) hands each batch, where the kernel wrote it in the
 //! UMEM, to the SPEAD heap reassembler or the chunk engine
-//! (`firehose_core::transport::feed_in_place`), which copies each payload once, into its
+//! (`Engine::feed` inside `InPlaceTransport::receive_in_place`), which copies each payload once, into its
 //! heap or chunk; the frames go straight back to the kernel. A SPEAD stream is sent from
 //! a namespace over a veth pair; every heap must come out whole and byte-exact, and
 //! every frame must be back in the fill ring at the end. Needs root (namespaces, BPF,
@@ -17,7 +17,7 @@ use firehose_chunk::{ChunkAssembler, ChunkConfig, FinishedChunk};
 use firehose_core::memory::HugepagePolicy;
 use firehose_core::pool::SlotPool;
 use firehose_core::sync::lock;
-use firehose_core::transport::{feed_in_place, Engine, Received};
+use firehose_core::transport::{Engine, InPlaceTransport, Received};
 use firehose_core::wake::Waker;
 use firehose_spead::chunk::{SpeadChunkConfig, SpeadChunkHandler};
 use firehose_spead::hostile::{self, Legit, LEGIT_ITEM, MAX_PACKET};
@@ -89,6 +89,21 @@ fn send(pair: &VethPair) -> u64 {
         sent
     })
     .unwrap()
+}
+
+/// One batch of `rx` fed to `engine` where the kernel put it; true once the engine
+/// ended the stream.
+fn feed_in_place<E: Engine>(
+    rx: &mut XdpReceiver,
+    engine: &mut E,
+    stop: &AtomicBool,
+    out: &mut Vec<E::Output>,
+) -> std::io::Result<(Received, bool)> {
+    let mut more = true;
+    let r = rx.receive_in_place(stop, true, &mut |data, packets| {
+        more = engine.feed(data, packets, out);
+    })?;
+    Ok((r, !more))
 }
 
 /// Feeds `engine` from `rx` in place until `expected` datagrams came (or 30 s: a hang

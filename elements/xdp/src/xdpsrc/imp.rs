@@ -476,10 +476,8 @@ impl PacketSrcImpl for XdpSrc {
     fn receive(&self, rx: &Receive<'_>) -> Result<Batch, gst::FlowError> {
         let mut guard = lock(&self.state);
         let st = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-        let high_water = st.held_high_water();
         let got = st.receive(rx.live.flag(), true, &mut |t, k| {
             self.counters.update(&t.fields());
-            self.high_water.set(high_water);
             self.set_kernel_stats(k);
         });
         self.mirror(st);
