@@ -198,4 +198,10 @@ fn an_entry_outside_the_batch_is_counted_not_read() {
     assert!(engine.feed(&data, &[bad], &mut out));
     assert!(out.is_empty());
     assert_eq!(engine.counts().malformed, 1);
+    // The engine sources' in-place path (`fhspeadsrc transport=…`) checks the same way,
+    // and a flood of such entries only counts.
+    let mut emitted = firehose_spead::reassembly::Emitted::default();
+    engine.push_batch(&data, &vec![bad; 10_000], &mut emitted);
+    assert!(emitted.heaps.is_empty());
+    assert_eq!(engine.counts().malformed, 10_001);
 }
