@@ -31,7 +31,7 @@ META = "FirehoseMessageMeta"
 DEFAULT = (
     "fhtestsrc rate=0 packet-size=1024 num-packets=4096 "
     "! fhdepay handler=seq handler-config=\"seq,offset=8,width=8,payload-offset=16\" "
-    "slots-per-chunk=1024 slot-size=1008 "
+    "heaps-per-chunk=1024 heap-size=1008 "
     "! appsink name=sink sync=false emit-signals=false"
 )
 

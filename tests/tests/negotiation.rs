@@ -109,7 +109,7 @@ fn firehose_consumers_get_batches_from_fhudpsrc_at_its_default() {
         ("capsfilter ! identity ! speaddepay name=c ! fakesink", "c"),
         (
             "fhdepay name=c handler=seq handler-config=\"seq,offset=0,width=4,payload-offset=8\" \
-             slot-size=64 slots-per-chunk=4 ! fakesink",
+             heap-size=64 heaps-per-chunk=4 ! fakesink",
             "c",
         ),
         (

@@ -120,7 +120,7 @@ fn held_downstream(depay: &str) {
 #[test]
 fn fhdepay_says_its_pool_ran_dry() {
     // Fed by a non-live appsrc, fhdepay would wait for a chunk (when-full=auto).
-    held_downstream("fhdepay handler=spead slots-per-chunk=1 slot-size=256 when-full=drop");
+    held_downstream("fhdepay handler=spead heaps-per-chunk=1 heap-size=256 when-full=drop");
 }
 
 #[test]
@@ -133,8 +133,8 @@ fn speaddepay_chunks_says_its_pool_ran_dry() {
 fn fhudpchunksrc_says_its_pool_ran_dry() {
     init();
     let pipeline = gst::parse::launch(
-        "fhudpchunksrc name=d address=127.0.0.1 port=0 handler=spead slots-per-chunk=1 \
-         slot-size=256 max-chunks=2 memory=system when-full=drop ! appsink name=app sync=false",
+        "fhudpchunksrc name=d address=127.0.0.1 port=0 handler=spead heaps-per-chunk=1 \
+         heap-size=256 max-chunks=2 memory=system when-full=drop ! appsink name=app sync=false",
     )
     .unwrap()
     .downcast::<gst::Pipeline>()

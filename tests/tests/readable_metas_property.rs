@@ -76,7 +76,7 @@ fn chunk_elements_attach_the_chunk_meta_unless_switched_off() {
             &format!(
                 "fhtestsrc rate=0 packet-size=1024 num-packets=2048 readable-metas=false \
                  ! fhdepay handler=seq handler-config=\"seq,offset=8,width=8,payload-offset=16\" \
-                 slots-per-chunk=1024 slot-size=1008 {} ! appsink name=sink sync=false",
+                 heaps-per-chunk=1024 heap-size=1008 {} ! appsink name=sink sync=false",
                 prop(on)
             ),
             vec![],

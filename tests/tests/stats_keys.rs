@@ -142,7 +142,7 @@ fn live_sources_keep_their_keys_once_started_in_every_landing_mode() {
         ("fhspeadsrc", "landing=off"),
         (
             "fhudpchunksrc",
-            "handler=spead landing=auto slots-per-chunk=2 slot-size=2097152 max-chunks=2",
+            "handler=spead landing=auto heaps-per-chunk=2 heap-size=2097152 max-chunks=2",
         ),
         ("fhudpchunksrc", "handler=spead landing=off"),
         ("fhudpsrc", "output=batch"),

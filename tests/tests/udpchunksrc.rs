@@ -30,9 +30,9 @@ const PROPS: &[(&str, &str)] = &[
     ("address", "127.0.0.1"),
     ("port", "0"),
     ("handler", "spead"),
-    ("handler-config", "spead,offset=1"),
-    ("slots-per-chunk", "4"),
-    ("slot-size", "65536"),
+    ("handler-config", "spead,place-offset=1"),
+    ("heaps-per-chunk", "4"),
+    ("heap-size", "65536"),
     ("hugepages", "off"),
 ];
 
@@ -557,8 +557,8 @@ fn a_handler_that_cannot_receive_into_chunks_gets_every_packet_copied() {
     let (mut h, port) = harness(&[
         ("handler", "seq"),
         ("handler-config", "seq,offset=0,width=4,payload-offset=4"),
-        ("slots-per-chunk", "8"),
-        ("slot-size", "1000"),
+        ("heaps-per-chunk", "8"),
+        ("heap-size", "1000"),
     ]);
     let tx = Sender::new(port);
     let payload = |n: u32| vec![(n * 3) as u8; 1000];
@@ -601,7 +601,8 @@ fn state_changes_under_traffic_never_hang_and_return_every_chunk() {
             // Downstream holds the pool's every chunk: the engine waits for one, and the
             // state change must cut that wait short.
             (
-                "when-full=block pool-chunks=5 max-chunks=4",
+                // 5 chunks of 4 × 64 KiB.
+                "when-full=block pool-size=1310720 max-chunks=4",
                 "queue max-size-buffers=1 ! fakesink sync=true",
             ),
         ] {
@@ -655,8 +656,8 @@ fn a_trickle_is_taken_in_few_receives_and_loses_nothing() {
         let (mut h, port) = harness(&[
             ("handler", "seq"),
             ("handler-config", "seq,offset=0,width=4,payload-offset=4"),
-            ("slots-per-chunk", "8"),
-            ("slot-size", "100"),
+            ("heaps-per-chunk", "8"),
+            ("heap-size", "100"),
             ("gro", "false"),
             ("batch-size", "8"),
             ("coalesce-us", "2000"),
@@ -711,9 +712,10 @@ fn bad_settings_are_start_errors_that_say_what_to_fix() {
     assert!(e.contains("set handler"), "{e}");
     let e = start_error(&[("handler", "nosuch"), ("handler-config", "")]);
     assert!(e.contains("no packet handler named 'nosuch'"), "{e}");
-    let e = start_error(&[("handler-config", "spead,step=0")]);
-    assert!(e.contains("step must be at least 1"), "{e}");
-    let e = start_error(&[("pool-chunks", "4")]);
+    let e = start_error(&[("handler-config", "spead,place-step=0")]);
+    assert!(e.contains("place-step must be at least 1"), "{e}");
+    // 4 chunks of 4 × 64 KiB: no more than the window.
+    let e = start_error(&[("pool-size", "1048576")]);
     assert!(e.contains("more chunks (4) than max-chunks (4)"), "{e}");
     let busy = UdpSocket::bind("127.0.0.1:0").unwrap();
     let port = busy.local_addr().unwrap().port().to_string();

@@ -206,13 +206,13 @@ mod tests {
     fn start(front: &ChunkFront) -> ChunkAssembler {
         gst::init().unwrap();
         crate::handler::register_handler("front-test", |_| Ok(Box::new(Seq)));
-        let s = ChunkSettings {
+        let mut s = ChunkSettings {
             handler: Some("front-test".into()),
-            slots_per_chunk: 2,
-            slot_size: 8,
             memory: firehose_core::props::Memory::System,
             ..Default::default()
         };
+        s.geometry.heaps_per_chunk = 2;
+        s.geometry.heap_size = 8;
         let element = gst::Bin::new().upcast::<gst::Element>();
         let host = s.host(&element, *gst::CAT_DEFAULT, front.cancel()).unwrap();
         let (engine, caps) = front.start(&element, host, true);

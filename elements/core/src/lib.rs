@@ -16,6 +16,8 @@
 //! - [`caps`]: caps names;
 //! - [`element`]: the GObject/GStreamer skeleton every element repeats (debug category,
 //!   metadata, pad templates, posting `stats`), as macros and a trait;
+//! - [`split`]: datagram splitters by name (replay cuts GSO-captured records with the
+//!   one a protocol crate registered);
 //! - [`src`]: the live-source layer (unlock, counters, pool properties);
 //! - [`frame`]: decoding the UDP datagram in an Ethernet / cooked / raw-IP frame;
 //! - [`netif`]: network interface indexes by name;
@@ -45,9 +47,11 @@ pub mod netif;
 pub mod pace;
 pub mod packet;
 pub mod pool;
+pub mod property;
 pub mod props;
 pub mod provider;
 pub mod ring;
+pub mod split;
 pub mod src;
 pub mod stats;
 pub mod sync;

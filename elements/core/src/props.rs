@@ -289,52 +289,42 @@ impl From<Memory> for Hugepages {
     }
 }
 
-/// The `memory` property of an element whose pool is `what` (e.g. "chunk pool"), and
-/// its deprecated alias `hugepages`; set and read with [`set_memory`] and
-/// [`memory_value`].
-pub fn memory_properties(what: &str) -> [glib::ParamSpec; 2] {
-    use gst::prelude::*;
-    [
-        glib::ParamSpecEnum::builder::<Memory>("memory")
-            .nick("Memory")
-            .blurb(&format!(
-                "What backs the {what}: auto (hugepages if reserved, else normal pages with a \
-                 warning), hugepages (fail at start without them), system (normal pages)"
-            ))
-            .mutable_ready()
-            .build(),
-        glib::ParamSpecEnum::builder::<Hugepages>("hugepages")
-            .nick("Hugepages")
-            .blurb("Deprecated: use memory (auto = auto, require = hugepages, off = system)")
-            .mutable_ready()
-            .build(),
-    ]
+/// The `memory` property of an element whose pool is `what` (e.g. "chunk pool").
+pub fn memory_spec(what: &str) -> glib::ParamSpec {
+    glib::ParamSpecEnum::builder::<Memory>("memory")
+        .nick("Memory")
+        .blurb(&format!(
+            "What backs the {what}: auto (hugepages if reserved, else normal pages with a \
+             warning), hugepages (fail at start without them), system (normal pages)"
+        ))
+        .mutable_ready()
+        .build()
 }
 
-/// Sets `memory` from property `name` (`memory`, or the deprecated `hugepages`); false
-/// for any other property.
-pub fn set_memory(memory: &mut Memory, name: &str, value: &glib::Value) -> bool {
-    match name {
-        "memory" => *memory = value.get().expect("type checked upstream"),
-        "hugepages" => {
-            *memory = value
-                .get::<Hugepages>()
-                .expect("type checked upstream")
-                .into()
-        }
-        _ => return false,
+/// `hugepages`, the deprecated alias of `memory`: a [`Memory`] field behind it
+/// converts with [`HugepagesAlias`].
+pub fn hugepages_spec() -> glib::ParamSpec {
+    glib::ParamSpecEnum::builder::<Hugepages>("hugepages")
+        .nick("Hugepages")
+        .blurb("Deprecated: use memory (auto = auto, require = hugepages, off = system)")
+        .mutable_ready()
+        .build()
+}
+
+/// A [`Memory`] field behind the deprecated `hugepages` property
+/// ([`crate::property::Convert`]).
+#[derive(Debug)]
+pub struct HugepagesAlias;
+
+impl crate::property::Convert<Memory> for HugepagesAlias {
+    fn set(field: &mut Memory, value: &glib::Value, _: &glib::ParamSpec) {
+        *field = value
+            .get::<Hugepages>()
+            .expect("GObject checks the type first")
+            .into();
     }
-    true
-}
-
-/// The value of property `name` (`memory` or `hugepages`) for `memory`; `None` for any
-/// other property.
-pub fn memory_value(memory: Memory, name: &str) -> Option<glib::Value> {
-    use gst::prelude::*;
-    match name {
-        "memory" => Some(memory.to_value()),
-        "hugepages" => Some(Hugepages::from(memory).to_value()),
-        _ => None,
+    fn get(field: &Memory, _: &glib::ParamSpec) -> glib::Value {
+        Hugepages::from(*field).to_value()
     }
 }
 

@@ -438,35 +438,23 @@ pub fn is_stats_message(msg: &gst::MessageRef) -> bool {
 /// Default `stats-interval`: one message a second.
 pub const DEFAULT_INTERVAL_MS: u32 = 1000;
 
-/// The two properties every Firehose element has: the read-only `stats` structure
-/// (`counters` lists its fields, for the property's description) and `stats-interval`.
-pub fn properties(counters: &str) -> [gst::glib::ParamSpec; 2] {
+/// The read-only `stats` property every Firehose element has: its counters (a
+/// [`STRUCTURE_NAME`] structure; `counters` lists the fields, for the description).
+pub fn stats_spec(counters: &str) -> gst::glib::ParamSpec {
     use gst::glib;
     use gst::prelude::*;
-    [
-        glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
-            .nick("Statistics")
-            .blurb(&format!(
-                "Counters (a {STRUCTURE_NAME} structure): {counters}"
-            ))
-            .read_only()
-            .build(),
-        glib::ParamSpecUInt::builder("stats-interval")
-            .nick("Statistics interval")
-            .blurb("Milliseconds between firehose-stats element messages (0 = none)")
-            .default_value(DEFAULT_INTERVAL_MS)
-            .mutable_ready()
-            .build(),
-    ]
+    glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
+        .nick("Statistics")
+        .blurb(&format!(
+            "Counters (a {STRUCTURE_NAME} structure): {counters}"
+        ))
+        .read_only()
+        .build()
 }
 
 /// The `stats-interval` setting of an element: milliseconds between its stats
-/// messages (0 = none), [`DEFAULT_INTERVAL_MS`] by default.
-///
-/// Why it also ends an element's property `match`: it is the one property every
-/// element has, so `other => s.stats_interval.set(other, value)` and
-/// `other => s.stats_interval.value(other)` handle it and say, in one place, that any other
-/// name is a property the element declared but forgot to handle.
+/// messages (0 = none), [`DEFAULT_INTERVAL_MS`] by default. A property group of one,
+/// which every element's settings contain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StatsInterval(pub u32);
 
@@ -476,30 +464,21 @@ impl Default for StatsInterval {
     }
 }
 
+crate::property_group! {
+    StatsInterval as _s {
+        0 => {
+            use gst::prelude::*;
+            gst::glib::ParamSpecUInt::builder("stats-interval")
+                .nick("Statistics interval")
+                .blurb("Milliseconds between firehose-stats element messages (0 = none)")
+                .default_value(DEFAULT_INTERVAL_MS)
+                .mutable_ready()
+                .build()
+        };
+    }
+}
+
 impl StatsInterval {
-    /// Sets `stats-interval`.
-    ///
-    /// # Panics
-    /// On any other property: one the element declared and did not handle (a bug).
-    pub fn set(&mut self, name: &str, value: &gst::glib::Value) {
-        match name {
-            "stats-interval" => self.0 = value.get().expect("type checked upstream"),
-            other => unreachable!("unknown property {other}"),
-        }
-    }
-
-    /// The value of `stats-interval`.
-    ///
-    /// # Panics
-    /// On any other property, as [`StatsInterval::set`].
-    pub fn value(&self, name: &str) -> gst::glib::Value {
-        use gst::prelude::*;
-        match name {
-            "stats-interval" => self.0.to_value(),
-            other => unreachable!("unknown property {other}"),
-        }
-    }
-
     /// A timer firing at this interval.
     pub fn timer(&self) -> StatsTimer {
         StatsTimer::new(self.0)
@@ -569,20 +548,30 @@ mod tests {
 
     #[test]
     fn stats_interval_is_set_and_read_through_its_property() {
+        use crate::property::PropertyGroup;
         use gst::prelude::*;
         gst::init().unwrap();
-        let [_, spec] = properties("packets");
         let mut i = StatsInterval::default();
+        let specs = i.spec_vec();
+        assert_eq!(specs.len(), 1);
+        let spec = &specs[0];
+        assert_eq!(spec.name(), "stats-interval");
         assert_eq!(
-            i.value(spec.name()).get::<u32>().unwrap(),
+            i.get(0, spec).unwrap().get::<u32>().unwrap(),
             DEFAULT_INTERVAL_MS
         );
         assert_eq!(spec.default_value().get::<u32>().unwrap(), i.0);
-        i.set(spec.name(), &250u32.to_value());
+        assert!(i.set(0, &250u32.to_value(), spec));
         assert_eq!(i, StatsInterval(250));
-        assert_eq!(i.value("stats-interval").get::<u32>().unwrap(), 250);
-        let r = std::panic::catch_unwind(move || i.set("queue", &1u32.to_value()));
-        assert!(r.is_err(), "an unknown property is a bug");
+        assert_eq!(
+            i.get_named("stats-interval").unwrap().get::<u32>().unwrap(),
+            250
+        );
+        // Past the group: not handled, and no panic.
+        assert!(!i.set(1, &1u32.to_value(), spec));
+        assert!(i.get(1, spec).is_none());
+        assert_eq!(i, StatsInterval(250));
+        assert!(stats_spec("packets").blurb().unwrap().ends_with("packets"));
     }
 
     #[test]

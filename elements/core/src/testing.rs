@@ -19,3 +19,14 @@ impl Xorshift {
         self.next_u64() % 100 < percent
     }
 }
+
+/// Initialises GStreamer and registers `elements` (factory name, type) without a
+/// plugin, for a test that builds them by name. Safe to call from every test: GStreamer
+/// keeps one registration per name (registering it again with no plugin updates it).
+pub fn register_elements(elements: &[(&str, gst::glib::Type)]) {
+    gst::init().expect("GStreamer initialises");
+    for (name, t) in elements {
+        gst::Element::register(None, name, gst::Rank::NONE, *t)
+            .unwrap_or_else(|e| panic!("registering {name}: {e}"));
+    }
+}

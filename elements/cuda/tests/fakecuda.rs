@@ -375,7 +375,7 @@ fn chunks_are_placed_into_pinned_memory() {
     let run = common::run_tapped(
         "fhtestsrc rate=0 packet-size=1024 num-packets=8192 \
          ! fhdepay handler=seq handler-config=\"seq,offset=8,width=8,payload-offset=16\" \
-           slots-per-chunk=1024 slot-size=1008 \
+           heaps-per-chunk=1024 heap-size=1008 \
          ! identity name=tap signal-handoffs=true ! fhcudaupload name=up \
          ! fakesink name=sink sync=false signal-handoffs=true",
         || {},

@@ -8,13 +8,13 @@
 //! | 4..6 | line number, big-endian `u16` |
 //! | 6.. | the line: `line-bytes` bytes of big-endian 16-bit samples |
 //!
-//! A message is a frame (`lines` packets); a chunk holds `slots-per-chunk` frames. The
+//! A message is a frame (`lines` packets); a chunk holds `heaps-per-chunk` frames. The
 //! handler converts the samples to little-endian while it copies them into the chunk, so
 //! the consumer gets ready-to-use memory with no second pass.
 //!
 //! In a real pipeline the handler is registered once at start-up and used by name:
 //! `fhudpsrc port=5000 ! fhdepay handler-config="frames,lines=1080,line-bytes=3840"
-//! slots-per-chunk=8 slot-size=4147200 ! …`. Here a test harness feeds hand-made packets
+//! heaps-per-chunk=8 heap-size=4147200 ! …`. Here a test harness feeds hand-made packets
 //! and prints what comes out; run it with `cargo run --example custom_handler -p
 //! firehose-depay`.
 
@@ -111,10 +111,10 @@ fn main() {
 
     let depay = gst::ElementFactory::make("fhdepay")
         .property("handler-config", "frames,lines=4,line-bytes=8")
-        .property("slots-per-chunk", 2u32)
-        .property("slot-size", (LINES * LINE_BYTES) as u32)
-        .property("packet-payload-size", LINE_BYTES as u32)
-        .property_from_str("hugepages", "off")
+        .property("heaps-per-chunk", 2u32)
+        .property("heap-size", (LINES * LINE_BYTES) as u32)
+        .property("packet-presence-size", LINE_BYTES as u32)
+        .property_from_str("memory", "system")
         .build()
         .unwrap();
     let mut h = Harness::with_element(&depay, Some("sink"), Some("src"));

@@ -98,7 +98,7 @@ impl SeqConfig {
         if let (Some(p), Some(slot)) = (payload_size, config_u64(s, CONFIG_SLOT_SIZE)?) {
             if p as u64 > slot {
                 return Err(format!(
-                    "seq: payload-size {p} does not fit a slot of {slot} bytes (raise slot-size)"
+                    "seq: payload-size {p} does not fit a slot of {slot} bytes (raise heap-size)"
                 ));
             }
         }
@@ -311,7 +311,7 @@ mod tests {
             ("seq,endianness=middle", "endianness"),
             ("seq,step=0", "step"),
             ("seq,wdith=4", "unknown field 'wdith'"),
-            ("seq,payload-size=100,slot-size=64", "raise slot-size"),
+            ("seq,payload-size=100,slot-size=64", "raise heap-size"),
             ("seq,offset=-1", "offset must be"),
         ] {
             let s: gst::Structure = cfg.parse().unwrap();

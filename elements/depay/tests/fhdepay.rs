@@ -14,6 +14,8 @@ use gst_check::Harness;
 const PAYLOAD: usize = 8;
 /// Packets per chunk.
 const SPC: u64 = 8;
+/// Bytes of one chunk, for `pool-size`.
+const CHUNK_BYTES: u64 = SPC * PAYLOAD as u64;
 const CONFIG: &str = "seq,offset=0,width=4,endianness=big,payload-offset=4";
 
 fn init() {
@@ -54,9 +56,9 @@ fn depay(props: &[(&str, &dyn ToValue)]) -> Harness {
     init();
     let e = gst::ElementFactory::make("fhdepay")
         .property("handler-config", CONFIG)
-        .property("slots-per-chunk", SPC as u32)
-        .property("slot-size", PAYLOAD as u32)
-        .property("hugepages", firehose_core::props::Hugepages::Off)
+        .property("heaps-per-chunk", SPC as u32)
+        .property("heap-size", PAYLOAD as u32)
+        .property("memory", firehose_core::props::Memory::System)
         .property("stats-interval", 0u32)
         .build()
         .unwrap();
@@ -231,7 +233,7 @@ fn chunk_pts_is_the_pts_of_the_buffer_that_opened_it() {
 
 #[test]
 fn shutdown_with_buffers_in_flight_returns_every_slot() {
-    let mut h = depay(&[("max-chunks", &2u32), ("pool-chunks", &4u32)]);
+    let mut h = depay(&[("max-chunks", &2u32), ("pool-size", &(4 * CHUNK_BYTES))]);
     // Chunks 0..=3 placed: 0 and 1 emitted (held here), 2 and 3 open in the element.
     h.push(batch(&[0, 8, 16, 24])).unwrap();
     let held = drain(&mut h);
@@ -247,7 +249,7 @@ fn shutdown_with_buffers_in_flight_returns_every_slot() {
 
 #[test]
 fn an_exhausted_pool_drops_and_counts() {
-    let mut h = depay(&[("max-chunks", &1u32), ("pool-chunks", &2u32)]);
+    let mut h = depay(&[("max-chunks", &1u32), ("pool-size", &(2 * CHUNK_BYTES))]);
     h.push(batch(&[0, 8])).unwrap();
     let held = drain(&mut h); // chunk 0, held: chunk 1 has the other slot
     h.push(batch(&[16, 17])).unwrap(); // chunk 2: chunk 1 leaves, no slot for chunk 2
@@ -262,7 +264,7 @@ fn an_exhausted_pool_drops_and_counts() {
 fn block_waits_for_a_chunk_and_a_flush_releases_it() {
     let mut h = depay(&[
         ("max-chunks", &1u32),
-        ("pool-chunks", &2u32),
+        ("pool-size", &(2 * CHUNK_BYTES)),
         ("when-full", &firehose_core::props::WhenFull::Block),
     ]);
     h.push(batch(&[0, 8])).unwrap();
@@ -282,6 +284,24 @@ fn block_waits_for_a_chunk_and_a_flush_releases_it() {
     assert!(h.push_event(gst::event::FlushStart::new()));
     assert_eq!(pusher.join().unwrap(), Err(gst::FlowError::Flushing));
     drop(held);
+}
+
+#[test]
+fn the_old_geometry_names_still_set_the_new_properties() {
+    init();
+    let e = gst::ElementFactory::make("fhdepay").build().unwrap();
+    for (old, new, v) in [
+        ("slots-per-chunk", "heaps-per-chunk", 16u32),
+        ("slot-size", "heap-size", 1500),
+        ("max-messages", "max-heaps", 9),
+        ("packet-payload-size", "packet-presence-size", 500),
+    ] {
+        e.set_property(old, v);
+        assert_eq!(e.property::<u32>(new), v, "{old} sets {new}");
+        assert_eq!(e.property::<u32>(old), v, "{old} reads {new}");
+    }
+    e.set_property("pool-chunks", 3u32);
+    assert_eq!(e.property::<u64>("pool-size"), 3 * 16 * 1500);
 }
 
 #[test]

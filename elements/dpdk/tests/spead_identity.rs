@@ -113,20 +113,13 @@ fn pushed_heaps(
 fn spead_over_dpdk_reassembles_like_over_kernel_udp() {
     let _g = serial();
     init();
-    gst::Element::register(
-        None,
-        "fhudpsrc",
-        gst::Rank::NONE,
-        firehose_net::udpsrc::UdpSrc::static_type(),
-    )
-    .unwrap();
-    gst::Element::register(
-        None,
-        "speaddepay",
-        gst::Rank::NONE,
-        firehose_spead::depay::SpeadDepay::static_type(),
-    )
-    .unwrap();
+    firehose_core::testing::register_elements(&[
+        ("fhudpsrc", firehose_net::udpsrc::UdpSrc::static_type()),
+        (
+            "speaddepay",
+            firehose_spead::depay::SpeadDepay::static_type(),
+        ),
+    ]);
     let pair = veth("sp");
 
     let udp = gst::ElementFactory::make("fhudpsrc")

@@ -2,23 +2,14 @@
 //! that says "no RDMA device" and why. This runs the real probe (dlopen of libibverbs,
 //! `ibv_get_device_list`), not a stand-in.
 
-use std::sync::Once;
-
 use firehose_ibverbs::probe;
 use gst::prelude::*;
 
 fn init() {
-    static INIT: Once = Once::new();
-    INIT.call_once(|| {
-        gst::init().unwrap();
-        gst::Element::register(
-            None,
-            "fhibvsrc",
-            gst::Rank::NONE,
-            firehose_ibverbs::ibvsrc::IbvSrc::static_type(),
-        )
-        .unwrap();
-    });
+    firehose_core::testing::register_elements(&[(
+        "fhibvsrc",
+        firehose_ibverbs::ibvsrc::IbvSrc::static_type(),
+    )]);
 }
 
 /// Runs `desc` to PLAYING and returns the first error message's text and debug string.

@@ -13,7 +13,9 @@
 //! `stats` property; every scrape reads those still alive, labelled with their top-level
 //! pipeline. Nothing runs per buffer.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
+
+use firehose_core::property::{OrDefault, PropertyGroup};
 
 use gst::glib;
 use gst::prelude::*;
@@ -35,6 +37,45 @@ static CAT: std::sync::LazyLock<gst::DebugCategory> = std::sync::LazyLock::new(|
         Some("Firehose metrics tracer"),
     )
 });
+
+/// The tracer's parameters (`GST_TRACERS="fhmetrics(port=N,address=A)"`), set at
+/// construction.
+#[derive(Clone, Debug)]
+struct Settings {
+    port: i32,
+    address: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            port: DEFAULT_PORT,
+            address: DEFAULT_ADDRESS.into(),
+        }
+    }
+}
+
+firehose_core::property_group! {
+    Settings as _s {
+        // An int, not a uint: "port=9400" in GST_TRACERS parses as a gint and the
+        // parameters are refused on a type mismatch.
+        port => glib::ParamSpecInt::builder("port")
+            .nick("Port")
+            .blurb("TCP port of the /metrics endpoint (0 = any free port)")
+            .minimum(0)
+            .maximum(65535)
+            .default_value(DEFAULT_PORT)
+            .construct()
+            .build();
+        // NULL (or empty) is the default: there is no "no address".
+        address: OrDefault => glib::ParamSpecString::builder("address")
+            .nick("Address")
+            .blurb("Address to listen on (127.0.0.1 = this host only)")
+            .default_value(Some(DEFAULT_ADDRESS))
+            .construct()
+            .build();
+    }
+}
 
 /// The elements a tracer watches (weak: the tracer must not keep them alive).
 #[derive(Default)]
@@ -60,7 +101,7 @@ mod imp {
 
     #[derive(Default)]
     pub struct FhMetrics {
-        settings: Mutex<(i32, String)>,
+        settings: Mutex<Settings>,
         watched: Arc<Mutex<Watched>>,
         /// The endpoint; `None` inside until the first element appears, or after a
         /// failed bind (`tried` then stops further attempts).
@@ -75,51 +116,25 @@ mod imp {
     }
 
     impl ObjectImpl for FhMetrics {
-        fn properties() -> &'static [glib::ParamSpec] {
-            static PROPS: OnceLock<Vec<glib::ParamSpec>> = OnceLock::new();
-            PROPS.get_or_init(|| {
-                vec![
-                    // An int, not a uint: "port=9400" in GST_TRACERS parses as a gint and
-                    // the parameters are refused on a type mismatch.
-                    glib::ParamSpecInt::builder("port")
-                        .nick("Port")
-                        .blurb("TCP port of the /metrics endpoint (0 = any free port)")
-                        .minimum(0)
-                        .maximum(65535)
-                        .default_value(DEFAULT_PORT)
-                        .construct()
-                        .build(),
-                    glib::ParamSpecString::builder("address")
-                        .nick("Address")
-                        .blurb("Address to listen on (127.0.0.1 = this host only)")
-                        .default_value(Some(DEFAULT_ADDRESS))
-                        .construct()
-                        .build(),
-                ]
+        firehose_core::properties!(|| Settings::default().spec_vec());
+
+        fn set_property(&self, id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+            let done = self
+                .settings
+                .lock()
+                .unwrap()
+                .set(id.wrapping_sub(1), value, pspec);
+            if !done {
+                gst::error!(CAT, imp = self, "no property {} (a bug)", pspec.name());
+            }
+        }
+
+        fn property(&self, id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+            let value = self.settings.lock().unwrap().get(id.wrapping_sub(1), pspec);
+            value.unwrap_or_else(|| {
+                gst::error!(CAT, imp = self, "no property {} (a bug)", pspec.name());
+                pspec.default_value().clone()
             })
-        }
-
-        fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-            let mut s = self.settings.lock().unwrap();
-            match pspec.name() {
-                "port" => s.0 = value.get().expect("type checked upstream"),
-                "address" => {
-                    s.1 = value
-                        .get::<Option<String>>()
-                        .expect("type checked upstream")
-                        .unwrap_or_else(|| DEFAULT_ADDRESS.into())
-                }
-                other => unreachable!("unknown property {other}"),
-            }
-        }
-
-        fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-            let s = self.settings.lock().unwrap();
-            match pspec.name() {
-                "port" => s.0.to_value(),
-                "address" => s.1.to_value(),
-                other => unreachable!("unknown property {other}"),
-            }
         }
 
         fn constructed(&self) {
@@ -137,7 +152,7 @@ mod imp {
                 return;
             }
             server.0 = true;
-            let (port, address) = self.settings.lock().unwrap().clone();
+            let Settings { port, address } = self.settings.lock().unwrap().clone();
             let addr = match crate::http::parse_addr(&format!("{address}:{port}")) {
                 Ok(a) => a,
                 Err(e) => {
@@ -211,4 +226,22 @@ impl FhMetrics {
 /// Registers the `fhmetrics` tracer with `plugin` (or with the process when `None`).
 pub fn register(plugin: Option<&gst::Plugin>) -> Result<(), glib::BoolError> {
     gst::Tracer::register(plugin, "fhmetrics", FhMetrics::static_type())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parameters_round_trip_and_null_is_the_default_address() {
+        gst::init().unwrap();
+        let mut s = Settings::default();
+        firehose_core::property::assert_round_trips(&mut s);
+        assert_eq!(
+            (s.port, s.address.as_str()),
+            (DEFAULT_PORT + 1, "127.0.0.1-test")
+        );
+        assert!(s.set_named("address", &None::<String>.to_value()));
+        assert_eq!(s.address, DEFAULT_ADDRESS);
+    }
 }

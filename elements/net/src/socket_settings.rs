@@ -3,7 +3,9 @@
 //! (`buffer-size`, `coalesce-time` and its deprecated alias `coalesce-us`,
 //! `max-packet-size`, `gro`, `reuse`), their specs, and
 //! opening the socket they describe with its errors and warnings phrased for the user.
+//! A property group ([`firehose_core::property_group!`]) that the sources contain.
 
+use firehose_core::property::{AsI32, Convert, NonEmpty, OrDefault};
 use gst::glib;
 use gst::prelude::*;
 
@@ -65,122 +67,92 @@ impl Default for SocketSettings {
     }
 }
 
+/// `coalesce-us`, the deprecated alias of `coalesce-time`: the same nanoseconds read
+/// and written in microseconds.
+#[derive(Debug)]
+pub struct Micros;
+
+impl Convert<u64> for Micros {
+    fn set(field: &mut u64, value: &glib::Value, _: &glib::ParamSpec) {
+        *field = u64::from(value.get::<u32>().expect("GObject checks the type first")) * 1000;
+    }
+    fn get(field: &u64, _: &glib::ParamSpec) -> glib::Value {
+        ((*field / 1000).min(u64::from(u32::MAX)) as u32).to_value()
+    }
+}
+
+// All are writable in READY and below: the socket is opened at start.
+firehose_core::property_group! {
+    SocketSettings as _s {
+        address: OrDefault => glib::ParamSpecString::builder("address")
+            .nick("Address")
+            .blurb("Local address or multicast group to receive on (IPv4 or IPv6)")
+            .default_value(Some(DEFAULT_ADDRESS))
+            .mutable_ready()
+            .build();
+        port: AsI32 => glib::ParamSpecInt::builder("port")
+            .nick("Port")
+            .blurb("UDP port (0 = any free port; the bound port is readable after start)")
+            .minimum(0)
+            .maximum(65535)
+            .default_value(DEFAULT_PORT as i32)
+            .mutable_ready()
+            .build();
+        multicast_iface: NonEmpty => glib::ParamSpecString::builder("multicast-iface")
+            .nick("Multicast interface")
+            .blurb("Network interface on which to join the multicast group")
+            .mutable_ready()
+            .build();
+        multicast_source: NonEmpty => glib::ParamSpecString::builder("multicast-source")
+            .nick("Multicast sources")
+            .blurb("Comma-separated source addresses for source-specific multicast (SSM)")
+            .mutable_ready()
+            .build();
+        buffer_size: AsI32 => glib::ParamSpecInt::builder("buffer-size")
+            .nick("Buffer size")
+            .blurb("Kernel receive buffer (SO_RCVBUF) in bytes (0 = kernel default)")
+            .minimum(0)
+            .default_value(DEFAULT_BUFFER_SIZE as i32)
+            .mutable_ready()
+            .build();
+        coalesce_ns => glib::ParamSpecUInt64::builder("coalesce-time")
+            .nick("Wake-up coalescing")
+            .blurb("When a read finds the socket queue empty after data, wait up to this many nanoseconds before reading again, so that one wake-up takes many datagrams (less CPU); cut short so the socket buffer never fills past a quarter. Adds at most this much latency. 0 = read as soon as anything arrives")
+            .maximum(100_000_000)
+            .default_value(u64::from(DEFAULT_COALESCE_US) * 1000)
+            .mutable_ready()
+            .build();
+        deprecated("coalesce-time") coalesce_ns: Micros => glib::ParamSpecUInt::builder("coalesce-us")
+            .nick("Wake-up coalescing (µs)")
+            .blurb("Deprecated: use coalesce-time (nanoseconds). The same setting in microseconds")
+            .maximum(100_000)
+            .default_value(DEFAULT_COALESCE_US)
+            .mutable_ready()
+            .build();
+        max_packet_size => glib::ParamSpecUInt::builder("max-packet-size")
+            .nick("Maximum packet size")
+            .blurb("Longest datagram payload accepted in bytes; longer ones are dropped and counted as truncated")
+            .minimum(1)
+            .maximum(65535)
+            .default_value(DEFAULT_MAX_PACKET_SIZE)
+            .mutable_ready()
+            .build();
+        gro => glib::ParamSpecBoolean::builder("gro")
+            .nick("GRO")
+            .blurb("Ask the kernel for UDP GRO (coalesced datagrams, split here by segment size)")
+            .default_value(true)
+            .mutable_ready()
+            .build();
+        reuse => glib::ParamSpecBoolean::builder("reuse")
+            .nick("Reuse")
+            .blurb("Allow other sockets to bind the same port (SO_REUSEADDR); off so a busy port is an error, not silent sharing")
+            .default_value(false)
+            .mutable_ready()
+            .build();
+    }
+}
+
 impl SocketSettings {
-    /// The specs of these properties, in the order above; an element puts its own among
-    /// them with [`insert_after`]. All are writable in READY and below.
-    pub fn properties() -> Vec<glib::ParamSpec> {
-        vec![
-            glib::ParamSpecString::builder("address")
-                .nick("Address")
-                .blurb("Local address or multicast group to receive on (IPv4 or IPv6)")
-                .default_value(Some(DEFAULT_ADDRESS))
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecInt::builder("port")
-                .nick("Port")
-                .blurb("UDP port (0 = any free port; the bound port is readable after start)")
-                .minimum(0)
-                .maximum(65535)
-                .default_value(DEFAULT_PORT as i32)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecString::builder("multicast-iface")
-                .nick("Multicast interface")
-                .blurb("Network interface on which to join the multicast group")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecString::builder("multicast-source")
-                .nick("Multicast sources")
-                .blurb("Comma-separated source addresses for source-specific multicast (SSM)")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecInt::builder("buffer-size")
-                .nick("Buffer size")
-                .blurb("Kernel receive buffer (SO_RCVBUF) in bytes (0 = kernel default)")
-                .minimum(0)
-                .default_value(DEFAULT_BUFFER_SIZE as i32)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt64::builder("coalesce-time")
-                .nick("Wake-up coalescing")
-                .blurb("When a read finds the socket queue empty after data, wait up to this many nanoseconds before reading again, so that one wake-up takes many datagrams (less CPU); cut short so the socket buffer never fills past a quarter. Adds at most this much latency. 0 = read as soon as anything arrives")
-                .maximum(100_000_000)
-                .default_value(u64::from(DEFAULT_COALESCE_US) * 1000)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("coalesce-us")
-                .nick("Wake-up coalescing (µs)")
-                .blurb("Deprecated: use coalesce-time (nanoseconds). The same setting in microseconds")
-                .maximum(100_000)
-                .default_value(DEFAULT_COALESCE_US)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("max-packet-size")
-                .nick("Maximum packet size")
-                .blurb("Longest datagram payload accepted in bytes; longer ones are dropped and counted as truncated")
-                .minimum(1)
-                .maximum(65535)
-                .default_value(DEFAULT_MAX_PACKET_SIZE)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecBoolean::builder("gro")
-                .nick("GRO")
-                .blurb("Ask the kernel for UDP GRO (coalesced datagrams, split here by segment size)")
-                .default_value(true)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecBoolean::builder("reuse")
-                .nick("Reuse")
-                .blurb("Allow other sockets to bind the same port (SO_REUSEADDR); off so a busy port is an error, not silent sharing")
-                .default_value(false)
-                .mutable_ready()
-                .build(),
-        ]
-    }
-
-    /// Sets property `pspec` when it is one of these; false when it is not (the
-    /// element's own).
-    pub fn set(&mut self, value: &glib::Value, pspec: &glib::ParamSpec) -> bool {
-        // An empty string means unset, as leaving the property alone does.
-        let opt = |v: Option<String>| v.filter(|x| !x.is_empty());
-        match pspec.name() {
-            "address" => {
-                self.address = value
-                    .get::<Option<String>>()
-                    .unwrap()
-                    .unwrap_or_else(|| DEFAULT_ADDRESS.into())
-            }
-            "port" => self.port = value.get::<i32>().unwrap() as u32,
-            "multicast-iface" => self.multicast_iface = opt(value.get().unwrap()),
-            "multicast-source" => self.multicast_source = opt(value.get().unwrap()),
-            "buffer-size" => self.buffer_size = value.get::<i32>().unwrap() as u32,
-            "coalesce-time" => self.coalesce_ns = value.get().unwrap(),
-            "coalesce-us" => self.coalesce_ns = u64::from(value.get::<u32>().unwrap()) * 1000,
-            "max-packet-size" => self.max_packet_size = value.get().unwrap(),
-            "gro" => self.gro = value.get().unwrap(),
-            "reuse" => self.reuse = value.get().unwrap(),
-            _ => return false,
-        }
-        true
-    }
-
-    /// The value of property `pspec` when it is one of these.
-    pub fn get(&self, pspec: &glib::ParamSpec) -> Option<glib::Value> {
-        Some(match pspec.name() {
-            "address" => self.address.to_value(),
-            "port" => (self.port as i32).to_value(),
-            "multicast-iface" => self.multicast_iface.to_value(),
-            "multicast-source" => self.multicast_source.to_value(),
-            "buffer-size" => (self.buffer_size as i32).to_value(),
-            "coalesce-time" => self.coalesce_ns.to_value(),
-            "coalesce-us" => ((self.coalesce_ns / 1000).min(u64::from(u32::MAX)) as u32).to_value(),
-            "max-packet-size" => self.max_packet_size.to_value(),
-            "gro" => self.gro.to_value(),
-            "reuse" => self.reuse.to_value(),
-            _ => return None,
-        })
-    }
-
     /// The socket to open; `timestamps` asks for kernel receive times.
     pub fn config(&self, timestamps: bool) -> SocketConfig {
         SocketConfig {
@@ -252,29 +224,16 @@ impl SocketSettings {
     }
 }
 
-/// Puts `more` into `props` right after the property named `after` (at the end when
-/// there is none), so an element's own properties sit beside the shared ones they go
-/// with (`batch-size` after `buffer-size`).
-pub fn insert_after(
-    props: &mut Vec<glib::ParamSpec>,
-    after: &str,
-    more: impl IntoIterator<Item = glib::ParamSpec>,
-) {
-    let at = props
-        .iter()
-        .position(|p| p.name() == after)
-        .map_or(props.len(), |i| i + 1);
-    props.splice(at..at, more);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use firehose_core::property::PropertyGroup;
 
     #[test]
     fn every_property_round_trips_and_others_are_left_alone() {
         gst::init().unwrap();
-        let props = SocketSettings::properties();
+        let mut s = SocketSettings::default();
+        let props = s.spec_vec();
         let values = [
             "127.0.0.1".to_value(),
             0i32.to_value(),
@@ -288,17 +247,18 @@ mod tests {
             true.to_value(),
         ];
         assert_eq!(props.len(), values.len());
-        let mut s = SocketSettings::default();
-        for (p, v) in props.iter().zip(&values) {
-            assert!(s.set(v, p), "{} is a socket property", p.name());
+        assert_eq!(s.count(), values.len());
+        for (i, (p, v)) in props.iter().zip(&values).enumerate() {
+            assert!(s.set(i, v, p), "{} is a socket property", p.name());
         }
-        for (p, v) in props.iter().zip(&values) {
-            let got = s.get(p).unwrap();
+        // coalesce-us (7 µs) came after coalesce-time and wins.
+        assert_eq!(s.coalesce_ns, 7000);
+        for (i, (p, v)) in props.iter().zip(&values).enumerate() {
+            let got = s.get(i, p).unwrap();
             assert_eq!(got.serialize().ok(), v.serialize().ok(), "{}", p.name());
         }
-        let other = glib::ParamSpecUInt::builder("batch-size").build();
-        assert!(!s.set(&1u32.to_value(), &other));
-        assert!(s.get(&other).is_none());
+        assert!(!s.set(values.len(), &1u32.to_value(), &props[0]));
+        assert!(s.get(values.len(), &props[0]).is_none());
 
         let cfg = s.config(false);
         assert_eq!(cfg.address, "127.0.0.1");
@@ -311,34 +271,26 @@ mod tests {
     #[test]
     fn coalesce_us_is_an_alias_of_coalesce_time() {
         gst::init().unwrap();
-        let props = SocketSettings::properties();
-        let spec = |name| props.iter().find(|p| p.name() == name).unwrap();
         let mut s = SocketSettings::default();
-        assert_eq!(
-            s.get(spec("coalesce-time")).unwrap().get::<u64>().unwrap(),
-            2_000_000
-        );
-        s.set(&500u32.to_value(), spec("coalesce-us"));
+        let get = |s: &SocketSettings, n| s.get_named(n).unwrap();
+        assert_eq!(get(&s, "coalesce-time").get::<u64>().unwrap(), 2_000_000);
+        assert!(s.set_named("coalesce-us", &500u32.to_value()));
         assert_eq!(s.coalesce_ns(), 500_000);
-        assert_eq!(
-            s.get(spec("coalesce-time")).unwrap().get::<u64>().unwrap(),
-            500_000
-        );
-        s.set(&30_000u64.to_value(), spec("coalesce-time"));
-        assert_eq!(
-            s.get(spec("coalesce-us")).unwrap().get::<u32>().unwrap(),
-            30
-        );
+        assert_eq!(get(&s, "coalesce-time").get::<u64>().unwrap(), 500_000);
+        assert!(s.set_named("coalesce-time", &30_000u64.to_value()));
+        assert_eq!(get(&s, "coalesce-us").get::<u32>().unwrap(), 30);
     }
 
     #[test]
     fn empty_strings_unset_and_no_address_is_the_default() {
         gst::init().unwrap();
-        let props = SocketSettings::properties();
-        let spec = |name| props.iter().find(|p| p.name() == name).unwrap();
-        let mut s = SocketSettings::default();
-        s.set(&"".to_value(), spec("multicast-iface"));
-        s.set(&None::<String>.to_value(), spec("address"));
+        let mut s = SocketSettings {
+            address: "10.1.1.1".into(),
+            multicast_iface: Some("eth0".into()),
+            ..Default::default()
+        };
+        s.set_named("multicast-iface", &"".to_value());
+        s.set_named("address", &None::<String>.to_value());
         assert_eq!(s.multicast_iface, None);
         assert_eq!(s.address, DEFAULT_ADDRESS);
     }
@@ -358,25 +310,5 @@ mod tests {
         assert!(!s.set_bound_port(&report), "unchanged");
         assert!(!s.set_bound_port(&OpenReport::default()));
         assert_eq!(s.port, 40000);
-    }
-
-    #[test]
-    fn own_properties_go_after_the_named_one() {
-        gst::init().unwrap();
-        let mut props = SocketSettings::properties();
-        let own = |n: &str| glib::ParamSpecUInt::builder(n).build();
-        insert_after(
-            &mut props,
-            "buffer-size",
-            [own("batch-size"), own("batch-bytes")],
-        );
-        insert_after(&mut props, "no-such", [own("last")]);
-        let names: Vec<_> = props.iter().map(|p| p.name().to_string()).collect();
-        let at = names.iter().position(|n| n == "buffer-size").unwrap();
-        assert_eq!(
-            names[at + 1..at + 4],
-            ["batch-size", "batch-bytes", "coalesce-time"]
-        );
-        assert_eq!(names.last().unwrap(), "last");
     }
 }

@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use firehose_core::property::Convert;
 use firehose_core::src::{PacketSrc, PacketSrcExt};
 use firehose_core::transport::InPlaceTransport;
 use firehose_core::wake::Waker;
@@ -33,11 +34,22 @@ pub fn property() -> glib::ParamSpec {
         .build()
 }
 
-/// The setting a value of the property gives (an empty string is unset).
-pub fn value(v: &glib::Value) -> Option<String> {
-    v.get::<Option<String>>()
-        .expect("type checked upstream")
-        .filter(|d| !d.trim().is_empty())
+/// The setting behind the property: the description, `None` when unset (an empty or
+/// blank string is unset). A settings field `transport: Option<String>` declares it as
+/// `transport: transport_input::Desc => transport_input::property();`.
+#[derive(Debug)]
+pub struct Desc;
+
+impl Convert<Option<String>> for Desc {
+    fn set(field: &mut Option<String>, value: &glib::Value, _: &glib::ParamSpec) {
+        *field = value
+            .get::<Option<String>>()
+            .expect("GObject checks the type first")
+            .filter(|d| !d.trim().is_empty());
+    }
+    fn get(field: &Option<String>, _: &glib::ParamSpec) -> glib::Value {
+        field.to_value()
+    }
 }
 
 /// A transport opened for an engine.

@@ -4,7 +4,6 @@
 //! Loopback only, port 0.
 
 use std::net::UdpSocket;
-use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use firehose_core::stats::field;
@@ -12,17 +11,10 @@ use firehose_core::PacketBatchMeta;
 use gst::prelude::*;
 
 fn init() {
-    static INIT: Once = Once::new();
-    INIT.call_once(|| {
-        gst::init().unwrap();
-        gst::Element::register(
-            None,
-            "fhudpsrc",
-            gst::Rank::NONE,
-            firehose_net::udpsrc::UdpSrc::static_type(),
-        )
-        .unwrap();
-    });
+    firehose_core::testing::register_elements(&[(
+        "fhudpsrc",
+        firehose_net::udpsrc::UdpSrc::static_type(),
+    )]);
 }
 
 /// Datagrams of varied sizes (1 to 1400 bytes), each byte telling which one it is.

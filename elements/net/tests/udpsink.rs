@@ -3,7 +3,7 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::Once;
+
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -13,17 +13,10 @@ use gst::prelude::*;
 use gst_check::Harness;
 
 fn init() {
-    static INIT: Once = Once::new();
-    INIT.call_once(|| {
-        gst::init().unwrap();
-        gst::Element::register(
-            None,
-            "fhudpsink",
-            gst::Rank::NONE,
-            firehose_net::udpsink::UdpSink::static_type(),
-        )
-        .unwrap();
-    });
+    firehose_core::testing::register_elements(&[(
+        "fhudpsink",
+        firehose_net::udpsink::UdpSink::static_type(),
+    )]);
 }
 
 /// A UDP socket on `addr` (port 0) with a large receive buffer and a read timeout (a

@@ -4,7 +4,7 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use firehose_core::batch::for_each_packet;
@@ -14,17 +14,10 @@ use gst::prelude::*;
 use gst_check::Harness;
 
 fn init() {
-    static INIT: Once = Once::new();
-    INIT.call_once(|| {
-        gst::init().unwrap();
-        gst::Element::register(
-            None,
-            "fhudpsrc",
-            gst::Rank::NONE,
-            firehose_net::udpsrc::UdpSrc::static_type(),
-        )
-        .unwrap();
-    });
+    firehose_core::testing::register_elements(&[(
+        "fhudpsrc",
+        firehose_net::udpsrc::UdpSrc::static_type(),
+    )]);
 }
 
 /// A harness around `fhudpsrc` with `props`, playing, and the bound port. Without an

@@ -3,24 +3,16 @@
 //! an error naming it within a few seconds, instead of waiting for ever. Runs on a veth
 //! pair with its other end in a namespace the test creates (and removes).
 
-use std::sync::Once;
 use std::time::Duration;
 
 use firehose_testkit::netns::{ip, VethPair};
 use gst::prelude::*;
 
 fn init() {
-    static INIT: Once = Once::new();
-    INIT.call_once(|| {
-        gst::init().unwrap();
-        gst::Element::register(
-            None,
-            "fhudpsrc",
-            gst::Rank::NONE,
-            firehose_net::udpsrc::UdpSrc::static_type(),
-        )
-        .unwrap();
-    });
+    firehose_core::testing::register_elements(&[(
+        "fhudpsrc",
+        firehose_net::udpsrc::UdpSrc::static_type(),
+    )]);
 }
 
 /// Runs `fhudpsrc multicast-iface=<host end> ! fakesink`, checks that a quiet but healthy

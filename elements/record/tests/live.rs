@@ -106,7 +106,7 @@ fn capture_and_replay(iface: &str) {
     dump.stop();
 
     let (got, el, r) = replay(
-        &format!("location={} port={port} rate=max", path.display()),
+        &format!("location={} port={port} pace=max", path.display()),
         Duration::from_secs(30),
     );
     r.unwrap();

@@ -29,7 +29,7 @@ fn a_replay_at_full_speed_is_recorded_whole_by_default() {
     let copy = dir.join("copy.pcap");
     let (pipeline, r) = run_pipeline(
         &format!(
-            "fhpcapsrc location={} rate=max ! fhrecordsink name=rec location={} \
+            "fhpcapsrc location={} pace=max ! fhrecordsink name=rec location={} \
              block-size=65536 queue-size=262144 direct=false fsync=bytes fsync-bytes=65536",
             original.display(),
             copy.display()

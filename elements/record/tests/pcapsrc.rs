@@ -33,7 +33,7 @@ fn replays_what_fhrecordsink_wrote_in_both_formats() {
             vec![batch(&a, src, T0), batch(&b, src6, T0 + 1_000_000)],
         );
         let (got, el, r) = replay(
-            &format!("location={} rate=max", path.display()),
+            &format!("location={} pace=max", path.display()),
             Duration::from_secs(30),
         );
         r.unwrap();
@@ -73,7 +73,7 @@ fn reads_microsecond_and_nanosecond_pcap_in_both_byte_orders() {
             let path = dir.join(&format!("v-{nanos}-{big}.pcap"));
             std::fs::write(&path, classic_pcap(&frames, nanos, big)).unwrap();
             let (got, _, r) = replay(
-                &format!("location={} rate=max", path.display()),
+                &format!("location={} pace=max", path.display()),
                 Duration::from_secs(30),
             );
             r.unwrap();
@@ -107,7 +107,7 @@ fn filters_by_destination_port_and_address_and_counts_the_rest() {
     std::fs::write(&path, classic_pcap(&frames, true, false)).unwrap();
     let (got, el, r) = replay(
         &format!(
-            "location={} rate=max port=7148 address=10.0.0.1",
+            "location={} pace=max port=7148 address=10.0.0.1",
             path.display()
         ),
         Duration::from_secs(30),
@@ -127,7 +127,7 @@ fn filters_by_destination_port_and_address_and_counts_the_rest() {
         "20 other datagrams and the ARP frame"
     );
     let (got, _, _) = replay(
-        &format!("location={} rate=max port=7149", path.display()),
+        &format!("location={} pace=max port=7149", path.display()),
         Duration::from_secs(30),
     );
     assert_eq!(got.len(), 10);
@@ -149,7 +149,7 @@ fn damaged_frames_are_counted_and_skipped_and_a_cut_last_record_is_an_error() {
     let path = dir.join("frames.pcap");
     std::fs::write(&path, &whole).unwrap();
     let (got, el, r) = replay(
-        &format!("location={} rate=max", path.display()),
+        &format!("location={} pace=max", path.display()),
         Duration::from_secs(30),
     );
     r.unwrap();
@@ -165,7 +165,7 @@ fn damaged_frames_are_counted_and_skipped_and_a_cut_last_record_is_an_error() {
     let path = dir.join("cut.pcap");
     std::fs::write(&path, &bytes).unwrap();
     let (got, el, r) = replay(
-        &format!("location={} rate=max", path.display()),
+        &format!("location={} pace=max", path.display()),
         Duration::from_secs(30),
     );
     let e = r.unwrap_err();
@@ -198,7 +198,7 @@ fn a_record_longer_than_the_snaplen_or_a_cut_file_header_is_an_error() {
     let path = dir.join("snap.pcap");
     std::fs::write(&path, &f).unwrap();
     let (got, _, r) = replay(
-        &format!("location={} rate=max", path.display()),
+        &format!("location={} pace=max", path.display()),
         Duration::from_secs(30),
     );
     let e = r.unwrap_err();
@@ -214,7 +214,7 @@ fn a_record_longer_than_the_snaplen_or_a_cut_file_header_is_an_error() {
     f[second + 8..second + 12].copy_from_slice(&u32::MAX.to_le_bytes());
     std::fs::write(&path, &f).unwrap();
     let (_, _, r) = replay(
-        &format!("location={} rate=max", path.display()),
+        &format!("location={} pace=max", path.display()),
         Duration::from_secs(30),
     );
     let e = r.unwrap_err();
@@ -226,7 +226,7 @@ fn a_record_longer_than_the_snaplen_or_a_cut_file_header_is_an_error() {
     let path = dir.join("head.pcap");
     std::fs::write(&path, &f[..20]).unwrap();
     let (_, _, r) = replay(
-        &format!("location={} rate=max", path.display()),
+        &format!("location={} pace=max", path.display()),
         Duration::from_secs(30),
     );
     let e = r.unwrap_err();
@@ -283,14 +283,14 @@ fn original_rate_reproduces_the_capture_timing() {
     std::fs::write(&far_path, classic_pcap(&far, true, false)).unwrap();
     let t = Instant::now();
     let (got, _, r) = replay(
-        &format!("location={} rate=max", far_path.display()),
+        &format!("location={} pace=max", far_path.display()),
         Duration::from_secs(30),
     );
     r.unwrap();
     assert_eq!(got.len(), 5);
     assert!(
         t.elapsed() < Duration::from_secs(10),
-        "rate=max took {:?} of a 20 s capture",
+        "pace=max took {:?} of a 20 s capture",
         t.elapsed()
     );
 }
@@ -376,7 +376,7 @@ fn a_bad_rate_fails_at_start_and_an_empty_match_never_spins() {
     assert!(e.contains("rate 'fast'"), "{e}");
     // loop=0 (forever) on a file where nothing matches: EOS, not a busy loop.
     let (got, el, r) = replay(
-        &format!("location={} port=9 loop=0 rate=max", path.display()),
+        &format!("location={} port=9 loop=0 pace=max", path.display()),
         Duration::from_secs(10),
     );
     r.unwrap();

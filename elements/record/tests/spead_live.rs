@@ -179,7 +179,7 @@ fn capture_and_compare(gso: bool) -> (std::path::PathBuf, i32, TempDir) {
     );
 
     let replay = pipeline(&format!(
-        "fhpcapsrc name=src location={} port={port} rate=max ! speaddepay ! \
+        "fhpcapsrc name=src location={} port={port} pace=max ! speaddepay ! \
          fakesink name=sink sync=false",
         path.display()
     ));

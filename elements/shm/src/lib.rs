@@ -18,6 +18,7 @@
 use gst::glib;
 
 pub mod client;
+pub mod endpoint;
 pub mod hub;
 pub mod metas;
 pub mod proto;

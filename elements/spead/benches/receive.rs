@@ -160,7 +160,7 @@ fn place_in_chunks(s: &mut Stream, heaps: usize) -> Duration {
         ..Default::default()
     };
     let pool = SlotPool::new(&cfg.pool_config(4, HugepagePolicy::Off)).unwrap();
-    let config: gst::Structure = format!("spead,offset=1,slots-per-chunk={HEAPS_PER_CHUNK}")
+    let config: gst::Structure = format!("spead,place-offset=1,slots-per-chunk={HEAPS_PER_CHUNK}")
         .parse()
         .unwrap();
     let handler = firehose_spead::chunk::factory(&config).unwrap();

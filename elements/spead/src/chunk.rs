@@ -4,13 +4,14 @@
 //! A message is a heap: HEAP_CNT identifies it, PAYLOAD_OFFSET places each packet's
 //! payload in it and HEAP_LENGTH says when it is complete. On the first packet seen of a
 //! heap the handler reads the placing value `v` (HEAP_CNT, or the immediate item chosen
-//! with `place-item`, e.g. a timestamp) and computes `n = (v − offset) / step`; the heap
+//! with `place-item`, e.g. a timestamp) and computes `n = (v − place-offset) /
+//! place-step`; the heap
 //! goes to chunk `n / N`, slot `n mod N`, where `N` is the engine's slots per chunk.
 //!
 //! Heaps that carry no data for a chunk are dropped (`drops-handler`): heaps with
 //! STREAM_CTRL (start, descriptor reissue or update) or DESCRIPTOR items, heaps whose
-//! first packet lacks the `place-item` item, and values before `offset` or off the
-//! `step` grid. A stop heap (STREAM_CTRL = 2) ends the stream: every open chunk is
+//! first packet lacks the `place-item` item, and values before `place-offset` or off
+//! the `place-step` grid. A stop heap (STREAM_CTRL = 2) ends the stream: every open chunk is
 //! emitted and the host sends EOS. Packets that are not valid SPEAD are `malformed`.
 //!
 //! Configuration (a `gst::Structure` named `spead`; see `docs/handlers.md`):
@@ -18,8 +19,11 @@
 //! | field | default | meaning |
 //! |---|---|---|
 //! | `place-item` | `0x1` (HEAP_CNT) | immediate item whose value places the heap |
-//! | `step` | 1 | value increment from one heap to the next |
-//! | `offset` | 0 | value of slot 0 of chunk 0 |
+//! | `place-step` | 1 | value increment from one heap to the next |
+//! | `place-offset` | 0 | value of slot 0 of chunk 0 |
+//!
+//! The keys are `speaddepay`'s property names. The old keys `step` and `offset` still
+//! work, with a warning (once per process) that they are deprecated.
 //!
 //! Like spead2, placement by an item needs that item in the first packet that arrives of
 //! each heap (spead2 sends a heap's items in its first packet). With placement by
@@ -31,6 +35,11 @@ use firehose_chunk::handler::{
     check_fields, config_u64, PacketFacts, PacketHandler, Placement, CONFIG_SLOTS_PER_CHUNK,
 };
 
+use std::collections::BTreeSet;
+use std::sync::{Mutex, PoisonError};
+
+use gst::glib;
+
 use crate::wire::{ctrl, ids, Packet};
 
 /// The handler's name in the registry.
@@ -41,9 +50,9 @@ pub const NAME: &str = "spead";
 pub struct SpeadChunkConfig {
     /// Immediate item whose value places a heap (HEAP_CNT by default).
     pub place_item: u64,
-    /// Value increment from one heap to the next.
+    /// Value increment from one heap to the next (`place-step`).
     pub step: u64,
-    /// Value of slot 0 of chunk 0.
+    /// Value of slot 0 of chunk 0 (`place-offset`).
     pub offset: u64,
     /// The engine's slots per chunk.
     pub slots_per_chunk: u64,
@@ -56,16 +65,26 @@ impl SpeadChunkConfig {
     /// Reads the settings from a handler configuration (the host has set
     /// `slots-per-chunk`).
     pub fn from_structure(s: &gst::StructureRef) -> Result<Self, String> {
-        check_fields(s, &["place-item", "step", "offset", "stop"])?;
+        check_fields(
+            s,
+            &[
+                "place-item",
+                PLACE_STEP,
+                PLACE_OFFSET,
+                "stop",
+                OLD_STEP,
+                OLD_OFFSET,
+            ],
+        )?;
         let get = |k: &str, d: u64| config_u64(s, k).map(|v| v.unwrap_or(d));
-        let step = get("step", 1)?;
+        let step = renamed(s, PLACE_STEP, OLD_STEP, 1)?;
         if step == 0 {
-            return Err("spead: step must be at least 1".into());
+            return Err(format!("spead: {PLACE_STEP} must be at least 1"));
         }
         Ok(Self {
             place_item: get("place-item", ids::HEAP_CNT)?,
             step,
-            offset: get("offset", 0)?,
+            offset: renamed(s, PLACE_OFFSET, OLD_OFFSET, 0)?,
             slots_per_chunk: get(CONFIG_SLOTS_PER_CHUNK, 1)?.max(1),
             stop: match s.value("stop") {
                 Err(_) => true,
@@ -74,6 +93,49 @@ impl SpeadChunkConfig {
                     .map_err(|_| "spead: stop must be a boolean (stop=false)".to_string())?,
             },
         })
+    }
+}
+
+/// The key of the value increment from one heap to the next.
+pub const PLACE_STEP: &str = "place-step";
+/// The key of the value of slot 0 of chunk 0.
+pub const PLACE_OFFSET: &str = "place-offset";
+/// `place-step`'s old key (deprecated).
+const OLD_STEP: &str = "step";
+/// `place-offset`'s old key (deprecated).
+const OLD_OFFSET: &str = "offset";
+
+/// The value of key `new`, or of its deprecated old name `old` (warned about once per
+/// process), or `default`; both at once is an error, since they could disagree.
+fn renamed(s: &gst::StructureRef, new: &str, old: &str, default: u64) -> Result<u64, String> {
+    match (config_u64(s, new)?, config_u64(s, old)?) {
+        (Some(_), Some(_)) => Err(format!(
+            "spead: give {new} only ({old} is its deprecated name)"
+        )),
+        (Some(v), None) => Ok(v),
+        (None, Some(v)) => {
+            warn_old_key(old, new);
+            Ok(v)
+        }
+        (None, None) => Ok(default),
+    }
+}
+
+/// Warns once per process and old key that `old` is deprecated: a `g_warning`, so a
+/// gst-launch or Python user sees it, as for a deprecated property.
+fn warn_old_key(old: &str, new: &str) {
+    static WARNED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    let first = WARNED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(old.to_string());
+    if first {
+        glib::g_warning!(
+            "firehose",
+            "handler-config spead: key '{}' is deprecated and will be removed; use '{}'",
+            old,
+            new
+        );
     }
 }
 
@@ -242,7 +304,7 @@ mod tests {
 
     #[test]
     fn placement_by_heap_cnt_with_offset_and_step() {
-        let mut h = handler("spead,offset=1,step=2,slots-per-chunk=4");
+        let mut h = handler("spead,place-offset=1,place-step=2,slots-per-chunk=4");
         assert_eq!(place(&mut h, &packet(1, 8, 0, b"x", &[])), at(0, 0));
         assert_eq!(place(&mut h, &packet(11, 8, 0, b"x", &[])), at(1, 1));
         assert_eq!(place(&mut h, &packet(12, 8, 0, b"x", &[])), Placement::Drop);
@@ -251,7 +313,8 @@ mod tests {
 
     #[test]
     fn placement_by_a_timestamp_item() {
-        let mut h = handler("spead,place-item=0x1600,step=2048,offset=4096,slots-per-chunk=4");
+        let mut h =
+            handler("spead,place-item=0x1600,place-step=2048,place-offset=4096,slots-per-chunk=4");
         let ts = |t| [ItemPointer::immediate(F, TS, t)];
         assert_eq!(
             place(&mut h, &packet(99, 8, 0, b"x", &ts(4096 + 2048 * 5))),
@@ -294,7 +357,7 @@ mod tests {
 
     #[test]
     fn a_header_alone_gives_the_same_facts_and_placement() {
-        let mut h = handler("spead,offset=1,slots-per-chunk=4");
+        let mut h = handler("spead,place-offset=1,slots-per-chunk=4");
         assert!(h.parses_header_alone() && h.copies_payload_unchanged());
         let ts = [ItemPointer::immediate(F, TS, 9)];
         let p = packet(6, 48, 16, b"0123456789abcdef", &ts);
@@ -313,7 +376,7 @@ mod tests {
 
     #[test]
     fn placement_is_predicted_from_heap_cnt_only() {
-        let h = handler("spead,offset=1,step=2,slots-per-chunk=4");
+        let h = handler("spead,place-offset=1,place-step=2,slots-per-chunk=4");
         assert_eq!(h.predict_placement(1 + 2 * 5), Some(at(1, 1)));
         assert_eq!(
             h.predict_placement(2),
@@ -329,12 +392,22 @@ mod tests {
     }
 
     #[test]
+    fn the_old_keys_still_place() {
+        let old = handler("spead,offset=1,step=2,slots-per-chunk=4");
+        let new = handler("spead,place-offset=1,place-step=2,slots-per-chunk=4");
+        assert_eq!(old.cfg, new.cfg);
+        assert_eq!((old.cfg.step, old.cfg.offset), (2, 1));
+    }
+
+    #[test]
     fn bad_configs_say_what_is_wrong() {
         gst::init().unwrap();
         for (cfg, want) in [
-            ("spead,step=0", "step"),
+            ("spead,place-step=0", "place-step must be at least 1"),
+            ("spead,step=0", "place-step must be at least 1"),
             ("spead,place_item=5", "unknown field 'place_item'"),
-            ("spead,offset=-3", "offset must be"),
+            ("spead,place-offset=-3", "place-offset must be"),
+            ("spead,place-step=2,step=2", "give place-step only"),
         ] {
             let s: gst::Structure = cfg.parse().unwrap();
             let err = factory(&s).err().unwrap();

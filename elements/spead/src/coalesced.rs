@@ -70,6 +70,39 @@ pub fn split(datagram: &[u8], lens: &mut Vec<u32>) -> Split {
     }
 }
 
+/// The name [`SPLITTER`] is registered under ([`crate::register`]): `fhpcapsrc
+/// split=spead`.
+pub const SPLITTER_NAME: &str = "spead";
+
+/// [`split`] as a [`firehose_core::split::DatagramSplitter`], so that the replay source
+/// (firehose-record) cuts GSO-captured records without depending on this crate.
+#[derive(Debug)]
+pub struct SpeadSplitter;
+
+/// The splitter [`crate::register`] registers.
+pub static SPLITTER: SpeadSplitter = SpeadSplitter;
+
+impl firehose_core::split::DatagramSplitter for SpeadSplitter {
+    fn packet(&self) -> &str {
+        "SPEAD"
+    }
+
+    fn split(
+        &self,
+        datagram: &[u8],
+        lens: &mut Vec<u32>,
+    ) -> Result<(), firehose_core::split::Partial> {
+        match split(datagram, lens) {
+            Split::Single | Split::Packets(_) => Ok(()),
+            Split::Partial { packets, at, error } => Err(firehose_core::split::Partial {
+                packets,
+                at,
+                why: error.to_string(),
+            }),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,5 +211,21 @@ mod tests {
             let _ = split(&bad, &mut lens);
             assert_eq!(lens.iter().map(|&l| l as usize).sum::<usize>(), bad.len());
         }
+    }
+
+    #[test]
+    fn the_registered_splitter_cuts_as_split_does() {
+        use firehose_core::split::DatagramSplitter;
+        let ps: Vec<Vec<u8>> = (0..3).map(|i| packet(i, &[i as u8; 40], None)).collect();
+        let mut d = concat(&ps);
+        let mut lens = Vec::new();
+        SPLITTER.split(&d, &mut lens).unwrap();
+        assert_eq!(lens, vec![ps[0].len() as u32; 3]);
+        let at = 2 * ps[0].len();
+        d[at] = 0;
+        let e = SPLITTER.split(&d, &mut lens).unwrap_err();
+        assert_eq!((e.packets, e.at), (2, at));
+        assert!(e.why.contains("magic"), "{}", e.why);
+        assert_eq!(SPLITTER.packet(), "SPEAD");
     }
 }

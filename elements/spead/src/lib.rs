@@ -23,6 +23,8 @@ pub mod coalesced;
 pub mod depay;
 pub mod descriptor;
 pub mod descset;
+#[cfg(test)]
+mod group_tests;
 pub mod heap;
 mod heapout;
 pub mod hostile;
@@ -33,9 +35,11 @@ pub mod send;
 pub mod speadsrc;
 pub mod wire;
 
-/// Registers the SPEAD elements and the `spead` packet handler.
+/// Registers the SPEAD elements, the `spead` packet handler and the `spead` datagram
+/// splitter (`fhpcapsrc split=spead`).
 pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     firehose_chunk::handler::register_handler(chunk::NAME, chunk::factory);
+    firehose_core::split::register(coalesced::SPLITTER_NAME, &coalesced::SPLITTER);
     pay::register(plugin)?;
     depay::register(plugin)?;
     speadsrc::register(plugin)?;

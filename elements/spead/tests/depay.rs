@@ -4,8 +4,6 @@
 // Lists of one range are received ranges here, not misspelt ranges of values.
 #![allow(clippy::single_range_in_vec_init)]
 
-use std::sync::Once;
-
 use firehose_core::batch::{PacketBatchMeta, PacketInfo};
 use firehose_core::gstmem::buffer_memory_kind;
 use firehose_core::meta::message;
@@ -25,17 +23,10 @@ const F40: Flavour = Flavour::SPEAD_64_40;
 const F48: Flavour = Flavour::SPEAD_64_48;
 
 fn init() {
-    static INIT: Once = Once::new();
-    INIT.call_once(|| {
-        gst::init().unwrap();
-        gst::Element::register(
-            None,
-            "speaddepay",
-            gst::Rank::NONE,
-            firehose_spead::depay::SpeadDepay::static_type(),
-        )
-        .unwrap();
-    });
+    firehose_core::testing::register_elements(&[(
+        "speaddepay",
+        firehose_spead::depay::SpeadDepay::static_type(),
+    )]);
 }
 
 /// A harness around `speaddepay` with `props` (small heaps, normal pages), playing.

@@ -27,13 +27,10 @@ fn init() {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
         gst::init().unwrap();
-        gst::Element::register(
-            None,
+        firehose_core::testing::register_elements(&[(
             "speaddepay",
-            gst::Rank::NONE,
             firehose_spead::depay::SpeadDepay::static_type(),
-        )
-        .unwrap();
+        )]);
         firehose_depay::depay::register(None).unwrap();
         // fhdepay finds handlers by name, as the plugin registers them.
         firehose_chunk::handler::register_handler(
@@ -376,11 +373,12 @@ fn chunks_are_cut_from_the_memory_downstream_proposes() {
     use firehose_core::gstmem::buffer_memory_kind;
     use firehose_core::provider::SharedSegment;
     use firehose_core::MemoryKind;
+    // One vocabulary: the chunk geometry has the same names on both elements.
     let fhdepay = [
         ("handler", "spead"),
-        ("slots-per-chunk", "4"),
-        ("slot-size", "64"),
-        ("packet-payload-size", "16"),
+        ("heaps-per-chunk", "4"),
+        ("heap-size", "64"),
+        ("packet-presence-size", "16"),
     ];
     let chunks = [
         ("mode", "chunks"),
@@ -419,11 +417,11 @@ fn the_same_chunks_as_fhdepay_handler_spead() {
         "fhdepay",
         &[
             ("handler", "spead"),
-            ("slots-per-chunk", "4"),
-            ("slot-size", "64"),
+            ("heaps-per-chunk", "4"),
+            ("heap-size", "64"),
             ("max-chunks", "2"),
-            ("max-messages", "3"),
-            ("packet-payload-size", "16"),
+            ("max-heaps", "3"),
+            ("packet-presence-size", "16"),
         ],
     );
     let a = run(&mut ours, &input);

@@ -6,7 +6,7 @@
 
 use std::net::UdpSocket;
 use std::sync::mpsc;
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use firehose_core::gstmem::buffer_memory_kind;
@@ -22,31 +22,17 @@ mod spead;
 use spead::*;
 
 fn init() {
-    static INIT: Once = Once::new();
-    INIT.call_once(|| {
-        gst::init().unwrap();
-        gst::Element::register(
-            None,
-            "fhudpsrc",
-            gst::Rank::NONE,
-            firehose_net::udpsrc::UdpSrc::static_type(),
-        )
-        .unwrap();
-        gst::Element::register(
-            None,
+    firehose_core::testing::register_elements(&[
+        ("fhudpsrc", firehose_net::udpsrc::UdpSrc::static_type()),
+        (
             "speaddepay",
-            gst::Rank::NONE,
             firehose_spead::depay::SpeadDepay::static_type(),
-        )
-        .unwrap();
-        gst::Element::register(
-            None,
+        ),
+        (
             "fhspeadsrc",
-            gst::Rank::NONE,
             firehose_spead::speadsrc::SpeadSrc::static_type(),
-        )
-        .unwrap();
-    });
+        ),
+    ]);
 }
 
 const HEAPS: u64 = 20;

@@ -27,13 +27,10 @@ fn register_depay() {
     use std::sync::Once;
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        gst::Element::register(
-            None,
+        firehose_core::testing::register_elements(&[(
             "speaddepay",
-            gst::Rank::NONE,
             firehose_spead::depay::SpeadDepay::static_type(),
-        )
-        .unwrap();
+        )]);
     });
 }
 

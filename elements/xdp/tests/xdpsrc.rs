@@ -427,7 +427,7 @@ fn long_datagrams_in_small_frames_arrive_whole() {
         42000,
         40000,
         200,
-        "frames=512 frame-size=2048 batch-size=8",
+        "frames=512 slot-size=2048 batch-size=8",
     );
 }
 
@@ -503,6 +503,21 @@ fn start_error(props: &[(&str, &str)]) -> String {
     let text = firehose_testkit::starterror::source_start_error(&src);
     eprintln!("{props:?}: {text}");
     text
+}
+
+/// `frame-size`, the old name of `slot-size`, still sets it, through the element: the
+/// ids the base appends after the subclass's own properties reach the right ones, and
+/// `pool-size` counts in frames of the size set.
+#[test]
+fn frame_size_still_sets_slot_size() {
+    init();
+    let el = gst::ElementFactory::make("fhxdpsrc").build().unwrap();
+    el.set_property("frame-size", 2048u32);
+    assert_eq!(el.property::<u32>("slot-size"), 2048);
+    el.set_property("frames", 1024u32);
+    assert_eq!(el.property::<u64>("pool-size"), 1024 * 2048);
+    el.set_property("slot-size", 4096u32);
+    assert_eq!(el.property::<u32>("frame-size"), 4096);
 }
 
 #[test]

@@ -282,7 +282,7 @@ pub fn description(cfg: &RecvConfig) -> String {
     );
     let xdp = transport.replacen("fhxdpsrc", "fhxdpsrc name=src", 1);
     let chunks = format!(
-        "handler=spead handler-config=spead,offset=1 slot-size={} slots-per-chunk={}",
+        "handler=spead handler-config=spead,place-offset=1 heap-size={} heaps-per-chunk={}",
         cfg.heap_size, cfg.heaps_per_chunk
     );
     let landing = cfg
@@ -578,7 +578,7 @@ mod tests {
         let mut cfg = RecvConfig::new(Receiver::Chunk);
         let d = description(&cfg);
         assert!(d.contains("fhdepay name=depay handler=spead"), "{d}");
-        assert!(d.contains("slot-size=1048576 slots-per-chunk=8"), "{d}");
+        assert!(d.contains("heap-size=1048576 heaps-per-chunk=8"), "{d}");
         assert!(!d.contains("coalesce-us"), "{d}");
         cfg.coalesce_us = Some(0);
         cfg.kind = Receiver::Speaddepay;

@@ -118,8 +118,9 @@ pub fn of_pipeline(pipeline: &gst::Pipeline) -> Needs {
             || factory.starts_with("fhibv")
             || factory.starts_with("fhdpdk")
         {
-            // UMEM / registered memory: the pool, or at least a ring's worth of frames.
-            let frame = int_property(&e, "frame-size").unwrap_or(4096);
+            // UMEM / registered memory / mbufs: the pool, or at least a ring's worth of
+            // slots (`slot-size` on all three).
+            let frame = int_property(&e, "slot-size").unwrap_or(4096);
             n.pinned_bytes += pool.filter(|b| *b > 0).unwrap_or(4096 * frame);
             used = true;
         }

@@ -12,7 +12,7 @@ use crate::stats::names;
 /// - `structure()`: the `firehose-stats` structure of these counters,
 /// - `reset()`: every counter back to zero (at start),
 /// - `describe(extra)`: the names joined by commas, then `extra` (for the blurb of the
-///   `stats` property, [`crate::stats::properties`]).
+///   `stats` property, [`crate::stats::stats_spec`]).
 ///
 /// ```
 /// use firehose_core::stats::names;

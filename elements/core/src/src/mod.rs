@@ -27,6 +27,7 @@ pub mod base;
 mod control;
 mod counters;
 mod dry;
+mod nic_props;
 pub mod output;
 mod pool_props;
 
@@ -36,7 +37,10 @@ pub use base::{
 pub use control::LiveControl;
 pub use counters::{append_pool, append_slot_pool};
 pub use dry::DryWarning;
-pub use output::PacketOutput;
+pub use nic_props::{
+    BlankIsDefault, FilterProps, FilterSettings, OldSlotName, SlotProps, SlotSize,
+};
+pub use output::{OutputSettings, PacketOutput};
 pub use pool_props::{CountAlias, PoolProps, PoolSettings, PoolSize};
 
 use gst::glib;

@@ -208,6 +208,61 @@ impl Hasher for AddrHasher {
     }
 }
 
+/// The `output`, `caps` and `retrieve-sender-address` properties of a packet source,
+/// declared once; the element hands them to its [`PacketOutput`] when one is set
+/// ([`PacketOutput::apply`]).
+#[derive(Clone, Debug)]
+pub struct OutputSettings {
+    /// `output`.
+    pub output: Output,
+    /// `caps`: of the datagrams pushed one per buffer.
+    pub caps: Option<gst::Caps>,
+    /// `retrieve-sender-address`.
+    pub retrieve_sender_address: bool,
+}
+
+impl Default for OutputSettings {
+    fn default() -> Self {
+        Self {
+            output: Output::default(),
+            caps: None,
+            retrieve_sender_address: true,
+        }
+    }
+}
+
+crate::property_group! {
+    OutputSettings as _s {
+        output => glib::ParamSpecEnum::builder::<Output>("output")
+            .nick("Output")
+            .blurb(
+                "batch: one buffer per batch (application/x-firehose-packets); list: one \
+                 buffer per datagram in a buffer list (for stock elements); auto: batch \
+                 when downstream understands packet batches, list otherwise",
+            )
+            .mutable_ready()
+            .build();
+        caps => glib::ParamSpecBoxed::builder::<gst::Caps>("caps")
+            .nick("Caps")
+            .blurb(
+                "Caps of the datagrams when they go out one per buffer (e.g. \
+                 application/x-rtp,…; unset: application/octet-stream)",
+            )
+            .mutable_ready()
+            .build();
+        retrieve_sender_address => glib::ParamSpecBoolean::builder("retrieve-sender-address")
+            .nick("Retrieve sender address")
+            .blurb(
+                "When datagrams go out one per buffer, add a GstNetAddressMeta with \
+                 the sender to each (as udpsrc does); batches carry senders in their \
+                 own metas either way",
+            )
+            .default_value(true)
+            .mutable_playing()
+            .build();
+    }
+}
+
 #[derive(Debug, Default)]
 struct Settings {
     output: Output,
@@ -240,68 +295,14 @@ impl Default for PacketOutput {
 }
 
 impl PacketOutput {
-    /// The `output`, `caps` and `retrieve-sender-address` properties.
-    pub fn param_specs() -> Vec<glib::ParamSpec> {
-        vec![
-            glib::ParamSpecEnum::builder::<Output>("output")
-                .nick("Output")
-                .blurb(
-                    "batch: one buffer per batch (application/x-firehose-packets); list: one \
-                     buffer per datagram in a buffer list (for stock elements); auto: batch \
-                     when downstream understands packet batches, list otherwise",
-                )
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecBoxed::builder::<gst::Caps>("caps")
-                .nick("Caps")
-                .blurb(
-                    "Caps of the datagrams when they go out one per buffer (e.g. \
-                     application/x-rtp,…; unset: application/octet-stream)",
-                )
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecBoolean::builder("retrieve-sender-address")
-                .nick("Retrieve sender address")
-                .blurb(
-                    "When datagrams go out one per buffer, add a GstNetAddressMeta with \
-                     the sender to each (as udpsrc does); batches carry senders in their \
-                     own metas either way",
-                )
-                .default_value(true)
-                .mutable_playing()
-                .build(),
-        ]
-    }
-
-    /// Sets `output`, `caps` or `retrieve-sender-address`; false for another
-    /// property.
-    pub fn set(&self, value: &glib::Value, pspec: &glib::ParamSpec) -> bool {
-        if pspec.name() == "retrieve-sender-address" {
-            let on = value.get().expect("type checked upstream");
-            self.senders_on.store(on, Ordering::Relaxed);
-            return true;
-        }
-        let mut s = lock(&self.settings);
-        match pspec.name() {
-            "output" => s.output = value.get().expect("type checked upstream"),
-            "caps" => s.caps = value.get().expect("type checked upstream"),
-            _ => return false,
-        }
-        true
-    }
-
-    /// The value of `output`, `caps` or `retrieve-sender-address`; `None` for another
-    /// property.
-    pub fn get(&self, pspec: &glib::ParamSpec) -> Option<glib::Value> {
-        if pspec.name() == "retrieve-sender-address" {
-            return Some(self.senders_on.load(Ordering::Relaxed).to_value());
-        }
-        let s = lock(&self.settings);
-        Some(match pspec.name() {
-            "output" => s.output.to_value(),
-            "caps" => s.caps.to_value(),
-            _ => return None,
-        })
+    /// Takes the settings as set now (the element calls it whenever one changes;
+    /// `retrieve-sender-address` may change while playing).
+    pub fn apply(&self, s: &OutputSettings) {
+        self.senders_on
+            .store(s.retrieve_sender_address, Ordering::Relaxed);
+        let mut own = lock(&self.settings);
+        own.output = s.output;
+        own.caps = s.caps.clone();
     }
 
     /// The caps of datagrams pushed one per buffer.
@@ -482,6 +483,7 @@ pub fn datagram_list(buf: &gst::Buffer, mut senders: Option<&mut SenderCache>) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::property::PropertyGroup;
 
     fn info(offset: u32, len: u32) -> PacketInfo {
         PacketInfo {
@@ -606,12 +608,16 @@ mod tests {
         let mem = gst::Memory::from_slice(vec![0u8; 4]);
         let packets = [from(0, 4, "127.0.0.1:5000")];
         assert!(sender(out.list_from(&mem, &packets, None).get(0).unwrap()).is_some());
-        let spec = PacketOutput::param_specs()
-            .into_iter()
-            .find(|p| p.name() == "retrieve-sender-address")
-            .unwrap();
-        assert_eq!(out.get(&spec).unwrap().get::<bool>(), Ok(true));
-        assert!(out.set(&false.to_value(), &spec));
+        let mut settings = OutputSettings::default();
+        assert_eq!(
+            settings
+                .get_named("retrieve-sender-address")
+                .unwrap()
+                .get::<bool>(),
+            Ok(true)
+        );
+        assert!(settings.set_named("retrieve-sender-address", &false.to_value()));
+        out.apply(&settings);
         assert!(sender(out.list_from(&mem, &packets, None).get(0).unwrap()).is_none());
     }
 

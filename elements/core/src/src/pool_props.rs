@@ -4,16 +4,17 @@
 //! (a source of packet batches) has too.
 //!
 //! Why a size in bytes: it is what a user budgets, and it means the same on every
-//! element; the slot count follows from the element's slot size (`slot-size`,
-//! `frame-size`, `mbuf-size`, or the batch size) and is shown in `stats`
-//! (`pool-slots`). An old count alias sets the count itself, so a pipeline that set
-//! `frames=4096 frame-size=2048` still gets 4096 frames whatever the order.
+//! element; the slot count follows from the element's slot size (`slot-size`, or the
+//! batch size) and is shown in `stats` (`pool-slots`). An old count alias sets the
+//! count itself, so a pipeline that set `frames=4096 slot-size=2048` still gets 4096
+//! frames whatever the order.
 
 use gst::glib;
 use gst::prelude::*;
 
 use crate::memory::HugepagePolicy;
-use crate::props::Memory;
+use crate::property::Convert;
+use crate::props::{HugepagesAlias, Memory};
 
 /// How big a pool was asked to be: in bytes (`pool-size`), or as a slot count through
 /// a deprecated alias.
@@ -42,7 +43,7 @@ pub struct PoolProps {
     /// What the pool is, for the blurbs ("pool", "UMEM", "receive region").
     pub what: &'static str,
     /// The blurb of `pool-size`: what the bytes become (e.g. "… divided into
-    /// frame-size frames").
+    /// slot-size frames").
     pub size_blurb: &'static str,
     /// The default size.
     pub default: PoolSize,
@@ -67,127 +68,155 @@ impl PoolProps {
         }
     }
 
-    /// `memory`, `pool-size`, then the deprecated aliases, then `readable-metas`
-    /// (every element with a pool of batches attaches the batch meta).
-    pub fn param_specs(&self) -> Vec<glib::ParamSpec> {
-        let what = self.what;
-        let mut v = vec![];
-        let [memory, hugepages] = crate::props::memory_properties(what);
-        if self.memory {
-            v.push(memory);
-        }
-        v.push(
-            glib::ParamSpecUInt64::builder("pool-size")
-                .nick("Pool size")
-                .blurb(self.size_blurb)
-                .minimum(1)
-                .default_value(self.default_bytes())
-                .mutable_ready()
-                .build(),
-        );
-        if self.hugepages_alias {
-            v.push(hugepages);
-        }
-        if let Some(a) = self.count_alias {
-            let default = match self.default {
-                PoolSize::Count(n) => n,
-                PoolSize::Bytes(b) => b / self.default_slot_bytes.max(1),
-            };
-            v.push(
-                glib::ParamSpecUInt::builder(a.name)
-                    .nick(a.name)
-                    .blurb(&format!(
-                        "Deprecated: use pool-size (bytes); sets the number of {} directly",
-                        a.name
-                    ))
-                    .minimum(a.min)
-                    .maximum(a.max)
-                    .default_value(default.clamp(a.min.into(), a.max.into()) as u32)
-                    .mutable_ready()
-                    .build(),
-            );
-        }
-        v.push(crate::meta::readable::param_spec());
-        v
+    /// The spec of `pool-size`.
+    fn size_spec(&self) -> glib::ParamSpec {
+        glib::ParamSpecUInt64::builder("pool-size")
+            .nick("Pool size")
+            .blurb(self.size_blurb)
+            .minimum(1)
+            .default_value(self.default_bytes())
+            .mutable_ready()
+            .build()
+    }
+
+    /// The spec of the old count property, `a`.
+    fn count_spec(&self, a: CountAlias) -> glib::ParamSpec {
+        let default = match self.default {
+            PoolSize::Count(n) => n,
+            PoolSize::Bytes(b) => b / self.default_slot_bytes.max(1),
+        };
+        glib::ParamSpecUInt::builder(a.name)
+            .nick(a.name)
+            .blurb(&format!(
+                "Deprecated: use pool-size (bytes); sets the number of {} directly",
+                a.name
+            ))
+            .minimum(a.min)
+            .maximum(a.max)
+            .default_value(default.clamp(a.min.into(), a.max.into()) as u32)
+            .mutable_ready()
+            .build()
     }
 }
 
-/// An element's pool settings: set and read through the properties [`PoolProps`]
-/// builds.
+/// How big a pool is, and the slot size that converts between bytes and counts (set by
+/// the element before a property is read: it follows other properties).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sizing {
+    /// As asked.
+    pub size: PoolSize,
+    /// Bytes per slot now.
+    pub slot_bytes: u64,
+}
+
+/// `pool-size` in bytes over a [`Sizing`].
+#[derive(Debug)]
+pub struct Bytes;
+
+impl Convert<Sizing> for Bytes {
+    fn set(field: &mut Sizing, value: &glib::Value, _: &glib::ParamSpec) {
+        field.size = PoolSize::Bytes(value.get().expect("GObject checks the type first"));
+    }
+    fn get(field: &Sizing, _: &glib::ParamSpec) -> glib::Value {
+        field.bytes().to_value()
+    }
+}
+
+/// An old slot-count property over a [`Sizing`]: sets the count itself.
+#[derive(Debug)]
+pub struct Count;
+
+impl Convert<Sizing> for Count {
+    fn set(field: &mut Sizing, value: &glib::Value, _: &glib::ParamSpec) {
+        field.size = PoolSize::Count(value.get::<u32>().expect("GObject checks the type").into());
+    }
+    fn get(field: &Sizing, _: &glib::ParamSpec) -> glib::Value {
+        (field.count().min(u32::MAX.into()) as u32).to_value()
+    }
+}
+
+impl Sizing {
+    /// Slots of [`Sizing::slot_bytes`]: the count set through an alias, or the bytes
+    /// over the slot size (rounded down).
+    pub fn count(&self) -> u64 {
+        match self.size {
+            PoolSize::Bytes(b) => b / self.slot_bytes.max(1),
+            PoolSize::Count(n) => n,
+        }
+    }
+
+    /// The size in bytes.
+    pub fn bytes(&self) -> u64 {
+        match self.size {
+            PoolSize::Bytes(b) => b,
+            PoolSize::Count(n) => n.saturating_mul(self.slot_bytes),
+        }
+    }
+}
+
+/// An element's pool settings: the properties [`PoolProps`] describes — `memory`,
+/// `pool-size`, the deprecated aliases, `readable-metas` — declared once.
+#[derive(Clone, Copy, Debug)]
 pub struct PoolSettings {
     /// What backs the pool.
     pub memory: Memory,
     /// How big it is.
-    pub size: PoolSize,
-    alias: Option<&'static str>,
+    pub sizing: Sizing,
     /// `readable-metas`: batches also carry the meta every language reads
     /// ([`crate::meta::readable`]). Here because every element with a pool of
     /// batches has it.
     pub readable_metas: bool,
+    props: &'static PoolProps,
+}
+
+crate::property_group! {
+    PoolSettings as s {
+        when(s.props.memory) memory => crate::props::memory_spec(s.props.what);
+        sizing: Bytes => s.props.size_spec();
+        when(s.props.hugepages_alias)
+            deprecated("memory") memory: HugepagesAlias => crate::props::hugepages_spec();
+        when(s.props.count_alias.is_some())
+            deprecated("pool-size") sizing: Count => s.props.count_spec(s.props.count_alias.unwrap());
+        readable_metas => crate::meta::readable::param_spec();
+    }
 }
 
 impl PoolSettings {
     /// The defaults of `props`.
-    pub fn new(props: &PoolProps) -> Self {
+    pub fn new(props: &'static PoolProps) -> Self {
         Self {
             memory: Memory::Auto,
-            size: props.default,
-            alias: props.count_alias.map(|a| a.name),
+            sizing: Sizing {
+                size: props.default,
+                slot_bytes: props.default_slot_bytes,
+            },
             readable_metas: crate::meta::readable::DEFAULT,
+            props,
         }
     }
 
-    /// Sets the property `pspec` if it is one of these; false if it is not.
-    pub fn set(&mut self, value: &glib::Value, pspec: &glib::ParamSpec) -> bool {
-        if crate::props::set_memory(&mut self.memory, pspec.name(), value) {
-            return true;
-        }
-        match pspec.name() {
-            "pool-size" => self.size = PoolSize::Bytes(value.get().expect("type checked upstream")),
-            crate::meta::readable::PROPERTY => {
-                self.readable_metas = value.get().expect("type checked upstream")
-            }
-            n if Some(n) == self.alias => {
-                self.size =
-                    PoolSize::Count(value.get::<u32>().expect("type checked upstream").into())
-            }
-            _ => return false,
-        }
-        true
-    }
-
-    /// The value of property `pspec` if it is one of these, with slots of `slot_bytes`
-    /// (to convert between bytes and counts).
-    pub fn get(&self, pspec: &glib::ParamSpec, slot_bytes: u64) -> Option<glib::Value> {
-        if let Some(v) = crate::props::memory_value(self.memory, pspec.name()) {
-            return Some(v);
-        }
-        Some(match pspec.name() {
-            "pool-size" => self.bytes(slot_bytes).to_value(),
-            crate::meta::readable::PROPERTY => self.readable_metas.to_value(),
-            n if Some(n) == self.alias => {
-                (self.count(slot_bytes).min(u32::MAX.into()) as u32).to_value()
-            }
-            _ => return None,
-        })
+    /// How big the pool was asked to be.
+    pub fn size(&self) -> PoolSize {
+        self.sizing.size
     }
 
     /// Slots of `slot_bytes` bytes: the count set through an alias, or the bytes over
     /// the slot size (rounded down).
     pub fn count(&self, slot_bytes: u64) -> u64 {
-        match self.size {
-            PoolSize::Bytes(b) => b / slot_bytes.max(1),
-            PoolSize::Count(n) => n,
+        Sizing {
+            slot_bytes,
+            ..self.sizing
         }
+        .count()
     }
 
     /// The size in bytes, with slots of `slot_bytes` bytes.
     pub fn bytes(&self, slot_bytes: u64) -> u64 {
-        match self.size {
-            PoolSize::Bytes(b) => b,
-            PoolSize::Count(n) => n.saturating_mul(slot_bytes),
+        Sizing {
+            slot_bytes,
+            ..self.sizing
         }
+        .bytes()
     }
 
     /// The hugepage policy of [`PoolSettings::memory`].
@@ -199,9 +228,10 @@ impl PoolSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::property::PropertyGroup;
     use crate::props::Hugepages;
 
-    const PROPS: PoolProps = PoolProps {
+    static PROPS: PoolProps = PoolProps {
         what: "UMEM",
         size_blurb: "Bytes of UMEM",
         default: PoolSize::Count(16384),
@@ -216,49 +246,69 @@ mod tests {
     };
 
     fn spec(name: &str) -> glib::ParamSpec {
-        PROPS
-            .param_specs()
-            .into_iter()
-            .find(|p| p.name() == name)
-            .unwrap()
+        PoolSettings::new(&PROPS).find(name).unwrap().1
+    }
+
+    fn get<T: for<'a> glib::value::FromValue<'a>>(s: &PoolSettings, name: &str, slot: u64) -> T {
+        let mut s = *s;
+        s.sizing.slot_bytes = slot;
+        s.get_named(name).unwrap().get::<T>().unwrap()
     }
 
     #[test]
     fn the_deprecated_aliases_set_the_new_properties() {
         gst::init().unwrap();
         let mut s = PoolSettings::new(&PROPS);
-        assert!(s.set(&Hugepages::Off.to_value(), &spec("hugepages")));
+        assert!(s.set_named("hugepages", &Hugepages::Off.to_value()));
         assert_eq!(s.memory, Memory::System);
         assert_eq!(s.policy(), HugepagePolicy::Off);
-        assert_eq!(
-            s.get(&spec("memory"), 4096)
-                .unwrap()
-                .get::<Memory>()
-                .unwrap(),
-            Memory::System
-        );
-        assert!(s.set(&Memory::Hugepages.to_value(), &spec("memory")));
-        assert_eq!(
-            s.get(&spec("hugepages"), 4096)
-                .unwrap()
-                .get::<Hugepages>()
-                .unwrap(),
-            Hugepages::Require
-        );
+        assert_eq!(get::<Memory>(&s, "memory", 4096), Memory::System);
+        assert!(s.set_named("memory", &Memory::Hugepages.to_value()));
+        assert_eq!(get::<Hugepages>(&s, "hugepages", 4096), Hugepages::Require);
         // The count alias sets the count; pool-size reads back in bytes.
-        assert!(s.set(&4096u32.to_value(), &spec("frames")));
+        assert!(s.set_named("frames", &4096u32.to_value()));
         assert_eq!(s.count(2048), 4096);
-        assert_eq!(
-            s.get(&spec("pool-size"), 2048)
-                .unwrap()
-                .get::<u64>()
-                .unwrap(),
-            8 << 20
-        );
+        assert_eq!(get::<u64>(&s, "pool-size", 2048), 8 << 20);
         // Not ours.
-        let other = glib::ParamSpecUInt::builder("queue").build();
-        assert!(!s.set(&1u32.to_value(), &other));
-        assert!(s.get(&other, 1).is_none());
+        assert!(!s.set_named("queue", &1u32.to_value()));
+        assert!(s.get_named("queue").is_none());
+        let n = PropertyGroup::count(&s);
+        assert!(
+            !s.set(n, &1u32.to_value(), &spec("frames")),
+            "past the group"
+        );
+    }
+
+    #[test]
+    fn an_element_without_the_aliases_has_only_the_new_properties() {
+        gst::init().unwrap();
+        static BARE: PoolProps = PoolProps {
+            memory: false,
+            hugepages_alias: false,
+            count_alias: None,
+            ..PROPS
+        };
+        let names: Vec<_> = PoolSettings::new(&BARE)
+            .spec_vec()
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect();
+        assert_eq!(names, ["pool-size", "readable-metas"]);
+        let full: Vec<_> = PoolSettings::new(&PROPS)
+            .spec_vec()
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect();
+        assert_eq!(
+            full,
+            [
+                "memory",
+                "pool-size",
+                "hugepages",
+                "frames",
+                "readable-metas"
+            ]
+        );
     }
 
     #[test]
@@ -272,13 +322,10 @@ mod tests {
         );
         assert_eq!(spec("frames").default_value().get::<u32>().unwrap(), 16384);
         assert_eq!(s.count(4096), 16384);
-        assert!(s.set(&(16u64 << 20).to_value(), &spec("pool-size")));
+        assert!(s.set_named("pool-size", &(16u64 << 20).to_value()));
         assert_eq!(s.count(4096), 4096);
         assert_eq!(s.count(2048), 8192);
-        assert_eq!(
-            s.get(&spec("frames"), 4096).unwrap().get::<u32>().unwrap(),
-            4096
-        );
+        assert_eq!(get::<u32>(&s, "frames", 4096), 4096);
         assert!(spec("hugepages")
             .blurb()
             .unwrap()

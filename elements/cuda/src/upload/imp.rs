@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use firehose_core::element::prelude::*;
 use firehose_core::element::sink_template;
+use firehose_core::property::SettingsElement;
 use firehose_core::provider::{Anonymous, MemoryProvider, Registered, Registrar};
 use firehose_core::stats::{Counter, StatsInterval, StatsTimer};
 use firehose_core::sync::lock;
@@ -45,8 +46,9 @@ pub enum UploadLayout {
     Payloads = 1,
 }
 
+/// The element's settings: its properties but `stats`.
 #[derive(Clone, Debug)]
-struct Settings {
+pub struct Settings {
     device: i32,
     max_in_flight: u32,
     layout: UploadLayout,
@@ -63,6 +65,47 @@ impl Default for Settings {
             pinned_fallback: false,
             stats_interval: StatsInterval::default(),
         }
+    }
+}
+
+firehose_core::property_group! {
+    Settings as _s {
+        device => glib::ParamSpecInt::builder("device")
+            .nick("Device")
+            .blurb("CUDA device index (nvidia-smi -L lists them)")
+            .minimum(0)
+            .default_value(0)
+            .mutable_ready()
+            .build();
+        max_in_flight => glib::ParamSpecUInt::builder("max-in-flight")
+            .nick("Copies in flight")
+            .blurb(
+                "Host-to-device copies queued at most; a buffer waits (stall-time-ns) \
+                 when this many are queued",
+            )
+            .minimum(1)
+            .maximum(256)
+            .default_value(DEFAULT_MAX_IN_FLIGHT)
+            .mutable_ready()
+            .build();
+        layout => glib::ParamSpecEnum::builder::<UploadLayout>("layout")
+            .nick("Layout")
+            .blurb(
+                "whole: each buffer as it is; payloads: a packet batch's payloads back \
+                 to back in one device block, followed by a u32 offsets table",
+            )
+            .mutable_ready()
+            .build();
+        pinned_fallback => glib::ParamSpecBoolean::builder("pinned-fallback")
+            .nick("Pinned fallback")
+            .blurb(
+                "When host memory cannot be pinned (RLIMIT_MEMLOCK): warn, count \
+                 (pinned-fallbacks) and use unpinned memory instead of failing",
+            )
+            .default_value(false)
+            .mutable_ready()
+            .build();
+        group stats_interval;
     }
 }
 
@@ -199,6 +242,18 @@ impl ElementStats for CudaUpload {
         let mut s = self.stats.structure();
         s.set(names::PINNED_FALLBACKS, self.fallbacks.get());
         s
+    }
+}
+
+impl SettingsElement for CudaUpload {
+    type Settings = Settings;
+
+    fn counters() -> String {
+        EngineStats::describe("pinned-fallbacks")
+    }
+
+    fn settings(&self) -> &Mutex<Settings> {
+        &self.settings
     }
 }
 
@@ -842,80 +897,13 @@ impl ObjectSubclass for CudaUpload {
 impl GstObjectImpl for CudaUpload {}
 
 impl ObjectImpl for CudaUpload {
-    firehose_core::properties!(|| {
-        let mut v = vec![
-            glib::ParamSpecInt::builder("device")
-                .nick("Device")
-                .blurb("CUDA device index (nvidia-smi -L lists them)")
-                .minimum(0)
-                .default_value(0)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("max-in-flight")
-                .nick("Copies in flight")
-                .blurb(
-                    "Host-to-device copies queued at most; a buffer waits (stall-time-ns) \
-                     when this many are queued",
-                )
-                .minimum(1)
-                .maximum(256)
-                .default_value(DEFAULT_MAX_IN_FLIGHT)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecEnum::builder::<UploadLayout>("layout")
-                .nick("Layout")
-                .blurb(
-                    "whole: each buffer as it is; payloads: a packet batch's payloads back \
-                     to back in one device block, followed by a u32 offsets table",
-                )
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecBoolean::builder("pinned-fallback")
-                .nick("Pinned fallback")
-                .blurb(
-                    "When host memory cannot be pinned (RLIMIT_MEMLOCK): warn, count \
-                     (pinned-fallbacks) and use unpinned memory instead of failing",
-                )
-                .default_value(false)
-                .mutable_ready()
-                .build(),
-        ];
-        v.extend(firehose_core::stats::properties(&EngineStats::describe(
-            "pinned-fallbacks",
-        )));
-        v
-    });
+    firehose_core::settings_properties!(CudaUpload);
 
     fn constructed(&self) {
         self.parent_constructed();
         let obj = self.obj();
         obj.add_pad(&self.sinkpad).unwrap();
         obj.add_pad(&self.srcpad).unwrap();
-    }
-
-    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        let mut s = lock(&self.settings);
-        match pspec.name() {
-            "device" => s.device = value.get().expect("type checked upstream"),
-            "max-in-flight" => s.max_in_flight = value.get().expect("type checked upstream"),
-            "layout" => s.layout = value.get().expect("type checked upstream"),
-            "pinned-fallback" => s.pinned_fallback = value.get().expect("type checked upstream"),
-            other => s.stats_interval.set(other, value),
-        }
-    }
-
-    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        if pspec.name() == "stats" {
-            return self.stats().to_value();
-        }
-        let s = lock(&self.settings);
-        match pspec.name() {
-            "device" => s.device.to_value(),
-            "max-in-flight" => s.max_in_flight.to_value(),
-            "layout" => s.layout.to_value(),
-            "pinned-fallback" => s.pinned_fallback.to_value(),
-            other => s.stats_interval.value(other),
-        }
     }
 }
 
@@ -966,4 +954,14 @@ impl ElementImpl for CudaUpload {
         }
         r
     }
+}
+
+#[cfg(test)]
+#[test]
+fn the_upload_settings_round_trip() {
+    let mut s = Settings::default();
+    firehose_core::property::assert_round_trips(&mut s);
+    let got = (s.device, s.max_in_flight, s.layout, s.pinned_fallback);
+    let want = (1, DEFAULT_MAX_IN_FLIGHT + 1, UploadLayout::Payloads, true);
+    assert_eq!(got, want, "each one set");
 }

@@ -18,13 +18,10 @@ pub fn register_elements() {
         firehose_testkit::testsrc::register(None).unwrap();
     }
     if gst::ElementFactory::find("fhudpsrc").is_none() {
-        gst::Element::register(
-            None,
+        firehose_core::testing::register_elements(&[(
             "fhudpsrc",
-            gst::Rank::NONE,
             firehose_net::udpsrc::UdpSrc::static_type(),
-        )
-        .unwrap();
+        )]);
     }
 }
 

@@ -9,8 +9,10 @@ use firehose_chunk::front::{self, ChunkFront};
 use firehose_chunk::{ChunkAssembler, Flow, StatsMirror};
 use firehose_core::alloc;
 use firehose_core::caps as fcaps;
+use firehose_core::element::ElementStats;
+use firehose_core::property::SettingsElement;
 use firehose_core::props::WhenFull;
-use firehose_core::stats::{self, StatsInterval, StatsTimer};
+use firehose_core::stats::{StatsInterval, StatsTimer};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
@@ -27,9 +29,16 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
 
 /// The chunk engine's properties, and how often to post stats.
 #[derive(Clone, Debug, Default)]
-struct Settings {
+pub struct Settings {
     chunk: ChunkSettings,
     stats_interval: StatsInterval,
+}
+
+firehose_core::property_group! {
+    Settings as _s {
+        group chunk;
+        group stats_interval;
+    }
 }
 
 struct State {
@@ -52,9 +61,7 @@ pub struct FhDepay {
 impl FhDepay {
     /// Posts the stats when due or `force` (the front mirrored the counters).
     fn publish(&self, state: &mut State, force: bool) {
-        if state.timer.due(Instant::now()) || force {
-            stats::post(self.obj().upcast_ref(), self.front.stats());
-        }
+        self.post_stats_if(state.timer.due(Instant::now()) || force);
     }
 
     /// Runs `buffers` through the engine under one lock, then pushes what left the
@@ -263,34 +270,26 @@ impl ObjectSubclass for FhDepay {
     }
 }
 
+impl ElementStats for FhDepay {
+    fn stats(&self) -> gst::Structure {
+        self.front.stats()
+    }
+}
+
+impl SettingsElement for FhDepay {
+    type Settings = Settings;
+
+    fn counters() -> String {
+        StatsMirror::counters()
+    }
+
+    fn settings(&self) -> &Mutex<Settings> {
+        &self.settings
+    }
+}
+
 impl ObjectImpl for FhDepay {
-    fn properties() -> &'static [glib::ParamSpec] {
-        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            let mut props = ChunkSettings::properties();
-            props.extend(stats::properties(&StatsMirror::counters()));
-            props
-        });
-        PROPS.as_ref()
-    }
-
-    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        let mut s = lock(&self.settings);
-        if s.chunk.set(value, pspec) {
-            return;
-        }
-        s.stats_interval.set(pspec.name(), value);
-    }
-
-    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        if pspec.name() == "stats" {
-            return self.front.stats().to_value();
-        }
-        let s = lock(&self.settings);
-        if let Some(v) = s.chunk.get(pspec) {
-            return v;
-        }
-        s.stats_interval.value(pspec.name())
-    }
+    firehose_core::settings_properties!(FhDepay);
 
     fn constructed(&self) {
         self.parent_constructed();

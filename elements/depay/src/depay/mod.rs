@@ -4,7 +4,7 @@
 //! Input: `application/x-firehose-packets` batches (the packets listed by their
 //! [`firehose_core::PacketBatchMeta`]) or any other buffer as one packet, pushed singly
 //! or in buffer lists. Output: `application/x-firehose-chunk` buffers, one pool slot of
-//! `slots-per-chunk × slot-size` bytes each (no copy on the way out), with a
+//! `heaps-per-chunk × heap-size` bytes each (no copy on the way out), with a
 //! [`firehose_core::meta::chunk::ChunkMeta`] holding the chunk id and the presence bitmap,
 //! and as PTS the PTS of the input buffer that opened the chunk.
 //!

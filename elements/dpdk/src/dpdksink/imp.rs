@@ -3,10 +3,13 @@
 
 use std::net::Ipv4Addr;
 use std::ops::Range;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use firehose_core::element::ElementStats;
 use firehose_core::pace::{Interrupt, Pacer};
+use firehose_core::property::SettingsElement;
+use firehose_core::src::BlankIsDefault;
 use firehose_core::stats::{self, names, Counter, StatsInterval, StatsTimer};
 use firehose_core::sync::lock;
 use firehose_core::PacketBatchMeta;
@@ -18,12 +21,12 @@ use gst_base::subclass::prelude::*;
 
 use super::frame::{Header, HEADER_LEN};
 use crate::dpdk::{Pool, Port, PortConfig, Session};
+use crate::props::{EalProps, EalSettings};
 use crate::sys;
 use firehose_core::frame::build;
 
 firehose_core::debug_category!(CAT, "fhdpdksink", "Firehose DPDK sink");
 
-const DEFAULT_DPDK_PORT: &str = "0";
 const DEFAULT_PORT: i32 = 5004;
 const DEFAULT_MTU: u32 = 1500;
 const DEFAULT_MBUFS: u32 = 4096;
@@ -36,10 +39,15 @@ const TX_BURST: usize = 32;
 /// to stall a live pipeline.
 const STALL_LIMIT: Duration = Duration::from_millis(200);
 
+static EAL: EalProps = EalProps {
+    vdev_example: "net_af_packet1,iface=eth1",
+    port_example: "net_af_packet1",
+};
+
+/// The properties of `fhdpdksink`, then `stats-interval`.
 #[derive(Debug, Clone)]
-struct Settings {
-    eal_args: String,
-    dpdk_port: String,
+pub struct Settings {
+    eal: EalSettings,
     host: Option<String>,
     port: i32,
     dst_mac: Option<String>,
@@ -54,11 +62,92 @@ struct Settings {
     stats_interval: StatsInterval,
 }
 
+firehose_core::property_group! {
+    Settings as _s {
+        group eal;
+        host: BlankIsDefault => glib::ParamSpecString::builder("host")
+            .nick("Host")
+            .blurb("Destination IPv4 address (required)")
+            .mutable_ready()
+            .build();
+        port => glib::ParamSpecInt::builder("port")
+            .nick("Port")
+            .blurb("Destination UDP port")
+            .minimum(0)
+            .maximum(65535)
+            .default_value(DEFAULT_PORT)
+            .mutable_ready()
+            .build();
+        dst_mac: BlankIsDefault => glib::ParamSpecString::builder("dst-mac")
+            .nick("Destination MAC")
+            .blurb(
+                "MAC address of host or of the next hop (required for unicast: DPDK \
+                 does no ARP; multicast groups get their 01:00:5e MAC)",
+            )
+            .mutable_ready()
+            .build();
+        src_ip: BlankIsDefault => glib::ParamSpecString::builder("src-ip")
+            .nick("Source IP")
+            .blurb("Source IPv4 address (required)")
+            .mutable_ready()
+            .build();
+        src_port => glib::ParamSpecInt::builder("src-port")
+            .nick("Source port")
+            .blurb("Source UDP port (0 = the destination port)")
+            .minimum(0)
+            .maximum(65535)
+            .default_value(0)
+            .mutable_ready()
+            .build();
+        src_mac: BlankIsDefault => glib::ParamSpecString::builder("src-mac")
+            .nick("Source MAC")
+            .blurb("Source MAC address (unset = the port's own)")
+            .mutable_ready()
+            .build();
+        rate => glib::ParamSpecUInt64::builder("rate")
+            .nick("Rate")
+            .blurb("Target rate in bits/s of UDP payload (0 = as fast as possible)")
+            .mutable_ready()
+            .build();
+        mtu => glib::ParamSpecUInt::builder("mtu")
+            .nick("MTU")
+            .blurb("Largest IP packet; a datagram needing more is an error")
+            .minimum(68)
+            .maximum(9000)
+            .default_value(DEFAULT_MTU)
+            .mutable_ready()
+            .build();
+        mbufs => glib::ParamSpecUInt::builder("mbufs")
+            .nick("Mbufs")
+            .blurb("Mbufs in the transmit pool")
+            .minimum(512)
+            .default_value(DEFAULT_MBUFS)
+            .mutable_ready()
+            .build();
+        tx_descriptors => glib::ParamSpecUInt::builder("tx-descriptors")
+            .nick("Transmit descriptors")
+            .blurb("Transmit ring size (adjusted to the device's limits)")
+            .minimum(32)
+            .maximum(32768)
+            .default_value(DEFAULT_TX_DESC)
+            .mutable_ready()
+            .build();
+        ttl => glib::ParamSpecUInt::builder("ttl")
+            .nick("TTL")
+            .blurb("IP time to live")
+            .minimum(1)
+            .maximum(255)
+            .default_value(DEFAULT_TTL)
+            .mutable_ready()
+            .build();
+        group stats_interval;
+    }
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            eal_args: String::new(),
-            dpdk_port: DEFAULT_DPDK_PORT.into(),
+            eal: EalSettings::new(&EAL),
             host: None,
             port: DEFAULT_PORT,
             dst_mac: None,
@@ -117,7 +206,7 @@ fn settings_error(msg: String) -> gst::ErrorMessage {
     gst::error_msg!(gst::ResourceError::Settings, ("{}", msg))
 }
 
-impl DpdkSink {
+impl ElementStats for DpdkSink {
     fn stats(&self) -> gst::Structure {
         let c = &self.counters;
         stats::structure(&[
@@ -128,7 +217,9 @@ impl DpdkSink {
             (names::SEND_ERRORS, c.errors.get()),
         ])
     }
+}
 
+impl DpdkSink {
     /// Sends the datagrams `st.ranges` of `data`, a burst at a time.
     fn send(&self, st: &mut State, data: &[u8]) -> Result<gst::FlowSuccess, gst::FlowError> {
         if let Some((i, r)) = st
@@ -199,9 +290,7 @@ impl DpdkSink {
             at += n;
         }
         self.counters.batches.add(1);
-        if st.timer.due(Instant::now()) {
-            stats::post(self.obj().upcast_ref(), self.stats());
-        }
+        self.post_stats_if(st.timer.due(Instant::now()));
         Ok(gst::FlowSuccess::Ok)
     }
 
@@ -292,8 +381,8 @@ impl DpdkSink {
         if !(68..=9000).contains(&s.mtu) {
             return Err(settings_error(format!("mtu {} is outside 68..9000", s.mtu)));
         }
-        let session = Session::open(&s.eal_args).map_err(|e| e.to_gst())?;
-        let mut port = Port::claim(&s.dpdk_port).map_err(|e| e.to_gst())?;
+        let session = Session::open(&s.eal.eal_args).map_err(|e| e.to_gst())?;
+        let mut port = Port::claim(&s.eal.dpdk_port).map_err(|e| e.to_gst())?;
         // Headroom, Ethernet header and an MTU-sized IP packet, at least DPDK's default
         // (receive queues, set up too since some PMDs pair them with transmit queues,
         // need room for full frames).
@@ -349,158 +438,20 @@ impl DpdkSink {
 
 firehose_core::element_subclass!(DpdkSink, "GstFhDpdkSink", gst_base::BaseSink);
 
+impl SettingsElement for DpdkSink {
+    type Settings = Settings;
+    fn counters() -> String {
+        "packets-sent, bytes-sent, batches, drops-tx (not accepted by the device or no mbuf \
+         within 200 ms), send-errors (meta entries outside their buffer)"
+            .into()
+    }
+    fn settings(&self) -> &Mutex<Settings> {
+        &self.settings
+    }
+}
+
 impl ObjectImpl for DpdkSink {
-    fn properties() -> &'static [glib::ParamSpec] {
-        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            let mut v = vec![
-                glib::ParamSpecString::builder("eal-args")
-                    .nick("EAL arguments")
-                    .blurb(
-                        "DPDK EAL arguments, e.g. \"--no-huge --vdev=net_af_packet1,iface=eth1\". \
-                         The EAL starts once per process: later elements must give the same \
-                         arguments apart from --vdev (devices are hot-plugged)",
-                    )
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("dpdk-port")
-                    .nick("DPDK port")
-                    .blurb("Port index or device name (e.g. net_af_packet1)")
-                    .default_value(Some(DEFAULT_DPDK_PORT))
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("host")
-                    .nick("Host")
-                    .blurb("Destination IPv4 address (required)")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecInt::builder("port")
-                    .nick("Port")
-                    .blurb("Destination UDP port")
-                    .minimum(0)
-                    .maximum(65535)
-                    .default_value(DEFAULT_PORT)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("dst-mac")
-                    .nick("Destination MAC")
-                    .blurb(
-                        "MAC address of host or of the next hop (required for unicast: DPDK \
-                         does no ARP; multicast groups get their 01:00:5e MAC)",
-                    )
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("src-ip")
-                    .nick("Source IP")
-                    .blurb("Source IPv4 address (required)")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecInt::builder("src-port")
-                    .nick("Source port")
-                    .blurb("Source UDP port (0 = the destination port)")
-                    .minimum(0)
-                    .maximum(65535)
-                    .default_value(0)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("src-mac")
-                    .nick("Source MAC")
-                    .blurb("Source MAC address (unset = the port's own)")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt64::builder("rate")
-                    .nick("Rate")
-                    .blurb("Target rate in bits/s of UDP payload (0 = as fast as possible)")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("mtu")
-                    .nick("MTU")
-                    .blurb("Largest IP packet; a datagram needing more is an error")
-                    .minimum(68)
-                    .maximum(9000)
-                    .default_value(DEFAULT_MTU)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("mbufs")
-                    .nick("Mbufs")
-                    .blurb("Mbufs in the transmit pool")
-                    .minimum(512)
-                    .default_value(DEFAULT_MBUFS)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("tx-descriptors")
-                    .nick("Transmit descriptors")
-                    .blurb("Transmit ring size (adjusted to the device's limits)")
-                    .minimum(32)
-                    .maximum(32768)
-                    .default_value(DEFAULT_TX_DESC)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("ttl")
-                    .nick("TTL")
-                    .blurb("IP time to live")
-                    .minimum(1)
-                    .maximum(255)
-                    .default_value(DEFAULT_TTL)
-                    .mutable_ready()
-                    .build(),
-            ];
-            v.extend(stats::properties(
-                "packets-sent, bytes-sent, batches, drops-tx (not accepted by the device or \
-                 no mbuf within 200 ms), send-errors (meta entries outside their buffer)",
-            ));
-            v
-        });
-        PROPS.as_ref()
-    }
-
-    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        let mut s = lock(&self.settings);
-        let string = || {
-            value
-                .get::<Option<String>>()
-                .expect("type checked upstream")
-                .filter(|x| !x.trim().is_empty())
-        };
-        match pspec.name() {
-            "eal-args" => s.eal_args = string().unwrap_or_default(),
-            "dpdk-port" => s.dpdk_port = string().unwrap_or_else(|| DEFAULT_DPDK_PORT.into()),
-            "host" => s.host = string(),
-            "port" => s.port = value.get().expect("type checked upstream"),
-            "dst-mac" => s.dst_mac = string(),
-            "src-ip" => s.src_ip = string(),
-            "src-port" => s.src_port = value.get().expect("type checked upstream"),
-            "src-mac" => s.src_mac = string(),
-            "rate" => s.rate = value.get().expect("type checked upstream"),
-            "mtu" => s.mtu = value.get().expect("type checked upstream"),
-            "mbufs" => s.mbufs = value.get().expect("type checked upstream"),
-            "tx-descriptors" => s.tx_descriptors = value.get().expect("type checked upstream"),
-            "ttl" => s.ttl = value.get().expect("type checked upstream"),
-            other => s.stats_interval.set(other, value),
-        }
-    }
-
-    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        if pspec.name() == "stats" {
-            return self.stats().to_value();
-        }
-        let s = lock(&self.settings);
-        match pspec.name() {
-            "eal-args" => s.eal_args.to_value(),
-            "dpdk-port" => s.dpdk_port.to_value(),
-            "host" => s.host.to_value(),
-            "port" => s.port.to_value(),
-            "dst-mac" => s.dst_mac.to_value(),
-            "src-ip" => s.src_ip.to_value(),
-            "src-port" => s.src_port.to_value(),
-            "src-mac" => s.src_mac.to_value(),
-            "rate" => s.rate.to_value(),
-            "mtu" => s.mtu.to_value(),
-            "mbufs" => s.mbufs.to_value(),
-            "tx-descriptors" => s.tx_descriptors.to_value(),
-            "ttl" => s.ttl.to_value(),
-            other => s.stats_interval.value(other),
-        }
-    }
+    firehose_core::settings_properties!(DpdkSink);
 
     fn constructed(&self) {
         self.parent_constructed();
@@ -589,5 +540,25 @@ impl BaseSinkImpl for DpdkSink {
     fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
         self.interrupt.clear();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use firehose_core::property::PropertyGroup;
+
+    #[test]
+    fn the_settings_round_trip_and_blank_is_unset() {
+        gst::init().unwrap();
+        let mut s = Settings::default();
+        firehose_core::property::assert_round_trips(&mut s);
+        assert_eq!(
+            (s.port, s.ttl, s.mtu),
+            (DEFAULT_PORT + 1, DEFAULT_TTL + 1, DEFAULT_MTU + 1)
+        );
+        assert_eq!(s.host.as_deref(), Some("value-test"));
+        assert!(s.set_named("dst-mac", &"  ".to_value()));
+        assert_eq!(s.dst_mac, None);
     }
 }

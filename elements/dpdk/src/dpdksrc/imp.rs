@@ -14,8 +14,9 @@ use firehose_core::frame::accept::{accept, Rejected, UdpFilter as Filter};
 use firehose_core::meta::dest::PacketDest;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{
-    Batch, BatchSize, CountAlias, LiveControl, Open, PacketSrcExt, PacketSrcImpl, PoolProps,
-    PoolSettings, PoolSize, Receive, ReceiveInto,
+    Batch, BatchSize, CountAlias, FilterProps, FilterSettings, LiveControl, OldSlotName, Open,
+    PacketSrcExt, PacketSrcImpl, PoolProps, PoolSettings, PoolSize, Receive, ReceiveInto,
+    SlotProps, SlotSize,
 };
 use firehose_core::stats::names;
 use firehose_core::sync::lock;
@@ -24,12 +25,12 @@ use firehose_core::wake::{self, Waker};
 use firehose_core::{PacketAddr, PacketInfo};
 
 use crate::dpdk::{self, Pool, Port, PortConfig, PortLinkWatch, Session};
+use crate::props::{EalProps, EalSettings};
 use crate::sys;
 
 firehose_core::debug_category!(CAT, "fhdpdksrc", "Firehose DPDK source");
 
-const DEFAULT_DPDK_PORT: &str = "0";
-const DEFAULT_PORT: i32 = 5004;
+const DEFAULT_PORT: u32 = 5004;
 const DEFAULT_MBUFS: u32 = 16384;
 const DEFAULT_MBUF_CACHE: u32 = 256;
 /// RTE_MBUF_DEFAULT_BUF_SIZE: 2048 bytes of frame plus the 128-byte headroom.
@@ -43,7 +44,7 @@ const DEFAULT_POLL_US: u32 = 20;
 /// the EAL decides what backs the pool (hugepages unless `--no-huge`).
 const POOL: PoolProps = PoolProps {
     what: "mbuf pool",
-    size_blurb: "Bytes of the receive mbuf pool, in mbufs of mbuf-size bytes (at least 64): \
+    size_blurb: "Bytes of the receive mbuf pool, in mbufs of slot-size bytes (at least 64): \
                  the receive descriptors plus every batch held downstream",
     default: PoolSize::Bytes(DEFAULT_MBUFS as u64 * DEFAULT_MBUF_SIZE as u64),
     default_slot_bytes: DEFAULT_MBUF_SIZE as u64,
@@ -56,30 +57,97 @@ const POOL: PoolProps = PoolProps {
     }),
 };
 
+static EAL: EalProps = EalProps {
+    vdev_example: "net_af_packet0,iface=eth1,framecnt=4096",
+    port_example: "net_af_packet0",
+};
+/// The port and address kept; the port's other traffic is counted as filtered.
+static FILTER: FilterProps = FilterProps {
+    port_nick: "UDP port",
+    port_blurb: "UDP destination port to accept (0 = any); others count as filtered",
+    port_min: 0,
+    port_default: DEFAULT_PORT,
+    address_blurb: "Destination IP address to accept (unset = any); others count as filtered",
+    address_default: None,
+};
+/// A slot is an mbuf's data room (`mbuf-size` before `slot-size`).
+static SLOT: SlotProps = SlotProps {
+    blurb: "Data room per mbuf in bytes, 128 bytes of headroom included (frames must fit)",
+    min: 512,
+    max: 65535,
+    default: DEFAULT_MBUF_SIZE,
+    old: Some(OldSlotName {
+        name: "mbuf-size",
+        nick: "Mbuf size",
+        what: "data room per mbuf",
+    }),
+};
+
 #[derive(Debug, Clone)]
 struct Settings {
-    eal_args: String,
-    dpdk_port: String,
+    eal: EalSettings,
     queue: u32,
-    port: i32,
-    address: Option<String>,
+    filter: FilterSettings,
     mbuf_cache: u32,
-    mbuf_size: u32,
+    slot: SlotSize,
     rx_descriptors: u32,
     promiscuous: bool,
     poll_interval: u32,
 }
 
+firehose_core::property_group! {
+    Settings as _s {
+        group eal;
+        queue => glib::ParamSpecUInt::builder("queue")
+            .nick("Queue")
+            .blurb("Receive queue to poll (queues below it are set up but not read)")
+            .maximum(1023)
+            .mutable_ready()
+            .build();
+        group filter;
+        mbuf_cache => glib::ParamSpecUInt::builder("mbuf-cache")
+            .nick("Mbuf cache")
+            .blurb("Per-lcore mbuf cache (used by EAL threads only; 0 = none)")
+            .maximum(512)
+            .default_value(DEFAULT_MBUF_CACHE)
+            .mutable_ready()
+            .build();
+        group slot;
+        rx_descriptors => glib::ParamSpecUInt::builder("rx-descriptors")
+            .nick("Receive descriptors")
+            .blurb("Receive ring size (adjusted to the device's limits)")
+            .minimum(32)
+            .maximum(32768)
+            .default_value(DEFAULT_RX_DESC)
+            .mutable_ready()
+            .build();
+        promiscuous => glib::ParamSpecBoolean::builder("promiscuous")
+            .nick("Promiscuous")
+            .blurb("Receive frames for any MAC address")
+            .default_value(false)
+            .mutable_ready()
+            .build();
+        poll_interval => glib::ParamSpecUInt::builder("poll-interval")
+            .nick("Poll interval")
+            .blurb(
+                "Microseconds to sleep after an empty burst (0 = busy-poll a whole \
+                 core; the device ring must hold what arrives meanwhile)",
+            )
+            .maximum(100_000)
+            .default_value(DEFAULT_POLL_US)
+            .mutable_ready()
+            .build();
+    }
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            eal_args: String::new(),
-            dpdk_port: DEFAULT_DPDK_PORT.into(),
+            eal: EalSettings::new(&EAL),
             queue: 0,
-            port: DEFAULT_PORT,
-            address: None,
+            filter: FilterSettings::new(&FILTER),
             mbuf_cache: DEFAULT_MBUF_CACHE,
-            mbuf_size: DEFAULT_MBUF_SIZE,
+            slot: SlotSize::new(&SLOT),
             rx_descriptors: DEFAULT_RX_DESC,
             promiscuous: false,
             poll_interval: DEFAULT_POLL_US,
@@ -88,9 +156,9 @@ impl Default for Settings {
 }
 
 impl Settings {
-    /// Mbufs: `pool-size` over `mbuf-size` (or the deprecated `mbufs`), at least 64.
+    /// Mbufs: `pool-size` over `slot-size` (or the deprecated `mbufs`), at least 64.
     fn mbufs(&self, pool: &PoolSettings) -> u32 {
-        let n = pool.count(self.mbuf_size.into());
+        let n = pool.count(self.slot.bytes.into());
         u32::try_from(n).unwrap_or(u32::MAX).max(64)
     }
 }
@@ -250,7 +318,7 @@ impl DpdkSrc {
     /// Opens the EAL session, the port and its pool, and starts the port's queue.
     fn open_state(&self, open: &Open) -> Result<State, gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
-        let address = match s.address.as_deref() {
+        let address = match s.filter.address.as_deref() {
             None => None,
             Some(a) => Some(a.trim_matches(['[', ']']).parse::<IpAddr>().map_err(|_| {
                 gst::error_msg!(
@@ -263,9 +331,9 @@ impl DpdkSrc {
                 )
             })?),
         };
-        let session = Session::open(&s.eal_args).map_err(|e| e.to_gst())?;
-        let data_room = u16::try_from(s.mbuf_size).unwrap_or(u16::MAX);
-        let mut port = Port::claim(&s.dpdk_port).map_err(|e| e.to_gst())?;
+        let session = Session::open(&s.eal.eal_args).map_err(|e| e.to_gst())?;
+        let data_room = u16::try_from(s.slot.bytes).unwrap_or(u16::MAX);
+        let mut port = Port::claim(&s.eal.dpdk_port).map_err(|e| e.to_gst())?;
         let pool = Pool::new(
             "rx",
             s.mbufs(&open.pool),
@@ -300,7 +368,7 @@ impl DpdkSrc {
             session.vdevs()
         );
         let burst = open.batch_size.min(MAX_BATCH) as usize;
-        let watch = PortLinkWatch::new(port.id(), &s.dpdk_port, &s.eal_args);
+        let watch = PortLinkWatch::new(port.id(), &s.eal.dpdk_port, &s.eal.eal_args);
         Ok(State {
             watch,
             port,
@@ -308,7 +376,7 @@ impl DpdkSrc {
             _session: session,
             queue: s.queue as u16,
             burst: burst as u16,
-            filter: Filter::port(s.port as u16, address),
+            filter: Filter::port(s.filter.port as u16, address),
             poll: Duration::from_micros(s.poll_interval.into()),
             rx: vec![std::ptr::null_mut(); burst],
             rejected: Vec::with_capacity(burst),
@@ -543,128 +611,7 @@ impl InPlaceTransport for InPlace {
 firehose_core::element_subclass!(DpdkSrc, "GstFhDpdkSrc", firehose_core::src::PacketSrc);
 
 impl ObjectImpl for DpdkSrc {
-    firehose_core::properties!(|| {
-        vec![
-            glib::ParamSpecString::builder("eal-args")
-                .nick("EAL arguments")
-                .blurb(
-                    "DPDK EAL arguments, e.g. \"--no-huge --vdev=net_af_packet0,iface=eth1,\
-                     framecnt=4096\". The EAL starts once per process: later elements must \
-                     give the same arguments apart from --vdev (devices are hot-plugged)",
-                )
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecString::builder("dpdk-port")
-                .nick("DPDK port")
-                .blurb("Port index or device name (e.g. net_af_packet0)")
-                .default_value(Some(DEFAULT_DPDK_PORT))
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("queue")
-                .nick("Queue")
-                .blurb("Receive queue to poll (queues below it are set up but not read)")
-                .maximum(1023)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecInt::builder("port")
-                .nick("UDP port")
-                .blurb("UDP destination port to accept (0 = any); others count as filtered")
-                .minimum(0)
-                .maximum(65535)
-                .default_value(DEFAULT_PORT)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecString::builder("address")
-                .nick("Address")
-                .blurb("Destination IP address to accept (unset = any); others count as filtered")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("mbuf-cache")
-                .nick("Mbuf cache")
-                .blurb("Per-lcore mbuf cache (used by EAL threads only; 0 = none)")
-                .maximum(512)
-                .default_value(DEFAULT_MBUF_CACHE)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("mbuf-size")
-                .nick("Mbuf size")
-                .blurb(
-                    "Data room per mbuf in bytes, 128 bytes of headroom included (frames must fit)",
-                )
-                .minimum(512)
-                .maximum(65535)
-                .default_value(DEFAULT_MBUF_SIZE)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("rx-descriptors")
-                .nick("Receive descriptors")
-                .blurb("Receive ring size (adjusted to the device's limits)")
-                .minimum(32)
-                .maximum(32768)
-                .default_value(DEFAULT_RX_DESC)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecBoolean::builder("promiscuous")
-                .nick("Promiscuous")
-                .blurb("Receive frames for any MAC address")
-                .default_value(false)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("poll-interval")
-                .nick("Poll interval")
-                .blurb(
-                    "Microseconds to sleep after an empty burst (0 = busy-poll a whole \
-                     core; the device ring must hold what arrives meanwhile)",
-                )
-                .maximum(100_000)
-                .default_value(DEFAULT_POLL_US)
-                .mutable_ready()
-                .build(),
-        ]
-    });
-
-    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        let mut s = lock(&self.settings);
-        let string = || {
-            value
-                .get::<Option<String>>()
-                .expect("type checked upstream")
-                .filter(|x| !x.trim().is_empty())
-        };
-        match pspec.name() {
-            "eal-args" => s.eal_args = string().unwrap_or_default(),
-            "dpdk-port" => s.dpdk_port = string().unwrap_or_else(|| DEFAULT_DPDK_PORT.into()),
-            "queue" => s.queue = value.get().expect("type checked upstream"),
-            "port" => s.port = value.get().expect("type checked upstream"),
-            "address" => s.address = string(),
-            "mbuf-cache" => s.mbuf_cache = value.get().expect("type checked upstream"),
-            "mbuf-size" => s.mbuf_size = value.get().expect("type checked upstream"),
-            "rx-descriptors" => s.rx_descriptors = value.get().expect("type checked upstream"),
-            "promiscuous" => s.promiscuous = value.get().expect("type checked upstream"),
-            "poll-interval" => s.poll_interval = value.get().expect("type checked upstream"),
-            other => gst::error!(CAT, imp = self, "no setter for property {other}"),
-        }
-    }
-
-    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        let s = lock(&self.settings);
-        match pspec.name() {
-            "eal-args" => s.eal_args.to_value(),
-            "dpdk-port" => s.dpdk_port.to_value(),
-            "queue" => s.queue.to_value(),
-            "port" => s.port.to_value(),
-            "address" => s.address.to_value(),
-            "mbuf-cache" => s.mbuf_cache.to_value(),
-            "mbuf-size" => s.mbuf_size.to_value(),
-            "rx-descriptors" => s.rx_descriptors.to_value(),
-            "promiscuous" => s.promiscuous.to_value(),
-            "poll-interval" => s.poll_interval.to_value(),
-            other => {
-                gst::error!(CAT, imp = self, "no getter for property {other}");
-                pspec.default_value().clone()
-            }
-        }
-    }
+    firehose_core::own_properties!(Settings::default(), settings);
 }
 
 impl ElementImpl for DpdkSrc {
@@ -701,7 +648,7 @@ impl PacketSrcImpl for DpdkSrc {
 
     /// An mbuf.
     fn slot_bytes(&self, _batch_size: u32) -> u64 {
-        lock(&self.settings).mbuf_size.into()
+        lock(&self.settings).slot.bytes.into()
     }
 
     fn open(&self, open: &Open) -> Result<usize, gst::ErrorMessage> {
@@ -750,5 +697,23 @@ impl PacketSrcImpl for DpdkSrc {
         };
         // Port stop + close, then the pool reference and the hot-plugged devices.
         drop(state);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_own_properties_round_trip() {
+        gst::init().unwrap();
+        let mut s = Settings::default();
+        firehose_core::property::assert_round_trips(&mut s);
+        assert_eq!((s.filter.port, s.queue), (DEFAULT_PORT + 1, 1));
+        assert_eq!(
+            (s.slot.bytes, s.eal.dpdk_port.as_str()),
+            (DEFAULT_MBUF_SIZE + 1, "0-test")
+        );
+        assert_eq!(s.filter.address.as_deref(), Some("value-test"));
     }
 }

@@ -12,11 +12,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use firehose_core::property::NonEmpty;
 use firehose_core::ring::SharedRing;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{
-    Batch, BatchSize, CountAlias, Open, PacketSrcExt, PacketSrcImpl, PoolProps, PoolSettings,
-    PoolSize, Receive, ReceiveInto,
+    Batch, BatchSize, CountAlias, FilterProps, FilterSettings, Open, PacketSrcExt, PacketSrcImpl,
+    PoolProps, PoolSettings, PoolSize, Receive, ReceiveInto, SlotProps, SlotSize,
 };
 use firehose_core::stats::names;
 use firehose_core::transport::{Discarded, InPlaceTransport, Received};
@@ -59,30 +60,64 @@ const IDLE_SPINS: u32 = 2048;
 /// and the CPU burnt on it (no completion channel yet, see the docs).
 const IDLE_SLEEP: Duration = Duration::from_micros(50);
 
+/// The port and address a flow rule steers to the queue.
+static FILTER: FilterProps = FilterProps {
+    port_nick: "Port",
+    port_blurb: "UDP destination port to steer to this queue",
+    port_min: 1,
+    port_default: DEFAULT_PORT,
+    address_blurb:
+        "Destination IP (unicast or multicast group) to steer to this queue; 0.0.0.0 = any",
+    address_default: Some(DEFAULT_ADDRESS),
+};
+/// A receive slot: one frame.
+static SLOT: SlotProps = SlotProps {
+    blurb: "Bytes per receive slot: the largest Ethernet frame accepted",
+    min: 64,
+    max: 65536,
+    default: DEFAULT_SLOT_SIZE,
+    old: None,
+};
+
 #[derive(Debug, Clone)]
 struct Settings {
-    address: String,
-    port: u32,
+    filter: FilterSettings,
     interface: Option<String>,
     device: Option<String>,
-    slot_size: u32,
+    slot: SlotSize,
+}
+
+firehose_core::property_group! {
+    Settings as _s {
+        group filter;
+        interface: NonEmpty => glib::ParamSpecString::builder("interface")
+            .nick("Interface")
+            .blurb("Network interface (its MAC and RDMA device; multicast is joined on it)")
+            .mutable_ready()
+            .build();
+        device: NonEmpty => glib::ParamSpecString::builder("device")
+            .nick("Device")
+            .blurb("RDMA device (e.g. mlx5_0; empty = the first, see ibv_devices)")
+            .mutable_ready()
+            .build();
+        group slot;
+    }
 }
 
 impl Settings {
     /// Receive slots: `pool-size` over `slot-size` (or the deprecated `slots`).
     fn slots(&self, pool: &PoolSettings) -> u64 {
-        pool.count(self.slot_size.into())
+        pool.count(self.slot.bytes.into())
     }
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            address: DEFAULT_ADDRESS.into(),
-            port: DEFAULT_PORT,
+            filter: FilterSettings::new(&FILTER),
             interface: None,
             device: None,
-            slot_size: DEFAULT_SLOT_SIZE,
+            slot: SlotSize::new(&SLOT),
         }
     }
 }
@@ -126,12 +161,13 @@ impl IbvSrc {
     /// the RDMA devices probed (an error says what is missing).
     fn target(&self) -> Result<(Settings, Ipv4Addr, Target), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
-        let address: IpAddr = s.address.parse().map_err(|_| {
+        let address = s.filter.address.as_deref().unwrap_or(DEFAULT_ADDRESS);
+        let address: IpAddr = address.parse().map_err(|_| {
             gst::error_msg!(
                 gst::ResourceError::Settings,
                 (
                     "address {:?} is not an IPv4 or IPv6 address; give the destination IP or multicast group",
-                    s.address
+                    address
                 )
             )
         })?;
@@ -179,15 +215,15 @@ impl IbvSrc {
                     gst::ResourceError::Settings,
                     (
                         "pool-size {} B makes {} slots of {} B: set pool-size to between 2 and {} slots' worth",
-                        open.pool.bytes(s.slot_size.into()),
+                        open.pool.bytes(s.slot.bytes.into()),
                         s.slots(&open.pool),
-                        s.slot_size,
+                        s.slot.bytes,
                         MAX_SLOTS
                     )
                 ))
             }
         };
-        let bytes = slots as usize * s.slot_size as usize;
+        let bytes = slots as usize * s.slot.bytes as usize;
         // Registered (pinned) with the device: above the locked-memory limit
         // ibv_reg_mr fails, after the allocation and pre-fault. Say so first.
         firehose_core::memory::check_lockable(bytes).map_err(|e| {
@@ -200,7 +236,7 @@ impl IbvSrc {
             gst::warning!(CAT, imp = self, "receive region in normal pages: {}", why);
         }
         let region = Arc::new(region);
-        let port = s.port as u16;
+        let port = s.filter.port as u16;
         let rule = crate::flow::flow_rule(address, port, target.mac, target.port);
         let dev = VerbsDevice::open(
             &QueueConfig {
@@ -227,7 +263,7 @@ impl IbvSrc {
         let base = dev.base();
         let cfg = EngineConfig {
             slots,
-            slot_size: s.slot_size,
+            slot_size: s.slot.bytes,
             batch: open.batch_size,
             reserve: EngineConfig::default_reserve(slots, open.batch_size),
             filter: UdpFilter::port(
@@ -280,75 +316,7 @@ impl IbvSrc {
 firehose_core::element_subclass!(IbvSrc, "GstFhIbvSrc", firehose_core::src::PacketSrc);
 
 impl ObjectImpl for IbvSrc {
-    firehose_core::properties!(|| {
-        vec![
-            glib::ParamSpecString::builder("address")
-                .nick("Address")
-                .blurb("Destination IP (unicast or multicast group) to steer to this queue; 0.0.0.0 = any")
-                .default_value(Some(DEFAULT_ADDRESS))
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecInt::builder("port")
-                .nick("Port")
-                .blurb("UDP destination port to steer to this queue")
-                .minimum(1)
-                .maximum(65535)
-                .default_value(DEFAULT_PORT as i32)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecString::builder("interface")
-                .nick("Interface")
-                .blurb("Network interface (its MAC and RDMA device; multicast is joined on it)")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecString::builder("device")
-                .nick("Device")
-                .blurb("RDMA device (e.g. mlx5_0; empty = the first, see ibv_devices)")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("slot-size")
-                .nick("Slot size")
-                .blurb("Bytes per receive slot: the largest Ethernet frame accepted")
-                .minimum(64)
-                .maximum(65536)
-                .default_value(DEFAULT_SLOT_SIZE)
-                .mutable_ready()
-                .build(),
-        ]
-    });
-
-    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        let mut s = lock(&self.settings);
-        let opt = |v: Option<String>| v.filter(|x| !x.is_empty());
-        match pspec.name() {
-            "address" => {
-                s.address = value
-                    .get::<Option<String>>()
-                    .unwrap()
-                    .unwrap_or_else(|| DEFAULT_ADDRESS.into())
-            }
-            "port" => s.port = value.get::<i32>().unwrap() as u32,
-            "interface" => s.interface = opt(value.get().unwrap()),
-            "device" => s.device = opt(value.get().unwrap()),
-            "slot-size" => s.slot_size = value.get().unwrap(),
-            other => gst::error!(CAT, imp = self, "no setter for property {other}"),
-        }
-    }
-
-    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        let s = lock(&self.settings);
-        match pspec.name() {
-            "address" => s.address.to_value(),
-            "port" => (s.port as i32).to_value(),
-            "interface" => s.interface.to_value(),
-            "device" => s.device.to_value(),
-            "slot-size" => s.slot_size.to_value(),
-            other => {
-                gst::error!(CAT, imp = self, "no getter for property {other}");
-                pspec.default_value().clone()
-            }
-        }
-    }
+    firehose_core::own_properties!(Settings::default(), settings);
 }
 
 impl ElementImpl for IbvSrc {
@@ -381,7 +349,7 @@ impl PacketSrcImpl for IbvSrc {
 
     /// A receive slot.
     fn slot_bytes(&self, _batch_size: u32) -> u64 {
-        lock(&self.settings).slot_size.into()
+        lock(&self.settings).slot.bytes.into()
     }
 
     fn open(&self, open: &Open) -> Result<usize, gst::ErrorMessage> {
@@ -558,5 +526,23 @@ impl InPlaceTransport for InPlace {
     /// Good frames dropped to keep the NIC supplied with slots.
     fn device_drops(&mut self) -> u64 {
         self.counters.drops_pool.get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_own_properties_round_trip() {
+        gst::init().unwrap();
+        let mut s = Settings::default();
+        firehose_core::property::assert_round_trips(&mut s);
+        assert_eq!(
+            (s.filter.port, s.slot.bytes),
+            (DEFAULT_PORT + 1, DEFAULT_SLOT_SIZE + 1)
+        );
+        assert_eq!(s.filter.address.as_deref(), Some("0.0.0.0-test"));
+        assert_eq!(s.device.as_deref(), Some("value-test"));
     }
 }

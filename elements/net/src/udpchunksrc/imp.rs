@@ -8,16 +8,17 @@ use firehose_chunk::front::ChunkFront;
 use firehose_chunk::settings::ChunkSettings;
 use firehose_chunk::{ChunkAssembler, StatsMirror};
 use firehose_core::caps as fcaps;
+use firehose_core::property::SettingsElement;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{self as live, LiveControl};
-use firehose_core::stats::{self, StatsInterval};
+use firehose_core::stats::StatsInterval;
 use firehose_core::sync::lock;
 
 use super::Landing;
 use crate::land_counters::LandingCounters;
 use crate::landelem::LandingElement;
 use crate::landsrc::LandingSource;
-use crate::socket_settings::{insert_after, SocketSettings};
+use crate::socket_settings::SocketSettings;
 
 firehose_core::debug_category!(CAT, "fhudpchunksrc", "Firehose UDP chunk source");
 
@@ -33,8 +34,9 @@ const BATCH_BYTES: usize = 256 << 10;
 /// Most messages per receive: the receiver keeps two 64 KiB scratch buffers per message.
 const MAX_BATCH_SIZE: u32 = 256;
 
+/// The element's properties, declared once below.
 #[derive(Clone, Debug)]
-struct Settings {
+pub struct Settings {
     /// `transport`: the packet source that feeds the chunk engine, or `None` for the
     /// element's own socket.
     transport: Option<String>,
@@ -55,6 +57,25 @@ impl Default for Settings {
             landing: Landing::Auto,
             stats_interval: StatsInterval::default(),
         }
+    }
+}
+
+firehose_core::property_group! {
+    Settings as _s {
+        transport: crate::transport_input::Desc => crate::transport_input::property();
+        group socket;
+        batch_size => live::batch_size(
+            "Most messages received by one recvmmsg (at most 256 KiB of them); with GRO each message carries up to 64 KiB of datagrams; a transport has its own",
+            MAX_BATCH_SIZE,
+            DEFAULT_BATCH_SIZE,
+        );
+        landing => glib::ParamSpecEnum::builder::<Landing>("landing")
+            .nick("Landing")
+            .blurb("Receive payloads straight into the chunks: auto = for chunks of at most 2 MiB, which stay in the CPU cache between uses (into larger ones the kernel's copy reads each destination line from memory first: they are copied as by fhdepay), on, off")
+            .mutable_ready()
+            .build();
+        group chunk;
+        group stats_interval;
     }
 }
 
@@ -94,61 +115,24 @@ impl UdpChunkSrc {
 
 firehose_core::element_subclass!(UdpChunkSrc, "GstFhUdpChunkSrc", gst_base::PushSrc);
 
-impl ObjectImpl for UdpChunkSrc {
-    firehose_core::properties!(|| {
-        let mut v = vec![crate::transport_input::property()];
-        v.extend(SocketSettings::properties());
-        insert_after(
-            &mut v,
-            "buffer-size",
-            [live::batch_size(
-                "Most messages received by one recvmmsg (at most 256 KiB of them); with GRO each message carries up to 64 KiB of datagrams; a transport has its own",
-                MAX_BATCH_SIZE,
-                DEFAULT_BATCH_SIZE,
-            ),
-            glib::ParamSpecEnum::builder::<Landing>("landing")
-                .nick("Landing")
-                .blurb("Receive payloads straight into the chunks: auto = for chunks of at most 2 MiB, which stay in the CPU cache between uses (into larger ones the kernel's copy reads each destination line from memory first: they are copied as by fhdepay), on, off")
-                .mutable_ready()
-                .build()],
-        );
-        v.extend(ChunkSettings::properties());
-        v.extend(stats::properties(&format!(
+impl SettingsElement for UdpChunkSrc {
+    type Settings = Settings;
+
+    fn counters() -> String {
+        format!(
             "{}, {}",
             &StatsMirror::counters(),
             LandingCounters::describe("")
-        )));
-        v
-    });
-
-    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        let mut s = lock(&self.settings);
-        if s.socket.set(value, pspec) || s.chunk.set(value, pspec) {
-            return;
-        }
-        match pspec.name() {
-            crate::transport_input::NAME => s.transport = crate::transport_input::value(value),
-            "batch-size" => s.batch_size = value.get().unwrap(),
-            "landing" => s.landing = value.get().unwrap(),
-            other => s.stats_interval.set(other, value),
-        }
+        )
     }
 
-    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        if pspec.name() == "stats" {
-            return self.stats().to_value();
-        }
-        let s = lock(&self.settings);
-        if let Some(v) = s.socket.get(pspec).or_else(|| s.chunk.get(pspec)) {
-            return v;
-        }
-        match pspec.name() {
-            crate::transport_input::NAME => s.transport.to_value(),
-            "batch-size" => s.batch_size.to_value(),
-            "landing" => s.landing.to_value(),
-            other => s.stats_interval.value(other),
-        }
+    fn settings(&self) -> &Mutex<Settings> {
+        &self.settings
     }
+}
+
+impl ObjectImpl for UdpChunkSrc {
+    firehose_core::settings_properties!(UdpChunkSrc);
 
     firehose_core::live_src_constructed!(true);
 }
@@ -303,6 +287,7 @@ impl PushSrcImpl for UdpChunkSrc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use firehose_core::property::PropertyGroup;
     use firehose_core::stats::names;
 
     fn element() -> super::super::UdpChunkSrc {
@@ -321,27 +306,23 @@ mod tests {
             .map(|p| p.name().to_string())
             .collect();
         let mut want: Vec<String> = vec!["transport".into()];
-        want.extend(
-            SocketSettings::properties()
+        let names_of = |g: &dyn PropertyGroup| {
+            g.spec_vec()
                 .iter()
-                .map(|p| p.name().to_string()),
-        );
-        let at = want.iter().position(|n| n == "buffer-size").unwrap() + 1;
-        want.insert(at, "batch-size".into());
-        want.insert(at + 1, "landing".into());
-        want.extend(
-            ChunkSettings::properties()
-                .iter()
-                .map(|p| p.name().to_string()),
-        );
-        want.extend(["stats".into(), "stats-interval".into()]);
+                .map(|p| p.name().to_string())
+                .collect::<Vec<_>>()
+        };
+        want.extend(names_of(&SocketSettings::default()));
+        want.extend(["batch-size".into(), "landing".into()]);
+        want.extend(names_of(&ChunkSettings::default()));
+        want.extend(["stats-interval".into(), "stats".into()]);
         assert_eq!(names, want);
         assert_eq!(el.property::<u32>("batch-size"), DEFAULT_BATCH_SIZE);
         assert_eq!(el.property::<Landing>("landing"), Landing::Auto);
         el.set_property("landing", Landing::Off);
         assert_eq!(el.property::<Landing>("landing"), Landing::Off);
         assert_eq!(el.property::<i32>("port"), 5004);
-        assert_eq!(el.property::<u32>("slots-per-chunk"), 64);
+        assert_eq!(el.property::<u32>("heaps-per-chunk"), 64);
     }
 
     #[test]
@@ -352,14 +333,14 @@ mod tests {
         el.set_property("gro", false);
         el.set_property("batch-size", 16u32);
         el.set_property("handler", "spead");
-        el.set_property("slot-size", 65536u32);
+        el.set_property("heap-size", 65536u32);
         el.set_property("stats-interval", 0u32);
         let s = lock(&el.imp().settings).clone();
         assert_eq!((s.socket.address.as_str(), s.socket.port), ("127.0.0.1", 0));
         assert!(!s.socket.gro);
         assert_eq!(s.batch_size, 16);
         assert_eq!(s.chunk.handler.as_deref(), Some("spead"));
-        assert_eq!(s.chunk.slot_size, 65536);
+        assert_eq!(s.chunk.geometry.heap_size, 65536);
         assert_eq!(s.stats_interval.0, 0);
         assert_eq!(el.property::<u32>("batch-size"), 16);
         assert_eq!(

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use firehose_core::element::prelude::*;
 use firehose_core::element::sink_template;
+use firehose_core::property::{OrDefault, SettingsElement};
 use firehose_core::stats::{self, names, Counter, StatsInterval, StatsTimer};
 use firehose_core::{PacketBatchMeta, PacketInfo};
 use gst_base::prelude::*;
@@ -22,8 +23,9 @@ const DEFAULT_BURST: u32 = 65536;
 const DEFAULT_TTL: i32 = 64;
 const DEFAULT_TTL_MC: i32 = 1;
 
+/// The element's properties, declared once below.
 #[derive(Debug, Clone)]
-struct Settings {
+pub struct Settings {
     host: String,
     port: i32,
     clients: String,
@@ -58,6 +60,105 @@ impl Default for Settings {
             buffer_size: 0,
             stats_interval: StatsInterval::default(),
         }
+    }
+}
+
+firehose_core::property_group! {
+    Settings as _s {
+        host: OrDefault => glib::ParamSpecString::builder("host")
+            .nick("Host")
+            .blurb("Address or name to send to (unless clients is set)")
+            .default_value(Some(DEFAULT_HOST))
+            .mutable_ready()
+            .build();
+        port => glib::ParamSpecInt::builder("port")
+            .nick("Port")
+            .blurb("UDP port to send to (unless clients is set)")
+            .minimum(0)
+            .maximum(65535)
+            .default_value(DEFAULT_PORT)
+            .mutable_ready()
+            .build();
+        clients: OrDefault => glib::ParamSpecString::builder("clients")
+            .nick("Clients")
+            .blurb(
+                "host:port,host:port… ([addr]:port for IPv6); every datagram goes \
+                        to every client. Overrides host and port when set",
+            )
+            .mutable_ready()
+            .build();
+        rate => glib::ParamSpecUInt64::builder("rate")
+            .nick("Rate")
+            .blurb(
+                "Target rate in bits/s of UDP payload, all clients together \
+                     (0 = as fast as possible). The rate paces the sink, so sync \
+                     defaults to false",
+            )
+            .mutable_ready()
+            .build();
+        burst => glib::ParamSpecUInt::builder("burst")
+            .nick("Burst")
+            .blurb("Bytes sent back-to-back before pacing applies (with rate)")
+            .default_value(DEFAULT_BURST)
+            .mutable_ready()
+            .build();
+        gso => glib::ParamSpecBoolean::builder("gso")
+            .nick("GSO")
+            .blurb(
+                "Send runs of equal-size datagrams as one UDP GSO send when the \
+                        kernel allows it",
+            )
+            .default_value(true)
+            .mutable_ready()
+            .build();
+        ttl => glib::ParamSpecInt::builder("ttl")
+            .nick("TTL")
+            .blurb("Unicast TTL / hop limit")
+            .minimum(1)
+            .maximum(255)
+            .default_value(DEFAULT_TTL)
+            .mutable_ready()
+            .build();
+        ttl_mc => glib::ParamSpecInt::builder("ttl-mc")
+            .nick("Multicast TTL")
+            .blurb("Multicast TTL / hop limit")
+            .minimum(0)
+            .maximum(255)
+            .default_value(DEFAULT_TTL_MC)
+            .mutable_ready()
+            .build();
+        multicast_loop => glib::ParamSpecBoolean::builder("loop")
+            .nick("Multicast loopback")
+            .blurb("Deliver sent multicast to receivers on this machine too")
+            .default_value(true)
+            .mutable_ready()
+            .build();
+        multicast_iface => glib::ParamSpecString::builder("multicast-iface")
+            .nick("Multicast interface")
+            .blurb("Network interface to send multicast on (e.g. eth0)")
+            .mutable_ready()
+            .build();
+        bind_address => glib::ParamSpecString::builder("bind-address")
+            .nick("Bind address")
+            .blurb("Local address to send from (default: chosen by the route)")
+            .mutable_ready()
+            .build();
+        bind_port => glib::ParamSpecInt::builder("bind-port")
+            .nick("Bind port")
+            .blurb("Local port to send from (0 = any)")
+            .minimum(0)
+            .maximum(65535)
+            .default_value(0)
+            .mutable_ready()
+            .build();
+        buffer_size => glib::ParamSpecInt::builder("buffer-size")
+            .nick("Send buffer size")
+            .blurb("SO_SNDBUF in bytes (0 = system default)")
+            .minimum(0)
+            .default_value(0)
+            .mutable_ready()
+            .build();
+        group stats_interval;
     }
 }
 
@@ -254,157 +355,22 @@ impl UdpSink {
 
 firehose_core::element_subclass!(UdpSink, "GstFhUdpSink", gst_base::BaseSink);
 
+impl SettingsElement for UdpSink {
+    type Settings = Settings;
+
+    fn counters() -> String {
+        "packets-sent, bytes-sent, batches, send-errors, gso-sends, gso-fallbacks, \
+         pacing-slip-ns"
+            .into()
+    }
+
+    fn settings(&self) -> &Mutex<Settings> {
+        &self.settings
+    }
+}
+
 impl ObjectImpl for UdpSink {
-    firehose_core::properties!(|| {
-        let mut v = vec![
-            glib::ParamSpecString::builder("host")
-                .nick("Host")
-                .blurb("Address or name to send to (unless clients is set)")
-                .default_value(Some(DEFAULT_HOST))
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecInt::builder("port")
-                .nick("Port")
-                .blurb("UDP port to send to (unless clients is set)")
-                .minimum(0)
-                .maximum(65535)
-                .default_value(DEFAULT_PORT)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecString::builder("clients")
-                .nick("Clients")
-                .blurb(
-                    "host:port,host:port… ([addr]:port for IPv6); every datagram goes \
-                            to every client. Overrides host and port when set",
-                )
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt64::builder("rate")
-                .nick("Rate")
-                .blurb(
-                    "Target rate in bits/s of UDP payload, all clients together \
-                         (0 = as fast as possible). The rate paces the sink, so sync \
-                         defaults to false",
-                )
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("burst")
-                .nick("Burst")
-                .blurb("Bytes sent back-to-back before pacing applies (with rate)")
-                .default_value(DEFAULT_BURST)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecBoolean::builder("gso")
-                .nick("GSO")
-                .blurb(
-                    "Send runs of equal-size datagrams as one UDP GSO send when the \
-                            kernel allows it",
-                )
-                .default_value(true)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecInt::builder("ttl")
-                .nick("TTL")
-                .blurb("Unicast TTL / hop limit")
-                .minimum(1)
-                .maximum(255)
-                .default_value(DEFAULT_TTL)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecInt::builder("ttl-mc")
-                .nick("Multicast TTL")
-                .blurb("Multicast TTL / hop limit")
-                .minimum(0)
-                .maximum(255)
-                .default_value(DEFAULT_TTL_MC)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecBoolean::builder("loop")
-                .nick("Multicast loopback")
-                .blurb("Deliver sent multicast to receivers on this machine too")
-                .default_value(true)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecString::builder("multicast-iface")
-                .nick("Multicast interface")
-                .blurb("Network interface to send multicast on (e.g. eth0)")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecString::builder("bind-address")
-                .nick("Bind address")
-                .blurb("Local address to send from (default: chosen by the route)")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecInt::builder("bind-port")
-                .nick("Bind port")
-                .blurb("Local port to send from (0 = any)")
-                .minimum(0)
-                .maximum(65535)
-                .default_value(0)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecInt::builder("buffer-size")
-                .nick("Send buffer size")
-                .blurb("SO_SNDBUF in bytes (0 = system default)")
-                .minimum(0)
-                .default_value(0)
-                .mutable_ready()
-                .build(),
-        ];
-        v.extend(firehose_core::stats::properties(
-            "packets-sent, bytes-sent, batches, send-errors, gso-sends, gso-fallbacks, \
-                 pacing-slip-ns",
-        ));
-        v
-    });
-
-    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        let mut s = lock(&self.settings);
-        let string = || {
-            value
-                .get::<Option<String>>()
-                .expect("type checked upstream")
-        };
-        match pspec.name() {
-            "host" => s.host = string().unwrap_or_else(|| DEFAULT_HOST.into()),
-            "port" => s.port = value.get().expect("type checked upstream"),
-            "clients" => s.clients = string().unwrap_or_default(),
-            "rate" => s.rate = value.get().expect("type checked upstream"),
-            "burst" => s.burst = value.get().expect("type checked upstream"),
-            "gso" => s.gso = value.get().expect("type checked upstream"),
-            "ttl" => s.ttl = value.get().expect("type checked upstream"),
-            "ttl-mc" => s.ttl_mc = value.get().expect("type checked upstream"),
-            "loop" => s.multicast_loop = value.get().expect("type checked upstream"),
-            "multicast-iface" => s.multicast_iface = string(),
-            "bind-address" => s.bind_address = string(),
-            "bind-port" => s.bind_port = value.get().expect("type checked upstream"),
-            "buffer-size" => s.buffer_size = value.get().expect("type checked upstream"),
-            other => s.stats_interval.set(other, value),
-        }
-    }
-
-    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        if pspec.name() == "stats" {
-            return self.stats().to_value();
-        }
-        let s = lock(&self.settings);
-        match pspec.name() {
-            "host" => s.host.to_value(),
-            "port" => s.port.to_value(),
-            "clients" => s.clients.to_value(),
-            "rate" => s.rate.to_value(),
-            "burst" => s.burst.to_value(),
-            "gso" => s.gso.to_value(),
-            "ttl" => s.ttl.to_value(),
-            "ttl-mc" => s.ttl_mc.to_value(),
-            "loop" => s.multicast_loop.to_value(),
-            "multicast-iface" => s.multicast_iface.to_value(),
-            "bind-address" => s.bind_address.to_value(),
-            "bind-port" => s.bind_port.to_value(),
-            "buffer-size" => s.buffer_size.to_value(),
-            other => s.stats_interval.value(other),
-        }
-    }
+    firehose_core::settings_properties!(UdpSink);
 
     fn constructed(&self) {
         self.parent_constructed();

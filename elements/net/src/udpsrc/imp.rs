@@ -17,7 +17,7 @@ use firehose_core::stats::names;
 use firehose_core::{PacketInfo, SlotArena, SlotPool};
 
 use crate::recv::{Recv, RecvCounts, UdpReceiver};
-use crate::socket_settings::{insert_after, SocketSettings};
+use crate::socket_settings::SocketSettings;
 
 firehose_core::debug_category!(CAT, "fhudpsrc", "Firehose UDP source");
 
@@ -53,6 +53,34 @@ impl Default for Settings {
             timestamps: false,
             when_full: WhenFull::Auto,
         }
+    }
+}
+
+firehose_core::property_group! {
+    Settings as _s {
+        group socket;
+        batch_bytes => glib::ParamSpecUInt::builder("batch-bytes")
+            .nick("Batch bytes")
+            .blurb("Most buffer bytes one batch may fill (0 = no limit): lowers batch-size so that a batch stays in the CPU cache until downstream reads it; with GRO each message takes 64 KiB")
+            .maximum(64 << 20)
+            .default_value(DEFAULT_BATCH_BYTES)
+            .mutable_ready()
+            .build();
+        timestamps => glib::ParamSpecBoolean::builder("timestamps")
+            .nick("Kernel timestamps")
+            .blurb(
+                "Record each datagram's kernel receive time (SO_TIMESTAMPNS) in the batch \
+                 meta (a clock read and a control message per datagram); off, each datagram \
+                 gets the time its batch was read (one clock read per batch)",
+            )
+            .default_value(false)
+            .mutable_ready()
+            .build();
+        when_full => glib::ParamSpecEnum::builder::<WhenFull>("when-full")
+            .nick("When full")
+            .blurb("When every pool slot is in use downstream: drop (count drops-pool) or block; auto drops (a network source is live)")
+            .mutable_ready()
+            .build();
     }
 }
 
@@ -206,71 +234,7 @@ impl UdpSrc {
 firehose_core::element_subclass!(UdpSrc, "GstFhUdpSrc", firehose_core::src::PacketSrc);
 
 impl ObjectImpl for UdpSrc {
-    firehose_core::properties!(|| {
-        let mut v = SocketSettings::properties();
-        insert_after(
-            &mut v,
-            "buffer-size",
-            [glib::ParamSpecUInt::builder("batch-bytes")
-                .nick("Batch bytes")
-                .blurb("Most buffer bytes one batch may fill (0 = no limit): lowers batch-size so that a batch stays in the CPU cache until downstream reads it; with GRO each message takes 64 KiB")
-                .maximum(64 << 20)
-                .default_value(DEFAULT_BATCH_BYTES)
-                .mutable_ready()
-                .build()],
-        );
-        insert_after(
-            &mut v,
-            "gro",
-            [glib::ParamSpecBoolean::builder("timestamps")
-                .nick("Kernel timestamps")
-                .blurb(
-                    "Record each datagram's kernel receive time (SO_TIMESTAMPNS) in the batch \
-                     meta (a clock read and a control message per datagram); off, each datagram \
-                     gets the time its batch was read (one clock read per batch)",
-                )
-                .default_value(false)
-                .mutable_ready()
-                .build()],
-        );
-        v.push(
-            glib::ParamSpecEnum::builder::<WhenFull>("when-full")
-                .nick("When full")
-                .blurb("When every pool slot is in use downstream: drop (count drops-pool) or block; auto drops (a network source is live)")
-                .mutable_ready()
-                .build(),
-        );
-        v
-    });
-
-    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        let mut s = lock(&self.settings);
-        if s.socket.set(value, pspec) {
-            return;
-        }
-        match pspec.name() {
-            "batch-bytes" => s.batch_bytes = value.get().expect("type checked upstream"),
-            "timestamps" => s.timestamps = value.get().expect("type checked upstream"),
-            "when-full" => s.when_full = value.get().expect("type checked upstream"),
-            other => gst::error!(CAT, imp = self, "no setter for property {other}"),
-        }
-    }
-
-    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        let s = lock(&self.settings);
-        if let Some(v) = s.socket.get(pspec) {
-            return v;
-        }
-        match pspec.name() {
-            "batch-bytes" => s.batch_bytes.to_value(),
-            "timestamps" => s.timestamps.to_value(),
-            "when-full" => s.when_full.to_value(),
-            other => {
-                gst::error!(CAT, imp = self, "no getter for property {other}");
-                pspec.default_value().clone()
-            }
-        }
-    }
+    firehose_core::own_properties!(Settings::default(), settings);
 }
 
 impl ElementImpl for UdpSrc {

@@ -15,8 +15,9 @@ use firehose_core::src::{Batch, BatchSize, Open, PacketSrcImpl, PoolProps, PoolS
 use firehose_core::stats::names;
 use firehose_core::{gstmem, PacketBatchMeta, PacketInfo};
 
-use super::replay::{Filter, Replay, SplitMode, Splitter};
-use super::{Pace, Rate, Split};
+use super::props::Settings;
+use super::replay::{Filter, Replay, Splitter};
+use super::{Pace, Rate};
 
 firehose_core::debug_category!(CAT, "fhpcapsrc", "Firehose pcap replay source");
 
@@ -40,36 +41,6 @@ const POOL: PoolProps = PoolProps {
 const POOL_POLL: Duration = Duration::from_millis(100);
 /// Least time between two warnings about records that could not be cut into packets.
 const UNSPLIT_WARN_EVERY: Duration = Duration::from_secs(10);
-
-#[derive(Debug, Clone)]
-struct Settings {
-    location: Option<String>,
-    port: u32,
-    address: Option<String>,
-    pace: Pace,
-    /// Payload bits/s for `pace=bitrate`.
-    bitrate: u64,
-    /// Why the last value of the deprecated `rate` did not parse: a start error, not a
-    /// silent default.
-    bad_rate: Option<String>,
-    split: Split,
-    loops: u32,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            location: None,
-            port: 0,
-            address: None,
-            pace: Pace::Original,
-            bitrate: 0,
-            bad_rate: None,
-            split: Split::Spead,
-            loops: 1,
-        }
-    }
-}
 
 struct State {
     settings: Settings,
@@ -235,105 +206,7 @@ impl PcapSrc {
 firehose_core::element_subclass!(PcapSrc, "GstFhPcapSrc", firehose_core::src::PacketSrc);
 
 impl ObjectImpl for PcapSrc {
-    firehose_core::properties!(|| {
-        vec![
-            glib::ParamSpecString::builder("location")
-                .nick("Location")
-                .blurb("The pcap or pcapng file to replay")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("port")
-                .nick("Port")
-                .blurb("Only UDP datagrams to this destination port (0 = any)")
-                .maximum(65535)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecString::builder("address")
-                .nick("Address")
-                .blurb("Only datagrams to this destination address (empty = any)")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecEnum::builder_with_default("pace", Pace::Original)
-                .nick("Pace")
-                .blurb("How fast to replay: the capture's own timing, as fast as downstream takes it, or the bitrate property")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt64::builder("bitrate")
-                .nick("Bitrate")
-                .blurb("Payload bits per second when pace=bitrate (0 = not set)")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecString::builder("rate")
-                .nick("Rate")
-                .blurb("Deprecated: use pace and bitrate. original, max, or payload bits/s such as 500M or 2G (sets pace and bitrate)")
-                .default_value(Some("original"))
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecEnum::builder_with_default("split", Split::Spead)
-                .nick("Split")
-                .blurb("Cut records holding several SPEAD packets back to back (UDP GSO sends captured on loopback) into their packets")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("loop")
-                .nick("Loop")
-                .blurb("Times to play the file (0 = forever)")
-                .default_value(1)
-                .mutable_ready()
-                .build(),
-        ]
-    });
-
-    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        let opt = |v: Option<String>| v.filter(|x| !x.is_empty());
-        let mut s = lock(&self.settings);
-        match pspec.name() {
-            "location" => s.location = opt(value.get().expect("type checked upstream")),
-            "port" => s.port = value.get().expect("type checked upstream"),
-            "address" => s.address = opt(value.get().expect("type checked upstream")),
-            "pace" => s.pace = value.get().expect("type checked upstream"),
-            "bitrate" => s.bitrate = value.get().expect("type checked upstream"),
-            "split" => s.split = value.get().expect("type checked upstream"),
-            "rate" => {
-                let text: Option<String> = value.get().expect("type checked upstream");
-                match Rate::parse(text.as_deref().unwrap_or("original")) {
-                    Ok(r) => {
-                        s.bad_rate = None;
-                        (s.pace, s.bitrate) = match r {
-                            Rate::Original => (Pace::Original, s.bitrate),
-                            Rate::Max => (Pace::Max, s.bitrate),
-                            Rate::Bits(b) => (Pace::Bitrate, b),
-                        };
-                    }
-                    Err(e) => s.bad_rate = Some(e),
-                }
-            }
-            "loop" => s.loops = value.get().expect("type checked upstream"),
-            other => gst::error!(CAT, imp = self, "no setter for property {other}"),
-        }
-    }
-
-    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        let s = lock(&self.settings);
-        match pspec.name() {
-            "location" => s.location.to_value(),
-            "port" => s.port.to_value(),
-            "address" => s.address.to_value(),
-            "pace" => s.pace.to_value(),
-            "bitrate" => s.bitrate.to_value(),
-            "split" => s.split.to_value(),
-            "rate" => match s.pace {
-                Pace::Original => Rate::Original.to_string(),
-                Pace::Max => Rate::Max.to_string(),
-                Pace::Bitrate => Rate::Bits(s.bitrate).to_string(),
-            }
-            .to_value(),
-            "loop" => s.loops.to_value(),
-            other => {
-                gst::error!(CAT, imp = self, "no getter for property {other}");
-                pspec.default_value().clone()
-            }
-        }
-    }
+    firehose_core::own_properties!(Settings::default(), settings);
 }
 
 impl ElementImpl for PcapSrc {
@@ -370,23 +243,41 @@ impl PacketSrcImpl for PcapSrc {
     fn open(&self, open: &Open) -> Result<usize, gst::ErrorMessage> {
         let batch_size = open.batch_size;
         let settings = lock(&self.settings).clone();
-        if let Some(e) = &settings.bad_rate {
+        let pacing = &settings.pacing;
+        if let Some(e) = &pacing.bad_rate {
             return Err(gst::error_msg!(gst::ResourceError::Settings, ("{}", e)));
         }
-        let rate = match settings.pace {
+        let rate = match pacing.pace {
             Pace::Original => Rate::Original,
             Pace::Max => Rate::Max,
-            Pace::Bitrate if settings.bitrate == 0 => {
+            Pace::Bitrate if pacing.bitrate == 0 => {
                 return Err(gst::error_msg!(
                     gst::ResourceError::Settings,
                     ("pace=bitrate needs the rate: set bitrate to payload bits/s, e.g. bitrate=500000000")
                 ))
             }
-            Pace::Bitrate => Rate::Bits(settings.bitrate),
+            Pace::Bitrate => Rate::Bits(pacing.bitrate),
         };
-        let split = match settings.split {
-            Split::None => SplitMode::None,
-            Split::Spead => SplitMode::Spead,
+        let splitter = match settings.split.splitter_name() {
+            None => None,
+            Some(name) => Some(firehose_core::split::lookup(name).ok_or_else(|| {
+                let known = firehose_core::split::names();
+                gst::error_msg!(
+                    gst::ResourceError::Settings,
+                    (
+                        "split={name} needs the '{name}' datagram splitter, which is not \
+                         registered in this process (registered: {}). The crate that \
+                         brings it registers it with its elements (the firehose plugin \
+                         does: firehose-spead registers 'spead'); or set split=none to \
+                         replay every record whole",
+                        if known.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            known.join(", ")
+                        }
+                    )
+                )
+            })?),
         };
         let Some(location) = settings.location.clone() else {
             return Err(gst::error_msg!(
@@ -437,7 +328,7 @@ impl PacketSrcImpl for PcapSrc {
             pacer,
             sent: 0,
             eos: false,
-            splitter: Splitter::new(split),
+            splitter: Splitter::new(splitter),
             unsplit_warned: None,
             warning: None,
         });

@@ -22,10 +22,12 @@
 //! A record holding several SPEAD packets back to back (a UDP GSO sender captured on
 //! loopback, before the kernel cut the send into packets) is cut into its packets by
 //! their own lengths (`split=spead`, the default) and replayed as the live receiver got
-//! them (`records-split`). A record whose packets cannot all be cut out is counted
-//! (`records-unsplit`) and said in a warning (the first, then at most one every 10 s):
-//! the packets before the bytes that do not parse go out one by one, the rest as one
-//! datagram.
+//! them (`records-split`). The cutting is the splitter firehose-spead registers by name
+//! ([`firehose_core::split`]), looked up at start: this crate depends on core only, and a
+//! process without it registered fails at start unless `split=none`. A record whose
+//! packets cannot all be cut out is counted (`records-unsplit`) and said in a warning
+//! (the first, then at most one every 10 s): the packets before the bytes that do not
+//! parse go out one by one, the rest as one datagram.
 //!
 //! ```text
 //! firehose launch fhpcapsrc location=capture.pcap port=7148 pace=original ! speaddepay ! fakesink
@@ -35,6 +37,7 @@ use gst::glib;
 use gst::prelude::*;
 
 mod imp;
+mod props;
 mod rate;
 mod replay;
 
@@ -75,6 +78,17 @@ pub enum Split {
         nick = "spead"
     )]
     Spead = 1,
+}
+
+impl Split {
+    /// The name of the [`firehose_core::split`] splitter this mode cuts with (its
+    /// nick), or `None` when records stay whole.
+    pub fn splitter_name(self) -> Option<&'static str> {
+        match self {
+            Split::None => None,
+            Split::Spead => Some("spead"),
+        }
+    }
 }
 
 glib::wrapper! {

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::read::container::{CaptureReader, Damage, ReadCounts};
 use crate::read::link::{self, Skip};
+use firehose_core::split::DatagramSplitter;
 
 /// Which datagrams to deliver.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -179,39 +180,32 @@ impl Replay {
     }
 }
 
-/// How records are cut into datagrams (`fhpcapsrc split`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SplitMode {
-    /// One record, one datagram.
-    None,
-    /// A record holding several SPEAD packets back to back (a UDP GSO send captured
-    /// before segmentation) is cut into its packets, as the receiver of the live stream
-    /// got them.
-    #[default]
-    Spead,
-}
-
 /// Counts of [`Splitter`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SplitCounts {
-    /// Records cut into two or more SPEAD packets.
+    /// Records cut into two or more packets.
     pub split: u64,
     /// Records whose packets could not all be cut out: the packets before the bytes that
     /// did not parse went out one by one, the rest as one datagram.
     pub unsplit: u64,
 }
 
-/// Cuts replayed datagrams into the pieces to deliver, per [`SplitMode`].
+/// Cuts replayed datagrams into the pieces to deliver: whole (`split=none`), or by a
+/// registered [`DatagramSplitter`] (`split=spead`: a record holding several SPEAD
+/// packets back to back, a UDP GSO send captured before segmentation, is cut into its
+/// packets, as the receiver of the live stream got them).
 #[derive(Debug, Default)]
 pub struct Splitter {
-    mode: SplitMode,
+    by: Option<&'static dyn DatagramSplitter>,
     lens: Vec<u32>,
     counts: SplitCounts,
 }
 
 /// A record that could not be cut into packets all the way: why.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unsplit {
+    /// What the packets are ([`DatagramSplitter::packet`]).
+    pub packet: String,
     /// Whole packets cut out before the bad bytes.
     pub packets: usize,
     /// Offset of the bytes that do not parse.
@@ -219,25 +213,25 @@ pub struct Unsplit {
     /// The datagram's length.
     pub len: usize,
     /// Why they do not parse.
-    pub error: firehose_spead::wire::DecodeError,
+    pub why: String,
 }
 
 impl std::fmt::Display for Unsplit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "a record of {} bytes holds {} SPEAD packet(s), then bytes at offset {} that \
-             are not a SPEAD packet ({})",
-            self.len, self.packets, self.at, self.error
+            "a record of {} bytes holds {} {} packet(s), then bytes at offset {} that \
+             are not a {} packet ({})",
+            self.len, self.packets, self.packet, self.at, self.packet, self.why
         )
     }
 }
 
 impl Splitter {
-    /// A splitter in `mode`.
-    pub fn new(mode: SplitMode) -> Self {
+    /// A splitter cutting with `by` (`None`: every record whole).
+    pub fn new(by: Option<&'static dyn DatagramSplitter>) -> Self {
         Self {
-            mode,
+            by,
             lens: Vec::with_capacity(64),
             counts: SplitCounts::default(),
         }
@@ -253,21 +247,18 @@ impl Splitter {
     /// stopped short, if it did. Nothing is counted until [`Splitter::delivered`]: a
     /// datagram given back (the batch is full) is cut again later.
     pub fn cut(&mut self, datagram: &[u8]) -> Option<Unsplit> {
-        use firehose_spead::coalesced::{split, Split};
-        if self.mode == SplitMode::None {
+        let Some(by) = self.by else {
             self.lens.clear();
             self.lens.push(datagram.len() as u32);
             return None;
-        }
-        match split(datagram, &mut self.lens) {
-            Split::Single | Split::Packets(_) => None,
-            Split::Partial { packets, at, error } => Some(Unsplit {
-                packets,
-                at,
-                len: datagram.len(),
-                error,
-            }),
-        }
+        };
+        by.split(datagram, &mut self.lens).err().map(|p| Unsplit {
+            packet: by.packet().to_owned(),
+            packets: p.packets,
+            at: p.at,
+            len: datagram.len(),
+            why: p.why,
+        })
     }
 
     /// The piece lengths of the last [`Splitter::cut`].
@@ -305,10 +296,10 @@ mod tests {
             out
         };
         let d = [pkt(1), pkt(2), pkt(3)].concat();
-        let mut none = Splitter::new(SplitMode::None);
+        let mut none = Splitter::new(None);
         assert_eq!(none.cut(&d), None);
         assert_eq!(none.pieces(), [d.len() as u32]);
-        let mut s = Splitter::new(SplitMode::Spead);
+        let mut s = Splitter::new(Some(&firehose_spead::coalesced::SPLITTER));
         assert_eq!(s.cut(&d), None);
         assert_eq!(s.pieces(), [42, 42, 42]);
         assert_eq!(s.counts().split, 0, "counted once delivered");
@@ -318,7 +309,11 @@ mod tests {
         bad[84] = 0;
         let u = s.cut(&bad).unwrap();
         assert_eq!((u.packets, u.at, u.len), (2, 84, 126));
-        assert!(u.to_string().contains("offset 84"), "{u}");
+        let text = u.to_string();
+        assert!(
+            text.contains("offset 84") && text.contains("2 SPEAD packet(s)"),
+            "{text}"
+        );
         assert_eq!(s.pieces(), [42, 42, 42]);
         s.delivered(true);
         assert_eq!(

@@ -5,11 +5,12 @@ use firehose_core::sync::lock;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use firehose_core::props::{self, Memory, WhenFull};
-use firehose_core::stats::{self, names, Counter, StatsInterval, StatsTimer};
+use firehose_core::element::ElementStats;
+use firehose_core::property::SettingsElement;
+use firehose_core::stats::{self, names, Counter, StatsTimer};
 use firehose_core::{PacketBatchMeta, PoolConfig, SlotPool};
 use gst::glib;
 use gst::prelude::*;
@@ -18,79 +19,22 @@ use gst_base::prelude::*;
 use gst_base::subclass::prelude::*;
 
 use super::encode::{unix_ns, Encoder};
-use super::{upstream, Format, Fsync};
+use super::props::Settings;
+use super::{upstream, Fsync};
 use crate::disk::file::ALIGN;
 use crate::disk::name::Template;
 use crate::disk::stage::{Reserve, Stage};
 use crate::disk::writer::{
     Cmd, FsyncPolicy, Notice, WriteError, Writer, WriterConfig, WriterShared,
 };
-use crate::format::pcap::{IfStats, DEFAULT_SNAPLEN};
+use crate::format::pcap::IfStats;
 
 firehose_core::debug_category!(CAT, "fhrecordsink", "Firehose recorder");
 
-const DEFAULT_BLOCK_SIZE: u32 = 4 << 20;
-const DEFAULT_QUEUE_SIZE: u64 = 64 << 20;
-const DEFAULT_FSYNC_BYTES: u64 = 256 << 20;
-/// Most blocks one write carries when the disk is behind: four blocks' requests in the
-/// device at once, as fio's `--iodepth=4` keeps (see `crate::disk::writer`).
-const DEFAULT_IO_DEPTH: u32 = 4;
-/// Disk space reserved ahead of the write position: extents laid out before the data
-/// arrives make `O_DIRECT` writes about 10 % faster on ext4.
-const DEFAULT_PREALLOCATE: u64 = 256 << 20;
 /// Destination of synthesized headers when neither the property nor upstream says.
 const FALLBACK_DESTINATION: &str = "127.0.0.1:7148";
 /// Fewest staging blocks: one being filled, one being written, one spare.
 const MIN_BLOCKS: usize = 3;
-
-#[derive(Debug, Clone)]
-struct Settings {
-    location: Option<String>,
-    format: Format,
-    snaplen: u32,
-    destination: Option<String>,
-    block_size: u32,
-    queue_size: u64,
-    direct: bool,
-    overwrite: bool,
-    io_depth: u32,
-    preallocate: u64,
-    max_size: u64,
-    max_duration: u64,
-    max_files: u32,
-    fsync: Fsync,
-    fsync_bytes: u64,
-    when_full: WhenFull,
-    memory: Memory,
-    stats_source: Option<String>,
-    stats_interval: StatsInterval,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            location: None,
-            format: Format::Pcap,
-            snaplen: DEFAULT_SNAPLEN,
-            destination: None,
-            block_size: DEFAULT_BLOCK_SIZE,
-            queue_size: DEFAULT_QUEUE_SIZE,
-            direct: true,
-            overwrite: false,
-            io_depth: DEFAULT_IO_DEPTH,
-            preallocate: DEFAULT_PREALLOCATE,
-            max_size: 0,
-            max_duration: 0,
-            max_files: 0,
-            fsync: Fsync::None,
-            fsync_bytes: DEFAULT_FSYNC_BYTES,
-            when_full: WhenFull::Auto,
-            memory: Memory::Auto,
-            stats_source: None,
-            stats_interval: StatsInterval::default(),
-        }
-    }
-}
 
 struct State {
     settings: Settings,
@@ -136,7 +80,7 @@ pub struct RecordSink {
 /// Waits never end early: headers and trailers must be written whole.
 static NEVER: AtomicBool = AtomicBool::new(false);
 
-impl RecordSink {
+impl ElementStats for RecordSink {
     fn stats(&self) -> gst::Structure {
         let c = &self.counters;
         let pool = lock(&self.pool)
@@ -165,11 +109,23 @@ impl RecordSink {
             (names::POOL_EXHAUSTED, pool.exhausted),
         ])
     }
+}
 
-    fn post_stats(&self) {
-        stats::post(self.obj().upcast_ref(), self.stats());
+impl SettingsElement for RecordSink {
+    type Settings = Settings;
+
+    fn counters() -> String {
+        "packets, bytes, batches, bytes-written, files, drops-disk, truncated, \
+         write-latency-max-us, pool-*"
+            .into()
     }
 
+    fn settings(&self) -> &Mutex<Settings> {
+        &self.settings
+    }
+}
+
+impl RecordSink {
     /// The error to post for a failed write: the path, what happened, and the fix.
     fn write_error(e: &WriteError) -> gst::ErrorMessage {
         let path = e.path.display();
@@ -458,68 +414,7 @@ impl RecordSink {
 firehose_core::element_subclass!(RecordSink, "GstFhRecordSink", gst_base::BaseSink);
 
 impl ObjectImpl for RecordSink {
-    fn properties() -> &'static [glib::ParamSpec] {
-        static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(super::props::specs);
-        PROPS.as_ref()
-    }
-
-    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        let mut s = lock(&self.settings);
-        let opt = |v: Option<String>| v.filter(|x| !x.is_empty());
-        match pspec.name() {
-            "location" => s.location = opt(value.get().expect("type checked upstream")),
-            "format" => s.format = value.get().expect("type checked upstream"),
-            "snaplen" => s.snaplen = value.get().expect("type checked upstream"),
-            "destination" => s.destination = opt(value.get().expect("type checked upstream")),
-            "block-size" => s.block_size = value.get().expect("type checked upstream"),
-            "queue-size" => s.queue_size = value.get().expect("type checked upstream"),
-            "direct" => s.direct = value.get().expect("type checked upstream"),
-            "overwrite" => s.overwrite = value.get().expect("type checked upstream"),
-            "io-depth" => s.io_depth = value.get().expect("type checked upstream"),
-            "preallocate" => s.preallocate = value.get().expect("type checked upstream"),
-            "max-size" => s.max_size = value.get().expect("type checked upstream"),
-            "max-duration" => s.max_duration = value.get().expect("type checked upstream"),
-            "max-files" => s.max_files = value.get().expect("type checked upstream"),
-            "fsync" => s.fsync = value.get().expect("type checked upstream"),
-            "fsync-bytes" => s.fsync_bytes = value.get().expect("type checked upstream"),
-            "when-full" => s.when_full = value.get().expect("type checked upstream"),
-            name @ ("memory" | "hugepages") => {
-                props::set_memory(&mut s.memory, name, value);
-            }
-            "stats-source" => s.stats_source = opt(value.get().expect("type checked upstream")),
-            other => s.stats_interval.set(other, value),
-        }
-    }
-
-    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        if pspec.name() == "stats" {
-            return self.stats().to_value();
-        }
-        let s = lock(&self.settings);
-        match pspec.name() {
-            "location" => s.location.to_value(),
-            "format" => s.format.to_value(),
-            "snaplen" => s.snaplen.to_value(),
-            "destination" => s.destination.to_value(),
-            "block-size" => s.block_size.to_value(),
-            "queue-size" => s.queue_size.to_value(),
-            "direct" => s.direct.to_value(),
-            "overwrite" => s.overwrite.to_value(),
-            "io-depth" => s.io_depth.to_value(),
-            "preallocate" => s.preallocate.to_value(),
-            "max-size" => s.max_size.to_value(),
-            "max-duration" => s.max_duration.to_value(),
-            "max-files" => s.max_files.to_value(),
-            "fsync" => s.fsync.to_value(),
-            "fsync-bytes" => s.fsync_bytes.to_value(),
-            "when-full" => s.when_full.to_value(),
-            name @ ("memory" | "hugepages") => {
-                props::memory_value(s.memory, name).expect("a memory property")
-            }
-            "stats-source" => s.stats_source.to_value(),
-            other => s.stats_interval.value(other),
-        }
-    }
+    firehose_core::settings_properties!(RecordSink);
 
     fn constructed(&self) {
         self.parent_constructed();

@@ -9,12 +9,14 @@ use std::time::{Duration, Instant};
 
 use firehose_core::element::prelude::*;
 use firehose_core::element::sink_template;
+use firehose_core::property::SettingsElement;
 use firehose_core::stats::{names, StatsInterval, StatsTimer};
 use firehose_core::sync::lock;
 use firehose_core::{HugepagePolicy, PoolConfig, SlotPool};
 use gst_base::prelude::*;
 
 use super::OnFullMode;
+use crate::endpoint::{Endpoint, Side};
 use crate::hub::{Hub, HubCounters, Leave};
 use crate::proto::{BufferMsg, Msg, OnFull, NONE_TIME};
 use crate::segments::{Lookup, Registry, SegmentProvider};
@@ -22,7 +24,6 @@ use crate::wire::{self, Address};
 
 firehose_core::debug_category!(CAT, "fhshmsink", "Firehose shared-memory sink");
 
-const DEFAULT_PATH: &str = "/tmp/firehose-shm.sock";
 const DEFAULT_MODE: u32 = 0o600;
 const DEFAULT_MAX_HELD: u32 = 64;
 const DEFAULT_COPY_SLOTS: u32 = 16;
@@ -40,32 +41,86 @@ const RING_TICK_NS: u64 = 200_000;
 /// measurements: a shorter tick returns slots sooner, at the cost of more wake-ups).
 const RING_TICK_ENV: &str = "FIREHOSE_SHM_TICK_US";
 
+/// The element's settings: its properties but `stats`.
 #[derive(Debug, Clone)]
-struct Settings {
-    socket_path: String,
-    abstract_ns: bool,
+pub struct Settings {
+    endpoint: Endpoint,
     socket_mode: u32,
     on_full: OnFullMode,
     max_held: u32,
     copy_slots: u32,
-    allow_uid: i64,
     wait_for_connection: bool,
+    allow_uid: i64,
     stats_interval: StatsInterval,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            socket_path: DEFAULT_PATH.into(),
-            abstract_ns: false,
+            endpoint: Endpoint::new(Side::Producer),
             socket_mode: DEFAULT_MODE,
             on_full: OnFullMode::Block,
             max_held: DEFAULT_MAX_HELD,
             copy_slots: DEFAULT_COPY_SLOTS,
-            allow_uid: -1,
             wait_for_connection: false,
+            allow_uid: -1,
             stats_interval: StatsInterval::default(),
         }
+    }
+}
+
+firehose_core::property_group! {
+    Settings as _s {
+        group endpoint;
+        socket_mode => glib::ParamSpecUInt::builder("socket-mode")
+            .nick("Socket mode")
+            .blurb("Permissions of the socket file (0600 = 384: this user only)")
+            .maximum(0o777)
+            .default_value(DEFAULT_MODE)
+            .mutable_ready()
+            .build();
+        on_full => glib::ParamSpecEnum::builder::<OnFullMode>("on-full")
+            .nick("On full")
+            .blurb("What to do when a consumer holds max-held buffers")
+            .mutable_ready()
+            .build();
+        max_held => glib::ParamSpecUInt::builder("max-held")
+            .nick("Maximum held")
+            .blurb("Buffers one consumer may hold at once")
+            .minimum(1)
+            .maximum(65536)
+            .default_value(DEFAULT_MAX_HELD)
+            .mutable_ready()
+            .build();
+        copy_slots => glib::ParamSpecUInt::builder("copy-slots")
+            .nick("Copy slots")
+            .blurb(
+                "Slots of the sink's own shared pool, used when upstream's memory is \
+                 not shared and each buffer is copied once",
+            )
+            .minimum(2)
+            .maximum(65536)
+            .default_value(DEFAULT_COPY_SLOTS)
+            .mutable_ready()
+            .build();
+        wait_for_connection => glib::ParamSpecBoolean::builder("wait-for-connection")
+            .nick("Wait for connection")
+            .blurb(
+                "Hold each buffer until a consumer is attached (default: buffers with \
+                 no consumer are dropped, a capture never waits for one)",
+            )
+            .default_value(false)
+            .mutable_ready()
+            .build();
+        allow_uid => glib::ParamSpecInt64::builder("allow-uid")
+            .nick("Allowed uid")
+            .blurb("Another uid admitted besides this process's and root's (-1: none)")
+            .minimum(-1)
+            .maximum(u32::MAX.into())
+            .default_value(-1)
+            .mutable_ready()
+            .build();
+        group stats_interval;
     }
 }
 
@@ -167,6 +222,18 @@ impl ElementStats for ShmSink {
         }
         firehose_core::src::append_slot_pool(&mut s, lock(&self.copy_pool).as_ref());
         s
+    }
+}
+
+impl SettingsElement for ShmSink {
+    type Settings = Settings;
+
+    fn counters() -> String {
+        SinkCounters::describe(HUB_COUNTERS)
+    }
+
+    fn settings(&self) -> &Mutex<Settings> {
+        &self.settings
     }
 }
 
@@ -502,121 +569,7 @@ impl ShmSink {
 }
 
 impl ObjectImpl for ShmSink {
-    firehose_core::properties!(|| {
-        let mut v = vec![
-            glib::ParamSpecString::builder("socket-path")
-                .nick("Socket path")
-                .blurb(
-                    "Unix socket consumers connect to (a name in the abstract namespace \
-                     when abstract=true)",
-                )
-                .default_value(Some(DEFAULT_PATH))
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecBoolean::builder("abstract")
-                .nick("Abstract namespace")
-                .blurb(
-                    "Listen on socket-path in Linux's abstract namespace: no file, no \
-                     permissions (only the uid check guards it)",
-                )
-                .default_value(false)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("socket-mode")
-                .nick("Socket mode")
-                .blurb("Permissions of the socket file (0600 = 384: this user only)")
-                .maximum(0o777)
-                .default_value(DEFAULT_MODE)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecEnum::builder::<OnFullMode>("on-full")
-                .nick("On full")
-                .blurb("What to do when a consumer holds max-held buffers")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("max-held")
-                .nick("Maximum held")
-                .blurb("Buffers one consumer may hold at once")
-                .minimum(1)
-                .maximum(65536)
-                .default_value(DEFAULT_MAX_HELD)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("copy-slots")
-                .nick("Copy slots")
-                .blurb(
-                    "Slots of the sink's own shared pool, used when upstream's memory is \
-                     not shared and each buffer is copied once",
-                )
-                .minimum(2)
-                .maximum(65536)
-                .default_value(DEFAULT_COPY_SLOTS)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecBoolean::builder("wait-for-connection")
-                .nick("Wait for connection")
-                .blurb(
-                    "Hold each buffer until a consumer is attached (default: buffers with \
-                     no consumer are dropped, a capture never waits for one)",
-                )
-                .default_value(false)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecInt64::builder("allow-uid")
-                .nick("Allowed uid")
-                .blurb("Another uid admitted besides this process's and root's (-1: none)")
-                .minimum(-1)
-                .maximum(u32::MAX.into())
-                .default_value(-1)
-                .mutable_ready()
-                .build(),
-        ];
-        v.extend(firehose_core::stats::properties(&SinkCounters::describe(
-            HUB_COUNTERS,
-        )));
-        v
-    });
-
-    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        let mut s = lock(&self.settings);
-        let v = value;
-        match pspec.name() {
-            "socket-path" => {
-                s.socket_path = v
-                    .get::<Option<String>>()
-                    .expect("type checked upstream")
-                    .unwrap_or_else(|| DEFAULT_PATH.into())
-            }
-            "abstract" => s.abstract_ns = v.get().expect("type checked upstream"),
-            "socket-mode" => s.socket_mode = v.get().expect("type checked upstream"),
-            "on-full" => s.on_full = v.get().expect("type checked upstream"),
-            "max-held" => s.max_held = v.get().expect("type checked upstream"),
-            "copy-slots" => s.copy_slots = v.get().expect("type checked upstream"),
-            "allow-uid" => s.allow_uid = v.get().expect("type checked upstream"),
-            "wait-for-connection" => {
-                s.wait_for_connection = v.get().expect("type checked upstream")
-            }
-            other => s.stats_interval.set(other, value),
-        }
-    }
-
-    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        if pspec.name() == "stats" {
-            return self.stats().to_value();
-        }
-        let s = lock(&self.settings);
-        match pspec.name() {
-            "socket-path" => s.socket_path.to_value(),
-            "abstract" => s.abstract_ns.to_value(),
-            "socket-mode" => s.socket_mode.to_value(),
-            "on-full" => s.on_full.to_value(),
-            "max-held" => s.max_held.to_value(),
-            "copy-slots" => s.copy_slots.to_value(),
-            "allow-uid" => s.allow_uid.to_value(),
-            "wait-for-connection" => s.wait_for_connection.to_value(),
-            other => s.stats_interval.value(other),
-        }
-    }
+    firehose_core::settings_properties!(ShmSink);
 
     fn constructed(&self) {
         self.parent_constructed();
@@ -650,7 +603,7 @@ impl BaseSinkImpl for ShmSink {
 
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
-        let address = Address::new(&s.socket_path, s.abstract_ns);
+        let address = s.endpoint.address();
         let listener = wire::listen(&address, s.socket_mode).map_err(|e| {
             gst::error_msg!(
                 gst::ResourceError::OpenWrite,
@@ -690,7 +643,7 @@ impl BaseSinkImpl for ShmSink {
             msg: BufferMsg::default(),
             spare_packets: Vec::new(),
         });
-        gst::info!(CAT, imp = self, "listening on {}", s.socket_path);
+        gst::info!(CAT, imp = self, "listening on {}", s.endpoint.socket_path);
         Ok(())
     }
 
@@ -767,4 +720,21 @@ impl BaseSinkImpl for ShmSink {
         self.shared.flushing.store(false, Ordering::Release);
         Ok(())
     }
+}
+
+#[cfg(test)]
+#[test]
+fn the_producer_settings_round_trip() {
+    let mut s = Settings::default();
+    firehose_core::property::assert_round_trips(&mut s);
+    let sizes = (s.socket_mode, s.max_held, s.copy_slots, s.allow_uid);
+    let want = (
+        DEFAULT_MODE + 1,
+        DEFAULT_MAX_HELD + 1,
+        DEFAULT_COPY_SLOTS + 1,
+        0,
+    );
+    assert_eq!(sizes, want);
+    assert_eq!(s.on_full, OnFullMode::Drop);
+    assert!(s.wait_for_connection && s.endpoint.abstract_ns);
 }

@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use firehose_core::caps::PACKETS;
+use firehose_core::property::SettingsElement;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{output, src_template, LiveControl};
 use firehose_core::stats::{names, StatsInterval, StatsTimer};
@@ -14,38 +15,58 @@ use gst_base::prelude::*;
 
 use super::ConsumerOnFull;
 use crate::client::{Client, ClientError, Event};
+use crate::endpoint::{Endpoint, Side};
 use crate::proto::OnFull;
 use crate::proto::NONE_TIME;
-use crate::wire::Address;
 
 firehose_core::debug_category!(CAT, "fhshmsrc", "Firehose shared-memory source");
 
-const DEFAULT_PATH: &str = "/tmp/firehose-shm.sock";
 /// How long one wait for the producer lasts before the loop looks again (an `unlock`
 /// ends it at once through the waker).
 const WAIT_MS: i32 = 200;
 
+/// The element's settings: its properties but `stats`.
 #[derive(Debug, Clone)]
-struct Settings {
-    socket_path: String,
-    abstract_ns: bool,
+pub struct Settings {
+    endpoint: Endpoint,
     on_full: ConsumerOnFull,
     max_held: u32,
-    stats_interval: StatsInterval,
     /// `readable-metas`.
     readable_metas: bool,
+    stats_interval: StatsInterval,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            socket_path: DEFAULT_PATH.into(),
-            abstract_ns: false,
+            endpoint: Endpoint::new(Side::Consumer),
             on_full: ConsumerOnFull::Producer,
             max_held: 0,
-            stats_interval: StatsInterval::default(),
             readable_metas: firehose_core::meta::readable::DEFAULT,
+            stats_interval: StatsInterval::default(),
         }
+    }
+}
+
+firehose_core::property_group! {
+    Settings as _s {
+        group endpoint;
+        on_full => glib::ParamSpecEnum::builder::<ConsumerOnFull>("on-full")
+            .nick("On full")
+            .blurb("The back-pressure this consumer asks the producer for")
+            .mutable_ready()
+            .build();
+        max_held => glib::ParamSpecUInt::builder("max-held")
+            .nick("Maximum held")
+            .blurb(
+                "Buffers this consumer may hold at once (0: the producer's max-held, \
+                 which it can only lower)",
+            )
+            .default_value(0)
+            .mutable_ready()
+            .build();
+        readable_metas => firehose_core::meta::readable::param_spec();
+        group stats_interval;
     }
 }
 
@@ -87,13 +108,25 @@ impl ElementStats for ShmSrc {
     }
 }
 
+impl SettingsElement for ShmSrc {
+    type Settings = Settings;
+
+    fn counters() -> String {
+        SrcCounters::describe("")
+    }
+
+    fn settings(&self) -> &Mutex<Settings> {
+        &self.settings
+    }
+}
+
 impl ShmSrc {
     fn fail(&self, e: &ClientError) -> gst::FlowError {
         gst::element_imp_error!(
             self,
             gst::ResourceError::Read,
             ("{}", e),
-            ["socket {}", lock(&self.settings).socket_path]
+            ["socket {}", lock(&self.settings).endpoint.socket_path]
         );
         gst::FlowError::Error
     }
@@ -127,73 +160,7 @@ impl ShmSrc {
 }
 
 impl ObjectImpl for ShmSrc {
-    firehose_core::properties!(|| {
-        let mut v = vec![
-            glib::ParamSpecString::builder("socket-path")
-                .nick("Socket path")
-                .blurb("The fhshmsink's unix socket (an abstract name when abstract=true)")
-                .default_value(Some(DEFAULT_PATH))
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecBoolean::builder("abstract")
-                .nick("Abstract namespace")
-                .blurb("socket-path is a name in Linux's abstract namespace")
-                .default_value(false)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecEnum::builder::<ConsumerOnFull>("on-full")
-                .nick("On full")
-                .blurb("The back-pressure this consumer asks the producer for")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("max-held")
-                .nick("Maximum held")
-                .blurb(
-                    "Buffers this consumer may hold at once (0: the producer's max-held, \
-                     which it can only lower)",
-                )
-                .default_value(0)
-                .mutable_ready()
-                .build(),
-            firehose_core::meta::readable::param_spec(),
-        ];
-        v.extend(firehose_core::stats::properties(&SrcCounters::describe("")));
-        v
-    });
-
-    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        let mut s = lock(&self.settings);
-        match pspec.name() {
-            "socket-path" => {
-                s.socket_path = value
-                    .get::<Option<String>>()
-                    .expect("type checked upstream")
-                    .unwrap_or_else(|| DEFAULT_PATH.into())
-            }
-            "abstract" => s.abstract_ns = value.get().expect("type checked upstream"),
-            "on-full" => s.on_full = value.get().expect("type checked upstream"),
-            "max-held" => s.max_held = value.get().expect("type checked upstream"),
-            firehose_core::meta::readable::PROPERTY => {
-                s.readable_metas = value.get().expect("type checked upstream")
-            }
-            other => s.stats_interval.set(other, value),
-        }
-    }
-
-    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        if pspec.name() == "stats" {
-            return self.stats().to_value();
-        }
-        let s = lock(&self.settings);
-        match pspec.name() {
-            "socket-path" => s.socket_path.to_value(),
-            "abstract" => s.abstract_ns.to_value(),
-            "on-full" => s.on_full.to_value(),
-            "max-held" => s.max_held.to_value(),
-            firehose_core::meta::readable::PROPERTY => s.readable_metas.to_value(),
-            other => s.stats_interval.value(other),
-        }
-    }
+    firehose_core::settings_properties!(ShmSrc);
 
     firehose_core::live_src_constructed!(true);
 }
@@ -220,7 +187,7 @@ impl ElementImpl for ShmSrc {
 impl BaseSrcImpl for ShmSrc {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
-        let address = Address::new(&s.socket_path, s.abstract_ns);
+        let address = s.endpoint.address();
         let mode = match (s.on_full, s.max_held) {
             (ConsumerOnFull::Producer, 0) => None,
             // A limit alone keeps the producer's default mode... which it does not
@@ -236,7 +203,7 @@ impl BaseSrcImpl for ShmSrc {
                      pipeline with fhshmsink socket-path={} first",
                     address,
                     e,
-                    s.socket_path
+                    s.endpoint.socket_path
                 )
             )
         })?;
@@ -355,4 +322,27 @@ impl PushSrcImpl for ShmSrc {
             }
         })
     }
+}
+
+#[cfg(test)]
+#[test]
+fn the_consumer_settings_round_trip_in_their_order() {
+    use firehose_core::property::{assert_round_trips, PropertyGroup};
+    let mut s = Settings::default();
+    assert_round_trips(&mut s);
+    assert_eq!(s.max_held, 1);
+    assert_eq!(s.readable_metas, !firehose_core::meta::readable::DEFAULT);
+    assert!(s.endpoint.abstract_ns);
+    let names: Vec<String> = s.spec_vec().iter().map(|p| p.name().into()).collect();
+    assert_eq!(
+        names,
+        [
+            "socket-path",
+            "abstract",
+            "on-full",
+            "max-held",
+            "readable-metas",
+            "stats-interval"
+        ]
+    );
 }

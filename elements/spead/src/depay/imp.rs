@@ -14,7 +14,9 @@ use firehose_chunk::{ChunkAssembler, ChunkHost, Flow};
 use firehose_core::alloc;
 use firehose_core::batch::for_each_packet;
 use firehose_core::caps as fcaps;
-use firehose_core::stats::{self, StatsTimer};
+use firehose_core::element::ElementStats;
+use firehose_core::property::SettingsElement;
+use firehose_core::stats::StatsTimer;
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
@@ -92,7 +94,7 @@ impl Output {
     }
 }
 
-impl SpeadDepay {
+impl ElementStats for SpeadDepay {
     /// The counters of the mode that runs, then those of the other mode at 0 (keys
     /// already there keep their value): the same keys in either mode.
     fn stats(&self) -> gst::Structure {
@@ -111,7 +113,21 @@ impl SpeadDepay {
         }
         s
     }
+}
 
+impl SettingsElement for SpeadDepay {
+    type Settings = Settings;
+
+    fn counters() -> String {
+        super::settings::stats_description()
+    }
+
+    fn settings(&self) -> &Mutex<Settings> {
+        &self.settings
+    }
+}
+
+impl SpeadDepay {
     /// Feeds buffers to the engine under one lock and collects the heap buffers.
     fn process<'a>(
         &self,
@@ -160,9 +176,7 @@ impl SpeadDepay {
 
     /// Pushes what [`Self::process`] produced: one buffer, or one list for several.
     fn push(&self, out: Output) -> Result<gst::FlowSuccess, gst::FlowError> {
-        if out.stats_due {
-            stats::post(self.obj().upcast_ref(), self.stats());
-        }
+        self.post_stats_if(out.stats_due);
         let mut res = Ok(gst::FlowSuccess::Ok);
         let mut buffers = out.buffers;
         if buffers.len() == 1 {
@@ -315,26 +329,27 @@ impl SpeadDepay {
         if s.mode == Mode::Chunks {
             return self.start_chunks(&s);
         }
-        let engine = heapout::new_reassembler(&s.reassembly_config(), self.obj().upcast_ref())?;
+        let engine =
+            heapout::new_reassembler(&s.heaps.reassembly_config(), self.obj().upcast_ref())?;
         gst::info!(
             CAT,
             imp = self,
             "{} bytes of {} payload memory for heaps up to {} bytes, window {} x {}",
             engine.pool_bytes(),
             engine.memory_kind().as_str(),
-            s.max_heap_size,
-            s.max_heaps,
-            s.substreams
+            s.heaps.max_heap_size,
+            s.heaps.max_heaps,
+            s.heaps.substreams
         );
         let memory = engine.memory_kind().as_str();
         self.mirror.update(&engine);
         *lock(&self.memory) = Some(memory);
-        self.readable.start(s.readable_metas);
+        self.readable.start(s.heaps.readable_metas);
         *lock(&self.state) = Some(State {
             engine: Engine::Heaps(engine),
             caps: gst::Caps::new_empty_simple(fcaps::SPEAD_HEAP),
             timer: s.stats_interval.timer(),
-            stop_is_eos: s.stop_is_eos,
+            stop_is_eos: s.heaps.stop_is_eos,
             ended: false,
             memory,
         });
@@ -349,7 +364,7 @@ impl SpeadDepay {
         let cfg = s.chunk_config();
         let (slots, slot_size) = (cfg.slots_per_chunk, cfg.slot_size);
         let chunks = s.pool_chunks();
-        let host = ChunkHost::new(cfg, s.handler_config(), chunks, s.memory.into())?;
+        let host = ChunkHost::new(cfg, s.handler_config(), chunks, s.heaps.memory.into())?;
         let memory = host.pool.kind().as_str();
         gst::info!(
             CAT,
@@ -357,15 +372,15 @@ impl SpeadDepay {
             "chunks of {slots} heaps × {slot_size} B, {chunks} in the pool ({memory}); {}",
             s.handler_config()
         );
-        let (engine, caps) = self
-            .chunks
-            .start(self.obj().upcast_ref(), host, s.readable_metas);
+        let (engine, caps) =
+            self.chunks
+                .start(self.obj().upcast_ref(), host, s.heaps.readable_metas);
         *lock(&self.memory) = Some(memory);
         *lock(&self.state) = Some(State {
             engine: Engine::Chunks(engine),
             caps,
             timer: s.stats_interval.timer(),
-            stop_is_eos: s.stop_is_eos,
+            stop_is_eos: s.heaps.stop_is_eos,
             ended: false,
             memory,
         });
@@ -447,20 +462,7 @@ impl ObjectSubclass for SpeadDepay {
 }
 
 impl ObjectImpl for SpeadDepay {
-    fn properties() -> &'static [glib::ParamSpec] {
-        super::settings::properties()
-    }
-
-    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        lock(&self.settings).set(pspec.name(), value);
-    }
-
-    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        if pspec.name() == "stats" {
-            return self.stats().to_value();
-        }
-        lock(&self.settings).get(pspec.name())
-    }
+    firehose_core::settings_properties!(SpeadDepay);
 
     fn constructed(&self) {
         self.parent_constructed();

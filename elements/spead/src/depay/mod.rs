@@ -57,7 +57,7 @@ use gst::prelude::*;
 mod imp;
 mod settings;
 
-pub(crate) use settings::{heap_properties, Settings};
+pub(crate) use settings::HeapSettings;
 
 /// `mode=heaps|chunks`: what `speaddepay` outputs.
 #[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]

@@ -1,16 +1,18 @@
-//! `speaddepay` settings: the properties and their values.
-
-use std::sync::LazyLock;
+//! `speaddepay` settings: the properties and their values. The heap-mode ones are a
+//! group of their own ([`HeapSettings`]), which `fhspeadsrc` has too; the chunk geometry
+//! is the chunk engine's shared group ([`ChunkGeometry`]).
 
 use firehose_chunk::landing::Mode as Landing;
+use firehose_chunk::settings::{ChunkGeometry, GeometryHost, PoolAsk};
 use firehose_chunk::ChunkConfig;
 use firehose_core::meta::readable;
-use firehose_core::props::{self, Memory};
-use firehose_core::stats::{self, StatsInterval};
+use firehose_core::props::{self, HugepagesAlias, Memory};
+use firehose_core::stats::StatsInterval;
 use gst::glib;
 use gst::prelude::*;
 
 use super::{IncompletePolicy, Mode};
+use crate::chunk::{PLACE_OFFSET, PLACE_STEP};
 use crate::reassembly::DEFAULT_MAX_HEAP_SIZE;
 use crate::wire::ids;
 
@@ -20,37 +22,39 @@ const DEFAULT_SUBSTREAMS: u32 = 1;
 const MAX_WINDOW: u32 = 1024;
 /// Heaps above 1 GiB are not heaps a receive pipeline should hold in memory.
 const MAX_MAX_HEAP_SIZE: u64 = 1 << 30;
-const DEFAULT_HEAPS_PER_CHUNK: u32 = 64;
-const DEFAULT_HEAP_SIZE: u32 = 8192;
-const DEFAULT_MAX_CHUNKS: u32 = 4;
 
+/// The heap reassembler's properties: those of `speaddepay`'s heaps mode, which
+/// `fhspeadsrc` has too. Read at start.
 #[derive(Debug, Clone)]
-/// What the properties say; read at start.
-pub(crate) struct Settings {
+pub struct HeapSettings {
+    /// `max-heaps`: heaps under construction per substream (in chunks mode too, times
+    /// `substreams`).
     pub max_heaps: u32,
+    /// `substreams`.
     pub substreams: u32,
+    /// `allow-out-of-order`.
     pub allow_out_of_order: bool,
+    /// `incomplete`.
     pub incomplete: IncompletePolicy,
+    /// `max-heap-size`.
     pub max_heap_size: u64,
-    pub stop_is_eos: bool,
-    pub max_descriptors: u32,
-    pub deliver_descriptor_heaps: bool,
-    pub memory: Memory,
-    pub pool_size: u64,
-    pub stats_interval: StatsInterval,
-    pub mode: Mode,
-    pub heaps_per_chunk: u32,
-    pub heap_size: u32,
-    pub max_chunks: u32,
-    pub place_item: u64,
-    pub place_step: u64,
-    pub place_offset: u64,
-    pub packet_presence_size: u32,
+    /// `landing` (`fhspeadsrc`).
     pub landing: Landing,
+    /// `stop-is-eos`.
+    pub stop_is_eos: bool,
+    /// `max-descriptors`.
+    pub max_descriptors: u32,
+    /// `deliver-descriptor-heaps`.
+    pub deliver_descriptor_heaps: bool,
+    /// `memory` (or the deprecated `hugepages`).
+    pub memory: Memory,
+    /// `pool-size` in bytes (0: from the window).
+    pub pool_size: u64,
+    /// `readable-metas`.
     pub readable_metas: bool,
 }
 
-impl Default for Settings {
+impl Default for HeapSettings {
     fn default() -> Self {
         Self {
             max_heaps: DEFAULT_MAX_HEAPS,
@@ -58,89 +62,159 @@ impl Default for Settings {
             allow_out_of_order: false,
             incomplete: IncompletePolicy::Drop,
             max_heap_size: DEFAULT_MAX_HEAP_SIZE as u64,
+            landing: Landing::Auto,
             stop_is_eos: true,
             max_descriptors: crate::descset::DEFAULT_MAX_DESCRIPTORS as u32,
             deliver_descriptor_heaps: false,
             memory: Memory::Auto,
             pool_size: 0,
-            stats_interval: StatsInterval::default(),
-            mode: Mode::Heaps,
-            heaps_per_chunk: DEFAULT_HEAPS_PER_CHUNK,
-            heap_size: DEFAULT_HEAP_SIZE,
-            max_chunks: DEFAULT_MAX_CHUNKS,
-            place_item: 0,
-            place_step: 1,
-            place_offset: 0,
-            packet_presence_size: 0,
-            landing: Landing::Auto,
             readable_metas: readable::DEFAULT,
         }
     }
 }
 
-impl Settings {
-    /// Sets property `name` (every property but the read-only `stats`).
-    pub fn set(&mut self, name: &str, value: &glib::Value) {
-        match name {
-            "max-heaps" => self.max_heaps = value.get().unwrap(),
-            "substreams" => self.substreams = value.get().unwrap(),
-            "allow-out-of-order" => self.allow_out_of_order = value.get().unwrap(),
-            "incomplete" => self.incomplete = value.get().unwrap(),
-            "max-heap-size" => self.max_heap_size = value.get().unwrap(),
-            "stop-is-eos" => self.stop_is_eos = value.get().unwrap(),
-            "max-descriptors" => self.max_descriptors = value.get().unwrap(),
-            "deliver-descriptor-heaps" => {
-                self.deliver_descriptor_heaps = value.get().unwrap();
-            }
-            "memory" | "hugepages" => {
-                props::set_memory(&mut self.memory, name, value);
-            }
-            "pool-size" => self.pool_size = value.get().unwrap(),
-            "mode" => self.mode = value.get().unwrap(),
-            "heaps-per-chunk" => self.heaps_per_chunk = value.get().unwrap(),
-            "heap-size" => self.heap_size = value.get().unwrap(),
-            "max-chunks" => self.max_chunks = value.get().unwrap(),
-            "place-item" => self.place_item = value.get().unwrap(),
-            "place-step" => self.place_step = value.get().unwrap(),
-            "place-offset" => self.place_offset = value.get().unwrap(),
-            "packet-presence-size" => self.packet_presence_size = value.get().unwrap(),
-            "landing" => self.landing = value.get().unwrap(),
-            readable::PROPERTY => self.readable_metas = value.get().unwrap(),
-            other => self.stats_interval.set(other, value),
-        }
+firehose_core::property_group! {
+    HeapSettings as _s {
+        max_heaps => glib::ParamSpecUInt::builder("max-heaps")
+            .nick("Maximum heaps")
+            .blurb("Heaps under construction per substream (spead2's max_heaps); with incomplete=drop a heap enters once a second packet continues it (first packets wait apart), and a full window evicts a one-packet heap first, else the one touched longest ago")
+            .minimum(1)
+            .maximum(MAX_WINDOW)
+            .default_value(DEFAULT_MAX_HEAPS)
+            .mutable_ready()
+            .build();
+        substreams => glib::ParamSpecUInt::builder("substreams")
+            .nick("Substreams")
+            .blurb("Separate windows, one per heap cnt mod N (N interleaved senders)")
+            .minimum(1)
+            .maximum(MAX_WINDOW)
+            .default_value(DEFAULT_SUBSTREAMS)
+            .mutable_ready()
+            .build();
+        allow_out_of_order => glib::ParamSpecBoolean::builder("allow-out-of-order")
+            .nick("Allow out of order")
+            .blurb("Accept a heap's packets in any order (else a packet not at the next offset is dropped: out-of-order-dropped)")
+            .default_value(false)
+            .mutable_ready()
+            .build();
+        incomplete => glib::ParamSpecEnum::builder::<IncompletePolicy>("incomplete")
+            .nick("Incomplete heaps")
+            .blurb("drop (count heaps-incomplete) or deliver (complete=false and the ranges received in the meta)")
+            .mutable_ready()
+            .build();
+        max_heap_size => glib::ParamSpecUInt64::builder("max-heap-size")
+            .nick("Maximum heap size")
+            .blurb("Largest heap payload in bytes; packets of larger heaps are dropped (too-large). Sets the largest pool size class")
+            .minimum(1)
+            .maximum(MAX_MAX_HEAP_SIZE)
+            .default_value(DEFAULT_MAX_HEAP_SIZE as u64)
+            .mutable_ready()
+            .build();
+        landing => glib::ParamSpecEnum::builder::<Landing>("landing")
+            .nick("Landing")
+            .blurb("fhspeadsrc (packets in order): receive payloads straight into heap memory. auto: heaps of at most 2 MiB; on; off. speaddepay: no effect (kept so older pipelines still parse; use fhspeadsrc for it)")
+            .mutable_ready()
+            .build();
+        stop_is_eos => glib::ParamSpecBoolean::builder("stop-is-eos")
+            .nick("Stop is EOS")
+            .blurb("A stop heap (STREAM_CTRL=2) ends the stream with EOS; false pushes it as a heap and keeps going. Anyone who can send to the port can send one: on a network you do not control, set false and end the capture yourself")
+            .default_value(true)
+            .mutable_ready()
+            .build();
+        max_descriptors => glib::ParamSpecUInt::builder("max-descriptors")
+            .nick("Maximum descriptors")
+            .blurb("Descriptors kept for the stream, each change of one counting again; more are refused and counted (descriptors-dropped), so a flood of descriptors costs a bounded amount of memory and time")
+            .minimum(1)
+            .maximum(1 << 20)
+            .default_value(crate::descset::DEFAULT_MAX_DESCRIPTORS as u32)
+            .mutable_ready()
+            .build();
+        deliver_descriptor_heaps => glib::ParamSpecBoolean::builder("deliver-descriptor-heaps")
+            .nick("Deliver descriptor heaps")
+            .blurb("Push heaps that carry only descriptors as buffers (spead2 yields them). false (default): their descriptors are learnt, reach downstream with the next heap's descriptors, and the heap is counted (descriptor-heaps), so a flood of them costs a lookup each, not a buffer")
+            .default_value(false)
+            .mutable_ready()
+            .build();
+        memory => props::memory_spec("heap (or chunk) memory");
+        deprecated("memory") memory: HugepagesAlias => props::hugepages_spec();
+        pool_size => glib::ParamSpecUInt64::builder("pool-size")
+            .nick("Pool size")
+            .blurb("Bytes of preallocated heap memory: an eighth (up to 8 MiB) for single-packet heaps, the rest split so every size class (16 KiB x4 ... max-heap-size) holds as many heaps (at least 2); 0 = max-heaps x substreams + 4 heaps per class, plus 8 MiB. mode=chunks: as many chunks as fit (more than max-chunks); 0 = twice max-chunks")
+            .default_value(0)
+            .mutable_ready()
+            .build();
+        readable_metas => readable::param_spec();
     }
+}
 
-    /// The value of property `name` (every property but `stats`).
-    pub fn get(&self, name: &str) -> glib::Value {
-        match name {
-            "max-heaps" => self.max_heaps.to_value(),
-            "substreams" => self.substreams.to_value(),
-            "allow-out-of-order" => self.allow_out_of_order.to_value(),
-            "incomplete" => self.incomplete.to_value(),
-            "max-heap-size" => self.max_heap_size.to_value(),
-            "stop-is-eos" => self.stop_is_eos.to_value(),
-            "max-descriptors" => self.max_descriptors.to_value(),
-            "deliver-descriptor-heaps" => self.deliver_descriptor_heaps.to_value(),
-            "memory" | "hugepages" => {
-                props::memory_value(self.memory, name).expect("a memory property")
-            }
-            "pool-size" => self.pool_size.to_value(),
-            "mode" => self.mode.to_value(),
-            "heaps-per-chunk" => self.heaps_per_chunk.to_value(),
-            "heap-size" => self.heap_size.to_value(),
-            "max-chunks" => self.max_chunks.to_value(),
-            "place-item" => self.place_item.to_value(),
-            "place-step" => self.place_step.to_value(),
-            "place-offset" => self.place_offset.to_value(),
-            "packet-presence-size" => self.packet_presence_size.to_value(),
-            "landing" => self.landing.to_value(),
-            readable::PROPERTY => self.readable_metas.to_value(),
-            other => self.stats_interval.value(other),
+/// What `speaddepay`'s properties say; read at start.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The heap reassembler's properties (the heaps mode's, and `max-heaps`,
+    /// `substreams`, `stop-is-eos`, `memory`, `pool-size` and `readable-metas` of
+    /// chunks mode too).
+    pub heaps: HeapSettings,
+    /// `mode`.
+    pub mode: Mode,
+    /// `heaps-per-chunk`, `heap-size`, `max-chunks`, `packet-presence-size` (chunks mode).
+    pub geometry: ChunkGeometry,
+    /// `place-item` (chunks mode; 0: HEAP_CNT).
+    pub place_item: u64,
+    /// `place-step` (chunks mode).
+    pub place_step: u64,
+    /// `place-offset` (chunks mode).
+    pub place_offset: u64,
+    /// `stats-interval`.
+    pub stats_interval: StatsInterval,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            heaps: HeapSettings::default(),
+            mode: Mode::Heaps,
+            geometry: ChunkGeometry::new(GeometryHost::ChunksMode),
+            place_item: 0,
+            place_step: 1,
+            place_offset: 0,
+            stats_interval: StatsInterval::default(),
         }
     }
 }
 
-impl Settings {
+firehose_core::property_group! {
+    Settings as _s {
+        group heaps;
+        mode => glib::ParamSpecEnum::builder::<Mode>("mode")
+            .nick("Mode")
+            .blurb("heaps: one buffer per heap (application/x-spead-heap); chunks: heaps placed into chunks (application/x-firehose-chunk), as spead2's chunk stream")
+            .mutable_ready()
+            .build();
+        group geometry;
+        place_item => glib::ParamSpecUInt64::builder("place-item")
+            .nick("Placement item")
+            .blurb("mode=chunks: 0 places heaps by HEAP_CNT, else the id of an immediate item whose value places them (e.g. a timestamp, 0x1600)")
+            .default_value(0)
+            .mutable_ready()
+            .build();
+        place_step => glib::ParamSpecUInt64::builder("place-step")
+            .nick("Placement step")
+            .blurb("mode=chunks: value increment from one heap to the next (heap n = (value - place-offset) / place-step)")
+            .minimum(1)
+            .default_value(1)
+            .mutable_ready()
+            .build();
+        place_offset => glib::ParamSpecUInt64::builder("place-offset")
+            .nick("Placement offset")
+            .blurb("mode=chunks: value of slot 0 of chunk 0; smaller values are dropped")
+            .default_value(0)
+            .mutable_ready()
+            .build();
+        group stats_interval;
+    }
+}
+
+impl HeapSettings {
     /// The heap reassembler these settings ask for (heaps mode).
     pub fn reassembly_config(&self) -> crate::reassembly::Config {
         crate::reassembly::Config {
@@ -156,15 +230,16 @@ impl Settings {
             deliver_descriptor_heaps: self.deliver_descriptor_heaps,
         }
     }
+}
 
-    /// The chunk engine's configuration (`mode=chunks`).
+impl Settings {
+    /// The chunk engine's configuration (`mode=chunks`): the geometry, with as many
+    /// heaps assembled at once as the heap windows hold.
     pub fn chunk_config(&self) -> ChunkConfig {
         ChunkConfig {
-            slots_per_chunk: self.heaps_per_chunk as usize,
-            slot_size: self.heap_size as usize,
-            max_chunks: self.max_chunks as usize,
-            max_messages: (self.max_heaps as usize).saturating_mul(self.substreams as usize),
-            packet_payload_size: self.packet_presence_size as usize,
+            max_messages: (self.heaps.max_heaps as usize)
+                .saturating_mul(self.heaps.substreams as usize),
+            ..self.geometry.chunk_config()
         }
     }
 
@@ -176,184 +251,23 @@ impl Settings {
         };
         gst::Structure::builder(crate::chunk::NAME)
             .field("place-item", place_item)
-            .field("step", self.place_step)
-            .field("offset", self.place_offset)
-            .field("stop", self.stop_is_eos)
+            .field(PLACE_STEP, self.place_step)
+            .field(PLACE_OFFSET, self.place_offset)
+            .field("stop", self.heaps.stop_is_eos)
             .build()
     }
 
     /// Chunks in the pool (`mode=chunks`): as many as fit in `pool-size`, or twice
     /// `max-chunks` when it is 0.
     pub fn pool_chunks(&self) -> usize {
-        let chunk = self.chunk_config().chunk_bytes().max(1) as u64;
-        match self.pool_size {
-            0 => 2 * self.max_chunks.max(1) as usize,
-            bytes => usize::try_from(bytes / chunk).unwrap_or(usize::MAX),
-        }
+        self.geometry
+            .chunks_for(PoolAsk::Bytes(self.heaps.pool_size))
     }
-}
-
-/// The properties that apply to heaps mode, the ones `fhspeadsrc` has too (`stats`
-/// and `stats-interval` excepted).
-/// Fresh specs: a GObject class owns the specs it installs, so the two elements cannot
-/// share them.
-pub(crate) fn heap_properties() -> impl Iterator<Item = glib::ParamSpec> {
-    const CHUNKS_ONLY: [&str; 9] = [
-        "mode",
-        "heaps-per-chunk",
-        "heap-size",
-        "max-chunks",
-        "place-item",
-        "place-step",
-        "place-offset",
-        "packet-presence-size",
-        "stats",
-    ];
-    build_properties()
-        .into_iter()
-        .filter(|p| !CHUNKS_ONLY.contains(&p.name()) && p.name() != "stats-interval")
-}
-
-/// The element's properties.
-pub(super) fn properties() -> &'static [glib::ParamSpec] {
-    static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(build_properties);
-    PROPS.as_ref()
-}
-
-fn build_properties() -> Vec<glib::ParamSpec> {
-    let [memory, hugepages] = props::memory_properties("heap (or chunk) memory");
-    let mut v = vec![
-            glib::ParamSpecUInt::builder("max-heaps")
-                .nick("Maximum heaps")
-                .blurb("Heaps under construction per substream (spead2's max_heaps); with incomplete=drop a heap enters once a second packet continues it (first packets wait apart), and a full window evicts a one-packet heap first, else the one touched longest ago")
-                .minimum(1)
-                .maximum(MAX_WINDOW)
-                .default_value(DEFAULT_MAX_HEAPS)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("substreams")
-                .nick("Substreams")
-                .blurb("Separate windows, one per heap cnt mod N (N interleaved senders)")
-                .minimum(1)
-                .maximum(MAX_WINDOW)
-                .default_value(DEFAULT_SUBSTREAMS)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecBoolean::builder("allow-out-of-order")
-                .nick("Allow out of order")
-                .blurb("Accept a heap's packets in any order (else a packet not at the next offset is dropped: out-of-order-dropped)")
-                .default_value(false)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecEnum::builder::<IncompletePolicy>("incomplete")
-                .nick("Incomplete heaps")
-                .blurb("drop (count heaps-incomplete) or deliver (complete=false and the ranges received in the meta)")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt64::builder("max-heap-size")
-                .nick("Maximum heap size")
-                .blurb("Largest heap payload in bytes; packets of larger heaps are dropped (too-large). Sets the largest pool size class")
-                .minimum(1)
-                .maximum(MAX_MAX_HEAP_SIZE)
-                .default_value(DEFAULT_MAX_HEAP_SIZE as u64)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecEnum::builder::<Landing>("landing")
-                .nick("Landing")
-                .blurb("fhspeadsrc (packets in order): receive payloads straight into heap memory. auto: heaps of at most 2 MiB; on; off. speaddepay: no effect (kept so older pipelines still parse; use fhspeadsrc for it)")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecBoolean::builder("stop-is-eos")
-                .nick("Stop is EOS")
-                .blurb("A stop heap (STREAM_CTRL=2) ends the stream with EOS; false pushes it as a heap and keeps going. Anyone who can send to the port can send one: on a network you do not control, set false and end the capture yourself")
-                .default_value(true)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("max-descriptors")
-                .nick("Maximum descriptors")
-                .blurb("Descriptors kept for the stream, each change of one counting again; more are refused and counted (descriptors-dropped), so a flood of descriptors costs a bounded amount of memory and time")
-                .minimum(1)
-                .maximum(1 << 20)
-                .default_value(crate::descset::DEFAULT_MAX_DESCRIPTORS as u32)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecBoolean::builder("deliver-descriptor-heaps")
-                .nick("Deliver descriptor heaps")
-                .blurb("Push heaps that carry only descriptors as buffers (spead2 yields them). false (default): their descriptors are learnt, reach downstream with the next heap's descriptors, and the heap is counted (descriptor-heaps), so a flood of them costs a lookup each, not a buffer")
-                .default_value(false)
-                .mutable_ready()
-                .build(),
-            memory,
-            hugepages,
-            glib::ParamSpecUInt64::builder("pool-size")
-                .nick("Pool size")
-                .blurb("Bytes of preallocated heap memory: an eighth (up to 8 MiB) for single-packet heaps, the rest split so every size class (16 KiB x4 ... max-heap-size) holds as many heaps (at least 2); 0 = max-heaps x substreams + 4 heaps per class, plus 8 MiB. mode=chunks: as many chunks as fit (more than max-chunks); 0 = twice max-chunks")
-                .default_value(0)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecEnum::builder::<Mode>("mode")
-                .nick("Mode")
-                .blurb("heaps: one buffer per heap (application/x-spead-heap); chunks: heaps placed into chunks (application/x-firehose-chunk), as spead2's chunk stream")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("heaps-per-chunk")
-                .nick("Heaps per chunk")
-                .blurb("mode=chunks: heap slots per chunk (spead2: heaps_per_chunk)")
-                .minimum(1)
-                .maximum(1 << 24)
-                .default_value(DEFAULT_HEAPS_PER_CHUNK)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("heap-size")
-                .nick("Heap size")
-                .blurb("mode=chunks: bytes per heap slot, the largest heap payload; larger heaps are dropped as malformed")
-                .minimum(1)
-                .maximum(1 << 30)
-                .default_value(DEFAULT_HEAP_SIZE)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("max-chunks")
-                .nick("Maximum chunks")
-                .blurb("mode=chunks: chunks open at once; heaps for older chunks are dropped as too-old (spead2: max_chunks)")
-                .minimum(1)
-                .maximum(MAX_WINDOW)
-                .default_value(DEFAULT_MAX_CHUNKS)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt64::builder("place-item")
-                .nick("Placement item")
-                .blurb("mode=chunks: 0 places heaps by HEAP_CNT, else the id of an immediate item whose value places them (e.g. a timestamp, 0x1600)")
-                .default_value(0)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt64::builder("place-step")
-                .nick("Placement step")
-                .blurb("mode=chunks: value increment from one heap to the next (heap n = (value - place-offset) / place-step)")
-                .minimum(1)
-                .default_value(1)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt64::builder("place-offset")
-                .nick("Placement offset")
-                .blurb("mode=chunks: value of slot 0 of chunk 0; smaller values are dropped")
-                .default_value(0)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("packet-presence-size")
-                .nick("Packet presence size")
-                .blurb("mode=chunks: per-packet presence, payload bytes per packet (packet k of a heap at offset k x this); 0 = per-heap presence only (spead2: packet_presence_payload_size)")
-                .default_value(0)
-                .mutable_ready()
-                .build(),
-            readable::param_spec(),
-        ];
-    v.extend(stats::properties(&stats_description()));
-    v
 }
 
 /// The `stats` keys of both modes, from the engines' own definitions: the heap
 /// engine's, then those only the chunk engine has.
-fn stats_description() -> String {
+pub(super) fn stats_description() -> String {
     let heaps = crate::heapout::counters();
     let chunk_only: Vec<&str> = firehose_chunk::ChunkStats::NAMES
         .iter()
@@ -364,4 +278,101 @@ fn stats_description() -> String {
         "{heaps}, {}; the same keys in both modes, those of the other mode reading 0",
         chunk_only.join(", ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunk::SpeadChunkConfig;
+    use crate::group_tests::check_group;
+    use firehose_core::property::PropertyGroup;
+    use firehose_core::props::Hugepages;
+
+    #[test]
+    fn every_heap_property_round_trips() {
+        let names = check_group(&mut HeapSettings::default());
+        assert_eq!(names.first().map(String::as_str), Some("max-heaps"));
+        assert!(names.iter().any(|n| n == "hugepages"));
+        assert!(!names.iter().any(|n| n == "mode" || n == "stats-interval"));
+    }
+
+    #[test]
+    fn every_property_round_trips_and_the_geometry_is_the_shared_one() {
+        let mut s = Settings::default();
+        let names = check_group(&mut s);
+        for name in [
+            "heaps-per-chunk",
+            "heap-size",
+            "max-chunks",
+            "packet-presence-size",
+            "place-step",
+            "place-offset",
+            "stats-interval",
+        ] {
+            assert!(names.iter().any(|n| n == name), "{name}");
+        }
+        // max-heaps is the heap window's (once), and chunks mode never had old names.
+        assert_eq!(names.iter().filter(|n| *n == "max-heaps").count(), 1);
+        for old in [
+            "slots-per-chunk",
+            "slot-size",
+            "max-messages",
+            "packet-payload-size",
+        ] {
+            assert!(!names.iter().any(|n| n == old), "{old}");
+        }
+        let blurb = s.find("heap-size").unwrap().1.blurb().unwrap().to_string();
+        assert!(blurb.starts_with("mode=chunks: "), "{blurb}");
+        // The values check_group set reach the engine's configuration.
+        let cfg = s.chunk_config();
+        let g = s.geometry;
+        assert_eq!(
+            (cfg.slots_per_chunk, cfg.slot_size, cfg.max_chunks),
+            (
+                g.heaps_per_chunk as usize,
+                g.heap_size as usize,
+                g.max_chunks as usize
+            )
+        );
+        assert_eq!(
+            cfg.max_messages,
+            (s.heaps.max_heaps * s.heaps.substreams) as usize
+        );
+        assert_eq!(cfg.packet_payload_size, g.packet_presence_size as usize);
+    }
+
+    #[test]
+    fn hugepages_still_sets_memory() {
+        gst::init().unwrap();
+        let mut s = Settings::default();
+        assert!(s.set_named("hugepages", &Hugepages::Off.to_value()));
+        assert_eq!(s.heaps.memory, Memory::System);
+        let memory = s.get_named("memory").unwrap().get::<Memory>();
+        assert_eq!(memory, Ok(Memory::System));
+    }
+
+    #[test]
+    fn the_handler_gets_the_placement_under_its_new_keys() {
+        gst::init().unwrap();
+        let s = Settings {
+            place_item: 0x1600,
+            place_step: 2048,
+            place_offset: 7,
+            ..Default::default()
+        };
+        let cfg = s.handler_config();
+        assert!(cfg.has_field(PLACE_STEP) && !cfg.has_field("step"));
+        let c = SpeadChunkConfig::from_structure(&cfg).unwrap();
+        assert_eq!((c.place_item, c.step, c.offset), (0x1600, 2048, 7));
+    }
+
+    #[test]
+    fn the_pool_holds_what_pool_size_asks_for_in_chunks_mode() {
+        let mut s = Settings::default();
+        assert_eq!(s.pool_chunks(), 2 * s.geometry.max_chunks as usize);
+        s.geometry.heaps_per_chunk = 2;
+        s.geometry.heap_size = 1000;
+        s.heaps.pool_size = 10_500;
+        assert_eq!(s.pool_chunks(), 5);
+    }
 }

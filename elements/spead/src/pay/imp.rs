@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex};
 use std::time::Instant;
 
+use firehose_core::element::ElementStats;
+use firehose_core::property::SettingsElement;
 use firehose_core::stats::{self, names, Counter, StatsTimer};
 use firehose_core::{caps, PoolConfig, SlotPool};
 use gst::glib;
@@ -102,7 +104,7 @@ pub struct SpeadPay {
     counters: Counters,
 }
 
-impl SpeadPay {
+impl ElementStats for SpeadPay {
     fn stats(&self) -> gst::Structure {
         let c = &self.counters;
         let pool = lock(&self.pool)
@@ -120,7 +122,21 @@ impl SpeadPay {
             (names::POOL_EXHAUSTED, pool.exhausted),
         ])
     }
+}
 
+impl SettingsElement for SpeadPay {
+    type Settings = Settings;
+
+    fn counters() -> String {
+        settings::COUNTERS.into()
+    }
+
+    fn settings(&self) -> &Mutex<Settings> {
+        &self.settings
+    }
+}
+
+impl SpeadPay {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
         let settings_error =
@@ -363,9 +379,7 @@ impl SpeadPay {
         let due = lock(&self.state)
             .as_mut()
             .is_some_and(|s| s.timer.due(Instant::now()));
-        if due {
-            stats::post(self.obj().upcast_ref(), self.stats());
-        }
+        self.post_stats_if(due);
     }
 
     fn chain(
@@ -439,7 +453,7 @@ impl SpeadPay {
                 if let Err(e) = self.send_stop() {
                     gst::warning!(CAT, imp = self, "stop heap not sent: {e:?}");
                 }
-                stats::post(self.obj().upcast_ref(), self.stats());
+                self.post_stats();
                 self.srcpad.push_event(event)
             }
             gst::EventView::FlushStart(_) => {
@@ -504,20 +518,7 @@ impl ObjectSubclass for SpeadPay {
 }
 
 impl ObjectImpl for SpeadPay {
-    fn properties() -> &'static [glib::ParamSpec] {
-        settings::properties()
-    }
-
-    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        lock(&self.settings).set(pspec.name(), value);
-    }
-
-    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        if pspec.name() == "stats" {
-            return self.stats().to_value();
-        }
-        lock(&self.settings).get(pspec.name())
-    }
+    firehose_core::settings_properties!(SpeadPay);
 
     fn constructed(&self) {
         self.parent_constructed();

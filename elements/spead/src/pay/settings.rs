@@ -1,10 +1,9 @@
 //! `speadpay` settings: the properties, their values, and the parsers of the
 //! string-valued ones (`item-dtype`, `item-shape`, `immediates`).
 
-use std::sync::LazyLock;
-
-use firehose_core::props::{self, Memory};
-use firehose_core::stats::{self, StatsInterval};
+use firehose_core::property::Convert;
+use firehose_core::props::{self, HugepagesAlias, Memory};
+use firehose_core::stats::StatsInterval;
 use gst::glib;
 use gst::prelude::*;
 
@@ -22,7 +21,7 @@ const DEFAULT_BATCH_BYTES: u32 = 2 << 20;
 /// What the properties say. Read at start (all are `mutable_ready`), so the
 /// string-valued ones are validated there, where an error can fail the state change.
 #[derive(Clone, Debug)]
-pub(super) struct Settings {
+pub struct Settings {
     /// `flavour`, kept as text until start, where a bad one fails the state change.
     pub flavour: String,
     /// `packet-size`.
@@ -86,210 +85,162 @@ impl Default for Settings {
     }
 }
 
-impl Settings {
-    /// Sets the property `name` (not `stats`, which is read-only).
-    pub fn set(&mut self, name: &str, value: &glib::Value) {
-        let string = || {
-            value
-                .get::<Option<String>>()
-                .expect("type checked upstream")
-                .unwrap_or_default()
-        };
-        match name {
-            "flavour" => self.flavour = string(),
-            "packet-size" => self.packet_size = value.get().expect("type checked upstream"),
-            "heap-cnt-start" => self.heap_cnt_start = value.get().expect("type checked upstream"),
-            "heap-cnt-step" => self.heap_cnt_step = value.get().expect("type checked upstream"),
-            "descriptors-every" => {
-                self.descriptors_every = value.get().expect("type checked upstream")
-            }
-            "descriptors-separate" => {
-                self.descriptors_separate = value.get().expect("type checked upstream")
-            }
-            "item-id" => self.item_id = value.get().expect("type checked upstream"),
-            "item-name" => self.item_name = string(),
-            "item-description" => self.item_description = string(),
-            "item-dtype" => self.item_dtype = string(),
-            "item-shape" => self.item_shape = string(),
-            "immediates" => self.immediates = string(),
-            "timestamp-id" => self.timestamp_id = value.get().expect("type checked upstream"),
-            "timestamp-step" => self.timestamp_step = value.get().expect("type checked upstream"),
-            "stop-at-eos" => self.stop_at_eos = value.get().expect("type checked upstream"),
-            "batch-bytes" => self.batch_bytes = value.get().expect("type checked upstream"),
-            "memory" | "hugepages" => {
-                props::set_memory(&mut self.memory, name, value);
-            }
-            other => self.stats_interval.set(other, value),
-        }
-    }
+/// A string property read as text: NULL is the empty string (a string-valued setting
+/// is validated at start, where an error can fail the state change).
+#[derive(Debug)]
+pub(super) struct Text;
 
-    /// The value of the property `name` (not `stats`, which the element computes).
-    pub fn get(&self, name: &str) -> glib::Value {
-        match name {
-            "flavour" => self.flavour.to_value(),
-            "packet-size" => self.packet_size.to_value(),
-            "heap-cnt-start" => self.heap_cnt_start.to_value(),
-            "heap-cnt-step" => self.heap_cnt_step.to_value(),
-            "descriptors-every" => self.descriptors_every.to_value(),
-            "descriptors-separate" => self.descriptors_separate.to_value(),
-            "item-id" => self.item_id.to_value(),
-            "item-name" => self.item_name.to_value(),
-            "item-description" => self.item_description.to_value(),
-            "item-dtype" => self.item_dtype.to_value(),
-            "item-shape" => self.item_shape.to_value(),
-            "immediates" => self.immediates.to_value(),
-            "timestamp-id" => self.timestamp_id.to_value(),
-            "timestamp-step" => self.timestamp_step.to_value(),
-            "stop-at-eos" => self.stop_at_eos.to_value(),
-            "batch-bytes" => self.batch_bytes.to_value(),
-            "memory" | "hugepages" => {
-                props::memory_value(self.memory, name).expect("a memory property")
-            }
-            other => self.stats_interval.value(other),
-        }
+impl Convert<String> for Text {
+    fn set(field: &mut String, value: &glib::Value, _: &glib::ParamSpec) {
+        *field = value
+            .get::<Option<String>>()
+            .expect("GObject checks the type first")
+            .unwrap_or_default();
+    }
+    fn get(field: &String, _: &glib::ParamSpec) -> glib::Value {
+        field.to_value()
     }
 }
 
-/// The element's properties.
-pub(super) fn properties() -> &'static [glib::ParamSpec] {
-    static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-        let mut v = vec![
-            glib::ParamSpecString::builder("flavour")
-                .nick("Flavour")
-                .blurb("SPEAD flavour 64-A: 64-40 (spead2's default), 64-48 (MeerKAT), …")
-                .default_value(Some(DEFAULT_FLAVOUR))
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("packet-size")
-                .nick("Packet size")
-                .blurb(
-                    "Largest packet (UDP payload) in bytes, rounded down to a multiple \
-                     of 8 as spead2 does; 1472 fits a 1500-byte MTU, 8972 a 9000-byte one",
-                )
-                .minimum(send::MIN_PACKET_SIZE as u32)
-                .maximum(65507)
-                .default_value(DEFAULT_PACKET_SIZE)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt64::builder("heap-cnt-start")
-                .nick("First heap counter")
-                .blurb("HEAP_CNT of the first heap")
-                .default_value(1)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt64::builder("heap-cnt-step")
-                .nick("Heap counter step")
-                .blurb(
-                    "HEAP_CNT increment between heaps (N interleaved senders: step N, \
-                     starts 1..N)",
-                )
-                .minimum(1)
-                .default_value(1)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("descriptors-every")
-                .nick("Descriptors every")
-                .blurb(
-                    "Send the descriptors with the first heap and then every N heaps \
-                     (0 = with the first heap only)",
-                )
-                .default_value(0)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecBoolean::builder("descriptors-separate")
-                .nick("Descriptors separate")
-                .blurb(
-                    "Send descriptors in a heap of their own just before the data heap \
-                     they are due with (as spead2's get_heap(descriptors='all', \
-                     data='none')), so every data heap holds data only: chunk \
-                     receivers drop heaps that mix the two",
-                )
-                .default_value(false)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt64::builder("item-id")
-                .nick("Item id")
-                .blurb("Plain buffers: id of the item holding the buffer's bytes")
-                .minimum(ids::DESCRIPTOR_DTYPE + 1)
-                .default_value(DEFAULT_ITEM_ID)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecString::builder("item-name")
-                .nick("Item name")
-                .blurb("Plain buffers: the item's name in its descriptor")
-                .default_value(Some(DEFAULT_ITEM_NAME))
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecString::builder("item-description")
-                .nick("Item description")
-                .blurb("Plain buffers: the item's description in its descriptor")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecString::builder("item-dtype")
-                .nick("Item dtype")
-                .blurb(
-                    "Plain buffers: numpy element type (u1, <i2, >f4, <c8…); empty = \
-                     bytes (format u8, shape from item-shape or variable)",
-                )
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecString::builder("item-shape")
-                .nick("Item shape")
-                .blurb(
-                    "Plain buffers: dimensions, e.g. 1024 or 4,256; empty = one \
-                     dimension from the first buffer's size (with item-dtype) or \
-                     variable (without)",
-                )
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecString::builder("immediates")
-                .nick("Immediates")
-                .blurb(
-                    "Plain buffers: constant immediate items sent in every heap, \
-                     ID=VALUE or NAME:ID=VALUE separated by commas (e.g. \
-                     sync_time:0x1027=1700000000); described as unsigned integers",
-                )
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt64::builder("timestamp-id")
-                .nick("Timestamp item id")
-                .blurb(
-                    "Plain buffers: id of an immediate item counting timestamp-step per \
-                     heap (0, step, 2·step…; described as 'timestamp'), e.g. for \
-                     fhdepay handler-config=spead,place-item=ID,step=STEP (0 = none)",
-                )
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt64::builder("timestamp-step")
-                .nick("Timestamp step")
-                .blurb("Plain buffers: timestamp increment from one heap to the next")
-                .default_value(1)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecBoolean::builder("stop-at-eos")
-                .nick("Stop at EOS")
-                .blurb("Send the stop heap (STREAM_CTRL = 2) at end of stream")
-                .default_value(true)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("batch-bytes")
-                .nick("Batch bytes")
-                .blurb(
-                    "Size of each output buffer's pool slab: most packet bytes per \
-                     batch (a larger heap spans several batches)",
-                )
-                .minimum(send::MAX_PACKET_SIZE as u32)
-                .maximum(256 << 20)
-                .default_value(DEFAULT_BATCH_BYTES)
-                .mutable_ready()
-                .build(),
-        ];
-        v.extend(props::memory_properties("packet pool"));
-        v.extend(stats::properties("heaps, packets, bytes, batches, pool-*"));
-        v
-    });
-    PROPS.as_ref()
+firehose_core::property_group! {
+    Settings as _s {
+        flavour: Text => glib::ParamSpecString::builder("flavour")
+            .nick("Flavour")
+            .blurb("SPEAD flavour 64-A: 64-40 (spead2's default), 64-48 (MeerKAT), …")
+            .default_value(Some(DEFAULT_FLAVOUR))
+            .mutable_ready()
+            .build();
+        packet_size => glib::ParamSpecUInt::builder("packet-size")
+            .nick("Packet size")
+            .blurb(
+                "Largest packet (UDP payload) in bytes, rounded down to a multiple \
+                 of 8 as spead2 does; 1472 fits a 1500-byte MTU, 8972 a 9000-byte one",
+            )
+            .minimum(send::MIN_PACKET_SIZE as u32)
+            .maximum(65507)
+            .default_value(DEFAULT_PACKET_SIZE)
+            .mutable_ready()
+            .build();
+        heap_cnt_start => glib::ParamSpecUInt64::builder("heap-cnt-start")
+            .nick("First heap counter")
+            .blurb("HEAP_CNT of the first heap")
+            .default_value(1)
+            .mutable_ready()
+            .build();
+        heap_cnt_step => glib::ParamSpecUInt64::builder("heap-cnt-step")
+            .nick("Heap counter step")
+            .blurb(
+                "HEAP_CNT increment between heaps (N interleaved senders: step N, \
+                 starts 1..N)",
+            )
+            .minimum(1)
+            .default_value(1)
+            .mutable_ready()
+            .build();
+        descriptors_every => glib::ParamSpecUInt::builder("descriptors-every")
+            .nick("Descriptors every")
+            .blurb(
+                "Send the descriptors with the first heap and then every N heaps \
+                 (0 = with the first heap only)",
+            )
+            .default_value(0)
+            .mutable_ready()
+            .build();
+        descriptors_separate => glib::ParamSpecBoolean::builder("descriptors-separate")
+            .nick("Descriptors separate")
+            .blurb(
+                "Send descriptors in a heap of their own just before the data heap \
+                 they are due with (as spead2's get_heap(descriptors='all', \
+                 data='none')), so every data heap holds data only: chunk \
+                 receivers drop heaps that mix the two",
+            )
+            .default_value(false)
+            .mutable_ready()
+            .build();
+        item_id => glib::ParamSpecUInt64::builder("item-id")
+            .nick("Item id")
+            .blurb("Plain buffers: id of the item holding the buffer's bytes")
+            .minimum(ids::DESCRIPTOR_DTYPE + 1)
+            .default_value(DEFAULT_ITEM_ID)
+            .mutable_ready()
+            .build();
+        item_name: Text => glib::ParamSpecString::builder("item-name")
+            .nick("Item name")
+            .blurb("Plain buffers: the item's name in its descriptor")
+            .default_value(Some(DEFAULT_ITEM_NAME))
+            .mutable_ready()
+            .build();
+        item_description: Text => glib::ParamSpecString::builder("item-description")
+            .nick("Item description")
+            .blurb("Plain buffers: the item's description in its descriptor")
+            .mutable_ready()
+            .build();
+        item_dtype: Text => glib::ParamSpecString::builder("item-dtype")
+            .nick("Item dtype")
+            .blurb(
+                "Plain buffers: numpy element type (u1, <i2, >f4, <c8…); empty = \
+                 bytes (format u8, shape from item-shape or variable)",
+            )
+            .mutable_ready()
+            .build();
+        item_shape: Text => glib::ParamSpecString::builder("item-shape")
+            .nick("Item shape")
+            .blurb(
+                "Plain buffers: dimensions, e.g. 1024 or 4,256; empty = one \
+                 dimension from the first buffer's size (with item-dtype) or \
+                 variable (without)",
+            )
+            .mutable_ready()
+            .build();
+        immediates: Text => glib::ParamSpecString::builder("immediates")
+            .nick("Immediates")
+            .blurb(
+                "Plain buffers: constant immediate items sent in every heap, \
+                 ID=VALUE or NAME:ID=VALUE separated by commas (e.g. \
+                 sync_time:0x1027=1700000000); described as unsigned integers",
+            )
+            .mutable_ready()
+            .build();
+        timestamp_id => glib::ParamSpecUInt64::builder("timestamp-id")
+            .nick("Timestamp item id")
+            .blurb(
+                "Plain buffers: id of an immediate item counting timestamp-step per \
+                 heap (0, step, 2·step…; described as 'timestamp'), e.g. for \
+                 fhdepay handler-config=spead,place-item=ID,place-step=STEP (0 = none)",
+            )
+            .mutable_ready()
+            .build();
+        timestamp_step => glib::ParamSpecUInt64::builder("timestamp-step")
+            .nick("Timestamp step")
+            .blurb("Plain buffers: timestamp increment from one heap to the next")
+            .default_value(1)
+            .mutable_ready()
+            .build();
+        stop_at_eos => glib::ParamSpecBoolean::builder("stop-at-eos")
+            .nick("Stop at EOS")
+            .blurb("Send the stop heap (STREAM_CTRL = 2) at end of stream")
+            .default_value(true)
+            .mutable_ready()
+            .build();
+        batch_bytes => glib::ParamSpecUInt::builder("batch-bytes")
+            .nick("Batch bytes")
+            .blurb(
+                "Size of each output buffer's pool slab: most packet bytes per \
+                 batch (a larger heap spans several batches)",
+            )
+            .minimum(send::MAX_PACKET_SIZE as u32)
+            .maximum(256 << 20)
+            .default_value(DEFAULT_BATCH_BYTES)
+            .mutable_ready()
+            .build();
+        memory => props::memory_spec("packet pool");
+        deprecated("memory") memory: HugepagesAlias => props::hugepages_spec();
+        group stats_interval;
+    }
 }
+
+/// The counters `stats` holds.
+pub(super) const COUNTERS: &str = "heaps, packets, bytes, batches, pool-*";
 
 /// One static immediate of `immediates`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -417,4 +368,31 @@ pub(super) fn parse_immediates(s: &str) -> Result<Vec<Immediate>, String> {
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::group_tests::check_group;
+    use firehose_core::property::PropertyGroup;
+    use firehose_core::props::Hugepages;
+
+    #[test]
+    fn every_property_round_trips() {
+        let names = check_group(&mut Settings::default());
+        assert_eq!(names.first().map(String::as_str), Some("flavour"));
+        assert!(names.iter().any(|n| n == "stats-interval"));
+    }
+
+    #[test]
+    fn a_null_string_is_empty_text_and_hugepages_sets_memory() {
+        gst::init().unwrap();
+        let mut s = Settings::default();
+        assert!(s.set_named("flavour", &None::<String>.to_value()));
+        assert_eq!(s.flavour, "");
+        assert!(s.set_named("item-name", &Some("x").to_value()));
+        assert_eq!(s.item_name, "x");
+        assert!(s.set_named("hugepages", &Hugepages::Require.to_value()));
+        assert_eq!(s.memory, Memory::Hugepages);
+    }
 }

@@ -5,17 +5,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use firehose_core::caps as fcaps;
+use firehose_core::property::SettingsElement;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{self as live, LiveControl};
-use firehose_core::stats;
+use firehose_core::stats::StatsInterval;
 use firehose_core::sync::lock;
 use firehose_net::land_counters::LandingCounters;
 use firehose_net::landelem::LandingElement;
 use firehose_net::landsrc::LandingSource;
-use firehose_net::socket_settings::{insert_after, SocketSettings};
+use firehose_net::socket_settings::SocketSettings;
 use firehose_net::transport_input;
 
-use crate::depay::{heap_properties, Settings as HeapSettings};
+use crate::depay::HeapSettings;
 use crate::heapout::{self, heap_buffer, HeapCounters};
 use crate::reassembly::{Emitted, Reassembler};
 
@@ -30,14 +31,17 @@ const MAX_BATCH_SIZE: u32 = 256;
 /// packet passes through stays in a CPU's L2 cache until the reassembler reads it.
 const BATCH_BYTES: usize = 256 << 10;
 
+/// `fhspeadsrc`'s properties: where the packets come from, and the heap reassembler's
+/// (those of `speaddepay`'s heaps mode).
 #[derive(Clone, Debug)]
-struct Settings {
+pub struct Settings {
     /// `transport`: the packet source that feeds the reassembler, or `None` for the
     /// element's own socket.
     transport: Option<String>,
     socket: SocketSettings,
-    heaps: HeapSettings,
     batch_size: u32,
+    heaps: HeapSettings,
+    stats_interval: StatsInterval,
 }
 
 impl Default for Settings {
@@ -45,9 +49,24 @@ impl Default for Settings {
         Self {
             transport: None,
             socket: SocketSettings::default(),
-            heaps: HeapSettings::default(),
             batch_size: DEFAULT_BATCH_SIZE,
+            heaps: HeapSettings::default(),
+            stats_interval: StatsInterval::default(),
         }
+    }
+}
+
+firehose_core::property_group! {
+    Settings as _s {
+        transport: transport_input::Desc => transport_input::property();
+        group socket;
+        batch_size => live::batch_size(
+            "Most datagrams received by one recvmmsg (at most 256 KiB of them); a transport has its own",
+            MAX_BATCH_SIZE,
+            DEFAULT_BATCH_SIZE,
+        );
+        group heaps;
+        group stats_interval;
     }
 }
 
@@ -89,54 +108,24 @@ impl SpeadSrc {
 
 firehose_core::element_subclass!(SpeadSrc, "GstFhSpeadSrc", gst_base::PushSrc);
 
-impl ObjectImpl for SpeadSrc {
-    firehose_core::properties!(|| {
-        let mut v = vec![transport_input::property()];
-        v.extend(SocketSettings::properties());
-        insert_after(
-            &mut v,
-            "buffer-size",
-            [live::batch_size(
-                "Most datagrams received by one recvmmsg (at most 256 KiB of them); a transport has its own",
-                MAX_BATCH_SIZE,
-                DEFAULT_BATCH_SIZE,
-            )],
-        );
-        v.extend(heap_properties());
-        v.extend(stats::properties(&format!(
+impl SettingsElement for SpeadSrc {
+    type Settings = Settings;
+
+    fn counters() -> String {
+        format!(
             "{}, {}",
             &heapout::counters(),
             LandingCounters::describe("")
-        )));
-        v
-    });
-
-    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        let mut s = lock(&self.settings);
-        if s.socket.set(value, pspec) {
-            return;
-        }
-        match pspec.name() {
-            transport_input::NAME => s.transport = transport_input::value(value),
-            "batch-size" => s.batch_size = value.get().expect("type checked upstream"),
-            name => s.heaps.set(name, value),
-        }
+        )
     }
 
-    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        if pspec.name() == "stats" {
-            return self.stats().to_value();
-        }
-        let s = lock(&self.settings);
-        if let Some(v) = s.socket.get(pspec) {
-            return v;
-        }
-        match pspec.name() {
-            transport_input::NAME => s.transport.to_value(),
-            "batch-size" => s.batch_size.to_value(),
-            name => s.heaps.get(name),
-        }
+    fn settings(&self) -> &Mutex<Settings> {
+        &self.settings
     }
+}
+
+impl ObjectImpl for SpeadSrc {
+    firehose_core::settings_properties!(SpeadSrc);
 
     firehose_core::live_src_constructed!(true);
 }
@@ -226,7 +215,7 @@ impl BaseSrcImpl for SpeadSrc {
                 (src, port_changed)
             }
         };
-        let timer = s.heaps.stats_interval.timer();
+        let timer = s.stats_interval.timer();
         self.land
             .start(element, &self.live, src, timer, port_changed);
         Ok(())
@@ -316,6 +305,7 @@ mod tests {
             "max-heaps",
             "landing",
             "stop-is-eos",
+            "stats-interval",
             "stats",
         ] {
             assert!(has(name), "{name}");
@@ -331,6 +321,15 @@ mod tests {
             (s.heaps.max_heap_size, s.batch_size, s.socket.port),
             (1 << 20, 8, 0)
         );
+    }
+
+    #[test]
+    fn every_setting_round_trips() {
+        let names = crate::group_tests::check_group(&mut Settings::default());
+        assert_eq!(names.first().map(String::as_str), Some("transport"));
+        let at = |n: &str| names.iter().position(|m| m == n).unwrap();
+        assert!(at("port") < at("batch-size") && at("batch-size") < at("max-heaps"));
+        assert_eq!(names.last().map(String::as_str), Some("stats-interval"));
     }
 
     #[test]

@@ -7,7 +7,8 @@ use std::time::Instant;
 use firehose_core::batch::{for_each_packet, PacketBatchMeta};
 use firehose_core::element::prelude::*;
 use firehose_core::element::sink_template;
-use firehose_core::stats::{self, names, StatsInterval, StatsTimer};
+use firehose_core::property::SettingsElement;
+use firehose_core::stats::{names, StatsInterval, StatsTimer};
 use gst_base::prelude::*;
 
 use crate::checker::SeqChecker;
@@ -18,11 +19,28 @@ firehose_core::debug_category!(CAT, "fhcheck", "Firehose test packet checker");
 /// Corruptions described in the log before going quiet (they are all counted).
 const CORRUPTIONS_LOGGED: u32 = 10;
 
+/// The properties of `fhcheck`, then `stats-interval`.
 #[derive(Clone, Copy, Debug, Default)]
-struct Settings {
+pub struct Settings {
     expected_packets: u64,
     first_seq: u64,
     stats_interval: StatsInterval,
+}
+
+firehose_core::property_group! {
+    Settings as _s {
+        expected_packets => glib::ParamSpecUInt64::builder("expected-packets")
+            .nick("Expected packets")
+            .blurb("Packets the source sends; those missing at EOS count as lost (0 = unknown)")
+            .mutable_ready()
+            .build();
+        first_seq => glib::ParamSpecUInt64::builder("first-seq")
+            .nick("First sequence number")
+            .blurb("Sequence number of the first packet the source sends")
+            .mutable_ready()
+            .build();
+        group stats_interval;
+    }
 }
 
 #[derive(Debug)]
@@ -136,42 +154,18 @@ impl FhCheck {
 
 firehose_core::element_subclass!(FhCheck, "GstFhCheck", gst_base::BaseSink);
 
+impl SettingsElement for FhCheck {
+    type Settings = Settings;
+    fn counters() -> String {
+        Counters::describe("")
+    }
+    fn settings(&self) -> &Mutex<Settings> {
+        &self.settings
+    }
+}
+
 impl ObjectImpl for FhCheck {
-    firehose_core::properties!(|| {
-        let mut v = vec![
-            glib::ParamSpecUInt64::builder("expected-packets")
-                .nick("Expected packets")
-                .blurb("Packets the source sends; those missing at EOS count as lost (0 = unknown)")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt64::builder("first-seq")
-                .nick("First sequence number")
-                .blurb("Sequence number of the first packet the source sends")
-                .mutable_ready()
-                .build(),
-        ];
-        v.extend(stats::properties(&Counters::describe("")));
-        v
-    });
-
-    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        let mut s = lock(&self.settings);
-        match pspec.name() {
-            "expected-packets" => s.expected_packets = value.get().expect("type checked upstream"),
-            "first-seq" => s.first_seq = value.get().expect("type checked upstream"),
-            other => s.stats_interval.set(other, value),
-        }
-    }
-
-    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        let s = *lock(&self.settings);
-        match pspec.name() {
-            "expected-packets" => s.expected_packets.to_value(),
-            "first-seq" => s.first_seq.to_value(),
-            "stats" => self.stats().to_value(),
-            other => s.stats_interval.value(other),
-        }
-    }
+    firehose_core::settings_properties!(FhCheck);
 
     fn constructed(&self) {
         self.parent_constructed();
@@ -245,5 +239,18 @@ impl BaseSinkImpl for FhCheck {
             self.post_stats();
         }
         self.parent_event(event)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_settings_round_trip() {
+        gst::init().unwrap();
+        let mut s = Settings::default();
+        firehose_core::property::assert_round_trips(&mut s);
+        assert_eq!((s.expected_packets, s.first_seq), (1, 1));
     }
 }

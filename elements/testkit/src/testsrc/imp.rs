@@ -1,7 +1,8 @@
 //! `fhtestsrc` implementation: a [`PacketSrc`](firehose_core::src::PacketSrc) whose
 //! transport is the [`Generator`]. The base owns batch-size, the pool, output, caps,
 //! readable metas, stats and live control; this file holds only what is the test
-//! source's own: its five properties and how one batch is made.
+//! source's own: its five properties (declared once, with `property_group!`) and how one
+//! batch is made.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -47,72 +48,48 @@ pub struct FhTestSrc {
 
 firehose_core::element_subclass!(FhTestSrc, "GstFhTestSrc", firehose_core::src::PacketSrc);
 
+// The test source's own properties; the base appends batch-size, output, the pool and
+// stats after them.
+firehose_core::property_group! {
+    GeneratorConfig as _s {
+        packet_size => glib::ParamSpecUInt::builder("packet-size")
+            .nick("Packet size")
+            .blurb("Bytes per test packet (header included)")
+            .minimum(pattern::MIN_LEN as u32)
+            .maximum(MAX_PACKET_SIZE)
+            .default_value(GeneratorConfig::DEFAULT.packet_size)
+            .mutable_ready()
+            .build();
+        rate => glib::ParamSpecUInt64::builder("rate")
+            .nick("Rate")
+            .blurb("Packet bytes per second, in bits/s (0 = as fast as possible)")
+            .mutable_ready()
+            .build();
+        num_packets => glib::ParamSpecUInt64::builder("num-packets")
+            .nick("Number of packets")
+            .blurb("Packets to send before EOS (0 = unlimited)")
+            .mutable_ready()
+            .build();
+        first_seq => glib::ParamSpecUInt64::builder("first-seq")
+            .nick("First sequence number")
+            .blurb("Sequence number of the first packet")
+            .mutable_ready()
+            .build();
+        fill_payload => glib::ParamSpecBoolean::builder("fill-payload")
+            .nick("Fill payload")
+            .blurb(
+                "Write every packet's payload pattern (false: only each packet's 16-byte \
+                 header; the payload keeps what the slot held and fails fhcheck: for \
+                 benchmarks of what carries the packets)",
+            )
+            .default_value(true)
+            .mutable_ready()
+            .build();
+    }
+}
+
 impl ObjectImpl for FhTestSrc {
-    firehose_core::properties!(|| {
-        vec![
-            glib::ParamSpecUInt::builder("packet-size")
-                .nick("Packet size")
-                .blurb("Bytes per test packet (header included)")
-                .minimum(pattern::MIN_LEN as u32)
-                .maximum(MAX_PACKET_SIZE)
-                .default_value(GeneratorConfig::DEFAULT.packet_size)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt64::builder("rate")
-                .nick("Rate")
-                .blurb("Packet bytes per second, in bits/s (0 = as fast as possible)")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt64::builder("num-packets")
-                .nick("Number of packets")
-                .blurb("Packets to send before EOS (0 = unlimited)")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt64::builder("first-seq")
-                .nick("First sequence number")
-                .blurb("Sequence number of the first packet")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecBoolean::builder("fill-payload")
-                .nick("Fill payload")
-                .blurb(
-                    "Write every packet's payload pattern (false: only each packet's 16-byte \
-                     header; the payload keeps what the slot held and fails fhcheck: for \
-                     benchmarks of what carries the packets)",
-                )
-                .default_value(true)
-                .mutable_ready()
-                .build(),
-        ]
-    });
-
-    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        let mut s = lock(&self.settings);
-        let v = value;
-        match pspec.name() {
-            "packet-size" => s.packet_size = v.get().expect("type checked upstream"),
-            "rate" => s.rate = v.get().expect("type checked upstream"),
-            "num-packets" => s.num_packets = v.get().expect("type checked upstream"),
-            "first-seq" => s.first_seq = v.get().expect("type checked upstream"),
-            "fill-payload" => s.fill_payload = v.get().expect("type checked upstream"),
-            other => gst::error!(CAT, imp = self, "no setter for property {other}"),
-        }
-    }
-
-    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        let s = *lock(&self.settings);
-        match pspec.name() {
-            "packet-size" => s.packet_size.to_value(),
-            "rate" => s.rate.to_value(),
-            "num-packets" => s.num_packets.to_value(),
-            "first-seq" => s.first_seq.to_value(),
-            "fill-payload" => s.fill_payload.to_value(),
-            other => {
-                gst::error!(CAT, imp = self, "no getter for property {other}");
-                pspec.default_value().clone()
-            }
-        }
-    }
+    firehose_core::own_properties!(GeneratorConfig::DEFAULT, settings);
 }
 
 impl ElementImpl for FhTestSrc {
@@ -192,5 +169,19 @@ impl PacketSrcImpl for FhTestSrc {
 
     fn counters(&self) -> gst::Structure {
         lock(&self.counters).structure()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_own_properties_round_trip() {
+        gst::init().unwrap();
+        let mut s = GeneratorConfig::DEFAULT;
+        firehose_core::property::assert_round_trips(&mut s);
+        assert_eq!(s.packet_size, GeneratorConfig::DEFAULT.packet_size + 1);
+        assert!(!s.fill_payload);
     }
 }

@@ -7,11 +7,12 @@
 use std::sync::Mutex;
 
 use firehose_core::batch::batch_buffer_with_dests;
+use firehose_core::property::NonEmpty;
 use firehose_core::ring::{lend_batch, SharedRing};
 use firehose_core::src::prelude::*;
 use firehose_core::src::{
-    Batch, BatchSize, CountAlias, Open, PacketSrcExt, PacketSrcImpl, PoolProps, PoolSettings,
-    PoolSize, Receive, ReceiveInto,
+    Batch, BatchSize, CountAlias, FilterProps, FilterSettings, OldSlotName, Open, PacketSrcExt,
+    PacketSrcImpl, PoolProps, PoolSettings, PoolSize, Receive, ReceiveInto, SlotProps, SlotSize,
 };
 use firehose_core::stats::{self, names, Counter};
 use firehose_core::sync::lock;
@@ -36,7 +37,7 @@ const DEFAULT_POLL_US: u32 = 100;
 /// The pool properties: today's 16384 frames of 4096 bytes by default.
 const POOL: PoolProps = PoolProps {
     what: "UMEM",
-    size_blurb: "Bytes of UMEM, in frames of frame-size bytes (rounded down to a power of two \
+    size_blurb: "Bytes of UMEM, in frames of slot-size bytes (rounded down to a power of two \
                  of frames, at least 64): the fill and RX ring sizes and the most frames lent \
                  downstream at once",
     default: PoolSize::Bytes(DEFAULT_FRAMES as u64 * DEFAULT_FRAME_SIZE as u64),
@@ -50,19 +51,97 @@ const POOL: PoolProps = PoolProps {
     }),
 };
 
+/// The port and address the XDP program redirects.
+static FILTER: FilterProps = FilterProps {
+    port_nick: "Port",
+    port_blurb: "UDP destination port to capture; all other traffic goes to the kernel",
+    port_min: 0,
+    port_default: DEFAULT_PORT,
+    address_blurb: "Destination IP to capture (IPv4 or IPv6); 0.0.0.0 = any, both families",
+    address_default: Some(DEFAULT_ADDRESS),
+};
+/// A slot is a UMEM frame (`frame-size` before `slot-size`).
+static SLOT: SlotProps = SlotProps {
+    blurb: "Bytes per UMEM frame, 2048 or 4096. On an interface whose MTU does not fit one \
+            frame less 256 B of headroom (jumbo frames), the capture runs in multi-buffer \
+            mode (Linux 6.6+): the kernel splits a long datagram over several frames and the \
+            element joins them (stats joined, unjoined)",
+    min: 2048,
+    max: 4096,
+    default: DEFAULT_FRAME_SIZE,
+    old: Some(OldSlotName {
+        name: "frame-size",
+        nick: "Frame size",
+        what: "bytes per UMEM frame",
+    }),
+};
+
 #[derive(Debug, Clone)]
 struct Settings {
     interface: Option<String>,
     queue: u32,
-    port: u32,
+    filter: FilterSettings,
     extra_ports: Option<String>,
-    address: String,
     mode: XdpMode,
     zero_copy: ZeroCopy,
     busy_poll: u32,
     poll_interval: u32,
     busy_poll_budget: u32,
-    frame_size: u32,
+    slot: SlotSize,
+}
+
+firehose_core::property_group! {
+    Settings as _s {
+        interface: NonEmpty => glib::ParamSpecString::builder("interface")
+            .nick("Interface")
+            .blurb("Network interface to capture on (required)")
+            .mutable_ready()
+            .build();
+        queue => glib::ParamSpecUInt::builder("queue")
+            .nick("Queue")
+            .blurb("Receive queue of the interface to bind (steer the stream there, e.g. with ethtool -N)")
+            .default_value(0)
+            .mutable_ready()
+            .build();
+        group filter;
+        extra_ports: NonEmpty => glib::ParamSpecString::builder("extra-ports")
+            .nick("Extra ports")
+            .blurb("More UDP destination ports to capture, comma-separated")
+            .mutable_ready()
+            .build();
+        mode => glib::ParamSpecEnum::builder::<XdpMode>("mode")
+            .nick("XDP mode")
+            .blurb("Where the XDP program runs: auto, native (in the driver) or generic (on the skb)")
+            .mutable_ready()
+            .build();
+        zero_copy => glib::ParamSpecEnum::builder::<ZeroCopy>("zero-copy")
+            .nick("Zero-copy")
+            .blurb("Bind the socket in zero-copy mode: auto (fall back to copy), on, off")
+            .mutable_ready()
+            .build();
+        busy_poll => glib::ParamSpecUInt::builder("busy-poll")
+            .nick("Busy poll")
+            .blurb("0: sleep in poll() until packets arrive. N: spin on the socket and ask the kernel to busy-poll the queue for N µs per call (SO_PREFER_BUSY_POLL, SO_BUSY_POLL); uses a whole core")
+            .default_value(0)
+            .mutable_ready()
+            .build();
+        poll_interval => glib::ParamSpecUInt::builder("poll-interval")
+            .nick("Poll interval")
+            .blurb("Microseconds to sleep after an empty RX ring instead of blocking in poll() (0 = block until packets arrive); the RX ring must hold what arrives meanwhile")
+            .maximum(100_000)
+            .default_value(DEFAULT_POLL_US)
+            .mutable_ready()
+            .build();
+        busy_poll_budget => glib::ParamSpecUInt::builder("busy-poll-budget")
+            .nick("Busy poll budget")
+            .blurb("Packets per busy-poll round (SO_BUSY_POLL_BUDGET)")
+            .minimum(1)
+            .maximum(65535)
+            .default_value(DEFAULT_BUSY_POLL_BUDGET)
+            .mutable_ready()
+            .build();
+        group slot;
+    }
 }
 
 impl Default for Settings {
@@ -70,26 +149,25 @@ impl Default for Settings {
         Self {
             interface: None,
             queue: 0,
-            port: DEFAULT_PORT,
+            filter: FilterSettings::new(&FILTER),
             extra_ports: None,
-            address: DEFAULT_ADDRESS.into(),
             mode: XdpMode::Auto,
             zero_copy: ZeroCopy::Auto,
             busy_poll: 0,
             poll_interval: DEFAULT_POLL_US,
             busy_poll_budget: DEFAULT_BUSY_POLL_BUDGET,
-            frame_size: DEFAULT_FRAME_SIZE,
+            slot: SlotSize::new(&SLOT),
         }
     }
 }
 
 impl Settings {
     /// UMEM frames: as set through the deprecated `frames`, or `pool-size` over
-    /// `frame-size` rounded down to a power of two (the rings need one).
+    /// `slot-size` rounded down to a power of two (the rings need one).
     fn frames(&self, pool: &PoolSettings) -> u64 {
-        match pool.size {
+        match pool.size() {
             PoolSize::Count(n) => n,
-            PoolSize::Bytes(_) => match pool.count(self.frame_size.into()) {
+            PoolSize::Bytes(_) => match pool.count(self.slot.bytes.into()) {
                 0 => 0,
                 n => 1 << n.ilog2(),
             },
@@ -184,8 +262,10 @@ impl XdpSrc {
         Ok(engine::Config {
             interface,
             queue: s.queue,
-            ports: engine::parse_ports(s.port, s.extra_ports.as_deref()).map_err(bad)?,
-            address: engine::parse_address(&s.address).map_err(bad)?,
+            ports: engine::parse_ports(s.filter.port, s.extra_ports.as_deref()).map_err(bad)?,
+            // Unset cannot happen (blank is the default, 0.0.0.0); "" is any too.
+            address: engine::parse_address(s.filter.address.as_deref().unwrap_or(""))
+                .map_err(bad)?,
             attach: match s.mode {
                 XdpMode::Auto => AttachMode::Auto,
                 XdpMode::Native => AttachMode::Native,
@@ -199,7 +279,7 @@ impl XdpSrc {
             busy_poll: s.busy_poll,
             busy_poll_budget: s.busy_poll_budget,
             frames: u32::try_from(s.frames(&open.pool)).unwrap_or(u32::MAX),
-            frame_size: s.frame_size,
+            frame_size: s.slot.bytes,
             batch_size: open.batch_size,
             hugepages: open.pool.policy(),
         })
@@ -253,7 +333,7 @@ impl XdpSrc {
             mode.xdp,
             mode.bind,
             cfg.frames,
-            s.frame_size,
+            s.slot.bytes,
             mode.memory
         );
         let wait = if s.busy_poll > 0 {
@@ -267,7 +347,7 @@ impl XdpSrc {
             cap,
             &cfg.interface,
             cfg.frames,
-            s.frame_size,
+            s.slot.bytes,
             open.batch_size,
             wait,
             waker,
@@ -305,124 +385,7 @@ impl XdpSrc {
 firehose_core::element_subclass!(XdpSrc, "GstFhXdpSrc", firehose_core::src::PacketSrc);
 
 impl ObjectImpl for XdpSrc {
-    firehose_core::properties!(|| {
-        vec![
-            glib::ParamSpecString::builder("interface")
-                .nick("Interface")
-                .blurb("Network interface to capture on (required)")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("queue")
-                .nick("Queue")
-                .blurb("Receive queue of the interface to bind (steer the stream there, e.g. with ethtool -N)")
-                .default_value(0)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecInt::builder("port")
-                .nick("Port")
-                .blurb("UDP destination port to capture; all other traffic goes to the kernel")
-                .minimum(0)
-                .maximum(65535)
-                .default_value(DEFAULT_PORT as i32)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecString::builder("extra-ports")
-                .nick("Extra ports")
-                .blurb("More UDP destination ports to capture, comma-separated")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecString::builder("address")
-                .nick("Address")
-                .blurb("Destination IP to capture (IPv4 or IPv6); 0.0.0.0 = any, both families")
-                .default_value(Some(DEFAULT_ADDRESS))
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecEnum::builder::<XdpMode>("mode")
-                .nick("XDP mode")
-                .blurb("Where the XDP program runs: auto, native (in the driver) or generic (on the skb)")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecEnum::builder::<ZeroCopy>("zero-copy")
-                .nick("Zero-copy")
-                .blurb("Bind the socket in zero-copy mode: auto (fall back to copy), on, off")
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("busy-poll")
-                .nick("Busy poll")
-                .blurb("0: sleep in poll() until packets arrive. N: spin on the socket and ask the kernel to busy-poll the queue for N µs per call (SO_PREFER_BUSY_POLL, SO_BUSY_POLL); uses a whole core")
-                .default_value(0)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("poll-interval")
-                .nick("Poll interval")
-                .blurb("Microseconds to sleep after an empty RX ring instead of blocking in poll() (0 = block until packets arrive); the RX ring must hold what arrives meanwhile")
-                .maximum(100_000)
-                .default_value(DEFAULT_POLL_US)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("busy-poll-budget")
-                .nick("Busy poll budget")
-                .blurb("Packets per busy-poll round (SO_BUSY_POLL_BUDGET)")
-                .minimum(1)
-                .maximum(65535)
-                .default_value(DEFAULT_BUSY_POLL_BUDGET)
-                .mutable_ready()
-                .build(),
-            glib::ParamSpecUInt::builder("frame-size")
-                .nick("Frame size")
-                .blurb("Bytes per UMEM frame, 2048 or 4096. On an interface whose MTU does not fit one frame less 256 B of headroom (jumbo frames), the capture runs in multi-buffer mode (Linux 6.6+): the kernel splits a long datagram over several frames and the element joins them (stats joined, unjoined)")
-                .minimum(2048)
-                .maximum(4096)
-                .default_value(DEFAULT_FRAME_SIZE)
-                .mutable_ready()
-                .build(),
-        ]
-    });
-
-    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        let mut s = lock(&self.settings);
-        let opt = |v: Option<String>| v.filter(|x| !x.is_empty());
-        match pspec.name() {
-            "interface" => s.interface = opt(value.get().unwrap()),
-            "queue" => s.queue = value.get().unwrap(),
-            "port" => s.port = value.get::<i32>().unwrap() as u32,
-            "extra-ports" => s.extra_ports = opt(value.get().unwrap()),
-            "address" => {
-                s.address = value
-                    .get::<Option<String>>()
-                    .unwrap()
-                    .unwrap_or_else(|| DEFAULT_ADDRESS.into())
-            }
-            "mode" => s.mode = value.get().unwrap(),
-            "zero-copy" => s.zero_copy = value.get().unwrap(),
-            "busy-poll" => s.busy_poll = value.get().unwrap(),
-            "poll-interval" => s.poll_interval = value.get().unwrap(),
-            "busy-poll-budget" => s.busy_poll_budget = value.get().unwrap(),
-            "frame-size" => s.frame_size = value.get().unwrap(),
-            other => gst::error!(CAT, imp = self, "no setter for property {other}"),
-        }
-    }
-
-    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        let s = lock(&self.settings);
-        match pspec.name() {
-            "interface" => s.interface.to_value(),
-            "queue" => s.queue.to_value(),
-            "port" => (s.port as i32).to_value(),
-            "extra-ports" => s.extra_ports.to_value(),
-            "address" => s.address.to_value(),
-            "mode" => s.mode.to_value(),
-            "zero-copy" => s.zero_copy.to_value(),
-            "busy-poll" => s.busy_poll.to_value(),
-            "poll-interval" => s.poll_interval.to_value(),
-            "busy-poll-budget" => s.busy_poll_budget.to_value(),
-            "frame-size" => s.frame_size.to_value(),
-            other => {
-                gst::error!(CAT, imp = self, "no getter for property {other}");
-                pspec.default_value().clone()
-            }
-        }
-    }
+    firehose_core::own_properties!(Settings::default(), settings);
 }
 
 impl ElementImpl for XdpSrc {
@@ -457,7 +420,7 @@ impl PacketSrcImpl for XdpSrc {
 
     /// A UMEM frame.
     fn slot_bytes(&self, _batch_size: u32) -> u64 {
-        lock(&self.settings).frame_size.into()
+        lock(&self.settings).slot.bytes.into()
     }
 
     fn open(&self, open: &Open) -> Result<usize, gst::ErrorMessage> {
@@ -518,5 +481,23 @@ impl PacketSrcImpl for XdpSrc {
             self.set_kernel_stats(st.capture().sock.statistics());
             st.close();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_own_properties_round_trip() {
+        gst::init().unwrap();
+        let mut s = Settings::default();
+        firehose_core::property::assert_round_trips(&mut s);
+        assert_eq!(
+            (s.filter.port, s.poll_interval),
+            (DEFAULT_PORT + 1, DEFAULT_POLL_US + 1)
+        );
+        assert_eq!(s.filter.address.as_deref(), Some("0.0.0.0-test"));
+        assert_eq!(s.slot.bytes, DEFAULT_FRAME_SIZE - 1);
     }
 }

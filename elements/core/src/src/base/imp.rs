@@ -14,19 +14,46 @@ use gst_base::subclass::prelude::*;
 use super::{Batch, BatchSize, Class, Methods, Open, Receive, ReceiveInto};
 use crate::alloc::CopyOut;
 use crate::meta::readable::ReadableOutput;
-use crate::src::{self as live, LiveControl, PacketOutput, PoolProps, PoolSettings};
+use crate::property::PropertyGroup;
+use crate::src::{
+    self as live, LiveControl, OutputSettings, PacketOutput, PoolProps, PoolSettings,
+};
 use crate::stats::{self, StatsInterval, StatsTimer};
 use crate::sync::lock;
 use crate::{PoolConfig, SlotPool};
 
 crate::debug_category!(CAT, "fhpacketsrc", "Firehose packet source base class");
 
-/// The base's properties, as set.
-#[derive(Clone, Copy, Debug)]
+/// The base's properties, as set (`stats` follows them).
+#[derive(Clone, Debug)]
 struct Settings {
+    /// The subclass's `batch-size` spec.
+    batch: BatchSize,
     batch_size: u32,
+    output: OutputSettings,
     pool: PoolSettings,
     stats_interval: StatsInterval,
+}
+
+crate::property_group! {
+    Settings as s {
+        batch_size => live::batch_size(s.batch.blurb, s.batch.max, s.batch.default);
+        group output;
+        group pool;
+        group stats_interval;
+    }
+}
+
+impl Settings {
+    fn new(batch: BatchSize, pool: &'static PoolProps) -> Self {
+        Self {
+            batch,
+            batch_size: batch.default,
+            output: OutputSettings::default(),
+            pool: PoolSettings::new(pool),
+            stats_interval: StatsInterval::default(),
+        }
+    }
 }
 
 /// What `create` reads once per batch, under one lock: set at start, the pool
@@ -71,11 +98,7 @@ impl ObjectSubclass for PacketSrc {
     fn with_class(klass: &Class) -> Self {
         let m = klass.methods.expect("an instance is of a subclass");
         Self {
-            settings: Mutex::new(Settings {
-                batch_size: m.batch_size.default,
-                pool: PoolSettings::new(m.pool),
-                stats_interval: StatsInterval::default(),
-            }),
+            settings: Mutex::new(Settings::new(m.batch_size, m.pool)),
             output: PacketOutput::default(),
             readable: ReadableOutput::default(),
             live: LiveControl::default(),
@@ -92,17 +115,15 @@ impl ObjectSubclass for PacketSrc {
 
 impl PacketSrc {
     /// The properties the base installs on a subclass's class (`super` explains why
-    /// there): `batch-size`, the output ones, the pool ones, `stats` and
-    /// `stats-interval`.
+    /// there): `batch-size`, the output ones, the pool ones, `stats-interval`, then
+    /// `stats`.
     pub(super) fn param_specs(
-        batch: &BatchSize,
-        pool: &PoolProps,
+        batch: BatchSize,
+        pool: &'static PoolProps,
         stats_description: &str,
     ) -> Vec<glib::ParamSpec> {
-        let mut v = vec![live::batch_size(batch.blurb, batch.max, batch.default)];
-        v.extend(PacketOutput::param_specs());
-        v.extend(pool.param_specs());
-        v.extend(stats::properties(stats_description));
+        let mut v = Settings::new(batch, pool).spec_vec();
+        v.push(stats::stats_spec(stats_description));
         v
     }
 
@@ -113,40 +134,36 @@ impl PacketSrc {
         class.methods.expect("an instance is of a subclass")
     }
 
-    /// Sets one of the base's properties (the subclass's class routes them here).
-    pub(super) fn set_base_property(&self, value: &glib::Value, pspec: &glib::ParamSpec) {
-        if self.output.set(value, pspec) {
-            return;
-        }
+    /// Sets the base's property at `index` among them (the subclass's class routes
+    /// them here).
+    pub(super) fn set_base_property(
+        &self,
+        index: usize,
+        value: &glib::Value,
+        pspec: &glib::ParamSpec,
+    ) {
         let mut s = lock(&self.settings);
-        if s.pool.set(value, pspec) {
+        if !s.set(index, value, pspec) {
+            drop(s);
+            crate::property::no_such_property(self.obj().upcast_ref(), pspec);
             return;
         }
-        match pspec.name() {
-            "batch-size" => s.batch_size = value.get().expect("type checked upstream"),
-            "stats-interval" => s.stats_interval.0 = value.get().expect("type checked upstream"),
-            other => gst::error!(CAT, imp = self, "no setter for property {other}"),
-        }
+        self.output.apply(&s.output);
     }
 
-    /// The value of one of the base's properties.
-    pub(super) fn base_property(&self, pspec: &glib::ParamSpec) -> glib::Value {
-        if let Some(v) = self.output.get(pspec) {
-            return v;
+    /// The value of the base's property at `index` among them.
+    pub(super) fn base_property(&self, index: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        let mut s = lock(&self.settings).clone();
+        if index == s.count() {
+            return self.stats().to_value();
         }
-        let s = *lock(&self.settings);
-        match pspec.name() {
-            "batch-size" => s.batch_size.to_value(),
-            "stats-interval" => s.stats_interval.0.to_value(),
-            "stats" => self.stats().to_value(),
-            _ => {
-                let slot = (self.class().slot_bytes)(&self.obj(), s.batch_size);
-                s.pool.get(pspec, slot).unwrap_or_else(|| {
-                    gst::error!(CAT, imp = self, "no getter for property {}", pspec.name());
-                    pspec.default_value().clone()
-                })
-            }
-        }
+        // The pool's size in bytes and as a count convert with the slot size its other
+        // settings give now.
+        s.pool.sizing.slot_bytes = (self.class().slot_bytes)(&self.obj(), s.batch_size);
+        s.get(index, pspec).unwrap_or_else(|| {
+            crate::property::no_such_property(self.obj().upcast_ref(), pspec);
+            pspec.default_value().clone()
+        })
     }
 
     pub(super) fn pool_settings(&self) -> PoolSettings {
@@ -163,7 +180,7 @@ impl PacketSrc {
         &self,
         waker: std::sync::Arc<crate::wake::Waker>,
     ) -> Result<Box<dyn crate::transport::InPlaceTransport>, gst::ErrorMessage> {
-        let s = *lock(&self.settings);
+        let s = lock(&self.settings).clone();
         let open = Open {
             batch_size: s.batch_size,
             pool: s.pool,
@@ -283,7 +300,7 @@ impl ElementImpl for PacketSrc {
 
 impl BaseSrcImpl for PacketSrc {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
-        let s = *lock(&self.settings);
+        let s = lock(&self.settings).clone();
         let class = self.class();
         // Before `open`, which may install a waker in it.
         self.live.start();

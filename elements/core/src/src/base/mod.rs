@@ -307,7 +307,7 @@ unsafe impl<T: PacketSrcImpl> IsSubclassable<T> for PacketSrc {
             ReceiveInto::Device { .. } => "bytes-copied, bytes-uncopied, memory-copied-into",
         };
         let stats = format!("{}, {appended}", T::stats_description());
-        let specs = imp::PacketSrc::param_specs(&T::BATCH_SIZE, T::POOL, &stats);
+        let specs = imp::PacketSrc::param_specs(T::BATCH_SIZE, T::POOL, &stats);
         // The subclass's own properties were installed with ids 1..=n by glib's
         // class_init (chained above); the base's follow.
         let first = <T as ObjectImpl>::properties().len() as u32 + 1;
@@ -381,7 +381,8 @@ unsafe extern "C" fn set_property<T: PacketSrcImpl>(
         )
     };
     let src = obj.downcast_ref::<PacketSrc>().expect("a PacketSrc");
-    src.imp().set_base_property(value, &pspec);
+    src.imp()
+        .set_base_property((id - class.first_base_id) as usize, value, &pspec);
 }
 
 /// `GObjectClass::get_property` of a PacketSrc subclass, as [`set_property`].
@@ -404,7 +405,9 @@ unsafe extern "C" fn get_property<T: PacketSrcImpl>(
         let obj = glib::Object::from_glib_borrow(obj);
         let pspec = glib::ParamSpec::from_glib_borrow(pspec);
         let src = obj.downcast_ref::<PacketSrc>().expect("a PacketSrc");
-        let v = src.imp().base_property(&pspec);
+        let v = src
+            .imp()
+            .base_property((id - class.first_base_id) as usize, &pspec);
         glib::gobject_ffi::g_value_copy(v.to_glib_none().0, value);
     }
 }
