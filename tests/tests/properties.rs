@@ -6,80 +6,23 @@
 //! a base class's) lands every id on its own field. A property routed to the wrong
 //! field, or to none, reads back something else and fails here.
 
+use firehose_core::property;
 use gst::glib;
 use gst::prelude::*;
 
-/// String properties parsed when set, and a valid value other than the default.
+/// String properties parsed when set, and a valid value other than the default (a bad
+/// one is kept aside for the start error, and the property reads what is in force).
 const PARSED: &[(&str, &str)] = &[("rate", "max")];
 
-/// A value of `p`'s type other than its default, or `None` for types this does not
-/// vary (boxed caps and structures).
+/// A value of `p`'s type other than its default ([`property::other_value`], or a valid
+/// one for a parsed string), or `None` for types it does not vary (boxed caps and
+/// structures).
 fn other_value(p: &glib::ParamSpec) -> Option<glib::Value> {
-    let d = p.default_value();
-    if let Some(p) = p.downcast_ref::<glib::ParamSpecBoolean>() {
-        return Some((!p.default_value()).to_value());
+    let string = p.downcast_ref::<glib::ParamSpecString>().is_some();
+    match PARSED.iter().find(|(name, _)| string && *name == p.name()) {
+        Some((_, v)) => Some(v.to_value()),
+        None => property::other_value(p),
     }
-    if let Some(p) = p.downcast_ref::<glib::ParamSpecUInt>() {
-        let v = if p.default_value() < p.maximum() {
-            p.default_value() + 1
-        } else {
-            p.default_value() - 1
-        };
-        return Some(v.to_value());
-    }
-    if let Some(p) = p.downcast_ref::<glib::ParamSpecInt>() {
-        let v = if p.default_value() < p.maximum() {
-            p.default_value() + 1
-        } else {
-            p.default_value() - 1
-        };
-        return Some(v.to_value());
-    }
-    if let Some(p) = p.downcast_ref::<glib::ParamSpecUInt64>() {
-        let v = if p.default_value() < p.maximum() {
-            p.default_value() + 1
-        } else {
-            p.default_value() - 1
-        };
-        return Some(v.to_value());
-    }
-    if let Some(p) = p.downcast_ref::<glib::ParamSpecInt64>() {
-        let v = if p.default_value() < p.maximum() {
-            p.default_value() + 1
-        } else {
-            p.default_value() - 1
-        };
-        return Some(v.to_value());
-    }
-    if let Some(p) = p.downcast_ref::<glib::ParamSpecDouble>() {
-        let v = if p.default_value() < p.maximum() {
-            (p.default_value() + 1.0).min(p.maximum())
-        } else {
-            p.minimum()
-        };
-        return Some(v.to_value());
-    }
-    if p.downcast_ref::<glib::ParamSpecString>().is_some() {
-        // Strings an element parses when set take a value of their grammar (a bad one
-        // is kept aside for the start error, and the property reads what is in force).
-        let parsed = PARSED.iter().find(|(name, _)| *name == p.name());
-        return Some(
-            parsed
-                .map_or("firehose-property-test", |(_, v)| v)
-                .to_value(),
-        );
-    }
-    if p.value_type().is_a(glib::Type::ENUM) {
-        let class = glib::EnumClass::with_type(p.value_type()).unwrap();
-        let default = class.value_by_nick(d.serialize().unwrap_or_default().as_ref());
-        let other = class
-            .values()
-            .iter()
-            .find(|v| Some(v.value()) != default.map(|d| d.value()))
-            .map(|v| v.nick().to_string())?;
-        return glib::Value::deserialize(&other, p.value_type()).ok();
-    }
-    None
 }
 
 #[test]

@@ -134,41 +134,41 @@ impl Convert<u32> for AsI32 {
     }
 }
 
-/// An optional string where the empty string means unset, as leaving the property
-/// alone does.
+/// A string where NULL or a blank one (empty, or only spaces) sets the spec's default:
+/// unset (`None`) for an optional one whose spec has none, "" for a `String` field
+/// whose spec has none. What a user who clears a property expects, and what an unset
+/// property reads back as.
 #[derive(Debug)]
-pub struct NonEmpty;
+pub struct OrDefault;
 
-impl Convert<Option<String>> for NonEmpty {
-    fn set(field: &mut Option<String>, value: &glib::Value, _: &glib::ParamSpec) {
-        *field = value
+impl OrDefault {
+    /// The value set, or the spec's default when it is NULL or blank.
+    fn of(value: &glib::Value, pspec: &glib::ParamSpec) -> Option<String> {
+        value
             .get::<Option<String>>()
             .expect("GObject checks the type first")
-            .filter(|s| !s.is_empty());
+            .filter(|s| !s.trim().is_empty())
+            .or_else(|| {
+                pspec
+                    .downcast_ref::<glib::ParamSpecString>()
+                    .and_then(|p| p.default_value())
+                    .map(Into::into)
+            })
+    }
+}
+
+impl Convert<Option<String>> for OrDefault {
+    fn set(field: &mut Option<String>, value: &glib::Value, pspec: &glib::ParamSpec) {
+        *field = Self::of(value, pspec);
     }
     fn get(field: &Option<String>, _: &glib::ParamSpec) -> glib::Value {
         field.to_value()
     }
 }
 
-/// A string that is never unset: NULL (or empty) sets the spec's default.
-#[derive(Debug)]
-pub struct OrDefault;
-
 impl Convert<String> for OrDefault {
     fn set(field: &mut String, value: &glib::Value, pspec: &glib::ParamSpec) {
-        let default = || {
-            pspec
-                .downcast_ref::<glib::ParamSpecString>()
-                .and_then(|p| p.default_value())
-                .unwrap_or_default()
-                .to_string()
-        };
-        *field = value
-            .get::<Option<String>>()
-            .expect("GObject checks the type first")
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(default);
+        *field = Self::of(value, pspec).unwrap_or_default();
     }
     fn get(field: &String, _: &glib::ParamSpec) -> glib::Value {
         field.to_value()
@@ -368,7 +368,7 @@ macro_rules! settings_properties {
 /// description). Each entry ends with `;` and is one of:
 ///
 /// - `field => spec;` — a property whose value is the field's own type ([`Plain`]);
-/// - `field: Conv => spec;` — converted by `Conv` ([`Convert`]: [`AsI32`], [`NonEmpty`],
+/// - `field: Conv => spec;` — converted by `Conv` ([`Convert`]: [`AsI32`], [`OrDefault`],
 ///   [`OrDefault`], or the element's own);
 /// - `deprecated("new-name") field[: Conv] => spec;` — an old name kept as an alias:
 ///   sets the same field and warns once ([`warn_deprecated`]);
@@ -549,8 +549,10 @@ macro_rules! __property_conv {
 /// A test of a group: sets each property but the deprecated aliases (blurb
 /// "Deprecated: …", which set another's field and are tested on their own) to a value
 /// other than its default, taken from its spec, and checks that it reads back the
-/// same; then that nothing answers past the group's end. Panics naming the property
-/// that failed. For the unit tests of the crates that declare groups.
+/// same (all set first, then all read, so one that writes another's field fails
+/// too); then that nothing answers past the group's end. Panics naming the property
+/// that failed; returns the names in order. For the unit tests of the crates that
+/// declare groups.
 ///
 /// ```should_panic
 /// use firehose_core::property::{assert_round_trips, Convert};
@@ -576,21 +578,29 @@ macro_rules! __property_conv {
 /// }
 /// assert_round_trips(&mut G::default());
 /// ```
-pub fn assert_round_trips(group: &mut impl PropertyGroup) {
+pub fn assert_round_trips(group: &mut impl PropertyGroup) -> Vec<String> {
     // Enum specs need their GTypes registered; init is idempotent.
     gst::init().expect("GStreamer initialises");
     let specs = group.spec_vec();
     assert_eq!(specs.len(), group.count(), "count() and specs() disagree");
-    for (i, p) in specs.iter().enumerate() {
-        let alias = p.blurb().is_some_and(|b| b.starts_with("Deprecated"));
-        if alias || !p.flags().contains(glib::ParamFlags::WRITABLE) {
-            continue;
-        }
-        let v = other_value(p)
-            .unwrap_or_else(|| panic!("{}: no test value for a {}", p.name(), p.value_type()));
-        assert!(group.set(i, &v, p), "{}: not set", p.name());
+    let is_alias = |p: &glib::ParamSpec| p.blurb().is_some_and(|b| b.starts_with("Deprecated"));
+    let values: Vec<_> = specs
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| !is_alias(p) && p.flags().contains(glib::ParamFlags::WRITABLE))
+        .map(|(i, p)| {
+            let v = other_value(p)
+                .unwrap_or_else(|| panic!("{}: no test value for a {}", p.name(), p.value_type()));
+            (i, p, v)
+        })
+        .collect();
+    // All set before any is read: a property that writes another's field fails too.
+    for (i, p, v) in &values {
+        assert!(group.set(*i, v, p), "{}: not set", p.name());
+    }
+    for (i, p, v) in &values {
         let got = group
-            .get(i, p)
+            .get(*i, p)
             .unwrap_or_else(|| panic!("{}: no value", p.name()));
         assert_eq!(
             got.serialize().ok(),
@@ -607,11 +617,13 @@ pub fn assert_round_trips(group: &mut impl PropertyGroup) {
         );
         assert!(group.get(n, last).is_none(), "a value past the end");
     }
+    specs.iter().map(|p| p.name().to_string()).collect()
 }
 
 /// A valid value of `p`'s type that is not its default (`None` for types this does
-/// not know).
-fn other_value(p: &glib::ParamSpec) -> Option<glib::Value> {
+/// not know, such as boxed caps): what [`assert_round_trips`] and the every-element
+/// property test set.
+pub fn other_value(p: &glib::ParamSpec) -> Option<glib::Value> {
     macro_rules! step {
         ($t:ty) => {
             if let Some(p) = p.downcast_ref::<$t>() {
@@ -624,6 +636,17 @@ fn other_value(p: &glib::ParamSpec) -> Option<glib::Value> {
     step!(glib::ParamSpecInt);
     step!(glib::ParamSpecUInt64);
     step!(glib::ParamSpecInt64);
+    if let Some(p) = p.downcast_ref::<glib::ParamSpecDouble>() {
+        let d = p.default_value();
+        return Some(
+            if d < p.maximum() {
+                (d + 1.0).min(p.maximum())
+            } else {
+                p.minimum()
+            }
+            .to_value(),
+        );
+    }
     if let Some(p) = p.downcast_ref::<glib::ParamSpecBoolean>() {
         return Some((!p.default_value()).to_value());
     }
@@ -652,7 +675,7 @@ mod tests {
     crate::property_group! {
         Inner as _s {
             size => glib::ParamSpecUInt::builder("size").build();
-            name: NonEmpty => glib::ParamSpecString::builder("name").build();
+            name: OrDefault => glib::ParamSpecString::builder("name").build();
         }
     }
 
@@ -718,5 +741,21 @@ mod tests {
         assert!(o.set_named("old-port", &7148i32.to_value()));
         assert_eq!(o.port, 7148);
         assert_eq!(o.get_named("port").unwrap().get::<i32>().unwrap(), 7148);
+    }
+
+    #[test]
+    fn a_string_field_gets_the_default_or_nothing() {
+        gst::init().unwrap();
+        let with = glib::ParamSpecString::builder("p")
+            .default_value(Some("0"))
+            .build();
+        let without = glib::ParamSpecString::builder("q").build();
+        let mut s = String::from("x");
+        <OrDefault as Convert<String>>::set(&mut s, &"".to_value(), &with);
+        assert_eq!(s, "0");
+        <OrDefault as Convert<String>>::set(&mut s, &None::<String>.to_value(), &without);
+        assert_eq!(s, "");
+        <OrDefault as Convert<String>>::set(&mut s, &"eth1".to_value(), &without);
+        assert_eq!(s, "eth1");
     }
 }

@@ -3,7 +3,7 @@
 //! Each element gives only its examples ([`EalProps`]): the source's and the sink's
 //! blurbs name the devices of a loopback test, one end each.
 
-use firehose_core::src::BlankIsDefault;
+use firehose_core::property::OrDefault;
 use gst::glib;
 use gst::prelude::*;
 
@@ -59,8 +59,8 @@ pub struct EalSettings {
 
 firehose_core::property_group! {
     EalSettings as s {
-        eal_args: BlankIsDefault => s.props.eal_args_spec();
-        dpdk_port: BlankIsDefault => s.props.dpdk_port_spec();
+        eal_args: OrDefault => s.props.eal_args_spec();
+        dpdk_port: OrDefault => s.props.dpdk_port_spec();
     }
 }
 

@@ -5,7 +5,7 @@
 //! opening the socket they describe with its errors and warnings phrased for the user.
 //! A property group ([`firehose_core::property_group!`]) that the sources contain.
 
-use firehose_core::property::{AsI32, Convert, NonEmpty, OrDefault};
+use firehose_core::property::{AsI32, Convert, OrDefault};
 use gst::glib;
 use gst::prelude::*;
 
@@ -98,12 +98,12 @@ firehose_core::property_group! {
             .default_value(DEFAULT_PORT as i32)
             .mutable_ready()
             .build();
-        multicast_iface: NonEmpty => glib::ParamSpecString::builder("multicast-iface")
+        multicast_iface: OrDefault => glib::ParamSpecString::builder("multicast-iface")
             .nick("Multicast interface")
             .blurb("Network interface on which to join the multicast group")
             .mutable_ready()
             .build();
-        multicast_source: NonEmpty => glib::ParamSpecString::builder("multicast-source")
+        multicast_source: OrDefault => glib::ParamSpecString::builder("multicast-source")
             .nick("Multicast sources")
             .blurb("Comma-separated source addresses for source-specific multicast (SSM)")
             .mutable_ready()

@@ -9,7 +9,6 @@
 
 use std::sync::Arc;
 
-use firehose_core::property::Convert;
 use firehose_core::src::{PacketSrc, PacketSrcExt};
 use firehose_core::transport::InPlaceTransport;
 use firehose_core::wake::Waker;
@@ -32,24 +31,6 @@ pub fn property() -> glib::ParamSpec {
         )
         .mutable_ready()
         .build()
-}
-
-/// The setting behind the property: the description, `None` when unset (an empty or
-/// blank string is unset). A settings field `transport: Option<String>` declares it as
-/// `transport: transport_input::Desc => transport_input::property();`.
-#[derive(Debug)]
-pub struct Desc;
-
-impl Convert<Option<String>> for Desc {
-    fn set(field: &mut Option<String>, value: &glib::Value, _: &glib::ParamSpec) {
-        *field = value
-            .get::<Option<String>>()
-            .expect("GObject checks the type first")
-            .filter(|d| !d.trim().is_empty());
-    }
-    fn get(field: &Option<String>, _: &glib::ParamSpec) -> glib::Value {
-        field.to_value()
-    }
 }
 
 /// A transport opened for an engine.

@@ -23,8 +23,6 @@ pub mod coalesced;
 pub mod depay;
 pub mod descriptor;
 pub mod descset;
-#[cfg(test)]
-mod group_tests;
 pub mod heap;
 mod heapout;
 pub mod hostile;

@@ -37,9 +37,7 @@ pub use base::{
 pub use control::LiveControl;
 pub use counters::{append_pool, append_slot_pool};
 pub use dry::DryWarning;
-pub use nic_props::{
-    BlankIsDefault, FilterProps, FilterSettings, OldSlotName, SlotProps, SlotSize,
-};
+pub use nic_props::{FilterProps, FilterSettings, OldSlotName, SlotProps, SlotSize};
 pub use output::{OutputSettings, PacketOutput};
 pub use pool_props::{CountAlias, PoolProps, PoolSettings, PoolSize};
 

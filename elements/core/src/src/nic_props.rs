@@ -16,48 +16,7 @@
 use gst::glib;
 use gst::prelude::*;
 
-use crate::property::{AsI32, Convert};
-
-/// A string property where NULL or a blank string (empty, or only spaces) means the
-/// spec's default: NULL for an optional one (`Option<String>`), "" for a `String`
-/// field whose spec has none. What a user who clears a property expects, and what an
-/// unset property reads back as.
-#[derive(Debug)]
-pub struct BlankIsDefault;
-
-impl BlankIsDefault {
-    /// The value set, or the spec's default when it is NULL or blank.
-    fn of(value: &glib::Value, pspec: &glib::ParamSpec) -> Option<String> {
-        value
-            .get::<Option<String>>()
-            .expect("GObject checks the type first")
-            .filter(|s| !s.trim().is_empty())
-            .or_else(|| {
-                pspec
-                    .downcast_ref::<glib::ParamSpecString>()
-                    .and_then(|p| p.default_value())
-                    .map(Into::into)
-            })
-    }
-}
-
-impl Convert<Option<String>> for BlankIsDefault {
-    fn set(field: &mut Option<String>, value: &glib::Value, pspec: &glib::ParamSpec) {
-        *field = Self::of(value, pspec);
-    }
-    fn get(field: &Option<String>, _: &glib::ParamSpec) -> glib::Value {
-        field.to_value()
-    }
-}
-
-impl Convert<String> for BlankIsDefault {
-    fn set(field: &mut String, value: &glib::Value, pspec: &glib::ParamSpec) {
-        *field = Self::of(value, pspec).unwrap_or_default();
-    }
-    fn get(field: &String, _: &glib::ParamSpec) -> glib::Value {
-        field.to_value()
-    }
-}
+use crate::property::{AsI32, OrDefault};
 
 /// How an element describes its receive filter: the specs' words, range and defaults.
 #[derive(Clone, Copy, Debug)]
@@ -111,7 +70,7 @@ pub struct FilterSettings {
 crate::property_group! {
     FilterSettings as s {
         port: AsI32 => s.props.port_spec();
-        address: BlankIsDefault => s.props.address_spec();
+        address: OrDefault => s.props.address_spec();
     }
 }
 
@@ -280,22 +239,6 @@ mod tests {
         let port = f.find("port").unwrap().1;
         let port = port.downcast_ref::<glib::ParamSpecInt>().unwrap();
         assert_eq!((port.minimum(), port.maximum()), (0, 65535));
-    }
-
-    #[test]
-    fn a_string_field_gets_the_default_or_nothing() {
-        gst::init().unwrap();
-        let with = glib::ParamSpecString::builder("p")
-            .default_value(Some("0"))
-            .build();
-        let without = glib::ParamSpecString::builder("q").build();
-        let mut s = String::from("x");
-        <BlankIsDefault as Convert<String>>::set(&mut s, &"".to_value(), &with);
-        assert_eq!(s, "0");
-        <BlankIsDefault as Convert<String>>::set(&mut s, &None::<String>.to_value(), &without);
-        assert_eq!(s, "");
-        <BlankIsDefault as Convert<String>>::set(&mut s, &"eth1".to_value(), &without);
-        assert_eq!(s, "eth1");
     }
 
     #[test]

@@ -263,17 +263,12 @@ crate::property_group! {
     }
 }
 
-#[derive(Debug, Default)]
-struct Settings {
-    output: Output,
-    caps: Option<gst::Caps>,
-}
-
 /// The `output`, `caps` and `retrieve-sender-address` properties of a packet source,
 /// what it negotiated, and the senders of its datagrams.
 #[derive(Debug)]
 pub struct PacketOutput {
-    settings: Mutex<Settings>,
+    /// As last applied (`retrieve_sender_address` is read from `senders_on`).
+    settings: Mutex<OutputSettings>,
     /// Negotiated: one buffer per datagram in a list (else one batch buffer).
     list: AtomicBool,
     /// `retrieve-sender-address`: a `GstNetAddressMeta` on each datagram's buffer.
@@ -300,9 +295,7 @@ impl PacketOutput {
     pub fn apply(&self, s: &OutputSettings) {
         self.senders_on
             .store(s.retrieve_sender_address, Ordering::Relaxed);
-        let mut own = lock(&self.settings);
-        own.output = s.output;
-        own.caps = s.caps.clone();
+        *lock(&self.settings) = s.clone();
     }
 
     /// The caps of datagrams pushed one per buffer.

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use firehose_core::element::ElementStats;
 use firehose_core::pace::{Interrupt, Pacer};
+use firehose_core::property::OrDefault;
 use firehose_core::property::SettingsElement;
-use firehose_core::src::BlankIsDefault;
 use firehose_core::stats::{self, names, Counter, StatsInterval, StatsTimer};
 use firehose_core::sync::lock;
 use firehose_core::PacketBatchMeta;
@@ -65,7 +65,7 @@ pub struct Settings {
 firehose_core::property_group! {
     Settings as _s {
         group eal;
-        host: BlankIsDefault => glib::ParamSpecString::builder("host")
+        host: OrDefault => glib::ParamSpecString::builder("host")
             .nick("Host")
             .blurb("Destination IPv4 address (required)")
             .mutable_ready()
@@ -78,7 +78,7 @@ firehose_core::property_group! {
             .default_value(DEFAULT_PORT)
             .mutable_ready()
             .build();
-        dst_mac: BlankIsDefault => glib::ParamSpecString::builder("dst-mac")
+        dst_mac: OrDefault => glib::ParamSpecString::builder("dst-mac")
             .nick("Destination MAC")
             .blurb(
                 "MAC address of host or of the next hop (required for unicast: DPDK \
@@ -86,7 +86,7 @@ firehose_core::property_group! {
             )
             .mutable_ready()
             .build();
-        src_ip: BlankIsDefault => glib::ParamSpecString::builder("src-ip")
+        src_ip: OrDefault => glib::ParamSpecString::builder("src-ip")
             .nick("Source IP")
             .blurb("Source IPv4 address (required)")
             .mutable_ready()
@@ -99,7 +99,7 @@ firehose_core::property_group! {
             .default_value(0)
             .mutable_ready()
             .build();
-        src_mac: BlankIsDefault => glib::ParamSpecString::builder("src-mac")
+        src_mac: OrDefault => glib::ParamSpecString::builder("src-mac")
             .nick("Source MAC")
             .blurb("Source MAC address (unset = the port's own)")
             .mutable_ready()

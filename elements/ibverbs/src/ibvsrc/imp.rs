@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use firehose_core::property::NonEmpty;
+use firehose_core::property::OrDefault;
 use firehose_core::ring::SharedRing;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{
@@ -90,12 +90,12 @@ struct Settings {
 firehose_core::property_group! {
     Settings as _s {
         group filter;
-        interface: NonEmpty => glib::ParamSpecString::builder("interface")
+        interface: OrDefault => glib::ParamSpecString::builder("interface")
             .nick("Interface")
             .blurb("Network interface (its MAC and RDMA device; multicast is joined on it)")
             .mutable_ready()
             .build();
-        device: NonEmpty => glib::ParamSpecString::builder("device")
+        device: OrDefault => glib::ParamSpecString::builder("device")
             .nick("Device")
             .blurb("RDMA device (e.g. mlx5_0; empty = the first, see ibv_devices)")
             .mutable_ready()

@@ -62,7 +62,7 @@ impl Default for Settings {
 
 firehose_core::property_group! {
     Settings as _s {
-        transport: crate::transport_input::Desc => crate::transport_input::property();
+        transport: firehose_core::property::OrDefault => crate::transport_input::property();
         group socket;
         batch_size => live::batch_size(
             "Most messages received by one recvmmsg (at most 256 KiB of them); with GRO each message carries up to 64 KiB of datagrams; a transport has its own",

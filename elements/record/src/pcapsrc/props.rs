@@ -1,7 +1,7 @@
 //! The properties of `fhpcapsrc` (all read at start, READY → PAUSED), declared once.
 //! The base appends `batch-size`, the output, pool and stats ones after these.
 
-use firehose_core::property::{Convert, NonEmpty};
+use firehose_core::property::{Convert, OrDefault};
 use gst::glib;
 use gst::prelude::*;
 
@@ -80,7 +80,7 @@ impl Default for Settings {
 
 firehose_core::property_group! {
     Settings as _s {
-        location: NonEmpty => glib::ParamSpecString::builder("location")
+        location: OrDefault => glib::ParamSpecString::builder("location")
             .nick("Location")
             .blurb("The pcap or pcapng file to replay")
             .mutable_ready()
@@ -91,7 +91,7 @@ firehose_core::property_group! {
             .maximum(65535)
             .mutable_ready()
             .build();
-        address: NonEmpty => glib::ParamSpecString::builder("address")
+        address: OrDefault => glib::ParamSpecString::builder("address")
             .nick("Address")
             .blurb("Only datagrams to this destination address (empty = any)")
             .mutable_ready()

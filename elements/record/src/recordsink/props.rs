@@ -1,6 +1,6 @@
 //! The properties of `fhrecordsink` (all read at start, READY → PAUSED), declared once.
 
-use firehose_core::property::NonEmpty;
+use firehose_core::property::OrDefault;
 use firehose_core::props::{self, Memory, WhenFull};
 use firehose_core::stats::StatsInterval;
 use gst::glib;
@@ -72,7 +72,7 @@ impl Default for Settings {
 
 firehose_core::property_group! {
     Settings as _s {
-        location: NonEmpty => glib::ParamSpecString::builder("location")
+        location: OrDefault => glib::ParamSpecString::builder("location")
             .nick("Location")
             .blurb("File name template: %d (e.g. %05d) is the file number, strftime's %Y %y %m %H %M %S %j %s %F %T the time the file opens; required")
             .mutable_ready()
@@ -90,7 +90,7 @@ firehose_core::property_group! {
             .default_value(DEFAULT_SNAPLEN)
             .mutable_ready()
             .build();
-        destination: NonEmpty => glib::ParamSpecString::builder("destination")
+        destination: OrDefault => glib::ParamSpecString::builder("destination")
             .nick("Destination")
             .blurb("address:port written as the destination of datagrams whose source did not say where each was sent (default: the upstream source's address and port, else 127.0.0.1:7148)")
             .mutable_ready()
@@ -170,7 +170,7 @@ firehose_core::property_group! {
             .build();
         memory => props::memory_spec("staging blocks");
         deprecated("memory") memory: props::HugepagesAlias => props::hugepages_spec();
-        stats_source: NonEmpty => glib::ParamSpecString::builder("stats-source")
+        stats_source: OrDefault => glib::ParamSpecString::builder("stats-source")
             .nick("Statistics source")
             .blurb("Element whose drops-kernel/drops-pool go into pcapng interface statistics (default: the nearest upstream Firehose element)")
             .mutable_ready()

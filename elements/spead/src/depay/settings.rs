@@ -284,13 +284,13 @@ pub(super) fn stats_description() -> String {
 mod tests {
     use super::*;
     use crate::chunk::SpeadChunkConfig;
-    use crate::group_tests::check_group;
+    use firehose_core::property::assert_round_trips;
     use firehose_core::property::PropertyGroup;
     use firehose_core::props::Hugepages;
 
     #[test]
     fn every_heap_property_round_trips() {
-        let names = check_group(&mut HeapSettings::default());
+        let names = assert_round_trips(&mut HeapSettings::default());
         assert_eq!(names.first().map(String::as_str), Some("max-heaps"));
         assert!(names.iter().any(|n| n == "hugepages"));
         assert!(!names.iter().any(|n| n == "mode" || n == "stats-interval"));
@@ -299,7 +299,7 @@ mod tests {
     #[test]
     fn every_property_round_trips_and_the_geometry_is_the_shared_one() {
         let mut s = Settings::default();
-        let names = check_group(&mut s);
+        let names = assert_round_trips(&mut s);
         for name in [
             "heaps-per-chunk",
             "heap-size",
@@ -323,7 +323,7 @@ mod tests {
         }
         let blurb = s.find("heap-size").unwrap().1.blurb().unwrap().to_string();
         assert!(blurb.starts_with("mode=chunks: "), "{blurb}");
-        // The values check_group set reach the engine's configuration.
+        // The values assert_round_trips set reach the engine's configuration.
         let cfg = s.chunk_config();
         let g = s.geometry;
         assert_eq!(

@@ -373,13 +373,13 @@ pub(super) fn parse_immediates(s: &str) -> Result<Vec<Immediate>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::group_tests::check_group;
+    use firehose_core::property::assert_round_trips;
     use firehose_core::property::PropertyGroup;
     use firehose_core::props::Hugepages;
 
     #[test]
     fn every_property_round_trips() {
-        let names = check_group(&mut Settings::default());
+        let names = assert_round_trips(&mut Settings::default());
         assert_eq!(names.first().map(String::as_str), Some("flavour"));
         assert!(names.iter().any(|n| n == "stats-interval"));
     }

@@ -58,7 +58,7 @@ impl Default for Settings {
 
 firehose_core::property_group! {
     Settings as _s {
-        transport: transport_input::Desc => transport_input::property();
+        transport: firehose_core::property::OrDefault => transport_input::property();
         group socket;
         batch_size => live::batch_size(
             "Most datagrams received by one recvmmsg (at most 256 KiB of them); a transport has its own",
@@ -325,7 +325,7 @@ mod tests {
 
     #[test]
     fn every_setting_round_trips() {
-        let names = crate::group_tests::check_group(&mut Settings::default());
+        let names = firehose_core::property::assert_round_trips(&mut Settings::default());
         assert_eq!(names.first().map(String::as_str), Some("transport"));
         let at = |n: &str| names.iter().position(|m| m == n).unwrap();
         assert!(at("port") < at("batch-size") && at("batch-size") < at("max-heaps"));

@@ -7,7 +7,7 @@
 use std::sync::Mutex;
 
 use firehose_core::batch::batch_buffer_with_dests;
-use firehose_core::property::NonEmpty;
+use firehose_core::property::OrDefault;
 use firehose_core::ring::{lend_batch, SharedRing};
 use firehose_core::src::prelude::*;
 use firehose_core::src::{
@@ -92,7 +92,7 @@ struct Settings {
 
 firehose_core::property_group! {
     Settings as _s {
-        interface: NonEmpty => glib::ParamSpecString::builder("interface")
+        interface: OrDefault => glib::ParamSpecString::builder("interface")
             .nick("Interface")
             .blurb("Network interface to capture on (required)")
             .mutable_ready()
@@ -104,7 +104,7 @@ firehose_core::property_group! {
             .mutable_ready()
             .build();
         group filter;
-        extra_ports: NonEmpty => glib::ParamSpecString::builder("extra-ports")
+        extra_ports: OrDefault => glib::ParamSpecString::builder("extra-ports")
             .nick("Extra ports")
             .blurb("More UDP destination ports to capture, comma-separated")
             .mutable_ready()
