@@ -23,6 +23,9 @@
 //!         lens.extend(datagram.chunks(4).map(|c| c.len() as u32));
 //!         Ok(())
 //!     }
+//!     fn why(&self, rest: &[u8]) -> String {
+//!         format!("{} byte(s) left", rest.len()) // never asked: fours never stop short
+//!     }
 //! }
 //!
 //! static FOURS: Fours = Fours;
@@ -39,15 +42,14 @@ use std::fmt;
 use std::sync::{PoisonError, RwLock};
 
 /// Where a cut stopped short: `packets` whole packets, then bytes from offset `at` on
-/// that are not one, for the reason `why`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// that are not one ([`DatagramSplitter::why`] says why). Plain numbers, so that a
+/// flood of damaged records costs no allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Partial {
     /// Whole packets cut out before `at` (at least one).
     pub packets: usize,
     /// Where the bytes that do not parse start.
     pub at: usize,
-    /// Why they do not parse, in words (the protocol's decode error).
-    pub why: String,
 }
 
 /// Cuts a datagram into the packets it holds, by the packets' own lengths.
@@ -61,6 +63,11 @@ pub trait DatagramSplitter: Send + Sync {
     /// one, is one piece. `Err` when the cut stopped short: `lens` then holds the whole
     /// packets and, last, the rest of the datagram as one more piece.
     fn split(&self, datagram: &[u8], lens: &mut Vec<u32>) -> Result<(), Partial>;
+
+    /// Why `rest` (a datagram's bytes from a [`Partial`]'s `at` on) is not a packet, in
+    /// words (the protocol's decode error). Asked only to report one, so the cut
+    /// itself allocates nothing.
+    fn why(&self, rest: &[u8]) -> String;
 }
 
 impl fmt::Debug for dyn DatagramSplitter {
@@ -125,11 +132,7 @@ mod tests {
                     }
                     let packets = lens.len();
                     lens.push((d.len() - at) as u32);
-                    return Err(Partial {
-                        packets,
-                        at,
-                        why: format!("length {n}"),
-                    });
+                    return Err(Partial { packets, at });
                 }
                 lens.push(n as u32);
                 at += n;
@@ -138,6 +141,9 @@ mod tests {
                 lens.push(d.len() as u32);
             }
             Ok(())
+        }
+        fn why(&self, rest: &[u8]) -> String {
+            format!("length {}", rest[0])
         }
     }
 
@@ -153,7 +159,11 @@ mod tests {
         s.split(&[2, 0, 3, 0, 0], &mut lens).unwrap();
         assert_eq!(lens, [2, 3], "cleared first, then each piece");
         let e = s.split(&[2, 0, 0, 9], &mut lens).unwrap_err();
-        assert_eq!((e.packets, e.at, e.why.as_str()), (1, 2, "length 0"));
+        let d = [2, 0, 0, 9];
+        assert_eq!(
+            (e.packets, e.at, s.why(&d[e.at..]).as_str()),
+            (1, 2, "length 0")
+        );
         assert_eq!(lens, [2, 2], "the rest is one more piece");
         assert!(names().contains(&"test-lp"));
         assert!(format!("{s:?}").contains("length-prefixed"));

@@ -60,6 +60,9 @@ fn split_spead_without_its_splitter_fails_at_start_naming_the_registered_ones() 
             lens.push(d.len() as u32);
             Ok(())
         }
+        fn why(&self, _: &[u8]) -> String {
+            "never stops short".into()
+        }
     }
     static WHOLE: Whole = Whole;
     firehose_core::split::register("test-whole", &WHOLE);

@@ -94,11 +94,16 @@ impl firehose_core::split::DatagramSplitter for SpeadSplitter {
     ) -> Result<(), firehose_core::split::Partial> {
         match split(datagram, lens) {
             Split::Single | Split::Packets(_) => Ok(()),
-            Split::Partial { packets, at, error } => Err(firehose_core::split::Partial {
-                packets,
-                at,
-                why: error.to_string(),
-            }),
+            Split::Partial { packets, at, .. } => {
+                Err(firehose_core::split::Partial { packets, at })
+            }
+        }
+    }
+
+    fn why(&self, rest: &[u8]) -> String {
+        match Packet::parse_prefix(rest) {
+            Err(error) => error.to_string(),
+            Ok(_) => "a whole packet".into(),
         }
     }
 }
@@ -225,7 +230,8 @@ mod tests {
         d[at] = 0;
         let e = SPLITTER.split(&d, &mut lens).unwrap_err();
         assert_eq!((e.packets, e.at), (2, at));
-        assert!(e.why.contains("magic"), "{}", e.why);
+        let why = SPLITTER.why(&d[e.at..]);
+        assert!(why.contains("magic"), "{}", why);
         assert_eq!(SPLITTER.packet(), "SPEAD");
     }
 }

@@ -163,7 +163,8 @@ impl PcapSrc {
                     }
                 }
             }
-            let unsplit = state.splitter.cut(&data[fill..fill + d.len]);
+            let record = fill..fill + d.len;
+            let unsplit = state.splitter.cut(&data[record.clone()]);
             let pieces = state.splitter.pieces();
             if !packets.is_empty() && packets.len() + pieces.len() > batch {
                 // A record's packets stay together: this one starts the next batch.
@@ -187,8 +188,9 @@ impl PcapSrc {
                     .is_none_or(|t| now.duration_since(t) >= UNSPLIT_WARN_EVERY)
                 {
                     state.unsplit_warned = Some(now);
+                    let what = state.splitter.describe(&u, &data[record]);
                     state.warning = Some(format!(
-                        "{u}: its first {} packet(s) were replayed one by one, the rest as \
+                        "{what}: its first {} packet(s) were replayed one by one, the rest as \
                          one datagram ({} such records so far, records-unsplit). The capture \
                          holds coalesced (GSO) sends with damage inside; set split=none to \
                          replay records whole",

@@ -201,30 +201,16 @@ pub struct Splitter {
     counts: SplitCounts,
 }
 
-/// A record that could not be cut into packets all the way: why.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A record that could not be cut into packets all the way: where it stopped
+/// ([`Splitter::describe`] says why, when that is reported).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Unsplit {
-    /// What the packets are ([`DatagramSplitter::packet`]).
-    pub packet: String,
     /// Whole packets cut out before the bad bytes.
     pub packets: usize,
     /// Offset of the bytes that do not parse.
     pub at: usize,
     /// The datagram's length.
     pub len: usize,
-    /// Why they do not parse.
-    pub why: String,
-}
-
-impl std::fmt::Display for Unsplit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "a record of {} bytes holds {} {} packet(s), then bytes at offset {} that \
-             are not a {} packet ({})",
-            self.len, self.packets, self.packet, self.at, self.packet, self.why
-        )
-    }
 }
 
 impl Splitter {
@@ -253,12 +239,24 @@ impl Splitter {
             return None;
         };
         by.split(datagram, &mut self.lens).err().map(|p| Unsplit {
-            packet: by.packet().to_owned(),
             packets: p.packets,
             at: p.at,
             len: datagram.len(),
-            why: p.why,
         })
+    }
+
+    /// What `u`, from [`Splitter::cut`] of `datagram`, means in words: decoded again
+    /// only when it is reported (rate-limited), so damaged records cost no allocation.
+    pub fn describe(&self, u: &Unsplit, datagram: &[u8]) -> String {
+        let (packet, why) = match self.by {
+            Some(by) => (by.packet(), by.why(&datagram[u.at.min(datagram.len())..])),
+            None => ("", String::new()),
+        };
+        format!(
+            "a record of {} bytes holds {} {packet} packet(s), then bytes at offset {} that \
+             are not a {packet} packet ({why})",
+            u.len, u.packets, u.at
+        )
     }
 
     /// The piece lengths of the last [`Splitter::cut`].
@@ -309,7 +307,7 @@ mod tests {
         bad[84] = 0;
         let u = s.cut(&bad).unwrap();
         assert_eq!((u.packets, u.at, u.len), (2, 84, 126));
-        let text = u.to_string();
+        let text = s.describe(&u, &bad);
         assert!(
             text.contains("offset 84") && text.contains("2 SPEAD packet(s)"),
             "{text}"
