@@ -38,7 +38,8 @@ import gi
 gi.require_version("Gst", "1.0")
 from gi.repository import Gst  # noqa: E402
 
-META = "FirehoseCudaMeta"
+from custom_meta import reads_meta  # noqa: E402
+
 DEFAULT = (
     "fhtestsrc num-packets=4096 packet-size=8000 "
     "! identity name=tap signal-handoffs=true "
@@ -47,12 +48,9 @@ DEFAULT = (
 )
 
 
-def device_view(buf):
-    """The device meta of `buf` as a dict, or None."""
-    meta = buf.get_custom_meta(META)
-    if meta is None:
-        return None
-    s = meta.get_structure()
+@reads_meta("FirehoseCudaMeta")
+def device_view(s):
+    """The device meta of a buffer as a dict, or None."""
     view = {
         "ptr": s.get_uint64("device-ptr")[1],
         "size": s.get_uint64("size")[1],

@@ -22,12 +22,8 @@ It prints one line per message and exits non-zero if none arrived.
 
 import sys
 
-import gi
+from custom_meta import print_each, reads_meta
 
-gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
-
-META = "FirehoseMessageMeta"
 DEFAULT = (
     "fhtestsrc rate=0 packet-size=1024 num-packets=4096 "
     "! fhdepay handler=seq handler-config=\"seq,offset=8,width=8,payload-offset=16\" "
@@ -36,12 +32,9 @@ DEFAULT = (
 )
 
 
-def message_of(buf):
-    """The message meta of `buf` as a dict, or None if it has none."""
-    meta = buf.get_custom_meta(META)
-    if meta is None:
-        return None
-    s = meta.get_structure()
+@reads_meta("FirehoseMessageMeta")
+def message_of(s):
+    """The message meta of a buffer as a dict, or None if it has none."""
     return {
         "id": s.get_uint64("id")[1],
         "complete": s.get_boolean("complete")[1],
@@ -50,28 +43,17 @@ def message_of(buf):
     }
 
 
+def describe(buf):
+    """One line saying what the buffer's message meta says, or None."""
+    m = message_of(buf)
+    if m is None:
+        return None
+    return (f"message {m['id']}: complete={m['complete']} "
+            f"{m['bytes-received']} of {m['bytes-expected'] or '?'} bytes")
+
+
 def main():
-    Gst.init(None)
-    pipeline = Gst.parse_launch(sys.argv[1] if len(sys.argv) > 1 else DEFAULT)
-    sink = pipeline.get_by_name("sink")
-    pipeline.set_state(Gst.State.PLAYING)
-    seen = 0
-    while True:
-        sample = sink.emit("try-pull-sample", 10 * Gst.SECOND)
-        if sample is None:
-            break
-        m = message_of(sample.get_buffer())
-        if m is None:
-            print("a buffer without a message meta", file=sys.stderr)
-            return 1
-        seen += 1
-        print(f"message {m['id']}: complete={m['complete']} "
-              f"{m['bytes-received']} of {m['bytes-expected'] or '?'} bytes")
-    pipeline.set_state(Gst.State.NULL)
-    if seen == 0:
-        print("no message arrived", file=sys.stderr)
-        return 1
-    return 0
+    return print_each(DEFAULT, describe, "a message meta")
 
 
 if __name__ == "__main__":

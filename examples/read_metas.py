@@ -40,7 +40,9 @@ import numpy as np
 
 gi.require_version("Gst", "1.0")
 gi.require_version("GstNet", "1.0")
-from gi.repository import Gst, GstNet  # noqa: E402
+from gi.repository import Gst, GstNet  # noqa: E402,F401 (Gst: for importers)
+
+from custom_meta import print_each, reads_meta  # noqa: E402
 
 DEFAULT = (
     "fhtestsrc rate=0 packet-size=1024 num-packets=256 batch-size=64 "
@@ -55,12 +57,9 @@ def array(s, field, dtype):
     return np.frombuffer(data, dtype=dtype)
 
 
-def batch_of(buf):
+@reads_meta("FirehoseBatchMeta")
+def batch_of(s):
     """The datagrams of a batch buffer as numpy arrays, or None without the meta."""
-    meta = buf.get_custom_meta("FirehoseBatchMeta")
-    if meta is None:
-        return None
-    s = meta.get_structure()
     return {
         "packets": s.get_value("packets"),
         "offsets": array(s, "offsets", "=u4"),
@@ -93,12 +92,9 @@ def sender_of(buf):
     return ipaddress.ip_address(a.get_address().to_string()), a.get_port()
 
 
-def heap_of(buf):
+@reads_meta("FirehoseHeapMeta")
+def heap_of(s):
     """The items, descriptors and completeness of a SPEAD heap buffer, or None."""
-    meta = buf.get_custom_meta("FirehoseHeapMeta")
-    if meta is None:
-        return None
-    s = meta.get_structure()
     caps = s.get_value("descriptors")
     descriptors = []
     for i in range(caps.get_size()):
@@ -128,12 +124,9 @@ def heap_of(buf):
     }
 
 
-def chunk_of(buf):
+@reads_meta("FirehoseChunkInfoMeta")
+def chunk_of(s):
     """Which slots of a chunk buffer hold data, and how many bytes, or None."""
-    meta = buf.get_custom_meta("FirehoseChunkInfoMeta")
-    if meta is None:
-        return None
-    s = meta.get_structure()
     slots = s.get_value("slots")
     pps = s.get_value("packets-per-slot")
     return {
@@ -188,26 +181,7 @@ def describe(buf):
 
 
 def main():
-    Gst.init(None)
-    pipeline = Gst.parse_launch(sys.argv[1] if len(sys.argv) > 1 else DEFAULT)
-    sink = pipeline.get_by_name("sink")
-    pipeline.set_state(Gst.State.PLAYING)
-    seen = 0
-    while True:
-        sample = sink.emit("try-pull-sample", 10 * Gst.SECOND)
-        if sample is None:
-            break
-        line = describe(sample.get_buffer())
-        if line is None:
-            print("a buffer without a readable Firehose meta", file=sys.stderr)
-            return 1
-        seen += 1
-        print(line)
-    pipeline.set_state(Gst.State.NULL)
-    if seen == 0:
-        print("no buffer arrived", file=sys.stderr)
-        return 1
-    return 0
+    return print_each(DEFAULT, describe, "a readable Firehose meta")
 
 
 if __name__ == "__main__":

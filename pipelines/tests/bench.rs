@@ -8,67 +8,29 @@ mod common;
 
 use std::time::Duration;
 
-use common::{run, temp_path};
-
-/// The cells of the report's step rows (`| run | payload | receiver | …`).
-fn step_rows(report: &str) -> Vec<Vec<String>> {
-    report
-        .lines()
-        .filter(|l| l.starts_with("| 1 | "))
-        .map(|l| l.split('|').map(|c| c.trim().to_string()).collect())
-        .collect()
-}
+use common::{
+    assert_contains_all, quick_one_core_report, run_code, table_rows, temp_path, usage_errors,
+};
 
 #[test]
 fn quick_bench_produces_a_table() {
     let md = temp_path("bench.md");
-    let out = run(
+    let report = quick_one_core_report("udp", &md, Duration::from_secs(180), "");
+    assert_contains_all(
+        &report,
         &[
-            "bench",
-            "udp",
-            "--quick",
-            "--cpu-limit",
-            "1",
-            "--out",
-            md.to_str().unwrap(),
+            "gso=false",
+            "| CPU vs udpsrc | CPU vs floor | lossless Gb/s per budget core |",
+            "| datagrams per receive | throttled periods % |",
         ],
-        Duration::from_secs(180),
-    );
-    assert_eq!(out.code, Some(0), "{}", out.all());
-    let report = std::fs::read_to_string(&md).expect("--out file written");
-    assert!(
-        out.stdout.contains(report.trim()),
-        "stdout and --out differ\n{}",
-        out.all()
-    );
-    assert!(report.contains("- command: `"), "{report}");
-    assert!(
-        report.contains("bench udp --quick --cpu-limit 1 --out"),
-        "{report}"
-    );
-    assert!(
-        report.contains("plain sender: one datagram per send"),
-        "{report}"
-    );
-    assert!(report.contains("gso=false"), "{report}");
-    assert!(
-        report.contains("- CPU budget: 1 of one core per receiver process"),
-        "{report}"
-    );
-    assert!(
-        report.contains("| CPU vs udpsrc | CPU vs floor | lossless Gb/s per budget core |"),
-        "{report}"
     );
     for size in ["8972 B", "1472 B"] {
         for receiver in ["floor", "udpsrc", "fhudpsrc"] {
-            assert!(
-                report.contains(&format!("| {size} | {receiver} |")),
-                "{size} {receiver}\n{report}"
-            );
+            assert_contains_all(&report, &[&format!("| {size} | {receiver} |")]);
         }
     }
     // 2 sizes × 2 rates × 3 receivers.
-    let rows = step_rows(&report);
+    let rows = table_rows(&report, "| 1 | ");
     assert_eq!(rows.len(), 12, "{report}");
     // At the lowest quick rate (0.5 Gb/s of 1472 B) every receiver keeps up on any
     // machine that runs this suite: it must receive nearly all that was offered.
@@ -98,10 +60,6 @@ fn quick_bench_produces_a_table() {
         let throttled: f64 = r[13].parse().unwrap();
         assert!((0.0..=100.0).contains(&throttled), "{r:?}");
     }
-    assert!(
-        report.contains("| datagrams per receive | throttled periods % |"),
-        "{report}"
-    );
     // The charts: one per size, next to the report, linked from it.
     for size in [8972, 1472] {
         let svg = md.with_file_name(format!(
@@ -110,17 +68,9 @@ fn quick_bench_produces_a_table() {
         ));
         let text = std::fs::read_to_string(&svg).expect("chart written");
         assert!(text.trim_start().starts_with("<svg"), "{}", svg.display());
-        assert!(
-            text.contains("fhudpsrc") && text.contains("floor"),
-            "{text}"
-        );
-        assert!(
-            report.contains(&format!(
-                "]({})",
-                svg.file_name().unwrap().to_string_lossy()
-            )),
-            "{report}"
-        );
+        assert_contains_all(&text, &["fhudpsrc", "floor"]);
+        let link = format!("]({})", svg.file_name().unwrap().to_string_lossy());
+        assert_contains_all(&report, &[&link]);
         let _ = std::fs::remove_file(&svg);
     }
     let _ = std::fs::remove_file(&md);
@@ -128,51 +78,31 @@ fn quick_bench_produces_a_table() {
 
 #[test]
 fn bench_usage_errors() {
-    let out = run(&["bench"], Duration::from_secs(30));
-    assert_eq!(out.code, Some(2), "{}", out.all());
-    let out = run(&["bench", "tcp"], Duration::from_secs(30));
-    assert_eq!(out.code, Some(2), "{}", out.all());
-    assert!(out.stderr.contains("'tcp'"), "{}", out.all());
-    let out = run(
-        &["bench", "udp", "--sizes", "99999"],
-        Duration::from_secs(30),
-    );
-    assert_eq!(out.code, Some(2), "{}", out.all());
-    assert!(out.stderr.contains("65507"), "{}", out.all());
-    let out = run(
-        &["bench", "udp", "--cpu-limit", "lots"],
-        Duration::from_secs(30),
-    );
-    assert_eq!(out.code, Some(2), "{}", out.all());
-    assert!(out.stderr.contains("number of cores"), "{}", out.all());
-    // A SPEAD receiver is not a UDP benchmark's.
-    let out = run(
-        &["bench", "udp", "--receivers", "spead2"],
-        Duration::from_secs(30),
-    );
-    assert_eq!(out.code, Some(2), "{}", out.all());
-    assert!(out.stderr.contains("bench spead"), "{}", out.all());
+    usage_errors(&[
+        (&["bench"], &[]),
+        (&["bench", "tcp"], &["'tcp'"]),
+        (&["bench", "udp", "--sizes", "99999"], &["65507"]),
+        (
+            &["bench", "udp", "--cpu-limit", "lots"],
+            &["number of cores"],
+        ),
+        // A SPEAD receiver is not a UDP benchmark's.
+        (&["bench", "udp", "--receivers", "spead2"], &["bench spead"]),
+    ]);
 }
 
 #[test]
 fn bench_help_describes_every_benchmark() {
-    let out = run(&["bench", "--help"], Duration::from_secs(30));
-    assert_eq!(out.code, Some(0), "{}", out.all());
-    for kind in ["udp", "spead", "bypass", "record"] {
-        assert!(out.stdout.contains(kind), "{kind}\n{}", out.all());
-    }
+    let t = Duration::from_secs(30);
+    run_code(&["bench", "--help"], t, 0).assert_stdout(&["udp", "spead", "bypass", "record"]);
     for kind in ["udp", "spead", "bypass"] {
-        let out = run(&["bench", kind, "--help"], Duration::from_secs(30));
-        assert_eq!(out.code, Some(0), "{}", out.all());
-        for option in ["--gso", "--repeat", "--plot", "--receivers", "--cpu-limit"] {
-            assert!(
-                out.stdout.contains(option),
-                "{kind} {option}\n{}",
-                out.all()
-            );
-        }
+        run_code(&["bench", kind, "--help"], t, 0).assert_stdout(&[
+            "--gso",
+            "--repeat",
+            "--plot",
+            "--receivers",
+            "--cpu-limit",
+        ]);
     }
-    let out = run(&["bench", "record", "--help"], Duration::from_secs(30));
-    assert_eq!(out.code, Some(0), "{}", out.all());
-    assert!(out.stdout.contains("--block-size"), "{}", out.all());
+    run_code(&["bench", "record", "--help"], t, 0).assert_stdout(&["--block-size"]);
 }

@@ -9,13 +9,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::{run, temp_path};
+use common::{assert_contains_all, run_report, table_rows, temp_path};
 use firehose_spead::hostile::Class;
 
 #[test]
 fn every_legitimate_heap_survives_every_class_of_bad_packet() {
-    let md = temp_path("benchhostile.md");
-    let out = run(
+    let (_, report) = run_report(
         &[
             "bench",
             "hostile",
@@ -27,22 +26,17 @@ fn every_legitimate_heap_survives_every_class_of_bad_packet() {
             "200M",
             "--rss-bound",
             "64",
-            "--out",
-            md.to_str().unwrap(),
         ],
+        &temp_path("benchhostile.md"),
         Duration::from_secs(120),
+        "",
     );
-    assert_eq!(out.code, Some(0), "{}", out.all());
-    let report = std::fs::read_to_string(&md).expect("--out file written");
     for receiver in ["spead-src", "speaddepay", "direct"] {
-        assert!(report.contains(&format!("### {receiver}\n")), "{report}");
+        assert_contains_all(&report, &[&format!("### {receiver}\n")]);
     }
     for class in Class::ALL {
         // One row per receiver and class.
-        let rows = report
-            .lines()
-            .filter(|l| l.starts_with(&format!("| {} |", class.name())))
-            .count();
-        assert_eq!(rows, 3, "{}: {report}", class.name());
+        let rows = table_rows(&report, &format!("| {} |", class.name()));
+        assert_eq!(rows.len(), 3, "{}: {report}", class.name());
     }
 }

@@ -7,14 +7,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::{run, temp_path};
+use common::{assert_contains_all, run_code, run_report, temp_path, usage_errors};
 
 #[test]
 fn quick_record_bench_produces_a_table() {
     let dir = temp_path("bench-record");
     std::fs::create_dir_all(&dir).unwrap();
     let md = dir.join("report.md");
-    let out = run(
+    let (_, report) = run_report(
         &[
             "bench",
             "record",
@@ -23,22 +23,22 @@ fn quick_record_bench_produces_a_table() {
             "64M",
             "--dir",
             dir.to_str().unwrap(),
-            "--out",
-            md.to_str().unwrap(),
         ],
+        &md,
         Duration::from_secs(300),
+        "(fio missing? apt-get install -y fio, or scripts/setup)",
     );
-    assert_eq!(
-        out.code,
-        Some(0),
-        "(fio missing? apt-get install -y fio, or scripts/setup)\n{}",
-        out.all()
+    assert_contains_all(
+        &report,
+        &[
+            "- command: `",
+            "bench record --quick",
+            "--ioengine=libaio --iodepth=4",
+            "**--quick: not a disk measurement.**",
+            "format=raw: ",
+            "target ≥ 0.95×: not judged",
+        ],
     );
-    let report = std::fs::read_to_string(&md).expect("--out file written");
-    assert!(out.stdout.contains(report.trim()), "{}", out.all());
-    assert!(report.contains("- command: `"), "{report}");
-    assert!(report.contains("bench record --quick"), "{report}");
-    assert!(report.contains("--ioengine=libaio --iodepth=4"), "{report}");
     for writer in [
         "fio libaio",
         "fio libaio --refill_buffers",
@@ -60,14 +60,6 @@ fn quick_record_bench_produces_a_table() {
             "vs fio: {row}"
         );
     }
-    assert!(
-        report.contains("**--quick: not a disk measurement.**"),
-        "{report}"
-    );
-    assert!(
-        report.contains("format=raw: ") && report.contains("target ≥ 0.95×: not judged"),
-        "{report}"
-    );
     // The chart of the writers' GB/s sits beside the report and is linked from it.
     let svg = std::fs::read_dir(&dir)
         .unwrap()
@@ -75,14 +67,9 @@ fn quick_record_bench_produces_a_table() {
         .find(|p| p.extension().is_some_and(|x| x == "svg"))
         .expect("chart written beside the report");
     let chart = std::fs::read_to_string(&svg).unwrap();
-    assert!(chart.contains("fhrecordsink format=raw") && chart.contains("GB/s"));
-    assert!(
-        report.contains(&format!(
-            "]({})",
-            svg.file_name().unwrap().to_string_lossy()
-        )),
-        "{report}"
-    );
+    assert_contains_all(&chart, &["fhrecordsink format=raw", "GB/s"]);
+    let link = format!("]({})", svg.file_name().unwrap().to_string_lossy());
+    assert_contains_all(&report, &[&link]);
     // Every file the bench wrote is gone: only the report and its chart are left.
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
     assert_eq!(left.len(), 2, "{left:?}");
@@ -93,7 +80,7 @@ fn quick_record_bench_produces_a_table() {
 fn writers_chooses_the_rows_and_their_turns() {
     let dir = temp_path("bench-record-writers");
     std::fs::create_dir_all(&dir).unwrap();
-    let out = run(
+    let out = run_code(
         &[
             "bench",
             "record",
@@ -106,8 +93,8 @@ fn writers_chooses_the_rows_and_their_turns() {
             dir.to_str().unwrap(),
         ],
         Duration::from_secs(300),
+        0,
     );
-    assert_eq!(out.code, Some(0), "{}", out.all());
     let rows: Vec<&str> = out
         .stdout
         .lines()
@@ -128,12 +115,9 @@ fn writers_chooses_the_rows_and_their_turns() {
     let pcap = out.stderr.find("round 1: fhrecordsink format=pcap");
     let fio = out.stderr.find("round 1: fio libaio");
     assert!(pcap.is_some() && pcap < fio, "{}", out.all());
-    assert!(
-        out.stdout
-            .contains("fhrecordsink format=pcap against fhrecordsink format=raw in the same round"),
-        "{}",
-        out.all()
-    );
+    out.assert_stdout(&[
+        "fhrecordsink format=pcap against fhrecordsink format=raw in the same round",
+    ]);
     assert_eq!(
         std::fs::read_dir(&dir).unwrap().count(),
         0,
@@ -144,25 +128,15 @@ fn writers_chooses_the_rows_and_their_turns() {
 
 #[test]
 fn record_bench_usage_errors() {
-    let out = run(
-        &["bench", "record", "--block-size", "1000"],
-        Duration::from_secs(30),
-    );
-    assert_eq!(out.code, Some(2), "{}", out.all());
-    assert!(out.stderr.contains("multiple of 4096"), "{}", out.all());
-    let out = run(
-        &["bench", "record", "--frobnicate"],
-        Duration::from_secs(30),
-    );
-    assert_eq!(out.code, Some(2), "{}", out.all());
-    let out = run(
-        &["bench", "record", "--writers", "fio,tape"],
-        Duration::from_secs(30),
-    );
-    assert_eq!(out.code, Some(2), "{}", out.all());
-    assert!(
-        out.stderr.contains("unknown writer 'tape'"),
-        "{}",
-        out.all()
-    );
+    usage_errors(&[
+        (
+            &["bench", "record", "--block-size", "1000"],
+            &["multiple of 4096"],
+        ),
+        (&["bench", "record", "--frobnicate"], &[]),
+        (
+            &["bench", "record", "--writers", "fio,tape"],
+            &["unknown writer 'tape'"],
+        ),
+    ]);
 }

@@ -8,52 +8,22 @@ mod common;
 
 use std::time::Duration;
 
-use common::{run, temp_path};
+use common::{
+    assert_contains_all, quick_one_core_report, run_code, run_report, table_rows, temp_path,
+    usage_errors,
+};
 
 #[test]
 fn quick_spead_bench_produces_a_table() {
     let md = temp_path("benchspead.md");
-    let out = run(
-        &[
-            "bench",
-            "spead",
-            "--quick",
-            "--cpu-limit",
-            "1",
-            "--out",
-            md.to_str().unwrap(),
-        ],
+    let report = quick_one_core_report(
+        "spead",
+        &md,
         Duration::from_secs(300),
-    );
-    assert_eq!(
-        out.code,
-        Some(0),
-        "{}\n(the spead2 receiver needs <repo>/.venv: python3 -m venv .venv && \
+        "(the spead2 receiver needs <repo>/.venv: python3 -m venv .venv && \
          .venv/bin/pip install spead2==4.5.1 numpy)",
-        out.all()
     );
-    let report = std::fs::read_to_string(&md).expect("--out file written");
-    assert!(
-        out.stdout.contains(report.trim()),
-        "stdout and --out differ\n{}",
-        out.all()
-    );
-    assert!(
-        report.contains("bench spead --quick --cpu-limit 1 --out"),
-        "{report}"
-    );
-    assert!(
-        report.contains("- CPU budget: 1 of one core per receiver process"),
-        "{report}"
-    );
-    assert!(
-        report.contains("plain sender: one datagram per send"),
-        "{report}"
-    );
-    assert!(
-        report.contains("| CPU vs spead2 | CPU vs floor |"),
-        "{report}"
-    );
+    assert_contains_all(&report, &["| CPU vs spead2 | CPU vs floor |"]);
     // floor, spead2 and speaddepay always; the others whenever this build has their
     // element (fhspeadsrc, fhdepay, fhudpchunksrc) — otherwise the report says it left
     // them out.
@@ -65,19 +35,12 @@ fn quick_spead_bench_produces_a_table() {
             receivers.push(rx);
         }
     }
-    let rows: Vec<Vec<String>> = report
-        .lines()
-        .filter(|l| l.starts_with("| 1 | "))
-        .map(|l| l.split('|').map(|c| c.trim().to_string()).collect())
-        .collect();
+    let rows = table_rows(&report, "| 1 | ");
     // 2 sizes × 2 rates × receivers.
     assert_eq!(rows.len(), 4 * receivers.len(), "{report}");
     for size in ["8972 B", "1472 B"] {
         for rx in &receivers {
-            assert!(
-                report.contains(&format!("| {size} | {rx} | ")),
-                "{size} {rx}\n{report}"
-            );
+            assert_contains_all(&report, &[&format!("| {size} | {rx} | ")]);
         }
     }
     // At the lowest quick rate (1 Gb/s of 8972-byte packets, 0.5 Gb/s of 1472-byte
@@ -97,29 +60,19 @@ fn quick_spead_bench_produces_a_table() {
 
 #[test]
 fn spead_bench_usage_errors() {
-    let out = run(
-        &["bench", "spead", "--receivers", "nobody"],
-        Duration::from_secs(30),
-    );
-    assert_eq!(out.code, Some(2), "{}", out.all());
-    assert!(
-        out.stderr.contains("possible values") && out.stderr.contains("speaddepay"),
-        "{}",
-        out.all()
-    );
-    let out = run(
-        &["bench", "spead", "--sizes", "32"],
-        Duration::from_secs(30),
-    );
-    assert_eq!(out.code, Some(2), "{}", out.all());
-    let out = run(
-        &["bench", "spead", "--cpu-limit", "0"],
-        Duration::from_secs(30),
-    );
-    assert_eq!(out.code, Some(2), "{}", out.all());
-    assert!(out.stderr.contains("number of cores"), "{}", out.all());
+    usage_errors(&[
+        (
+            &["bench", "spead", "--receivers", "nobody"],
+            &["possible values", "speaddepay"],
+        ),
+        (&["bench", "spead", "--sizes", "32"], &[]),
+        (
+            &["bench", "spead", "--cpu-limit", "0"],
+            &["number of cores"],
+        ),
+    ]);
     // A Python without spead2 is a clear failure, with the command that fixes it.
-    let out = run(
+    let out = run_code(
         &[
             "bench",
             "spead",
@@ -130,13 +83,9 @@ fn spead_bench_usage_errors() {
             "/nonexistent/python3",
         ],
         Duration::from_secs(60),
+        1,
     );
-    assert_eq!(out.code, Some(1), "{}", out.all());
-    assert!(
-        out.all().contains("pip install spead2==4.5.1"),
-        "{}",
-        out.all()
-    );
+    assert_contains_all(&out.all(), &["pip install spead2==4.5.1"]);
 }
 
 /// The bypass receivers beside the kernel ones: over a veth pair from a private network
@@ -145,7 +94,7 @@ fn spead_bench_usage_errors() {
 #[test]
 fn veth_link_runs_the_bypass_receivers() {
     let md = temp_path("benchspead-veth.md");
-    let out = run(
+    let (_, report) = run_report(
         &[
             "bench",
             "spead",
@@ -156,20 +105,13 @@ fn veth_link_runs_the_bypass_receivers() {
             "0.3G",
             "--receivers",
             "floor,speaddepay,xdp-speaddepay,xdp-chunk",
-            "--out",
-            md.to_str().unwrap(),
         ],
+        &md,
         Duration::from_secs(180),
+        "",
     );
-    assert_eq!(out.code, Some(0), "{}", out.all());
-    let report = std::fs::read_to_string(&md).expect("--out file written");
-    assert!(report.contains("a veth pair ("), "{report}");
-    assert!(report.contains("| host CPU s/GB |"), "{report}");
-    let rows: Vec<Vec<String>> = report
-        .lines()
-        .filter(|l| l.starts_with("| 1 | 1472 B | "))
-        .map(|l| l.split('|').map(|c| c.trim().to_string()).collect())
-        .collect();
+    assert_contains_all(&report, &["a veth pair (", "| host CPU s/GB |"]);
+    let rows = table_rows(&report, "| 1 | 1472 B | ");
     assert_eq!(rows.len(), 4, "{report}");
     for row in &rows {
         let loss: f64 = row[7].parse().unwrap();

@@ -8,7 +8,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{spawn, temp_path};
+use common::{run_code, spawn, temp_path};
 use firehose_metrics::http::get;
 
 /// The address `firehose` printed in "metrics at http://ADDR/metrics".
@@ -52,6 +52,24 @@ fn query_value(json: &str) -> Option<f64> {
     let v = &json[json.find("\"value\":[")? + 9..];
     let v = &v[v.find(",\"")? + 2..];
     v[..v.find('"')?].parse().ok()
+}
+
+/// The JSON body of Prometheus' HTTP API at `path`.
+fn api(web: SocketAddr, path: &str) -> String {
+    get(web, path, "application/json").unwrap().1
+}
+
+/// What `probe` gives once it succeeds, tried every 200 ms; past `within`, panics with
+/// what its last try said.
+fn poll<T>(within: Duration, mut probe: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        match probe() {
+            Ok(v) => return v,
+            Err(last) => assert!(Instant::now() < deadline, "{last}"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 #[test]
@@ -117,19 +135,12 @@ fn prometheus_scrapes_a_live_pipeline() {
         .expect("prometheus: install the Debian package `prometheus`");
     let _prometheus = KillOnDrop(prometheus);
     let query = "/api/v1/query?query=firehose_packets_total%7Belement%3D%22src%22%2Cjob%3D%22firehose%22%7D";
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let seen = loop {
-        if let Ok((_, json)) = get(web, query, "application/json") {
-            if let Some(v) = query_value(&json) {
-                break v;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "prometheus never saw the counter"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let seen = poll(Duration::from_secs(20), || {
+        get(web, query, "application/json")
+            .ok()
+            .and_then(|(_, json)| query_value(&json))
+            .ok_or_else(|| "prometheus never saw the counter".to_string())
+    });
     let (_, now) = get(addr, "/metrics", "text/plain").unwrap();
     let latest = value(&now, "firehose_packets_total", "src").unwrap();
     assert!(
@@ -137,38 +148,25 @@ fn prometheus_scrapes_a_live_pipeline() {
         "prometheus saw {seen}, now {latest}"
     );
     // The gauge kept its type through OpenMetrics (no _total), and the target is healthy.
-    let (_, json) = get(
-        web,
-        "/api/v1/query?query=firehose_pool_in_use",
-        "application/json",
-    )
-    .unwrap();
+    let json = api(web, "/api/v1/query?query=firehose_pool_in_use");
     assert!(json.contains("\"element\":\"src\""), "{json}");
     // Metadata keyed by the OpenMetrics family name (no _total) shows Prometheus read the
     // OpenMetrics exposition, and read it as a counter.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_, meta) = get(
-            web,
-            "/api/v1/metadata?metric=firehose_packets",
-            "application/json",
-        )
-        .unwrap();
+    poll(Duration::from_secs(10), || {
+        let meta = api(web, "/api/v1/metadata?metric=firehose_packets");
         if meta.contains("\"type\":\"counter\"") {
-            break;
+            Ok(())
+        } else {
+            Err(format!("no counter metadata: {meta}"))
         }
-        assert!(Instant::now() < deadline, "no counter metadata: {meta}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    });
     // The info sample (OpenMetrics type info) carries the pool's memory as a label.
-    let (_, json) = get(
+    let json = api(
         web,
         "/api/v1/query?query=firehose_element_info%7Belement%3D%22src%22%7D",
-        "application/json",
-    )
-    .unwrap();
+    );
     assert!(json.contains("\"memory\":\""), "{json}");
-    let (_, targets) = get(web, "/api/v1/targets", "application/json").unwrap();
+    let targets = api(web, "/api/v1/targets");
     assert!(targets.contains("\"health\":\"up\""), "{targets}");
 
     fh.signal(libc::SIGINT);
@@ -181,29 +179,16 @@ fn prometheus_scrapes_a_live_pipeline() {
 fn a_taken_port_is_a_clear_error() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port().to_string();
-    let out = common::run(
-        &[
+    for (at, needles) in [
+        (port.as_str(), &["cannot serve metrics on 127.0.0.1:"][..]),
+        ("nowhere", &[]),
+    ] {
+        let args = [
             "launch",
             "--metrics",
-            &port,
+            at,
             "fakesrc num-buffers=1 ! fakesink",
-        ],
-        Duration::from_secs(10),
-    );
-    assert_eq!(out.code, Some(2), "{}", out.all());
-    assert!(
-        out.stderr.contains("cannot serve metrics on 127.0.0.1:"),
-        "{}",
-        out.all()
-    );
-    let out = common::run(
-        &[
-            "launch",
-            "--metrics",
-            "nowhere",
-            "fakesrc num-buffers=1 ! fakesink",
-        ],
-        Duration::from_secs(10),
-    );
-    assert_eq!(out.code, Some(2), "{}", out.all());
+        ];
+        run_code(&args, Duration::from_secs(10), 2).assert_stderr(needles);
+    }
 }

@@ -5,20 +5,28 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{run, spawn, temp_path};
+use common::{run, spawn, temp_path, Output};
 use firehose_record::format::pcap::{pcap_file_header, pcap_record_header, LINKTYPE_ETHERNET};
 
 const T: Duration = Duration::from_secs(60);
 
-fn fresh_dir(name: &str) -> std::path::PathBuf {
+fn fresh_dir(name: &str) -> PathBuf {
     let d = temp_path(name);
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// `firehose record ARGS… PATH`.
+fn record(args: &[&str], path: &Path) -> Output {
+    let mut all = vec!["record"];
+    all.extend(args);
+    all.push(path.to_str().unwrap());
+    run(&all, T)
 }
 
 /// Packets tcpdump reads from `path`, and whether it read the file without complaint.
@@ -35,9 +43,12 @@ fn tcpdump(path: &Path) -> (usize, bool, String) {
     )
 }
 
-/// Records test packets to `path` in `format` with `firehose launch` and kills it with
-/// SIGKILL once the file holds five blocks.
-fn record_and_kill(path: &Path, format: &str) {
+/// In a fresh directory `name`, records test packets to `file` in `format` with
+/// `firehose launch` and kills it with SIGKILL once the file holds five blocks; returns
+/// the directory, the recording and what `record check` says of it.
+fn killed_recording(name: &str, file: &str, format: &str) -> (PathBuf, PathBuf, Output) {
+    let dir = fresh_dir(name);
+    let path = dir.join(file);
     let rec = spawn(&[
         "launch",
         "-q",
@@ -46,9 +57,11 @@ fn record_and_kill(path: &Path, format: &str) {
             path.display()
         ),
     ]);
-    wait_for_size(path, 5 * 65536);
+    wait_for_size(&path, 5 * 65536);
     rec.signal(libc::SIGKILL);
     rec.finish(T);
+    let check = record(&["check"], &path);
+    (dir, path, check)
 }
 
 /// Waits until `path` holds at least `bytes`.
@@ -68,10 +81,7 @@ fn wait_for_size(path: &Path, bytes: u64) {
 /// tcpdump reads whole, and the copy checks whole.
 #[test]
 fn a_killed_recording_is_checked_and_repaired_to_what_tcpdump_reads_whole() {
-    let dir = fresh_dir("record-killed");
-    let path = dir.join("k.pcap");
-    record_and_kill(&path, "pcap");
-    let check = run(&["record", "check", path.to_str().unwrap()], T);
+    let (dir, path, check) = killed_recording("record-killed", "k.pcap", "pcap");
     let (before, clean, err) = tcpdump(&path);
     assert!(
         check.stdout.contains(&format!("records: {before} whole")),
@@ -81,33 +91,21 @@ fn a_killed_recording_is_checked_and_repaired_to_what_tcpdump_reads_whole() {
     if check.code == Some(0) {
         // The kill fell between records: nothing to cut, and tcpdump agrees.
         assert!(clean, "{err}\n{}", check.all());
-        assert!(
-            check.stdout.contains("whole: nothing to cut"),
-            "{}",
-            check.all()
-        );
+        check.assert_stdout(&["whole: nothing to cut"]);
         return;
     }
-    assert_eq!(check.code, Some(1), "{}", check.all());
-    assert!(
-        check.stdout.contains("cut short by the end of the file"),
-        "{}",
-        check.all()
-    );
+    check
+        .assert_code(1)
+        .assert_stdout(&["cut short by the end of the file"]);
     assert!(err.contains("truncated dump file"), "{err}");
-    let repair = run(&["record", "repair", path.to_str().unwrap()], T);
-    assert_eq!(repair.code, Some(0), "{}", repair.all());
     let fixed = dir.join("k.repaired.pcap");
-    assert!(
-        repair.stdout.contains(fixed.to_str().unwrap()),
-        "{}",
-        repair.all()
-    );
+    record(&["repair"], &path)
+        .assert_code(0)
+        .assert_stdout(&[fixed.to_str().unwrap()]);
     let (after, clean, err) = tcpdump(&fixed);
     assert!(clean, "{err}");
     assert_eq!(after, before);
-    let again = run(&["record", "check", fixed.to_str().unwrap()], T);
-    assert_eq!(again.code, Some(0), "{}", again.all());
+    record(&["check"], &fixed).assert_code(0);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -136,36 +134,21 @@ fn an_older_versions_zeros_are_found_and_cut() {
         phantoms > 100,
         "tcpdump reads the zeros as packets: {phantoms}"
     );
-    let check = run(&["record", "check", path.to_str().unwrap()], T);
-    assert_eq!(check.code, Some(1), "{}", check.all());
-    assert!(
-        check.stdout.contains("records: 100 whole"),
-        "{}",
-        check.all()
-    );
-    assert!(
-        check.stdout.contains("space never written"),
-        "{}",
-        check.all()
-    );
-    let repair = run(&["record", "repair", path.to_str().unwrap()], T);
-    assert_eq!(repair.code, Some(0), "{}", repair.all());
+    record(&["check"], &path)
+        .assert_code(1)
+        .assert_stdout(&["records: 100 whole", "space never written"]);
+    record(&["repair"], &path).assert_code(0);
     let (n, clean, err) = tcpdump(&dir.join("old.repaired.pcap"));
     assert!(clean && n == 100, "{n} packets\n{err}");
     // A second copy is never written over the first.
-    let again = run(&["record", "repair", path.to_str().unwrap()], T);
-    assert_eq!(again.code, Some(1), "{}", again.all());
-    assert!(again.stderr.contains("never replaced"), "{}", again.all());
-    let inplace = run(
-        &["record", "repair", "--in-place", path.to_str().unwrap()],
-        T,
-    );
-    assert_eq!(inplace.code, Some(0), "{}", inplace.all());
+    record(&["repair"], &path)
+        .assert_code(1)
+        .assert_stderr(&["never replaced"]);
+    record(&["repair", "--in-place"], &path).assert_code(0);
     assert_eq!(std::fs::metadata(&path).unwrap().len(), real as u64);
     let (n, clean, _) = tcpdump(&path);
     assert!(clean && n == 100);
-    let whole = run(&["record", "check", path.to_str().unwrap()], T);
-    assert_eq!(whole.code, Some(0), "{}", whole.all());
+    record(&["check"], &path).assert_code(0);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -173,21 +156,16 @@ fn an_older_versions_zeros_are_found_and_cut() {
 /// record wholly present, and the Python reader reads the repaired copy.
 #[test]
 fn a_killed_raw_recording_is_repaired_with_its_index() {
-    let dir = fresh_dir("record-raw");
-    let path = dir.join("r.raw");
-    record_and_kill(&path, "raw");
-    let check = run(&["record", "check", path.to_str().unwrap()], T);
-    assert!(check.stdout.contains("r.raw: raw,"), "{}", check.all());
-    assert!(check.stdout.contains("index: "), "{}", check.all());
-    let repair = run(&["record", "repair", path.to_str().unwrap()], T);
-    assert_eq!(repair.code, Some(0), "{}", repair.all());
+    let (dir, path, check) = killed_recording("record-raw", "r.raw", "raw");
+    check.assert_stdout(&["r.raw: raw,", "index: "]);
+    record(&["repair"], &path).assert_code(0);
     let fixed = if check.code == Some(0) {
         path.clone()
     } else {
         dir.join("r.repaired.raw")
     };
-    let whole = run(&["record", "check", fixed.to_str().unwrap()], T);
-    assert_eq!(whole.code, Some(0), "{}", whole.all());
+    let whole = record(&["check"], &fixed);
+    whole.assert_code(0);
     let records: u64 = whole
         .stdout
         .lines()
@@ -238,11 +216,7 @@ fn a_killed_raw_recording_is_repaired_with_its_index() {
     assert!(ex_out.contains("first bytes [70, 72, 84, 49"), "{ex_out}");
     // Every record ends where the data file does: nothing is left after them.
     let size = std::fs::metadata(&fixed).unwrap().len();
-    assert!(
-        whole.stdout.contains(&format!("in the first {size} bytes")),
-        "{}",
-        whole.all()
-    );
+    whole.assert_stdout(&[&format!("in the first {size} bytes")]);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -260,31 +234,17 @@ fn a_recording_still_being_written_is_refused() {
         ),
     ]);
     wait_for_size(&path, 24);
-    for args in [
-        &["record", "check"][..],
-        &["record", "repair", "--in-place"][..],
-    ] {
-        let mut a = args.to_vec();
-        a.push(path.to_str().unwrap());
-        let out = run(&a, T);
-        assert_eq!(out.code, Some(1), "{}", out.all());
-        assert!(
-            out.stderr.contains("is open for writing by pid ")
-                && out.stderr.contains(&rec.pid().to_string())
-                && out.stderr.contains("still being recorded"),
-            "{}",
-            out.all()
-        );
+    let pid = rec.pid().to_string();
+    for args in [&["check"][..], &["repair", "--in-place"]] {
+        record(args, &path).assert_code(1).assert_stderr(&[
+            "is open for writing by pid ",
+            &pid,
+            "still being recorded",
+        ]);
     }
     rec.signal(libc::SIGINT);
-    let done = rec.finish(T);
-    assert_eq!(done.code, Some(0), "{}", done.all());
-    let check = run(&["record", "check", path.to_str().unwrap()], T);
-    assert_eq!(
-        check.code,
-        Some(0),
-        "after EOS the file is whole\n{}",
-        check.all()
-    );
+    rec.finish(T).assert_code(0);
+    // After EOS the file is whole.
+    record(&["check"], &path).assert_code(0);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -21,13 +21,13 @@ other receiver's.
 
 import argparse
 import resource
-import socket
 import sys
 import threading
 import time
 
 import spead2
 import spead2.recv
+from recv_common import add_socket_args, bound_socket, print_ready
 
 
 def cpu():
@@ -37,12 +37,8 @@ def cpu():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bind", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=0)
+    add_socket_args(ap, timeout=60.0)
     ap.add_argument("--heap-size", type=int, required=True)
-    ap.add_argument("--buffer", type=int, default=32 << 20)
-    ap.add_argument("--max-size", type=int, default=9200)
-    ap.add_argument("--timeout", type=float, default=60.0)
     args = ap.parse_args()
     try:
         run(args)
@@ -52,12 +48,7 @@ def main():
 
 
 def run(args):
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, 33, args.buffer)  # SO_RCVBUFFORCE (root)
-    except OSError:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, args.buffer)
-    sock.bind((args.bind, args.port))
+    sock = bound_socket(args)
     tp = spead2.ThreadPool(1)
     # Heap payload plus descriptors; max_free/initial as in spead2_bench's receiver.
     pool = spead2.MemoryPool(args.heap_size, args.heap_size + 4096, 16, 16)
@@ -78,7 +69,7 @@ def run(args):
 
     consumer = threading.Thread(target=consume, daemon=True)
     consumer.start()
-    print(f"ready port={sock.getsockname()[1]}", flush=True)
+    print_ready(sock)
     started = time.monotonic()
     go = threading.Event()
     stop = threading.Event()

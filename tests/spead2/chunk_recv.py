@@ -20,8 +20,6 @@ Protocol on stdout, one line each:
 
 import argparse
 import os
-import socket
-import threading
 
 import numba
 import numpy as np
@@ -31,6 +29,7 @@ import spead2.recv
 from numba import types
 from spead2.numba import intp_to_voidptr
 from spead2.recv.numba import chunk_place_data
+from recv_common import Deadline, add_socket_args, bound_socket, print_ready
 
 
 def make_place(heaps_per_chunk, heap_size, by_item, step, offset):
@@ -57,12 +56,8 @@ def make_place(heaps_per_chunk, heap_size, by_item, step, offset):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bind", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=0)
+    add_socket_args(ap, timeout=30.0)
     ap.add_argument("--out-dir", required=True)
-    ap.add_argument("--timeout", type=float, default=30.0)
-    ap.add_argument("--buffer", type=int, default=32 << 20)
-    ap.add_argument("--max-size", type=int, default=9200)
     ap.add_argument("--heaps-per-chunk", type=int, required=True)
     ap.add_argument("--heap-size", type=int, required=True)
     ap.add_argument("--max-chunks", type=int, default=4)
@@ -100,25 +95,11 @@ def run(args):
                 present=np.zeros(n, np.uint8), data=np.zeros(n * size, np.uint8)
             )
         )
-    # Our own socket, so port 0 works and the bound port can be printed.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, 33, args.buffer)  # SO_RCVBUFFORCE (root)
-    except OSError:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, args.buffer)
-    sock.bind((args.bind, args.port))
+    sock = bound_socket(args)
     stream.add_udp_reader(sock, max_size=args.max_size)
-    print(f"ready port={sock.getsockname()[1]}", flush=True)
-    timed_out = threading.Event()
-
-    def expire():
-        timed_out.set()
-        stream.stop()
-
-    timer = threading.Timer(args.timeout, expire)
-    timer.start()
+    print_ready(sock)
     chunks = 0
-    try:
+    with Deadline(stream, args.timeout) as deadline:
         for chunk in data_ring:
             present = "".join("1" if p else "0" for p in chunk.present)
             path = os.path.join(args.out_dir, f"chunk-{chunk.chunk_id}.bin")
@@ -128,10 +109,7 @@ def run(args):
             chunks += 1
             chunk.present[:] = 0
             stream.add_free_chunk(chunk)
-    finally:
-        timer.cancel()
-    word = "timeout" if timed_out.is_set() else "end"
-    print(f"{word} chunks={chunks}", flush=True)
+    print(f"{deadline.word()} chunks={chunks}", flush=True)
 
 
 if __name__ == "__main__":

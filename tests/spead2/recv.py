@@ -16,14 +16,13 @@ Protocol on stdout, one line each (text fields %-quoted, so lines split on space
 
 import argparse
 import os
-import socket
 import sys
-import threading
 import urllib.parse
 
 import numpy as np
 import spead2
 import spead2.recv
+from recv_common import Deadline, add_socket_args, bound_socket, print_ready
 
 
 def q(x):
@@ -32,42 +31,24 @@ def q(x):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bind", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=0)
+    add_socket_args(ap, timeout=30.0)
     ap.add_argument("--out-dir", required=True)
-    ap.add_argument("--timeout", type=float, default=30.0)
-    ap.add_argument("--buffer", type=int, default=32 << 20)
-    ap.add_argument("--max-size", type=int, default=9200)
     ap.add_argument("--max-heaps", type=int, default=4)
     args = ap.parse_args()
     run(args)
 
 
 def run(args):
-    # Our own socket, so port 0 works and the bound port can be printed.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, 33, args.buffer)  # SO_RCVBUFFORCE (root)
-    except OSError:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, args.buffer)
-    sock.bind((args.bind, args.port))
+    sock = bound_socket(args)
     tp = spead2.ThreadPool(1)
     stream = spead2.recv.Stream(tp, spead2.recv.StreamConfig(max_heaps=args.max_heaps))
     stream.add_udp_reader(sock, max_size=args.max_size)
-    print(f"ready port={sock.getsockname()[1]}", flush=True)
-    timed_out = threading.Event()
-
-    def expire():
-        timed_out.set()
-        stream.stop()
-
-    timer = threading.Timer(args.timeout, expire)
-    timer.start()
+    print_ready(sock)
     ig = spead2.ItemGroup()
     described = set()
     heaps = 0
     incomplete = 0
-    try:
+    with Deadline(stream, args.timeout) as deadline:
         for heap in stream:
             if isinstance(heap, spead2.recv.IncompleteHeap):
                 incomplete += 1
@@ -99,10 +80,7 @@ def run(args):
                         f"len={len(data)} file={q(path)}"
                     )
             sys.stdout.flush()
-    finally:
-        timer.cancel()
-    word = "timeout" if timed_out.is_set() else "end"
-    print(f"{word} heaps={heaps} incomplete={incomplete}", flush=True)
+    print(f"{deadline.word()} heaps={heaps} incomplete={incomplete}", flush=True)
     stream.stop()
     del stream
     tp.stop()

@@ -14,7 +14,10 @@ fn init() {
 /// The error `element transport=<desc>` posts when it starts.
 fn start_error(element: &str, desc: &str) -> String {
     init();
-    let pipeline = gst::Pipeline::new();
+    // Named after the case, which the failure message names.
+    let pipeline = gst::Pipeline::builder()
+        .name(format!("{element} transport={desc:?}"))
+        .build();
     let src = gst::ElementFactory::make(element)
         .property("transport", desc)
         .build()
@@ -25,20 +28,7 @@ fn start_error(element: &str, desc: &str) -> String {
     let sink = gst::ElementFactory::make("fakesink").build().unwrap();
     pipeline.add_many([&src, &sink]).unwrap();
     src.link(&sink).unwrap();
-    assert!(
-        pipeline.set_state(gst::State::Playing).is_err(),
-        "{element} transport={desc:?} started"
-    );
-    let msg = pipeline
-        .bus()
-        .unwrap()
-        .timed_pop_filtered(gst::ClockTime::from_seconds(5), &[gst::MessageType::Error])
-        .expect("an element error");
-    pipeline.set_state(gst::State::Null).unwrap();
-    match msg.view() {
-        gst::MessageView::Error(e) => format!("{} ({:?})", e.error(), e.debug()),
-        _ => unreachable!("filtered for errors"),
-    }
+    firehose_testkit::run::refused_start(&pipeline)
 }
 
 #[test]

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use firehose_core::PacketBatchMeta;
+use firehose_testkit::run::{end_stream, launch, play_to_end};
 use gst::prelude::*;
 
 fn init() {
@@ -53,10 +54,7 @@ fn eos_mid_stream(
     after: Duration,
     traffic: impl Fn(&gst::Element) -> Box<dyn FnOnce()>,
 ) {
-    let p = gst::parse::launch(desc)
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap();
+    let p = launch(desc);
     let delivered = count_delivered(&p.by_name("sink").unwrap());
     let src = p.by_name("src").unwrap();
     p.set_state(gst::State::Playing).unwrap();
@@ -73,25 +71,38 @@ fn eos_mid_stream(
         std::thread::sleep(Duration::from_millis(5));
     }
     std::thread::sleep(after);
-    p.send_event(gst::event::Eos::new());
-    let msg = p
-        .bus()
-        .unwrap()
-        .timed_pop_filtered(
-            gst::ClockTime::from_seconds(10),
-            &[gst::MessageType::Eos, gst::MessageType::Error],
-        )
-        .map(|m| m.type_());
+    let end = end_stream(&p, Duration::from_secs(10));
     stop();
     let counted = counted_now();
     p.set_state(gst::State::Null).unwrap();
-    assert_eq!(msg, Some(gst::MessageType::Eos), "{desc}: EOS on the bus");
+    assert_eq!(end, Ok(()), "{desc}: EOS on the bus");
     assert!(counted > 0, "{desc}: produced something");
     assert_eq!(
         delivered.load(Ordering::Relaxed),
         counted,
         "{desc}: every counted packet reached the sink"
     );
+}
+
+/// [`eos_mid_stream`] `rounds` times with each output (`{output}` in `desc`), the EOS
+/// `first_ms` after the first counted packet in the first round and `step_ms` later in
+/// each next one.
+fn eos_rounds(
+    rounds: u64,
+    desc: &str,
+    first_ms: u64,
+    step_ms: u64,
+    traffic: fn(&gst::Element) -> Box<dyn FnOnce()>,
+) {
+    for round in 0..rounds {
+        for output in ["batch", "list"] {
+            eos_mid_stream(
+                &desc.replace("{output}", output),
+                Duration::from_millis(first_ms + step_ms * round),
+                traffic,
+            );
+        }
+    }
 }
 
 fn no_traffic(_: &gst::Element) -> Box<dyn FnOnce()> {
@@ -101,15 +112,13 @@ fn no_traffic(_: &gst::Element) -> Box<dyn FnOnce()> {
 #[test]
 fn test_source_at_full_speed() {
     init();
-    for round in 0..8u64 {
-        for output in ["batch", "list"] {
-            eos_mid_stream(
-                &format!("fhtestsrc name=src rate=0 output={output} ! fakesink name=sink"),
-                Duration::from_millis(20 + 7 * round),
-                no_traffic,
-            );
-        }
-    }
+    eos_rounds(
+        8,
+        "fhtestsrc name=src rate=0 output={output} ! fakesink name=sink",
+        20,
+        7,
+        no_traffic,
+    );
 }
 
 /// Sends 1400-byte datagrams to the source's port as fast as one thread can.
@@ -133,50 +142,30 @@ fn blast(src: &gst::Element) -> Box<dyn FnOnce()> {
 #[test]
 fn udp_source_under_full_rate_traffic() {
     init();
-    for round in 0..6u64 {
-        for output in ["batch", "list"] {
-            eos_mid_stream(
-                &format!(
-                    "fhudpsrc name=src address=127.0.0.1 port=0 output={output} ! fakesink name=sink"
-                ),
-                Duration::from_millis(50 + 13 * round),
-                blast,
-            );
-        }
-    }
+    eos_rounds(
+        6,
+        "fhudpsrc name=src address=127.0.0.1 port=0 output={output} ! fakesink name=sink",
+        50,
+        13,
+        blast,
+    );
 }
 
 #[test]
 fn replay_at_full_speed() {
     init();
-    let dir = std::env::temp_dir().join(format!("fh-eos-replay-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = firehose_tests::temp_dir("eos-replay");
     let path = dir.join("c.pcap");
     // A capture to replay in a loop until the EOS.
-    let p = gst::parse::launch(&format!(
+    let p = launch(&format!(
         "fhtestsrc num-packets=20000 packet-size=1000 ! fhrecordsink format=pcap location={}",
         path.display()
-    ))
-    .unwrap();
-    p.set_state(gst::State::Playing).unwrap();
-    let end = p.bus().unwrap().timed_pop_filtered(
-        gst::ClockTime::from_seconds(30),
-        &[gst::MessageType::Eos, gst::MessageType::Error],
+    ));
+    assert_eq!(play_to_end(&p, Duration::from_secs(30)), Ok(()));
+    let desc = format!(
+        "fhpcapsrc name=src location={} loop=0 output={{output}} ! fakesink name=sink",
+        path.display()
     );
-    p.set_state(gst::State::Null).unwrap();
-    assert_eq!(end.map(|m| m.type_()), Some(gst::MessageType::Eos));
-    for round in 0..6u64 {
-        for output in ["batch", "list"] {
-            eos_mid_stream(
-                &format!(
-                    "fhpcapsrc name=src location={} loop=0 output={output} ! fakesink name=sink",
-                    path.display()
-                ),
-                Duration::from_millis(30 + 11 * round),
-                no_traffic,
-            );
-        }
-    }
+    eos_rounds(6, &desc, 30, 11, no_traffic);
     std::fs::remove_dir_all(&dir).unwrap();
 }

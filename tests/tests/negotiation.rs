@@ -61,10 +61,7 @@ fn no_src_pad_of_any_element_advertises_any() {
 /// Plays `desc` (a source `fhudpsrc name=src`), sends `n` datagrams to it, waits until
 /// it counted them, and returns the pipeline, still playing.
 fn play_and_send(desc: &str, n: usize) -> gst::Pipeline {
-    let p = gst::parse::launch(desc)
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap();
+    let p = firehose_testkit::run::launch(desc);
     p.set_state(gst::State::Playing).unwrap();
     let src = p.by_name("src").unwrap();
     let port = src.property::<i32>("port") as u16;
@@ -101,8 +98,7 @@ fn caps_at(p: &gst::Pipeline, name: &str) -> String {
 #[test]
 fn firehose_consumers_get_batches_from_fhudpsrc_at_its_default() {
     init();
-    let dir = std::env::temp_dir().join(format!("fh-negotiation-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = firehose_tests::temp_dir("negotiation");
     for (desc, consumer) in [
         ("speaddepay name=c ! fakesink", "c"),
         ("queue ! speaddepay name=c ! fakesink", "c"),
@@ -142,18 +138,14 @@ fn firehose_consumers_get_batches_from_fhudpsrc_at_its_default() {
 #[test]
 fn stock_udpsrc_still_feeds_the_recorder() {
     init();
-    let dir = std::env::temp_dir().join(format!("fh-negotiation-udpsrc-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = firehose_tests::temp_dir("negotiation-udpsrc");
     // Without caps (no caps event) and with caps the recorder does not name.
     for (i, caps) in ["", "caps=application/x-rtp"].into_iter().enumerate() {
         let path = dir.join(format!("stock{i}.pcap"));
-        let p = gst::parse::launch(&format!(
+        let p = firehose_testkit::run::launch(&format!(
             "udpsrc name=src address=127.0.0.1 port=0 {caps} ! fhrecordsink name=rec location={}",
             path.display()
-        ))
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap();
+        ));
         if p.set_state(gst::State::Playing).is_err() {
             let m = p.bus().unwrap().pop_filtered(&[gst::MessageType::Error]);
             panic!("{caps}: {m:?}");

@@ -105,22 +105,11 @@ fn base_and_own_properties_are_set_and_read_per_instance() {
 #[test]
 fn stats_after_the_stream_hold_the_counts_and_the_pool() {
     init();
-    let pipeline = gst::parse::launch(
+    let pipeline = firehose_testkit::run::launch(
         "fhtestsrc name=src num-packets=100 batch-size=10 packet-size=64 ! fakesink",
-    )
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
-    pipeline.set_state(gst::State::Playing).unwrap();
-    let bus = pipeline.bus().unwrap();
-    let msg = bus
-        .timed_pop_filtered(
-            gst::ClockTime::from_seconds(30),
-            &[gst::MessageType::Eos, gst::MessageType::Error],
-        )
-        .expect("EOS within 30 s");
-    assert_eq!(msg.type_(), gst::MessageType::Eos, "{msg:?}");
-    pipeline.set_state(gst::State::Null).unwrap();
+    );
+    let end = firehose_testkit::run::play_to_end(&pipeline, std::time::Duration::from_secs(30));
+    assert_eq!(end, Ok(()), "EOS within 30 s");
     let src = pipeline.by_name("src").unwrap();
     let s = src.property::<gst::Structure>("stats");
     assert_eq!(s.get::<u64>("packets").unwrap(), 100);

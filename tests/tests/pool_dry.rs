@@ -78,13 +78,10 @@ fn stat(el: &gst::Element, name: &str) -> u64 {
 /// the depacketizer's chunk pool runs dry.
 fn held_downstream(depay: &str) {
     init();
-    let pipeline = gst::parse::launch(&format!(
+    let pipeline = firehose_testkit::run::launch(&format!(
         "appsrc name=src format=time caps=application/x-firehose-packets ! {depay} name=d \
          max-chunks=2 memory=system ! appsink name=app sync=false"
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    ));
     pipeline.set_state(gst::State::Playing).unwrap();
     let src = pipeline.by_name("src").unwrap();
     for p in spead_packets(40) {
@@ -132,13 +129,10 @@ fn speaddepay_chunks_says_its_pool_ran_dry() {
 #[test]
 fn fhudpchunksrc_says_its_pool_ran_dry() {
     init();
-    let pipeline = gst::parse::launch(
+    let pipeline = firehose_testkit::run::launch(
         "fhudpchunksrc name=d address=127.0.0.1 port=0 handler=spead heaps-per-chunk=1 \
          heap-size=256 max-chunks=2 memory=system when-full=drop ! appsink name=app sync=false",
-    )
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    );
     pipeline.set_state(gst::State::Playing).unwrap();
     let d = pipeline.by_name("d").unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);

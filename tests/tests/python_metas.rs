@@ -10,15 +10,14 @@
 //! Python loads the plugin the way users do: `libgstfirehose.so`, built beside this
 //! test binary (a dependency of this crate), on GST_PLUGIN_PATH, with a fresh registry.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::net::UdpSocket;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use firehose_spead::descriptor::{self, Descriptor};
 use firehose_spead::send::{Item, PacketConfig};
 use firehose_spead::wire::{ctrl, ids, Flavour};
+use firehose_tests::{first_line, spawn_system_python, stderr_of};
 
 /// Heaps sent (HEAP_CNT 1..=HEAPS), then a stop heap.
 const HEAPS: u64 = 6;
@@ -28,10 +27,6 @@ const DATAGRAMS: usize = 20;
 const HEAP_SIZE: usize = 4096;
 const DATA_ID: u64 = 0x1000;
 const TIME_ID: u64 = 0x1600;
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn unix_ns() -> u64 {
     SystemTime::now()
@@ -97,28 +92,18 @@ fn descriptor_text(d: &Descriptor) -> String {
 #[test]
 fn python_reads_every_field_of_the_heap_chunk_and_batch_metas() {
     let plugins = firehose_tests::plugin_dir("py-metas");
-    let mut child = Command::new("/usr/bin/python3")
-        .arg(repo_root().join("tests/python/read_metas_live.py"))
-        .args([DATAGRAMS.to_string(), HEAP_SIZE.to_string(), "30".into()])
-        .env("GST_PLUGIN_PATH", &plugins)
-        .env("GST_REGISTRY", plugins.join("registry.bin"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("/usr/bin/python3 (apt install python3-gi gir1.2-gstreamer-1.0 python3-numpy)");
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut first = String::new();
-    stdout.read_line(&mut first).unwrap();
+    let mut child = spawn_system_python(
+        &plugins,
+        "tests/python/read_metas_live.py",
+        &[&DATAGRAMS.to_string(), &HEAP_SIZE.to_string(), "30"],
+    );
+    let (mut stdout, first) = first_line(&mut child);
     let mut port = |name: &str| -> u16 {
         first
             .split_whitespace()
             .find_map(|w| w.strip_prefix(&format!("{name}=")))
             .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| {
-                let mut err = String::new();
-                let _ = child.stderr.take().unwrap().read_to_string(&mut err);
-                panic!("no {name} port in {first:?}: {err}")
-            })
+            .unwrap_or_else(|| panic!("no {name} port in {first:?}: {}", stderr_of(&mut child)))
     };
     let (heap_port, chunk_port, batch_port, single_port) =
         (port("heap"), port("chunk"), port("batch"), port("datagram"));

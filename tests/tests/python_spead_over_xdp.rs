@@ -5,15 +5,14 @@
 //! items, in order, and the element's stats must count each datagram copied once. Needs
 //! root (namespaces, AF_XDP), as the other veth tests.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::BufRead;
 use std::net::UdpSocket;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use firehose_spead::send::{Item, PacketConfig};
 use firehose_spead::wire::Flavour;
 use firehose_testkit::netns::VethPair;
+use firehose_tests::{first_line, spawn_system_python, stderr_of};
 
 const HEAPS: u64 = 12;
 const ITEM: usize = 48 << 10;
@@ -44,28 +43,22 @@ fn python_receives_spead_over_af_xdp_into_heaps() {
     let pair = VethPair::create("py").expect("needs root and iproute2");
     pair.pin_host_neighbour().unwrap();
     let plugins = firehose_tests::plugin_dir("py-xdp");
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut child = Command::new("/usr/bin/python3")
-        .arg(root.join("examples/spead_over_xdp.py"))
-        .args([
+    let mut child = spawn_system_python(
+        &plugins,
+        "examples/spead_over_xdp.py",
+        &[
             pair.host_if.as_str(),
             &PORT.to_string(),
             "mode=generic",
             "hugepages=off",
-        ])
-        .env("GST_PLUGIN_PATH", &plugins)
-        .env("GST_REGISTRY", plugins.join("registry.bin"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("/usr/bin/python3 (apt install python3-gi gir1.2-gstreamer-1.0 python3-numpy)");
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut first = String::new();
-    stdout.read_line(&mut first).unwrap();
+        ],
+    );
+    let (stdout, first) = first_line(&mut child);
     if first.trim() != "READY" {
-        let mut err = String::new();
-        let _ = child.stderr.take().unwrap().read_to_string(&mut err);
-        panic!("the example did not start: {first:?} {err}");
+        panic!(
+            "the example did not start: {first:?} {}",
+            stderr_of(&mut child)
+        );
     }
     let sent = packets();
     let datagrams = sent.len();
@@ -85,8 +78,7 @@ fn python_receives_spead_over_af_xdp_into_heaps() {
         lines.push(line.unwrap());
     }
     let status = child.wait().unwrap();
-    let mut err = String::new();
-    let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+    let err = stderr_of(&mut child);
     assert!(status.success(), "{status}: {lines:?} {err}");
     let heaps: Vec<&String> = lines.iter().filter(|l| l.starts_with("HEAP ")).collect();
     // The data heaps, then the stop heap (delivered, then EOS).

@@ -3,6 +3,8 @@
 //! (`fhdepay`, through the chunk settings) and `speaddepay` in heaps mode. On by
 //! default; off, the buffers carry the Rust metas only.
 
+use std::time::Duration;
+
 use firehose_core::batch::PacketBatchMeta;
 use firehose_core::meta::chunk::ChunkMeta;
 use firehose_core::meta::readable;
@@ -11,23 +13,34 @@ use firehose_spead::send::{Item, PacketConfig};
 use firehose_spead::wire::Flavour;
 use gst::prelude::*;
 
+/// The pipeline of `launch`, with GStreamer initialised and the plugin registered.
+fn pipeline(launch: &str) -> gst::Pipeline {
+    gst::init().unwrap();
+    gstfirehose::register_static().unwrap();
+    firehose_testkit::run::launch(launch)
+}
+
+/// Sets `pipeline` playing and feeds `input`, then the end of the stream, to its
+/// `appsrc name=src` if it has one; returns what each of those returned.
+fn play(pipeline: &gst::Pipeline, input: Vec<gst::Buffer>) -> Vec<gst::FlowReturn> {
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let Some(src) = pipeline.by_name("src") else {
+        return Vec::new();
+    };
+    let mut flows: Vec<gst::FlowReturn> = input
+        .iter()
+        .map(|b| src.emit_by_name("push-buffer", &[b]))
+        .collect();
+    flows.push(src.emit_by_name("end-of-stream", &[]));
+    flows
+}
+
 /// Runs `launch` (ending in `appsink name=sink`; an `appsrc name=src` in it is fed
 /// `input`) to EOS and returns its buffers.
 fn run(launch: &str, input: Vec<gst::Buffer>) -> Vec<gst::Buffer> {
-    gst::init().unwrap();
-    gstfirehose::register_static().unwrap();
-    let pipeline = gst::parse::launch(launch)
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap();
+    let pipeline = pipeline(launch);
     let sink = pipeline.by_name("sink").unwrap();
-    pipeline.set_state(gst::State::Playing).unwrap();
-    if let Some(src) = pipeline.by_name("src") {
-        for b in input {
-            let flow = src.emit_by_name::<gst::FlowReturn>("push-buffer", &[&b]);
-            assert_eq!(flow, gst::FlowReturn::Ok);
-        }
-        let flow = src.emit_by_name::<gst::FlowReturn>("end-of-stream", &[]);
+    for flow in play(&pipeline, input) {
         assert_eq!(flow, gst::FlowReturn::Ok);
     }
     let mut out = Vec::new();
@@ -46,51 +59,68 @@ fn prop(on: Option<bool>) -> String {
     on.map_or(String::new(), |v| format!("readable-metas={v}"))
 }
 
-#[test]
-fn batch_sources_attach_the_batch_meta_unless_switched_off() {
-    for on in [None, Some(true), Some(false)] {
-        let bufs = run(
-            &format!(
-                "fhtestsrc rate=0 packet-size=256 num-packets=128 batch-size=64 {} \
-                 ! appsink name=sink sync=false caps=application/x-firehose-packets",
-                prop(on)
-            ),
-            vec![],
-        );
-        assert_eq!(bufs.len(), 2, "{on:?}");
-        for b in &bufs {
-            assert!(b.meta::<PacketBatchMeta>().is_some());
-            let r = readable::batch(b);
-            assert_eq!(r.is_some(), on != Some(false), "{on:?}");
-            if let Some(s) = r {
-                assert_eq!(s.get::<u64>("packets"), Ok(64));
+/// The buffers of one kind of element, run with each `readable-metas` setting.
+struct Attaches {
+    /// The pipeline; `{on}` stands for the setting (see [`run`]).
+    launch: &'static str,
+    /// What an `appsrc name=src` in it is fed.
+    input: fn() -> Vec<gst::Buffer>,
+    /// Buffers that come out.
+    buffers: usize,
+    /// Whether a buffer carries the element's Rust meta.
+    rust_meta: fn(&gst::BufferRef) -> bool,
+    /// The readable meta of a buffer.
+    readable: fn(&gst::BufferRef) -> Option<&gst::StructureRef>,
+    /// Checks the readable meta of buffer `i`.
+    fields: fn(usize, &gst::StructureRef),
+}
+
+impl Attaches {
+    /// With each of `settings`: every buffer carries the Rust meta, and the readable one
+    /// unless the setting switched it off.
+    fn check(&self, settings: &[Option<bool>]) {
+        for &on in settings {
+            let bufs = run(&self.launch.replace("{on}", &prop(on)), (self.input)());
+            assert_eq!(bufs.len(), self.buffers, "{on:?}");
+            for (i, b) in bufs.iter().enumerate() {
+                assert!((self.rust_meta)(b), "{on:?}");
+                let r = (self.readable)(b);
+                assert_eq!(r.is_some(), on != Some(false), "{on:?}");
+                if let Some(s) = r {
+                    (self.fields)(i, s);
+                }
             }
         }
     }
 }
 
 #[test]
-fn chunk_elements_attach_the_chunk_meta_unless_switched_off() {
-    for on in [None, Some(false)] {
-        let bufs = run(
-            &format!(
-                "fhtestsrc rate=0 packet-size=1024 num-packets=2048 readable-metas=false \
-                 ! fhdepay handler=seq handler-config=\"seq,offset=8,width=8,payload-offset=16\" \
-                 heaps-per-chunk=1024 heap-size=1008 {} ! appsink name=sink sync=false",
-                prop(on)
-            ),
-            vec![],
-        );
-        assert_eq!(bufs.len(), 2, "{on:?}");
-        for b in &bufs {
-            assert!(b.meta::<ChunkMeta>().is_some());
-            let r = readable::chunk(b);
-            assert_eq!(r.is_some(), on.is_none(), "{on:?}");
-            if let Some(s) = r {
-                assert_eq!(s.get::<u64>("slots-present"), Ok(1024));
-            }
-        }
+fn batch_sources_attach_the_batch_meta_unless_switched_off() {
+    Attaches {
+        launch: "fhtestsrc rate=0 packet-size=256 num-packets=128 batch-size=64 {on} \
+                 ! appsink name=sink sync=false caps=application/x-firehose-packets",
+        input: Vec::new,
+        buffers: 2,
+        rust_meta: |b| b.meta::<PacketBatchMeta>().is_some(),
+        readable: readable::batch,
+        fields: |_, s| assert_eq!(s.get::<u64>("packets"), Ok(64)),
     }
+    .check(&[None, Some(true), Some(false)]);
+}
+
+#[test]
+fn chunk_elements_attach_the_chunk_meta_unless_switched_off() {
+    Attaches {
+        launch: "fhtestsrc rate=0 packet-size=1024 num-packets=2048 readable-metas=false \
+                 ! fhdepay handler=seq handler-config=\"seq,offset=8,width=8,payload-offset=16\" \
+                 heaps-per-chunk=1024 heap-size=1008 {on} ! appsink name=sink sync=false",
+        input: Vec::new,
+        buffers: 2,
+        rust_meta: |b| b.meta::<ChunkMeta>().is_some(),
+        readable: readable::chunk,
+        fields: |_, s| assert_eq!(s.get::<u64>("slots-present"), Ok(1024)),
+    }
+    .check(&[None, Some(false)]);
 }
 
 /// Three SPEAD heaps (HEAP_CNT 1 to 3: an immediate and 64 bytes), one buffer per packet.
@@ -111,26 +141,19 @@ fn spead_packets() -> Vec<gst::Buffer> {
 
 #[test]
 fn speaddepay_attaches_the_heap_meta_unless_switched_off() {
-    for on in [None, Some(false)] {
-        let bufs = run(
-            &format!(
-                "appsrc name=src format=bytes ! speaddepay hugepages=off {} \
+    Attaches {
+        launch: "appsrc name=src format=bytes ! speaddepay hugepages=off {on} \
                  ! appsink name=sink sync=false",
-                prop(on)
-            ),
-            spead_packets(),
-        );
-        assert_eq!(bufs.len(), 3, "{on:?}");
-        for (cnt, b) in (1u64..).zip(&bufs) {
-            assert!(b.meta::<HeapMeta>().is_some());
-            let r = firehose_spead::readable::get(b);
-            assert_eq!(r.is_some(), on.is_none(), "{on:?}");
-            if let Some(s) = r {
-                assert_eq!(s.get::<u64>("heap-cnt"), Ok(cnt));
-                assert_eq!(s.get::<u64>("items"), Ok(2));
-            }
-        }
+        input: spead_packets,
+        buffers: 3,
+        rust_meta: |b| b.meta::<HeapMeta>().is_some(),
+        readable: firehose_spead::readable::get,
+        fields: |i, s| {
+            assert_eq!(s.get::<u64>("heap-cnt"), Ok(i as u64 + 1));
+            assert_eq!(s.get::<u64>("items"), Ok(2));
+        },
     }
+    .check(&[None, Some(false)]);
 }
 
 /// Runs `launch` (a finite source) to EOS and returns, for the sink pad of the element
@@ -141,12 +164,7 @@ fn readable_at(
     input: Vec<gst::Buffer>,
     readable: fn(&gst::BufferRef) -> bool,
 ) -> (u64, u64) {
-    gst::init().unwrap();
-    gstfirehose::register_static().unwrap();
-    let pipeline = gst::parse::launch(launch)
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap();
+    let pipeline = pipeline(launch);
     let counts = std::sync::Arc::new(std::sync::Mutex::new((0u64, 0u64)));
     let c2 = counts.clone();
     pipeline
@@ -165,23 +183,11 @@ fn readable_at(
             }
             gst::PadProbeReturn::Ok
         });
-    pipeline.set_state(gst::State::Playing).unwrap();
-    if let Some(src) = pipeline.by_name("src") {
-        for b in input {
-            let _ = src.emit_by_name::<gst::FlowReturn>("push-buffer", &[&b]);
-        }
-        let _ = src.emit_by_name::<gst::FlowReturn>("end-of-stream", &[]);
-    }
-    let end = pipeline.bus().unwrap().timed_pop_filtered(
-        gst::ClockTime::from_seconds(10),
-        &[gst::MessageType::Eos, gst::MessageType::Error],
-    );
+    // What the pushes return is not checked here: the end of the stream below is.
+    play(&pipeline, input);
+    let end = firehose_testkit::run::wait_end(&pipeline.bus().unwrap(), Duration::from_secs(10));
     pipeline.set_state(gst::State::Null).unwrap();
-    assert_eq!(
-        end.map(|m| m.type_()),
-        Some(gst::MessageType::Eos),
-        "{launch}"
-    );
+    assert_eq!(end, Ok(()), "{launch}");
     let c = *counts.lock().unwrap();
     c
 }

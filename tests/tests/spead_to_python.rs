@@ -12,14 +12,11 @@ use std::time::{Duration, Instant};
 use firehose_core::stats::field;
 use firehose_spead::send::{Item, PacketConfig};
 use firehose_spead::wire::Flavour;
+use firehose_tests::repo_root;
 use gst::prelude::*;
 
 const HEAPS: u64 = 40;
 const ITEM: usize = 256 << 10;
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// A pipeline ending in `fhshmsink name=sink socket-path=<sock>` (the `{sock}` in
 /// `desc`), playing, with `examples/shm_consumer.py` attached to it: the pipeline, the
@@ -29,10 +26,8 @@ fn serve_to_python(tag: &str, desc: &str) -> (gst::Pipeline, u16, std::process::
     gstfirehose::register_static().unwrap();
     let sock = std::env::temp_dir().join(format!("fh-{tag}-py-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&sock);
-    let pipeline = gst::parse::launch(&desc.replace("{sock}", &sock.display().to_string()))
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap();
+    let pipeline =
+        firehose_testkit::run::launch(&desc.replace("{sock}", &sock.display().to_string()));
     pipeline.set_state(gst::State::Playing).unwrap();
     let port = pipeline.by_name("src").unwrap().property::<i32>("port") as u16;
     let sink = pipeline.by_name("sink").unwrap();
@@ -61,6 +56,34 @@ fn serve_to_python(tag: &str, desc: &str) -> (gst::Pipeline, u16, std::process::
     (pipeline, port, child, sock)
 }
 
+/// Waits for the Python consumer to end, stops the pipeline and returns what the
+/// consumer printed, the stats of `sink` and those of element `name`, once it is clear
+/// that the consumer succeeded.
+fn finish(
+    pipeline: gst::Pipeline,
+    child: std::process::Child,
+    sock: PathBuf,
+    name: &str,
+) -> (String, gst::Structure, gst::Structure) {
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stats_of = |name: &str| {
+        pipeline
+            .by_name(name)
+            .unwrap()
+            .property::<gst::Structure>("stats")
+    };
+    let (sink, other) = (stats_of("sink"), stats_of(name));
+    pipeline.set_state(gst::State::Null).unwrap();
+    let _ = std::fs::remove_file(&sock);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (stdout, sink, other)
+}
+
 /// Sends heap `cnt` of `items` to `port` on loopback, packet by packet.
 fn send_heap(tx: &UdpSocket, cfg: &PacketConfig, cnt: u64, items: &[Item<'_>], port: u16) {
     let mut scratch = vec![0u8; 9216];
@@ -77,7 +100,6 @@ fn a_python_process_reads_a_live_spead_capture_from_shared_memory_without_a_copy
         "fhspeadsrc name=src address=127.0.0.1 port=0 max-heap-size=1048576 hugepages=off \
          ! fhshmsink name=sink socket-path={sock}",
     );
-    let sink = pipeline.by_name("sink").unwrap();
 
     // Heaps of one 256 KiB item in 8972-byte packets (landed straight into heap memory),
     // then the stop heap, which ends the stream with EOS.
@@ -94,20 +116,7 @@ fn a_python_process_reads_a_live_spead_capture_from_shared_memory_without_a_copy
     let stop = [Item::stop()];
     send_heap(&tx, &cfg, HEAPS + 1, &stop, port);
 
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stats = sink.property::<gst::Structure>("stats");
-    let src_stats = pipeline
-        .by_name("src")
-        .unwrap()
-        .property::<gst::Structure>("stats");
-    pipeline.set_state(gst::State::Null).unwrap();
-    let _ = std::fs::remove_file(&sock);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (stdout, stats, src_stats) = finish(pipeline, child, sock, "src");
     assert!(
         stdout.contains(&format!("messages={HEAPS}")) && stdout.contains("incomplete=0"),
         "every heap, complete: {stdout}\nsource: {src_stats}"
@@ -129,7 +138,6 @@ fn a_python_process_reads_speaddepay_chunks_built_in_shared_memory() {
              socket-path={{sock}}"
         ),
     );
-    let sink = pipeline.by_name("sink").unwrap();
     let cfg = PacketConfig::new(Flavour::SPEAD_64_48, 1472).unwrap();
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
     for cnt in 0..16u64 {
@@ -140,20 +148,7 @@ fn a_python_process_reads_speaddepay_chunks_built_in_shared_memory() {
     }
     let stop = [Item::stop()];
     send_heap(&tx, &cfg, 16, &stop, port);
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stats = sink.property::<gst::Structure>("stats");
-    let depay = pipeline
-        .by_name("depay")
-        .unwrap()
-        .property::<gst::Structure>("stats");
-    pipeline.set_state(gst::State::Null).unwrap();
-    let _ = std::fs::remove_file(&sock);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (stdout, stats, depay) = finish(pipeline, child, sock, "depay");
     assert!(stdout.contains("end=eos"), "{stdout}");
     assert!(
         stdout.contains("buffers=4 "),

@@ -3,10 +3,12 @@
 //! `none` (docs/metrics.md), so dashboards and scripts never meet a missing key.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use firehose_core::{PacketBatchMeta, PacketInfo};
 use firehose_spead::send::{Item, PacketConfig};
 use firehose_spead::wire::Flavour;
+use firehose_testkit::run::{bound_port, wait_end, wait_until};
 use gst::prelude::*;
 use gst_check::Harness;
 
@@ -32,6 +34,24 @@ fn elements_with_stats() -> Vec<gst::ElementFactory> {
                 .is_ok_and(|el| el.find_property("stats").is_some())
         })
         .collect()
+}
+
+/// `"<element>: <key>"` for each `stats` field of a fresh element of each factory of
+/// [`elements_with_stats`] that `picked` picks, given the element, the key and the value.
+fn stats_fields_where(
+    mut picked: impl FnMut(&gst::Element, &str, &gst::glib::SendValue) -> bool,
+) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for f in elements_with_stats() {
+        let el = f.create().build().unwrap();
+        let s = el.property::<gst::Structure>("stats");
+        for (k, v) in s.iter() {
+            if picked(&el, k, v) {
+                out.insert(format!("{}: {k}", f.name()));
+            }
+        }
+    }
+    out
 }
 
 #[test]
@@ -148,12 +168,9 @@ fn live_sources_keep_their_keys_once_started_in_every_landing_mode() {
         ("fhudpsrc", "output=batch"),
         ("fhudpsrc", "output=list"),
     ] {
-        let pipeline = gst::parse::launch(&format!(
+        let pipeline = firehose_testkit::run::launch(&format!(
             "{factory} name=src address=127.0.0.1 port=0 hugepages=off {props} ! fakesink async=false"
-        ))
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap();
+        ));
         let src = pipeline.by_name("src").unwrap();
         let before = keys(&src);
         assert_eq!(
@@ -184,31 +201,19 @@ fn live_sources_keep_their_keys_once_started_in_every_landing_mode() {
 #[test]
 fn sources_and_recorders_keep_their_keys_once_running() {
     init();
-    let dir = std::env::temp_dir().join(format!("fh-stats-keys-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = firehose_tests::temp_dir("stats-keys");
     let mut sets = Vec::new();
     for format in ["pcap", "pcapng", "raw"] {
         let path = dir.join(format!("t.{format}"));
-        let pipeline = gst::parse::launch(&format!(
+        let pipeline = firehose_testkit::run::launch(&format!(
             "fhtestsrc name=src num-packets=100 ! fhrecordsink name=rec format={format} location={}",
             path.display()
-        ))
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap();
+        ));
         let src = pipeline.by_name("src").unwrap();
         let rec = pipeline.by_name("rec").unwrap();
         let (src_before, rec_before) = (keys(&src), keys(&rec));
         pipeline.set_state(gst::State::Playing).unwrap();
-        let msg = pipeline
-            .bus()
-            .unwrap()
-            .timed_pop_filtered(
-                gst::ClockTime::from_seconds(20),
-                &[gst::MessageType::Eos, gst::MessageType::Error],
-            )
-            .expect("EOS");
-        assert!(matches!(msg.view(), gst::MessageView::Eos(_)), "{msg:?}");
+        wait_end(&pipeline.bus().unwrap(), Duration::from_secs(20)).expect("EOS");
         assert_eq!(keys(&src), src_before, "fhtestsrc running");
         assert_eq!(
             keys(&rec),
@@ -241,25 +246,14 @@ fn sources_and_recorders_keep_their_keys_once_running() {
 #[test]
 fn fhspeadsrc_lists_packets_landed_when_auto_does_not_land() {
     init();
-    let pipeline = gst::parse::launch(
+    let pipeline = firehose_testkit::run::launch(
         "fhspeadsrc name=src address=127.0.0.1 port=0 landing=auto max-heap-size=8388608 \
          memory=system ! fakesink name=sink async=false",
-    )
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    );
     let src = pipeline.by_name("src").unwrap();
     let before = keys(&src);
     pipeline.set_state(gst::State::Playing).unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let port = loop {
-        let p = src.property::<i32>("port");
-        if p > 0 {
-            break p as u16;
-        }
-        assert!(std::time::Instant::now() < deadline, "did not bind");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    };
+    let port = bound_port(&src, Duration::from_secs(10));
     // Two heaps of 3 MiB, paced.
     let cfg = PacketConfig::new(Flavour::SPEAD_64_40, 8192).unwrap();
     let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -273,20 +267,17 @@ fn fhspeadsrc_lists_packets_landed_when_auto_does_not_land() {
             tx.send_to(&buf[..len], ("127.0.0.1", port)).unwrap();
             k += 1;
             if k % 32 == 0 {
-                std::thread::sleep(std::time::Duration::from_millis(1));
+                std::thread::sleep(Duration::from_millis(1));
             }
         }
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let s = src.property::<gst::Structure>("stats");
-        if s.get::<u64>("heaps").unwrap() >= 1 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "no heap: {s}");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let s = src.property::<gst::Structure>("stats");
+    let stats = || src.property::<gst::Structure>("stats");
+    wait_until(
+        Duration::from_secs(10),
+        || format!("no heap: {}", stats()),
+        || stats().get::<u64>("heaps").unwrap() >= 1,
+    );
+    let s = stats();
     let running = keys(&src);
     pipeline.set_state(gst::State::Null).unwrap();
     assert_eq!(running, before, "{s}");
@@ -300,26 +291,16 @@ fn fhspeadsrc_lists_packets_landed_when_auto_does_not_land() {
 #[test]
 fn the_stats_blurb_names_every_key() {
     init();
-    let mut missing = Vec::new();
-    for f in elements_with_stats() {
-        let el = f.create().build().unwrap();
-        let blurb = el
-            .find_property("stats")
-            .unwrap()
-            .blurb()
-            .unwrap_or("")
-            .to_string();
+    let missing = stats_fields_where(|el, k, _| {
+        let stats = el.find_property("stats").unwrap();
+        let blurb = stats.blurb().unwrap_or("");
         let listed: BTreeSet<&str> = blurb
             .split([',', ':', ';', '(', ')'])
             .map(str::trim)
             .collect();
-        for k in keys(&el) {
-            let pooled = k.starts_with("pool-") && listed.contains("pool-*");
-            if !pooled && !listed.contains(k.as_str()) {
-                missing.push(format!("{}: {k}", f.name()));
-            }
-        }
-    }
+        let pooled = k.starts_with("pool-") && listed.contains("pool-*");
+        !pooled && !listed.contains(k)
+    });
     assert!(
         missing.is_empty(),
         "keys not in the stats blurb: {missing:?}"
@@ -333,18 +314,10 @@ fn the_stats_blurb_names_every_key() {
 #[test]
 fn every_numeric_stats_field_is_in_the_catalogue() {
     init();
-    let mut missing = BTreeSet::new();
-    for f in elements_with_stats() {
-        let el = f.create().build().unwrap();
-        let s = el.property::<gst::Structure>("stats");
-        for (k, v) in s.iter() {
-            let numeric =
-                v.get::<u64>().is_ok() || v.get::<u32>().is_ok() || v.get::<i64>().is_ok();
-            if numeric && firehose_core::stats::stat(k).is_none() {
-                missing.insert(format!("{}: {k}", f.name()));
-            }
-        }
-    }
+    let missing = stats_fields_where(|_, k, v| {
+        let numeric = v.get::<u64>().is_ok() || v.get::<u32>().is_ok() || v.get::<i64>().is_ok();
+        numeric && firehose_core::stats::stat(k).is_none()
+    });
     assert!(
         missing.is_empty(),
         "stats fields not in firehose_core::stats::CATALOGUE: {missing:?}"

@@ -124,6 +124,13 @@ impl Sender {
         }
     }
 
+    /// Sends heaps `cnts`, one after the other.
+    fn heaps(&self, cnts: std::ops::RangeInclusive<u64>) {
+        for cnt in cnts {
+            self.heap(cnt);
+        }
+    }
+
     /// Sends heaps `cnts` with UDP GSO, 7 packets per send (the most that fit 64 KiB):
     /// on loopback a GRO receiver gets each send back as one coalesced message, as from
     /// a sender on the network under load.
@@ -231,6 +238,14 @@ fn pull_chunks(h: &mut Harness, n: usize) -> Vec<ChunkInfo> {
         .collect()
 }
 
+/// A [`harness`] sent heaps `cnts`, paced, and the `n` chunks they fill, checked.
+fn paced_chunks(cnts: std::ops::RangeInclusive<u64>, n: usize) -> (Harness, Vec<ChunkInfo>) {
+    let (mut h, port) = harness(&[]);
+    Sender::paced(port, h.element().unwrap()).heaps(cnts);
+    let chunks = pull_chunks(&mut h, n);
+    (h, chunks)
+}
+
 /// Waits until counter `name` reaches `n`.
 fn wait_for(el: &gst::Element, name: &str, n: u64) {
     let t0 = Instant::now();
@@ -246,12 +261,7 @@ fn wait_for(el: &gst::Element, name: &str, n: u64) {
 
 #[test]
 fn heaps_arrive_in_chunks_byte_for_byte() {
-    let (mut h, port) = harness(&[]);
-    let tx = Sender::paced(port, h.element().unwrap());
-    for cnt in 1..=16 {
-        tx.heap(cnt);
-    }
-    let chunks = pull_chunks(&mut h, 4);
+    let (h, chunks) = paced_chunks(1..=16, 4);
     assert_eq!(
         shape(&chunks),
         [(0, vec![]), (1, vec![]), (2, vec![]), (3, vec![])]
@@ -288,13 +298,8 @@ fn heaps_arrive_in_chunks_byte_for_byte() {
 
 #[test]
 fn payloads_land_in_chunks_without_a_copy_once_the_stream_is_going() {
-    let (mut h, port) = harness(&[]);
-    let tx = Sender::paced(port, h.element().unwrap());
     // The first heap shows the stream's shape; the receiver predicts from there.
-    for cnt in 1..=32 {
-        tx.heap(cnt);
-    }
-    let chunks = pull_chunks(&mut h, 8);
+    let (h, chunks) = paced_chunks(1..=32, 8);
     assert!(chunks.iter().all(ChunkInfo::is_complete), "{chunks:?}");
     let st = stats(&h.element().unwrap());
     assert_eq!(field(&st, names::PACKETS), 256);
@@ -311,9 +316,7 @@ fn chunks_are_cut_from_the_memory_downstream_proposes() {
     let shared = Arc::new(SharedSegment::new("fhudpchunksrc-test"));
     let (mut h, port) = harness_proposing(&[], Some(shared));
     let tx = Sender::paced(port, h.element().unwrap());
-    for cnt in 1..=16 {
-        tx.heap(cnt);
-    }
+    tx.heaps(1..=16);
     for _ in 0..4 {
         let buf = h.pull().expect("a chunk");
         check_chunk(&buf);
@@ -372,9 +375,7 @@ fn chunks_land_in_fhshmsinks_shared_segments_without_a_copy() {
     consumer.set_state(gst::State::Playing).unwrap();
     wait_until("the consumer", || field(&stats(&sink), "consumers") == 1);
     let tx = Sender::paced(port, src.clone());
-    for cnt in 1..=16 {
-        tx.heap(cnt);
-    }
+    tx.heaps(1..=16);
     let c = consumer
         .downcast_ref::<gst::Bin>()
         .unwrap()
@@ -423,9 +424,7 @@ fn gro_coalesced_heaps_land_in_chunks_byte_for_byte() {
 fn a_stop_heap_ends_the_stream_after_every_chunk() {
     let (mut h, port) = harness(&[]);
     let tx = Sender::new(port);
-    for cnt in 1..=6 {
-        tx.heap(cnt);
-    }
+    tx.heaps(1..=6);
     tx.stop(7);
     // Chunk 1 holds heaps 5 and 6 only: it leaves with the stop heap, not before.
     let chunks = pull_chunks(&mut h, 2);
@@ -465,10 +464,7 @@ impl Pipeline {
             "fhudpchunksrc name=src {} ! {sink} name=sink signal-handoffs=true",
             all.join(" ")
         );
-        let pipeline = gst::parse::launch(&desc)
-            .unwrap()
-            .downcast::<gst::Pipeline>()
-            .unwrap();
+        let pipeline = firehose_testkit::run::launch(&desc);
         let chunks = Arc::new(Mutex::new(Vec::new()));
         let sink = pipeline.by_name("sink").unwrap();
         let c = chunks.clone();
@@ -506,9 +502,7 @@ fn an_application_eos_pushes_the_open_chunks_and_what_the_socket_holds() {
     let port = p.src.property::<i32>("port") as u16;
     let tx = Sender::new(port);
     // Chunk 0 whole, and heaps 5 and 6 received into the open chunk 1.
-    for cnt in 1..=6 {
-        tx.heap(cnt);
-    }
+    tx.heaps(1..=6);
     wait_for(&p.src, names::PACKETS, 48);
     // A pause, so that the receiver sleeps until heap 9 opens chunk 2.
     std::thread::sleep(Duration::from_millis(200));

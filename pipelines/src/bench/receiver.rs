@@ -587,23 +587,21 @@ mod tests {
             d.contains("fhudpsrc name=src") && d.contains(" coalesce-us=0 "),
             "{d}"
         );
+        // The sources that reassemble themselves: landing set, and no depayloader after.
         cfg.landing = Some("on".into());
-        cfg.kind = Receiver::Direct;
-        let d = description(&cfg);
-        assert!(
-            d.starts_with("fhudpchunksrc name=src address=127.0.0.1 port=0")
-                && d.contains(" landing=on !")
-                && !d.contains("fhdepay"),
-            "{d}"
-        );
-        cfg.kind = Receiver::SpeadSrc;
-        let d = description(&cfg);
-        assert!(
-            d.starts_with("fhspeadsrc name=src address=127.0.0.1 port=0")
-                && d.contains(" landing=on !")
-                && !d.contains("speaddepay"),
-            "{d}"
-        );
+        for (kind, source, no_depay) in [
+            (Receiver::Direct, "fhudpchunksrc", "fhdepay"),
+            (Receiver::SpeadSrc, "fhspeadsrc", "speaddepay"),
+        ] {
+            cfg.kind = kind;
+            let d = description(&cfg);
+            assert!(
+                d.starts_with(&format!("{source} name=src address=127.0.0.1 port=0"))
+                    && d.contains(" landing=on !")
+                    && !d.contains(no_depay),
+                "{d}"
+            );
+        }
         cfg.kind = Receiver::XdpChunk;
         cfg.interface = Some("veth0".into());
         let d = description(&cfg);

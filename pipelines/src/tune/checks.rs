@@ -26,6 +26,16 @@ pub enum Status {
 }
 
 impl Status {
+    /// Ok when the host has `enough`; short of it, a failure when the pipeline is
+    /// `strict` about it (it will lose data or not start), else a warning.
+    fn of(enough: bool, strict: bool) -> Self {
+        match (enough, strict) {
+            (true, _) => Self::Ok,
+            (false, true) => Self::Fail,
+            (false, false) => Self::Warn,
+        }
+    }
+
     /// The word printed for it.
     pub fn word(self) -> &'static str {
         match self {
@@ -56,6 +66,16 @@ pub enum Action {
         /// Transmit descriptors.
         tx: u32,
     },
+}
+
+impl Action {
+    /// Writing `value` to the file `path`.
+    pub fn write(path: impl Into<String>, value: impl Into<String>) -> Self {
+        Self::Write {
+            path: path.into(),
+            value: value.into(),
+        }
+    }
 }
 
 /// The result of one check.
@@ -106,30 +126,42 @@ impl Finding {
         self
     }
 
-    fn fix(mut self, fix: impl Into<String>) -> Self {
+    /// Applies `set` when the check found a problem (warn or fail): only a problem has a
+    /// fix, actions and a way to keep them.
+    fn on_problem(mut self, set: impl FnOnce(&mut Self)) -> Self {
         if self.status > Status::Skip {
-            self.fix = fix.into();
+            set(&mut self);
         }
         self
+    }
+
+    fn fix(self, fix: impl Into<String>) -> Self {
+        self.on_problem(|f| f.fix = fix.into())
     }
 
     fn act(self, action: Action, persist: impl Into<String>) -> Self {
         self.acts(vec![action], persist)
     }
 
-    fn acts(mut self, actions: Vec<Action>, persist: impl Into<String>) -> Self {
-        if self.status > Status::Skip && !actions.is_empty() {
-            self.actions = actions;
-            self.persist = persist.into();
-        }
-        self
+    fn acts(self, actions: Vec<Action>, persist: impl Into<String>) -> Self {
+        self.on_problem(|f| {
+            if !actions.is_empty() {
+                f.actions = actions;
+                f.persist = persist.into();
+            }
+        })
     }
 
-    fn persist(mut self, persist: impl Into<String>) -> Self {
-        if self.status > Status::Skip {
-            self.persist = persist.into();
-        }
-        self
+    fn persist(self, persist: impl Into<String>) -> Self {
+        self.on_problem(|f| f.persist = persist.into())
+    }
+
+    /// The fix, the action and the persistence of setting sysctl `key` to `value`.
+    fn sysctl(self, key: &str, value: &str) -> Self {
+        self.fix(format!("sysctl -w {key}={value}")).act(
+            Action::write(sysctl_path(key), value),
+            persist_sysctl(key, value),
+        )
     }
 }
 
@@ -168,21 +200,17 @@ fn mib(bytes: u64) -> String {
 
 /// Every check, in report order.
 pub fn run_all(ctx: &Ctx) -> Vec<Finding> {
-    let mut out = Vec::new();
-    out.extend(socket_buffer(ctx, "net.core.rmem_max", "rmem_max", true));
-    out.extend(socket_buffer(ctx, "net.core.wmem_max", "wmem_max", false));
+    let mut out: Vec<Finding> = socket_buffer(ctx, "net.core.rmem_max", "rmem_max", true)
+        .into_iter()
+        .chain(socket_buffer(ctx, "net.core.wmem_max", "wmem_max", false))
+        .collect();
     out.extend(hugepages(ctx));
-    out.push(memlock(ctx));
-    out.push(governor(ctx));
-    out.push(cstates(ctx));
-    out.push(isolation(ctx));
+    out.extend([memlock(ctx), governor(ctx), cstates(ctx), isolation(ctx)]);
     out.extend(irq_affinity(ctx));
     out.extend(nic(ctx));
     out.push(mtu(ctx));
     out.extend(multicast(ctx));
-    out.push(conntrack(ctx));
-    out.push(busy_poll(ctx));
-    out.push(pcie_path(ctx));
+    out.extend([conntrack(ctx), busy_poll(ctx), pcie_path(ctx)]);
     out
 }
 
@@ -210,24 +238,10 @@ pub fn socket_buffer(ctx: &Ctx, key: &str, check: &'static str, receive: bool) -
         Ok(v) => v,
         Err(e) => return Some(f.skip(format!("cannot read {path}: {e}"))),
     };
-    let strict = ctx.needs.is_some();
-    let status = if found >= asked {
-        Status::Ok
-    } else if strict {
-        Status::Fail
-    } else {
-        Status::Warn
-    };
+    let status = Status::of(found >= asked, ctx.needs.is_some());
     Some(
         f.with(status, mib(found), format!(">= {}", mib(asked)))
-            .fix(format!("sysctl -w {key}={asked}"))
-            .act(
-                Action::Write {
-                    path,
-                    value: asked.to_string(),
-                },
-                persist_sysctl(key, &asked.to_string()),
-            ),
+            .sysctl(key, &asked.to_string()),
     )
 }
 
@@ -273,13 +287,7 @@ pub fn hugepages(ctx: &Ctx) -> Vec<Finding> {
     }
     let need_pages = need_bytes.div_ceil(page);
     let mut out = Vec::new();
-    let status = if free >= need_pages {
-        Status::Ok
-    } else if required {
-        Status::Fail
-    } else {
-        Status::Warn
-    };
+    let status = Status::of(free >= need_pages, required);
     let target = total + need_pages.saturating_sub(free);
     out.push(
         f.clone()
@@ -299,10 +307,7 @@ pub fn hugepages(ctx: &Ctx) -> Vec<Finding> {
             )
             .fix(format!("sysctl -w vm.nr_hugepages={target}"))
             .act(
-                Action::Write {
-                    path: format!("{dir}/nr_hugepages"),
-                    value: target.to_string(),
-                },
+                Action::write(format!("{dir}/nr_hugepages"), target.to_string()),
                 format!(
                     "{}  (or on the kernel command line: hugepagesz={default_kb}K hugepages={target})",
                     persist_sysctl("vm.nr_hugepages", &target.to_string())
@@ -317,11 +322,7 @@ pub fn hugepages(ctx: &Ctx) -> Vec<Finding> {
             ctx.host.read_u64(&format!("{ndir}/free_hugepages")),
             ctx.host.read_u64(&format!("{ndir}/nr_hugepages")),
         ) {
-            let status = if nfree >= need_pages {
-                Status::Ok
-            } else {
-                Status::Warn
-            };
+            let status = Status::of(nfree >= need_pages, false);
             let ntarget = ntotal + need_pages.saturating_sub(nfree);
             let mut nf = f
                 .clone()
@@ -332,10 +333,7 @@ pub fn hugepages(ctx: &Ctx) -> Vec<Finding> {
                 )
                 .fix(format!("echo {ntarget} > {ndir}/nr_hugepages"))
                 .act(
-                    Action::Write {
-                        path: format!("{ndir}/nr_hugepages"),
-                        value: ntarget.to_string(),
-                    },
+                    Action::write(format!("{ndir}/nr_hugepages"), ntarget.to_string()),
                     format!(
                         "kernel command line: hugepagesz={default_kb}K hugepages={node}:{ntarget}"
                     ),
@@ -416,14 +414,7 @@ pub fn memlock(ctx: &Ctx) -> Finding {
         return f.with(Status::Ok, mib(bytes), "any (the pipeline pins no memory)");
     }
     let (status, wanted) = if need > 0 {
-        (
-            if bytes >= need {
-                Status::Ok
-            } else {
-                Status::Fail
-            },
-            format!(">= {}", mib(need)),
-        )
+        (Status::of(bytes >= need, true), format!(">= {}", mib(need)))
     } else {
         // Root (CAP_IPC_LOCK) is exempt, a service user is not. Only a warning without a
         // pipeline that pins memory.
@@ -473,9 +464,11 @@ pub fn governor(ctx: &Ctx) -> Finding {
     .fix("cpupower frequency-set -g performance")
     .acts(
         slow.iter()
-            .map(|c| Action::Write {
-                path: format!("/sys/devices/system/cpu/cpu{c}/cpufreq/scaling_governor"),
-                value: "performance".into(),
+            .map(|c| {
+                Action::write(
+                    format!("/sys/devices/system/cpu/cpu{c}/cpufreq/scaling_governor"),
+                    "performance",
+                )
             })
             .collect(),
         "install cpufrequtils and set GOVERNOR=\"performance\" in /etc/default/cpufrequtils",
@@ -526,9 +519,8 @@ pub fn cstates(ctx: &Ctx) -> Finding {
                 .iter()
                 .filter(|c| c.starts_with("cpu") && c[3..].parse::<u32>().is_ok())
                 .flat_map(|c| {
-                    deep_states.iter().map(move |s| Action::Write {
-                        path: format!("/sys/devices/system/cpu/{c}/cpuidle/{s}/disable"),
-                        value: "1".into(),
+                    deep_states.iter().map(move |s| {
+                        Action::write(format!("/sys/devices/system/cpu/{c}/cpuidle/{s}/disable"), "1")
                     })
                 })
                 .filter(|a| matches!(a, Action::Write { path, .. } if ctx.host.exists(path)))
@@ -720,7 +712,7 @@ pub fn irq_affinity(ctx: &Ctx) -> Vec<Finding> {
                 .with(Status::Warn, found, wanted)
                 .fix(format!("echo {list} > {path}  (stop irqbalance first: systemctl stop irqbalance)"))
                 .act(
-                    Action::Write { path: path.clone(), value: list.clone() },
+                    Action::write(path.clone(), list.clone()),
                     "disable irqbalance (systemctl disable --now irqbalance) and set the affinity from a boot script, or use IRQBALANCE_BANNED_CPULIST",
                 ),
         );
@@ -737,22 +729,49 @@ pub fn nic(ctx: &Ctx) -> Vec<Finding> {
         )
         .skip("no --interface given")];
     };
-    let mut out = Vec::new();
-    let f = Finding::new(
-        "rx-ring",
-        "the receive ring absorbs bursts while the CPU is busy elsewhere; at the driver default a few hundred µs of stall overflow it (rx_missed / rx_no_buffer in the NIC's counters)",
-    );
-    out.push(match ctx.nic.rings(&iface) {
-        Err(e) => f.skip(format!("{iface}: cannot read ring sizes: {e}")),
-        Ok(r) if r.rx_max == 0 => f.skip(format!("{iface}: the driver reports no ring limits")),
-        Ok(r) if r.rx >= r.rx_max => f.with(
-            Status::Ok,
-            format!("rx {} of max {}", r.rx, r.rx_max),
-            format!("rx {}", r.rx_max),
+    // One setting: a skip when ethtool cannot read `what`, else what `judge` makes of it.
+    fn setting<T>(
+        iface: &str,
+        (f, what): (Finding, &str),
+        answer: std::io::Result<T>,
+        judge: impl FnOnce(Finding, T) -> Finding,
+    ) -> Finding {
+        match answer {
+            Err(e) => f.skip(format!("{iface}: cannot read {what}: {e}")),
+            Ok(v) => judge(f, v),
+        }
+    }
+    // Each setting: its check, what ethtool reads and why it matters.
+    let [rings, coalescing, pause, gro] = [
+        (
+            "rx-ring",
+            "ring sizes",
+            "the receive ring absorbs bursts while the CPU is busy elsewhere; at the driver default a few hundred µs of stall overflow it (rx_missed / rx_no_buffer in the NIC's counters)",
         ),
-        Ok(r) => f
-            .with(
-                Status::Warn,
+        (
+            "coalescing",
+            "coalescing",
+            "an interrupt per packet costs more CPU than the packet; a few tens of µs of receive coalescing batches them (adaptive coalescing may choose too little under a steady high rate)",
+        ),
+        (
+            "pause",
+            "flow control",
+            "with flow control on, a receiver that falls behind sends pause frames that stall the switch port (and every stream through it) instead of dropping its own packets; capture hosts count their drops and leave pause off unless the whole network is designed for it",
+        ),
+        (
+            "gro",
+            "GRO",
+            "fhudpsrc gro=true (UDP GRO) needs the interface's GRO on: it merges a flow's datagrams into one receive call, the largest single saving on the receive path",
+        ),
+    ]
+    .map(|(check, what, why)| (Finding::new(check, why), what));
+    vec![
+        setting(&iface, rings, ctx.nic.rings(&iface), |f, r| {
+            if r.rx_max == 0 {
+                return f.skip(format!("{iface}: the driver reports no ring limits"));
+            }
+            f.with(
+                Status::of(r.rx >= r.rx_max, false),
                 format!("rx {} of max {}", r.rx, r.rx_max),
                 format!("rx {}", r.rx_max),
             )
@@ -767,67 +786,43 @@ pub fn nic(ctx: &Ctx) -> Vec<Finding> {
                     "a udev rule or networkd .link file: [Link] RxBufferSize={}",
                     r.rx_max
                 ),
-            ),
-    });
-    let f = Finding::new(
-        "coalescing",
-        "an interrupt per packet costs more CPU than the packet; a few tens of µs of receive coalescing batches them (adaptive coalescing may choose too little under a steady high rate)",
-    );
-    out.push(match ctx.nic.coalesce(&iface) {
-        Err(e) => f.skip(format!("{iface}: cannot read coalescing: {e}")),
-        Ok(c) => {
+            )
+        }),
+        setting(&iface, coalescing, ctx.nic.coalesce(&iface), |f, c| {
             let found = format!(
                 "rx-usecs {} rx-frames {} adaptive-rx {}",
                 c.rx_usecs,
                 c.rx_frames,
-                if c.adaptive_rx { "on" } else { "off" }
+                onoff(c.adaptive_rx)
             );
-            if c.adaptive_rx || c.rx_usecs >= 8 || c.rx_frames > 1 {
-                f.with(Status::Ok, found, "rx-usecs >= 8, or adaptive")
-            } else {
-                f.with(Status::Warn, found, "rx-usecs >= 8, or adaptive")
-                    .fix(format!("ethtool -C {iface} rx-usecs 20"))
-            }
-        }
-    });
-    let f = Finding::new(
-        "pause",
-        "with flow control on, a receiver that falls behind sends pause frames that stall the switch port (and every stream through it) instead of dropping its own packets; capture hosts count their drops and leave pause off unless the whole network is designed for it",
-    );
-    out.push(match ctx.nic.pause(&iface) {
-        Err(e) => f.skip(format!("{iface}: cannot read flow control: {e}")),
-        Ok(p) => {
+            let enough = c.adaptive_rx || c.rx_usecs >= 8 || c.rx_frames > 1;
+            f.with(
+                Status::of(enough, false),
+                found,
+                "rx-usecs >= 8, or adaptive",
+            )
+            .fix(format!("ethtool -C {iface} rx-usecs 20"))
+        }),
+        setting(&iface, pause, ctx.nic.pause(&iface), |f, p| {
             let found = format!(
                 "autoneg {} rx {} tx {}",
                 onoff(p.autoneg),
                 onoff(p.rx),
                 onoff(p.tx)
             );
-            if p.tx {
-                f.with(Status::Warn, found, "tx off")
-                    .fix(format!("ethtool -A {iface} autoneg off rx off tx off"))
-            } else {
-                f.with(Status::Ok, found, "tx off")
-            }
-        }
-    });
-    let f = Finding::new(
-        "gro",
-        "fhudpsrc gro=true (UDP GRO) needs the interface's GRO on: it merges a flow's datagrams into one receive call, the largest single saving on the receive path",
-    );
-    out.push(match ctx.nic.gro(&iface) {
-        Err(e) => f.skip(format!("{iface}: cannot read GRO: {e}")),
-        Ok(on) => {
+            f.with(Status::of(!p.tx, false), found, "tx off")
+                .fix(format!("ethtool -A {iface} autoneg off rx off tx off"))
+        }),
+        setting(&iface, gro, ctx.nic.gro(&iface), |f, on| {
             let wants = ctx.needs.as_ref().is_none_or(|n| n.udp_gro);
-            if on || !wants {
-                f.with(Status::Ok, onoff(on), if wants { "on" } else { "any" })
-            } else {
-                f.with(Status::Warn, "off", "on")
-                    .fix(format!("ethtool -K {iface} gro on"))
-            }
-        }
-    });
-    out
+            f.with(
+                Status::of(on || !wants, false),
+                onoff(on),
+                if wants { "on" } else { "any" },
+            )
+            .fix(format!("ethtool -K {iface} gro on"))
+        }),
+    ]
 }
 
 fn onoff(b: bool) -> &'static str {
@@ -922,13 +917,7 @@ pub fn multicast(ctx: &Ctx) -> Vec<Finding> {
                     // Only matters for multicast; without a pipeline say so, change nothing.
                     found.why = "strict reverse-path filtering (1) drops multicast whose source is not routed back through the receiving interface (only matters for multicast receivers)";
                 } else {
-                    found = found.act(
-                        Action::Write {
-                            path,
-                            value: "2".into(),
-                        },
-                        persist_sysctl(&key, "2"),
-                    );
+                    found = found.act(Action::write(path, "2"), persist_sysctl(&key, "2"));
                     if a == 1 && key != "net.ipv4.conf.all.rp_filter" {
                         found.persist = format!(
                             "{}; {}",
@@ -947,14 +936,7 @@ pub fn multicast(ctx: &Ctx) -> Vec<Finding> {
                                 "the interface's own rp_filter is strict too",
                             )
                             .with(status, format!("{key}=1"), "0 or 2")
-                            .fix(format!("sysctl -w {key}=2"))
-                            .act(
-                                Action::Write {
-                                    path: sysctl_path(&key),
-                                    value: "2".into(),
-                                },
-                                persist_sysctl(&key, "2"),
-                            ),
+                            .sysctl(&key, "2"),
                         );
                     }
                 }
@@ -969,28 +951,13 @@ pub fn multicast(ctx: &Ctx) -> Vec<Finding> {
         out.push(
             match ctx.host.read_u64("/proc/sys/net/ipv4/igmp_max_memberships") {
                 Err(e) => f.skip(format!("cannot read net.ipv4.igmp_max_memberships: {e}")),
-                Ok(max) if max >= groups.len() as u64 => f.with(
-                    Status::Ok,
-                    max.to_string(),
-                    format!(">= {} groups", groups.len()),
-                ),
                 Ok(max) => f
                     .with(
-                        Status::Fail,
+                        Status::of(max >= groups.len() as u64, true),
                         max.to_string(),
                         format!(">= {} groups", groups.len()),
                     )
-                    .fix(format!(
-                        "sysctl -w net.ipv4.igmp_max_memberships={}",
-                        groups.len()
-                    ))
-                    .act(
-                        Action::Write {
-                            path: sysctl_path("net.ipv4.igmp_max_memberships"),
-                            value: groups.len().to_string(),
-                        },
-                        persist_sysctl("net.ipv4.igmp_max_memberships", &groups.len().to_string()),
-                    ),
+                    .sysctl("net.ipv4.igmp_max_memberships", &groups.len().to_string()),
             },
         );
     }
@@ -1073,8 +1040,8 @@ pub fn busy_poll(ctx: &Ctx) -> Finding {
             .fix(format!("echo 2 > /sys/class/net/{iface}/napi_defer_hard_irqs; echo 200000 > /sys/class/net/{iface}/gro_flush_timeout"))
             .acts(
                 vec![
-                    Action::Write { path: format!("/sys/class/net/{iface}/napi_defer_hard_irqs"), value: d.max(2).to_string() },
-                    Action::Write { path: format!("/sys/class/net/{iface}/gro_flush_timeout"), value: t.max(200_000).to_string() },
+                    Action::write(format!("/sys/class/net/{iface}/napi_defer_hard_irqs"), d.max(2).to_string()),
+                    Action::write(format!("/sys/class/net/{iface}/gro_flush_timeout"), t.max(200_000).to_string()),
                 ],
                 "a udev rule writing both values when the interface appears",
             ),
@@ -1198,11 +1165,7 @@ pub fn pcie_path(ctx: &Ctx) -> Finding {
         .join(", ");
     let best_close = links.iter().any(|(_, l)| matches!(*l, "PIX" | "PXB"));
     let gpu_pipeline = ctx.needs.as_ref().is_some_and(|n| n.gpu);
-    let status = if best_close || !gpu_pipeline {
-        Status::Ok
-    } else {
-        Status::Warn
-    };
+    let status = Status::of(best_close || !gpu_pipeline, false);
     f.with(status, found, "PIX or PXB (NIC and GPU behind one PCIe switch)")
         .fix("move the NIC or the GPU into slots behind the same PCIe switch, or use the GPU closest to the NIC (CUDA_VISIBLE_DEVICES)")
 }

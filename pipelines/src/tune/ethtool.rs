@@ -129,6 +129,24 @@ struct Value {
     data: u32,
 }
 
+/// An ethtool structure: `#[repr(C)]`, its first field the command.
+trait Param: Default {
+    /// The structure for command `cmd`, every other field zero.
+    fn command(cmd: u32) -> Self;
+}
+
+macro_rules! impl_param {
+    ($($t:ty),*) => {
+        $(impl Param for $t {
+            fn command(cmd: u32) -> Self {
+                Self { cmd, ..Default::default() }
+            }
+        })*
+    };
+}
+
+impl_param!(RingParam, CoalesceParam, PauseParam, Value);
+
 /// `struct ifreq` with the `ifr_data` member of its union (padded to the union's size).
 #[repr(C)]
 struct IfReq {
@@ -173,15 +191,18 @@ impl Ethtool {
         }
         Ok(())
     }
+
+    /// What ethtool command `cmd` reads of `ifname` into structure `T`.
+    fn get<T: Param>(ifname: &str, cmd: u32) -> io::Result<T> {
+        let mut p = T::command(cmd);
+        Self::ioctl(ifname, &mut p)?;
+        Ok(p)
+    }
 }
 
 impl Nic for Ethtool {
     fn rings(&self, ifname: &str) -> io::Result<Rings> {
-        let mut p = RingParam {
-            cmd: ETHTOOL_GRINGPARAM,
-            ..Default::default()
-        };
-        Self::ioctl(ifname, &mut p)?;
+        let p: RingParam = Self::get(ifname, ETHTOOL_GRINGPARAM)?;
         Ok(Rings {
             rx: p.rx_pending,
             rx_max: p.rx_max_pending,
@@ -191,11 +212,7 @@ impl Nic for Ethtool {
     }
 
     fn coalesce(&self, ifname: &str) -> io::Result<Coalesce> {
-        let mut p = CoalesceParam {
-            cmd: ETHTOOL_GCOALESCE,
-            ..Default::default()
-        };
-        Self::ioctl(ifname, &mut p)?;
+        let p: CoalesceParam = Self::get(ifname, ETHTOOL_GCOALESCE)?;
         Ok(Coalesce {
             rx_usecs: p.fields[0],
             rx_frames: p.fields[1],
@@ -204,11 +221,7 @@ impl Nic for Ethtool {
     }
 
     fn pause(&self, ifname: &str) -> io::Result<Pause> {
-        let mut p = PauseParam {
-            cmd: ETHTOOL_GPAUSEPARAM,
-            ..Default::default()
-        };
-        Self::ioctl(ifname, &mut p)?;
+        let p: PauseParam = Self::get(ifname, ETHTOOL_GPAUSEPARAM)?;
         Ok(Pause {
             autoneg: p.autoneg != 0,
             rx: p.rx_pause != 0,
@@ -217,20 +230,12 @@ impl Nic for Ethtool {
     }
 
     fn gro(&self, ifname: &str) -> io::Result<bool> {
-        let mut p = Value {
-            cmd: ETHTOOL_GGRO,
-            ..Default::default()
-        };
-        Self::ioctl(ifname, &mut p)?;
+        let p: Value = Self::get(ifname, ETHTOOL_GGRO)?;
         Ok(p.data != 0)
     }
 
     fn set_rings(&self, ifname: &str, rx: u32, tx: u32) -> io::Result<()> {
-        let mut p = RingParam {
-            cmd: ETHTOOL_GRINGPARAM,
-            ..Default::default()
-        };
-        Self::ioctl(ifname, &mut p)?;
+        let mut p: RingParam = Self::get(ifname, ETHTOOL_GRINGPARAM)?;
         p.cmd = ETHTOOL_SRINGPARAM;
         p.rx_pending = rx;
         p.tx_pending = tx;

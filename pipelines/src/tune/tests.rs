@@ -46,6 +46,17 @@ impl Tree {
     pub fn mkdir(&self, path: &str) {
         std::fs::create_dir_all(self.dir.join(path.trim_start_matches('/'))).unwrap();
     }
+
+    /// A symbolic link at `at` to `target`, both inside the tree (as sysfs links
+    /// devices, interfaces and classes).
+    pub fn link(&self, target: &str, at: &str) {
+        self.mkdir(at.rsplit_once('/').unwrap().0);
+        std::os::unix::fs::symlink(
+            self.dir.join(target.trim_start_matches('/')),
+            self.dir.join(at.trim_start_matches('/')),
+        )
+        .unwrap()
+    }
 }
 
 impl Drop for Tree {
@@ -97,15 +108,46 @@ fn ctx<'a>(t: &'a Tree, nic: &'a dyn Nic, iface: Option<&str>, needs: Option<Nee
     }
 }
 
-/// The status `check` gives on tree `t` without an interface or a pipeline.
-fn status_of(check: fn(&Ctx) -> Finding, t: &Tree) -> Status {
-    check(&ctx(t, &NoNic, None, None)).status
+/// What `check` finds on tree `t` with no NIC answers, for interface `iface` and a
+/// pipeline that needs `needs`.
+fn check_on<T>(check: fn(&Ctx) -> T, t: &Tree, iface: Option<&str>, needs: Option<Needs>) -> T {
+    check(&ctx(t, &NoNic, iface, needs))
 }
 
-fn write(path: &str, value: &str) -> Action {
-    Action::Write {
-        path: path.into(),
-        value: value.into(),
+/// The status `check` gives on tree `t` without an interface or a pipeline.
+fn status_of(check: fn(&Ctx) -> Finding, t: &Tree) -> Status {
+    check_on(check, t, None, None).status
+}
+
+/// Writes `text` to `path` in `t`, then asserts the status `check` gives there without an
+/// interface or a pipeline.
+#[track_caller]
+fn assert_status_after(
+    t: &Tree,
+    path: &str,
+    text: &str,
+    check: fn(&Ctx) -> Finding,
+    status: Status,
+) {
+    t.put(path, text);
+    assert_eq!(status_of(check, t), status);
+}
+
+/// Asserts that `f` has `status` and a fix that says `fix`.
+#[track_caller]
+fn assert_fix(f: &Finding, status: Status, fix: &str) {
+    assert_eq!(f.status, status, "{f:?}");
+    assert!(f.fix.contains(fix), "{f:?}");
+}
+
+/// Asserts that the findings, one for each of `paths`, each write `value` to their path
+/// and do nothing else.
+#[track_caller]
+fn assert_writes<'f>(findings: impl IntoIterator<Item = &'f Finding>, paths: &[&str], value: &str) {
+    let findings: Vec<&Finding> = findings.into_iter().collect();
+    assert_eq!(findings.len(), paths.len(), "{findings:?}");
+    for (f, path) in findings.into_iter().zip(paths) {
+        assert_eq!(f.actions, [Action::write(*path, value)], "{f:?}");
     }
 }
 
@@ -122,55 +164,35 @@ fn socket_buffers_against_the_pipeline() {
         rcvbuf: 64 << 20,
         ..Default::default()
     };
-    let f = checks::socket_buffer(
-        &ctx(&t, &NoNic, None, Some(needs.clone())),
-        "net.core.rmem_max",
-        "rmem_max",
-        true,
-    )
-    .unwrap();
+    // rmem_max for the receive direction, wmem_max for the send one.
+    let buffer = |receive: bool, needs| {
+        let (key, check) = if receive {
+            ("net.core.rmem_max", "rmem_max")
+        } else {
+            ("net.core.wmem_max", "wmem_max")
+        };
+        checks::socket_buffer(&ctx(&t, &NoNic, None, needs), key, check, receive)
+    };
+    let rmem = |needs| buffer(true, needs).unwrap();
+    let wmem = |needs| buffer(false, needs);
+    let f = rmem(Some(needs.clone()));
     assert_eq!(f.status, Status::Fail, "{f:?}");
     assert_eq!(f.found, "212992");
     assert_eq!(f.fix, "sysctl -w net.core.rmem_max=67108864");
     assert_eq!(
         f.actions,
-        [write("/proc/sys/net/core/rmem_max", "67108864")]
+        [Action::write("/proc/sys/net/core/rmem_max", "67108864")]
     );
     assert!(f.persist.contains("/etc/sysctl.d/"), "{f:?}");
     // Without a pipeline: the 8 MiB default, and only a warning.
-    let f = checks::socket_buffer(
-        &ctx(&t, &NoNic, None, None),
-        "net.core.rmem_max",
-        "rmem_max",
-        true,
-    )
-    .unwrap();
-    assert_eq!(f.status, Status::Warn);
+    assert_eq!(rmem(None).status, Status::Warn);
     t.put("/proc/sys/net/core/rmem_max", "134217728");
-    let f = checks::socket_buffer(
-        &ctx(&t, &NoNic, None, Some(needs.clone())),
-        "net.core.rmem_max",
-        "rmem_max",
-        true,
-    )
-    .unwrap();
+    let f = rmem(Some(needs.clone()));
     assert_eq!(f.status, Status::Ok);
     assert!(f.fix.is_empty() && f.actions.is_empty());
     // A pipeline that sends nothing asks nothing of wmem_max.
-    assert!(checks::socket_buffer(
-        &ctx(&t, &NoNic, None, Some(needs)),
-        "net.core.wmem_max",
-        "wmem_max",
-        false
-    )
-    .is_none());
-    let f = checks::socket_buffer(
-        &ctx(&t, &NoNic, None, None),
-        "net.core.wmem_max",
-        "wmem_max",
-        false,
-    )
-    .unwrap();
+    assert!(wmem(Some(needs)).is_none());
+    let f = wmem(None).unwrap();
     assert_eq!(f.status, Status::Skip, "missing file: {f:?}");
 }
 
@@ -208,7 +230,7 @@ fn hugepages_global_and_per_numa_node() {
         hugepages_required: true,
         ..Default::default()
     };
-    let v = checks::hugepages(&ctx(&t, &NoNic, Some("eth1"), Some(needs.clone())));
+    let v = check_on(checks::hugepages, &t, Some("eth1"), Some(needs.clone()));
     let g = only(v.clone(), "hugepages");
     assert_eq!(g.status, Status::Fail, "{g:?}");
     assert_eq!(g.found, "2 of 4 free (2048 kB pages)");
@@ -220,7 +242,7 @@ fn hugepages_global_and_per_numa_node() {
     assert_eq!(n.status, Status::Warn);
     assert_eq!(
         n.actions,
-        [write(
+        [Action::write(
             "/sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages",
             "7"
         )]
@@ -231,15 +253,18 @@ fn hugepages_global_and_per_numa_node() {
         hugepages_required: false,
         ..needs.clone()
     };
-    let g = only(
-        checks::hugepages(&ctx(&t, &NoNic, None, Some(auto))),
-        "hugepages",
-    );
+    let global = |needs| {
+        only(
+            check_on(checks::hugepages, &t, None, Some(needs)),
+            "hugepages",
+        )
+    };
+    let g = global(auto);
     assert_eq!(g.status, Status::Warn);
     // No interface, so no node: the global reservation is the action.
     assert_eq!(
         g.actions,
-        [write(
+        [Action::write(
             "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages",
             "7"
         )]
@@ -248,17 +273,9 @@ fn hugepages_global_and_per_numa_node() {
         "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages",
         "5",
     );
+    assert_eq!(global(needs).status, Status::Ok);
     assert_eq!(
-        only(
-            checks::hugepages(&ctx(&t, &NoNic, None, Some(needs))),
-            "hugepages"
-        )
-        .status,
-        Status::Ok
-    );
-    let empty = Tree::new(&[]);
-    assert_eq!(
-        checks::hugepages(&ctx(&empty, &NoNic, None, None))[0].status,
+        check_on(checks::hugepages, &Tree::new(&[]), None, None)[0].status,
         Status::Skip
     );
 }
@@ -271,13 +288,9 @@ fn memlock_against_pinned_memory() {
         pinned_bytes: 16 << 20,
         ..Default::default()
     };
-    let f = checks::memlock(&ctx(&t, &NoNic, None, Some(pins.clone())));
-    assert_eq!(f.status, Status::Fail);
-    assert!(f.fix.contains("ulimit -l unlimited"), "{f:?}");
-    assert_eq!(
-        checks::memlock(&ctx(&t, &NoNic, None, Some(Needs::default()))).status,
-        Status::Ok
-    );
+    let memlock = |needs| check_on(checks::memlock, &t, None, Some(needs));
+    assert_fix(&memlock(pins.clone()), Status::Fail, "ulimit -l unlimited");
+    assert_eq!(memlock(Needs::default()).status, Status::Ok);
     t.put(
         "/proc/self/limits",
         &limits.replace(
@@ -285,11 +298,7 @@ fn memlock_against_pinned_memory() {
             "unlimited            unlimited",
         ),
     );
-    assert_eq!(
-        checks::memlock(&ctx(&t, &NoNic, None, Some(pins))).status,
-        Status::Ok
-    );
-    assert_eq!(status_of(checks::memlock, &Tree::new(&[])), Status::Skip);
+    assert_eq!(memlock(pins).status, Status::Ok);
 }
 
 #[test]
@@ -305,7 +314,7 @@ fn governor_per_cpu() {
         ),
     ]);
     t.mkdir("/sys/devices/system/cpu/cpufreq");
-    let f = checks::governor(&ctx(&t, &NoNic, None, None));
+    let f = check_on(checks::governor, &t, None, None);
     assert_eq!(f.status, Status::Warn);
     assert!(
         f.found.contains("powersave") && f.found.contains("CPUs 1"),
@@ -313,16 +322,13 @@ fn governor_per_cpu() {
     );
     assert_eq!(
         f.actions,
-        [write(
+        [Action::write(
             "/sys/devices/system/cpu/cpu1/cpufreq/scaling_governor",
             "performance"
         )]
     );
-    t.put(
-        "/sys/devices/system/cpu/cpu1/cpufreq/scaling_governor",
-        "performance",
-    );
-    assert_eq!(status_of(checks::governor, &t), Status::Ok);
+    let governor = "/sys/devices/system/cpu/cpu1/cpufreq/scaling_governor";
+    assert_status_after(&t, governor, "performance", checks::governor, Status::Ok);
     let vm = Tree::new(&[]);
     vm.mkdir("/sys/devices/system/cpu/cpu0");
     assert_eq!(status_of(checks::governor, &vm), Status::Skip);
@@ -355,19 +361,18 @@ fn deep_cstates() {
     }
     let files: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), *b)).collect();
     let t = Tree::new(&files);
-    let f = checks::cstates(&ctx(&t, &NoNic, None, None));
+    let f = check_on(checks::cstates, &t, None, None);
     assert_eq!(f.status, Status::Warn);
     assert!(f.found.contains("C6 (133 µs)"), "{f:?}");
     assert_eq!(
         f.actions,
         [
-            write("/sys/devices/system/cpu/cpu0/cpuidle/state1/disable", "1"),
-            write("/sys/devices/system/cpu/cpu1/cpuidle/state1/disable", "1")
+            Action::write("/sys/devices/system/cpu/cpu0/cpuidle/state1/disable", "1"),
+            Action::write("/sys/devices/system/cpu/cpu1/cpuidle/state1/disable", "1")
         ]
     );
-    t.put("/sys/devices/system/cpu/cpu0/cpuidle/state1/disable", "1");
-    assert_eq!(status_of(checks::cstates, &t), Status::Ok);
-    assert_eq!(status_of(checks::cstates, &Tree::new(&[])), Status::Skip);
+    let disable = "/sys/devices/system/cpu/cpu0/cpuidle/state1/disable";
+    assert_status_after(&t, disable, "1", checks::cstates, Status::Ok);
 }
 
 #[test]
@@ -380,13 +385,15 @@ fn isolated_cpus_from_the_command_line() {
     c.cpu = Some(2);
     assert_eq!(checks::isolation(&c).status, Status::Ok);
     c.cpu = Some(1);
-    let f = checks::isolation(&c);
-    assert_eq!(f.status, Status::Warn);
-    assert!(f.fix.contains("isolcpus=1"), "{f:?}");
-    t.put("/proc/cmdline", "root=/dev/sda1 quiet");
-    let f = checks::isolation(&ctx(&t, &NoNic, None, None));
-    assert_eq!(f.status, Status::Warn);
-    assert_eq!(status_of(checks::isolation, &Tree::new(&[])), Status::Skip);
+    assert_fix(&checks::isolation(&c), Status::Warn, "isolcpus=1");
+    let cmdline = "root=/dev/sda1 quiet";
+    assert_status_after(
+        &t,
+        "/proc/cmdline",
+        cmdline,
+        checks::isolation,
+        Status::Warn,
+    );
 }
 
 #[test]
@@ -406,13 +413,13 @@ fn irq_affinity_on_the_nics_node_off_the_capture_cpu() {
     let v = checks::irq_affinity(&c);
     let s: Vec<Status> = v.iter().map(|f| f.status).collect();
     assert_eq!(s, [Status::Warn, Status::Ok, Status::Warn], "{v:?}");
-    assert_eq!(
-        v[0].actions,
-        [write("/proc/irq/40/smp_affinity_list", "0-1,3")]
-    );
-    assert_eq!(
-        v[2].actions,
-        [write("/proc/irq/42/smp_affinity_list", "0-1,3")]
+    assert_writes(
+        [&v[0], &v[2]],
+        &[
+            "/proc/irq/40/smp_affinity_list",
+            "/proc/irq/42/smp_affinity_list",
+        ],
+        "0-1,3",
     );
     // Without MSI in sysfs, the /proc/interrupts names are used; other devices are not.
     let t = Tree::new(&[
@@ -420,26 +427,23 @@ fn irq_affinity_on_the_nics_node_off_the_capture_cpu() {
         ("/proc/irq/50/smp_affinity_list", "0-1"),
     ]);
     t.mkdir("/sys/class/net/eth1");
-    let v = checks::irq_affinity(&ctx(&t, &NoNic, Some("eth1"), None));
+    let irqs = |iface| check_on(checks::irq_affinity, &t, iface, None);
+    let v = irqs(Some("eth1"));
     assert_eq!(v.len(), 1, "{v:?}");
     assert_eq!(v[0].status, Status::Ok);
     assert!(v[0].found.contains("IRQ 50"));
-    assert_eq!(
-        checks::irq_affinity(&ctx(&t, &NoNic, None, None))[0].status,
-        Status::Skip
-    );
-    assert_eq!(
-        checks::irq_affinity(&ctx(&t, &NoNic, Some("eth9"), None))[0].status,
-        Status::Skip
-    );
+    for iface in [None, Some("eth9")] {
+        assert_eq!(irqs(iface)[0].status, Status::Skip);
+    }
 }
 
 #[test]
 fn nic_rings_coalescing_pause_gro() {
     let t = Tree::new(&[]);
-    let nic = FakeNic {
+    // Rings of at most 4096 (tx at 512) and 1-frame coalescing without a timer.
+    let fake = |rx, adaptive_rx, pause, gro| FakeNic {
         rings: Some(Rings {
-            rx: 512,
+            rx,
             rx_max: 4096,
             tx: 512,
             tx_max: 4096,
@@ -447,16 +451,18 @@ fn nic_rings_coalescing_pause_gro() {
         coalesce: Some(Coalesce {
             rx_usecs: 0,
             rx_frames: 1,
-            adaptive_rx: false,
+            adaptive_rx,
         }),
-        pause: Some(Pause {
-            autoneg: true,
-            rx: true,
-            tx: true,
-        }),
-        gro: Some(false),
+        pause: Some(pause),
+        gro: Some(gro),
         ..Default::default()
     };
+    let on = Pause {
+        autoneg: true,
+        rx: true,
+        tx: true,
+    };
+    let nic = fake(512, false, on, false);
     let v = checks::nic(&ctx(&t, &nic, Some("eth1"), None));
     let ring = only(v.clone(), "rx-ring");
     assert_eq!(ring.status, Status::Warn);
@@ -478,22 +484,7 @@ fn nic_rings_coalescing_pause_gro() {
     // A pipeline without UDP GRO does not care.
     let v = checks::nic(&ctx(&t, &nic, Some("eth1"), Some(Needs::default())));
     assert_eq!(only(v, "gro").status, Status::Ok);
-    let good = FakeNic {
-        rings: Some(Rings {
-            rx: 4096,
-            rx_max: 4096,
-            tx: 512,
-            tx_max: 4096,
-        }),
-        coalesce: Some(Coalesce {
-            rx_usecs: 0,
-            rx_frames: 1,
-            adaptive_rx: true,
-        }),
-        pause: Some(Pause::default()),
-        gro: Some(true),
-        ..Default::default()
-    };
+    let good = fake(4096, true, Pause::default(), true);
     assert!(checks::nic(&ctx(&t, &good, Some("eth1"), None))
         .iter()
         .all(|f| f.status == Status::Ok));
@@ -510,18 +501,13 @@ fn mtu_against_the_largest_packet() {
         max_ip_packet: 9000,
         ..Default::default()
     };
-    let f = checks::mtu(&ctx(&t, &NoNic, Some("eth1"), Some(needs.clone())));
+    let mtu = |iface, needs| check_on(checks::mtu, &t, Some(iface), needs);
+    let f = mtu("eth1", Some(needs.clone()));
     assert_eq!(f.status, Status::Fail);
     assert!(f.fix.starts_with("ip link set dev eth1 mtu 9000"), "{f:?}");
     t.put("/sys/class/net/eth1/mtu", "9000");
-    assert_eq!(
-        checks::mtu(&ctx(&t, &NoNic, Some("eth1"), Some(needs))).status,
-        Status::Ok
-    );
-    assert_eq!(
-        checks::mtu(&ctx(&t, &NoNic, Some("eth2"), None)).status,
-        Status::Skip
-    );
+    assert_eq!(mtu("eth1", Some(needs)).status, Status::Ok);
+    assert_eq!(mtu("eth2", None).status, Status::Skip);
 }
 
 #[test]
@@ -538,17 +524,17 @@ fn multicast_rp_filter_and_igmp() {
         multicast_groups: groups,
         ..Default::default()
     };
-    let v = checks::multicast(&ctx(&t, &NoNic, Some("eth1"), Some(needs.clone())));
+    let v = check_on(checks::multicast, &t, Some("eth1"), Some(needs.clone()));
     let rp: Vec<&Finding> = v.iter().filter(|f| f.check == "rp_filter").collect();
     assert_eq!(rp.len(), 2, "{v:?}");
     assert!(rp.iter().all(|f| f.status == Status::Fail));
-    assert_eq!(
-        rp[0].actions,
-        [write("/proc/sys/net/ipv4/conf/all/rp_filter", "2")]
-    );
-    assert_eq!(
-        rp[1].actions,
-        [write("/proc/sys/net/ipv4/conf/eth1/rp_filter", "2")]
+    assert_writes(
+        rp,
+        &[
+            "/proc/sys/net/ipv4/conf/all/rp_filter",
+            "/proc/sys/net/ipv4/conf/eth1/rp_filter",
+        ],
+        "2",
     );
     let igmp = only(v, "igmp");
     assert_eq!(igmp.status, Status::Fail);
@@ -556,14 +542,12 @@ fn multicast_rp_filter_and_igmp() {
     t.put("/proc/sys/net/ipv4/conf/all/rp_filter", "0");
     t.put("/proc/sys/net/ipv4/conf/eth1/rp_filter", "2");
     t.put("/proc/sys/net/ipv4/igmp_max_memberships", "64");
-    assert!(
-        checks::multicast(&ctx(&t, &NoNic, Some("eth1"), Some(needs)))
-            .iter()
-            .all(|f| f.status == Status::Ok)
-    );
+    assert!(check_on(checks::multicast, &t, Some("eth1"), Some(needs))
+        .iter()
+        .all(|f| f.status == Status::Ok));
     // Strict, but no multicast in the pipeline: a warning and nothing to apply.
     t.put("/proc/sys/net/ipv4/conf/all/rp_filter", "1");
-    let f = only(checks::multicast(&ctx(&t, &NoNic, None, None)), "rp_filter");
+    let f = only(check_on(checks::multicast, &t, None, None), "rp_filter");
     assert_eq!(f.status, Status::Warn);
     assert!(f.actions.is_empty());
 }
@@ -578,16 +562,14 @@ fn conntrack_loaded_or_not() {
         ports: vec![7148],
         ..Default::default()
     };
-    let f = checks::conntrack(&ctx(&t, &NoNic, None, Some(needs)));
-    assert_eq!(f.status, Status::Warn);
-    assert!(f.fix.contains("udp dport 7148 notrack"), "{f:?}");
-    t.put("/proc/modules", "veth 40960 0 - Live 0x0\n");
+    let f = check_on(checks::conntrack, &t, None, Some(needs));
+    assert_fix(&f, Status::Warn, "udp dport 7148 notrack");
     t.mkdir("/proc/sys/net");
-    assert_eq!(status_of(checks::conntrack, &t), Status::Ok);
+    let modules = "veth 40960 0 - Live 0x0\n";
+    assert_status_after(&t, "/proc/modules", modules, checks::conntrack, Status::Ok);
     // Built in: no module line, but the sysctl is there.
-    t.put("/proc/sys/net/netfilter/nf_conntrack_count", "3");
-    assert_eq!(status_of(checks::conntrack, &t), Status::Warn);
-    assert_eq!(status_of(checks::conntrack, &Tree::new(&[])), Status::Skip);
+    let count = "/proc/sys/net/netfilter/nf_conntrack_count";
+    assert_status_after(&t, count, "3", checks::conntrack, Status::Warn);
 }
 
 #[test]
@@ -597,29 +579,24 @@ fn busy_poll_needs_deferred_interrupts() {
         ("/sys/class/net/eth1/napi_defer_hard_irqs", "0"),
         ("/sys/class/net/eth1/gro_flush_timeout", "0"),
     ]);
-    assert_eq!(
-        checks::busy_poll(&ctx(&t, &NoNic, Some("eth1"), None)).status,
-        Status::Ok
-    );
+    let busy_poll = |needs| check_on(checks::busy_poll, &t, Some("eth1"), needs);
+    assert_eq!(busy_poll(None).status, Status::Ok);
     let needs = Needs {
         busy_poll_us: 50,
         ..Default::default()
     };
-    let f = checks::busy_poll(&ctx(&t, &NoNic, Some("eth1"), Some(needs.clone())));
+    let f = busy_poll(Some(needs.clone()));
     assert_eq!(f.status, Status::Warn);
     assert_eq!(
         f.actions,
         [
-            write("/sys/class/net/eth1/napi_defer_hard_irqs", "2"),
-            write("/sys/class/net/eth1/gro_flush_timeout", "200000")
+            Action::write("/sys/class/net/eth1/napi_defer_hard_irqs", "2"),
+            Action::write("/sys/class/net/eth1/gro_flush_timeout", "200000")
         ]
     );
     t.put("/sys/class/net/eth1/napi_defer_hard_irqs", "2");
     t.put("/sys/class/net/eth1/gro_flush_timeout", "200000");
-    assert_eq!(
-        checks::busy_poll(&ctx(&t, &NoNic, Some("eth1"), Some(needs))).status,
-        Status::Ok
-    );
+    assert_eq!(busy_poll(Some(needs)).status, Status::Ok);
 }
 
 #[test]
@@ -633,6 +610,16 @@ fn an_empty_tree_is_all_skips_or_warnings_never_a_panic() {
         "nothing to apply to files that are not there"
     );
     assert_eq!(super::exit_status(&v), 0);
+    // The rules that read one file or tree each say they cannot check without it.
+    let empty = Tree::new(&[]);
+    for check in [
+        checks::memlock,
+        checks::cstates,
+        checks::isolation,
+        checks::conntrack,
+    ] {
+        assert_eq!(status_of(check, &empty), Status::Skip);
+    }
     let json = super::to_json(&v);
     assert!(
         json.starts_with("[{\"check\":") && json.ends_with("}]"),
@@ -697,37 +684,32 @@ fn pcie_path_between_nic_and_gpus() {
     t.put(&format!("{gpu_a}/numa_node"), "0");
     t.put(&format!("{gpu_b}/class"), "0x030000");
     t.put(&format!("{gpu_b}/numa_node"), "1");
-    t.mkdir("/sys/class/net");
-    t.mkdir("/sys/bus/pci/devices");
-    let link = |target: &str, at: &str| {
-        std::os::unix::fs::symlink(
-            t.dir.join(target.trim_start_matches('/')),
-            t.dir.join(at.trim_start_matches('/')),
-        )
-        .unwrap()
-    };
     // As the kernel lays it out: the interface below its device, `device` pointing up.
     t.mkdir(&format!("{nic}/net/eth1"));
-    link(&format!("{nic}/net/eth1"), "/sys/class/net/eth1");
-    link(nic, &format!("{nic}/net/eth1/device"));
-    link(nic, "/sys/bus/pci/devices/0000:01:00.0");
-    link(gpu_b, "/sys/bus/pci/devices/0000:41:00.0");
+    t.link(&format!("{nic}/net/eth1"), "/sys/class/net/eth1");
+    t.link(nic, &format!("{nic}/net/eth1/device"));
+    t.link(nic, "/sys/bus/pci/devices/0000:01:00.0");
+    t.link(gpu_b, "/sys/bus/pci/devices/0000:41:00.0");
     let gpu_needs = Needs {
         gpu: true,
         ..Default::default()
     };
-    let f = checks::pcie_path(&ctx(&t, &NoNic, Some("eth1"), Some(gpu_needs.clone())));
-    assert_eq!(f.status, Status::Warn, "{f:?}");
-    assert_eq!(f.found, "GPU 0000:41:00.0: SYS");
-    link(gpu_a, "/sys/bus/pci/devices/0000:02:00.0");
-    let f = checks::pcie_path(&ctx(&t, &NoNic, Some("eth1"), Some(gpu_needs)));
-    assert_eq!(f.status, Status::Ok, "{f:?}");
-    assert_eq!(f.found, "GPU 0000:02:00.0: PIX, GPU 0000:41:00.0: SYS");
+    let found = |status| {
+        let f = check_on(checks::pcie_path, &t, Some("eth1"), Some(gpu_needs.clone()));
+        assert_eq!(f.status, status, "{f:?}");
+        f.found
+    };
+    assert_eq!(found(Status::Warn), "GPU 0000:41:00.0: SYS");
+    t.link(gpu_a, "/sys/bus/pci/devices/0000:02:00.0");
+    assert_eq!(
+        found(Status::Ok),
+        "GPU 0000:02:00.0: PIX, GPU 0000:41:00.0: SYS"
+    );
     // Without GPUs, or without a PCI NIC, it says so.
     let plain = Tree::new(&[]);
     plain.mkdir("/sys/class/net/lo");
     assert_eq!(
-        checks::pcie_path(&ctx(&plain, &NoNic, Some("lo"), None)).status,
+        check_on(checks::pcie_path, &plain, Some("lo"), None).status,
         Status::Skip
     );
 }
@@ -782,40 +764,23 @@ fn virtio_irqs_are_on_the_parent_function_pci_ones_are_not() {
         ("/proc/irq/37/smp_affinity_list", "0-1"),
         ("/proc/irq/24/smp_affinity_list", "0-1"),
     ]);
-    let link = |target: &str, at: &str| {
-        t.mkdir(at.rsplit_once('/').unwrap().0);
-        std::os::unix::fs::symlink(
-            t.dir.join(target.trim_start_matches('/')),
-            t.dir.join(at.trim_start_matches('/')),
-        )
-        .unwrap()
+    // A net device `ifname` below `device`, each linked to the other as in sysfs, and
+    // the one finding irq_affinity gives for it.
+    let irq_of = |device: &str, ifname: &str| {
+        let net = format!("{device}/net/{ifname}");
+        t.mkdir(&net);
+        t.link(&net, &format!("/sys/class/net/{ifname}"));
+        t.link(device, &format!("{net}/device"));
+        let mut v = check_on(checks::irq_affinity, &t, Some(ifname), None);
+        assert_eq!(v.len(), 1, "{v:?}");
+        v.remove(0)
     };
     // virtio: the net device hangs below virtio2, whose PCI function has the vectors.
     t.mkdir("/sys/devices/pci0000:00/0000:00:03.0/msi_irqs/37");
-    t.mkdir("/sys/devices/pci0000:00/0000:00:03.0/virtio2/net/eth0");
-    link(
-        "/sys/devices/pci0000:00/0000:00:03.0/virtio2/net/eth0",
-        "/sys/class/net/eth0",
-    );
-    link(
-        "/sys/devices/pci0000:00/0000:00:03.0/virtio2",
-        "/sys/devices/pci0000:00/0000:00:03.0/virtio2/net/eth0/device",
-    );
-    let v = checks::irq_affinity(&ctx(&t, &NoNic, Some("eth0"), None));
-    assert_eq!(v.len(), 1, "{v:?}");
-    assert_eq!(v[0].found, "IRQ 37 on CPUs 0-1");
+    let f = irq_of("/sys/devices/pci0000:00/0000:00:03.0/virtio2", "eth0");
+    assert_eq!(f.found, "IRQ 37 on CPUs 0-1");
     // A PCI NIC without MSI: its bridge's vectors (24) are not the NIC's.
     t.mkdir("/sys/devices/pci0000:00/0000:00:01.0/msi_irqs/24");
-    t.mkdir("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/net/eth1");
-    link(
-        "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/net/eth1",
-        "/sys/class/net/eth1",
-    );
-    link(
-        "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0",
-        "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/net/eth1/device",
-    );
-    let v = checks::irq_affinity(&ctx(&t, &NoNic, Some("eth1"), None));
-    assert_eq!(v.len(), 1, "{v:?}");
-    assert_eq!(v[0].status, Status::Skip, "{v:?}");
+    let f = irq_of("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0", "eth1");
+    assert_eq!(f.status, Status::Skip, "{f:?}");
 }

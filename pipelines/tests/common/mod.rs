@@ -33,6 +33,37 @@ impl Output {
             self.stderr
         )
     }
+
+    /// Asserts the exit code, with both streams in the message.
+    #[track_caller]
+    pub fn assert_code(&self, code: i32) -> &Self {
+        assert_eq!(self.code, Some(code), "{}", self.all());
+        self
+    }
+
+    /// Asserts that stdout holds every one of `needles`.
+    #[track_caller]
+    pub fn assert_stdout(&self, needles: &[&str]) -> &Self {
+        self.assert_holds("stdout", &self.stdout, needles)
+    }
+
+    /// Asserts that stderr holds every one of `needles`.
+    #[track_caller]
+    pub fn assert_stderr(&self, needles: &[&str]) -> &Self {
+        self.assert_holds("stderr", &self.stderr, needles)
+    }
+
+    #[track_caller]
+    fn assert_holds(&self, name: &str, text: &str, needles: &[&str]) -> &Self {
+        for needle in needles {
+            assert!(
+                text.contains(needle),
+                "{name} lacks {needle:?}\n{}",
+                self.all()
+            );
+        }
+        self
+    }
 }
 
 /// A running `firehose` process whose output is collected as it comes.
@@ -87,6 +118,62 @@ pub fn spawn(args: &[&str]) -> Running {
 /// Runs `firehose args…` to the end; panics (after killing it) past `timeout`.
 pub fn run(args: &[&str], timeout: Duration) -> Output {
     spawn(args).finish(timeout)
+}
+
+/// Runs `firehose args…` to the end and asserts that it exited with `code`.
+#[track_caller]
+pub fn run_code(args: &[&str], timeout: Duration, code: i32) -> Output {
+    let out = run(args, timeout);
+    out.assert_code(code);
+    out
+}
+
+/// Each `(args, needles)`: `firehose args…` is a usage error (exit 2, within 30 s) whose
+/// stderr holds every one of `needles`.
+#[track_caller]
+pub fn usage_errors(cases: &[(&[&str], &[&str])]) {
+    for (args, needles) in cases {
+        run_code(args, Duration::from_secs(30), 2).assert_stderr(needles);
+    }
+}
+
+/// Asserts that `text` holds every one of `needles`, naming the one missing.
+#[track_caller]
+pub fn assert_contains_all(text: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(text.contains(needle), "no {needle:?} in\n{text}");
+    }
+}
+
+/// The trimmed cells of the table rows of `text` that start with `prefix` (the empty
+/// text before the first `|` is cell 0).
+pub fn table_rows(text: &str, prefix: &str) -> Vec<Vec<String>> {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .map(|l| l.split('|').map(|c| c.trim().to_string()).collect())
+        .collect()
+}
+
+/// Runs `firehose args… --out MD`, asserts that it exited 0 (`hint` says what a failure
+/// may need) and printed the report it wrote to `md`, and returns the run and the report.
+#[track_caller]
+pub fn run_report(
+    args: &[&str],
+    md: &std::path::Path,
+    timeout: Duration,
+    hint: &str,
+) -> (Output, String) {
+    let mut all = args.to_vec();
+    all.extend(["--out", md.to_str().unwrap()]);
+    let out = run(&all, timeout);
+    assert_eq!(out.code, Some(0), "{hint}\n{}", out.all());
+    let report = std::fs::read_to_string(md).expect("--out file written");
+    assert!(
+        out.stdout.contains(report.trim()),
+        "stdout and --out differ\n{}",
+        out.all()
+    );
+    (out, report)
 }
 
 impl Running {
@@ -163,4 +250,28 @@ impl Running {
 /// A path in the temp directory unique to this process and `name`.
 pub fn temp_path(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("firehose-cli-test-{}-{name}", std::process::id()))
+}
+
+/// `firehose bench KIND --quick --cpu-limit 1 --out MD`, checked as [`run_report`] does,
+/// and with the set-up lines every such report has: the command, the plain sender and
+/// the budget of one core per receiver (as root, so the cgroup path is exercised).
+#[track_caller]
+pub fn quick_one_core_report(
+    kind: &str,
+    md: &std::path::Path,
+    timeout: Duration,
+    hint: &str,
+) -> String {
+    let args = ["bench", kind, "--quick", "--cpu-limit", "1"];
+    let (_, report) = run_report(&args, md, timeout, hint);
+    assert_contains_all(
+        &report,
+        &[
+            "- command: `",
+            &format!("bench {kind} --quick --cpu-limit 1 --out"),
+            "plain sender: one datagram per send",
+            "- CPU budget: 1 of one core per receiver process",
+        ],
+    );
+    report
 }
