@@ -26,39 +26,49 @@ use firehose_core::PacketInfo;
 const RUNS: usize = 7;
 const BATCH: usize = 64;
 
-fn median_of(runs: usize, mut f: impl FnMut() -> Duration) -> Duration {
-    f();
-    let mut t: Vec<Duration> = (0..runs).map(|_| f()).collect();
+/// Nanoseconds per call of `f`: the median of `runs` runs of `iters` calls each, after
+/// one run to warm up.
+fn ns_per_call(runs: usize, iters: u32, mut f: impl FnMut()) -> f64 {
+    let mut run = || {
+        let t0 = Instant::now();
+        for _ in 0..iters {
+            f();
+        }
+        t0.elapsed()
+    };
+    run();
+    let mut t: Vec<Duration> = (0..runs).map(|_| run()).collect();
     t.sort();
-    t[t.len() / 2]
+    t[t.len() / 2].as_nanos() as f64 / f64::from(iters)
 }
 
 fn main() {
-    let full = std::env::args().any(|a| a == "--bench");
+    // With `--bench` many calls and runs, else each measurement once, small.
+    let (iters, runs) = if std::env::args().any(|a| a == "--bench") {
+        (100_000, RUNS)
+    } else {
+        (10, 1)
+    };
     gst::init().unwrap();
-    let (iters, runs) = if full { (100_000, RUNS) } else { (10, 1) };
+    let addr = |a: &str| a.parse::<std::net::SocketAddr>().unwrap().into();
     let packets: Vec<PacketInfo> = (0..BATCH)
         .map(|i| PacketInfo {
             offset: (i * 1472) as u32,
             len: 1472,
             rx_time_ns: 1_700_000_000_000_000_000 + i as u64,
-            src: "10.0.0.1:7148"
-                .parse::<std::net::SocketAddr>()
-                .unwrap()
-                .into(),
+            src: addr("10.0.0.1:7148"),
         })
         .collect();
     let memory = gst::Memory::with_size(BATCH * 1472);
     for readable in [false, true] {
-        let t = median_of(runs, || {
-            let t0 = Instant::now();
-            for _ in 0..iters {
-                let b = batch_buffer(memory.clone(), packets.clone(), None, readable);
-                black_box(b);
-            }
-            t0.elapsed()
+        let ns = ns_per_call(runs, iters, || {
+            black_box(batch_buffer(
+                memory.clone(),
+                packets.clone(),
+                None,
+                readable,
+            ));
         });
-        let ns = t.as_nanos() as f64 / iters as f64;
         println!(
             "batch buffer of {BATCH} datagrams, readable-metas={readable}: {ns:.0} ns per buffer, {:.1} ns per datagram",
             ns / BATCH as f64
@@ -66,30 +76,21 @@ fn main() {
     }
     let dests = vec![
         PacketDest {
-            dst: "10.211.0.1:7148"
-                .parse::<std::net::SocketAddr>()
-                .unwrap()
-                .into(),
+            dst: addr("10.211.0.1:7148"),
             header_len: 0,
         };
         BATCH
     ];
     for readable in [false, true] {
-        let t = median_of(runs, || {
-            let t0 = Instant::now();
-            for _ in 0..iters {
-                let b = batch_buffer_with_dests(
-                    memory.clone(),
-                    packets.clone(),
-                    dests.clone(),
-                    None,
-                    readable,
-                );
-                black_box(b);
-            }
-            t0.elapsed()
+        let ns = ns_per_call(runs, iters, || {
+            black_box(batch_buffer_with_dests(
+                memory.clone(),
+                packets.clone(),
+                dests.clone(),
+                None,
+                readable,
+            ));
         });
-        let ns = t.as_nanos() as f64 / iters as f64;
         println!(
             "batch buffer of {BATCH} datagrams with destinations, readable-metas={readable}: {ns:.0} ns per buffer, {:.1} ns per datagram",
             ns / BATCH as f64
@@ -107,19 +108,12 @@ fn main() {
         bytes: 64 * 8192,
     };
     let bytes = vec![8192u64; 64];
-    let t = median_of(runs, || {
-        let t0 = Instant::now();
-        for _ in 0..iters {
-            let mut b = gst::Buffer::new();
-            readable::add_chunk(b.get_mut().unwrap(), &info, &bytes);
-            black_box(b);
-        }
-        t0.elapsed()
+    let ns = ns_per_call(runs, iters, || {
+        let mut b = gst::Buffer::new();
+        readable::add_chunk(b.get_mut().unwrap(), &info, &bytes);
+        black_box(b);
     });
-    println!(
-        "FirehoseChunkInfoMeta of a 64-slot chunk: {:.0} ns per chunk (buffer included)",
-        t.as_nanos() as f64 / iters as f64
-    );
+    println!("FirehoseChunkInfoMeta of a 64-slot chunk: {ns:.0} ns per chunk (buffer included)");
 
     // One buffer per datagram, as sources push to stock elements.
     let list_iters = iters / 4;
@@ -139,18 +133,13 @@ fn main() {
             .into();
         }
         let mut cache = SenderCache::default();
-        let t = median_of(runs, || {
-            let t0 = Instant::now();
-            for _ in 0..list_iters {
-                if fresh {
-                    cache = SenderCache::default();
-                }
-                let c = (senders > 0).then_some(&mut cache);
-                black_box(datagram_list_from(&memory, &pk, None, c));
+        let ns = ns_per_call(runs, list_iters, || {
+            if fresh {
+                cache = SenderCache::default();
             }
-            t0.elapsed()
+            let c = (senders > 0).then_some(&mut cache);
+            black_box(datagram_list_from(&memory, &pk, None, c));
         });
-        let ns = t.as_nanos() as f64 / list_iters as f64;
         println!(
             "datagram list of {BATCH} buffers, {label}: {ns:.0} ns per list, {:.1} ns per datagram",
             ns / BATCH as f64

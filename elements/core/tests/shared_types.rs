@@ -4,35 +4,32 @@
 //! "the first copy" is played by registering the enum type by hand before this copy's
 //! code asks for it.
 
+use std::ffi::CStr;
+
 use firehose_core::props::Memory;
 use gst::glib;
+use gst::glib::gobject_ffi::GEnumValue;
 use gst::prelude::*;
 
 #[test]
 fn an_enum_type_registered_by_another_copy_is_found_and_used() {
     gst::init().unwrap();
     // The other copy's table: the same values (the same source).
-    let values: &'static mut [glib::gobject_ffi::GEnumValue; 4] = Box::leak(Box::new([
-        glib::gobject_ffi::GEnumValue {
-            value: 0,
-            value_name: c"Auto".as_ptr(),
-            value_nick: c"auto".as_ptr(),
-        },
-        glib::gobject_ffi::GEnumValue {
-            value: 1,
-            value_name: c"Hugepages".as_ptr(),
-            value_nick: c"hugepages".as_ptr(),
-        },
-        glib::gobject_ffi::GEnumValue {
-            value: 2,
-            value_name: c"System".as_ptr(),
-            value_nick: c"system".as_ptr(),
-        },
-        glib::gobject_ffi::GEnumValue {
-            value: 0,
-            value_name: std::ptr::null(),
-            value_nick: std::ptr::null(),
-        },
+    let value = |value, name: &'static CStr, nick: &'static CStr| GEnumValue {
+        value,
+        value_name: name.as_ptr(),
+        value_nick: nick.as_ptr(),
+    };
+    let end = GEnumValue {
+        value: 0,
+        value_name: std::ptr::null(),
+        value_nick: std::ptr::null(),
+    };
+    let values: &'static mut [GEnumValue; 4] = Box::leak(Box::new([
+        value(0, c"Auto", c"auto"),
+        value(1, c"Hugepages", c"hugepages"),
+        value(2, c"System", c"system"),
+        end,
     ]));
     // SAFETY: a NUL-terminated name and a NULL-terminated table that lives for ever.
     let theirs: glib::Type = unsafe {

@@ -112,33 +112,57 @@ impl Rig {
         self.backend.read(u.block.ptr(), u.size).unwrap()
     }
 
+    /// Submits input `i` (`len` bytes) whole, tagged `i`.
+    fn submit(&mut self, i: u32, len: usize, pinned: bool) {
+        let input = self.input(i, len, pinned);
+        self.engine.submit(input, Layout::Whole, i).unwrap();
+    }
+
+    /// Submits pinned inputs `inputs`, each `len` bytes, without taking outputs.
+    fn submit_pinned(&mut self, inputs: Range<u32>, len: usize) {
+        for i in inputs {
+            self.submit(i, len, true);
+        }
+    }
+
+    /// Every output ready now, in order.
+    fn ready(&mut self) -> Vec<Uploaded<u32>> {
+        std::iter::from_fn(|| self.engine.pop_ready().unwrap()).collect()
+    }
+
     /// Submits `n` inputs (input `i` is `100 + i % 50` bytes), taking outputs as they
     /// become ready; then drains. Returns the outputs in the order they came out.
     fn run(&mut self, n: u32, pinned: bool) -> Vec<Uploaded<u32>> {
         let mut out = Vec::new();
         for i in 0..n {
-            let input = self.input(i, 100 + i as usize % 50, pinned);
-            self.engine.submit(input, Layout::Whole, i).unwrap();
-            while let Some(u) = self.engine.pop_ready().unwrap() {
-                out.push(u);
-            }
+            self.submit(i, 100 + i as usize % 50, pinned);
+            out.extend(self.ready());
         }
         self.engine.drain().unwrap();
-        while let Some(u) = self.engine.pop_ready().unwrap() {
-            out.push(u);
-        }
+        out.extend(self.ready());
         out
     }
+
+    /// Checks that no input went back to its pool while a copy still read it.
+    fn assert_none_released_early(&self) {
+        assert_eq!(
+            self.early.load(Ordering::Relaxed),
+            0,
+            "no input released early"
+        );
+    }
+}
+
+/// The tags of `out`, in order.
+fn tags(out: &[Uploaded<u32>]) -> Vec<u32> {
+    out.iter().map(|u| u.tag).collect()
 }
 
 #[test]
 fn outputs_keep_input_order_and_bytes_though_transfers_complete_out_of_order() {
     let mut rig = Rig::new(8, 300, 7);
     let out = rig.run(300, true);
-    assert_eq!(
-        out.iter().map(|u| u.tag).collect::<Vec<_>>(),
-        (0..300).collect::<Vec<_>>()
-    );
+    assert_eq!(tags(&out), (0..300).collect::<Vec<_>>());
     for u in &out {
         assert_eq!(
             rig.device_bytes(u),
@@ -152,7 +176,7 @@ fn outputs_keep_input_order_and_bytes_though_transfers_complete_out_of_order() {
     let s = rig.engine.stats();
     assert_eq!(s.transfers.get(), 300);
     assert_eq!(s.bounce_copies.get(), 0, "pinned input is copied directly");
-    assert_eq!(rig.early.load(Ordering::Relaxed), 0);
+    rig.assert_none_released_early();
 }
 
 #[test]
@@ -160,8 +184,7 @@ fn the_ring_never_holds_more_than_max_in_flight_and_a_full_ring_stalls() {
     let mut rig = Rig::new(3, 2000, 11);
     // Submit without taking outputs: every submit after the third waits for a place.
     for i in 0..20 {
-        let input = rig.input(i, 64, true);
-        rig.engine.submit(input, Layout::Whole, i).unwrap();
+        rig.submit(i, 64, true);
         assert!(rig.engine.in_flight() <= 3);
         assert!(rig.backend.queued() <= 3);
     }
@@ -176,21 +199,16 @@ fn the_ring_never_holds_more_than_max_in_flight_and_a_full_ring_stalls() {
     // Inputs held: those still in flight, no more (the waited ones were released).
     assert!(rig.pool.stats().in_use <= 3, "{:?}", rig.pool.stats());
     rig.engine.drain().unwrap();
-    let tags: Vec<u32> = std::iter::from_fn(|| rig.engine.pop_ready().unwrap())
-        .map(|u| u.tag)
-        .collect();
-    assert_eq!(tags, (0..20).collect::<Vec<_>>());
+    let out = rig.ready();
+    assert_eq!(tags(&out), (0..20).collect::<Vec<_>>());
     assert_eq!(rig.pool.stats().in_use, 0);
-    assert_eq!(rig.early.load(Ordering::Relaxed), 0);
+    rig.assert_none_released_early();
 }
 
 #[test]
 fn pinned_input_goes_back_to_its_pool_only_after_its_event() {
     let mut rig = Rig::new(4, 3000, 3);
-    for i in 0..4 {
-        let input = rig.input(i, 4000, true);
-        rig.engine.submit(input, Layout::Whole, i).unwrap();
-    }
+    rig.submit_pinned(0..4, 4000);
     // All four are held while their copies may still read them.
     assert_eq!(rig.pool.stats().in_use, 4);
     let mut seen = 0;
@@ -205,18 +223,13 @@ fn pinned_input_goes_back_to_its_pool_only_after_its_event() {
         }
     }
     assert_eq!(rig.pool.stats().in_use, 0);
-    assert_eq!(
-        rig.early.load(Ordering::Relaxed),
-        0,
-        "no input released early"
-    );
+    rig.assert_none_released_early();
 }
 
 #[test]
 fn unpinned_input_goes_through_a_counted_pinned_bounce_slot_and_is_released_at_once() {
     let mut rig = Rig::new(4, 2000, 5);
-    let input = rig.input(9, 3000, false);
-    rig.engine.submit(input, Layout::Whole, 9).unwrap();
+    rig.submit(9, 3000, false);
     assert_eq!(rig.pool.stats().in_use, 0, "the input was copied, not held");
     let bounce = rig.engine.bounce_pool().expect("a bounce pool").clone();
     assert_eq!(bounce.kind(), MemoryKind::Pinned);
@@ -276,21 +289,15 @@ fn payloads_are_gathered_back_to_back_with_their_offsets_table() {
 #[test]
 fn discard_waits_for_the_copies_and_drops_their_results() {
     let mut rig = Rig::new(6, 3000, 17);
-    for i in 0..6 {
-        let input = rig.input(i, 500, true);
-        rig.engine.submit(input, Layout::Whole, i).unwrap();
-    }
+    rig.submit_pinned(0..6, 500);
     rig.engine.discard().unwrap();
     assert!(rig.engine.pop_ready().unwrap().is_none());
     assert_eq!(rig.pool.stats().in_use, 0);
     assert_eq!(rig.backend.queued(), 0);
-    assert_eq!(rig.early.load(Ordering::Relaxed), 0);
+    rig.assert_none_released_early();
     // The stream goes on after a flush.
     let out = rig.run(10, true);
-    assert_eq!(
-        out.iter().map(|u| u.tag).collect::<Vec<_>>(),
-        (0..10).collect::<Vec<_>>()
-    );
+    assert_eq!(tags(&out), (0..10).collect::<Vec<_>>());
 }
 
 #[test]
@@ -347,12 +354,9 @@ fn dropping_the_engine_mid_transfer_leaks_nothing() {
 fn device_blocks_are_reused_not_allocated_per_buffer() {
     let mut rig = Rig::new(4, 100, 23);
     for i in 0..100 {
-        let input = rig.input(i, 1000, true);
-        rig.engine.submit(input, Layout::Whole, i).unwrap();
+        rig.submit(i, 1000, true);
         // Downstream takes each result and lets it go.
-        while let Some(u) = rig.engine.pop_ready().unwrap() {
-            drop(u);
-        }
+        drop(rig.ready());
     }
     assert!(
         rig.backend.allocs() <= 5,

@@ -17,9 +17,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use firehose_core::stats::field;
 use firehose_cuda::devmem;
+use firehose_testkit::run;
 use gst::prelude::*;
 
 mod common;
@@ -125,21 +127,17 @@ fn fixture_stats() -> [i64; 4] {
 
 /// Starts `fhtestsrc ! fhcudaupload device=… ! fakesink` and returns its error.
 fn start_error(device: i32) -> String {
-    let p = gst::parse::launch(&format!(
+    run::refused_start(&run::launch(&format!(
         "fhtestsrc num-packets=10 ! fhcudaupload device={device} ! fakesink"
-    ))
-    .unwrap();
-    assert!(p.set_state(gst::State::Playing).is_err());
-    let msg = p
-        .bus()
-        .unwrap()
-        .timed_pop_filtered(gst::ClockTime::from_seconds(5), &[gst::MessageType::Error])
-        .expect("an error");
-    p.set_state(gst::State::Null).unwrap();
-    match msg.view() {
-        gst::MessageView::Error(e) => e.error().to_string(),
-        _ => unreachable!(),
-    }
+    )))
+}
+
+/// The bytes of `out`'s device memory.
+fn device_bytes(out: &gst::Buffer) -> &[u8] {
+    let view = devmem::buffer_device_memory(out).expect("device memory");
+    // SAFETY: the stand-in driver's device memory is host memory, alive while `out`
+    // holds it.
+    unsafe { std::slice::from_raw_parts(view.ptr as *const u8, view.size) }
 }
 
 fn child() {
@@ -198,11 +196,8 @@ fn child() {
             devmem::device_memory(out.peek_memory(0)).is_some(),
             "without libgstcuda, output is FirehoseCudaMemory"
         );
-        let view = devmem::buffer_device_memory(out).expect("device memory");
-        assert_eq!(view.size, want.len());
-        // SAFETY: the stand-in driver's device memory is host memory, alive while
-        // `out` holds it.
-        let got = unsafe { std::slice::from_raw_parts(view.ptr as *const u8, view.size) };
+        let got = device_bytes(out);
+        assert_eq!(got.len(), want.len());
         assert!(got == &want[..], "buffer {i} differs on the device");
     }
     let stats = &run.stats;
@@ -244,40 +239,21 @@ fn child() {
 /// the kernel receives into it, and the upload copies each batch straight from there
 /// (no bounce). Every datagram sent is found on the "device" where the batch meta says.
 fn udp_receives_into_pinned_memory() {
-    let p = gst::parse::launch(
+    let p = run::launch(
         "fhudpsrc name=src address=127.0.0.1 port=0 ! fhcudaupload name=up \
-         ! fakesink name=sink sync=false signal-handoffs=true",
-    )
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
-    let outputs: Arc<Mutex<Vec<gst::Buffer>>> = Arc::default();
-    let o2 = outputs.clone();
-    p.by_name("sink")
-        .unwrap()
-        .connect("handoff", false, move |args| {
-            o2.lock()
-                .unwrap()
-                .push(args[1].get::<gst::Buffer>().unwrap());
-            None
-        });
+         ! fakesink name=sink sync=false",
+    );
+    let rx = run::handoffs(&p, "sink");
     p.set_state(gst::State::Playing).unwrap();
     // Live: the sink completes its state change on the first buffer, so wait for the
     // bound port instead.
-    let src = p.by_name("src").unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    let mut port = 0;
-    while port == 0 && std::time::Instant::now() < deadline {
-        port = src.property::<i32>("port");
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-    assert_ne!(port, 0, "fhudpsrc bound a port");
+    let port = run::bound_port(&p.by_name("src").unwrap(), Duration::from_secs(5));
     let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let sent: Vec<Vec<u8>> = (0..300u32)
         .map(|i| (0..(200 + i % 700)).map(|k| (i * 13 + k) as u8).collect())
         .collect();
     for (i, d) in sent.iter().enumerate() {
-        tx.send_to(d, ("127.0.0.1", port as u16)).unwrap();
+        tx.send_to(d, ("127.0.0.1", port)).unwrap();
         if i % 32 == 31 {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
@@ -290,24 +266,22 @@ fn udp_receives_into_pinned_memory() {
             })
             .sum::<usize>()
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while count(&outputs.lock().unwrap()) < sent.len() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    let mut outputs = Vec::new();
+    run::wait_until(
+        Duration::from_secs(10),
+        || "not every datagram uploaded (loopback, slow send)".into(),
+        || {
+            outputs.extend(rx.try_iter());
+            count(&outputs) >= sent.len()
+        },
+    );
     let stats = p.by_name("up").unwrap().property::<gst::Structure>("stats");
     p.set_state(gst::State::Null).unwrap();
-    let outputs = std::mem::take(&mut *outputs.lock().unwrap());
-    assert_eq!(
-        count(&outputs),
-        sent.len(),
-        "every datagram uploaded (loopback, slow send)"
-    );
+    outputs.extend(rx.try_iter());
+    assert_eq!(count(&outputs), sent.len(), "every datagram uploaded once");
     let mut got = Vec::new();
     for out in &outputs {
-        let view = devmem::buffer_device_memory(out).expect("device memory");
-        // SAFETY: the stand-in driver's device memory is host memory, alive while `out`
-        // holds it.
-        let dev = unsafe { std::slice::from_raw_parts(view.ptr as *const u8, view.size) };
+        let dev = device_bytes(out);
         for pk in out
             .meta::<firehose_core::PacketBatchMeta>()
             .unwrap()
@@ -333,21 +307,9 @@ fn udp_receives_into_pinned_memory() {
 fn pinning_refused() {
     // SAFETY (set_var): one test on one thread, between pipelines.
     std::env::set_var("FAKE_CUDA_REFUSE_PIN", "1");
-    let p = gst::parse::launch("fhtestsrc num-packets=100 ! fhcudaupload ! fakesink").unwrap();
-    let _ = p.set_state(gst::State::Playing);
-    let msg = p
-        .bus()
-        .unwrap()
-        .timed_pop_filtered(
-            gst::ClockTime::from_seconds(5),
-            &[gst::MessageType::Error, gst::MessageType::Eos],
-        )
-        .expect("an error");
-    p.set_state(gst::State::Null).unwrap();
-    let gst::MessageView::Error(e) = msg.view() else {
-        panic!("the stream must not run on memory that could not be pinned: {msg:?}")
-    };
-    let e = e.error().to_string();
+    let p = run::launch("fhtestsrc num-packets=100 ! fhcudaupload ! fakesink");
+    let e = run::play_to_end(&p, Duration::from_secs(5))
+        .expect_err("the stream must not run on memory that could not be pinned");
     assert!(
         e.contains("cuMemHostRegister") && e.contains("RLIMIT_MEMLOCK"),
         "{e}"
@@ -383,11 +345,10 @@ fn chunks_are_placed_into_pinned_memory() {
     assert_eq!(run.inputs.len(), 8, "8 chunks of 1024 packets");
     assert_eq!(run.outputs.len(), run.inputs.len());
     for (out, want) in run.outputs.iter().zip(&run.inputs) {
-        let view = devmem::buffer_device_memory(out).expect("device memory");
-        // SAFETY: the stand-in driver's device memory is host memory, alive while `out`
-        // holds it.
-        let got = unsafe { std::slice::from_raw_parts(view.ptr as *const u8, view.size) };
-        assert!(got == &want[..], "a chunk differs on the device");
+        assert!(
+            device_bytes(out) == &want[..],
+            "a chunk differs on the device"
+        );
         assert!(
             out.meta::<firehose_core::meta::chunk::ChunkMeta>()
                 .is_some(),
@@ -465,10 +426,8 @@ fn interop_child() {
         assert_eq!(out.size(), want.len(), "own caps: the data's size");
         let view = devmem::buffer_device_memory(out).expect("the device meta");
         assert_eq!(Some(view.ptr), gstcuda::cuda_device_ptr(mem));
-        assert_eq!(view.size, want.len());
-        // SAFETY: the stand-in driver's device memory is host memory, alive while
-        // `out` holds it.
-        let got = unsafe { std::slice::from_raw_parts(view.ptr as *const u8, view.size) };
+        let got = device_bytes(out);
+        assert_eq!(got.len(), want.len());
         assert!(got == &want[..], "buffer {i} differs on the device");
     }
     assert_eq!(field(&run.stats, "bounce-copies"), 0);
@@ -480,15 +439,12 @@ fn interop_child() {
         "nvcodec registered cudadownload with the stand-in driver"
     );
     let packets = 3000u64;
-    let p = gst::parse::launch(&format!(
+    let p = run::launch(&format!(
         "fhtestsrc num-packets={packets} packet-size=1400 ! fhcudaupload name=up \
          ! identity name=dev signal-handoffs=true \
          ! video/x-raw(memory:CUDAMemory),format=RGBA ! cudadownload \
          ! fhcheck name=check expected-packets={packets}"
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    ));
     let seen: Arc<Mutex<(usize, usize)>> = Arc::default();
     let s2 = seen.clone();
     p.by_name("dev")
@@ -506,15 +462,7 @@ fn interop_child() {
             None
         });
     p.set_state(gst::State::Playing).unwrap();
-    let msg = p
-        .bus()
-        .unwrap()
-        .timed_pop_filtered(
-            gst::ClockTime::from_seconds(60),
-            &[gst::MessageType::Eos, gst::MessageType::Error],
-        )
-        .expect("the stream ends");
-    assert_eq!(msg.type_(), gst::MessageType::Eos, "{msg:?}");
+    run::wait_end(&p.bus().unwrap(), Duration::from_secs(60)).unwrap();
     // cudadownload asked for the context; fhcudaupload answers with its own.
     let mut q = gst::query::Context::new("gst.cuda.context");
     assert!(p

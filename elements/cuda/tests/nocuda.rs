@@ -5,36 +5,24 @@
 //! On a machine that has the driver the start goes further; there the test checks only
 //! that any failure still says how to check (`nvidia-smi`).
 
-use gst::prelude::*;
+use std::time::Duration;
+
+use firehose_testkit::run;
 
 #[test]
 fn without_the_driver_starting_fails_with_an_error_naming_libcuda() {
     gst::init().unwrap();
     firehose_cuda::register_elements(None).unwrap();
     firehose_testkit::testsrc::register(None).unwrap();
-    let p = gst::parse::launch("fhtestsrc num-packets=10 ! fhcudaupload ! fakesink")
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap();
-    let started = p.set_state(gst::State::Playing);
-    let bus = p.bus().unwrap();
-    let msg = bus.timed_pop_filtered(
-        gst::ClockTime::from_seconds(5),
-        &[gst::MessageType::Error, gst::MessageType::Eos],
-    );
-    p.set_state(gst::State::Null).unwrap();
-    let error = msg.and_then(|m| match m.view() {
-        gst::MessageView::Error(e) => Some(e.error().to_string()),
-        _ => None,
-    });
+    let p = run::launch("fhtestsrc num-packets=10 ! fhcudaupload ! fakesink");
     if firehose_cuda::driver::library_present() {
-        if let Some(e) = error {
+        if let Err(e) = run::play_to_end(&p, Duration::from_secs(5)) {
             assert!(e.contains("nvidia-smi"), "{e}");
         }
         return;
     }
-    assert!(started.is_err(), "the pipeline must not start without CUDA");
-    let e = error.expect("an error message");
+    // Without CUDA the pipeline must not start.
+    let e = run::refused_start(&p);
     assert!(e.contains("libcuda.so.1"), "{e}");
     assert!(e.contains("nvidia-smi"), "{e}");
 }

@@ -5,6 +5,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
 
 use firehose_core::alloc::{proposed_provider, Proposal};
 use firehose_core::meta::message::{self, Message};
@@ -63,9 +64,7 @@ fn rig(max_delay_us: u64, refuse_pinning: bool) -> Rig {
 /// A harness around an `fhcudaupload` configured with `props` before it starts.
 fn harness(props: &[(&str, &str)]) -> Harness {
     let el = gst::ElementFactory::make("fhcudaupload").build().unwrap();
-    for (k, v) in props {
-        el.set_property_from_str(k, v);
-    }
+    firehose_testkit::run::set_properties(&el, props);
     let mut h = Harness::with_element(&el, Some("sink"), Some("src"));
     h.set_src_caps(gst::Caps::new_empty_simple("application/x-spead-heap"));
     h
@@ -73,6 +72,21 @@ fn harness(props: &[(&str, &str)]) -> Harness {
 
 fn pattern(i: usize, len: usize) -> Vec<u8> {
     (0..len).map(|k| (i * 7 + k) as u8).collect()
+}
+
+/// Pushes inputs `inputs` (each `len` bytes) as plain (unpinned) buffers.
+fn push_plain(h: &mut Harness, inputs: std::ops::Range<usize>, len: usize) {
+    for i in inputs {
+        h.push(gst::Buffer::from_slice(pattern(i, len))).unwrap();
+    }
+}
+
+/// `bytes` as the `u32`s that `from` reads from each 4 of them.
+fn u32s(bytes: &[u8], from: fn([u8; 4]) -> u32) -> Vec<u32> {
+    bytes
+        .chunks(4)
+        .map(|c| from(c.try_into().unwrap()))
+        .collect()
 }
 
 fn device_bytes(backend: &HostBackend, buf: &gst::BufferRef) -> Vec<u8> {
@@ -142,6 +156,22 @@ fn pinned_pool(registrar: Arc<HostRegistrar>, slots: usize) -> SlotPool {
     .unwrap()
 }
 
+/// A rig whose copies take up to `max_delay_us`, a pinned pool of 8 slots for its
+/// inputs, and a harness whose element has `max-in-flight` set.
+fn pinned_rig(max_delay_us: u64, max_in_flight: &str) -> (Rig, SlotPool, Harness) {
+    let r = rig(max_delay_us, false);
+    let pool = pinned_pool(r.registrar.clone(), 8);
+    let h = harness(&[("max-in-flight", max_in_flight)]);
+    (r, pool, h)
+}
+
+/// Pushes inputs `inputs` (each `len` bytes) from the pinned `pool`.
+fn push_pinned(h: &mut Harness, pool: &SlotPool, inputs: std::ops::Range<usize>, len: usize) {
+    for i in inputs {
+        h.push(pinned_buffer(pool, i, len)).unwrap();
+    }
+}
+
 fn pinned_buffer(pool: &SlotPool, i: usize, len: usize) -> gst::Buffer {
     let mut slot = pool.try_acquire().unwrap();
     slot.as_mut_full()[..len].copy_from_slice(&pattern(i, len));
@@ -151,12 +181,8 @@ fn pinned_buffer(pool: &SlotPool, i: usize, len: usize) -> gst::Buffer {
 
 #[test]
 fn pinned_input_is_copied_directly_and_held_until_its_copy_completes() {
-    let r = rig(3000, false);
-    let pool = pinned_pool(r.registrar.clone(), 8);
-    let mut h = harness(&[("max-in-flight", "8")]);
-    for i in 0..6 {
-        h.push(pinned_buffer(&pool, i, 3000)).unwrap();
-    }
+    let (r, pool, mut h) = pinned_rig(3000, "8");
+    push_pinned(&mut h, &pool, 0..6, 3000);
     // Held by the element while their copies may run (the backend takes up to 3 ms).
     assert!(pool.stats().in_use > 0);
     h.push_event(gst::event::Eos::new());
@@ -199,22 +225,17 @@ fn payload_layout_gathers_a_batch_and_rebases_its_meta() {
     let (_, table) = devmem::read_meta(&out).unwrap();
     let t = table.expect("a table under layout=payloads");
     assert_eq!((t.packets, t.payload_bytes, t.table_offset), (3, 342, 352));
-    let offsets: Vec<u32> = dev[352..368]
-        .chunks(4)
-        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
+    let offsets = u32s(&dev[352..368], u32::from_le_bytes);
     assert_eq!(offsets, vec![0, 100, 150, 342]);
     let m = out.meta::<PacketBatchMeta>().unwrap();
     let got: Vec<(u32, u32)> = m.packets().iter().map(|p| (p.offset, p.len)).collect();
     assert_eq!(got, vec![(0, 100), (100, 50), (150, 192)]);
     // The readable batch meta follows the gathered offsets too (one of it, not two).
     let r = firehose_core::meta::readable::batch(&out).unwrap();
-    let offsets: Vec<u32> = r
-        .get::<gst::glib::Bytes>("offsets")
-        .unwrap()
-        .chunks(4)
-        .map(|c| u32::from_ne_bytes(c.try_into().unwrap()))
-        .collect();
+    let offsets = u32s(
+        &r.get::<gst::glib::Bytes>("offsets").unwrap(),
+        u32::from_ne_bytes,
+    );
     assert_eq!(offsets, vec![0, 100, 150]);
     let n = out
         .iter_meta::<gst::Meta>()
@@ -292,27 +313,18 @@ fn pinning_refused_is_an_error_unless_pinned_fallback() {
         2,
         "the pool and the bounce pool"
     );
-    let w = bus
-        .pop_filtered(&[gst::MessageType::Warning])
-        .expect("a warning");
-    let gst::MessageView::Warning(w) = w.view() else {
-        unreachable!()
+    let warning = bus.pop_filtered(&[gst::MessageType::Warning]);
+    let text = match warning.as_ref().map(|m| m.view()) {
+        Some(gst::MessageView::Warning(w)) => w.error().to_string(),
+        other => panic!("a warning, not {other:?}"),
     };
-    assert!(
-        w.error().to_string().contains("pinned-fallback=true"),
-        "{}",
-        w.error()
-    );
+    assert!(text.contains("pinned-fallback=true"), "{text}");
 }
 
 #[test]
 fn stopping_mid_transfer_waits_for_the_copies_and_leaks_nothing() {
-    let r = rig(20_000, false);
-    let pool = pinned_pool(r.registrar.clone(), 8);
-    let mut h = harness(&[("max-in-flight", "6")]);
-    for i in 0..6 {
-        h.push(pinned_buffer(&pool, i, 2048)).unwrap();
-    }
+    let (r, pool, mut h) = pinned_rig(20_000, "6");
+    push_pinned(&mut h, &pool, 0..6, 2048);
     assert!(
         r.backend.queued() > 0,
         "copies still queued (they take up to 20 ms)"
@@ -336,9 +348,7 @@ fn stopping_mid_transfer_waits_for_the_copies_and_leaks_nothing() {
 fn flush_drops_what_is_in_flight_and_the_stream_goes_on() {
     let r = rig(5000, false);
     let mut h = harness(&[("max-in-flight", "8")]);
-    for i in 0..5 {
-        h.push(gst::Buffer::from_slice(pattern(i, 100))).unwrap();
-    }
+    push_plain(&mut h, 0..5, 100);
     assert!(h.push_event(gst::event::FlushStart::new()));
     assert!(h.push_event(gst::event::FlushStop::new(true)));
     assert_eq!(r.backend.queued(), 0, "the flush waited for the copies");
@@ -360,20 +370,19 @@ fn flush_drops_what_is_in_flight_and_the_stream_goes_on() {
 fn results_go_out_when_their_copies_complete_without_waiting_for_more_input() {
     let r = rig(2000, false);
     let mut h = harness(&[("max-in-flight", "8")]);
-    for i in 0..3 {
-        h.push(gst::Buffer::from_slice(pattern(i, 500))).unwrap();
-    }
+    push_plain(&mut h, 0..3, 500);
     // A live stream that pauses: no more buffers, no EOS. The copies complete and the
     // results go downstream anyway.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     let mut got = Vec::new();
-    while got.len() < 3 && std::time::Instant::now() < deadline {
-        match h.try_pull() {
-            Some(b) => got.push(b),
-            None => std::thread::sleep(std::time::Duration::from_millis(1)),
-        }
-    }
-    assert_eq!(got.len(), 3, "every result pushed without more input");
+    firehose_testkit::run::wait_until(
+        Duration::from_secs(5),
+        || "not every result pushed without more input".into(),
+        || {
+            got.extend(h.try_pull());
+            got.len() >= 3
+        },
+    );
+    assert_eq!(got.len(), 3, "every result pushed once");
     for (i, b) in got.iter().enumerate() {
         assert_eq!(device_bytes(&r.backend, b), pattern(i, 500));
     }
@@ -383,29 +392,17 @@ fn results_go_out_when_their_copies_complete_without_waiting_for_more_input() {
 fn caps_queries_move_the_memory_feature_across_the_element() {
     let _r = rig(100, false);
     let run = |downstream: &str| {
-        let p = gst::parse::launch(&format!(
+        let p = firehose_testkit::run::launch(&format!(
             "fhtestsrc num-packets=64 ! fhcudaupload name=up ! capsfilter caps=\"{downstream}\" \
              ! fakesink"
-        ))
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap();
+        ));
         let sink = p.by_name("up").unwrap().static_pad("sink").unwrap();
         let upstream_view = sink.query_caps(None);
-        p.set_state(gst::State::Playing).unwrap();
-        let msg = p
-            .bus()
-            .unwrap()
-            .timed_pop_filtered(
-                gst::ClockTime::from_seconds(5),
-                &[gst::MessageType::Eos, gst::MessageType::Error],
-            )
-            .unwrap();
-        p.set_state(gst::State::Null).unwrap();
-        (upstream_view, msg.type_())
+        let end = firehose_testkit::run::play_to_end(&p, Duration::from_secs(5));
+        (upstream_view, end)
     };
     let (view, end) = run("application/x-firehose-packets(memory:CUDAMemory)");
-    assert_eq!(end, gst::MessageType::Eos);
+    end.unwrap();
     assert_eq!(
         view.to_string(),
         "application/x-firehose-packets",
@@ -427,15 +424,11 @@ fn caps_queries_move_the_memory_feature_across_the_element() {
 
 #[test]
 fn restarts_under_traffic_leak_nothing() {
-    let r = rig(3000, false);
-    let pool = pinned_pool(r.registrar.clone(), 8);
-    let mut h = harness(&[("max-in-flight", "4")]);
+    let (r, pool, mut h) = pinned_rig(3000, "4");
     let el = h.element().unwrap();
     for round in 0..5 {
         h.set_src_caps(gst::Caps::new_empty_simple("application/x-spead-heap"));
-        for i in 0..6 {
-            h.push(pinned_buffer(&pool, round * 10 + i, 1500)).unwrap();
-        }
+        push_pinned(&mut h, &pool, round * 10..round * 10 + 6, 1500);
         // Stopped with copies in flight, then started again.
         el.set_state(gst::State::Ready).unwrap();
         assert_eq!(r.backend.queued(), 0, "round {round}: stopping waited");

@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use firehose_core::stats::field;
-use firehose_core::{PacketBatchMeta, PacketInfo};
-use firehose_testkit::pattern;
+use firehose_testkit::{pattern, run};
 use gst::prelude::*;
 
 const COUNT: u64 = 6000;
@@ -21,7 +20,6 @@ fn af_packet_sink_delivers_every_datagram_to_a_kernel_socket() {
     let _g = serial();
     init();
     let pair = veth("sk");
-    let (ns, host_if) = (pair.ns.clone(), pair.host_if.clone());
     let port = 7152u16;
     let peer_ip = pair.peer_ip;
     let rx = pair
@@ -61,11 +59,7 @@ fn af_packet_sink_delivers_every_datagram_to_a_kernel_socket() {
     // Configured before the harness, which starts a sink as soon as it wraps it.
     let el = gst::ElementFactory::make("fhdpdksink").build().unwrap();
     {
-        let eal = format!(
-            "--no-huge --no-pci --vdev=net_af_packet0,iface={},framecnt=4096",
-            pair.host_if
-        );
-        el.set_property("eal-args", eal);
+        el.set_property("eal-args", af_packet_eal(&pair));
         el.set_property("dpdk-port", "net_af_packet0");
         el.set_property("host", pair.peer_ip.to_string());
         el.set_property("port", i32::from(port));
@@ -84,8 +78,7 @@ fn af_packet_sink_delivers_every_datagram_to_a_kernel_socket() {
         if (seq / BATCH) % 4 == 3 {
             // Every fourth batch as plain buffers, one datagram each.
             for _ in 0..BATCH.min(COUNT - seq) {
-                let mut p = vec![0u8; len_of(seq)];
-                pattern::fill(seq, &mut p);
+                let p = run::test_packet(seq, len_of(seq));
                 assert_eq!(
                     h.push(gst::Buffer::from_mut_slice(p)),
                     Ok(gst::FlowSuccess::Ok)
@@ -95,30 +88,16 @@ fn af_packet_sink_delivers_every_datagram_to_a_kernel_socket() {
             continue;
         }
         let n = BATCH.min(COUNT - seq);
-        let mut slab = Vec::new();
-        let mut infos = Vec::new();
-        for s in seq..seq + n {
-            let off = slab.len();
-            slab.resize(off + len_of(s), 0);
-            pattern::fill(s, &mut slab[off..]);
-            infos.push(PacketInfo {
-                offset: off as u32,
-                len: len_of(s) as u32,
-                ..Default::default()
-            });
-        }
-        let mut buf = gst::Buffer::from_mut_slice(slab);
-        PacketBatchMeta::add(buf.get_mut().unwrap(), infos);
-        assert_eq!(h.push(buf), Ok(gst::FlowSuccess::Ok));
+        let packets: Vec<Vec<u8>> = (seq..seq + n)
+            .map(|s| run::test_packet(s, len_of(s)))
+            .collect();
+        assert_eq!(h.push(run::batch(&packets)), Ok(gst::FlowSuccess::Ok));
         seq += n;
     }
     let elapsed = started.elapsed();
     let seen = receiver.join().unwrap();
-    let el = h.element().unwrap();
-    let st = el.property::<gst::Structure>("stats");
-    let missing = seen.iter().filter(|&&n| n == 0).count();
-    assert_eq!(missing, 0, "missing datagrams; sink stats {st}");
-    assert!(seen.iter().all(|&n| n == 1), "duplicates");
+    let st = stats(&h.element().unwrap());
+    assert_each_once(&seen, &st);
     assert_eq!(field(&st, "packets-sent"), COUNT, "{st}");
     assert_eq!(field(&st, "drops-tx"), 0, "{st}");
     let bytes: u64 = (0..COUNT).map(|s| len_of(s) as u64).sum();
@@ -126,8 +105,5 @@ fn af_packet_sink_delivers_every_datagram_to_a_kernel_socket() {
     // Paced: 200 Mb/s less one burst allowance takes at least this long.
     let min = Duration::from_secs_f64((bytes * 8) as f64 / 200e6 * 0.8);
     assert!(elapsed >= min, "paced: {elapsed:?} < {min:?}");
-    el.set_state(gst::State::Null).unwrap();
-    drop(h);
-    drop(pair);
-    assert!(!leftovers(&ns, &host_if));
+    stop_and_remove(h, pair);
 }

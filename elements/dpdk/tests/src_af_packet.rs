@@ -8,23 +8,17 @@ use std::time::Duration;
 
 use common::*;
 use firehose_core::stats::field;
-use gst::prelude::*;
 
 fn run_once(tag: &str) {
     let pair = veth(tag);
-    let (ns, host_if) = (pair.ns.clone(), pair.host_if.clone());
     let port = 7148u16;
-    let eal = format!(
-        "--no-huge --no-pci --vdev=net_af_packet0,iface={},framecnt=4096",
-        pair.host_if
+    let mut h = pmd_harness(
+        &pair,
+        "net_af_packet0",
+        ",framecnt=4096",
+        port,
+        &[("address", &pair.host_ip.to_string())],
     );
-    let mut h = src_harness(&[
-        ("eal-args", &eal),
-        ("dpdk-port", "net_af_packet0"),
-        ("port", &port.to_string()),
-        ("address", &pair.host_ip.to_string()),
-        ("stats-interval", "0"),
-    ]);
     let count = 20_000u64;
     let sender = send_paced(&pair, (pair.host_ip, port).into(), count, 40_000);
     // A second stream to another port must be filtered, not delivered.
@@ -37,17 +31,8 @@ fn run_once(tag: &str) {
     );
     sender.join().unwrap();
     other.join().unwrap();
-    let missing: Vec<usize> = (0..seen.len()).filter(|&i| seen[i] == 0).collect();
-    let dups = seen.iter().filter(|&&n| n > 1).count();
-    let el = h.element().unwrap();
-    let st = stats(&el);
-    assert!(
-        missing.is_empty(),
-        "{} missing, first {:?}; stats {st}",
-        missing.len(),
-        &missing[..missing.len().min(10)]
-    );
-    assert_eq!(dups, 0, "duplicates; stats {st}");
+    let st = stats(&h.element().unwrap());
+    assert_each_once(&seen, &st);
     assert_eq!(field(&st, "packets"), count, "{st}");
     assert!(
         field(&st, "filtered") >= 100,
@@ -56,10 +41,7 @@ fn run_once(tag: &str) {
     assert_eq!(field(&st, "malformed"), 0, "{st}");
     assert_eq!(field(&st, "drops-nic"), 0, "{st}");
     assert!(field(&st, "batches") > 0 && field(&st, "batches") <= count);
-    el.set_state(gst::State::Null).unwrap();
-    drop(h);
-    drop(pair);
-    assert!(!leftovers(&ns, &host_if), "namespace or veth left behind");
+    stop_and_remove(h, pair);
 }
 
 #[test]

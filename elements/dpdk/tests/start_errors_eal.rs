@@ -5,35 +5,6 @@
 mod common;
 
 use common::*;
-use gst::prelude::*;
-
-/// Starts `fhdpdksrc` with `props` in a pipeline; returns the error message text (and
-/// debug) it posts, or `None` if it started.
-fn start_error(props: &[(&str, &str)]) -> Option<String> {
-    init();
-    let src = gst::ElementFactory::make("fhdpdksrc").build().unwrap();
-    for (k, v) in props {
-        src.set_property_from_str(k, v);
-    }
-    let sink = gst::ElementFactory::make("fakesink").build().unwrap();
-    let pipeline = gst::Pipeline::new();
-    pipeline.add_many([&src, &sink]).unwrap();
-    src.link(&sink).unwrap();
-    let r = pipeline.set_state(gst::State::Playing);
-    let bus = pipeline.bus().unwrap();
-    let mut err = None;
-    while let Some(msg) = bus.pop() {
-        if let gst::MessageView::Error(e) = msg.view() {
-            err = Some(format!("{} [{:?}]", e.error(), e.debug()));
-            break;
-        }
-    }
-    pipeline.set_state(gst::State::Null).unwrap();
-    if err.is_none() {
-        assert!(r.is_ok(), "state change failed without an error message");
-    }
-    err
-}
 
 #[test]
 fn bad_eal_args_fail_clearly_and_for_good() {

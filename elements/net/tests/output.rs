@@ -4,10 +4,11 @@
 //! Loopback only, port 0.
 
 use std::net::UdpSocket;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use firehose_core::stats::field;
 use firehose_core::PacketBatchMeta;
+use firehose_testkit::run;
 use gst::prelude::*;
 
 fn init() {
@@ -37,10 +38,7 @@ fn run(desc: &str, data: &[Vec<u8>]) -> gst::Pipeline {
 /// [`run`], datagram `i` sent from `senders[i % senders.len()]`.
 fn run_from(desc: &str, data: &[Vec<u8>], senders: &[UdpSocket]) -> gst::Pipeline {
     init();
-    let p = gst::parse::launch(desc)
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap();
+    let p = run::launch(desc);
     p.set_state(gst::State::Playing).unwrap();
     let src = p.by_name("src").unwrap();
     let port = src.property::<i32>("port") as u16;
@@ -51,26 +49,12 @@ fn run_from(desc: &str, data: &[Vec<u8>], senders: &[UdpSocket]) -> gst::Pipelin
         // Paced so that loopback's socket buffer never overflows.
         std::thread::sleep(Duration::from_micros(20));
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while field(&src.property::<gst::Structure>("stats"), "packets") < data.len() as u64 {
-        assert!(
-            Instant::now() < deadline,
-            "{desc}: not every datagram arrived"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    p.send_event(gst::event::Eos::new());
-    let msg = p
-        .bus()
-        .unwrap()
-        .timed_pop_filtered(
-            gst::ClockTime::from_seconds(10),
-            &[gst::MessageType::Eos, gst::MessageType::Error],
-        )
-        .expect("EOS or an error");
-    if let gst::MessageView::Error(e) = msg.view() {
-        panic!("{desc}: {} ({:?})", e.error(), e.debug());
-    }
+    run::wait_until(
+        Duration::from_secs(10),
+        || format!("{desc}: not every datagram arrived"),
+        || field(&src.property::<gst::Structure>("stats"), "packets") >= data.len() as u64,
+    );
+    run::end_stream(&p, Duration::from_secs(10)).unwrap_or_else(|e| panic!("{desc}: {e}"));
     p
 }
 
@@ -159,16 +143,18 @@ fn appsink_buffers_from(
 fn appsink_without_caps_gets_one_datagram_per_buffer() {
     let data = datagrams(200);
     let (bufs, caps) = appsink_buffers("", "!", &data);
-    assert_eq!(
-        caps.structure(0).unwrap().name(),
-        "application/octet-stream"
-    );
+    assert_eq!(caps_name(&caps), "application/octet-stream");
     let got: Vec<Vec<u8>> = bufs
         .iter()
         .map(|b| b.map_readable().unwrap().to_vec())
         .collect();
     assert_eq!(got, data);
     assert!(bufs.iter().all(|b| b.meta::<PacketBatchMeta>().is_none()));
+}
+
+/// The name of the first structure of `caps`.
+fn caps_name(caps: &gst::Caps) -> &str {
+    caps.structure(0).unwrap().name().as_str()
 }
 
 /// The sender in a buffer's `GstNetAddressMeta`, as `udpsrc` attaches it.
@@ -218,7 +204,7 @@ fn retrieve_sender_address_false_adds_no_address() {
 fn user_caps_label_the_datagrams() {
     let data = datagrams(20);
     let (bufs, caps) = appsink_buffers("caps=application/x-rtp,media=video", "!", &data);
-    assert_eq!(caps.structure(0).unwrap().name(), "application/x-rtp");
+    assert_eq!(caps_name(&caps), "application/x-rtp");
     assert_eq!(bufs.len(), data.len());
 }
 
@@ -240,10 +226,7 @@ fn a_peer_that_asks_for_packets_gets_batches() {
         "! capsfilter caps=application/x-firehose-packets !",
         &data,
     );
-    assert_eq!(
-        caps.structure(0).unwrap().name(),
-        "application/x-firehose-packets"
-    );
+    assert_eq!(caps_name(&caps), "application/x-firehose-packets");
     assert!(
         bufs.len() < data.len(),
         "batches, not one buffer per datagram"
@@ -256,10 +239,7 @@ fn explicit_output_wins() {
     let data = datagrams(100);
     // Batches into an appsink that would have got datagrams.
     let (bufs, caps) = appsink_buffers("output=batch", "!", &data);
-    assert_eq!(
-        caps.structure(0).unwrap().name(),
-        "application/x-firehose-packets"
-    );
+    assert_eq!(caps_name(&caps), "application/x-firehose-packets");
     assert_eq!(from_batches(&bufs), data);
     // Datagrams into an appsink that asks for anything including packets.
     let (bufs, _) = appsink_buffers(
@@ -273,25 +253,12 @@ fn explicit_output_wins() {
 #[test]
 fn a_peer_that_refuses_what_was_chosen_is_an_error_that_says_what_to_set() {
     init();
-    let p = gst::parse::launch("fhudpsrc address=127.0.0.1 port=0 ! capsfilter name=f ! fakesink")
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap();
+    let p = run::launch("fhudpsrc address=127.0.0.1 port=0 ! capsfilter name=f ! fakesink");
     // Set after linking: neither batches nor octet-stream datagrams pass.
     p.by_name("f")
         .unwrap()
         .set_property("caps", gst::Caps::new_empty_simple("application/x-rtp"));
-    let _ = p.set_state(gst::State::Playing);
-    let msg = p
-        .bus()
-        .unwrap()
-        .timed_pop_filtered(gst::ClockTime::from_seconds(10), &[gst::MessageType::Error])
-        .expect("an error");
-    let gst::MessageView::Error(e) = msg.view() else {
-        unreachable!()
-    };
-    let text = e.error().to_string();
-    p.set_state(gst::State::Null).unwrap();
+    let text = run::play_to_end(&p, Duration::from_secs(10)).expect_err("an error");
     assert!(text.contains("set caps="), "{text}");
 }
 

@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use firehose_core::stats::field;
-use firehose_core::{PacketBatchMeta, PacketInfo};
+use firehose_testkit::run;
 use gst::prelude::*;
 use gst_check::Harness;
 
@@ -65,23 +65,6 @@ fn payloads(lens: &[usize]) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// One buffer holding `datagrams` back to back, described by a PacketBatchMeta.
-fn batch_buffer(datagrams: &[Vec<u8>]) -> gst::Buffer {
-    let mut infos = Vec::new();
-    let mut bytes = Vec::new();
-    for d in datagrams {
-        infos.push(PacketInfo {
-            offset: bytes.len() as u32,
-            len: d.len() as u32,
-            ..Default::default()
-        });
-        bytes.extend_from_slice(d);
-    }
-    let mut buf = gst::Buffer::from_mut_slice(bytes);
-    PacketBatchMeta::add(buf.get_mut().unwrap(), infos);
-    buf
-}
-
 /// A playing harness around `fhudpsink` with `props` (set before it starts).
 fn harness(props: &[(&str, &str)]) -> Harness {
     init();
@@ -89,9 +72,7 @@ fn harness(props: &[(&str, &str)]) -> Harness {
         .property("stats-interval", 0u32)
         .build()
         .unwrap();
-    for (k, v) in props {
-        el.set_property_from_str(k, v);
-    }
+    run::set_properties(&el, props);
     let mut h = Harness::with_element(&el, Some("sink"), None);
     h.set_src_caps_str("application/x-firehose-packets");
     h.play();
@@ -122,7 +103,7 @@ fn batches_with_meta_arrive_as_their_datagrams() {
     ]);
     let lens: Vec<usize> = (0..100).map(|i| 1 + (i * 97) % 1500).collect();
     let data = payloads(&lens);
-    h.push(batch_buffer(&data)).unwrap();
+    h.push(run::batch(&data)).unwrap();
     assert_eq!(recv_n(&r, data.len()), data);
     assert_drained(&r);
     let s = stats(&h);
@@ -161,7 +142,7 @@ fn every_client_receives_everything() {
     // host points nowhere useful: clients overrides it.
     let mut h = harness(&[("clients", &clients), ("host", "192.0.2.1")]);
     let data = payloads(&[700; 20]);
-    h.push(batch_buffer(&data)).unwrap();
+    h.push(run::batch(&data)).unwrap();
     assert_eq!(recv_n(&a, 20), data);
     assert_eq!(recv_n(&b, 20), data);
     assert_drained(&a);
@@ -173,7 +154,7 @@ fn ipv6() {
     let r = receiver("[::1]:0");
     let mut h = harness(&[("host", "::1"), ("port", &port(&r)), ("ttl", "5")]);
     let data = payloads(&[1200, 1200, 1200, 17]);
-    h.push(batch_buffer(&data)).unwrap();
+    h.push(run::batch(&data)).unwrap();
     h.push(gst::Buffer::from_slice(vec![9u8; 65000])).unwrap();
     let mut got = recv_n(&r, 5);
     assert_eq!(got.pop().unwrap(), vec![9u8; 65000]);
@@ -192,7 +173,7 @@ fn gso_on_and_off_deliver_identical_datagrams() {
     for gso in ["true", "false"] {
         let r = receiver("127.0.0.1:0");
         let mut h = harness(&[("host", "127.0.0.1"), ("port", &port(&r)), ("gso", gso)]);
-        h.push(batch_buffer(&data)).unwrap();
+        h.push(run::batch(&data)).unwrap();
         received.push(recv_n(&r, data.len()));
         assert_drained(&r);
         let s = stats(&h);
@@ -255,7 +236,7 @@ fn pacing_follows_the_rate() {
     let r = receiver("127.0.0.1:0");
     let mut h = paced_harness(&r, 10_000_000, 1250);
     let rx = time_datagrams(r, 1000);
-    let batch = batch_buffer(&payloads(&[1250; 50]));
+    let batch = run::batch(&payloads(&[1250; 50]));
     let t0 = Instant::now();
     for _ in 0..20 {
         h.push(batch.clone()).unwrap();
@@ -333,7 +314,7 @@ fn multicast_goes_out_the_chosen_interface_and_loops_back_on_request() {
                 ("ttl-mc", "2"),
                 ("loop", multicast_loop),
             ]);
-            h.push(batch_buffer(&data)).unwrap();
+            h.push(run::batch(&data)).unwrap();
             assert_eq!(recv_n(&r, expected), data[..expected].to_vec());
             assert_drained(&r);
             let s = stats(&h);
@@ -365,8 +346,8 @@ fn gso_refused_by_the_kernel_falls_back_to_plain_sends() {
         let r = receiver("127.0.0.1:0");
         let mut h = harness(&[("host", "127.0.0.1"), ("port", &port(&r))]);
         let data = payloads(&[100, 3000, 3000, 3000, 1000]);
-        h.push(batch_buffer(&data)).unwrap();
-        h.push(batch_buffer(&data)).unwrap();
+        h.push(run::batch(&data)).unwrap();
+        h.push(run::batch(&data)).unwrap();
         assert_eq!(recv_n(&r, 10), [data.clone(), data].concat());
         let s = stats(&h);
         assert_eq!(field(&s, "gso-fallbacks"), 1);
@@ -378,21 +359,17 @@ fn gso_refused_by_the_kernel_falls_back_to_plain_sends() {
     .unwrap();
 }
 
-/// `appsrc ! fhudpsink` with `props`, and the appsrc.
-fn pipeline(props: &[(&str, &str)]) -> (gst::Pipeline, gst::Element) {
+/// `appsrc ! fhudpsink` sending to `r` on loopback with `props` besides, playing, and
+/// the appsrc.
+fn playing_to(r: &UdpSocket, props: &[(&str, &str)]) -> (gst::Pipeline, gst::Element) {
     init();
-    let pipeline = gst::Pipeline::new();
-    let src = gst::ElementFactory::make("appsrc")
-        .property_from_str("format", "time")
-        .build()
-        .unwrap();
-    let sink = gst::ElementFactory::make("fhudpsink").build().unwrap();
-    for (k, v) in props {
-        sink.set_property_from_str(k, v);
-    }
-    pipeline.add_many([&src, &sink]).unwrap();
-    src.link(&sink).unwrap();
-    (pipeline, src)
+    let p = run::launch("appsrc name=src format=time ! fhudpsink name=sink");
+    let sink = p.by_name("sink").unwrap();
+    run::set_properties(&sink, &[("host", "127.0.0.1"), ("port", &port(r))]);
+    run::set_properties(&sink, props);
+    p.set_state(gst::State::Playing).unwrap();
+    let src = p.by_name("src").unwrap();
+    (p, src)
 }
 
 fn push(src: &gst::Element, buf: gst::Buffer) {
@@ -400,37 +377,17 @@ fn push(src: &gst::Element, buf: gst::Buffer) {
     assert_eq!(ret, gst::FlowReturn::Ok);
 }
 
-/// Runs `f` on a thread and asserts it returns within `limit`.
-fn within<T: Send + 'static>(
-    limit: Duration,
-    what: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(limit)
-        .unwrap_or_else(|_| panic!("{what} did not return within {limit:?}"))
-}
-
 #[test]
 fn state_changes_while_pacing_do_not_hang() {
     let r = receiver("127.0.0.1:0");
     // 1000 datagrams at 100 kb/s: 80 s of sending, cut short by state changes.
-    let (p, src) = pipeline(&[
-        ("host", "127.0.0.1"),
-        ("port", &port(&r)),
-        ("rate", "100000"),
-        ("burst", "2000"),
-    ]);
-    p.set_state(gst::State::Playing).unwrap();
-    push(&src, batch_buffer(&payloads(&[1000; 1000])));
+    let (p, src) = playing_to(&r, &[("rate", "100000"), ("burst", "2000")]);
+    push(&src, run::batch(&payloads(&[1000; 1000])));
     assert_eq!(recv_n(&r, 2).len(), 2, "the burst goes at once");
 
     // PLAYING → PAUSED: the paced render waits in preroll; PAUSED → PLAYING resumes it.
     let p2 = p.clone();
-    within(Duration::from_secs(20), "PLAYING → PAUSED", move || {
+    run::within(Duration::from_secs(20), "PLAYING → PAUSED", move || {
         p2.set_state(gst::State::Paused).unwrap();
         p2.state(gst::ClockTime::from_seconds(15)).0.unwrap();
     });
@@ -438,14 +395,14 @@ fn state_changes_while_pacing_do_not_hang() {
     assert_eq!(recv_n(&r, 1).len(), 1, "sending resumes after PLAYING");
 
     let p2 = p.clone();
-    within(Duration::from_secs(20), "PLAYING → READY", move || {
+    run::within(Duration::from_secs(20), "PLAYING → READY", move || {
         p2.set_state(gst::State::Ready).unwrap()
     });
     p.set_state(gst::State::Playing).unwrap();
-    push(&src, batch_buffer(&payloads(&[1000; 1000])));
+    push(&src, run::batch(&payloads(&[1000; 1000])));
     thread::sleep(Duration::from_millis(50));
     let p2 = p.clone();
-    within(Duration::from_secs(20), "PLAYING → NULL", move || {
+    run::within(Duration::from_secs(20), "PLAYING → NULL", move || {
         p2.set_state(gst::State::Null).unwrap()
     });
 }
@@ -455,21 +412,9 @@ fn start_error(props: &[(&str, &str)]) -> String {
     init();
     let p = gst::Pipeline::new();
     let sink = gst::ElementFactory::make("fhudpsink").build().unwrap();
-    for (k, v) in props {
-        sink.set_property_from_str(k, v);
-    }
+    run::set_properties(&sink, props);
     p.add(&sink).unwrap();
-    assert!(p.set_state(gst::State::Paused).is_err(), "start must fail");
-    let msg = p
-        .bus()
-        .unwrap()
-        .timed_pop_filtered(gst::ClockTime::from_seconds(1), &[gst::MessageType::Error])
-        .expect("an error message");
-    let _ = p.set_state(gst::State::Null);
-    match msg.view() {
-        gst::MessageView::Error(e) => e.error().to_string(),
-        _ => unreachable!(),
-    }
+    run::refused_start(&p)
 }
 
 #[test]
@@ -492,12 +437,7 @@ fn start_errors_name_the_cause() {
 #[test]
 fn oversize_datagram_is_an_error_and_stats_are_posted() {
     let r = receiver("127.0.0.1:0");
-    let (p, src) = pipeline(&[
-        ("host", "127.0.0.1"),
-        ("port", &port(&r)),
-        ("stats-interval", "1"),
-    ]);
-    p.set_state(gst::State::Playing).unwrap();
+    let (p, src) = playing_to(&r, &[("stats-interval", "1")]);
     let bus = p.bus().unwrap();
     push(&src, gst::Buffer::from_slice(vec![1u8; 100]));
     recv_n(&r, 1);
@@ -532,7 +472,7 @@ fn late_input_moves_the_schedule_and_is_reported() {
     let r = receiver("127.0.0.1:0");
     // 10 Mb/s: a batch of 10 × 1250 bytes takes 10 ms.
     let mut h = paced_harness(&r, 10_000_000, 1250);
-    let batch = batch_buffer(&payloads(&[1250; 10]));
+    let batch = run::batch(&payloads(&[1250; 10]));
     let t_start = Instant::now();
     h.push(batch.clone()).unwrap();
     h.push(batch.clone()).unwrap();
@@ -582,7 +522,7 @@ fn pacing_is_accurate_at_1gbps_over_2s() {
     // sender cannot see, so only the sender's pacing is measured.
     let r = receiver("127.0.0.1:0");
     let mut h = paced_harness(&r, RATE, 65536);
-    let batch = batch_buffer(&payloads(&[SIZE; BATCH]));
+    let batch = run::batch(&payloads(&[SIZE; BATCH]));
     let t0 = Instant::now();
     for _ in 0..batches {
         h.push(batch.clone()).unwrap();

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use firehose_core::batch::for_each_packet;
 use firehose_core::stats::field;
 use firehose_core::PacketBatchMeta;
+use firehose_testkit::run;
 use gst::prelude::*;
 use gst_check::Harness;
 
@@ -24,25 +25,29 @@ fn init() {
 /// `output` in `props` the harness's sink asks for packet batches, as a Firehose
 /// consumer does (so `output=auto` chooses them).
 fn harness(props: &[(&str, &str)]) -> (Harness, u16) {
+    harness_with(props, |_| {})
+}
+
+/// [`harness`], `setup` done to the harness before it plays.
+fn harness_with(props: &[(&str, &str)], setup: impl FnOnce(&mut Harness)) -> (Harness, u16) {
     init();
     let mut h = Harness::new("fhudpsrc");
+    setup(&mut h);
     if !props.iter().any(|(k, _)| *k == "output") {
         h.set_sink_caps(firehose_core::caps::packets_caps());
     }
     let el = h.element().unwrap();
-    el.set_property_from_str("address", "127.0.0.1");
-    el.set_property("port", 0i32);
-    for (k, v) in props {
-        el.set_property_from_str(k, v);
-    }
+    run::set_properties(&el, &[("address", "127.0.0.1"), ("port", "0")]);
+    run::set_properties(&el, props);
     h.play();
     let port = el.property::<i32>("port") as u16;
     assert_ne!(port, 0, "bound port is readable after start");
     (h, port)
 }
 
-fn stats(el: &gst::Element) -> gst::Structure {
-    el.property::<gst::Structure>("stats")
+/// The stats of the harness's element.
+fn stats(h: &Harness) -> gst::Structure {
+    h.element().unwrap().property::<gst::Structure>("stats")
 }
 
 fn sender() -> UdpSocket {
@@ -103,7 +108,7 @@ fn receives_batches_with_meta_and_timestamps() {
     let mut times: Vec<u64> = got.iter().map(|(_, p)| p.rx_time_ns).collect();
     times.dedup();
     assert!(times.len() > 1, "kernel timestamps differ per datagram");
-    let st = stats(&h.element().unwrap());
+    let st = stats(&h);
     assert_eq!(field(&st, "packets"), 200);
     assert_eq!(field(&st, "drops-pool") + field(&st, "drops-kernel"), 0);
 }
@@ -153,19 +158,12 @@ fn buffers_are_pool_memory_with_pts() {
 fn the_pool_is_cut_from_the_memory_downstream_proposes() {
     use firehose_core::provider::SharedSegment;
     use firehose_core::MemoryKind;
-    init();
-    let mut h = Harness::new("fhudpsrc");
-    // The harness's sink pad answers the allocation query as fhshmsink will: with a
-    // provider of shared segments.
-    let provider = Arc::new(SharedSegment::new("fhudpsrc-test"));
-    firehose_core::alloc::propose_on(&h.sinkpad().unwrap(), provider);
-    h.set_sink_caps(firehose_core::caps::packets_caps());
-    let el = h.element().unwrap();
-    el.set_property_from_str("address", "127.0.0.1");
-    el.set_property("port", 0i32);
-    el.set_property("pool-size", 4u64 << 20);
-    h.play();
-    let port = el.property::<i32>("port") as u16;
+    let (mut h, port) = harness_with(&[("pool-size", "4194304")], |h| {
+        // The harness's sink pad answers the allocation query as fhshmsink will: with a
+        // provider of shared segments.
+        let provider = Arc::new(SharedSegment::new("fhudpsrc-test"));
+        firehose_core::alloc::propose_on(&h.sinkpad().unwrap(), provider);
+    });
     let tx = sender();
     for i in 0..3u8 {
         tx.send_to(&[i; 100], ("127.0.0.1", port)).unwrap();
@@ -176,7 +174,7 @@ fn the_pool_is_cut_from_the_memory_downstream_proposes() {
         );
         assert_eq!(buf.map_readable().unwrap()[..100], [i; 100]);
     }
-    let s = stats(&el);
+    let s = stats(&h);
     assert_eq!(s.get::<String>("memory").unwrap(), "shared");
     assert_eq!(field(&s, "packets"), 3);
 }
@@ -237,7 +235,7 @@ fn oversize_datagrams_are_counted_as_truncated() {
         s.send_to(&[2u8; 1000], ("127.0.0.1", port)).unwrap();
         let got = pull_packets(&mut h, 1);
         assert_eq!(got[0].0, vec![2u8; 1000], "gro={gro}");
-        let st = stats(&h.element().unwrap());
+        let st = stats(&h);
         assert_eq!(field(&st, "truncated"), 1, "gro={gro}");
         assert_eq!(field(&st, "packets"), 1, "gro={gro}");
     }
@@ -251,7 +249,7 @@ fn zero_length_datagrams_are_counted_not_delivered() {
     s.send_to(b"after", ("127.0.0.1", port)).unwrap();
     let got = pull_packets(&mut h, 1);
     assert_eq!(got[0].0, b"after");
-    let st = stats(&h.element().unwrap());
+    let st = stats(&h);
     assert_eq!(field(&st, "empty"), 1);
 }
 
@@ -273,29 +271,11 @@ fn output_list_gives_one_buffer_per_datagram_with_caps() {
     assert_eq!(caps.structure(0).unwrap().name(), "application/x-rtp");
 }
 
-/// Runs `fhudpsrc` with `props` in a pipeline to READY→PAUSED and returns the error text.
+/// Runs `fhudpsrc port=0` with `props` in a pipeline to READY→PAUSED and returns the
+/// error text.
 fn start_error(props: &[(&str, &str)]) -> String {
     init();
-    let src = gst::ElementFactory::make("fhudpsrc").build().unwrap();
-    for (k, v) in props {
-        src.set_property_from_str(k, v);
-    }
-    let sink = gst::ElementFactory::make("fakesink").build().unwrap();
-    let p = gst::Pipeline::new();
-    p.add_many([&src, &sink]).unwrap();
-    src.link(&sink).unwrap();
-    let r = p.set_state(gst::State::Playing);
-    assert!(r.is_err(), "start must fail for {props:?}");
-    let bus = p.bus().unwrap();
-    let msg = bus
-        .timed_pop_filtered(gst::ClockTime::from_seconds(5), &[gst::MessageType::Error])
-        .expect("an error message");
-    let text = match msg.view() {
-        gst::MessageView::Error(e) => e.error().to_string(),
-        _ => unreachable!(),
-    };
-    p.set_state(gst::State::Null).unwrap();
-    text
+    run::start_error("fhudpsrc", &[&[("port", "0")], props].concat())
 }
 
 #[test]
@@ -307,31 +287,26 @@ fn port_in_use_is_an_error_naming_the_port() {
 }
 
 #[test]
-fn invalid_addresses_are_errors() {
-    let e = start_error(&[("address", "239.1.1.300"), ("port", "0")]);
-    assert!(e.contains("invalid address"), "{e}");
-    let e = start_error(&[
-        ("address", "127.0.0.1"),
-        ("port", "0"),
-        ("multicast-source", "10.0.0.1"),
-    ]);
-    assert!(e.contains("not a multicast group"), "{e}");
-    let e = start_error(&[
-        ("address", "232.1.1.1"),
-        ("port", "0"),
-        ("multicast-source", "bogus"),
-    ]);
-    assert!(e.contains("invalid multicast source"), "{e}");
-}
-
-#[test]
-fn unknown_interface_is_an_error() {
-    let e = start_error(&[
-        ("address", "239.1.2.3"),
-        ("port", "0"),
-        ("multicast-iface", "nosuchif0"),
-    ]);
-    assert!(e.contains("unknown network interface 'nosuchif0'"), "{e}");
+fn invalid_addresses_and_unknown_interfaces_are_errors() {
+    let cases: [(&[(&str, &str)], &str); 4] = [
+        (&[("address", "239.1.1.300")], "invalid address"),
+        (
+            &[("address", "127.0.0.1"), ("multicast-source", "10.0.0.1")],
+            "not a multicast group",
+        ),
+        (
+            &[("address", "232.1.1.1"), ("multicast-source", "bogus")],
+            "invalid multicast source",
+        ),
+        (
+            &[("address", "239.1.2.3"), ("multicast-iface", "nosuchif0")],
+            "unknown network interface 'nosuchif0'",
+        ),
+    ];
+    for (props, says) in cases {
+        let e = start_error(props);
+        assert!(e.contains(says), "{props:?}: {e}");
+    }
 }
 
 #[test]
@@ -341,7 +316,6 @@ fn hugepages_require_fails_with_the_fix_and_succeeds_when_reserved() {
     let bytes = ((hugepages_free() + 8) * hugepage_size()).to_string();
     let e = start_error(&[
         ("address", "127.0.0.1"),
-        ("port", "0"),
         ("hugepages", "require"),
         ("pool-size", &bytes),
     ]);
@@ -360,7 +334,7 @@ fn hugepages_require_fails_with_the_fix_and_succeeds_when_reserved() {
             firehose_core::gstmem::buffer_memory_kind(&buf),
             Some(firehose_core::MemoryKind::Hugepage)
         );
-        let st = stats(&h.element().unwrap());
+        let st = stats(&h);
         assert_eq!(st.get::<String>("memory").unwrap(), "hugepage");
     });
     std::fs::write(NR, before.to_string()).unwrap();
@@ -377,7 +351,6 @@ fn pool_exhaustion_drops_and_counts_then_recovers() {
         ("gro", "false"),
         ("max-packet-size", "2000"),
     ]);
-    let el = h.element().unwrap();
     let s = sender();
     let mut held = Vec::new();
     for _ in 0..2 {
@@ -385,7 +358,7 @@ fn pool_exhaustion_drops_and_counts_then_recovers() {
         held.push(h.pull().unwrap());
     }
     let t0 = Instant::now();
-    while field(&stats(&el), "drops-pool") < 5 {
+    while field(&stats(&h), "drops-pool") < 5 {
         s.send_to(&[8u8; 100], ("127.0.0.1", port)).unwrap();
         std::thread::sleep(Duration::from_millis(2));
         assert!(
@@ -393,7 +366,7 @@ fn pool_exhaustion_drops_and_counts_then_recovers() {
             "drops-pool never counted"
         );
     }
-    let st = stats(&el);
+    let st = stats(&h);
     assert_eq!(field(&st, "pool-in-use"), 2);
     assert!(field(&st, "pool-exhausted") > 0);
     drop(held);
@@ -422,24 +395,10 @@ fn blast(port: u16, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
     })
 }
 
-/// Fails the test (instead of hanging CI) if `f` takes longer than `limit`.
-fn within<T: Send + 'static>(
-    limit: Duration,
-    what: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(limit)
-        .unwrap_or_else(|_| panic!("{what} did not finish within {limit:?}: hang"))
-}
-
 #[test]
 fn state_changes_under_full_rate_traffic_never_hang_and_return_every_slot() {
     init();
-    within(Duration::from_secs(60), "state cycling", || {
+    run::within(Duration::from_secs(60), "state cycling", || {
         for desc in [
             "fhudpsrc name=src address=127.0.0.1 port=0 ! fakesink",
             "fhudpsrc name=src address=127.0.0.1 port=0 ! queue ! fakesink sync=true",
@@ -477,7 +436,7 @@ fn state_changes_under_full_rate_traffic_never_hang_and_return_every_slot() {
 #[test]
 fn eos_during_full_rate_traffic_reaches_the_bus() {
     init();
-    within(Duration::from_secs(30), "EOS", || {
+    run::within(Duration::from_secs(30), "EOS", || {
         let p = gst::parse::launch("fhudpsrc name=src address=127.0.0.1 port=0 ! fakesink")
             .unwrap()
             .downcast::<gst::Pipeline>()
@@ -504,14 +463,7 @@ fn eos_during_full_rate_traffic_reaches_the_bus() {
 
 #[test]
 fn ipv6_loopback() {
-    init();
-    let mut h = Harness::new("fhudpsrc");
-    h.set_sink_caps(firehose_core::caps::packets_caps());
-    let el = h.element().unwrap();
-    el.set_property("address", "::1");
-    el.set_property("port", 0i32);
-    h.play();
-    let port = el.property::<i32>("port") as u16;
+    let (mut h, port) = harness(&[("address", "::1")]);
     let s = UdpSocket::bind("[::1]:0").unwrap();
     s.send_to(b"six", ("::1", port)).unwrap();
     let got = pull_packets(&mut h, 1);
@@ -557,14 +509,7 @@ fn multicast_asm_and_ssm_in_a_private_namespace() {
     std::thread::spawn(|| {
         private_netns_with_multicast_lo();
         // Any-source multicast.
-        let mut h = Harness::new("fhudpsrc");
-        h.set_sink_caps(firehose_core::caps::packets_caps());
-        let el = h.element().unwrap();
-        el.set_property("address", "239.255.7.7");
-        el.set_property("port", 0i32);
-        el.set_property("multicast-iface", "lo");
-        h.play();
-        let port = el.property::<i32>("port") as u16;
+        let (mut h, port) = harness(&[("address", "239.255.7.7"), ("multicast-iface", "lo")]);
         multicast_sender("127.0.0.1:0")
             .send_to(b"asm", ("239.255.7.7", port))
             .unwrap();
@@ -572,15 +517,11 @@ fn multicast_asm_and_ssm_in_a_private_namespace() {
         drop(h);
 
         // Source-specific: only 127.0.0.1 is wanted; 127.0.0.2 is filtered by the kernel.
-        let mut h = Harness::new("fhudpsrc");
-        h.set_sink_caps(firehose_core::caps::packets_caps());
-        let el = h.element().unwrap();
-        el.set_property("address", "232.1.1.1");
-        el.set_property("port", 0i32);
-        el.set_property("multicast-iface", "lo");
-        el.set_property("multicast-source", "127.0.0.1");
-        h.play();
-        let port = el.property::<i32>("port") as u16;
+        let (mut h, port) = harness(&[
+            ("address", "232.1.1.1"),
+            ("multicast-iface", "lo"),
+            ("multicast-source", "127.0.0.1"),
+        ]);
         multicast_sender("127.0.0.2:0")
             .send_to(b"unwanted", ("232.1.1.1", port))
             .unwrap();
@@ -589,7 +530,7 @@ fn multicast_asm_and_ssm_in_a_private_namespace() {
             .unwrap();
         let got = pull_packets(&mut h, 1);
         assert_eq!(got[0].0, b"wanted");
-        assert_eq!(field(&stats(&el), "packets"), 1);
+        assert_eq!(field(&stats(&h), "packets"), 1);
     })
     .join()
     .unwrap();

@@ -90,29 +90,17 @@ impl Run {
 /// The child: records what arrives on a free port until it is killed; prints the port
 /// once its socket is bound.
 fn child(dir: &str, format: &str, seed: u64) -> ! {
-    common::init();
     let run = Run::from_seed(seed);
-    let pipeline = gst::parse::launch(&format!(
+    let pipeline = common::launch(&format!(
         "fhudpsrc name=src port=0 ! fhrecordsink location={dir}/c-%04d.{format} format={format} \
          block-size={} io-depth={} max-size={} max-files={}",
         run.block, run.depth, run.max_size, run.max_files
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    ));
     pipeline.set_state(gst::State::Playing).unwrap();
     // The source has bound its socket once its port is known (the pipeline itself
     // completes PLAYING only with the first buffer).
     let src = pipeline.by_name("src").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let port = loop {
-        let port: i32 = src.property("port");
-        if port != 0 {
-            break port;
-        }
-        assert!(Instant::now() < deadline, "fhudpsrc never bound its socket");
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    let port = firehose_testkit::run::bound_port(&src, Duration::from_secs(60));
     // On a line of its own: the test harness has printed "test pcap ... " before it.
     println!("\n{PORT_LINE}{port}");
     loop {
@@ -159,11 +147,11 @@ fn record_and_kill(test: &str, format: &str, seed: u64, run: &Run) -> (TempDir, 
         move || send(port, payload, rate, &stop, &sent)
     });
     // From the first datagram on: the kill comes while the stream flows.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while sent.load(Ordering::Acquire) == 0 {
-        assert!(Instant::now() < deadline, "the sender never started");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    firehose_testkit::run::wait_until(
+        Duration::from_secs(30),
+        || "the sender never started".into(),
+        || sent.load(Ordering::Acquire) > 0,
+    );
     std::thread::sleep(run.kill_after);
     // SAFETY: kill() on our own child's pid, not yet reaped.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };

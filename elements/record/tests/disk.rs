@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{read_capture, run_pipeline, stat, Mount, TempDir};
+use common::{read_capture, record_test_packets, stat, Mount, TempDir};
 use firehose_core::stats::names;
 use firehose_testkit::pattern;
 use gst::prelude::*;
@@ -14,13 +14,10 @@ use gst::prelude::*;
 fn a_full_disk_is_an_error_naming_the_path_and_what_was_written_stays_readable() {
     let mnt = Mount::new("tmpfs", "size=2m", "full");
     let loc = mnt.join("full-%d.pcap");
-    let (pipeline, r) = run_pipeline(
-        &format!(
-            "fhtestsrc num-packets=100000 packet-size=1000 ! fhrecordsink name=rec \
-             location={} block-size=65536 when-full=block",
-            loc.display()
-        ),
-        Duration::from_secs(60),
+    let (pipeline, r) = record_test_packets(
+        "num-packets=100000 packet-size=1000",
+        &loc,
+        "block-size=65536 when-full=block",
     );
     let e = r.expect_err("recording 100 MB into 2 MB must fail");
     let path = mnt.join("full-0.pcap");
@@ -46,15 +43,11 @@ fn a_full_disk_is_an_error_naming_the_path_and_what_was_written_stays_readable()
 fn ramfs_refuses_o_direct_and_the_recording_falls_back_with_a_warning() {
     let mnt = Mount::new("ramfs", "mode=755", "ramfs");
     let path = mnt.join("r.pcap");
-    common::init();
-    let pipeline = gst::parse::launch(&format!(
+    let pipeline = common::launch(&format!(
         "fhtestsrc num-packets=3000 packet-size=500 ! fhrecordsink location={} \
          when-full=block block-size=65536",
         path.display()
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    ));
     let (r, warnings) = common::play_collecting_warnings(&pipeline, Duration::from_secs(30));
     r.unwrap();
     assert!(
@@ -75,14 +68,11 @@ fn a_disk_that_falls_behind_drops_whole_buffers_and_counts_every_packet() {
     let path = dir.join("slow.pcapng");
     // Buffered writes flushed to the device after every 64 KiB block: far slower than
     // a source running flat out, with a queue of only four blocks.
-    let (pipeline, r) = run_pipeline(
-        &format!(
-            "fhtestsrc name=src num-packets=200000 packet-size=1472 ! fhrecordsink name=rec \
-             location={} format=pcapng block-size=65536 queue-size=262144 direct=false \
-             fsync=bytes fsync-bytes=1 when-full=drop",
-            path.display()
-        ),
-        Duration::from_secs(120),
+    let (pipeline, r) = record_test_packets(
+        "name=src num-packets=200000 packet-size=1472",
+        &path,
+        "format=pcapng block-size=65536 queue-size=262144 direct=false fsync=bytes \
+         fsync-bytes=1 when-full=drop",
     );
     r.unwrap();
     let rec = pipeline.by_name("rec").unwrap();
@@ -116,18 +106,20 @@ fn a_disk_that_falls_behind_drops_whole_buffers_and_counts_every_packet() {
 
 #[test]
 fn a_bad_location_fails_at_start_with_the_path() {
-    let (_, r) = run_pipeline(
-        "fhtestsrc num-packets=10 ! fhrecordsink location=/nonexistent-dir/x.pcap",
-        Duration::from_secs(30),
+    let (_, r) = record_test_packets(
+        "num-packets=10",
+        std::path::Path::new("/nonexistent-dir/x.pcap"),
+        "",
     );
     let e = r.unwrap_err();
     assert!(
         e.contains("/nonexistent-dir/x.pcap") && e.contains("directory exists"),
         "{e}"
     );
-    let (_, r) = run_pipeline(
-        "fhtestsrc num-packets=10 ! fhrecordsink location=/tmp/no-number.pcap max-size=1000000",
-        Duration::from_secs(30),
+    let (_, r) = record_test_packets(
+        "num-packets=10",
+        std::path::Path::new("/tmp/no-number.pcap"),
+        "max-size=1000000",
     );
     let e = r.unwrap_err();
     assert!(e.contains("has no %d"), "{e}");

@@ -5,22 +5,13 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{read_capture, run_pipeline, TempDir};
+use common::{read_capture, record_test_packets, TempDir};
 
 const OLD: &[u8] = b"an earlier capture that must survive";
 
 /// `fhtestsrc` (100 packets) into `fhrecordsink location=<loc> <props>`.
 fn record(loc: &std::path::Path, props: &str) -> Result<(), String> {
-    let (_, r) = run_pipeline(
-        &format!(
-            "fhtestsrc num-packets=100 packet-size=200 ! fhrecordsink location={} {props}",
-            loc.display()
-        ),
-        Duration::from_secs(20),
-    );
-    r
+    record_test_packets("num-packets=100 packet-size=200", loc, props).1
 }
 
 #[test]

@@ -3,90 +3,20 @@
 
 mod common;
 
-use std::io::Read;
 use std::net::UdpSocket;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{payload, replay, require_tool, TempDir};
+use common::{payload, replay_file, require_tool, TempDir};
 use firehose_record::read::container::count_whole_records;
-
-/// tcpdump writing `path`, stopped (SIGINT, so it flushes) when dropped.
-struct Tcpdump {
-    child: Child,
-}
-
-impl Tcpdump {
-    fn start(iface: &str, port: u16, path: &std::path::Path) -> Self {
-        require_tool("tcpdump", "tcpdump");
-        let mut child = Command::new("tcpdump")
-            .args([
-                "-i",
-                iface,
-                "-Z",
-                "root",
-                "-U",
-                "--immediate-mode",
-                "-B",
-                "65536",
-                "-w",
-            ])
-            .arg(path)
-            .args(["udp", "port", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tcpdump runs");
-        // tcpdump says "listening on" once its capture is open.
-        let mut err = child.stderr.take().unwrap();
-        let mut seen = String::new();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut buf = [0u8; 256];
-        while !seen.contains("listening on") {
-            assert!(Instant::now() < deadline, "tcpdump did not start: {seen}");
-            match err.read(&mut buf) {
-                Ok(0) => panic!("tcpdump exited: {seen}"),
-                Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
-                Err(e) => panic!("reading tcpdump's stderr: {e}"),
-            }
-        }
-        std::thread::spawn(move || {
-            while let Ok(n) = err.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-            }
-        });
-        Self { child }
-    }
-
-    fn stop(mut self) {
-        self.interrupt();
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "tcpdump ended with {status}");
-    }
-
-    fn interrupt(&self) {
-        // SAFETY: kill() on our own child's pid, not yet reaped.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
-    }
-}
-
-impl Drop for Tcpdump {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            self.interrupt();
-            let _ = self.child.wait();
-        }
-    }
-}
+use firehose_testkit::run;
 
 fn capture_and_replay(iface: &str) {
     let dir = TempDir::new(&format!("live-{iface}"));
     let path = dir.join("live.pcap");
     let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
     let port = rx.local_addr().unwrap().port();
-    let dump = Tcpdump::start(iface, port, &path);
+    require_tool("tcpdump", "tcpdump");
+    let dump = run::Tcpdump::udp_port(iface, port, &path);
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
     let sent: Vec<Vec<u8>> = (0..300u64)
         .map(|i| payload(i, 1 + (i as usize * 211) % 8000))
@@ -105,10 +35,7 @@ fn capture_and_replay(iface: &str) {
     }
     dump.stop();
 
-    let (got, el, r) = replay(
-        &format!("location={} port={port} pace=max", path.display()),
-        Duration::from_secs(30),
-    );
+    let (got, el, r) = replay_file(&path, &format!("port={port} pace=max"));
     r.unwrap();
     let payloads: Vec<Vec<u8>> = got.iter().map(|g| g.payload.clone()).collect();
     assert_eq!(payloads.len(), sent.len(), "{iface}: datagram count");

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{read_capture, run_pipeline, stat, TempDir};
+use common::{read_capture, record_test_packets, run_pipeline, stat, TempDir};
 use firehose_core::stats::names;
 use gst::prelude::*;
 
@@ -15,13 +15,10 @@ fn a_replay_at_full_speed_is_recorded_whole_by_default() {
     const N: u64 = 200_000;
     let dir = TempDir::new("liveness");
     let original = dir.join("original.pcap");
-    let (_, r) = run_pipeline(
-        &format!(
-            "fhtestsrc num-packets={N} packet-size=64 rate=0 ! fhrecordsink location={} \
-             when-full=block",
-            original.display()
-        ),
-        Duration::from_secs(60),
+    let (_, r) = record_test_packets(
+        &format!("num-packets={N} packet-size=64 rate=0"),
+        &original,
+        "when-full=block",
     );
     r.unwrap();
     // A small queue (4 blocks of 64 KiB, a few batches) and buffered writes

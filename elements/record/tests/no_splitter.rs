@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{classic_pcap, frame, play_to_end, TempDir};
-use gst::prelude::*;
+use firehose_core::split::{DatagramSplitter, Partial};
 
 const T0: u64 = 1_700_000_000_000_000_000;
 
@@ -19,19 +19,17 @@ fn run(desc: &str) -> Result<(), String> {
         // The elements alone: not common::init, whose plugin registers spead.
         firehose_record::register_elements(None).unwrap();
     });
-    let pipeline = gst::parse::launch(desc)
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap();
-    play_to_end(&pipeline, Duration::from_secs(10))
+    play_to_end(
+        &firehose_testkit::run::launch(desc),
+        Duration::from_secs(10),
+    )
 }
 
 #[test]
 fn split_spead_without_its_splitter_fails_at_start_naming_the_registered_ones() {
     let dir = TempDir::new("src-no-splitter");
-    let path = dir.join("x.pcap");
     let frames = vec![(T0, frame("1.1.1.1:1", "2.2.2.2:2", b"abc"))];
-    std::fs::write(&path, classic_pcap(&frames, true, false)).unwrap();
+    let path = dir.write("x.pcap", &classic_pcap(&frames, true, false));
 
     let e = run(&format!(
         "fhpcapsrc location={} pace=max ! fakesink sync=false",
@@ -47,15 +45,11 @@ fn split_spead_without_its_splitter_fails_at_start_naming_the_registered_ones() 
 
     // What is registered is named: a splitter of another crate.
     struct Whole;
-    impl firehose_core::split::DatagramSplitter for Whole {
+    impl DatagramSplitter for Whole {
         fn packet(&self) -> &str {
             "whole"
         }
-        fn split(
-            &self,
-            d: &[u8],
-            lens: &mut Vec<u32>,
-        ) -> Result<(), firehose_core::split::Partial> {
+        fn split(&self, d: &[u8], lens: &mut Vec<u32>) -> Result<(), Partial> {
             lens.clear();
             lens.push(d.len() as u32);
             Ok(())

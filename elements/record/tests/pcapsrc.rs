@@ -3,14 +3,58 @@
 mod common;
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{batch, classic_pcap, frame, payload, record, replay, stat, TempDir};
+use common::{batch, classic_pcap, frame, payload, record, replay_file, stat, Replayed, TempDir};
 use firehose_core::stats::names;
 use firehose_record::pcapsrc::Pace;
 use gst::prelude::*;
 
 const T0: u64 = 1_700_000_000_000_000_000;
+
+/// `n` frames from 1.1.1.1:1 to 2.2.2.2:2, frame `i` captured at `T0 + i * step_ns` and
+/// carrying `payload(i, len)`.
+fn frames(n: u64, step_ns: u64, len: usize) -> Vec<(u64, Vec<u8>)> {
+    (0..n)
+        .map(|i| {
+            let f = frame("1.1.1.1:1", "2.2.2.2:2", &payload(i, len));
+            (T0 + i * step_ns, f)
+        })
+        .collect()
+}
+
+/// Replays `path` with `props` to a clean end; returns what came, the source and how
+/// long it took (from before the pipeline exists: start-up on a loaded machine counts
+/// too).
+fn timed_replay(path: &Path, props: &str) -> (Vec<Replayed>, gst::Element, Duration) {
+    let t = Instant::now();
+    let (got, el, r) = replay_file(path, props);
+    r.unwrap();
+    (got, el, t.elapsed())
+}
+
+/// [`timed_replay`] of 50 datagrams of 1000 bytes (50 kB, captured 1 ns apart) in a
+/// fresh directory `name`; returns the directory and the file besides.
+fn timed_replay_of_50_kb(
+    name: &str,
+    props: &str,
+) -> (TempDir, PathBuf, Vec<Replayed>, gst::Element, Duration) {
+    let dir = TempDir::new(name);
+    let path = dir.write("50k.pcap", &classic_pcap(&frames(50, 1, 1000), true, false));
+    let (got, el, took) = timed_replay(&path, props);
+    (dir, path, got, el, took)
+}
+
+/// Checks that a replay took a time in `range`.
+fn assert_took(took: Duration, range: std::ops::Range<Duration>) {
+    assert!(range.contains(&took), "took {took:?}, want {range:?}");
+}
+
+/// The payloads of what a replay delivered, in order.
+fn payloads(got: &[Replayed]) -> Vec<Vec<u8>> {
+    got.iter().map(|g| g.payload.clone()).collect()
+}
 
 #[test]
 fn replays_what_fhrecordsink_wrote_in_both_formats() {
@@ -32,10 +76,7 @@ fn replays_what_fhrecordsink_wrote_in_both_formats() {
             ],
             vec![batch(&a, src, T0), batch(&b, src6, T0 + 1_000_000)],
         );
-        let (got, el, r) = replay(
-            &format!("location={} pace=max", path.display()),
-            Duration::from_secs(30),
-        );
+        let (got, el, r) = replay_file(&path, "pace=max");
         r.unwrap();
         assert_eq!(got.len(), 220, "{format}");
         for (i, g) in got.iter().enumerate() {
@@ -70,12 +111,11 @@ fn reads_microsecond_and_nanosecond_pcap_in_both_byte_orders() {
         .collect();
     for nanos in [false, true] {
         for big in [false, true] {
-            let path = dir.join(&format!("v-{nanos}-{big}.pcap"));
-            std::fs::write(&path, classic_pcap(&frames, nanos, big)).unwrap();
-            let (got, _, r) = replay(
-                &format!("location={} pace=max", path.display()),
-                Duration::from_secs(30),
+            let path = dir.write(
+                &format!("v-{nanos}-{big}.pcap"),
+                &classic_pcap(&frames, nanos, big),
             );
+            let (got, _, r) = replay_file(&path, "pace=max");
             r.unwrap();
             assert_eq!(got.len(), 10, "nanos={nanos} big={big}");
             for (i, g) in got.iter().enumerate() {
@@ -103,71 +143,44 @@ fn filters_by_destination_port_and_address_and_counts_the_rest() {
     arp[12] = 0x08;
     arp[13] = 0x06;
     frames.push((T0 + 99, arp));
-    let path = dir.join("f.pcap");
-    std::fs::write(&path, classic_pcap(&frames, true, false)).unwrap();
-    let (got, el, r) = replay(
-        &format!(
-            "location={} pace=max port=7148 address=10.0.0.1",
-            path.display()
-        ),
-        Duration::from_secs(30),
-    );
+    let path = dir.write("f.pcap", &classic_pcap(&frames, true, false));
+    let (got, el, r) = replay_file(&path, "pace=max port=7148 address=10.0.0.1");
     r.unwrap();
     let want: Vec<Vec<u8>> = (0..30u64)
         .filter(|i| i % 3 == 0)
         .map(|i| payload(i, 50))
         .collect();
-    assert_eq!(
-        got.iter().map(|g| g.payload.clone()).collect::<Vec<_>>(),
-        want
-    );
+    assert_eq!(payloads(&got), want);
     assert_eq!(
         stat(&el, names::FILTERED),
         21,
         "20 other datagrams and the ARP frame"
     );
-    let (got, _, _) = replay(
-        &format!("location={} pace=max port=7149", path.display()),
-        Duration::from_secs(30),
-    );
+    let (got, _, _) = replay_file(&path, "pace=max port=7149");
     assert_eq!(got.len(), 10);
 }
 
 #[test]
 fn damaged_frames_are_counted_and_skipped_and_a_cut_last_record_is_an_error() {
     let dir = TempDir::new("src-damage");
-    let good = |i: u64| (T0 + i, frame("1.1.1.1:1", "2.2.2.2:2", &payload(i, 80)));
-    let mut bad_ip = good(1);
-    bad_ip.1[14] = 0x43; // IHL 3: shorter than an IPv4 header
-    let mut bad_udp = good(2);
-    bad_udp.1[38] = 0xff; // UDP length beyond the IP datagram
-    let frames = vec![good(0), bad_ip, bad_udp, good(3)];
-    let whole = classic_pcap(&frames, false, false);
-    let full = classic_pcap(&[good(4)], false, false);
+    let mut frames = frames(5, 1, 80);
+    frames[1].1[14] = 0x43; // IHL 3: shorter than an IPv4 header
+    frames[2].1[38] = 0xff; // UDP length beyond the IP datagram
+    let whole = classic_pcap(&frames[..4], false, false);
+    let full = classic_pcap(&frames[4..], false, false);
     let want = vec![payload(0, 80), payload(3, 80)];
     // Whole records, two of them damaged frames: counted and skipped, a clean end.
-    let path = dir.join("frames.pcap");
-    std::fs::write(&path, &whole).unwrap();
-    let (got, el, r) = replay(
-        &format!("location={} pace=max", path.display()),
-        Duration::from_secs(30),
-    );
+    let path = dir.write("frames.pcap", &whole);
+    let (got, el, r) = replay_file(&path, "pace=max");
     r.unwrap();
-    assert_eq!(
-        got.iter().map(|g| g.payload.clone()).collect::<Vec<_>>(),
-        want
-    );
+    assert_eq!(payloads(&got), want);
     assert_eq!(stat(&el, names::MALFORMED), 2);
     // Then a last record cut short: what came before is sent, then an error that
     // names the file and where the damage is (not a silent end).
     let mut bytes = whole.clone();
     bytes.extend_from_slice(&full[24..24 + 16 + 30]);
-    let path = dir.join("cut.pcap");
-    std::fs::write(&path, &bytes).unwrap();
-    let (got, el, r) = replay(
-        &format!("location={} pace=max", path.display()),
-        Duration::from_secs(30),
-    );
+    let path = dir.write("cut.pcap", &bytes);
+    let (got, el, r) = replay_file(&path, "pace=max");
     let e = r.unwrap_err();
     assert!(
         e.contains("cut.pcap") && e.contains(&format!("damaged at byte {}", whole.len())),
@@ -177,30 +190,21 @@ fn damaged_frames_are_counted_and_skipped_and_a_cut_last_record_is_an_error() {
         e.contains("a record cut short by the end of the file (46 of"),
         "{e}"
     );
-    assert_eq!(
-        got.iter().map(|g| g.payload.clone()).collect::<Vec<_>>(),
-        want
-    );
+    assert_eq!(payloads(&got), want);
     assert_eq!(stat(&el, names::TRUNCATED), 1);
 }
 
 #[test]
 fn a_record_longer_than_the_snaplen_or_a_cut_file_header_is_an_error() {
     let dir = TempDir::new("src-snaplen");
-    let frames = vec![
-        (T0, frame("1.1.1.1:1", "2.2.2.2:2", &payload(0, 80))),
-        (T0 + 1, frame("1.1.1.1:1", "2.2.2.2:2", &payload(1, 200))),
-    ];
+    // Frame 0 of 80 bytes, frame 1 of 200.
+    let frames = [frames(1, 1, 80), frames(2, 1, 200).split_off(1)].concat();
     let mut f = classic_pcap(&frames, false, false);
     // snaplen 150: the second record (242 bytes) is longer than any record may be.
     f[16..20].copy_from_slice(&150u32.to_le_bytes());
     let second = 24 + 16 + frames[0].1.len();
-    let path = dir.join("snap.pcap");
-    std::fs::write(&path, &f).unwrap();
-    let (got, _, r) = replay(
-        &format!("location={} pace=max", path.display()),
-        Duration::from_secs(30),
-    );
+    let path = dir.write("snap.pcap", &f);
+    let (got, _, r) = replay_file(&path, "pace=max");
     let e = r.unwrap_err();
     assert!(e.contains("snap.pcap"), "{e}");
     assert!(
@@ -213,22 +217,15 @@ fn a_record_longer_than_the_snaplen_or_a_cut_file_header_is_an_error() {
     f[16..20].copy_from_slice(&0u32.to_le_bytes());
     f[second + 8..second + 12].copy_from_slice(&u32::MAX.to_le_bytes());
     std::fs::write(&path, &f).unwrap();
-    let (_, _, r) = replay(
-        &format!("location={} pace=max", path.display()),
-        Duration::from_secs(30),
-    );
+    let (_, _, r) = replay_file(&path, "pace=max");
     let e = r.unwrap_err();
     assert!(
         e.contains(&format!("damaged at byte {second}: a record claims")),
         "{e}"
     );
     // A file header cut short.
-    let path = dir.join("head.pcap");
-    std::fs::write(&path, &f[..20]).unwrap();
-    let (_, _, r) = replay(
-        &format!("location={} pace=max", path.display()),
-        Duration::from_secs(30),
-    );
+    let path = dir.write("head.pcap", &f[..20]);
+    let (_, _, r) = replay_file(&path, "pace=max");
     let e = r.unwrap_err();
     assert!(
         e.contains("head.pcap") && e.contains("cut short in its file header (20 of 24 bytes)"),
@@ -239,27 +236,13 @@ fn a_record_longer_than_the_snaplen_or_a_cut_file_header_is_an_error() {
 #[test]
 fn original_rate_reproduces_the_capture_timing() {
     let dir = TempDir::new("src-timing");
-    let frames: Vec<(u64, Vec<u8>)> = (0..5u64)
-        .map(|i| {
-            (
-                T0 + i * 150_000_000,
-                frame("1.1.1.1:1", "2.2.2.2:2", &payload(i, 10)),
-            )
-        })
-        .collect();
-    let path = dir.join("t.pcap");
-    std::fs::write(&path, classic_pcap(&frames, true, false)).unwrap();
-    let t = Instant::now();
-    let (got, _, r) = replay(
-        &format!("location={}", path.display()),
-        Duration::from_secs(30),
+    let path = dir.write(
+        "t.pcap",
+        &classic_pcap(&frames(5, 150_000_000, 10), true, false),
     );
-    r.unwrap();
-    let took = t.elapsed();
+    let (got, _, took) = timed_replay(&path, "");
     assert_eq!(got.len(), 5);
-    assert!(took >= Duration::from_millis(600), "took {took:?}");
-    // From before the pipeline exists: start-up on a loaded machine counts too.
-    assert!(took < Duration::from_secs(4), "took {took:?}");
+    assert_took(took, Duration::from_millis(600)..Duration::from_secs(4));
     for (i, g) in got.iter().enumerate() {
         // Each datagram is its own batch here, PTS on the capture's schedule.
         let pts = g.pts.unwrap().nseconds();
@@ -271,45 +254,21 @@ fn original_rate_reproduces_the_capture_timing() {
     }
     // As fast as possible: no waiting. Frames 5 s apart (a 20 s schedule) tell waiting
     // from a slow start on a loaded machine.
-    let far: Vec<(u64, Vec<u8>)> = (0..5u64)
-        .map(|i| {
-            (
-                T0 + i * 5_000_000_000,
-                frame("1.1.1.1:1", "2.2.2.2:2", &payload(i, 10)),
-            )
-        })
-        .collect();
-    let far_path = dir.join("far.pcap");
-    std::fs::write(&far_path, classic_pcap(&far, true, false)).unwrap();
-    let t = Instant::now();
-    let (got, _, r) = replay(
-        &format!("location={} pace=max", far_path.display()),
-        Duration::from_secs(30),
+    let far = dir.write(
+        "far.pcap",
+        &classic_pcap(&frames(5, 5_000_000_000, 10), true, false),
     );
-    r.unwrap();
+    let (got, _, took) = timed_replay(&far, "pace=max");
     assert_eq!(got.len(), 5);
-    assert!(
-        t.elapsed() < Duration::from_secs(10),
-        "pace=max took {:?} of a 20 s capture",
-        t.elapsed()
-    );
+    // Not the 20 s of the capture.
+    assert_took(took, Duration::ZERO..Duration::from_secs(10));
 }
 
 #[test]
 fn bit_rate_paces_and_loop_repeats() {
-    let dir = TempDir::new("src-rate");
-    let frames: Vec<(u64, Vec<u8>)> = (0..50u64)
-        .map(|i| (T0 + i, frame("1.1.1.1:1", "2.2.2.2:2", &payload(i, 1000))))
-        .collect();
-    let path = dir.join("r.pcap");
-    std::fs::write(&path, classic_pcap(&frames, true, false)).unwrap();
     // 3 loops x 50 kB at 4 Mbit/s (0.5 MB/s): about 0.3 s.
-    let t = Instant::now();
-    let (got, el, r) = replay(
-        &format!("location={} rate=4M loop=3 batch-size=10", path.display()),
-        Duration::from_secs(30),
-    );
-    r.unwrap();
+    let (_dir, _, got, el, took) =
+        timed_replay_of_50_kb("src-rate", "rate=4M loop=3 batch-size=10");
     assert_eq!(got.len(), 150);
     assert_eq!(
         got[100].payload,
@@ -317,26 +276,17 @@ fn bit_rate_paces_and_loop_repeats() {
         "the third pass starts over"
     );
     assert_eq!(stat(&el, names::BATCHES), 15);
-    let took = t.elapsed();
-    assert!(took >= Duration::from_millis(250), "took {took:?}");
-    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert_took(took, Duration::from_millis(250)..Duration::from_secs(3));
 }
 
 #[test]
 fn missing_and_foreign_files_fail_at_start_with_the_reason() {
     let dir = TempDir::new("src-errors");
-    let (_, _, r) = replay(
-        &format!("location={}", dir.join("nope.pcap").display()),
-        Duration::from_secs(10),
-    );
+    let (_, _, r) = replay_file(&dir.join("nope.pcap"), "");
     let e = r.unwrap_err();
     assert!(e.contains("Cannot open") && e.contains("nope.pcap"), "{e}");
-    let text = dir.join("text.pcap");
-    std::fs::write(&text, b"hello, this is not a capture").unwrap();
-    let (_, _, r) = replay(
-        &format!("location={}", text.display()),
-        Duration::from_secs(10),
-    );
+    let text = dir.write("text.pcap", b"hello, this is not a capture");
+    let (_, _, r) = replay_file(&text, "");
     let e = r.unwrap_err();
     assert!(e.contains("not a pcap or pcapng file"), "{e}");
 }
@@ -344,19 +294,11 @@ fn missing_and_foreign_files_fail_at_start_with_the_reason() {
 #[test]
 fn a_capture_of_an_unsupported_link_type_is_an_error_that_names_it() {
     let dir = TempDir::new("src-link");
-    let path = dir.join("wifi.pcap");
-    let mut f = classic_pcap(
-        &[(T0, frame("10.0.0.1:5", "10.0.0.2:7148", b"x"))],
-        false,
-        false,
-    );
+    let mut f = classic_pcap(&frames(1, 1, 1), false, false);
     // Link type 105 (IEEE 802.11): the last field of the file header.
     f[20..24].copy_from_slice(&105u32.to_le_bytes());
-    std::fs::write(&path, f).unwrap();
-    let (got, _, r) = replay(
-        &format!("location={}", path.display()),
-        Duration::from_secs(10),
-    );
+    let path = dir.write("wifi.pcap", &f);
+    let (got, _, r) = replay_file(&path, "");
     let e = r.unwrap_err();
     assert!(e.contains("link type 105 is not supported"), "{e}");
     assert!(got.is_empty());
@@ -365,20 +307,12 @@ fn a_capture_of_an_unsupported_link_type_is_an_error_that_names_it() {
 #[test]
 fn a_bad_rate_fails_at_start_and_an_empty_match_never_spins() {
     let dir = TempDir::new("src-rate-errors");
-    let path = dir.join("x.pcap");
-    let frames = vec![(T0, frame("1.1.1.1:1", "2.2.2.2:2", b"abc"))];
-    std::fs::write(&path, classic_pcap(&frames, true, false)).unwrap();
-    let (_, _, r) = replay(
-        &format!("location={} rate=fast", path.display()),
-        Duration::from_secs(10),
-    );
+    let path = dir.write("x.pcap", &classic_pcap(&frames(1, 1, 3), true, false));
+    let (_, _, r) = replay_file(&path, "rate=fast");
     let e = r.unwrap_err();
     assert!(e.contains("rate 'fast'"), "{e}");
     // loop=0 (forever) on a file where nothing matches: EOS, not a busy loop.
-    let (got, el, r) = replay(
-        &format!("location={} port=9 loop=0 pace=max", path.display()),
-        Duration::from_secs(10),
-    );
+    let (got, el, r) = replay_file(&path, "port=9 loop=0 pace=max");
     r.unwrap();
     assert!(got.is_empty());
     assert_eq!(stat(&el, names::FILTERED), 1);
@@ -386,27 +320,14 @@ fn a_bad_rate_fails_at_start_and_an_empty_match_never_spins() {
 
 #[test]
 fn pace_and_bitrate_replace_rate_which_still_works() {
-    let dir = TempDir::new("src-pace");
-    let frames: Vec<(u64, Vec<u8>)> = (0..50u64)
-        .map(|i| (T0 + i, frame("1.1.1.1:1", "2.2.2.2:2", &payload(i, 1000))))
-        .collect();
-    let path = dir.join("p.pcap");
-    std::fs::write(&path, classic_pcap(&frames, true, false)).unwrap();
     // 2 loops x 50 kB at 4 Mbit/s in batches of 10 kB: the last batch waits until
     // 90 kB are due, 0.18 s.
-    let t = Instant::now();
-    let (got, _, r) = replay(
-        &format!(
-            "location={} pace=bitrate bitrate=4000000 loop=2 batch-size=10",
-            path.display()
-        ),
-        Duration::from_secs(30),
+    let (_dir, path, got, _, took) = timed_replay_of_50_kb(
+        "src-pace",
+        "pace=bitrate bitrate=4000000 loop=2 batch-size=10",
     );
-    r.unwrap();
     assert_eq!(got.len(), 100);
-    let took = t.elapsed();
-    assert!(took >= Duration::from_millis(150), "took {took:?}");
-    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert_took(took, Duration::from_millis(150)..Duration::from_secs(3));
     // The deprecated alias sets both and reads back from them.
     common::init();
     let el = gst::ElementFactory::make("fhpcapsrc").build().unwrap();
@@ -424,10 +345,7 @@ fn pace_and_bitrate_replace_rate_which_still_works() {
         "kept for pace=bitrate"
     );
     // pace=bitrate with no bitrate says what to set.
-    let (_, _, r) = replay(
-        &format!("location={} pace=bitrate", path.display()),
-        Duration::from_secs(10),
-    );
+    let (_, _, r) = replay_file(&path, "pace=bitrate");
     let e = r.unwrap_err();
     assert!(e.contains("set bitrate"), "{e}");
 }
@@ -467,13 +385,9 @@ fn coalesced_records_are_cut_into_their_packets_and_damage_is_said() {
         .enumerate()
         .map(|(i, r)| (T0 + i as u64, frame("10.0.0.1:5", "10.0.0.2:7148", r)))
         .collect();
-    let path = dir.join("gso.pcap");
-    std::fs::write(&path, classic_pcap(&frames, true, false)).unwrap();
+    let path = dir.write("gso.pcap", &classic_pcap(&frames, true, false));
 
-    let (got, el, r) = replay(
-        &format!("location={} pace=max batch-size=4", path.display()),
-        Duration::from_secs(30),
-    );
+    let (got, el, r) = replay_file(&path, "pace=max batch-size=4");
     r.unwrap();
     let want: Vec<Vec<u8>> = [
         &p[..6],
@@ -481,8 +395,7 @@ fn coalesced_records_are_cut_into_their_packets_and_damage_is_said() {
         &p[6..],
     ]
     .concat();
-    let payloads: Vec<Vec<u8>> = got.iter().map(|g| g.payload.clone()).collect();
-    assert_eq!(payloads, want);
+    assert_eq!(payloads(&got), want);
     assert!(got.iter().all(|g| g.src == "10.0.0.1:5".parse().unwrap()));
     assert_eq!(got[1].ts_ns, T0, "pieces keep their record's time");
     assert_eq!(stat(&el, "records-split"), 2);
@@ -490,23 +403,16 @@ fn coalesced_records_are_cut_into_their_packets_and_damage_is_said() {
     assert_eq!(stat(&el, names::PACKETS), 10);
 
     // split=none: one datagram per record, as before.
-    let (got, el, r) = replay(
-        &format!("location={} pace=max split=none", path.display()),
-        Duration::from_secs(30),
-    );
+    let (got, el, r) = replay_file(&path, "pace=max split=none");
     r.unwrap();
     assert_eq!(got.len(), records.len());
     assert_eq!(stat(&el, "records-split"), 0);
 
     // The damaged record is said on the bus, with the reason and the offset.
-    common::init();
-    let pipeline = gst::parse::launch(&format!(
+    let pipeline = common::launch(&format!(
         "fhpcapsrc location={} pace=max ! fakesink sync=false",
         path.display()
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    ));
     let (r, warnings) = common::play_collecting_warnings(&pipeline, Duration::from_secs(30));
     r.unwrap();
     assert_eq!(warnings.len(), 1, "{warnings:?}");
@@ -522,7 +428,6 @@ fn coalesced_records_are_cut_into_their_packets_and_damage_is_said() {
 
 #[test]
 fn coalesced_heaps_replay_through_speaddepay() {
-    use firehose_spead::heap::HeapMeta;
     use firehose_spead::send::{Item, PacketConfig};
     use firehose_spead::wire::Flavour;
     let dir = TempDir::new("src-coalesced-heaps");
@@ -553,38 +458,13 @@ fn coalesced_heaps_replay_through_speaddepay() {
             ts += 1000;
         }
     }
-    let path = dir.join("heaps.pcap");
-    std::fs::write(&path, classic_pcap(&frames, true, false)).unwrap();
+    let path = dir.write("heaps.pcap", &classic_pcap(&frames, true, false));
 
-    common::init();
-    let pipeline = gst::parse::launch(&format!(
+    let pipeline = common::launch(&format!(
         "fhpcapsrc name=src location={} pace=max ! speaddepay ! fakesink name=sink sync=false",
         path.display()
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
-    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let g = got.clone();
-    let sink = pipeline.by_name("sink").unwrap();
-    sink.static_pad("sink").unwrap().add_probe(
-        gst::PadProbeType::BUFFER | gst::PadProbeType::BUFFER_LIST,
-        move |_, info| {
-            let mut v = g.lock().unwrap();
-            let mut take = |b: &gst::BufferRef| {
-                if let Some(m) = b.meta::<HeapMeta>() {
-                    let data = b.map_readable().unwrap().to_vec();
-                    v.push((m.info().heap_cnt, m.info().complete, data));
-                }
-            };
-            if let Some(b) = info.buffer() {
-                take(b);
-            } else if let Some(list) = info.buffer_list() {
-                list.iter().for_each(take);
-            }
-            gst::PadProbeReturn::Ok
-        },
-    );
+    ));
+    let got = common::collect_heaps(&pipeline);
     common::play_to_end(&pipeline, Duration::from_secs(30)).unwrap();
     let src = pipeline.by_name("src").unwrap();
     assert!(
@@ -613,8 +493,7 @@ fn batches_are_replayed_into_the_memory_downstream_proposes() {
             (T0 + i, frame("192.168.1.2:999", "192.168.1.3:7148", &p))
         })
         .collect();
-    let path = dir.join("proposed.pcap");
-    std::fs::write(&path, classic_pcap(&frames, true, false)).unwrap();
+    let path = dir.write("proposed.pcap", &classic_pcap(&frames, true, false));
     common::init();
     let src = gst::ElementFactory::make("fhpcapsrc")
         .property("location", path.to_str().unwrap())

@@ -3,9 +3,7 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{read_capture, run_pipeline, TempDir};
+use common::{read_capture, record_test_packets, TempDir};
 use firehose_record::index::{self, Kind};
 use firehose_testkit::pattern;
 use gst::prelude::*;
@@ -22,20 +20,31 @@ fn check_sequence(payloads: impl Iterator<Item = Vec<u8>>, first: u64) -> u64 {
     next - first
 }
 
-#[test]
-fn size_rotation_keeps_every_file_under_the_limit_and_every_packet() {
-    let dir = TempDir::new("rot-size");
-    let loc = dir.join("cap-%03d.pcap");
-    let (pipeline, r) = run_pipeline(
-        &format!(
-            "fhtestsrc num-packets=20000 packet-size=1000 ! fhrecordsink name=rec \
-             location={} max-size=2000000 block-size=65536 when-full=block",
-            loc.display()
-        ),
-        Duration::from_secs(60),
-    );
+/// Records test packets (`src`: fhtestsrc's properties) into the numbered files `pattern`
+/// of a fresh directory, with `sink` fhrecordsink's properties; fails unless the
+/// recording ends cleanly. Returns the directory, the names of its files and the
+/// pipeline.
+fn record_files(pattern: &str, src: &str, sink: &str) -> (TempDir, Vec<String>, gst::Pipeline) {
+    let dir = TempDir::new("rotation");
+    let (pipeline, r) = record_test_packets(src, &dir.join(pattern), sink);
     r.unwrap();
     let files = dir.files();
+    (dir, files, pipeline)
+}
+
+/// [`record_files`] of 20000 test packets of 1000 bytes (21.2 MB as pcap) in blocks of
+/// 64 KiB, waiting for the disk, with `sink` besides.
+fn record_20000_packets(pattern: &str, sink: &str) -> (TempDir, Vec<String>, gst::Pipeline) {
+    record_files(
+        pattern,
+        "num-packets=20000 packet-size=1000",
+        &format!("{sink} block-size=65536 when-full=block"),
+    )
+}
+
+#[test]
+fn size_rotation_keeps_every_file_under_the_limit_and_every_packet() {
+    let (dir, files, pipeline) = record_20000_packets("cap-%03d.pcap", "max-size=2000000");
     // 20000 x (1000 + 58) bytes ≈ 21.2 MB in ≤ 2 MB files.
     assert_eq!(files.len(), 11, "{files:?}");
     assert_eq!(files[0], "cap-000.pcap");
@@ -55,18 +64,10 @@ fn size_rotation_keeps_every_file_under_the_limit_and_every_packet() {
 
 #[test]
 fn ring_keeps_the_newest_files_only() {
-    let dir = TempDir::new("rot-ring");
-    let loc = dir.join("ring-%05d.pcapng");
-    let (_, r) = run_pipeline(
-        &format!(
-            "fhtestsrc num-packets=20000 packet-size=1000 ! fhrecordsink format=pcapng \
-             location={} max-size=1000000 max-files=3 block-size=65536 when-full=block",
-            loc.display()
-        ),
-        Duration::from_secs(60),
+    let (dir, files, _) = record_20000_packets(
+        "ring-%05d.pcapng",
+        "format=pcapng max-size=1000000 max-files=3",
     );
-    r.unwrap();
-    let files = dir.files();
     assert_eq!(files.len(), 3, "{files:?}");
     let numbers: Vec<u32> = files.iter().map(|f| f[5..10].parse().unwrap()).collect();
     assert!(numbers.windows(2).all(|w| w[1] == w[0] + 1), "{files:?}");
@@ -84,22 +85,15 @@ fn ring_keeps_the_newest_files_only() {
 
 #[test]
 fn duration_rotation_starts_new_files_as_time_passes() {
-    let dir = TempDir::new("rot-time");
-    let loc = dir.join("t-%d.pcap");
     // 1 Mbit/s of 125-byte packets for about 1.2 s, files of 300 ms of the wall clock:
     // 4 to 6, or one more per 300 ms that a loaded machine stretched the run by.
     let t0 = std::time::Instant::now();
-    let (_, r) = run_pipeline(
-        &format!(
-            "fhtestsrc num-packets=1200 packet-size=125 batch-size=10 rate=1000000 ! \
-             fhrecordsink location={} max-duration=300000000 when-full=block",
-            loc.display()
-        ),
-        Duration::from_secs(60),
+    let (dir, files, _) = record_files(
+        "t-%d.pcap",
+        "num-packets=1200 packet-size=125 batch-size=10 rate=1000000",
+        "max-duration=300000000 when-full=block",
     );
-    r.unwrap();
     let most = 6.max((t0.elapsed().as_secs_f64() / 0.3).ceil() as usize + 1);
-    let files = dir.files();
     assert!((4..=most).contains(&files.len()), "{files:?}");
     let mut total = 0;
     for i in 0..files.len() {
@@ -111,18 +105,11 @@ fn duration_rotation_starts_new_files_as_time_passes() {
 
 #[test]
 fn raw_files_and_their_index_agree() {
-    let dir = TempDir::new("raw");
-    let loc = dir.join("chunks-%02d.raw");
-    let (_, r) = run_pipeline(
-        &format!(
-            "fhtestsrc num-packets=5000 packet-size=3000 ! fhrecordsink format=raw \
-             location={} max-size=4000000 block-size=65536 when-full=block",
-            loc.display()
-        ),
-        Duration::from_secs(60),
+    let (dir, files, _) = record_files(
+        "chunks-%02d.raw",
+        "num-packets=5000 packet-size=3000",
+        "format=raw max-size=4000000 block-size=65536 when-full=block",
     );
-    r.unwrap();
-    let files = dir.files();
     assert_eq!(files.len(), 8, "4 data files and their indexes: {files:?}");
     let mut id = 0;
     for n in 0..4 {

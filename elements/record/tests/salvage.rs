@@ -17,7 +17,7 @@ use firehose_record::format::pcap::{
 };
 use firehose_record::index::{self, Entry, Kind, NO_PTS};
 use firehose_record::read::salvage::{
-    index_path, open_for_writing_by, repair, repaired_name, scan, Format, Tail,
+    index_path, open_for_writing_by, repair, repaired_name, scan, Format, Scan, Tail,
 };
 
 /// A frame of `len` bytes that is never zero.
@@ -64,33 +64,40 @@ fn pcapng(n: usize) -> (Vec<u8>, Vec<usize>) {
     (out, ends)
 }
 
-fn write(dir: &TempDir, name: &str, bytes: &[u8]) -> std::path::PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, bytes).unwrap();
-    p
+/// Scans every cut of `file` (each prefix, from empty to whole), written as `name` in a
+/// fresh directory. `check` gets the cut, the scan, how many of the blocks that end at
+/// `ends` the cut holds whole, and where the last of those ends (`start` if none).
+fn scan_every_cut(
+    name: &str,
+    file: &[u8],
+    start: usize,
+    ends: &[usize],
+    mut check: impl FnMut(usize, std::io::Result<Scan>, usize, usize),
+) {
+    let dir = TempDir::new(&format!("salvage-cut-{name}"));
+    for cut in 0..=file.len() {
+        let s = scan(&dir.write(name, &file[..cut]));
+        let whole = ends.iter().filter(|&&e| e <= cut).count();
+        let keep = if whole == 0 { start } else { ends[whole - 1] };
+        check(cut, s, whole, keep);
+    }
 }
 
 /// Every cut of a pcap file: inside the file header (nothing to keep), inside each
 /// record's header and body, and at each boundary.
 #[test]
 fn pcap_cut_anywhere_keeps_exactly_the_whole_records_before_the_cut() {
-    let dir = TempDir::new("salvage-pcap");
     let (file, ends) = pcap(12);
-    let starts: Vec<usize> = std::iter::once(24).chain(ends.iter().copied()).collect();
-    for cut in 0..=file.len() {
-        let p = write(&dir, "c.pcap", &file[..cut]);
-        let s = scan(&p);
+    scan_every_cut("c.pcap", &file, 24, &ends, |cut, s, whole, keep| {
         if cut < 24 {
             let e = s.unwrap_err().to_string();
             assert!(
                 e.contains("file header") || e.contains("empty"),
                 "cut {cut}: {e}"
             );
-            continue;
+            return;
         }
         let s = s.unwrap();
-        let whole = ends.iter().filter(|&&e| e <= cut).count();
-        let keep = starts[whole];
         assert_eq!(s.format, Format::Pcap);
         assert_eq!(
             (s.records, s.keep),
@@ -108,7 +115,7 @@ fn pcap_cut_anywhere_keeps_exactly_the_whole_records_before_the_cut() {
             );
             assert!(!s.is_whole());
         }
-    }
+    });
 }
 
 /// A repaired copy of a cut file is what tcpdump and capinfos read without complaint,
@@ -120,7 +127,7 @@ fn pcap_repair_writes_a_copy_the_standard_tools_read_whole() {
     let dir = TempDir::new("salvage-copy");
     let (file, ends) = pcap(40);
     let cut = ends[29] + 700;
-    let p = write(&dir, "cap-00003.pcap", &file[..cut]);
+    let p = dir.write("cap-00003.pcap", &file[..cut]);
     let s = scan(&p).unwrap();
     let r = repair(&s, false).unwrap();
     assert_eq!(r.data, dir.join("cap-00003.repaired.pcap"));
@@ -151,7 +158,7 @@ fn pcap_space_never_written_ends_the_data_and_takes_a_record_it_cut() {
     // Zeros after the last record, up to whole blocks.
     let mut padded = file.clone();
     padded.resize(file.len().next_multiple_of(4096) + 3 * 65536, 0);
-    let s = scan(&write(&dir, "a.pcap", &padded)).unwrap();
+    let s = scan(&dir.write("a.pcap", &padded)).unwrap();
     assert_eq!((s.records, s.keep), (60, file.len() as u64));
     assert!(
         matches!(s.tail, Tail::Unwritten { zeros, data_after: 0 } if zeros == (padded.len() - file.len()) as u64),
@@ -170,7 +177,7 @@ fn pcap_space_never_written_ends_the_data_and_takes_a_record_it_cut() {
     } else {
         ends[cut_record - 1]
     };
-    let s = scan(&write(&dir, "b.pcap", &holed)).unwrap();
+    let s = scan(&dir.write("b.pcap", &holed)).unwrap();
     assert_eq!(
         (s.records, s.keep),
         (cut_record as u64, start as u64),
@@ -191,13 +198,13 @@ fn pcap_space_never_written_ends_the_data_and_takes_a_record_it_cut() {
     out.extend_from_slice(&f);
     let real = out.len();
     out.resize(4096 * 2, 0);
-    let s = scan(&write(&dir, "c.pcap", &out)).unwrap();
+    let s = scan(&dir.write("c.pcap", &out)).unwrap();
     assert_eq!((s.records, s.keep, s.dropped_last), (1, real as u64, false));
     // Zero bytes before the end that are too few for a record header: space never
     // written too.
     let mut short = file.clone();
     short.extend_from_slice(&[0; 10]);
-    let s = scan(&write(&dir, "d.pcap", &short)).unwrap();
+    let s = scan(&dir.write("d.pcap", &short)).unwrap();
     assert_eq!((s.records, s.keep), (60, file.len() as u64));
     assert!(matches!(s.tail, Tail::Unwritten { zeros: 10, .. }));
 }
@@ -208,7 +215,7 @@ fn pcap_damage_ends_the_data_where_it_begins() {
     let (mut file, ends) = pcap(10);
     // Record 6 claims more than the snaplen.
     file[ends[5] + 8..ends[5] + 12].copy_from_slice(&70000u32.to_le_bytes());
-    let s = scan(&write(&dir, "a.pcap", &file)).unwrap();
+    let s = scan(&dir.write("a.pcap", &file)).unwrap();
     assert_eq!((s.records, s.keep), (6, ends[5] as u64));
     assert!(
         matches!(&s.tail, Tail::Damaged { what } if what.contains("snaplen")),
@@ -227,19 +234,13 @@ fn pcap_damage_ends_the_data_where_it_begins() {
 /// statistics block, and at each boundary.
 #[test]
 fn pcapng_cut_anywhere_keeps_exactly_the_whole_blocks_before_the_cut() {
-    let dir = TempDir::new("salvage-pcapng");
     let (file, ends) = pcapng(8);
-    let starts: Vec<usize> = std::iter::once(0).chain(ends.iter().copied()).collect();
-    for cut in 0..=file.len() {
-        let p = write(&dir, "c.pcapng", &file[..cut]);
-        let whole = ends.iter().filter(|&&e| e <= cut).count();
-        let s = scan(&p);
+    scan_every_cut("c.pcapng", &file, 0, &ends, |cut, s, whole, keep| {
         if whole == 0 {
             assert!(s.is_err(), "cut {cut}: {s:?}");
-            continue;
+            return;
         }
         let s = s.unwrap();
-        let keep = starts[whole];
         let packets = whole.saturating_sub(2).min(8) as u64;
         assert_eq!(s.format, Format::Pcapng);
         assert_eq!((s.records, s.keep), (packets, keep as u64), "cut {cut}");
@@ -249,7 +250,7 @@ fn pcapng_cut_anywhere_keeps_exactly_the_whole_blocks_before_the_cut() {
             "cut {cut}: {:?}",
             s.tail
         );
-    }
+    });
 }
 
 #[test]
@@ -261,26 +262,26 @@ fn pcapng_blocks_cut_by_zeros_or_damage_end_the_data() {
     let mut holed = file.clone();
     holed[g..g + 4096].fill(0);
     let i = ends.iter().position(|&e| e > g).unwrap();
-    let s = scan(&write(&dir, "a.pcapng", &holed)).unwrap();
+    let s = scan(&dir.write("a.pcapng", &holed)).unwrap();
     assert_eq!(s.keep, ends[i - 1] as u64, "{s:?}");
     assert_eq!(s.records, (i - 2) as u64);
     assert!(matches!(s.tail, Tail::Unwritten { data_after, .. } if data_after > 0));
     // Zeros after the end.
     let mut padded = file.clone();
     padded.resize(file.len().next_multiple_of(4096) + 8192, 0);
-    let s = scan(&write(&dir, "b.pcapng", &padded)).unwrap();
+    let s = scan(&dir.write("b.pcapng", &padded)).unwrap();
     assert_eq!((s.records, s.keep), (50, file.len() as u64));
     // A trailing length that disagrees (not zeros): damage.
     let mut bad = file.clone();
     let e = ends[10];
     bad[e - 4..e].copy_from_slice(&12345u32.to_le_bytes());
-    let s = scan(&write(&dir, "c.pcapng", &bad)).unwrap();
+    let s = scan(&dir.write("c.pcapng", &bad)).unwrap();
     assert_eq!(s.keep, ends[9] as u64);
     assert!(matches!(&s.tail, Tail::Damaged { what } if what.contains("12345")));
     // A length no block can have.
     let mut bad = file.clone();
     bad[ends[20] + 4..ends[20] + 8].copy_from_slice(&7u32.to_le_bytes());
-    let s = scan(&write(&dir, "d.pcapng", &bad)).unwrap();
+    let s = scan(&dir.write("d.pcapng", &bad)).unwrap();
     assert_eq!((s.keep, s.records), (ends[20] as u64, 19));
     assert!(matches!(s.tail, Tail::Damaged { .. }));
 }
@@ -307,8 +308,8 @@ fn raw(dir: &TempDir, name: &str, n: usize) -> (Vec<u8>, Vec<u8>, Vec<usize>) {
         data.extend_from_slice(&f);
         ends.push(data.len());
     }
-    write(dir, name, &data);
-    write(dir, &format!("{name}.idx"), &idx);
+    dir.write(name, &data);
+    dir.write(&format!("{name}.idx"), &idx);
     (data, idx, ends)
 }
 
@@ -389,9 +390,9 @@ fn raw_keeps_the_indexed_records_wholly_in_the_data() {
 #[test]
 fn files_that_are_no_recording_are_refused_with_the_reason() {
     let dir = TempDir::new("salvage-none");
-    let e = scan(&write(&dir, "x.pcap", b"hello world")).unwrap_err();
+    let e = scan(&dir.write("x.pcap", b"hello world")).unwrap_err();
     assert!(e.to_string().contains("not a pcap or pcapng"), "{e}");
-    let e = scan(&write(&dir, "y.pcap", b"")).unwrap_err();
+    let e = scan(&dir.write("y.pcap", b"")).unwrap_err();
     assert!(e.to_string().contains("empty"), "{e}");
     assert!(scan(&dir.join("missing.pcap")).is_err());
     assert_eq!(
@@ -407,7 +408,7 @@ fn files_that_are_no_recording_are_refused_with_the_reason() {
 fn a_file_open_for_writing_elsewhere_is_seen_with_its_writer() {
     let dir = TempDir::new("salvage-open");
     let (file, _) = pcap(3);
-    let p = write(&dir, "live.pcap", &file);
+    let p = dir.write("live.pcap", &file);
     assert_eq!(open_for_writing_by(&p).unwrap(), None);
     let mut child = Command::new("sh")
         .arg("-c")

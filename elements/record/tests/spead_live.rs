@@ -5,60 +5,18 @@
 
 mod common;
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{require_tool, TempDir};
+use common::{collect_heaps, launch, require_tool, TempDir};
 use firehose_record::read::container::count_whole_records;
-use firehose_spead::heap::HeapMeta;
+use firehose_testkit::run;
 use gst::prelude::*;
-
-/// (heap counter, complete, payload) of every heap reaching the `sink` element.
-type Heaps = Arc<Mutex<Vec<(u64, bool, Vec<u8>)>>>;
-
-fn collect_heaps(pipeline: &gst::Pipeline) -> Heaps {
-    let heaps: Heaps = Arc::default();
-    let h = heaps.clone();
-    let pad = pipeline
-        .by_name("sink")
-        .unwrap()
-        .static_pad("sink")
-        .unwrap();
-    pad.add_probe(
-        gst::PadProbeType::BUFFER | gst::PadProbeType::BUFFER_LIST,
-        move |_, info| {
-            let mut v = h.lock().unwrap();
-            let mut take = |b: &gst::BufferRef| {
-                if let Some(m) = b.meta::<HeapMeta>() {
-                    let data = b.map_readable().unwrap().to_vec();
-                    v.push((m.info().heap_cnt, m.info().complete, data));
-                }
-            };
-            if let Some(b) = info.buffer() {
-                take(b);
-            } else if let Some(list) = info.buffer_list() {
-                list.iter().for_each(take);
-            }
-            gst::PadProbeReturn::Ok
-        },
-    );
-    heaps
-}
-
-fn pipeline(desc: &str) -> gst::Pipeline {
-    gst::parse::launch(desc)
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap()
-}
 
 #[test]
 fn replayed_capture_gives_the_same_heaps_as_the_live_receiver() {
     let (path, port, _dir) = capture_and_compare(false);
     // Nothing coalesced in a capture of plain sends.
-    let replay = pipeline(&format!(
+    let replay = launch(&format!(
         "fhpcapsrc name=src location={} port={port} pace=max ! fakesink sync=false",
         path.display()
     ));
@@ -72,7 +30,7 @@ fn replayed_capture_gives_the_same_heaps_as_the_live_receiver() {
 fn gso_capture_replays_as_its_heaps() {
     let (path, port, _dir) = capture_and_compare(true);
     // The capture does hold coalesced records: whole, they give far fewer heaps.
-    let replay = pipeline(&format!(
+    let replay = launch(&format!(
         "fhpcapsrc name=src location={} port={port} pace=max split=none ! speaddepay ! \
          fakesink name=sink sync=false",
         path.display()
@@ -89,54 +47,19 @@ fn gso_capture_replays_as_its_heaps() {
 /// Sends 40 heaps (UDP GSO or not) to a live receiver while tcpdump records them, replays
 /// the capture through `fhpcapsrc ! speaddepay` and checks every heap against the live
 /// receiver's. Returns the capture, the port and its directory.
-fn capture_and_compare(gso: bool) -> (std::path::PathBuf, i32, TempDir) {
+fn capture_and_compare(gso: bool) -> (std::path::PathBuf, u16, TempDir) {
     require_tool("tcpdump", "tcpdump");
     common::init();
     let dir = TempDir::new(if gso { "spead-live-gso" } else { "spead-live" });
     let path = dir.join("spead.pcap");
 
-    let rx = pipeline(
+    let rx = launch(
         "fhudpsrc name=udp address=127.0.0.1 port=0 ! speaddepay ! fakesink name=sink sync=false",
     );
     let live = collect_heaps(&rx);
     rx.set_state(gst::State::Paused).unwrap();
-    let udp = rx.by_name("udp").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let port = loop {
-        let p = udp.property::<i32>("port");
-        if p > 0 {
-            break p;
-        }
-        assert!(Instant::now() < deadline, "fhudpsrc did not bind");
-        std::thread::sleep(Duration::from_millis(10));
-    };
-
-    let mut dump = Command::new("tcpdump")
-        .args([
-            "-i",
-            "lo",
-            "-Z",
-            "root",
-            "-U",
-            "--immediate-mode",
-            "-B",
-            "65536",
-            "-w",
-        ])
-        .arg(&path)
-        .args(["udp", "port", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = dump.stderr.take().unwrap();
-    let mut seen = String::new();
-    let mut buf = [0u8; 256];
-    while !seen.contains("listening on") {
-        let n = err.read(&mut buf).unwrap();
-        assert!(n > 0, "tcpdump exited: {seen}");
-        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-    }
+    let port = run::bound_port(&rx.by_name("udp").unwrap(), Duration::from_secs(10));
+    let dump = run::Tcpdump::udp_port("lo", port, &path);
     rx.set_state(gst::State::Playing).unwrap();
 
     // 40 heaps of 100 kB, paced so that nothing is lost on the way. With UDP GSO, on
@@ -169,16 +92,13 @@ fn capture_and_compare(gso: bool) -> (std::path::PathBuf, i32, TempDir) {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    // SAFETY: kill() on our own child's pid, not yet reaped.
-    unsafe { libc::kill(dump.id() as libc::pid_t, libc::SIGINT) };
-    assert!(dump.wait().unwrap().success());
-    err.read_to_string(&mut seen).unwrap();
+    let said = dump.stop();
     assert!(
-        seen.contains("\n0 packets dropped by kernel"),
-        "tcpdump lost packets: {seen}"
+        said.contains("\n0 packets dropped by kernel"),
+        "tcpdump lost packets: {said}"
     );
 
-    let replay = pipeline(&format!(
+    let replay = launch(&format!(
         "fhpcapsrc name=src location={} port={port} pace=max ! speaddepay ! \
          fakesink name=sink sync=false",
         path.display()

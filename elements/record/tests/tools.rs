@@ -102,22 +102,32 @@ fn check_file(path: &std::path::Path, all: &[Vec<u8>]) {
     assert_eq!(read[60].src, "[fe80::5]:6000".parse().unwrap());
 }
 
-#[test]
-fn pcap_is_read_by_tcpdump_and_tshark_with_every_packet_and_byte() {
+/// Records [`traffic`] into `name` in a fresh directory (which the caller keeps while
+/// it reads the file) with `props` besides the location, destination and when-full;
+/// returns the directory, the file, the payloads in order and the sink.
+fn record_traffic(
+    name: &str,
+    props: &[(&str, &str)],
+) -> (TempDir, std::path::PathBuf, Vec<Vec<u8>>, gst::Element) {
     require_tool("tcpdump", "tcpdump");
     require_tool("tshark", "tshark");
-    let dir = TempDir::new("tools-pcap");
+    let dir = TempDir::new(&format!("tools-{name}"));
     let (all, buffers) = traffic();
-    let path = dir.join("t.pcap");
-    let el = record(
-        &[
-            ("location", path.to_str().unwrap()),
-            ("destination", "10.0.0.2:7148"),
-            ("when-full", "block"),
-            ("block-size", "65536"),
-        ],
-        buffers,
-    );
+    let path = dir.join(name);
+    let location = path.to_str().unwrap().to_owned();
+    let mut all_props = vec![
+        ("location", location.as_str()),
+        ("destination", "10.0.0.2:7148"),
+        ("when-full", "block"),
+    ];
+    all_props.extend_from_slice(props);
+    let el = record(&all_props, buffers);
+    (dir, path, all, el)
+}
+
+#[test]
+fn pcap_is_read_by_tcpdump_and_tshark_with_every_packet_and_byte() {
+    let (_dir, path, all, el) = record_traffic("t.pcap", &[("block-size", "65536")]);
     assert_eq!(stat(&el, names::PACKETS), all.len() as u64);
     assert_eq!(stat(&el, names::FILES), 1);
     let size = std::fs::metadata(&path).unwrap().len();
@@ -131,20 +141,7 @@ fn pcap_is_read_by_tcpdump_and_tshark_with_every_packet_and_byte() {
 
 #[test]
 fn pcapng_is_read_by_tcpdump_and_tshark_and_ends_with_statistics() {
-    require_tool("tcpdump", "tcpdump");
-    require_tool("tshark", "tshark");
-    let dir = TempDir::new("tools-pcapng");
-    let (all, buffers) = traffic();
-    let path = dir.join("t.pcapng");
-    record(
-        &[
-            ("location", path.to_str().unwrap()),
-            ("format", "pcapng"),
-            ("destination", "10.0.0.2:7148"),
-            ("when-full", "block"),
-        ],
-        buffers,
-    );
+    let (_dir, path, all, _) = record_traffic("t.pcapng", &[("format", "pcapng")]);
     check_file(&path, &all);
     let n = all.len() as u64;
     assert_eq!(isb_counters(&path), (n, 0, 0, n));

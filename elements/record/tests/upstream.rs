@@ -7,35 +7,24 @@ mod common;
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
-use common::{isb_counters, read_capture, stat, TempDir};
+use common::{isb_counters, launch, read_capture, stat, TempDir};
 use firehose_core::stats::names;
+use firehose_testkit::run;
 use gst::prelude::*;
 
 #[test]
 fn pcapng_statistics_carry_the_sources_kernel_drops() {
-    common::init();
     let dir = TempDir::new("upstream");
     let path = dir.join("live.pcapng");
-    let pipeline = gst::parse::launch(&format!(
+    let pipeline = launch(&format!(
         "fhudpsrc name=udp address=127.0.0.1 port=0 buffer-size=65536 gro=false stats-interval=10 ! \
          fhrecordsink name=rec format=pcapng location={} when-full=block",
         path.display()
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    ));
     // PAUSED: the socket is bound but nothing reads it, so a burst overflows it.
     pipeline.set_state(gst::State::Paused).unwrap();
     let udp = pipeline.by_name("udp").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let port = loop {
-        let p = udp.property::<i32>("port");
-        if p > 0 {
-            break p as u16;
-        }
-        assert!(Instant::now() < deadline, "fhudpsrc did not bind");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let port = run::bound_port(&udp, Duration::from_secs(10));
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
     for i in 0..3000u32 {
         let mut p = vec![0u8; 1000];
@@ -59,8 +48,7 @@ fn pcapng_statistics_carry_the_sources_kernel_drops() {
         sent += 1;
         std::thread::sleep(Duration::from_millis(5));
     }
-    pipeline.send_event(gst::event::Eos::new());
-    let r = common::wait_end(&pipeline.bus().unwrap(), Duration::from_secs(20));
+    let r = run::end_stream(&pipeline, Duration::from_secs(20));
     let (got, kernel_drops) = (stat(&udp, names::PACKETS), stat(&udp, names::DROPS_KERNEL));
     let pool_drops = stat(&udp, names::DROPS_POOL);
     let rec = pipeline.by_name("rec").unwrap();
@@ -98,28 +86,16 @@ fn pcapng_statistics_carry_the_sources_kernel_drops() {
 
 #[test]
 fn a_wildcard_capture_records_each_datagrams_real_destination() {
-    common::init();
     let dir = TempDir::new("upstream-dst");
     let path = dir.join("wild.pcap");
-    let pipeline = gst::parse::launch(&format!(
+    let pipeline = launch(&format!(
         "fhudpsrc name=udp address=0.0.0.0 port=0 ! \
          fhrecordsink name=rec location={} when-full=block",
         path.display()
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    ));
     pipeline.set_state(gst::State::Playing).unwrap();
     let udp = pipeline.by_name("udp").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let port = loop {
-        let p = udp.property::<i32>("port");
-        if p > 0 {
-            break p as u16;
-        }
-        assert!(Instant::now() < deadline, "fhudpsrc did not bind");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let port = run::bound_port(&udp, Duration::from_secs(10));
     // Loopback addresses other than 127.0.0.1: a wildcard socket gets them all, and
     // only IP_PKTINFO says which one each datagram was sent to.
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -127,13 +103,12 @@ fn a_wildcard_capture_records_each_datagrams_real_destination() {
     for i in 0..30usize {
         tx.send_to(&[i as u8; 50], (to[i % 3], port)).unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while stat(&udp, names::PACKETS) < 30 {
-        assert!(Instant::now() < deadline, "not all received");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    pipeline.send_event(gst::event::Eos::new());
-    let r = common::wait_end(&pipeline.bus().unwrap(), Duration::from_secs(20));
+    run::wait_until(
+        Duration::from_secs(10),
+        || "not all received".into(),
+        || stat(&udp, names::PACKETS) >= 30,
+    );
+    let r = run::end_stream(&pipeline, Duration::from_secs(20));
     pipeline.set_state(gst::State::Null).unwrap();
     r.unwrap();
     let (read, _) = read_capture(&path);

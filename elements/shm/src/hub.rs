@@ -820,17 +820,28 @@ fn flush_patient(
         if p.queue.is_empty() {
             return Ok(());
         }
-        if flushing.is_some_and(|f| f.load(Ordering::Acquire)) {
-            return Err(io::ErrorKind::Interrupted.into());
-        }
-        if start.elapsed().as_millis() as u64 > STUCK_MS {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("its socket stayed full for {} s", STUCK_MS / 1000),
-            ));
-        }
-        let _ = wire::wait(p.fd.as_fd(), libc::POLLOUT, 20);
+        wait_for_room(p.fd.as_fd(), start, flushing)?;
     }
+}
+
+/// One wait of a patient send that began at `start`: `Interrupted` when `flushing` is
+/// raised, `TimedOut` once [`STUCK_MS`] have passed; else a short poll for room in `fd`.
+fn wait_for_room(
+    fd: BorrowedFd<'_>,
+    start: std::time::Instant,
+    flushing: Option<&AtomicBool>,
+) -> io::Result<()> {
+    if flushing.is_some_and(|f| f.load(Ordering::Acquire)) {
+        return Err(io::ErrorKind::Interrupted.into());
+    }
+    if start.elapsed().as_millis() as u64 > STUCK_MS {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("its socket stayed full for {} s", STUCK_MS / 1000),
+        ));
+    }
+    let _ = wire::wait(fd, libc::POLLOUT, 20);
+    Ok(())
 }
 
 /// Makes room for `msg` in `p`'s queue: true when it fits (sending the queue first if
@@ -881,38 +892,16 @@ fn send_patient_fds(
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             r => return r,
         }
-        if flushing.is_some_and(|f| f.load(Ordering::Acquire)) {
-            return Err(io::ErrorKind::Interrupted.into());
-        }
-        if start.elapsed().as_millis() as u64 > STUCK_MS {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("its socket stayed full for {} s", STUCK_MS / 1000),
-            ));
-        }
-        let _ = wire::wait(fd, libc::POLLOUT, 20);
+        wait_for_room(fd, start, flushing)?;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::FromRawFd;
 
     fn pair() -> (OwnedFd, OwnedFd) {
-        let mut fds = [0; 2];
-        // SAFETY: `fds` has room for two descriptors.
-        let r = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-                0,
-                fds.as_mut_ptr(),
-            )
-        };
-        assert_eq!(r, 0);
-        // SAFETY: fresh descriptors nothing else owns.
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+        wire::socket_pair(libc::SOCK_NONBLOCK)
     }
 
     /// A consumer's end: reads and checks messages like a real one.
@@ -979,11 +968,17 @@ mod tests {
         }
     }
 
+    /// A hub with [`segment`] and no consumer.
+    fn hub_with_segment<T>() -> Hub<T> {
+        let mut hub = Hub::default();
+        hub.sync_segments(vec![segment()]);
+        hub
+    }
+
     /// A hub with one segment and two consumers in block mode (8 held at most each);
     /// the consumers' ends of their sockets.
     fn hub_with_two_consumers() -> (Hub<Arc<()>>, OwnedFd, OwnedFd) {
-        let mut hub: Hub<Arc<()>> = Hub::default();
-        hub.sync_segments(vec![segment()]);
+        let mut hub: Hub<Arc<()>> = hub_with_segment();
         let (a, ca) = pair();
         let (b, cb) = pair();
         hub.attach(a, OnFull::Block, 8).unwrap();
@@ -1002,8 +997,7 @@ mod tests {
 
     #[test]
     fn every_consumer_gets_every_buffer_and_the_item_lives_until_all_release() {
-        let mut hub: Hub<Arc<()>> = Hub::default();
-        hub.sync_segments(vec![segment()]);
+        let mut hub: Hub<Arc<()>> = hub_with_segment();
         hub.set_caps("application/x-test".into());
         let (a, ca) = pair();
         let (b, cb) = pair();
@@ -1038,8 +1032,7 @@ mod tests {
 
     #[test]
     fn a_full_drop_consumer_misses_and_is_told_a_full_block_consumer_holds_the_producer() {
-        let mut hub: Hub<()> = Hub::default();
-        hub.sync_segments(vec![segment()]);
+        let mut hub: Hub<()> = hub_with_segment();
         let (a, ca) = pair();
         let (b, cb) = pair();
         hub.attach(a, OnFull::Drop, 2).unwrap();
@@ -1070,8 +1063,7 @@ mod tests {
 
     #[test]
     fn a_consumer_chooses_its_own_back_pressure_within_the_producers_limit() {
-        let mut hub: Hub<()> = Hub::default();
-        hub.sync_segments(vec![segment()]);
+        let mut hub: Hub<()> = hub_with_segment();
         let (a, ca) = pair();
         hub.attach(a, OnFull::Block, 4).unwrap();
         let mut out = Vec::new();
@@ -1183,9 +1175,8 @@ mod tests {
 
     #[test]
     fn late_joiners_get_segments_and_caps_then_only_new_buffers() {
-        let mut hub: Hub<()> = Hub::default();
+        let mut hub: Hub<()> = hub_with_segment();
         let stop = AtomicBool::new(false);
-        hub.sync_segments(vec![segment()]);
         hub.set_caps("a/b".into());
         hub.publish(&mut msg(), (), &stop);
         let (a, ca) = pair();
@@ -1205,8 +1196,7 @@ mod tests {
 
     #[test]
     fn queued_buffers_go_in_one_packet_in_order_and_a_full_socket_queues_them() {
-        let mut hub: Hub<Arc<()>> = Hub::default();
-        hub.sync_segments(vec![segment()]);
+        let mut hub: Hub<Arc<()>> = hub_with_segment();
         hub.set_caps("a/b".into());
         let (a, ca) = pair();
         hub.attach(a, OnFull::Block, 1000).unwrap();

@@ -426,30 +426,33 @@ pub fn check_sealed(fd: BorrowedFd<'_>) -> Result<(), String> {
     }
 }
 
+/// A connected pair of unix seqpacket sockets, with more socket `flags` (such as
+/// `SOCK_NONBLOCK`), for tests.
+#[cfg(test)]
+pub(crate) fn socket_pair(flags: libc::c_int) -> (OwnedFd, OwnedFd) {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for two descriptors.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | flags,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    assert_eq!(r, 0);
+    // SAFETY: fresh descriptors nothing else owns.
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::fd::AsFd;
 
-    fn pair() -> (OwnedFd, OwnedFd) {
-        let mut fds = [0; 2];
-        // SAFETY: `fds` has room for two descriptors.
-        let r = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                fds.as_mut_ptr(),
-            )
-        };
-        assert_eq!(r, 0);
-        // SAFETY: fresh descriptors nothing else owns.
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
-    }
-
     #[test]
     fn messages_keep_their_bounds_and_carry_a_descriptor() {
-        let (a, b) = pair();
+        let (a, b) = socket_pair(0);
         let file = std::fs::File::open("/proc/self/exe").unwrap();
         send(a.as_fd(), b"one", None).unwrap();
         send(a.as_fd(), b"second", Some(file.as_fd())).unwrap();
@@ -483,7 +486,7 @@ mod tests {
 
     #[test]
     fn an_overlong_message_is_an_error() {
-        let (a, b) = pair();
+        let (a, b) = socket_pair(0);
         send(a.as_fd(), &[1u8; 100], None).unwrap();
         let mut buf = [0u8; 10];
         let e = recv(b.as_fd(), &mut buf, &mut Vec::new()).unwrap_err();

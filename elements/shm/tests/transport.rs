@@ -15,6 +15,7 @@ use firehose_core::{PacketBatchMeta, PacketInfo};
 use firehose_shm::client::{BufferView, Client, ClientError, Event};
 use firehose_shm::proto::{self, Msg};
 use firehose_shm::wire::{self, Address};
+use firehose_testkit::run;
 use gst::prelude::*;
 use gst_check::Harness;
 
@@ -63,15 +64,36 @@ fn stats(el: &gst::Element) -> gst::Structure {
     el.property::<gst::Structure>("stats")
 }
 
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+/// `f`'s first `Some`, asked for every few milliseconds for up to `secs` s (a hang
+/// guard).
+fn within<T>(what: &str, secs: u64, f: impl FnMut() -> Option<T>) -> T {
+    run::poll(
+        Duration::from_secs(secs),
+        || format!("timed out waiting for {what}"),
+        f,
+    )
+}
+
+/// Waits up to 10 s for `f`.
+fn wait_for(what: &str, f: impl FnMut() -> bool) {
+    run::wait_until(
+        Duration::from_secs(10),
+        || format!("timed out waiting for {what}"),
+        f,
+    )
+}
+
+/// Waits until the sink `el` counts `n` consumers.
+fn wait_consumers(el: &gst::Element, n: u64) {
+    wait_for(&format!("{n} consumers"), || {
+        field(&stats(el), "consumers") == n
+    });
+}
+
+/// A pipeline from a `gst-launch-1.0` description (the elements registered).
+fn launch(description: &str) -> gst::Pipeline {
+    init();
+    run::launch(description)
 }
 
 /// The test pattern: byte k of the stream is k mod 251.
@@ -79,6 +101,32 @@ fn pattern(offset: u64, len: usize) -> Vec<u8> {
     (0..len as u64)
         .map(|k| ((offset + k) % 251) as u8)
         .collect()
+}
+
+/// Adds a message meta: message `id` of `len` bytes, all of them received.
+fn add_message(b: &mut gst::BufferRef, id: u64, complete: bool, len: u64) {
+    message::add(
+        b,
+        &Message {
+            id,
+            complete,
+            bytes_expected: len,
+            bytes_received: len,
+        },
+    );
+}
+
+/// A batch meta's packet of `len` bytes at `offset`, from 192.0.2.1:7148.
+fn packet(offset: u32, len: u32, rx_time_ns: u64) -> PacketInfo {
+    PacketInfo {
+        offset,
+        len,
+        rx_time_ns,
+        src: "192.0.2.1:7148"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
+    }
 }
 
 fn buffer(offset: u64, len: usize, pts: u64) -> gst::Buffer {
@@ -92,7 +140,7 @@ fn buffer(offset: u64, len: usize, pts: u64) -> gst::Buffer {
 /// [`connect`], then waits until the sink `el` counts the consumer.
 fn connect_attached(path: &str, el: &gst::Element) -> Client {
     let c = connect(path);
-    wait_for("attach", || field(&stats(el), "consumers") == 1);
+    wait_consumers(el, 1);
     c
 }
 
@@ -113,18 +161,41 @@ fn connect_ring(path: &str, ring: bool) -> Client {
 
 /// Next buffer (skipping caps), waiting up to 20 s (a hang guard).
 fn next_buffer(c: &mut Client) -> BufferView {
-    let start = Instant::now();
-    loop {
-        match c.wait_event(100) {
-            Ok(Some(Event::Buffer(v))) => return v,
-            Ok(_) => assert!(start.elapsed() < Duration::from_secs(20), "no buffer"),
-            Err(e) => panic!("{e}"),
-        }
-    }
+    within("a buffer", 20, || match c.wait_event(100) {
+        Ok(Some(Event::Buffer(v))) => Some(v),
+        Ok(_) => None,
+        Err(e) => panic!("{e}"),
+    })
+}
+
+/// The packets of `v`'s batch meta.
+fn packets(v: &BufferView) -> Vec<proto::PacketMeta> {
+    v.msg
+        .metas
+        .iter()
+        .find_map(|m| match m {
+            proto::WireMeta::Packets(p) => Some(p.clone()),
+            _ => None,
+        })
+        .expect("the batch meta travels")
 }
 
 fn peer() -> Command {
     Command::new(env!("CARGO_BIN_EXE_fhshm-peer"))
+}
+
+/// Starts `fhshm-peer read PATH ARGS…` (its stdout piped for [`output`], or not) and
+/// waits until the sink `el` counts it.
+fn peer_reader(path: &str, args: &[&str], stdout: Stdio, el: &gst::Element) -> Child {
+    let child = peer()
+        .arg("read")
+        .arg(path)
+        .args(args)
+        .stdout(stdout)
+        .spawn()
+        .unwrap();
+    wait_consumers(el, 1);
+    child
 }
 
 fn output(child: Child) -> String {
@@ -147,37 +218,15 @@ fn a_consumer_gets_bytes_caps_times_and_metas_and_releases_return_the_slot() {
     let mut b = buffer(0, 3000, 42);
     {
         let bm = b.get_mut().unwrap();
-        message::add(
-            bm,
-            &Message {
-                id: 7,
-                complete: true,
-                bytes_expected: 3000,
-                bytes_received: 3000,
-            },
-        );
-        PacketBatchMeta::add(
-            bm,
-            vec![PacketInfo {
-                offset: 1000,
-                len: 2000,
-                rx_time_ns: 5,
-                src: "192.0.2.1:7148"
-                    .parse::<std::net::SocketAddr>()
-                    .unwrap()
-                    .into(),
-            }],
-        );
+        add_message(bm, 7, true, 3000);
+        PacketBatchMeta::add(bm, vec![packet(1000, 2000, 5)]);
     }
     h.push(b).unwrap();
-    let start = Instant::now();
-    let caps = loop {
-        match c.wait_event(100).unwrap() {
-            Some(Event::Caps(c)) => break c,
-            None => assert!(start.elapsed() < Duration::from_secs(5), "no caps"),
-            Some(other) => panic!("{other:?} before the caps"),
-        }
-    };
+    let caps = within("the caps", 5, || match c.wait_event(100).unwrap() {
+        Some(Event::Caps(c)) => Some(c),
+        None => None,
+        Some(other) => panic!("{other:?} before the caps"),
+    });
     assert_eq!(caps, "application/x-test, n=(int)1");
     let v = next_buffer(&mut c);
     assert_eq!(v.as_ref(), &pattern(0, 3000)[..]);
@@ -200,21 +249,7 @@ fn a_consumer_gets_bytes_caps_times_and_metas_and_releases_return_the_slot() {
     // The sink reuses its message and meta lists: the next buffers carry their own
     // metas, and none left from the one before.
     let mut again = buffer(3000, 100, 43);
-    PacketBatchMeta::add(
-        again.get_mut().unwrap(),
-        vec![
-            PacketInfo {
-                offset: 0,
-                len: 50,
-                rx_time_ns: 1,
-                src: "192.0.2.1:7148"
-                    .parse::<std::net::SocketAddr>()
-                    .unwrap()
-                    .into(),
-            };
-            2
-        ],
-    );
+    PacketBatchMeta::add(again.get_mut().unwrap(), vec![packet(0, 50, 1); 2]);
     h.push(again).unwrap();
     h.push(buffer(3100, 100, 44)).unwrap();
     let v = next_buffer(&mut c);
@@ -239,7 +274,7 @@ fn fhshmsrc_restores_caps_timestamps_flags_and_metas_without_a_copy() {
         .unwrap();
     let mut hs = Harness::with_element(&src, None, Some("src"));
     hs.play();
-    wait_for("attach", || field(&stats(&_el), "consumers") == 1);
+    wait_consumers(&_el, 1);
     for i in 0..10u64 {
         let mut b = buffer(i * 1000, 1000, i * 10);
         {
@@ -248,15 +283,7 @@ fn fhshmsrc_restores_caps_timestamps_flags_and_metas_without_a_copy() {
             if i == 3 {
                 bm.set_flags(gst::BufferFlags::DELTA_UNIT);
             }
-            message::add(
-                bm,
-                &Message {
-                    id: i,
-                    complete: i % 2 == 0,
-                    bytes_expected: 1000,
-                    bytes_received: 1000,
-                },
-            );
+            add_message(bm, i, i % 2 == 0, 1000);
         }
         h.push(b).unwrap();
     }
@@ -289,30 +316,21 @@ fn fhshmsrc_restores_caps_timestamps_flags_and_metas_without_a_copy() {
     wait_for("releases", || field(&stats(&_el), "pool-in-use") == 0);
     // EOS travels.
     h.push_event(gst::event::Eos::new());
-    let start = Instant::now();
-    loop {
-        let ev = hs.pull_event().unwrap();
-        if ev.type_() == gst::EventType::Eos {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(5));
-    }
+    within("the EOS", 5, || {
+        (hs.pull_event().unwrap().type_() == gst::EventType::Eos).then_some(())
+    });
 }
 
 #[test]
 fn fhudpsrc_receives_straight_into_the_shared_segments() {
-    init();
     let path = socket("udp");
     let port = {
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         s.local_addr().unwrap().port()
     };
-    let pipeline = gst::parse::launch(&format!(
+    let pipeline = launch(&format!(
         "fhudpsrc address=127.0.0.1 port={port} ! fhshmsink name=sink socket-path={path}"
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    ));
     let el = pipeline.by_name("sink").unwrap();
     pipeline.set_state(gst::State::Playing).unwrap();
     let mut c = connect_attached(&path, &el);
@@ -331,15 +349,7 @@ fn fhudpsrc_receives_straight_into_the_shared_segments() {
     let start = Instant::now();
     while datagrams < n && start.elapsed() < Duration::from_secs(10) {
         if let Ok(Some(Event::Buffer(v))) = c.wait_event(100) {
-            let packets = v
-                .msg
-                .metas
-                .iter()
-                .find_map(|m| match m {
-                    proto::WireMeta::Packets(p) => Some(p.clone()),
-                    _ => None,
-                })
-                .expect("the batch meta travels");
+            let packets = packets(&v);
             for p in &packets {
                 let d = &v.as_ref()[p.offset as usize..(p.offset + p.len) as usize];
                 assert_eq!(d.len(), size);
@@ -370,17 +380,13 @@ fn fhudpsrc_receives_straight_into_the_shared_segments() {
 /// put the buffers at other offsets (and count them).
 #[test]
 fn buffers_generated_into_the_proposed_pool_travel_without_a_copy() {
-    init();
     let path = socket("pool");
     let (batches, batch, packet) = (40u64, 4u64, 4096u64);
-    let pipeline = gst::parse::launch(&format!(
+    let pipeline = launch(&format!(
         "fhtestsrc name=src num-packets={} batch-size={batch} packet-size={packet} \
          output=batch ! fhshmsink name=sink socket-path={path} wait-for-connection=true",
         batches * batch
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    ));
     let el = pipeline.by_name("sink").unwrap();
     let written = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let w = written.clone();
@@ -399,15 +405,7 @@ fn buffers_generated_into_the_proposed_pool_travel_without_a_copy() {
     let mut seq = 0u64;
     while (seen.len() as u64) < batches {
         let v = next_buffer(&mut c);
-        let packets = v
-            .msg
-            .metas
-            .iter()
-            .find_map(|m| match m {
-                proto::WireMeta::Packets(p) => Some(p.clone()),
-                _ => None,
-            })
-            .expect("the batch meta travels");
+        let packets = packets(&v);
         assert_eq!(packets.len() as u64, batch);
         for p in &packets {
             let d = &v.as_ref()[p.offset as usize..(p.offset + p.len) as usize];
@@ -452,16 +450,12 @@ fn buffers_generated_into_the_proposed_pool_travel_without_a_copy() {
 /// one per buffer, and nothing is copied.
 #[test]
 fn a_source_without_a_pool_reuses_a_bounded_set_of_segments() {
-    init();
     let path = socket("nopool");
     let n = 300usize;
-    let pipeline = gst::parse::launch(&format!(
+    let pipeline = launch(&format!(
         "audiotestsrc num-buffers={n} samplesperbuffer=1024 ! fhshmsink name=sink \
          socket-path={path} wait-for-connection=true max-held=8"
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    ));
     let el = pipeline.by_name("sink").unwrap();
     pipeline.set_state(gst::State::Playing).unwrap();
     let mut c = connect(&path);
@@ -499,25 +493,8 @@ fn a_ring_consumer_makes_no_system_call_per_buffer_while_busy() {
     let (socket_before, _) = c.packet_counts();
     let (ring_before, _) = c.ring_packets();
     let rounds = 50u64;
-    let mut got = 0u64;
-    for round in 0..rounds {
-        for i in 0..40 {
-            let k = round * 40 + i;
-            h.push(buffer(k * 100, 100, k)).unwrap();
-        }
-        for _ in 0..40 {
-            let v = next_buffer(&mut c);
-            assert_eq!(v.as_ref(), &pattern(got * 100, 100)[..]);
-            assert_eq!(v.msg.pts, got);
-            got += 1;
-        }
-    }
     let n = rounds * 40;
-    wait_for("every release", || {
-        let _ = c.wait_event(5);
-        field(&stats(&el), "released") == n
-    });
-    let s = stats(&el);
+    let s = read_and_release(&mut h, &el, &mut c, n);
     let from_ring = c.ring_packets().0 - ring_before;
     let from_socket = c.packet_counts().0 - socket_before - from_ring;
     assert_eq!(from_ring, n, "every buffer from the ring");
@@ -543,12 +520,7 @@ fn a_ring_consumer_makes_no_system_call_per_buffer_while_busy() {
 fn a_consumer_in_another_process_reads_every_byte() {
     let path = socket("twoproc");
     let (mut h, el) = sink_harness(&path, &[]);
-    let child = peer()
-        .args(["read", &path, "--check"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for("attach", || field(&stats(&el), "consumers") == 1);
+    let child = peer_reader(&path, &["--check"], Stdio::piped(), &el);
     let (n, size) = (500u64, 65536usize);
     for i in 0..n {
         h.push(buffer(i * size as u64, size, i)).unwrap();
@@ -558,9 +530,7 @@ fn a_consumer_in_another_process_reads_every_byte() {
     assert_eq!(kv(&out, "bytes"), (n * size as u64).to_string(), "{out}");
     assert_eq!(kv(&out, "end"), "eos");
     assert_eq!(kv(&out, "missed"), "0");
-    wait_for("the consumer leaves", || {
-        field(&stats(&el), "consumers") == 0
-    });
+    wait_consumers(&el, 0);
     assert_eq!(field(&stats(&el), "consumers-lost"), 0, "it finished");
 }
 
@@ -594,12 +564,7 @@ fn a_burst_pushed_as_lists_reaches_another_process_complete_and_in_order_in_batc
     ] {
         let path = socket(name);
         let (mut h, el) = sink_harness(&path, props);
-        let child = peer()
-            .args(["read", &path, "--check"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_for("attach", || field(&stats(&el), "consumers") == 1);
+        let child = peer_reader(&path, &["--check"], Stdio::piped(), &el);
         let (lists, per, size) = (20u64, 100u64, 4000usize);
         push_lists(&mut h, lists, per, size);
         let out = output(child);
@@ -632,9 +597,7 @@ fn a_burst_pushed_as_lists_reaches_another_process_complete_and_in_order_in_batc
                 "{name}: a few packets per list: {out}"
             );
         }
-        wait_for("the consumer leaves", || {
-            field(&stats(&el), "consumers") == 0
-        });
+        wait_consumers(&el, 0);
     }
 }
 
@@ -659,12 +622,7 @@ fn a_killed_consumer_is_counted_and_its_buffers_come_back() {
     let path = socket("killc");
     let (mut h, el) = sink_harness(&path, &[("max-held", "4"), ("copy-slots", "8")]);
     // Holds each buffer for a long time: the block-mode producer waits on it.
-    let mut child = peer()
-        .args(["read", &path, "--hold-ms", "60000"])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for("attach", || field(&stats(&el), "consumers") == 1);
+    let mut child = peer_reader(&path, &["--hold-ms", "60000"], Stdio::null(), &el);
     h.push(buffer(0, 1000, 0)).unwrap();
     wait_for("held", || field(&stats(&el), "pool-in-use") == 1);
     child.kill().unwrap();
@@ -689,12 +647,7 @@ fn a_killed_consumer_is_counted_and_its_buffers_come_back() {
 fn a_block_mode_consumer_that_holds_its_limit_holds_the_producer_until_it_dies() {
     let path = socket("block");
     let (mut h, el) = sink_harness(&path, &[("max-held", "2")]);
-    let mut child = peer()
-        .args(["read", &path, "--hold-ms", "60000"])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for("attach", || field(&stats(&el), "consumers") == 1);
+    let mut child = peer_reader(&path, &["--hold-ms", "60000"], Stdio::null(), &el);
     // The child reads one buffer and sleeps holding it; the second is queued in its
     // socket (held too, from the producer's view): the third push waits.
     h.push(buffer(0, 100, 0)).unwrap();
@@ -722,7 +675,7 @@ fn in_drop_mode_a_stuck_consumer_misses_buffers_and_nobody_waits() {
     let (mut h, el) = sink_harness(&path, &[("on-full", "drop"), ("max-held", "4")]);
     let mut fast = connect(&path);
     let mut stuck = connect(&path);
-    wait_for("attach", || field(&stats(&el), "consumers") == 2);
+    wait_consumers(&el, 2);
     let n = 100u64;
     let mut kept = Vec::new();
     let start = Instant::now();
@@ -762,7 +715,7 @@ fn a_consumer_that_asks_for_drop_never_holds_a_blocking_producer() {
     let mut fast = connect(&path);
     let mut stuck =
         Client::subscribe(&Address::new(&path, false), Some((proto::OnFull::Drop, 2))).unwrap();
-    wait_for("attach", || field(&stats(&el), "consumers") == 2);
+    wait_consumers(&el, 2);
     wait_for("its subscribe", || {
         field(&stats(&el), "consumers-drop") == 1
     });
@@ -834,8 +787,7 @@ fn read_events(c: &mut Client, n: usize) -> Vec<String> {
 fn a_late_joiner_gets_the_current_caps_then_the_next_buffer_and_caps_changes_reach_all() {
     let path = socket("late");
     let (mut h, el) = sink_harness(&path, &[]);
-    let mut early = connect(&path);
-    wait_for("attach", || field(&stats(&el), "consumers") == 1);
+    let mut early = connect_attached(&path, &el);
     for i in 0..3 {
         h.push(buffer(i, 10, i)).unwrap();
     }
@@ -849,7 +801,7 @@ fn a_late_joiner_gets_the_current_caps_then_the_next_buffer_and_caps_changes_rea
         ]
     );
     let mut late = connect(&path);
-    wait_for("attach", || field(&stats(&el), "consumers") == 2);
+    wait_consumers(&el, 2);
     h.push(buffer(3, 10, 3)).unwrap();
     assert_eq!(
         read_events(&mut late, 1),
@@ -869,7 +821,6 @@ fn a_late_joiner_gets_the_current_caps_then_the_next_buffer_and_caps_changes_rea
 
 #[test]
 fn a_killed_producer_ends_the_consumer_with_an_error_not_a_hang() {
-    init();
     let path = socket("killp");
     let mut producer = peer()
         .args(["serve", &path, "4096", "0"])
@@ -877,12 +828,9 @@ fn a_killed_producer_ends_the_consumer_with_an_error_not_a_hang() {
         .spawn()
         .unwrap();
     wait_for("the socket", || std::path::Path::new(&path).exists());
-    let pipeline = gst::parse::launch(&format!(
+    let pipeline = launch(&format!(
         "fhshmsrc name=src socket-path={path} ! fakesink name=out sync=false"
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    ));
     pipeline.set_state(gst::State::Playing).unwrap();
     let src = pipeline.by_name("src").unwrap();
     wait_for("buffers", || {
@@ -891,26 +839,11 @@ fn a_killed_producer_ends_the_consumer_with_an_error_not_a_hang() {
     producer.kill().unwrap();
     producer.wait().unwrap();
     let killed = Instant::now();
-    let msg = pipeline
-        .bus()
-        .unwrap()
-        .timed_pop_filtered(
-            gst::ClockTime::from_seconds(30),
-            &[gst::MessageType::Error, gst::MessageType::Eos],
-        )
-        .expect("an error or EOS within 30 s, not a hang");
+    let e = run::wait_end(&pipeline.bus().unwrap(), Duration::from_secs(30))
+        .expect_err("an error, not EOS");
     // Seen from the hang-up, not from a timer: well within the guard above.
     assert!(killed.elapsed() < Duration::from_secs(10));
-    match msg.view() {
-        gst::MessageView::Error(e) => {
-            assert!(
-                e.error().to_string().contains("without end-of-stream"),
-                "{}",
-                e.error()
-            )
-        }
-        other => panic!("{other:?}"),
-    }
+    assert!(e.contains("without end-of-stream"), "{e}");
     pipeline.set_state(gst::State::Null).unwrap();
 }
 
@@ -918,8 +851,7 @@ fn a_killed_producer_ends_the_consumer_with_an_error_not_a_hang() {
 fn a_consumer_that_lies_is_dropped_and_the_others_lose_nothing() {
     let path = socket("liar");
     let (mut h, el) = sink_harness(&path, &[]);
-    let mut good = connect(&path);
-    wait_for("attach", || field(&stats(&el), "consumers") == 1);
+    let mut good = connect_attached(&path, &el);
     let liars: Vec<Vec<u8>> = vec![
         vec![0xee, 1, 2], // no such message
         {
@@ -931,7 +863,7 @@ fn a_consumer_that_lies_is_dropped_and_the_others_lose_nothing() {
     ];
     for (i, lie) in liars.iter().enumerate() {
         let fd = wire::connect(&Address::new(&path, false)).unwrap();
-        wait_for("attach", || field(&stats(&el), "consumers") == 2);
+        wait_consumers(&el, 2);
         wire::send(fd.as_fd(), lie, None).unwrap();
         wait_for("the disconnect", || {
             field(&stats(&el), "consumers-malformed") == i as u64 + 1
@@ -946,8 +878,7 @@ fn a_consumer_that_lies_is_dropped_and_the_others_lose_nothing() {
 #[test]
 fn a_producer_that_lies_gets_a_clear_error() {
     init();
-    let path = socket("lyingproducer");
-    let listener = wire::listen(&Address::new(&path, false), 0o600).unwrap();
+    let (path, listener) = fake_producer("lyingproducer");
     let src = gst::ElementFactory::make("fhshmsrc")
         .property("socket-path", &path)
         .build()
@@ -957,25 +888,10 @@ fn a_producer_that_lies_gets_a_clear_error() {
     pipeline.add_many([&src, &fakesink]).unwrap();
     src.link(&fakesink).unwrap();
     pipeline.set_state(gst::State::Playing).unwrap();
-    let mut conn = None;
-    wait_for("the connect", || {
-        conn = wire::accept(listener.as_fd()).unwrap();
-        conn.is_some()
-    });
-    let conn = conn.unwrap();
-    let mut o = Vec::new();
-    proto::encode(
-        &Msg::Hello {
-            version: proto::VERSION,
-            consumer: 1,
-            on_full: proto::OnFull::Block,
-            max_held: 4,
-        },
-        &mut o,
-    )
-    .unwrap();
-    wire::send(conn.as_fd(), &o, None).unwrap();
+    let conn = accept(&listener);
+    wire::send(conn.as_fd(), &hello_bytes(proto::VERSION), None).unwrap();
     // A buffer in a segment that was never announced.
+    let mut o = Vec::new();
     proto::encode(
         &Msg::Buffer(proto::BufferMsg {
             segment: 9,
@@ -986,19 +902,8 @@ fn a_producer_that_lies_gets_a_clear_error() {
     )
     .unwrap();
     wire::send(conn.as_fd(), &o, None).unwrap();
-    let msg = pipeline
-        .bus()
-        .unwrap()
-        .timed_pop_filtered(gst::ClockTime::from_seconds(5), &[gst::MessageType::Error])
-        .expect("an error");
-    let gst::MessageView::Error(e) = msg.view() else {
-        unreachable!()
-    };
-    assert!(
-        e.error().to_string().contains("segment 9, never announced"),
-        "{}",
-        e.error()
-    );
+    let e = run::wait_end(&pipeline.bus().unwrap(), Duration::from_secs(5)).expect_err("an error");
+    assert!(e.contains("segment 9, never announced"), "{e}");
     pipeline.set_state(gst::State::Null).unwrap();
 }
 
@@ -1009,6 +914,17 @@ fn fake_producer(name: &str) -> (String, std::os::fd::OwnedFd) {
     (path, listener)
 }
 
+/// The fake producer's end of the next connection to `listener`.
+fn accept(listener: &std::os::fd::OwnedFd) -> std::os::fd::OwnedFd {
+    let mut conn = None;
+    wait_for("the connect", || {
+        conn = wire::accept(listener.as_fd()).unwrap();
+        conn.is_some()
+    });
+    conn.unwrap()
+}
+
+/// A producer's hello, saying protocol `version`.
 fn hello_bytes(version: u16) -> Vec<u8> {
     let mut o = Vec::new();
     proto::encode(
@@ -1040,10 +956,7 @@ fn batch_bytes(count: u16) -> Vec<u8> {
 
 #[test]
 fn consumers_refuse_a_lying_batch_and_another_protocol_version_with_a_clear_error() {
-    let py = repo_root().join(".venv/bin/python3");
-    let script = "import sys\n\
-        from firehose_shm import Consumer, ProtocolError\n\
-        c = Consumer(sys.argv[1], timeout=5)\n\
+    let script = "\
         try:\n    item = c.next()\n    print('caps=%s end=%s' % (c.caps, item))\nexcept ProtocolError as e:\n    print('refused:', e)\n";
     for (name, packets, rust, python) in [
         (
@@ -1074,37 +987,23 @@ fn consumers_refuse_a_lying_batch_and_another_protocol_version_with_a_clear_erro
         // The Rust client.
         let (path, listener) = fake_producer(name);
         let mut c = Client::connect(&Address::new(&path, false)).unwrap();
-        let conn = wire::accept(listener.as_fd()).unwrap().expect("connected");
+        let conn = accept(&listener);
         for p in &packets {
             wire::send(conn.as_fd(), p, None).unwrap();
         }
-        let mut got = String::new();
-        let start = Instant::now();
-        while got.is_empty() && start.elapsed() < Duration::from_secs(5) {
-            match c.wait_event(100) {
-                Ok(Some(Event::Eos)) => got = "eos".into(),
-                Ok(_) => {}
-                Err(e) => got = e.to_string(),
-            }
-        }
+        let got = within(name, 5, || match c.wait_event(100) {
+            Ok(Some(Event::Eos)) => Some("eos".to_string()),
+            Ok(_) => None,
+            Err(e) => Some(e.to_string()),
+        });
         assert!(got.contains(rust), "{name}: {got}");
         // The Python consumer.
-        if !py.exists() {
+        if !python_path().exists() {
             continue;
         }
         let (path, listener) = fake_producer(&format!("py{name}"));
-        let child = Command::new(&py)
-            .args(["-c", script, &path])
-            .env("PYTHONPATH", repo_root().join("python"))
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut conn = None;
-        wait_for("the python connect", || {
-            conn = wire::accept(listener.as_fd()).unwrap();
-            conn.is_some()
-        });
-        let conn = conn.unwrap();
+        let child = consumer_script(5, script, &path).spawn().unwrap();
+        let conn = accept(&listener);
         for p in &packets {
             wire::send(conn.as_fd(), p, None).unwrap();
         }
@@ -1144,24 +1043,9 @@ fn fake_producer_announcing(
     fd: std::os::fd::BorrowedFd<'_>,
     size: u64,
 ) -> std::os::fd::OwnedFd {
-    let mut conn = None;
-    wait_for("the connect", || {
-        conn = wire::accept(listener.as_fd()).unwrap();
-        conn.is_some()
-    });
-    let conn = conn.unwrap();
+    let conn = accept(listener);
+    wire::send(conn.as_fd(), &hello_bytes(proto::VERSION), None).unwrap();
     let mut o = Vec::new();
-    proto::encode(
-        &Msg::Hello {
-            version: proto::VERSION,
-            consumer: 1,
-            on_full: proto::OnFull::Block,
-            max_held: 4,
-        },
-        &mut o,
-    )
-    .unwrap();
-    wire::send(conn.as_fd(), &o, None).unwrap();
     proto::encode(&Msg::Segment { id: 1, size }, &mut o).unwrap();
     wire::send(conn.as_fd(), &o, Some(fd)).unwrap();
     conn
@@ -1169,17 +1053,10 @@ fn fake_producer_announcing(
 
 /// What a client says of a segment announced with `fd` as `size` bytes.
 fn client_error_for_segment(name: &str, fd: std::os::fd::BorrowedFd<'_>, size: u64) -> String {
-    let path = socket(name);
-    let listener = wire::listen(&Address::new(&path, false), 0o600).unwrap();
+    let (path, listener) = fake_producer(name);
     let mut c = Client::connect(&Address::new(&path, false)).unwrap();
     let _conn = fake_producer_announcing(&listener, fd, size);
-    let start = Instant::now();
-    let e = loop {
-        if let Err(e) = c.wait_event(100) {
-            break e;
-        }
-        assert!(start.elapsed() < Duration::from_secs(5), "no error");
-    };
+    let e = within("an error", 5, || c.wait_event(100).err());
     assert!(matches!(e, ClientError::Protocol(_)), "{e}");
     assert_eq!(c.segments(), 0, "nothing mapped");
     e.to_string()
@@ -1207,8 +1084,7 @@ fn a_segment_not_sealed_against_shrinking_is_refused() {
     let e = client_error_for_segment("notmemfd", file.as_fd(), 4096);
     assert!(e.contains("cannot be sealed"), "{e}");
     // Sealed against shrinking: mapped.
-    let path = socket("sealedok");
-    let listener = wire::listen(&Address::new(&path, false), 0o600).unwrap();
+    let (path, listener) = fake_producer("sealedok");
     let mut c = Client::connect(&Address::new(&path, false)).unwrap();
     let sealed = memfd(4096, libc::F_SEAL_SHRINK);
     let _conn = fake_producer_announcing(&listener, sealed.as_fd(), 4096);
@@ -1231,12 +1107,10 @@ fn the_sinks_segments_are_sealed() {
     let mut raw = Vec::new();
     let fd = wire::connect(&Address::new(&path, false)).unwrap();
     let mut buf = vec![0u8; proto::MAX_MESSAGE];
-    let start = Instant::now();
-    while raw.is_empty() {
+    wait_for("the segment", || {
         let _ = wire::recv(fd.as_fd(), &mut buf, &mut raw).unwrap();
-        assert!(start.elapsed() < Duration::from_secs(5), "no segment");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+        !raw.is_empty()
+    });
     assert_eq!(
         wire::seals(raw[0].as_fd()).unwrap(),
         firehose_core::provider::SEGMENT_SEALS
@@ -1261,8 +1135,7 @@ fn a_thousand_connects_leak_no_descriptor_and_no_mapping() {
     let path = socket("thousand");
     let (mut h, el) = sink_harness(&path, &[("on-full", "drop")]);
     // A first buffer to a consumer makes the copy pool's segment.
-    let mut first = connect(&path);
-    wait_for("attach", || field(&stats(&el), "consumers") == 1);
+    let mut first = connect_attached(&path, &el);
     h.push(buffer(0, 100, 0)).unwrap();
     drop(next_buffer(&mut first));
     drop(first);
@@ -1270,7 +1143,7 @@ fn a_thousand_connects_leak_no_descriptor_and_no_mapping() {
     for _ in 0..4 {
         drop(connect(&path));
     }
-    wait_for("detach", || field(&stats(&el), "consumers") == 0);
+    wait_consumers(&el, 0);
     let (fds, maps) = (fd_count(), map_count());
     for i in 0..1000u64 {
         let mut c = connect(&path);
@@ -1286,9 +1159,7 @@ fn a_thousand_connects_leak_no_descriptor_and_no_mapping() {
             drop(next_buffer(&mut c));
         }
     }
-    wait_for("every consumer gone", || {
-        field(&stats(&el), "consumers") == 0
-    });
+    wait_consumers(&el, 0);
     // Some of the quickly closed ones may be gone before their set-up finished.
     assert!(field(&stats(&el), "consumers-total") > 900);
     // Counted for the whole process, where other tests run at the same time: a few
@@ -1302,26 +1173,62 @@ fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+fn python_path() -> PathBuf {
+    repo_root().join(".venv/bin/python3")
+}
+
+/// The repository venv's `python3 ARGS…` (which must be there), with the repository's
+/// `python/` on its path and its stdout piped for [`output`].
+fn python<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Command {
+    let py = python_path();
+    assert!(
+        py.exists(),
+        "{} is missing: python3 -m venv .venv && .venv/bin/pip install numpy (or: scripts/setup test)",
+        py.display()
+    );
+    let mut cmd = Command::new(py);
+    cmd.args(args)
+        .env("PYTHONPATH", repo_root().join("python"))
+        .stdout(Stdio::piped());
+    cmd
+}
+
+/// [`python`] running `script` after `import sys`, an import of `Consumer` and
+/// `ProtocolError` from firehose_shm, and `c = Consumer(path, timeout=...)`.
+fn consumer_script(timeout_s: u32, script: &str, path: &str) -> Command {
+    let script = format!(
+        "import sys\nfrom firehose_shm import Consumer, ProtocolError\n\
+         c = Consumer(sys.argv[1], timeout={timeout_s})\n{script}"
+    );
+    python(["-c", &script, path])
+}
+
+/// What `fhshm-peer read ADDRESS --max 1` prints, run as nobody from a copy of the
+/// binary in the temporary directory (named after `tag`).
+fn read_as_nobody(tag: &str, address: &str) -> String {
+    use std::os::unix::process::CommandExt;
+    let bin = std::env::temp_dir().join(format!("fhshm-{tag}-{}", std::process::id()));
+    std::fs::copy(env!("CARGO_BIN_EXE_fhshm-peer"), &bin).unwrap();
+    let out = Command::new(&bin)
+        .args(["read", address, "--max", "1"])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&bin);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn another_uid_is_refused() {
     // SAFETY: geteuid has no arguments.
     if unsafe { libc::geteuid() } != 0 {
         panic!("this test runs the consumer as nobody, which needs root (CI runs as root)");
     }
-    use std::os::unix::process::CommandExt;
     let name = format!("fhshm-uid-{}", std::process::id());
     let (_h, el) = sink_harness(&name, &[("abstract", "true")]);
     // An abstract socket has no permissions: only SO_PEERCRED stands in the way.
-    let bin = std::env::temp_dir().join(format!("fhshm-peer-{}", std::process::id()));
-    std::fs::copy(env!("CARGO_BIN_EXE_fhshm-peer"), &bin).unwrap();
-    let out = Command::new(&bin)
-        .args(["read", &format!("@{name}"), "--max", "1"])
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_file(&bin);
-    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    let out = read_as_nobody("peer", &format!("@{name}"));
     assert!(out.contains("refused: uid Some(65534)"), "{out}");
     assert_eq!(field(&stats(&el), "consumers-refused"), 1);
     assert_eq!(field(&stats(&el), "consumers-total"), 0);
@@ -1331,16 +1238,7 @@ fn another_uid_is_refused() {
     let dir = std::path::Path::new(&path).parent().unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let bin = std::env::temp_dir().join(format!("fhshm-peer2-{}", std::process::id()));
-    std::fs::copy(env!("CARGO_BIN_EXE_fhshm-peer"), &bin).unwrap();
-    let out = Command::new(&bin)
-        .args(["read", &path, "--max", "1"])
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_file(&bin);
-    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    let out = read_as_nobody("peer2", &path);
     assert!(out.contains("Permission denied"), "{out}");
 }
 
@@ -1348,37 +1246,18 @@ fn another_uid_is_refused() {
 /// `max_held` buffers: more buffers than that only get through if the consumer releases
 /// them (`release`: `with` blocks, or the arrays being collected).
 fn python_consumer(name: &str, release: &str, max_held: &str) {
-    let py = repo_root().join(".venv/bin/python3");
-    assert!(
-        py.exists(),
-        "{} is missing: python3 -m venv .venv && .venv/bin/pip install numpy (or: scripts/setup test)",
-        py.display()
-    );
     let path = socket(name);
     let (mut h, el) = sink_harness(&path, &[("max-held", max_held)]);
-    let child = Command::new(&py)
-        .arg(repo_root().join("examples/shm_consumer.py"))
+    let child = python([repo_root().join("examples/shm_consumer.py")])
         .args(["--socket", &path, "--check", "--release", release])
         .args(["--timeout", "10"])
-        .env("PYTHONPATH", repo_root().join("python"))
-        .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_for("the python consumer", || {
-        field(&stats(&el), "consumers") == 1
-    });
+    wait_consumers(&el, 1);
     let (n, size) = (300u64, 100_000usize);
     for i in 0..n {
         let mut b = buffer(i * size as u64, size, i);
-        message::add(
-            b.get_mut().unwrap(),
-            &Message {
-                id: i,
-                complete: true,
-                bytes_expected: size as u64,
-                bytes_received: size as u64,
-            },
-        );
+        add_message(b.get_mut().unwrap(), i, true, size as u64);
         h.push(b).unwrap();
     }
     h.push_event(gst::event::Eos::new());
@@ -1402,29 +1281,15 @@ fn the_python_consumer_releases_an_item_when_its_array_is_collected() {
 
 #[test]
 fn the_python_consumer_refuses_a_segment_not_sealed_against_shrinking() {
-    let py = repo_root().join(".venv/bin/python3");
-    assert!(
-        py.exists(),
-        "{} is missing: python3 -m venv .venv && .venv/bin/pip install numpy (or: scripts/setup test)",
-        py.display()
-    );
     for (name, seals, expect) in [
         ("pyunsealed", 0, "not sealed against shrinking"),
         ("pysealed", libc::F_SEAL_SHRINK, "segments=1"),
     ] {
-        let path = socket(name);
-        let listener = wire::listen(&Address::new(&path, false), 0o600).unwrap();
-        let script = "import sys\n\
-            from firehose_shm import Consumer, ProtocolError\n\
-            c = Consumer(sys.argv[1], timeout=1)\n\
+        let (path, listener) = fake_producer(name);
+        let script = "\
             try:\n    c.next()\nexcept ProtocolError as e:\n    print('refused:', e)\n\
             except TimeoutError:\n    print('segments=%d' % len(c.segments))\n";
-        let child = Command::new(&py)
-            .args(["-c", script, &path])
-            .env("PYTHONPATH", repo_root().join("python"))
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = consumer_script(1, script, &path).spawn().unwrap();
         let fd = memfd(4096, seals);
         let _conn = fake_producer_announcing(&listener, fd.as_fd(), 4096);
         let out = output(child);
@@ -1444,6 +1309,7 @@ fn read_and_release(h: &mut Harness, el: &gst::Element, c: &mut Client, n: u64) 
         for _ in 0..40 {
             let v = next_buffer(c);
             assert_eq!(v.as_ref(), &pattern(got * 100, 100)[..]);
+            assert_eq!(v.msg.pts, got);
             got += 1;
         }
     }
@@ -1466,7 +1332,7 @@ fn releases_travel_in_batches_and_the_producer_takes_both() {
         16,
         "an eighth of max-held 256, at most 16"
     );
-    wait_for("attach", || field(&stats(&el), "consumers") == 1);
+    wait_consumers(&el, 1);
     let s = read_and_release(&mut h, &el, &mut c, 200);
     let messages = field(&s, "release-messages");
     let (sent, named) = c.releaser().counts();
@@ -1483,7 +1349,7 @@ fn releases_travel_in_batches_and_the_producer_takes_both() {
     let mut one = connect_ring(&path, false);
     one.set_release_batch(1);
     drop(c);
-    wait_for("detach", || field(&stats(&el), "consumers") == 1);
+    wait_consumers(&el, 1);
     let before = field(&stats(&el), "release-messages");
     let s = read_and_release(&mut h, &el, &mut one, 200);
     assert_eq!(field(&s, "release-messages") - before, 200);
@@ -1496,7 +1362,7 @@ fn a_consumer_that_releases_what_it_does_not_hold_is_counted_and_ignored() {
     let (mut h, el) = sink_harness(&path, &[]);
     let mut good = connect(&path);
     let liar = wire::connect(&Address::new(&path, false)).unwrap();
-    wait_for("attach", || field(&stats(&el), "consumers") == 2);
+    wait_consumers(&el, 2);
     h.push(buffer(0, 500, 0)).unwrap();
     // The liar reads its buffer message (after hello, segment, caps).
     let (mut buf, mut fds) = (vec![0u8; proto::MAX_MESSAGE], Vec::new());
@@ -1536,29 +1402,14 @@ fn a_consumer_that_releases_what_it_does_not_hold_is_counted_and_ignored() {
 
 #[test]
 fn the_python_consumer_reads_a_burst_of_lists_complete_and_in_order() {
-    let py = repo_root().join(".venv/bin/python3");
-    assert!(
-        py.exists(),
-        "{} is missing (scripts/setup test)",
-        py.display()
-    );
     let path = socket("pyburst");
     let (mut h, el) = sink_harness(&path, &[("max-held", "256"), ("copy-slots", "256")]);
-    let script = "import sys\n\
-        from firehose_shm import Consumer\n\
-        c = Consumer(sys.argv[1], timeout=10)\n\
+    let script = "\
         n = ok = 0\n\
         for item in c:\n    with item:\n        ok += int(item.pts == n and item.data[0] == (n * 1000) % 251 and item.data.nbytes == 1000)\n        n += 1\n\
         print('items=%d ok=%d packets=%d batches=%d' % (n, ok, c.packets, c.batches))\n";
-    let child = Command::new(&py)
-        .args(["-c", script, &path])
-        .env("PYTHONPATH", repo_root().join("python"))
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for("the python consumer", || {
-        field(&stats(&el), "consumers") == 1
-    });
+    let child = consumer_script(10, script, &path).spawn().unwrap();
+    wait_consumers(&el, 1);
     push_lists(&mut h, 10, 100, 1000);
     let out = output(child);
     assert_eq!(kv(&out, "items"), "1000", "{out}");
@@ -1575,34 +1426,21 @@ fn the_python_consumer_reads_a_burst_of_lists_complete_and_in_order() {
 
 #[test]
 fn the_python_consumer_batches_its_releases_when_behind() {
-    let py = repo_root().join(".venv/bin/python3");
-    assert!(
-        py.exists(),
-        "{} is missing (scripts/setup test)",
-        py.display()
-    );
     let path = socket("pybatch");
     let (mut h, el) = sink_harness(&path, &[("max-held", "64"), ("copy-slots", "64")]);
     // It reads nothing until told (a line on stdin, once all 40 and the EOS are pushed),
     // so that every buffer waits in its socket however slow the machine.
-    let script = "import sys\n\
-        from firehose_shm import Consumer\n\
-        c = Consumer(sys.argv[1], timeout=10)\n\
+    let script = "\
         sys.stdin.readline()\n\
         n = 0\n\
         for item in c:\n    with item:\n        n += int(item.data[0] == n % 251)\n\
         c.flush_releases()\n\
         print('items=%d batch=%d messages=%d released=%d' % ((n, c._release.batch) + c.release_counts))\n";
-    let mut child = Command::new(&py)
-        .args(["-c", script, &path])
-        .env("PYTHONPATH", repo_root().join("python"))
+    let mut child = consumer_script(10, script, &path)
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_for("the python consumer", || {
-        field(&stats(&el), "consumers") == 1
-    });
+    wait_consumers(&el, 1);
     for i in 0..40u64 {
         h.push(buffer(i, 100, i)).unwrap();
     }

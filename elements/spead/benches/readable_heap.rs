@@ -26,12 +26,8 @@ use firehose_spead::wire::{ids, ItemPointer, HEADER_LEN, ITEM_LEN};
 use gst::prelude::*;
 use gst_check::Harness;
 
-fn median_of(runs: usize, mut f: impl FnMut() -> Duration) -> Duration {
-    f();
-    let mut t: Vec<Duration> = (0..runs).map(|_| f()).collect();
-    t.sort();
-    t[t.len() / 2]
-}
+mod common;
+use common::median_of;
 
 fn main() {
     let full = std::env::args().any(|a| a == "--bench");
@@ -102,13 +98,10 @@ fn depay(full: bool) {
     const PER_BATCH: usize = 64;
     let batches = if full { 2000 } else { 4 };
     let runs = if full { 7 } else { 1 };
-    gst::Element::register(
-        None,
+    firehose_core::testing::register_elements(&[(
         "speaddepay",
-        gst::Rank::NONE,
         firehose_spead::depay::SpeadDepay::static_type(),
-    )
-    .unwrap();
+    )]);
     let flavour = Flavour::SPEAD_64_48;
     let cfg = PacketConfig::new(flavour, 1500).unwrap();
     let payload = [0x5au8; 1024];

@@ -19,6 +19,9 @@ use firehose_spead::reassembly::{Config, Reassembler};
 use firehose_spead::send::{Item, PacketConfig};
 use firehose_spead::wire::{ids, Flavour, ItemPointer, HEADER_LEN, ITEM_LEN};
 
+mod common;
+use common::median_of;
+
 /// Timed runs per measurement; the median is reported.
 const RUNS: usize = 7;
 /// Bytes of one heap's payload (the `firehose bench spead` default).
@@ -82,14 +85,6 @@ fn report(
         packets / secs / 1e6,
         (heaps * heap) as f64 / secs / 1e9,
     );
-}
-
-/// The median of the times `f` reports over `runs` runs, after one warm-up run.
-fn median_of(runs: usize, mut f: impl FnMut() -> Duration) -> Duration {
-    f();
-    let mut times: Vec<Duration> = (0..runs).map(|_| f()).collect();
-    times.sort();
-    times[times.len() / 2]
 }
 
 /// The packets of one heap, renumbered before each use.

@@ -286,12 +286,8 @@ mod tests {
         assert_eq!(d.get::<&str>("description"), Ok("the data"));
         assert_eq!(d.get::<&str>("format"), Ok("u8,f32"));
         assert_eq!(d.get::<&str>("dtype"), Ok(""));
-        let shape: Vec<i64> = d
-            .get::<gst::glib::Bytes>("shape")
-            .unwrap()
-            .chunks_exact(8)
-            .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
-            .collect();
+        // Signed: -1 for a dimension of no fixed length.
+        let shape: Vec<i64> = u64s(d, "shape").into_iter().map(|v| v as i64).collect();
         assert_eq!(shape, vec![4, -1]);
         let d = caps.structure(1).unwrap();
         assert_eq!(d.get::<&str>("name"), Ok("timestamp"));

@@ -573,29 +573,29 @@ mod tests {
         assert_eq!(pkts.len(), 2);
         let imm = |id: u64, v: u64| (1u64 << 63 | id << 48 | v).to_be_bytes();
         let adr = |id: u64, v: u64| (id << 48 | v).to_be_bytes();
-        let mut p1 = vec![0x53, 4, 2, 6, 0, 0, 0, 6];
-        for w in [
-            imm(1, 0x0102_0304_0506),
-            imm(2, 16),
-            imm(3, 0),
-            imm(4, 8),
-            adr(0x1000, 0),
-            imm(0x1001, 0xABCDEF),
-        ] {
-            p1.extend_from_slice(&w);
-        }
-        p1.extend_from_slice(&[0xA0, 0xA1, 0xA2, 0xB0, 0xB1, 0xB2, 0xB3, 0xB4]);
-        let mut p2 = vec![0x53, 4, 2, 6, 0, 0, 0, 5];
-        for w in [
-            imm(1, 0x0102_0304_0506),
-            imm(2, 16),
-            imm(3, 8),
-            imm(4, 8),
-            adr(0x1002, 3),
-        ] {
-            p2.extend_from_slice(&w);
-        }
-        p2.extend_from_slice(&b[5..]);
+        // The 64-48 header (its last byte the pointer count), the four per-packet
+        // pointers (HEAP_CNT, HEAP_LENGTH 16, PAYLOAD_OFFSET `offset`, PAYLOAD_LENGTH),
+        // the heap's `pointers`, the payload.
+        let packet = |offset: u64, pointers: &[[u8; 8]], payload: &[u8]| {
+            let mut p = vec![0x53, 4, 2, 6, 0, 0, 0, 4 + pointers.len() as u8];
+            let per_packet = [
+                imm(1, 0x0102_0304_0506),
+                imm(2, 16),
+                imm(3, offset),
+                imm(4, payload.len() as u64),
+            ];
+            for w in per_packet.iter().chain(pointers) {
+                p.extend_from_slice(w);
+            }
+            p.extend_from_slice(payload);
+            p
+        };
+        let p1 = packet(
+            0,
+            &[adr(0x1000, 0), imm(0x1001, 0xABCDEF)],
+            &[0xA0, 0xA1, 0xA2, 0xB0, 0xB1, 0xB2, 0xB3, 0xB4],
+        );
+        let p2 = packet(8, &[adr(0x1002, 3)], &b[5..]);
         assert_eq!(pkts, vec![p1, p2]);
     }
 

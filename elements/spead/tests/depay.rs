@@ -4,7 +4,6 @@
 // Lists of one range are received ranges here, not misspelt ranges of values.
 #![allow(clippy::single_range_in_vec_init)]
 
-use firehose_core::batch::{PacketBatchMeta, PacketInfo};
 use firehose_core::gstmem::buffer_memory_kind;
 use firehose_core::meta::message;
 use firehose_core::stats::{field, names};
@@ -15,6 +14,8 @@ use firehose_spead::wire::{ctrl, ids, Flavour};
 use gst::prelude::*;
 use gst_check::Harness;
 
+mod common;
+use common::{batch, bytes_descriptor, error_text, launch, pull_all, stats, warnings};
 #[path = "common/spead.rs"]
 mod spead;
 use spead::*;
@@ -42,45 +43,14 @@ fn harness_proposing(
     provider: Option<std::sync::Arc<dyn firehose_core::provider::MemoryProvider>>,
 ) -> Harness {
     init();
-    // Properties are set before the harness starts the element (they apply at start).
-    let el = gst::ElementFactory::make("speaddepay").build().unwrap();
-    el.set_property_from_str("max-heap-size", "1048576");
-    el.set_property_from_str("hugepages", "off");
-    for (k, v) in props {
-        el.set_property_from_str(k, v);
-    }
-    let mut h = Harness::with_element(&el, Some("sink"), Some("src"));
-    if let Some(p) = provider {
-        firehose_core::alloc::propose_on(&h.sinkpad().unwrap(), p);
-    }
-    if batches {
-        h.set_src_caps(firehose_core::caps::packets_caps());
+    let caps = if batches {
+        firehose_core::caps::packets_caps()
     } else {
-        h.set_src_caps_str("application/octet-stream");
-    }
-    h.play();
-    h
-}
-
-/// One batch buffer holding `packets`, with their offsets in a packet-batch meta.
-fn batch(packets: &[Vec<u8>], pts_ms: u64) -> gst::Buffer {
-    let mut data = Vec::new();
-    let mut infos = Vec::new();
-    for p in packets {
-        // Odd gaps between packets: the element must use the meta, not assume packing.
-        data.extend_from_slice(&[0xaa; 3]);
-        infos.push(PacketInfo {
-            offset: data.len() as u32,
-            len: p.len() as u32,
-            ..Default::default()
-        });
-        data.extend_from_slice(p);
-    }
-    let mut buf = gst::Buffer::from_mut_slice(data);
-    let b = buf.get_mut().unwrap();
-    b.set_pts(gst::ClockTime::from_mseconds(pts_ms));
-    PacketBatchMeta::add(b, infos);
-    buf
+        gst::Caps::new_empty_simple("application/octet-stream")
+    };
+    let mut all = vec![("max-heap-size", "1048576")];
+    all.extend_from_slice(props);
+    common::harness("speaddepay", &all, caps, provider)
 }
 
 fn single(packet: &[u8], pts_ms: u64) -> gst::Buffer {
@@ -123,18 +93,6 @@ fn check_heap(buf: &gst::Buffer, cnt: u64, n: usize) {
     assert_eq!((m.id, m.complete), (cnt, true));
     assert_eq!(m.bytes_expected, (n + 33) as u64);
     assert_eq!(m.bytes_received, (n + 33) as u64);
-}
-
-fn stats(h: &Harness) -> gst::Structure {
-    h.element().unwrap().property::<gst::Structure>("stats")
-}
-
-fn pull_all(h: &mut Harness) -> Vec<gst::Buffer> {
-    let mut out = Vec::new();
-    while let Some(b) = h.try_pull() {
-        out.push(b);
-    }
-    out
 }
 
 #[test]
@@ -218,20 +176,13 @@ fn heaps_are_cut_from_the_memory_downstream_proposes() {
 #[test]
 fn a_16_mib_heap_with_descriptors_passes_at_the_defaults() {
     init();
-    let el = gst::ElementFactory::make("speaddepay").build().unwrap();
-    el.set_property_from_str("hugepages", "off");
-    el.set_property_from_str("max-heaps", "1");
-    let mut h = Harness::with_element(&el, Some("sink"), Some("src"));
-    h.set_src_caps(firehose_core::caps::packets_caps());
-    h.play();
-    let desc = firehose_spead::descriptor::Descriptor {
-        id: 0x1000,
-        name: "data".into(),
-        description: "16 MiB of samples".into(),
-        shape: vec![Some(16 << 20)],
-        format: vec![(b'u', 8)],
-        dtype: None,
-    };
+    let mut h = common::harness(
+        "speaddepay",
+        &[("max-heaps", "1")],
+        firehose_core::caps::packets_caps(),
+        None,
+    );
+    let desc = bytes_descriptor("data", "16 MiB of samples", 16 << 20);
     let data = pattern(1, 16 << 20);
     let items = vec![
         (
@@ -267,13 +218,7 @@ fn the_first_heap_refused_for_size_is_said_on_the_bus() {
     h.push(batch(&big, 0)).unwrap();
     h.push(batch(&big, 0)).unwrap();
     assert!(field(&stats(&h), names::TOO_LARGE) > 0);
-    let warnings: Vec<String> =
-        std::iter::from_fn(|| bus.pop_filtered(&[gst::MessageType::Warning]))
-            .map(|m| match m.view() {
-                gst::MessageView::Warning(w) => w.error().to_string(),
-                _ => unreachable!(),
-            })
-            .collect();
+    let warnings = warnings(&bus);
     assert_eq!(warnings.len(), 1, "once: {warnings:?}");
     assert!(
         warnings[0].contains("max-heap-size (1048576 bytes)"),
@@ -304,13 +249,7 @@ fn a_slow_application_shows_as_drops_pool_and_a_warning() {
         0,
         "the pool's loss, not disorder: {st}"
     );
-    let warnings: Vec<String> =
-        std::iter::from_fn(|| bus.pop_filtered(&[gst::MessageType::Warning]))
-            .map(|m| match m.view() {
-                gst::MessageView::Warning(w) => w.error().to_string(),
-                _ => unreachable!(),
-            })
-            .collect();
+    let warnings = warnings(&bus);
     assert_eq!(warnings.len(), 1, "rate-limited: {warnings:?}");
     assert!(
         warnings[0].contains("ran dry") && warnings[0].contains("pool-size"),
@@ -349,14 +288,7 @@ fn single_buffers_and_buffer_lists() {
 #[test]
 fn descriptors_reach_the_meta() {
     let mut h = harness(&[], true);
-    let d = firehose_spead::descriptor::Descriptor {
-        id: 0x1000,
-        name: "samples".into(),
-        description: "raw samples".into(),
-        shape: vec![Some(4000)],
-        format: vec![(b'u', 8)],
-        dtype: None,
-    };
+    let d = bytes_descriptor("samples", "raw samples", 4000);
     let mut heap = items(1, 4000);
     heap.push((
         ids::DESCRIPTOR,
@@ -590,13 +522,10 @@ fn hugepages_are_required_or_start_fails_clearly() {
         .lines()
         .find_map(|l| l.strip_prefix("HugePages_Free:"))
         .map_or(0, |v| v.trim().parse::<u64>().unwrap());
-    let pipeline = gst::parse::launch(
+    let pipeline = launch(
         "fakesrc num-buffers=0 ! speaddepay name=d hugepages=require \
          max-heap-size=65536 pool-size=1 ! fakesink",
-    )
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    );
     let res = pipeline.set_state(gst::State::Paused);
     let bus = pipeline.bus().unwrap();
     // Three pools (16 KiB, 64 KiB, arena) of at most 2 hugepages each.
@@ -607,13 +536,7 @@ fn hugepages_are_required_or_start_fails_clearly() {
         assert_eq!(s.get::<&str>("memory").unwrap(), "hugepage");
     } else {
         assert!(res.is_err(), "no hugepages reserved: start must fail");
-        let msg = bus
-            .timed_pop_filtered(gst::ClockTime::from_seconds(5), &[gst::MessageType::Error])
-            .expect("an error message");
-        let gst::MessageView::Error(e) = msg.view() else {
-            unreachable!()
-        };
-        let text = e.error().to_string();
+        let text = error_text(&bus);
         assert!(text.contains("nr_hugepages"), "{text}");
     }
     pipeline.set_state(gst::State::Null).unwrap();

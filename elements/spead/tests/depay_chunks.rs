@@ -5,7 +5,6 @@
 
 use std::sync::Once;
 
-use firehose_core::batch::{PacketBatchMeta, PacketInfo};
 use firehose_core::meta::chunk::{ChunkInfo, ChunkMeta};
 use firehose_core::stats::{field, names};
 use firehose_spead::wire;
@@ -13,6 +12,8 @@ use firehose_spead::wire::{ids, Flavour, ItemPointer};
 use gst::prelude::*;
 use gst_check::Harness;
 
+mod common;
+use common::{batch, bytes_descriptor, error_text, pull_all, stats};
 #[path = "common/spead.rs"]
 mod spead;
 use spead::*;
@@ -53,18 +54,12 @@ fn harness_proposing(
     provider: Option<std::sync::Arc<dyn firehose_core::provider::MemoryProvider>>,
 ) -> Harness {
     init();
-    let el = gst::ElementFactory::make(factory).build().unwrap();
-    el.set_property_from_str("hugepages", "off");
-    for (k, v) in props {
-        el.set_property_from_str(k, v);
-    }
-    let mut h = Harness::with_element(&el, Some("sink"), Some("src"));
-    if let Some(p) = provider {
-        firehose_core::alloc::propose_on(&h.sinkpad().unwrap(), p);
-    }
-    h.set_src_caps(firehose_core::caps::packets_caps());
-    h.play();
-    h
+    common::harness(
+        factory,
+        props,
+        firehose_core::caps::packets_caps(),
+        provider,
+    )
 }
 
 /// `speaddepay mode=chunks` with 4 heaps of 64 bytes per chunk, and `props`.
@@ -79,26 +74,6 @@ fn depay(props: &[(&str, &str)]) -> Harness {
     harness("speaddepay", &all)
 }
 
-/// One batch buffer holding `packets`, with a packet-batch meta.
-fn batch(packets: &[Vec<u8>], pts_ms: u64) -> gst::Buffer {
-    let mut data = Vec::new();
-    let mut infos = Vec::new();
-    for p in packets {
-        data.extend_from_slice(&[0xaa; 3]);
-        infos.push(PacketInfo {
-            offset: data.len() as u32,
-            len: p.len() as u32,
-            ..Default::default()
-        });
-        data.extend_from_slice(p);
-    }
-    let mut buf = gst::Buffer::from_mut_slice(data);
-    let b = buf.get_mut().unwrap();
-    b.set_pts(gst::ClockTime::from_mseconds(pts_ms));
-    PacketBatchMeta::add(b, infos);
-    buf
-}
-
 /// Heap `cnt`: a timestamp immediate and `HEAP` payload bytes (a pattern of `seed`), in
 /// packets of `PACKET` bytes.
 fn heap(cnt: u64, ts: u64, seed: u64) -> Vec<Vec<u8>> {
@@ -111,20 +86,9 @@ fn heap(cnt: u64, ts: u64, seed: u64) -> Vec<Vec<u8>> {
 
 /// A descriptor heap of its own, as `descriptors-separate` sends it.
 fn descriptor_heap(cnt: u64) -> Vec<Vec<u8>> {
-    let desc = firehose_spead::descriptor::Descriptor {
-        id: 0x1000,
-        name: "data".into(),
-        description: "payload".into(),
-        shape: vec![Some(HEAP as u64)],
-        format: vec![(b'u', 8)],
-        dtype: None,
-    };
+    let desc = bytes_descriptor("data", "payload", HEAP as u64);
     let raw = firehose_spead::descriptor::encode(&desc, F);
     heap_packets(F, cnt, &[(ids::DESCRIPTOR, Val::Bytes(raw))], 1024)
-}
-
-fn pull_all(h: &mut Harness) -> Vec<gst::Buffer> {
-    std::iter::from_fn(|| h.try_pull()).collect()
 }
 
 fn info(buf: &gst::Buffer) -> ChunkInfo {
@@ -138,10 +102,7 @@ fn slot(buf: &gst::Buffer, i: usize) -> Vec<u8> {
 }
 
 fn stat(h: &Harness, name: &str) -> u64 {
-    field(
-        &h.element().unwrap().property::<gst::Structure>("stats"),
-        name,
-    )
+    field(&stats(h), name)
 }
 
 /// True once the harness has seen EOS downstream.
@@ -295,15 +256,7 @@ fn a_pool_too_small_for_the_window_is_an_error_at_start() {
     let pipeline = gst::Pipeline::new();
     pipeline.add(&e).unwrap();
     assert!(pipeline.set_state(gst::State::Paused).is_err());
-    let msg = pipeline
-        .bus()
-        .unwrap()
-        .pop_filtered(&[gst::MessageType::Error])
-        .expect("an error message");
-    let gst::MessageView::Error(err) = msg.view() else {
-        unreachable!()
-    };
-    let text = err.error().to_string();
+    let text = error_text(&pipeline.bus().unwrap());
     assert!(text.contains("max-chunks (2)"), "{text}");
     pipeline.set_state(gst::State::Null).unwrap();
 }
@@ -400,7 +353,7 @@ fn chunks_are_cut_from_the_memory_downstream_proposes() {
                 assert_eq!(slot(c, s), pattern(cnt, HEAP), "{factory}: heap {cnt}");
             }
         }
-        let st = h.element().unwrap().property::<gst::Structure>("stats");
+        let st = stats(&h);
         assert_eq!(
             st.get::<String>("memory").unwrap(),
             "shared",
@@ -427,7 +380,7 @@ fn the_same_chunks_as_fhdepay_handler_spead() {
     let a = run(&mut ours, &input);
     let b = run(&mut theirs, &input);
     let ids: Vec<u64> = a.iter().map(|c| info(c).chunk_id).collect();
-    let st = ours.element().unwrap().property::<gst::Structure>("stats");
+    let st = stats(&ours);
     assert!(a.len() >= 8, "{ids:?} {st}");
     assert_eq!(a.len(), b.len());
     for (x, y) in a.iter().zip(&b) {
@@ -436,13 +389,7 @@ fn the_same_chunks_as_fhdepay_handler_spead() {
         let (mx, my) = (x.map_readable().unwrap(), y.map_readable().unwrap());
         assert!(mx.as_slice() == my.as_slice(), "chunk {}", info(x).chunk_id);
     }
-    let (sa, sb) = (
-        ours.element().unwrap().property::<gst::Structure>("stats"),
-        theirs
-            .element()
-            .unwrap()
-            .property::<gst::Structure>("stats"),
-    );
+    let (sa, sb) = (stats(&ours), stats(&theirs));
     for (name, _) in firehose_chunk::ChunkStats::default().fields() {
         assert_eq!(field(&sa, name), field(&sb, name), "{name}: {sa} vs {sb}");
     }

@@ -7,7 +7,7 @@
 use std::net::UdpSocket;
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use firehose_core::gstmem::buffer_memory_kind;
 use firehose_core::provider::{MemoryProvider, SharedSegment};
@@ -17,6 +17,8 @@ use firehose_spead::wire;
 use firehose_spead::wire::{ids, Flavour};
 use gst::prelude::*;
 
+mod common;
+use common::{bytes_descriptor, launch, run_to_eos_seeing};
 #[path = "common/spead.rs"]
 mod spead;
 use spead::*;
@@ -67,12 +69,9 @@ fn run_with_junk(
     provider: Option<Arc<dyn MemoryProvider>>,
 ) -> gst::Structure {
     init();
-    let pipeline = gst::parse::launch(&format!(
+    let pipeline = launch(&format!(
         "{receiver} ! fakesink name=sink signal-handoffs=true sync=false"
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    ));
     let (tx, rx) = mpsc::channel::<gst::Buffer>();
     let sink = pipeline.by_name("sink").unwrap();
     let want_kind = provider.as_ref().map(|p| p.kind());
@@ -92,14 +91,7 @@ fn run_with_junk(
     assert_ne!(port, 0);
 
     let f = Flavour::SPEAD_64_48;
-    let desc = firehose_spead::descriptor::Descriptor {
-        id: 0x1000,
-        name: "data".into(),
-        description: "payload".into(),
-        shape: vec![Some(ITEM as u64)],
-        format: vec![(b'u', 8)],
-        dtype: None,
-    };
+    let desc = bytes_descriptor("data", "payload", ITEM as u64);
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     let mut sent = 0u64;
     for cnt in 1..=HEAPS {
@@ -126,23 +118,13 @@ fn run_with_junk(
         .unwrap();
     sent += 1;
 
-    let bus = pipeline.bus().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
     let mut stats_messages = 0;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let msg = bus
-            .timed_pop(gst::ClockTime::from_mseconds(left.as_millis() as u64))
-            .expect("EOS from the stop heap within 30 s");
-        match msg.view() {
-            gst::MessageView::Eos(_) => break,
-            gst::MessageView::Error(e) => panic!("{} ({:?})", e.error(), e.debug()),
-            _ if is_stats_message(&msg) && msg.src().is_some_and(|s| s.name() == "depay") => {
-                stats_messages += 1;
-            }
-            _ => {}
+    run_to_eos_seeing(&pipeline, Duration::from_secs(30), |msg| {
+        if is_stats_message(msg) && msg.src().is_some_and(|s| s.name() == "depay") {
+            stats_messages += 1;
         }
-    }
+    })
+    .unwrap_or_else(|e| panic!("EOS from the stop heap within 30 s: {e}"));
     let depay = pipeline.by_name("depay").unwrap();
     let stats = depay.property::<gst::Structure>("stats");
     pipeline.set_state(gst::State::Null).unwrap();
@@ -214,27 +196,25 @@ fn spead_source_lands_payloads_in_the_memory_downstream_proposes() {
     assert!(field(&stats, names::PACKETS_LANDED) > 0, "{stats}");
 }
 
-#[test]
-fn spead_source_with_landing_off_copies_every_payload() {
-    let stats = run(&spead_src("landing=off"), 8192);
-    assert_eq!(field(&stats, names::PACKETS_LANDED), 0, "{stats}");
+/// Every payload was copied, none landed.
+fn assert_all_copied(stats: &gst::Structure) {
+    assert_eq!(field(stats, names::PACKETS_LANDED), 0, "{stats}");
     assert_eq!(
-        field(&stats, names::PACKETS_COPIED),
-        field(&stats, names::PACKETS),
+        field(stats, names::PACKETS_COPIED),
+        field(stats, names::PACKETS),
         "{stats}"
     );
 }
 
 #[test]
+fn spead_source_with_landing_off_copies_every_payload() {
+    assert_all_copied(&run(&spead_src("landing=off"), 8192));
+}
+
+#[test]
 fn spead_source_copies_small_payloads() {
     // Under 4 KiB of payload, landing costs more than it saves.
-    let stats = run(&spead_src(""), 1400);
-    assert_eq!(field(&stats, names::PACKETS_LANDED), 0, "{stats}");
-    assert_eq!(
-        field(&stats, names::PACKETS_COPIED),
-        field(&stats, names::PACKETS),
-        "{stats}"
-    );
+    assert_all_copied(&run(&spead_src(""), 1400));
 }
 
 #[test]

@@ -12,10 +12,13 @@ use std::time::{Duration, Instant};
 use firehose_chunk::{ChunkAssembler, ChunkConfig, FinishedChunk};
 use firehose_core::{HugepagePolicy, SlotPool};
 use firehose_net::direct::{DirectCounts, DirectReceiver};
-use firehose_net::recv::{SocketConfig, UdpReceiver};
+use firehose_net::recv::UdpReceiver;
 use firehose_spead::chunk::{SpeadChunkConfig, SpeadChunkHandler};
 use firehose_spead::send::{Item, PacketConfig};
 use firehose_spead::wire::Flavour;
+
+mod common;
+use common::loopback;
 
 const HEAP: usize = 256 << 10;
 const SLOTS: usize = 4;
@@ -97,17 +100,7 @@ fn set_segment_size(sock: &UdpSocket, size: usize) {
 /// The socket, the chunk engine and a direct receiver between them, and the port.
 fn receiver(gro: bool) -> (UdpReceiver, ChunkAssembler, DirectReceiver, u16) {
     gst::init().unwrap();
-    let sock = SocketConfig {
-        address: "127.0.0.1".into(),
-        port: 0,
-        multicast_iface: None,
-        multicast_sources: Vec::new(),
-        buffer_size: 64 << 20,
-        reuse: false,
-        gro,
-        timestamps: false,
-    };
-    let (rx, report) = UdpReceiver::open(&sock, 9216, 8, 0).unwrap();
+    let (rx, report) = UdpReceiver::open(&loopback(64 << 20, gro), 9216, 8, 0).unwrap();
     assert_eq!(report.gro, gro);
     let port = report.local.unwrap().port();
     let cfg = ChunkConfig {

@@ -11,14 +11,15 @@
 use std::collections::BTreeSet;
 use std::sync::Once;
 
-use firehose_chunk::{ChunkAssembler, ChunkConfig, Flow};
-use firehose_core::pool::SlotPool;
+use firehose_chunk::{ChunkConfig, Flow};
 use firehose_core::HugepagePolicy;
-use firehose_spead::chunk::{SpeadChunkConfig, SpeadChunkHandler};
-use firehose_spead::hostile::{self, Class, Generator, Legit, MAX_PACKET};
+use firehose_spead::hostile::{Class, Generator, Legit, MAX_PACKET};
 use firehose_spead::reassembly::{Config, Heap, Reassembler};
 use firehose_spead::send::{Item, PacketConfig};
-use firehose_spead::wire::{ctrl, ids, Flavour};
+use firehose_spead::wire::{ctrl, Flavour};
+
+mod common;
+use common::{heap_cnt_engine, intact_heaps, legit_intact, reassembler};
 
 /// Legitimate heaps per run.
 const HEAPS: u64 = 24;
@@ -85,11 +86,7 @@ fn through_reassembler(packets: &[Vec<u8>], honour_stop: bool) -> BTreeSet<u64> 
         if honour_stop && h.info.stream_ctrl == Some(ctrl::STOP) {
             stopped.set(true);
         }
-        let map = h.payload.map_readable().unwrap();
-        if h.info.complete
-            && h.info.item(hostile::LEGIT_ITEM).is_some()
-            && l.check(h.info.heap_cnt, &map)
-        {
+        if legit_intact(&l, &h) {
             intact.insert(h.info.heap_cnt);
         }
     };
@@ -120,27 +117,13 @@ fn through_chunks_clocked(
         slot_size: HEAP_SIZE,
         ..ChunkConfig::default()
     };
-    let pool = SlotPool::new(&cfg.pool_config(2 * cfg.max_chunks, HugepagePolicy::Off)).unwrap();
-    let handler = SpeadChunkHandler::new(SpeadChunkConfig {
-        place_item: ids::HEAP_CNT,
-        step: 1,
-        offset: 1,
-        slots_per_chunk: SPC as u64,
-        stop: honour_stop,
-    });
-    let mut e = ChunkAssembler::new(cfg, Box::new(handler), pool).unwrap();
+    let mut e = heap_cnt_engine(cfg, honour_stop);
     let mut out = Vec::new();
     let mut intact = BTreeSet::new();
+    // The chunks go back to the pool as they are checked, as downstream would free them.
     let mut take = |out: &mut Vec<firehose_chunk::FinishedChunk>| {
-        for c in out.drain(..) {
-            for i in (0..c.info.slots).filter(|&i| c.info.is_present(i)) {
-                let cnt = c.info.chunk_id * SPC as u64 + i as u64 + 1;
-                let r = c.info.slot_range(i);
-                if hostile::check_bytes(cnt, &c.slot.as_ref()[r]) {
-                    intact.insert(cnt);
-                }
-            }
-        }
+        intact.extend(intact_heaps(out));
+        out.clear();
     };
     for (i, p) in packets.iter().enumerate() {
         if let Some(step) = step_ns {
@@ -238,11 +221,7 @@ fn a_descriptor_flood_costs_the_heap_receiver_no_buffer_and_no_pool_memory() {
     // lookup, not a buffer (issue 18). The stream's heaps all come out.
     for class in [Class::DescriptorFlood, Class::DescriptorChurn] {
         let packets = stream(class);
-        let mut r = Reassembler::new(&Config {
-            hugepages: HugepagePolicy::Off,
-            ..Config::default()
-        })
-        .unwrap();
+        let mut r = reassembler();
         let mut delivered = Vec::new();
         for p in &packets {
             r.push(p, None, &mut |h: Heap| {

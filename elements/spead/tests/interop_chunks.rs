@@ -5,20 +5,21 @@
 //! (exactly the heaps sent whole) and the same bytes in every present slot, placed by
 //! HEAP_CNT and by a timestamp item.
 
+mod common;
 mod interop_common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::UdpSocket;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::{launch, run_to_eos};
 use firehose_core::batch::PacketBatchMeta;
 use firehose_core::meta::chunk::ChunkMeta;
 use firehose_spead::wire::Packet;
 use gst::prelude::*;
 use gst_check::Harness;
-use interop_common::{init, raise_rmem_max, run_to_eos, Script};
+use interop_common::{init, raise_rmem_max, register_depay, temp_dir, Script};
 
 const HEAPS_PER_CHUNK: usize = 4;
 const HEAP_BYTES: usize = 32 << 10;
@@ -28,18 +29,6 @@ const LOST: [usize; 3] = [5, 6, 17];
 const CUT: usize = 10;
 const TS_ID: u64 = 0x1600;
 const TS_STEP: u64 = 2048;
-
-fn register_depay() {
-    init();
-    use std::sync::Once;
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        firehose_core::testing::register_elements(&[(
-            "speaddepay",
-            firehose_spead::depay::SpeadDepay::static_type(),
-        )]);
-    });
-}
 
 fn pattern(k: usize) -> Vec<u8> {
     (0..HEAP_BYTES)
@@ -88,13 +77,7 @@ type Chunk = (u64, Vec<bool>, Vec<u8>);
 fn receive_both(packets: &[Vec<u8>], place: &[(&str, String)]) -> (Vec<Chunk>, Vec<Chunk>) {
     register_depay();
     raise_rmem_max();
-    let dir: PathBuf = std::env::temp_dir().join(format!(
-        "firehose-interop-chunks-{}-{}",
-        std::process::id(),
-        place.len()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = temp_dir(&format!("chunks-{}", place.len()));
     let mut args: Vec<String> = vec![
         "--out-dir".into(),
         dir.to_str().unwrap().into(),
@@ -117,15 +100,12 @@ fn receive_both(packets: &[Vec<u8>], place: &[(&str, String)]) -> (Vec<Chunk>, V
         .parse()
         .unwrap();
 
-    let pipeline = gst::parse::launch(&format!(
+    let pipeline = launch(&format!(
         "fhudpsrc name=src address=127.0.0.1 port=0 hugepages=off buffer-size=33554432 \
          ! speaddepay mode=chunks hugepages=off heaps-per-chunk={HEAPS_PER_CHUNK} \
            heap-size={HEAP_BYTES} max-chunks=4{props} \
          ! fakesink name=sink signal-handoffs=true sync=false"
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    ));
     let ours = Arc::new(Mutex::new(Vec::<Chunk>::new()));
     let sink_ours = ours.clone();
     pipeline

@@ -8,55 +8,23 @@
 //!
 //! Chunk mode against spead2's chunk stream: `interop_chunks.rs`.
 
+mod common;
 mod interop_common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::{launch, run_to_eos};
 use firehose_spead::heap::{HeapInfo, HeapMeta, ItemValue};
 use gst::prelude::*;
-use interop_common::{init, raise_rmem_max, run_to_eos, Script};
+use interop_common::{
+    collect, hex_id, raise_rmem_max, register_depay, spead2_receiver, temp_dir, unquote, Script,
+};
 
 const HEAPS: usize = 4;
 const HEAP_BYTES: usize = 1 << 20;
-
-fn register_depay() {
-    init();
-    use std::sync::Once;
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        firehose_core::testing::register_elements(&[(
-            "speaddepay",
-            firehose_spead::depay::SpeadDepay::static_type(),
-        )]);
-    });
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("firehose-interop-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// `%xx` decoding of the scripts' quoted fields.
-fn unquote(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            out.push(u8::from_str_radix(&s[i + 1..i + 3], 16).expect("%xx"));
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).expect("utf-8")
-}
 
 /// What send.py sent: per heap index, item id → bytes; and the descriptor lines.
 struct Expected {
@@ -73,7 +41,7 @@ fn expected(dir: &Path) -> Expected {
             continue;
         };
         let (k, id) = stem.split_once('_').unwrap();
-        let id = u64::from_str_radix(id.trim_start_matches("0x"), 16).unwrap();
+        let id = hex_id(id);
         items[k.parse::<usize>().unwrap()].insert(id, std::fs::read(dir.join(&name)).unwrap());
     }
     let text = std::fs::read_to_string(dir.join("descriptors.txt")).unwrap();
@@ -81,18 +49,7 @@ fn expected(dir: &Path) -> Expected {
         .lines()
         .map(|l| {
             let w: Vec<String> = l.split(' ').map(unquote).collect();
-            let id = u64::from_str_radix(w[0].trim_start_matches("0x"), 16).unwrap();
-            (
-                id,
-                [
-                    w[1].clone(),
-                    w[2].clone(),
-                    w[3].clone(),
-                    w[4].clone(),
-                    w[5].clone(),
-                    w[6].clone(),
-                ],
-            )
+            (hex_id(&w[0]), std::array::from_fn(|i| w[i + 1].clone()))
         })
         .collect();
     Expected { items, descriptors }
@@ -105,15 +62,12 @@ struct Got {
 }
 
 /// `fhudpsrc ! speaddepay ! fakesink`, collecting every heap (buffers and lists).
-fn receiver() -> (gst::Pipeline, gst::Element, Arc<Mutex<Vec<Got>>>) {
+fn receiver() -> (gst::Pipeline, Arc<Mutex<Vec<Got>>>) {
     register_depay();
-    let pipeline = gst::parse::launch(
+    let pipeline = launch(
         "fhudpsrc name=src address=127.0.0.1 port=0 buffer-size=33554432 \
          ! speaddepay name=depay ! fakesink name=sink sync=false",
-    )
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    );
     let heaps = Arc::new(Mutex::new(Vec::new()));
     let sink = pipeline.by_name("sink").unwrap();
     let pad = sink.static_pad("sink").unwrap();
@@ -137,8 +91,7 @@ fn receiver() -> (gst::Pipeline, gst::Element, Arc<Mutex<Vec<Got>>>) {
             gst::PadProbeReturn::Ok
         },
     );
-    let src = pipeline.by_name("src").unwrap();
-    (pipeline, src, heaps)
+    (pipeline, heaps)
 }
 
 fn bound_port(src: &gst::Element) -> u16 {
@@ -189,6 +142,28 @@ fn spead2_send(port: u16, expect: &Path, flavour: u8, packet_size: usize) -> Scr
     tx
 }
 
+/// Plays `pipeline` and runs it to EOS with send.py's stream (`flavour`, `packet_size`;
+/// what it sent written to `dir`) sent to its `fhudpsrc` named `src`; returns how that
+/// ended and the stats of its element named `stats_of`.
+fn play_spead2_stream(
+    pipeline: &gst::Pipeline,
+    dir: &Path,
+    flavour: u8,
+    packet_size: usize,
+    stats_of: &str,
+) -> (Result<(), String>, gst::Structure) {
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let port = bound_port(&pipeline.by_name("src").unwrap());
+    let _tx = spead2_send(port, dir, flavour, packet_size);
+    let eos = run_to_eos(pipeline, Duration::from_secs(30));
+    let stats = pipeline
+        .by_name(stats_of)
+        .unwrap()
+        .property::<gst::Structure>("stats");
+    pipeline.set_state(gst::State::Null).unwrap();
+    (eos, stats)
+}
+
 /// The bytes an item carries: addressed bytes from the payload, or an immediate's
 /// low bytes (right-aligned, as spead2 puts a short value into a pointer).
 fn item_bytes(got: &Got, id: u64, len: usize) -> Option<Vec<u8>> {
@@ -209,16 +184,8 @@ fn item_bytes(got: &Got, id: u64, len: usize) -> Option<Vec<u8>> {
 fn check_stream(flavour: u8, packet_size: usize) {
     raise_rmem_max();
     let dir = temp_dir(&format!("recv-{flavour}-{packet_size}"));
-    let (pipeline, src, heaps) = receiver();
-    pipeline.set_state(gst::State::Playing).unwrap();
-    let port = bound_port(&src);
-    let _tx = spead2_send(port, &dir, flavour, packet_size);
-    let eos = run_to_eos(&pipeline, Duration::from_secs(30));
-    let depay_stats = pipeline
-        .by_name("depay")
-        .unwrap()
-        .property::<gst::Structure>("stats");
-    pipeline.set_state(gst::State::Null).unwrap();
+    let (pipeline, heaps) = receiver();
+    let (eos, depay_stats) = play_spead2_stream(&pipeline, &dir, flavour, packet_size, "depay");
     eos.unwrap_or_else(|e| {
         panic!("SPEAD-64-{flavour}/{packet_size}: the stop heap did not become EOS: {e}; {depay_stats}")
     });
@@ -313,30 +280,13 @@ fn speaddepay_speadpay_relays_a_spead2_stream_to_spead2() {
     register_depay();
     let dir = temp_dir("relay-expect");
     let out = temp_dir("relay-out");
-    let mut rx = Script::spawn(
-        "recv.py",
-        &["--out-dir", out.to_str().unwrap(), "--timeout", "60"],
-    );
-    let rx_port: u16 = rx.expect("ready", Duration::from_secs(60))["port"]
-        .parse()
-        .unwrap();
-    let pipeline = gst::parse::launch(&format!(
+    let (mut rx, rx_port) = spead2_receiver(&out, 60);
+    let pipeline = launch(&format!(
         "fhudpsrc name=src address=127.0.0.1 port=0 buffer-size=33554432 ! speaddepay \
          ! speadpay name=pay flavour=64-48 packet-size=8972 \
          ! fhudpsink host=127.0.0.1 port={rx_port} rate=2000000000"
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
-    pipeline.set_state(gst::State::Playing).unwrap();
-    let port = bound_port(&pipeline.by_name("src").unwrap());
-    let _tx = spead2_send(port, &dir, 48, 1472);
-    let eos = run_to_eos(&pipeline, Duration::from_secs(30));
-    let pay_stats = pipeline
-        .by_name("pay")
-        .unwrap()
-        .property::<gst::Structure>("stats");
-    pipeline.set_state(gst::State::Null).unwrap();
+    ));
+    let (eos, pay_stats) = play_spead2_stream(&pipeline, &dir, 48, 1472, "pay");
     eos.unwrap();
     assert_eq!(
         pay_stats.get::<u64>("heaps").unwrap(),
@@ -344,39 +294,28 @@ fn speaddepay_speadpay_relays_a_spead2_stream_to_spead2() {
         "{pay_stats}"
     );
     let want = expected(&dir);
-    let mut heaps = 0;
+    let r = collect(&mut rx, Duration::from_secs(60));
+    assert!(
+        r.last.starts_with("end"),
+        "no stop heap\n{}",
+        rx.transcript()
+    );
+    let sent = |&(cnt, id): &(u64, u64)| &want.items[cnt as usize - 1][&id];
     let mut checked = 0;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let line = rx
-            .line(deadline.saturating_duration_since(Instant::now()))
-            .unwrap_or_else(|| panic!("recv.py stopped\n{}", rx.transcript()));
-        let kv = interop_common::kv(&line);
-        match line.split_whitespace().next() {
-            Some("heap") => heaps += 1,
-            Some("item") => {
-                let cnt: usize = kv["cnt"].parse().unwrap();
-                let id = u64::from_str_radix(kv["id"].trim_start_matches("0x"), 16).unwrap();
-                let sent = &want.items[cnt - 1][&id];
-                if let Some(v) = kv.get("value") {
-                    let mut be = [0u8; 8];
-                    be[8 - sent.len()..].copy_from_slice(sent);
-                    assert_eq!(v.parse::<u64>().unwrap(), u64::from_be_bytes(be), "{id:#x}");
-                    checked += 1;
-                } else if id != 0x1002 {
-                    // (0x1002, a >u2 pair sent as an immediate, is decoded byte-swapped
-                    // by spead2 4.5.1's receiver whoever sends it: not compared.)
-                    let got = std::fs::read(unquote(&kv["file"])).unwrap();
-                    assert!(&got == sent, "heap {cnt} item {id:#x} differs");
-                    checked += 1;
-                }
-            }
-            Some("end") => break,
-            Some("timeout") => panic!("no stop heap\n{}", rx.transcript()),
-            _ => {}
-        }
+    for (key, v) in &r.ints {
+        let sent = sent(key);
+        let mut be = [0u8; 8];
+        be[8 - sent.len()..].copy_from_slice(sent);
+        assert_eq!(*v, u64::from_be_bytes(be), "{:#x}", key.1);
+        checked += 1;
     }
-    assert_eq!(heaps, HEAPS, "{}", rx.transcript());
+    // (0x1002, a >u2 pair sent as an immediate, is decoded byte-swapped by spead2
+    // 4.5.1's receiver whoever sends it: not compared.)
+    for (key, got) in r.arrays.iter().filter(|(key, _)| key.1 != 0x1002) {
+        assert!(got == sent(key), "heap {} item {:#x} differs", key.0, key.1);
+        checked += 1;
+    }
+    assert_eq!(r.heaps.len(), HEAPS, "{}", rx.transcript());
     assert_eq!(checked, HEAPS * 6, "{}", rx.transcript());
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&out);

@@ -9,15 +9,16 @@ use std::collections::BTreeSet;
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
-use firehose_chunk::{ChunkAssembler, ChunkConfig, FinishedChunk};
-use firehose_core::pool::SlotPool;
+use firehose_chunk::{ChunkConfig, FinishedChunk};
 use firehose_core::transport::{Engine, Received, Transport};
-use firehose_core::{HugepagePolicy, PacketInfo};
-use firehose_net::recv::{SocketConfig, UdpReceiver};
-use firehose_spead::chunk::{SpeadChunkConfig, SpeadChunkHandler};
-use firehose_spead::hostile::{self, Legit, LEGIT_ITEM, MAX_PACKET};
-use firehose_spead::reassembly::{Config, Heap, Reassembler};
-use firehose_spead::wire::{ids, Flavour};
+use firehose_core::PacketInfo;
+use firehose_net::recv::UdpReceiver;
+use firehose_spead::hostile::{Legit, MAX_PACKET};
+use firehose_spead::reassembly::Heap;
+use firehose_spead::wire::Flavour;
+
+mod common;
+use common::{heap_cnt_engine, intact_heaps, legit_intact, loopback, reassembler};
 
 /// Heaps in the stream: 8 chunks of 4.
 const HEAPS: u64 = 32;
@@ -31,24 +32,9 @@ fn legit() -> Legit {
 
 /// A receiver on 127.0.0.1 and its port.
 fn transport() -> (UdpReceiver, u16) {
-    let (rx, report) = UdpReceiver::open(
-        &SocketConfig {
-            address: "127.0.0.1".into(),
-            port: 0,
-            multicast_iface: None,
-            multicast_sources: Vec::new(),
-            // Holds the whole stream (~1 MiB of payload): nothing is lost while the
-            // test reads the other socket (SO_RCVBUFFORCE as root, as CI runs).
-            buffer_size: 16 << 20,
-            reuse: false,
-            gro: false,
-            timestamps: false,
-        },
-        PACKET,
-        16,
-        0,
-    )
-    .unwrap();
+    // Holds the whole stream (~1 MiB of payload): nothing is lost while the test reads
+    // the other socket.
+    let (rx, report) = UdpReceiver::open(&loopback(16 << 20, false), PACKET, 16, 0).unwrap();
     (rx, report.local.unwrap().port())
 }
 
@@ -100,12 +86,17 @@ fn feed<E: Engine>(
     out
 }
 
-#[test]
-fn two_transports_feed_one_chunk_engine() {
-    gst::init().unwrap();
+/// Sends the stream over two transports and feeds both to `engine` ([`feed`]).
+fn feed_both<E: Engine>(engine: &mut E) -> Vec<E::Output> {
     let (mut a, pa) = transport();
     let (mut b, pb) = transport();
     let sent = send(pa, pb);
+    feed(&mut [&mut a, &mut b], engine, sent)
+}
+
+#[test]
+fn two_transports_feed_one_chunk_engine() {
+    gst::init().unwrap();
     let cfg = ChunkConfig {
         slots_per_chunk: SPC,
         slot_size: HEAP_SIZE,
@@ -114,35 +105,16 @@ fn two_transports_feed_one_chunk_engine() {
         max_chunks: (HEAPS as usize).div_ceil(SPC),
         ..ChunkConfig::default()
     };
-    let pool = SlotPool::new(&cfg.pool_config(2 * cfg.max_chunks, HugepagePolicy::Off)).unwrap();
-    let handler = SpeadChunkHandler::new(SpeadChunkConfig {
-        place_item: ids::HEAP_CNT,
-        step: 1,
-        offset: 1,
-        slots_per_chunk: SPC as u64,
-        stop: true,
-    });
-    let mut engine = ChunkAssembler::new(cfg, Box::new(handler), pool).unwrap();
-    let chunks: Vec<FinishedChunk> = feed(&mut [&mut a, &mut b], &mut engine, sent);
-    let mut intact = BTreeSet::new();
+    let mut engine = heap_cnt_engine(cfg, true);
+    let chunks: Vec<FinishedChunk> = feed_both(&mut engine);
     for c in &chunks {
         assert_eq!(c.info.slots, SPC, "chunk {}", c.info.chunk_id);
-        for i in 0..c.info.slots {
-            assert!(
-                c.info.is_present(i),
-                "chunk {} slot {i} missing",
-                c.info.chunk_id
-            );
-            let cnt = c.info.chunk_id * SPC as u64 + i as u64 + 1;
-            assert!(
-                hostile::check_bytes(cnt, &c.slot.as_ref()[c.info.slot_range(i)]),
-                "heap {cnt} damaged"
-            );
-            intact.insert(cnt);
-        }
+        let missing: Vec<usize> = c.info.missing().collect();
+        assert!(missing.is_empty(), "chunk {}: {missing:?}", c.info.chunk_id);
     }
+    // Present, and every byte right.
     assert_eq!(
-        intact,
+        intact_heaps(&chunks),
         (1..=HEAPS).collect(),
         "every heap, from both transports"
     );
@@ -152,23 +124,11 @@ fn two_transports_feed_one_chunk_engine() {
 #[test]
 fn two_transports_feed_one_heap_reassembler() {
     gst::init().unwrap();
-    let (mut a, pa) = transport();
-    let (mut b, pb) = transport();
-    let sent = send(pa, pb);
-    let mut engine = Reassembler::new(&Config {
-        hugepages: HugepagePolicy::Off,
-        ..Config::default()
-    })
-    .unwrap();
-    let heaps: Vec<Heap> = feed(&mut [&mut a, &mut b], &mut engine, sent);
+    let heaps: Vec<Heap> = feed_both(&mut reassembler());
     let l = legit();
     let intact: BTreeSet<u64> = heaps
         .iter()
-        .filter(|h| {
-            h.info.complete
-                && h.info.item(LEGIT_ITEM).is_some()
-                && l.check(h.info.heap_cnt, &h.payload.map_readable().unwrap())
-        })
+        .filter(|h| legit_intact(&l, h))
         .map(|h| h.info.heap_cnt)
         .collect();
     assert_eq!(
@@ -183,11 +143,7 @@ fn two_transports_feed_one_heap_reassembler() {
 #[test]
 fn an_entry_outside_the_batch_is_counted_not_read() {
     gst::init().unwrap();
-    let mut engine = Reassembler::new(&Config {
-        hugepages: HugepagePolicy::Off,
-        ..Config::default()
-    })
-    .unwrap();
+    let mut engine = reassembler();
     let data = [0u8; 64];
     let bad = PacketInfo {
         offset: 60,

@@ -22,6 +22,7 @@ pub mod elementdoc;
 pub mod generate;
 pub mod netns;
 pub mod pattern;
+pub mod run;
 pub mod starterror;
 pub mod testsrc;
 

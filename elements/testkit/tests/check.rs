@@ -3,9 +3,12 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::{batch, init, packet, stat};
 use firehose_core::stats::{self, names};
 use firehose_core::{PacketBatchMeta, PacketInfo};
+use firehose_testkit::run;
 use gst::prelude::*;
 use gst_check::Harness;
 
@@ -178,32 +181,19 @@ fn pipeline_run(
     check_interval: u32,
 ) -> (Vec<gst::Structure>, gst::Element) {
     init();
-    let pipeline = gst::parse::launch(&format!(
+    let pipeline = run::launch(&format!(
         "fhtestsrc num-packets={sent} packet-size=512 batch-size=32 \
          ! queue ! fhcheck name=check expected-packets={expected} stats-interval={check_interval}"
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    ));
     let check = pipeline.by_name("check").unwrap();
     pipeline.set_state(gst::State::Playing).unwrap();
-    let bus = pipeline.bus().unwrap();
     let mut from_check = Vec::new();
-    loop {
-        let msg = bus
-            .timed_pop(gst::ClockTime::from_seconds(30))
-            .expect("the pipeline must reach EOS");
-        match msg.view() {
-            gst::MessageView::Eos(_) => break,
-            gst::MessageView::Error(e) => panic!("{} ({:?})", e.error(), e.debug()),
-            gst::MessageView::Element(e)
-                if stats::is_stats_message(&msg) && msg.src() == Some(check.upcast_ref()) =>
-            {
-                from_check.push(e.structure().unwrap().to_owned());
-            }
-            _ => {}
+    run::wait_end_with(&pipeline.bus().unwrap(), Duration::from_secs(60), |msg| {
+        if stats::is_stats_message(msg) && msg.src() == Some(check.upcast_ref()) {
+            from_check.push(msg.structure().unwrap().to_owned());
         }
-    }
+    })
+    .unwrap();
     pipeline.set_state(gst::State::Null).unwrap();
     (from_check, check)
 }
@@ -243,33 +233,26 @@ fn a_short_source_is_reported_as_loss_before_eos() {
 fn stats_are_posted_every_interval() {
     init();
     // 0.4 s of packets at 8 Mbit/s; both elements report every 50 ms.
-    let pipeline = gst::parse::launch(
+    let pipeline = run::launch(
         "fhtestsrc name=src num-packets=400 packet-size=1000 batch-size=10 rate=8000000 \
          stats-interval=50 ! fhcheck name=check stats-interval=50",
-    )
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    );
     let (src, check) = (
         pipeline.by_name("src").unwrap(),
         pipeline.by_name("check").unwrap(),
     );
-    pipeline.set_state(gst::State::Playing).unwrap();
-    let bus = pipeline.bus().unwrap();
     let (mut from_src, mut from_check) = (0, 0);
-    while let Some(msg) = bus.timed_pop(gst::ClockTime::from_seconds(30)) {
-        match msg.view() {
-            gst::MessageView::Eos(_) => break,
-            gst::MessageView::Element(_) if stats::is_stats_message(&msg) => {
-                if msg.src() == Some(src.upcast_ref()) {
-                    from_src += 1;
-                } else if msg.src() == Some(check.upcast_ref()) {
-                    from_check += 1;
-                }
+    pipeline.set_state(gst::State::Playing).unwrap();
+    run::wait_end_with(&pipeline.bus().unwrap(), Duration::from_secs(30), |msg| {
+        if stats::is_stats_message(msg) {
+            if msg.src() == Some(src.upcast_ref()) {
+                from_src += 1;
+            } else if msg.src() == Some(check.upcast_ref()) {
+                from_check += 1;
             }
-            _ => {}
         }
-    }
+    })
+    .unwrap();
     pipeline.set_state(gst::State::Null).unwrap();
     assert!(
         (4..=12).contains(&from_src),

@@ -5,33 +5,40 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{init, stat, within};
+use common::{init, stat};
 use firehose_core::stats::names;
 use firehose_core::{caps, gstmem, PacketBatchMeta};
-use firehose_testkit::pattern;
+use firehose_testkit::{pattern, run};
 use gst::prelude::*;
 use gst_check::Harness;
 
-fn source(props: &[(&str, &dyn ToValue)]) -> Harness {
+/// A playing harness around an `fhtestsrc` with `props` (as in `gst-launch-1.0`:
+/// `packet-size=100 batch-size=7`).
+fn source(props: &str) -> Harness {
     // The harness's sink asks for packet batches, as a Firehose consumer does, unless
     // the test chose the output.
-    let batches = !props.iter().any(|(k, _)| *k == "output");
+    let batches = !props.contains("output=");
     play(&source_element(props), batches)
 }
 
 /// An `fhtestsrc` with `props`, not yet in a harness.
-fn source_element(props: &[(&str, &dyn ToValue)]) -> gst::Element {
+fn source_element(props: &str) -> gst::Element {
     init();
-    let src = gst::ElementFactory::make("fhtestsrc").build().unwrap();
-    for (name, value) in props {
-        src.set_property_from_value(name, &value.to_value());
-    }
-    src
+    gst::parse::launch(&format!("fhtestsrc {props}"))
+        .unwrap()
+        .downcast::<gst::Element>()
+        .unwrap()
 }
 
 /// A playing harness around `src`, whose sink asks for packet batches if `batches`.
 fn play(src: &gst::Element, batches: bool) -> Harness {
+    play_with(src, batches, |_| {})
+}
+
+/// [`play`], `setup` done to the harness before it plays.
+fn play_with(src: &gst::Element, batches: bool, setup: impl FnOnce(&mut Harness)) -> Harness {
     let mut h = Harness::with_element(src, None, Some("src"));
+    setup(&mut h);
     if batches {
         h.set_sink_caps(caps::packets_caps());
     }
@@ -39,18 +46,31 @@ fn play(src: &gst::Element, batches: bool) -> Harness {
     h
 }
 
+/// Stops `src` (PLAYING → NULL) while it waits in `what`, which must interrupt the wait
+/// rather than sit it out.
+fn stops_promptly(src: gst::Element, what: &str) {
+    let t = Instant::now();
+    run::within(
+        Duration::from_secs(60),
+        &format!("PLAYING -> NULL {what}"),
+        move || {
+            src.set_state(gst::State::Null).unwrap();
+        },
+    );
+    assert!(
+        // Interrupted, not waited out: the wait would last minutes (or for ever); the
+        // bound leaves a loaded machine plenty.
+        t.elapsed() < Duration::from_secs(30),
+        "stop {what} took {:?}",
+        t.elapsed()
+    );
+}
+
 #[test]
 fn a_stock_consumer_gets_one_buffer_per_packet() {
-    init();
-    let src = gst::ElementFactory::make("fhtestsrc")
-        .property("packet-size", 100u32)
-        .property("batch-size", 7u32)
-        .property("num-packets", 20u64)
-        .build()
-        .unwrap();
+    let src = source_element("packet-size=100 batch-size=7 num-packets=20");
     // The harness's sink answers ANY, as filesink and appsink do.
-    let mut h = Harness::with_element(&src, None, Some("src"));
-    h.play();
+    let mut h = play(&src, false);
     let mut seq = 0u64;
     while let Some(buf) = h.pull_until_eos().unwrap() {
         assert!(buf.meta::<PacketBatchMeta>().is_none());
@@ -68,11 +88,7 @@ fn a_stock_consumer_gets_one_buffer_per_packet() {
 
 #[test]
 fn batches_hold_verifiable_packets_listed_by_the_meta() {
-    let mut h = source(&[
-        ("packet-size", &100u32),
-        ("batch-size", &7u32),
-        ("first-seq", &1000u64),
-    ]);
+    let mut h = source("packet-size=100 batch-size=7 first-seq=1000");
     let now_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -121,12 +137,7 @@ fn batches_hold_verifiable_packets_listed_by_the_meta() {
 
 #[test]
 fn num_packets_ends_in_eos_with_the_exact_count() {
-    let mut h = source(&[
-        ("packet-size", &64u32),
-        ("batch-size", &64u32),
-        ("num-packets", &1000u64),
-        ("first-seq", &5u64),
-    ]);
+    let mut h = source("packet-size=64 batch-size=64 num-packets=1000 first-seq=5");
     let mut next = 5u64;
     let mut sizes = Vec::new();
     while let Some(buf) = h.pull_until_eos().unwrap() {
@@ -154,12 +165,7 @@ fn rate_is_met_over_a_second() {
     // 1000 packets take 0.99 s (the first batch leaves at once). Timed where the source
     // pushes, not where the test pulls (the harness queues): start-up is left out, and
     // a stall mid-stream is caught up by the pacer, so only one at the very end counts.
-    let src = source_element(&[
-        ("packet-size", &1000u32),
-        ("batch-size", &10u32),
-        ("rate", &8_000_000u64),
-        ("num-packets", &1000u64),
-    ]);
+    let src = source_element("packet-size=1000 batch-size=10 rate=8000000 num-packets=1000");
     let pushed = Arc::new(Mutex::new(Vec::with_capacity(100)));
     let probe_pushed = pushed.clone();
     src.static_pad("src")
@@ -200,41 +206,22 @@ fn rate_is_met_over_a_second() {
 #[test]
 fn unlock_interrupts_a_long_pacing_sleep() {
     // At 1 kbit/s the second 64 KiB batch is due after ~8 minutes.
-    let mut h = source(&[
-        ("packet-size", &65507u32),
-        ("batch-size", &1u32),
-        ("rate", &1000u64),
-    ]);
+    let mut h = source("packet-size=65507 batch-size=1 rate=1000");
     h.pull().unwrap();
     std::thread::sleep(Duration::from_millis(100)); // let it fall asleep
-    let src = h.element().unwrap();
-    let t = Instant::now();
-    within(
-        Duration::from_secs(60),
-        "PLAYING -> NULL while pacing",
-        move || {
-            src.set_state(gst::State::Null).unwrap();
-        },
-    );
-    assert!(
-        // Interrupted, not waited out: the wait would last minutes (or for ever); the
-        // bound leaves a loaded machine plenty.
-        t.elapsed() < Duration::from_secs(30),
-        "stop took {:?}",
-        t.elapsed()
-    );
+    stops_promptly(h.element().unwrap(), "while pacing");
 }
 
 #[test]
 fn unlock_interrupts_a_wait_for_a_pool_slot() {
     // Nobody pulls, so the harness holds every batch and the pool runs dry.
-    let h = source(&[("packet-size", &1000u32), ("batch-size", &4u32)]);
+    let h = source("packet-size=1000 batch-size=4");
     let src = h.element().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while stat(&src, names::POOL_EXHAUSTED) == 0 {
-        assert!(Instant::now() < deadline, "the pool never ran dry");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    run::wait_until(
+        Duration::from_secs(10),
+        || "the pool never ran dry".into(),
+        || stat(&src, names::POOL_EXHAUSTED) > 0,
+    );
     let slots = stat(&src, names::POOL_SLOTS);
     assert_eq!(
         stat(&src, names::POOL_IN_USE),
@@ -242,21 +229,7 @@ fn unlock_interrupts_a_wait_for_a_pool_slot() {
         "waiting, not dropping"
     );
     assert_eq!(stat(&src, names::BATCHES), slots);
-    let t = Instant::now();
-    within(
-        Duration::from_secs(60),
-        "PLAYING -> NULL on an empty pool",
-        move || {
-            src.set_state(gst::State::Null).unwrap();
-        },
-    );
-    assert!(
-        // Interrupted, not waited out: the wait would last minutes (or for ever); the
-        // bound leaves a loaded machine plenty.
-        t.elapsed() < Duration::from_secs(30),
-        "stop took {:?}",
-        t.elapsed()
-    );
+    stops_promptly(src, "on an empty pool");
     drop(h);
 }
 
@@ -264,13 +237,12 @@ fn unlock_interrupts_a_wait_for_a_pool_slot() {
 fn playing_to_null_at_full_speed_never_hangs() {
     init();
     for i in 0..20u64 {
-        let pipeline = gst::parse::launch(
+        let pipeline = run::launch(
             "fhtestsrc packet-size=1472 batch-size=64 ! queue max-size-buffers=4 ! fhcheck",
-        )
-        .unwrap();
+        );
         pipeline.set_state(gst::State::Playing).unwrap();
         std::thread::sleep(Duration::from_millis(5 + 7 * (i % 5)));
-        within(
+        run::within(
             Duration::from_secs(60),
             "PLAYING -> NULL at full speed",
             move || {
@@ -283,26 +255,10 @@ fn playing_to_null_at_full_speed_never_hangs() {
 #[test]
 fn oversized_batches_fail_at_start_with_a_fix() {
     init();
-    let src = gst::ElementFactory::make("fhtestsrc")
-        .property("packet-size", 65507u32)
-        .property("batch-size", 65536u32)
-        .build()
-        .unwrap();
-    let pipeline = gst::Pipeline::new();
-    let sink = gst::ElementFactory::make("fakesink").build().unwrap();
-    pipeline.add_many([&src, &sink]).unwrap();
-    src.link(&sink).unwrap();
-    assert!(pipeline.set_state(gst::State::Playing).is_err());
-    let bus = pipeline.bus().unwrap();
-    let msg = bus
-        .timed_pop_filtered(gst::ClockTime::from_seconds(5), &[gst::MessageType::Error])
-        .expect("an error message");
-    let gst::MessageView::Error(err) = msg.view() else {
-        unreachable!()
-    };
-    let text = format!("{} {:?}", err.error(), err.debug());
+    let text = run::refused_start(&run::launch(
+        "fhtestsrc packet-size=65507 batch-size=65536 ! fakesink",
+    ));
     assert!(text.contains("batch-size"), "{text}");
-    pipeline.set_state(gst::State::Null).unwrap();
 }
 
 /// Downstream proposes shared segments (as `fhshmsink` does): the pool is cut from them
@@ -312,19 +268,11 @@ fn oversized_batches_fail_at_start_with_a_fix() {
 fn batches_are_generated_in_the_memory_downstream_proposes() {
     use firehose_core::provider::SharedSegment;
     use firehose_core::MemoryKind;
-    init();
-    let src = gst::ElementFactory::make("fhtestsrc")
-        .property("packet-size", 64u32)
-        .property("batch-size", 4u32)
-        .property("num-packets", 8u64)
-        .property("fill-payload", false)
-        .build()
-        .unwrap();
-    let mut h = Harness::with_element(&src, None, Some("src"));
-    let provider = std::sync::Arc::new(SharedSegment::new("fhtestsrc-test"));
-    firehose_core::alloc::propose_on(&h.sinkpad().unwrap(), provider);
-    h.set_sink_caps(caps::packets_caps());
-    h.play();
+    let src = source_element("packet-size=64 batch-size=4 num-packets=8 fill-payload=false");
+    let mut h = play_with(&src, true, |h| {
+        let provider = std::sync::Arc::new(SharedSegment::new("fhtestsrc-test"));
+        firehose_core::alloc::propose_on(&h.sinkpad().unwrap(), provider);
+    });
     let mut seq = 0u64;
     while let Some(buf) = h.pull_until_eos().unwrap() {
         assert_eq!(gstmem::buffer_memory_kind(&buf), Some(MemoryKind::Shared));

@@ -8,7 +8,6 @@
 //! AF_XDP), as `xdpsrc.rs`.
 
 use std::collections::BTreeSet;
-use std::net::UdpSocket;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,25 +69,32 @@ fn receiver(pair: &VethPair) -> XdpReceiver {
 /// Sends the stream from the namespace, one datagram per send, paced so that the
 /// UMEM (4096 frames) never fills while a debug build feeds the engine.
 fn send(pair: &VethPair) -> u64 {
-    let (from, to) = (pair.peer_ip, pair.host_ip);
-    pair.in_ns(move || {
-        let l = legit();
-        let tx = UdpSocket::bind((from, 0)).unwrap();
-        let mut buf = vec![0u8; MAX_PACKET];
-        let mut sent = 0u64;
-        for cnt in 1..=HEAPS {
-            for k in 0..l.packets_per_heap() {
-                let n = l.packet(cnt, k, &mut buf);
-                tx.send_to(&buf[..n], (to, PORT)).unwrap();
-                sent += 1;
-                if sent.is_multiple_of(32) {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
+    let l = legit();
+    let tx = firehose_testkit::run::peer_socket(pair);
+    let mut buf = vec![0u8; MAX_PACKET];
+    let mut sent = 0u64;
+    for cnt in 1..=HEAPS {
+        for k in 0..l.packets_per_heap() {
+            let n = l.packet(cnt, k, &mut buf);
+            tx.send_to(&buf[..n], (pair.host_ip, PORT)).unwrap();
+            sent += 1;
+            if sent.is_multiple_of(32) {
+                std::thread::sleep(Duration::from_millis(1));
             }
         }
-        sent
-    })
-    .unwrap()
+    }
+    sent
+}
+
+/// A fresh veth pair (`tag`) with an AF_XDP receive loop on its host end, and the
+/// stream sent to it: the pair (which must outlive the loop), the loop, and how many
+/// datagrams were sent.
+fn stream_sent(tag: &str) -> (VethPair, XdpReceiver, u64) {
+    let pair = VethPair::create(tag).expect("needs root and iproute2");
+    pair.pin_host_neighbour().unwrap();
+    let rx = receiver(&pair);
+    let sent = send(&pair);
+    (pair, rx, sent)
 }
 
 /// One batch of `rx` fed to `engine` where the kernel put it; true once the engine
@@ -133,10 +139,7 @@ fn feed<E: Engine>(rx: &mut XdpReceiver, engine: &mut E, expected: u64) -> Vec<E
 
 #[test]
 fn the_heap_reassembler_takes_batches_where_af_xdp_put_them() {
-    let pair = VethPair::create("ip").expect("needs root and iproute2");
-    pair.pin_host_neighbour().unwrap();
-    let mut rx = receiver(&pair);
-    let sent = send(&pair);
+    let (_pair, mut rx, sent) = stream_sent("ip");
     let mut engine = Reassembler::new(&Config {
         hugepages: HugepagePolicy::Off,
         ..Config::default()
@@ -161,10 +164,7 @@ fn the_heap_reassembler_takes_batches_where_af_xdp_put_them() {
 #[test]
 fn the_chunk_engine_takes_batches_where_af_xdp_put_them() {
     gst::init().unwrap();
-    let pair = VethPair::create("ic").expect("needs root and iproute2");
-    pair.pin_host_neighbour().unwrap();
-    let mut rx = receiver(&pair);
-    let sent = send(&pair);
+    let (_pair, mut rx, sent) = stream_sent("ic");
     let cfg = ChunkConfig {
         slots_per_chunk: SPC,
         slot_size: HEAP_SIZE,

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{mpsc, Arc, Once};
+use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
 use firehose_core::batch::for_each_packet;
@@ -15,6 +15,7 @@ use firehose_spead::heap::{HeapMeta, ItemValue};
 use firehose_spead::send::{Item, PacketConfig};
 use firehose_spead::wire::Flavour;
 use firehose_testkit::netns::VethPair;
+use firehose_testkit::run;
 use gst::prelude::*;
 use gst_check::Harness;
 
@@ -59,6 +60,16 @@ fn xdp_attached(ifname: &str) -> bool {
     text.contains("xdp") || text.contains("prog/xdp")
 }
 
+/// Waits (10 s at most) until an XDP program is attached to `ifname`: the element
+/// attaches it once it is playing.
+fn wait_attached(ifname: &str) {
+    run::wait_until(
+        Duration::from_secs(10),
+        || format!("no XDP program on {ifname}"),
+        || xdp_attached(ifname),
+    );
+}
+
 /// Whether the program is gone from `ifname` within 10 s of the element closing its
 /// link. Not at once: a test running in parallel that spawns a process (`ip`) forks
 /// this one, and the child holds a copy of every descriptor, the BPF link's included,
@@ -94,6 +105,14 @@ fn pull(h: &mut Harness) -> gst::Buffer {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// A fresh veth pair (`tag`) whose namespace end knows the host end's MAC: the XDP
+/// program takes the frames off the host interface, where no kernel answers ARP.
+fn pinned_pair(tag: &str) -> VethPair {
+    let pair = VethPair::create(tag).expect("needs root and iproute2");
+    pair.pin_host_neighbour().unwrap();
+    pair
 }
 
 fn xdp_harness(pair: &VethPair, port: u16, props: &[(&str, &str)]) -> Harness {
@@ -139,32 +158,27 @@ fn send_paced(
     per_ms: u32,
     progress: Option<Arc<AtomicU32>>,
 ) {
-    let (from, to) = (pair.peer_ip, pair.host_ip);
-    pair.in_ns(move || {
-        let s = UdpSocket::bind((from, 0)).unwrap();
-        // One deadline for the whole send: a consumer that stopped for good lets the
-        // rest go unpaced, and the test's own check reports it.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        for seq in 0..n {
-            if let Some(seen) = &progress {
-                while seq > seen.load(Ordering::Relaxed) + 64 && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            }
-            s.send_to(&payload(seq, len), (to, port)).unwrap();
-            if seq % per_ms == per_ms - 1 {
+    let s = run::peer_socket(pair);
+    // One deadline for the whole send: a consumer that stopped for good lets the rest
+    // go unpaced, and the test's own check reports it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for seq in 0..n {
+        if let Some(seen) = &progress {
+            while seq > seen.load(Ordering::Relaxed) + 64 && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
-    })
-    .unwrap();
+        s.send_to(&payload(seq, len), (pair.host_ip, port)).unwrap();
+        if seq % per_ms == per_ms - 1 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 }
 
 fn stream_test(mode: &str, extra: &[(&str, &str)]) {
     const N: u32 = 3000;
     const LEN: usize = 1472;
-    let pair = VethPair::create("x").expect("needs root and iproute2");
-    pair.pin_host_neighbour().unwrap();
+    let pair = pinned_pair("x");
     let port = 7300;
     let mut props = vec![("mode", mode), ("stats-interval", "0")];
     props.extend_from_slice(extra);
@@ -286,15 +300,12 @@ fn jumbo_stream(mode: &str, mtu: u32, len: usize, n: u32, props: &str) {
     pair.set_mtu(mtu).unwrap();
     pair.pin_host_neighbour().unwrap();
     let port = 7310;
-    let pipeline = gst::parse::launch(&format!(
+    let pipeline = run::launch(&format!(
         "fhxdpsrc name=src interface={} port={port} mode={mode} hugepages=off {props} \
          stats-interval=0 ! {} ! fakesink name=sink sync=false async=false",
         pair.host_if,
         firehose_core::caps::packets_caps()
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    ));
     let el = pipeline.by_name("src").unwrap();
     let seen = Arc::new(std::sync::Mutex::new(Seen::default()));
     let probe_seen = seen.clone();
@@ -327,11 +338,7 @@ fn jumbo_stream(mode: &str, mtu: u32, len: usize, n: u32, props: &str) {
             gst::PadProbeReturn::Ok
         });
     pipeline.set_state(gst::State::Playing).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !xdp_attached(&pair.host_if) {
-        assert!(Instant::now() < deadline, "program attached while playing");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_attached(&pair.host_if);
     send_paced(&pair, port, n, len, 2, Some(progress));
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -385,8 +392,7 @@ fn jumbo_frames_arrive_whole_in_native_mode() {
 /// runs only with batches, and none comes while starved).
 #[test]
 fn kernel_drops_show_while_starved() {
-    let pair = VethPair::create("k").expect("needs root and iproute2");
-    pair.pin_host_neighbour().unwrap();
+    let pair = pinned_pair("k");
     let port = 7320;
     let h = xdp_harness(
         &pair,
@@ -495,12 +501,7 @@ fn other_traffic_still_reaches_the_kernel() {
 /// Starts a pipeline with a configured fhxdpsrc; returns the start error's message.
 fn start_error(props: &[(&str, &str)]) -> String {
     init();
-    let src = gst::ElementFactory::make("fhxdpsrc").build().unwrap();
-    src.set_property_from_str("hugepages", "off");
-    for (k, v) in props {
-        src.set_property_from_str(k, v);
-    }
-    let text = firehose_testkit::starterror::source_start_error(&src);
+    let text = run::start_error("fhxdpsrc", &[&[("hugepages", "off")], props].concat());
     eprintln!("{props:?}: {text}");
     text
 }
@@ -522,29 +523,37 @@ fn frame_size_still_sets_slot_size() {
 
 #[test]
 fn start_errors_say_cause_and_fix() {
-    let e = start_error(&[("interface", "fhnosuch0")]);
-    assert!(
-        e.contains("no network interface named") && e.contains("ip link"),
-        "{e}"
-    );
-    let e = start_error(&[]);
-    assert!(e.contains("set interface="), "{e}");
-    let e = start_error(&[("interface", "lo"), ("port", "0")]);
-    assert!(e.contains("port=0"), "{e}");
-    let e = start_error(&[("interface", "lo"), ("queue", "7")]);
-    assert!(e.contains("queue 7 is out of range"), "{e}");
-    let e = start_error(&[
-        ("interface", "lo"),
-        ("hugepages", "require"),
-        ("frames", "1048576"),
-    ]);
-    assert!(e.contains("/proc/sys/vm/nr_hugepages"), "{e}");
-    // lo's driver has no native XDP; nothing may stay attached after the failure.
-    let e = start_error(&[("interface", "lo"), ("mode", "native")]);
-    assert!(
-        e.contains("mode=native") && e.contains("mode=generic"),
-        "{e}"
-    );
+    // (properties, what the error says)
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str]);
+    let cases: [Case; 6] = [
+        (
+            &[("interface", "fhnosuch0")],
+            &["no network interface named", "ip link"],
+        ),
+        (&[], &["set interface="]),
+        (&[("interface", "lo"), ("port", "0")], &["port=0"]),
+        (
+            &[("interface", "lo"), ("queue", "7")],
+            &["queue 7 is out of range"],
+        ),
+        (
+            &[
+                ("interface", "lo"),
+                ("hugepages", "require"),
+                ("frames", "1048576"),
+            ],
+            &["/proc/sys/vm/nr_hugepages"],
+        ),
+        // lo's driver has no native XDP; nothing may stay attached after the failure.
+        (
+            &[("interface", "lo"), ("mode", "native")],
+            &["mode=native", "mode=generic"],
+        ),
+    ];
+    for (props, says) in cases {
+        let e = start_error(props);
+        assert!(says.iter().all(|s| e.contains(s)), "{props:?}: {e}");
+    }
     assert!(!xdp_attached("lo"));
 
     let pair = VethPair::create("e").expect("needs root and iproute2");
@@ -566,32 +575,40 @@ type Heaps = Vec<(u64, Vec<(u64, Vec<u8>)>)>;
 const HEAPS: u64 = 20;
 const ITEM: usize = 32 << 10;
 
-fn spead_packets() -> Vec<Vec<u8>> {
+/// The packets (of up to 1472 bytes) of heap `cnt` holding `items`.
+fn heap_packets(cnt: u64, items: &[Item]) -> Vec<Vec<u8>> {
     let cfg = PacketConfig::new(Flavour::SPEAD_64_48, 1472).unwrap();
+    let mut heap = cfg.heap(cnt, items).unwrap();
+    let mut buf = vec![0u8; cfg.packet_size()];
+    std::iter::from_fn(|| heap.write_next(&mut buf).map(|n| buf[..n].to_vec())).collect()
+}
+
+/// The stream: HEAPS heaps of an immediate and an ITEM-byte item, then a stop heap.
+fn spead_packets() -> Vec<Vec<u8>> {
     let mut out = vec![];
-    let mut scratch = vec![0u8; 1472];
-    let data: Vec<Vec<u8>> = (1..=HEAPS)
-        .map(|cnt| {
-            (0..ITEM)
-                .map(|i| (cnt as usize * 31 + i * 7) as u8)
-                .collect()
-        })
-        .collect();
-    for cnt in 1..=HEAPS + 1 {
-        let items = if cnt <= HEAPS {
-            vec![
-                Item::immediate(0x1600, cnt),
-                Item::bytes(0x1000, &data[cnt as usize - 1]),
-            ]
-        } else {
-            vec![Item::stop()]
-        };
-        let mut heap = cfg.heap(cnt, &items).unwrap();
-        while let Some(n) = heap.write_next(&mut scratch) {
-            out.push(scratch[..n].to_vec());
+    for cnt in 1..=HEAPS {
+        let data: Vec<u8> = (0..ITEM)
+            .map(|i| (cnt as usize * 31 + i * 7) as u8)
+            .collect();
+        out.extend(heap_packets(
+            cnt,
+            &[Item::immediate(0x1600, cnt), Item::bytes(0x1000, &data)],
+        ));
+    }
+    out.extend(heap_packets(HEAPS + 1, &[Item::stop()]));
+    out
+}
+
+/// Sends `packets` from the namespace to `port` on the host end, pausing a millisecond
+/// after every 32.
+fn send_datagrams(pair: &VethPair, port: u16, packets: Vec<Vec<u8>>) {
+    let s = run::peer_socket(pair);
+    for (k, p) in packets.iter().enumerate() {
+        s.send_to(p, (pair.host_ip, port)).unwrap();
+        if k % 32 == 31 {
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
-    out
 }
 
 /// Runs `desc` (a source named `src` ! speaddepay ! fakesink name=sink), sends the
@@ -604,6 +621,18 @@ fn heaps_through(pair: &VethPair, desc: &str, port: u16) -> Heaps {
     .iter()
     .map(heap_of)
     .collect()
+}
+
+/// The heaps of the SPEAD stream sent to `port` on `pair`'s host end through the
+/// kernel: `fhudpsrc ! speaddepay`, what the AF_XDP paths must give.
+fn udp_heaps(pair: &VethPair, port: u16) -> Heaps {
+    let desc = format!(
+        "fhudpsrc name=src address={} port={port} hugepages=off",
+        pair.host_ip
+    );
+    let heaps = heaps_through(pair, &desc, port);
+    assert_eq!(heaps.len() as u64, HEAPS);
+    heaps
 }
 
 /// A heap buffer as (cnt, [(item id, value bytes)]).
@@ -635,43 +664,12 @@ fn buffers_through(
     check: impl FnOnce(&gst::Structure),
 ) -> Vec<gst::Buffer> {
     init();
-    let pipeline = gst::parse::launch(&format!(
-        "{desc} ! fakesink name=sink signal-handoffs=true sync=false"
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
-    let (tx, rx) = mpsc::channel::<gst::Buffer>();
-    pipeline
-        .by_name("sink")
-        .unwrap()
-        .connect("handoff", false, move |args| {
-            let _ = tx.send(args[1].get::<gst::Buffer>().unwrap());
-            None
-        });
+    let pipeline = run::launch(&format!("{desc} ! fakesink name=sink sync=false"));
+    let rx = run::handoffs(&pipeline, "sink");
     pipeline.set_state(gst::State::Playing).unwrap();
-    let packets = spead_packets();
-    let (from, to) = (pair.peer_ip, pair.host_ip);
-    pair.in_ns(move || {
-        let s = UdpSocket::bind((from, 0)).unwrap();
-        for (k, p) in packets.iter().enumerate() {
-            s.send_to(p, (to, port)).unwrap();
-            if k % 32 == 31 {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-    })
-    .unwrap();
-    let bus = pipeline.bus().unwrap();
-    let msg = bus
-        .timed_pop_filtered(
-            gst::ClockTime::from_seconds(20),
-            &[gst::MessageType::Eos, gst::MessageType::Error],
-        )
-        .expect("EOS from the stop heap");
-    if let gst::MessageView::Error(e) = msg.view() {
-        panic!("{} ({:?})", e.error(), e.debug());
-    }
+    send_datagrams(pair, port, spead_packets());
+    run::wait_end(&pipeline.bus().unwrap(), Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("before the stop heap's EOS: {e}"));
     let stats = pipeline
         .by_name("src")
         .unwrap()
@@ -683,16 +681,8 @@ fn buffers_through(
 
 #[test]
 fn spead_over_xdp_reassembles_like_fhudpsrc() {
-    let pair = VethPair::create("s").expect("needs root and iproute2");
-    pair.pin_host_neighbour().unwrap();
-    let udp = heaps_through(
-        &pair,
-        &format!(
-            "fhudpsrc name=src address={} port=7330 hugepages=off",
-            pair.host_ip
-        ),
-        7330,
-    );
+    let pair = pinned_pair("s");
+    let udp = udp_heaps(&pair, 7330);
     let xdp = heaps_through(
         &pair,
         &format!(
@@ -701,7 +691,6 @@ fn spead_over_xdp_reassembles_like_fhudpsrc() {
         ),
         7331,
     );
-    assert_eq!(udp.len() as u64, HEAPS);
     assert_eq!(
         udp.iter().map(|h| h.0).collect::<Vec<_>>(),
         (1..=HEAPS).collect::<Vec<_>>()
@@ -720,16 +709,8 @@ fn spead_over_xdp_reassembles_like_fhudpsrc() {
 /// the program goes at stop.
 #[test]
 fn fhspeadsrc_over_af_xdp_reassembles_like_fhudpsrc() {
-    let pair = VethPair::create("h").expect("needs root and iproute2");
-    pair.pin_host_neighbour().unwrap();
-    let udp = heaps_through(
-        &pair,
-        &format!(
-            "fhudpsrc name=src address={} port=7333 hugepages=off",
-            pair.host_ip
-        ),
-        7333,
-    );
+    let pair = pinned_pair("h");
+    let udp = udp_heaps(&pair, 7333);
     let desc = format!(
         "fhspeadsrc name=src max-heap-size=1048576 hugepages=off \
          transport=\"fhxdpsrc interface={} port=7334 mode=generic hugepages=off\"",
@@ -746,7 +727,6 @@ fn fhspeadsrc_over_af_xdp_reassembles_like_fhudpsrc() {
     .iter()
     .map(heap_of)
     .collect();
-    assert_eq!(udp.len() as u64, HEAPS);
     assert!(
         composed == udp,
         "fhspeadsrc over AF_XDP differs from fhudpsrc ! speaddepay"
@@ -760,70 +740,30 @@ fn fhspeadsrc_over_af_xdp_reassembles_like_fhudpsrc() {
 #[test]
 fn an_eos_on_fhspeadsrc_over_af_xdp_pushes_every_heap_received() {
     init();
-    let pair = VethPair::create("q").expect("needs root and iproute2");
-    pair.pin_host_neighbour().unwrap();
-    let pipeline = gst::parse::launch(&format!(
+    let pair = pinned_pair("q");
+    let pipeline = run::launch(&format!(
         "fhspeadsrc name=src max-heap-size=1048576 hugepages=off \
          transport=\"fhxdpsrc interface={} port=7336 mode=generic hugepages=off\" \
-         ! fakesink name=sink signal-handoffs=true sync=false",
+         ! fakesink name=sink sync=false",
         pair.host_if
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
-    let (tx, rx) = mpsc::channel::<gst::Buffer>();
-    pipeline
-        .by_name("sink")
-        .unwrap()
-        .connect("handoff", false, move |args| {
-            let _ = tx.send(args[1].get::<gst::Buffer>().unwrap());
-            None
-        });
+    ));
+    let rx = run::handoffs(&pipeline, "sink");
     pipeline.set_state(gst::State::Playing).unwrap();
     // Every heap but the stop heap: nothing in the stream ends it.
     let mut packets = spead_packets();
-    let cfg = PacketConfig::new(Flavour::SPEAD_64_48, 1472).unwrap();
-    let stop_items = [Item::stop()];
-    let mut stop_heap = cfg.heap(HEAPS + 1, &stop_items).unwrap();
-    let mut scratch = vec![0u8; 1472];
-    let mut stop = 0;
-    while stop_heap.write_next(&mut scratch).is_some() {
-        stop += 1;
-    }
+    let stop = heap_packets(HEAPS + 1, &[Item::stop()]).len();
     packets.truncate(packets.len() - stop);
     let sent = packets.len() as u64;
-    let (from, to) = (pair.peer_ip, pair.host_ip);
-    pair.in_ns(move || {
-        let s = UdpSocket::bind((from, 0)).unwrap();
-        for (k, p) in packets.iter().enumerate() {
-            s.send_to(p, (to, 7336)).unwrap();
-            if k % 32 == 31 {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-    })
-    .unwrap();
+    send_datagrams(&pair, 7336, packets);
     let src = pipeline.by_name("src").unwrap();
     // Wait until the element has taken every datagram, then end the stream.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while field(&src.property::<gst::Structure>("stats"), names::DATAGRAMS) < sent {
-        assert!(
-            Instant::now() < deadline,
-            "{}",
-            src.property::<gst::Structure>("stats")
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(pipeline.send_event(gst::event::Eos::new()));
-    let msg = pipeline
-        .bus()
-        .unwrap()
-        .timed_pop_filtered(
-            gst::ClockTime::from_seconds(10),
-            &[gst::MessageType::Eos, gst::MessageType::Error],
-        )
-        .expect("EOS after the application's EOS");
-    assert!(matches!(msg.view(), gst::MessageView::Eos(_)), "{msg:?}");
+    run::wait_until(
+        Duration::from_secs(20),
+        || stats(&src).to_string(),
+        || field(&stats(&src), names::DATAGRAMS) >= sent,
+    );
+    run::end_stream(&pipeline, Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("EOS after the application's EOS, not {e}"));
     pipeline.set_state(gst::State::Null).unwrap();
     let heaps: Vec<u64> = rx.try_iter().map(|b| heap_of(&b).0).collect();
     assert_eq!(
@@ -837,8 +777,7 @@ fn an_eos_on_fhspeadsrc_over_af_xdp_pushes_every_heap_received() {
 /// every heap's item lands in its slot, byte-exact.
 #[test]
 fn fhudpchunksrc_over_af_xdp_places_every_heap() {
-    let pair = VethPair::create("c").expect("needs root and iproute2");
-    pair.pin_host_neighbour().unwrap();
+    let pair = pinned_pair("c");
     let desc = format!(
         "fhudpchunksrc name=src handler=spead slots-per-chunk=4 slot-size={ITEM} \
          memory=system transport=\"fhxdpsrc interface={} port=7335 mode=generic \
@@ -882,8 +821,7 @@ fn fhudpchunksrc_over_af_xdp_places_every_heap() {
 fn batches_are_copied_once_into_the_memory_downstream_proposes() {
     use firehose_core::provider::SharedSegment;
     use firehose_core::MemoryKind;
-    let pair = VethPair::create("c").expect("needs root and iproute2");
-    pair.pin_host_neighbour().unwrap();
+    let pair = pinned_pair("c");
     let port = 7302;
     init();
     let mut h = Harness::new("fhxdpsrc");
@@ -926,59 +864,37 @@ fn batches_are_copied_once_into_the_memory_downstream_proposes() {
     assert_eq!(s.get::<String>("memory-copied-into").unwrap(), "shared");
 }
 
-/// Runs `fhxdpsrc ! fakesink` on `pair`, receiving, then does `fault` to the interface:
-/// the pipeline must end with an error containing `want` within 5 s.
-fn fault_ends_the_capture(pair: &VethPair, fault: &[&str], want: &str) {
+/// Runs `fhxdpsrc ! fakesink` on a fresh veth pair (`tag`), receiving, then does
+/// `fault` (an `ip` command line, `IF` for the host interface): the pipeline must end
+/// with an error containing `want` and naming the interface within 30 s.
+fn fault_ends_the_capture(tag: &str, fault: &[&str], want: &str) {
     init();
+    let pair = VethPair::create(tag).expect("needs root and iproute2");
     let port = 7320u16;
-    let pipeline = gst::parse::launch(&format!(
+    let pipeline = run::launch(&format!(
         "fhxdpsrc name=src interface={} port={port} hugepages=off ! fakesink",
         pair.host_if
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
-    let bus = pipeline.bus().unwrap();
+    ));
     pipeline.set_state(gst::State::Playing).unwrap();
-    send_stream(pair, port, 64, 200);
+    send_stream(&pair, port, 64, 200);
     let src = pipeline.by_name("src").unwrap();
-    let t0 = Instant::now();
-    while field(&stats(&src), names::PACKETS) == 0 {
-        assert!(t0.elapsed() < Duration::from_secs(10), "nothing received");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    firehose_testkit::netns::ip(fault).unwrap();
-    let msg = bus
-        .timed_pop_filtered(
-            gst::ClockTime::from_seconds(30),
-            &[gst::MessageType::Error, gst::MessageType::Eos],
-        )
-        .expect("an error within 30 s of the fault, not a capture that goes on");
-    pipeline.set_state(gst::State::Null).unwrap();
-    match msg.view() {
-        gst::MessageView::Error(e) => {
-            let text = e.error().to_string();
-            assert!(
-                text.contains(want) && text.contains(&pair.host_if),
-                "{text}"
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    run::wait_until(
+        Duration::from_secs(10),
+        || "nothing received".into(),
+        || field(&stats(&src), names::PACKETS) > 0,
+    );
+    let text = run::error_after_fault(&pipeline, fault, &pair.host_if);
+    assert!(
+        text.contains(want) && text.contains(&pair.host_if),
+        "{text}"
+    );
 }
 
 #[test]
-fn an_interface_deleted_under_the_capture_is_an_error_naming_it() {
-    let pair = VethPair::create("d").expect("needs root and iproute2");
-    let host = pair.host_if.clone();
-    fault_ends_the_capture(&pair, &["link", "del", &host], "disappeared");
-}
-
-#[test]
-fn an_interface_taken_down_under_the_capture_is_an_error_naming_it() {
-    let pair = VethPair::create("w").expect("needs root and iproute2");
-    let host = pair.host_if.clone();
-    fault_ends_the_capture(&pair, &["link", "set", &host, "down"], "went down");
+fn an_interface_deleted_or_taken_down_under_the_capture_is_an_error_naming_it() {
+    for (i, (fault, want)) in run::INTERFACE_FAULTS.iter().enumerate() {
+        fault_ends_the_capture(&format!("f{i}"), fault, want);
+    }
 }
 
 /// Every record of a capture file: (link type, frame bytes).
@@ -998,74 +914,36 @@ fn a_recording_keeps_each_frames_real_addresses_and_headers() {
     const PORT: u16 = 7391;
     init();
     firehose_record::register_elements(None).unwrap();
-    let pair = VethPair::create("r").expect("needs root and iproute2");
-    pair.pin_host_neighbour().unwrap();
+    let pair = pinned_pair("r");
     let dir = std::env::temp_dir().join(format!("fh-xdp-rec-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (ours, theirs) = (dir.join("ours.pcap"), dir.join("sent.pcap"));
 
     // What left the sender, as tcpdump sees it on the namespace's end.
-    let mut dump = pair
-        .command("tcpdump")
+    let mut tcpdump = pair.command("tcpdump");
+    tcpdump
         .args(["-i", &pair.peer_if, "-U", "--immediate-mode", "-w"])
         .arg(&theirs)
-        .args(["udp", "port", &PORT.to_string()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("tcpdump is installed (apt-get install -y tcpdump)");
-    let mut err = dump.stderr.take().unwrap();
-    let mut seen = String::new();
-    let mut b = [0u8; 256];
-    while !seen.contains("listening on") {
-        let n = err.read(&mut b).unwrap();
-        assert!(n > 0, "tcpdump exited: {seen}");
-        seen.push_str(&String::from_utf8_lossy(&b[..n]));
-    }
+        .args(["udp", "port", &PORT.to_string()]);
+    let dump = run::Tcpdump::start(tcpdump);
 
-    let pipeline = gst::parse::launch(&format!(
+    let pipeline = run::launch(&format!(
         "fhxdpsrc name=src interface={} port={PORT} hugepages=off ! \
          fhrecordsink location={} when-full=block",
         pair.host_if,
         ours.display()
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    ));
     pipeline.set_state(gst::State::Playing).unwrap();
     let src = pipeline.by_name("src").unwrap();
     // The XDP program is attached once the element is playing.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !xdp_attached(&pair.host_if) {
-        assert!(
-            Instant::now() < deadline,
-            "no XDP program on {}",
-            pair.host_if
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_attached(&pair.host_if);
     send_stream(&pair, PORT, N, 200);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while field(&stats(&src), names::PACKETS) < u64::from(N) {
-        assert!(
-            Instant::now() < deadline,
-            "not all received: {}",
-            stats(&src)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    pipeline.send_event(gst::event::Eos::new());
-    let msg = pipeline
-        .bus()
-        .unwrap()
-        .timed_pop_filtered(
-            gst::ClockTime::from_seconds(20),
-            &[gst::MessageType::Eos, gst::MessageType::Error],
-        )
-        .expect("EOS");
-    if let gst::MessageView::Error(e) = msg.view() {
-        panic!("{} ({:?})", e.error(), e.debug());
-    }
+    run::wait_until(
+        Duration::from_secs(10),
+        || format!("not all received: {}", stats(&src)),
+        || field(&stats(&src), names::PACKETS) >= u64::from(N),
+    );
+    run::end_stream(&pipeline, Duration::from_secs(20)).unwrap();
     pipeline.set_state(gst::State::Null).unwrap();
     // tcpdump writes each packet as it sees it (-U): wait until it wrote them all.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -1074,9 +952,7 @@ fn a_recording_keeps_each_frames_real_addresses_and_headers() {
     {
         std::thread::sleep(Duration::from_millis(20));
     }
-    // SAFETY: kill() on our own child's pid, not yet reaped.
-    unsafe { libc::kill(dump.id() as libc::pid_t, libc::SIGINT) };
-    assert!(dump.wait().unwrap().success());
+    dump.stop();
 
     let recorded = capture_frames(&ours);
     let sent = capture_frames(&theirs);

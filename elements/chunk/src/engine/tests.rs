@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::handler::MessageEnd;
+use firehose_core::testing::Xorshift;
 use firehose_core::HugepagePolicy;
 
 const SPC: usize = 4;
@@ -55,6 +56,12 @@ fn pkt(id: u64, len: u16, off: u16, payload: &[u8]) -> Vec<u8> {
     v
 }
 
+/// A piece of message 1 (a whole slot's length, in slot 1 of chunk 0): `payload` at
+/// `offset`.
+fn part(offset: u16, payload: &[u8]) -> Vec<u8> {
+    pkt(1, SLOT as u16, offset, payload)
+}
+
 /// A one-packet message whose payload is `SLOT` copies of its id's low byte.
 fn whole(id: u64) -> Vec<u8> {
     pkt(id, SLOT as u16, 0, &[id as u8; SLOT])
@@ -79,6 +86,12 @@ fn engine(max_chunks: usize) -> ChunkAssembler {
     engine_with(config(max_chunks), 8, false)
 }
 
+/// [`run`] on `e`, which then goes: the chunks, and the counters.
+fn run_all(mut e: ChunkAssembler, packets: &[Vec<u8>]) -> (Vec<FinishedChunk>, ChunkStats) {
+    let out = run(&mut e, packets);
+    (out, e.stats())
+}
+
 /// Pushes every packet, then flushes; returns the emitted chunks.
 fn run(e: &mut ChunkAssembler, packets: &[Vec<u8>]) -> Vec<FinishedChunk> {
     let mut out = Vec::new();
@@ -97,6 +110,41 @@ fn missing(c: &FinishedChunk) -> Vec<usize> {
     c.info.missing().collect()
 }
 
+/// [`run_all`] on an engine of [`config`]`(2)` adjusted by `change`, with a pool of 4
+/// chunks.
+fn run_changed(
+    change: impl FnOnce(&mut ChunkConfig),
+    packets: &[Vec<u8>],
+) -> (Vec<FinishedChunk>, ChunkStats) {
+    let mut cfg = config(2);
+    change(&mut cfg);
+    run_all(engine_with(cfg, 4, false), packets)
+}
+
+/// The one-packet messages of `real`, each followed by those `junk` gives for it (from
+/// a random generator seeded with `seed`).
+fn with_junk(
+    real: std::ops::Range<u64>,
+    seed: u64,
+    mut junk: impl FnMut(u64, &mut Xorshift) -> Vec<u64>,
+) -> Vec<Vec<u8>> {
+    let mut rng = Xorshift(seed);
+    real.flat_map(|id| std::iter::once(id).chain(junk(id, &mut rng)))
+        .map(whole)
+        .collect()
+}
+
+/// Pushes the one-packet messages `ids` ([`whole`]), in order.
+fn push_whole(
+    e: &mut ChunkAssembler,
+    ids: impl IntoIterator<Item = u64>,
+    out: &mut Vec<FinishedChunk>,
+) {
+    for id in ids {
+        e.push(&whole(id), out);
+    }
+}
+
 fn slot_bytes(c: &FinishedChunk, index: usize) -> &[u8] {
     &c.slot.as_ref()[c.info.slot_range(index)]
 }
@@ -106,13 +154,9 @@ fn messages_land_in_their_slots_and_chunks_leave_in_order() {
     let mut e = engine(2);
     let mut out = Vec::new();
     // Message 3 before 2: chunk 0 is emitted when its last slot ends, not before.
-    for id in [0, 1, 3] {
-        e.push(&whole(id), &mut out);
-    }
+    push_whole(&mut e, [0, 1, 3], &mut out);
     assert!(out.is_empty(), "slot 2 of chunk 0 is still empty");
-    for id in 2..8 {
-        e.push(&whole(id), &mut out);
-    }
+    push_whole(&mut e, 2..8, &mut out);
     assert_eq!(ids(&out), [0, 1], "complete chunks leave at once");
     e.push(&whole(8), &mut out);
     assert_eq!(ids(&out), [0, 1], "chunk 2 waits for its other slots");
@@ -142,18 +186,14 @@ fn messages_land_in_their_slots_and_chunks_leave_in_order() {
 fn an_emitted_chunk_still_tells_late_packets_apart() {
     let mut e = engine(2);
     let mut out = Vec::new();
-    for id in 0..4 {
-        e.push(&whole(id), &mut out);
-    }
+    push_whole(&mut e, 0..4, &mut out);
     assert_eq!(ids(&out), [0]);
     // Message 2 again: a duplicate, not a new chunk 0 nor a message in a fresh slot.
     e.push(&whole(2), &mut out);
     // Chunk 1 with message 4 still open (its second half lost): not emitted until
     // it leaves the window (here: the flush).
     e.push(&pkt(4, SLOT as u16, 0, &[4; SLOT / 2]), &mut out);
-    for id in 5..8 {
-        e.push(&whole(id), &mut out);
-    }
+    push_whole(&mut e, 5..8, &mut out);
     assert_eq!(ids(&out), [0], "message 4 is still open");
     let s = e.stats();
     assert_eq!((s.duplicated, s.chunks), (1, 1));
@@ -171,9 +211,7 @@ fn a_chunk_leaves_at_once_when_its_last_open_message_is_ended_early() {
     let mut out = Vec::new();
     let half = |id: u64| pkt(id, SLOT as u16, 0, &[id as u8; SLOT / 2]);
     e.push(&half(0), &mut out);
-    for id in 1..4 {
-        e.push(&whole(id), &mut out);
-    }
+    push_whole(&mut e, 1..4, &mut out);
     // Messages 4..7 (chunk 1) are in flight beside message 0: 8 = max-messages.
     for id in 4..8 {
         e.push(&half(id), &mut out);
@@ -194,9 +232,7 @@ fn complete_chunks_leave_in_id_order() {
     let mut e = engine(4);
     let mut out = Vec::new();
     // Chunk 0 lacks message 3; chunk 1 is complete but must not overtake it.
-    for id in [0, 1, 2, 4, 5, 6, 7] {
-        e.push(&whole(id), &mut out);
-    }
+    push_whole(&mut e, [0, 1, 2, 4, 5, 6, 7], &mut out);
     assert!(out.is_empty());
     e.push(&whole(3), &mut out);
     assert_eq!(
@@ -206,51 +242,43 @@ fn complete_chunks_leave_in_id_order() {
     );
     // Chunk 3 completes before chunk 2 has anything: it waits, and chunk 2 is still
     // placed when it comes late.
-    for id in 12..16 {
-        e.push(&whole(id), &mut out);
-    }
+    push_whole(&mut e, 12..16, &mut out);
     assert_eq!(ids(&out), [0, 1]);
-    for id in 8..12 {
-        e.push(&whole(id), &mut out);
-    }
+    push_whole(&mut e, 8..12, &mut out);
     assert_eq!(ids(&out), [0, 1, 2, 3]);
     assert_eq!(e.stats().too_old, 0);
 }
 
 #[test]
 fn lost_messages_show_in_the_presence_bitmap() {
-    let mut e = engine(2);
     let lost = [1u64, 6, 7, 9];
     let packets: Vec<_> = (0..12).filter(|i| !lost.contains(i)).map(whole).collect();
-    let out = run(&mut e, &packets);
+    let (out, s) = run_all(engine(2), &packets);
     assert_eq!(ids(&out), [0, 1, 2]);
     assert_eq!(missing(&out[0]), [1]);
     assert_eq!(missing(&out[1]), [2, 3]);
     assert_eq!(missing(&out[2]), [1]);
     assert_eq!(out[1].info.slots_present, 2);
-    assert_eq!(e.stats().chunks_incomplete, 3);
+    assert_eq!(s.chunks_incomplete, 3);
 }
 
 #[test]
 fn a_wholly_lost_chunk_is_not_emitted() {
-    let mut e = engine(2);
-    let out = run(&mut e, &[whole(0), whole(9)]);
+    let (out, _) = run_all(engine(2), &[whole(0), whole(9)]);
     assert_eq!(ids(&out), [0, 2]);
 }
 
 #[test]
 fn reordering_within_the_window_is_placed_and_older_is_too_old() {
-    let mut e = engine(3);
     // Chunk 2 opens before chunks 0 and 1 (also reordering at the very start).
     let order = [8u64, 0, 4, 9, 1, 5];
     let mut packets: Vec<_> = order.iter().map(|&i| whole(i)).collect();
     packets.push(whole(12)); // chunk 3: chunk 0 leaves
     packets.push(whole(2)); // chunk 0: too old now
-    let out = run(&mut e, &packets);
+    let (out, s) = run_all(engine(3), &packets);
     assert_eq!(ids(&out), [0, 1, 2, 3]);
     assert_eq!(missing(&out[0]), [2, 3], "message 2 came too late");
     assert_eq!(missing(&out[1]), [2, 3]);
-    let s = e.stats();
     assert_eq!((s.too_old, s.packets), (1, 7));
     assert_eq!(s.packets_seen(), packets.len() as u64);
 }
@@ -259,9 +287,7 @@ fn reordering_within_the_window_is_placed_and_older_is_too_old() {
 fn a_confirmed_big_jump_emits_the_whole_window() {
     let mut e = engine(3);
     let mut out = Vec::new();
-    for id in [0, 4, 8] {
-        e.push(&whole(id), &mut out);
-    }
+    push_whole(&mut e, [0, 4, 8], &mut out);
     // Beyond the whole window: held back until JUMP_CONFIRM messages in a row agree.
     for k in 0..JUMP_CONFIRM as u64 {
         assert!(out.is_empty(), "message {k} of the jump ended chunks");
@@ -316,22 +342,19 @@ fn agreeing_far_ids_move_the_window_only_once_the_real_stream_went_quiet() {
 
 #[test]
 fn lying_ids_between_the_real_messages_end_no_chunk() {
-    let mut e = engine(3);
-    let mut rng = firehose_core::testing::Xorshift(7);
-    let mut packets = Vec::new();
-    for id in 0..24u64 {
-        packets.push(whole(id));
-        // A random far id, and one just far enough: neither may move the window.
-        packets.push(whole(1000 + rng.next_u64() % (1 << 40)));
-        packets.push(whole((id / SPC as u64 + FAR_CHUNKS) * SPC as u64));
-    }
-    let out = run(&mut e, &packets);
+    // A random far id, and one just far enough: neither may move the window.
+    let packets = with_junk(0..24, 7, |id, rng| {
+        vec![
+            1000 + rng.next_u64() % (1 << 40),
+            (id / SPC as u64 + FAR_CHUNKS) * SPC as u64,
+        ]
+    });
+    let (out, s) = run_all(engine(3), &packets);
     assert_eq!(ids(&out), (0..6).collect::<Vec<_>>());
     assert!(
         out.iter().all(|c| c.info.is_complete()),
         "every real chunk whole"
     );
-    let s = e.stats();
     assert_eq!(s.too_far, 48);
     assert_eq!(s.packets_seen(), packets.len() as u64);
 }
@@ -358,15 +381,13 @@ fn a_packet_that_cannot_fit_its_slot_touches_no_state() {
 
 #[test]
 fn a_restarted_sender_resyncs_after_a_window_of_too_old_messages() {
-    let mut e = engine(2);
     let mut packets: Vec<_> = (100..108).map(whole).collect(); // chunks 25, 26
     packets.extend((0..12).map(whole)); // the sender starts again from 0
-    let out = run(&mut e, &packets);
+    let (out, s) = run_all(engine(2), &packets);
     // Messages 0..7 are too old; the 8th too-old one (a window: 2 × 4) restarts.
     assert_eq!(ids(&out), [25, 26, 1, 2]);
     assert_eq!(missing(&out[2]), [0, 1, 2]);
     assert!(out[3].info.is_complete());
-    let s = e.stats();
     assert_eq!((s.too_old, s.resyncs, s.packets), (7, 1, 13));
 }
 
@@ -375,57 +396,46 @@ fn a_restarted_sender_resyncs_after_a_window_of_too_old_messages() {
 /// does, after a window's worth.
 #[test]
 fn a_flood_of_scattered_old_ids_causes_no_resync() {
-    let mut e = engine(2);
-    let mut rng = firehose_core::testing::Xorshift(11);
-    let mut packets = Vec::new();
-    for id in 400..416u64 {
-        packets.push(whole(id));
-        // Forty old messages, each for a chunk anywhere behind the window.
-        for _ in 0..40 {
-            packets.push(whole(rng.next_u64() % 380));
-        }
-    }
-    let out = run(&mut e, &packets);
+    // Forty old messages, each for a chunk anywhere behind the window.
+    let packets = with_junk(400..416, 11, |_, rng| {
+        (0..40).map(|_| rng.next_u64() % 380).collect()
+    });
+    let (out, s) = run_all(engine(2), &packets);
     assert_eq!(ids(&out), [100, 101, 102, 103], "every real chunk, whole");
     assert!(out.iter().all(|c| c.info.is_complete()));
-    let s = e.stats();
     assert_eq!((s.resyncs, s.too_old), (0, 16 * 40));
 }
 
 #[test]
 fn multi_packet_messages_complete_or_end_incomplete() {
-    let mut e = engine(2);
     let packets = [
         // Message 0: two halves, out of order.
         pkt(0, 16, 8, b"BBBBBBBB"),
         pkt(0, 16, 0, b"AAAAAAAA"),
         // Message 1: only the first half.
-        pkt(1, 16, 0, b"CCCCCCCC"),
+        part(0, b"CCCCCCCC"),
         // Message 2: length never said; ends only with its chunk.
         pkt(2, 0xFFFF, 0, b"DDDD"),
     ];
-    let out = run(&mut e, &packets);
+    let (out, s) = run_all(engine(2), &packets);
     assert_eq!(ids(&out), [0]);
     assert_eq!(slot_bytes(&out[0], 0), b"AAAAAAAABBBBBBBB");
     assert_eq!(missing(&out[0]), [1, 2, 3]);
-    let s = e.stats();
     assert_eq!((s.heaps, s.heaps_incomplete, s.packets), (1, 2, 4));
 }
 
 #[test]
 fn completion_decides_presence() {
-    let mut e = engine_with(config(2), 4, true);
-    let out = run(&mut e, &[pkt(1, 16, 0, b"half")]);
+    let (out, s) = run_all(engine_with(config(2), 4, true), &[part(0, b"half")]);
     assert!(
         out[0].info.is_present(1),
         "the handler keeps partial messages"
     );
-    assert_eq!(e.stats().heaps_incomplete, 1);
+    assert_eq!(s.heaps_incomplete, 1);
 }
 
 #[test]
 fn overflowing_payloads_are_malformed_and_never_written() {
-    let mut e = engine(2);
     let packets = [
         whole(1),
         // 8 bytes at offset 12 of a 16-byte slot would spill into slot 1.
@@ -437,16 +447,14 @@ fn overflowing_payloads_are_malformed_and_never_written() {
         // Too short to parse.
         vec![1, 2, 3],
     ];
-    let out = run(&mut e, &packets);
+    let (out, s) = run_all(engine(2), &packets);
     assert_eq!(slot_bytes(&out[0], 1), &[1u8; SLOT], "slot 1 untouched");
     assert!(!slot_bytes(&out[0], 0).contains(&b'X'));
-    let s = e.stats();
     assert_eq!((s.malformed, s.packets), (4, 1));
 }
 
 #[test]
 fn handler_drops_and_duplicates_are_counted() {
-    let mut e = engine(2);
     let packets = [
         pkt(900, 16, 0, b"dropped"),
         pkt(900, 16, 7, b"again"),
@@ -456,12 +464,11 @@ fn handler_drops_and_duplicates_are_counted() {
         pkt(1, 4, 0, b"ab"),
         pkt(1, 4, 2, b"cd"),
     ];
-    let out = run(&mut e, &packets);
+    let (out, s) = run_all(engine(2), &packets);
     // Even without per-packet presence "ab" twice is a duplicate (it covers no new
     // byte): the message completes with "cd", not early with a hole.
     assert_eq!(&slot_bytes(&out[0], 1)[..4], b"abcd");
     assert!(out[0].info.is_present(1));
-    let s = e.stats();
     assert_eq!((s.drops_handler, s.duplicated, s.packets), (2, 2, 3));
     assert_eq!(s.packets_seen(), packets.len() as u64);
     assert_eq!(s.heaps, 2);
@@ -469,18 +476,11 @@ fn handler_drops_and_duplicates_are_counted() {
 
 #[test]
 fn packet_presence_catches_a_repeated_packet() {
-    let mut cfg = config(2);
-    cfg.packet_payload_size = 2;
-    let mut e = engine_with(cfg, 4, false);
-    let packets = [
-        pkt(1, 4, 0, b"ab"),
-        pkt(1, 4, 0, b"ab"),
-        pkt(1, 4, 2, b"cd"),
-    ];
-    let out = run(&mut e, &packets);
+    let repeated = pkt(1, 4, 0, b"ab");
+    let packets = [repeated.clone(), repeated, pkt(1, 4, 2, b"cd")];
+    let (out, s) = run_changed(|c| c.packet_payload_size = 2, &packets);
     assert_eq!(&slot_bytes(&out[0], 1)[..4], b"abcd");
     assert!(out[0].info.is_present(1));
-    let s = e.stats();
     assert_eq!((s.duplicated, s.packets, s.heaps), (1, 2, 1));
 }
 
@@ -539,9 +539,7 @@ fn an_empty_pool_drops_the_chunk_and_counts_every_packet() {
     let mut e = engine_with(config(2), 1, false);
     let mut out = Vec::new();
     e.push(&whole(0), &mut out);
-    for id in [4, 5, 6] {
-        e.push(&whole(id), &mut out);
-    }
+    push_whole(&mut e, [4, 5, 6], &mut out);
     assert_eq!(e.stats().drops_pool, 3);
     e.flush(&mut out);
     assert_eq!(ids(&out), [0]);
@@ -558,34 +556,28 @@ fn an_empty_pool_drops_the_chunk_and_counts_every_packet() {
 
 #[test]
 fn too_many_messages_in_flight_end_the_oldest() {
-    let mut cfg = config(2);
-    cfg.max_messages = 2;
-    let mut e = engine_with(cfg, 4, false);
     let packets = [
         pkt(0, 16, 0, b"a"),
-        pkt(1, 16, 0, b"b"),
+        part(0, b"b"),
         pkt(2, 16, 0, b"c"), // message 0 ends incomplete here
         pkt(0, 16, 1, b"a"), // too late for it
-        pkt(1, 16, 1, b"b"),
+        part(1, b"b"),
     ];
-    let out = run(&mut e, &packets);
-    let s = e.stats();
+    let (out, s) = run_changed(|c| c.max_messages = 2, &packets);
     assert_eq!((s.heaps_incomplete, s.too_old, s.packets), (3, 1, 4));
     assert_eq!(&slot_bytes(&out[0], 1)[..2], b"bb");
 }
 
 #[test]
 fn packet_presence_marks_each_packet() {
-    let mut cfg = config(2);
-    cfg.packet_payload_size = 4; // 4 packets per 16-byte slot
-    let mut e = engine_with(cfg, 4, false);
     let packets = [
         pkt(0, 16, 0, b"0000"),
         pkt(0, 16, 8, b"2222"),
         pkt(0, 16, 12, b"3333"),
         pkt(3, 8, 4, b"1111"),
     ];
-    let out = run(&mut e, &packets);
+    // 4 packets per 16-byte slot
+    let (out, _) = run_changed(|c| c.packet_payload_size = 4, &packets);
     let info = &out[0].info;
     assert_eq!(info.packets_per_slot, 4);
     let got: Vec<(usize, usize)> = (0..SPC)
@@ -600,9 +592,7 @@ fn packet_presence_marks_each_packet() {
 fn reset_and_drop_return_every_slot() {
     let mut e = engine(3);
     let mut out = Vec::new();
-    for id in [0, 4, 8, 12] {
-        e.push(&whole(id), &mut out);
-    }
+    push_whole(&mut e, [0, 4, 8, 12], &mut out);
     let pool = e.pool().clone();
     assert_eq!(pool.stats().in_use, 4, "3 open, 1 emitted");
     e.reset();
@@ -760,11 +750,11 @@ fn large_chunks_get_every_byte_whether_streamed_or_handed_to_payload() {
 fn replayed_packets_of_an_open_message_do_not_complete_it() {
     let mut e = engine(2);
     let packets = [
-        pkt(1, 16, 0, b"abcd"),
-        pkt(1, 16, 0, b"abcd"),
-        pkt(1, 16, 4, b"efgh"),
-        pkt(1, 16, 4, b"efgh"),
-        pkt(1, 16, 0, b"abcd"),
+        part(0, b"abcd"),
+        part(0, b"abcd"),
+        part(4, b"efgh"),
+        part(4, b"efgh"),
+        part(0, b"abcd"),
     ];
     let mut out = Vec::new();
     for p in &packets {
@@ -773,7 +763,7 @@ fn replayed_packets_of_an_open_message_do_not_complete_it() {
     let s = e.stats();
     assert_eq!((s.duplicated, s.packets, s.heaps), (3, 2, 0), "still open");
     // The rest arrives: now it is complete, every byte its own.
-    e.push(&pkt(1, 16, 8, b"ijklmnop"), &mut out);
+    e.push(&part(8, b"ijklmnop"), &mut out);
     e.flush(&mut out);
     assert_eq!(slot_bytes(&out[0], 1), b"abcdefghijklmnop");
     assert!(out[0].info.is_present(1));
@@ -783,17 +773,15 @@ fn replayed_packets_of_an_open_message_do_not_complete_it() {
 /// Packets overlapping what arrived count only the bytes they add.
 #[test]
 fn overlapping_packets_count_only_new_bytes() {
-    let mut e = engine(2);
     let packets = [
-        pkt(1, 16, 0, b"abcdef"),
-        pkt(1, 16, 4, b"efghij"),
-        pkt(1, 16, 2, b"cdefghij"),
-        pkt(1, 16, 10, b"klmnop"),
+        part(0, b"abcdef"),
+        part(4, b"efghij"),
+        part(2, b"cdefghij"),
+        part(10, b"klmnop"),
     ];
-    let out = run(&mut e, &packets);
+    let (out, s) = run_all(engine(2), &packets);
     assert_eq!(slot_bytes(&out[0], 1), b"abcdefghijklmnop");
     assert!(out[0].info.is_present(1));
-    let s = e.stats();
     assert_eq!((s.duplicated, s.packets, s.heaps), (1, 3, 1));
 }
 
@@ -802,15 +790,13 @@ fn overlapping_packets_count_only_new_bytes() {
 /// that extend a piece are still taken.
 #[test]
 fn messages_in_too_many_pieces_end_incomplete_not_corrupt() {
-    let mut e = engine(2);
     // Even bytes first: RANGES disjoint pieces, then one too many; then the odd bytes.
     let mut packets: Vec<Vec<u8>> = (0..8u16)
-        .map(|k| pkt(1, 16, 2 * k, &[b'a' + 2 * k as u8]))
+        .map(|k| part(2 * k, &[b'a' + 2 * k as u8]))
         .collect();
-    packets.extend((0..8u16).map(|k| pkt(1, 16, 2 * k + 1, &[b'a' + 2 * k as u8 + 1])));
-    let out = run(&mut e, &packets);
+    packets.extend((0..8u16).map(|k| part(2 * k + 1, &[b'a' + 2 * k as u8 + 1])));
+    let (out, s) = run_all(engine(2), &packets);
     assert!(!out[0].info.is_present(1), "incomplete, not present");
-    let s = e.stats();
     assert_eq!((s.heaps, s.heaps_incomplete), (0, 1));
     assert!(s.malformed > 0, "{s:?}");
 }
@@ -819,16 +805,15 @@ fn messages_in_too_many_pieces_end_incomplete_not_corrupt() {
 /// network's) cannot make it complete early, however many.
 #[test]
 fn replays_from_ahead_in_a_message_cannot_complete_it_early() {
-    let mut e = engine(2);
     let mut packets = Vec::new();
     for k in 0..8u16 {
-        packets.push(pkt(1, 16, 2 * k, &[b'a' + 2 * k as u8; 2]));
+        packets.push(part(2 * k, &[b'a' + 2 * k as u8; 2]));
         // Replays of every later packet, out of order.
         for j in (k + 1..8).rev() {
-            packets.push(pkt(1, 16, 2 * j, &[b'a' + 2 * j as u8; 2]));
+            packets.push(part(2 * j, &[b'a' + 2 * j as u8; 2]));
         }
     }
-    let out = run(&mut e, &packets);
+    let (out, _) = run_all(engine(2), &packets);
     assert!(out[0].info.is_present(1));
     let want: Vec<u8> = (0..8u8).flat_map(|k| [b'a' + 2 * k; 2]).collect();
     assert_eq!(slot_bytes(&out[0], 1), &want[..]);
@@ -869,15 +854,13 @@ fn ranges_merge_and_count() {
 /// between two placements did, and the real stream lost its open chunks).
 #[test]
 fn stale_ids_between_the_packets_of_a_live_message_cause_no_resync() {
-    let mut e = engine(2);
     let mut packets = vec![pkt(20, 16, 0, b"abcd")];
     for (k, part) in [b"efgh", b"ijkl", b"mnop"].iter().enumerate() {
         // Six ids of chunks 0..2, long gone (the window holds chunks 4 and 5).
         packets.extend((0..6).map(|i| whole(6 * k as u64 + i)));
         packets.push(pkt(20, 16, 4 * (k as u16 + 1), &part[..]));
     }
-    let out = run(&mut e, &packets);
-    let s = e.stats();
+    let (out, s) = run_all(engine(2), &packets);
     assert_eq!(s.resyncs, 0, "{s:?}");
     let c = out.iter().find(|c| c.info.chunk_id == 5).expect("chunk 5");
     assert!(c.info.is_present(0));
@@ -901,7 +884,7 @@ fn halves(id: u64) -> [Vec<u8>; 2] {
 fn a_window_opened_by_a_bad_packet_follows_the_stream_after_jump_confirm_messages() {
     let mut e = engine(3);
     let mut out = Vec::new();
-    let mut rng = firehose_core::testing::Xorshift(11);
+    let mut rng = Xorshift(11);
     // Half of a message far away: the window opens at chunk 1000.
     e.push(&halves(4000)[0], &mut out);
     for id in 0..20u64 {

@@ -2,7 +2,9 @@
 //! test and the GPU tests): registering the elements and running a tapped pipeline.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use firehose_testkit::run;
 use gst::prelude::*;
 
 /// Initialises GStreamer and registers fhcudaupload, fhtestsrc, fhudpsrc and fhdepay
@@ -40,10 +42,7 @@ pub struct Run {
 /// Runs `launch` to EOS (60 s at most), calling `on_output` at each output buffer; the
 /// pipeline is stopped and gone when this returns.
 pub fn run_tapped(launch: &str, on_output: impl Fn() + Send + Sync + 'static) -> Run {
-    let p = gst::parse::launch(launch)
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap();
+    let p = run::launch(launch);
     let inputs: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
     let outputs: Arc<Mutex<Vec<gst::Buffer>>> = Arc::default();
     let (i2, o2) = (inputs.clone(), outputs.clone());
@@ -64,15 +63,7 @@ pub fn run_tapped(launch: &str, on_output: impl Fn() + Send + Sync + 'static) ->
             None
         });
     p.set_state(gst::State::Playing).unwrap();
-    let msg = p
-        .bus()
-        .unwrap()
-        .timed_pop_filtered(
-            gst::ClockTime::from_seconds(60),
-            &[gst::MessageType::Eos, gst::MessageType::Error],
-        )
-        .expect("the stream ends");
-    assert_eq!(msg.type_(), gst::MessageType::Eos, "{msg:?}");
+    run::wait_end(&p.bus().unwrap(), Duration::from_secs(60)).unwrap();
     let stats = p.by_name("up").unwrap().property::<gst::Structure>("stats");
     p.set_state(gst::State::Null).unwrap();
     let inputs = std::mem::take(&mut *inputs.lock().unwrap());

@@ -4,13 +4,12 @@
 
 #![allow(dead_code)]
 
-use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::net::SocketAddr;
 use std::sync::{Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
 
 use firehose_testkit::netns::VethPair;
-use firehose_testkit::pattern;
+use firehose_testkit::{pattern, run};
 use gst::prelude::*;
 
 /// Initialises GStreamer and registers the DPDK elements statically.
@@ -34,6 +33,15 @@ pub fn veth(tag: &str) -> VethPair {
     let pair = VethPair::create(tag).expect("needs root and iproute2");
     pair.pin_host_neighbour().unwrap();
     pair
+}
+
+/// EAL arguments that add `pair`'s host end as the DPDK port `net_af_packet0` (the
+/// net_af_packet PMD), without hugepages or PCI devices.
+pub fn af_packet_eal(pair: &VethPair) -> String {
+    format!(
+        "--no-huge --no-pci --vdev=net_af_packet0,iface={},framecnt=4096",
+        pair.host_if
+    )
 }
 
 /// The MAC address as `aa:bb:…`.
@@ -81,30 +89,15 @@ impl Pace {
 }
 
 /// Sends test packets `0..count` from inside the namespace to `dst`, from a socket bound
-/// to `src_ip`, at about `pps` packets per second (runs on its own thread).
+/// to the peer's address, at about `pps` packets per second (runs on its own thread).
 pub fn send_paced(
     pair: &VethPair,
     dst: SocketAddr,
     count: u64,
     pps: u64,
 ) -> std::thread::JoinHandle<()> {
-    let ns = pair.ns.clone();
-    let src = pair.peer_ip;
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
-        // SAFETY: joins this new thread (only) to the namespace.
-        let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
-        let sock = UdpSocket::bind((src, 0)).unwrap();
-        let mut pace = Pace::new(pps);
-        let mut buf = vec![0u8; 1472];
-        for seq in 0..count {
-            pace.wait();
-            let p = &mut buf[..len_of(seq)];
-            pattern::fill(seq, p);
-            sock.send_to(p, dst).unwrap();
-        }
-    })
+    let packets = (0..count).map(|seq| run::test_packet(seq, len_of(seq)));
+    send_from_ns(pair, dst, packets, pps)
 }
 
 /// Sends `packets` in order from inside the namespace to `dst` at about `pps` packets
@@ -115,18 +108,23 @@ pub fn send_packets(
     packets: Vec<Vec<u8>>,
     pps: u64,
 ) -> std::thread::JoinHandle<()> {
-    let ns = pair.ns.clone();
-    let src = pair.peer_ip;
+    send_from_ns(pair, dst, packets.into_iter(), pps)
+}
+
+/// Sends each of `packets` to `dst` from a socket made inside the namespace (it stays
+/// there), paced at `pps`, on a thread of its own.
+fn send_from_ns(
+    pair: &VethPair,
+    dst: SocketAddr,
+    packets: impl Iterator<Item = Vec<u8>> + Send + 'static,
+    pps: u64,
+) -> std::thread::JoinHandle<()> {
+    let sock = run::peer_socket(pair);
     std::thread::spawn(move || {
-        let file = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
-        // SAFETY: joins this new thread (only) to the namespace.
-        let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
-        let sock = UdpSocket::bind((src, 0)).unwrap();
         let mut pace = Pace::new(pps);
-        for p in &packets {
+        for p in packets {
             pace.wait();
-            sock.send_to(p, dst).unwrap();
+            sock.send_to(&p, dst).unwrap();
         }
     })
 }
@@ -143,6 +141,54 @@ pub fn src_harness(props: &[(&str, &str)]) -> gst_check::Harness {
     }
     h.play();
     h
+}
+
+/// A harness around `fhdpdksrc` capturing `port` on `pair`'s host end through the
+/// `pmd` device (`net_af_packet0`, `net_af_xdp0`; `vdev_args` follow its `iface=`),
+/// with `props` besides, playing.
+pub fn pmd_harness(
+    pair: &VethPair,
+    pmd: &str,
+    vdev_args: &str,
+    port: u16,
+    props: &[(&str, &str)],
+) -> gst_check::Harness {
+    let eal = format!(
+        "--no-huge --no-pci --vdev={pmd},iface={}{vdev_args}",
+        pair.host_if
+    );
+    let port = port.to_string();
+    let mut all = vec![
+        ("eal-args", eal.as_str()),
+        ("dpdk-port", pmd),
+        ("port", &port),
+        ("stats-interval", "0"),
+    ];
+    all.extend_from_slice(props);
+    src_harness(&all)
+}
+
+/// Checks that each test packet arrived exactly once (`seen` from
+/// [`pull_test_packets`]), naming the first missing ones.
+pub fn assert_each_once(seen: &[u32], st: &gst::Structure) {
+    let missing: Vec<usize> = (0..seen.len()).filter(|&i| seen[i] == 0).collect();
+    assert!(
+        missing.is_empty(),
+        "{} missing, first {:?}; stats {st}",
+        missing.len(),
+        &missing[..missing.len().min(10)]
+    );
+    let dups = seen.iter().filter(|&&n| n > 1).count();
+    assert_eq!(dups, 0, "duplicates; stats {st}");
+}
+
+/// Stops the harness's element, removes `pair`, and checks that nothing of it is left.
+pub fn stop_and_remove(h: gst_check::Harness, pair: VethPair) {
+    let (ns, host_if) = (pair.ns.clone(), pair.host_if.clone());
+    h.element().unwrap().set_state(gst::State::Null).unwrap();
+    drop(h);
+    drop(pair);
+    assert!(!leftovers(&ns, &host_if), "namespace or veth left behind");
 }
 
 /// Pulls batches until `count` test packets have arrived (or `timeout` passes); checks
@@ -206,6 +252,25 @@ pub fn pull_test_packets_to(
         .expect("batch meta");
     }
     seen
+}
+
+/// Starts `fhdpdksrc` with `props` in a pipeline; returns the error message text (and
+/// debug) it posts, or `None` if it started.
+pub fn start_error(props: &[(&str, &str)]) -> Option<String> {
+    init();
+    let pipeline = run::launch("fhdpdksrc name=src ! fakesink");
+    run::set_properties(&pipeline.by_name("src").unwrap(), props);
+    let r = pipeline.set_state(gst::State::Playing);
+    let err = pipeline
+        .bus()
+        .unwrap()
+        .pop_filtered(&[gst::MessageType::Error])
+        .and_then(|m| run::error_text(&m));
+    pipeline.set_state(gst::State::Null).unwrap();
+    if err.is_none() {
+        assert!(r.is_ok(), "state change failed without an error message");
+    }
+    err
 }
 
 /// The element's stats structure.

@@ -6,11 +6,13 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use firehose_core::{PacketBatchMeta, PacketInfo};
 use firehose_record::read::container::{CaptureReader, ReadCounts};
 use firehose_record::read::link;
+use firehose_spead::heap::HeapMeta;
+use firehose_testkit::run;
 use gst::glib;
 use gst::prelude::*;
 
@@ -61,6 +63,13 @@ impl TempDir {
         self.0.join(name)
     }
 
+    /// Writes `bytes` as the file `name` in the directory; returns its path.
+    pub fn write(&self, name: &str, bytes: &[u8]) -> PathBuf {
+        let p = self.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    }
+
     /// The names of the files in the directory, sorted.
     pub fn files(&self) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(&self.0)
@@ -105,59 +114,38 @@ pub fn run_tool(tool: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+#[allow(unused_imports)] // each test file uses a different subset
+pub use firehose_testkit::run::{play_to_end, wait_end};
+
 /// Runs a pipeline description to EOS (Ok) or error (Err with its text) within
 /// `timeout`; returns the pipeline (stopped) for reading element properties.
 pub fn run_pipeline(desc: &str, timeout: Duration) -> (gst::Pipeline, Result<(), String>) {
-    init();
-    let pipeline = gst::parse::launch(desc)
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap();
+    let pipeline = launch(desc);
     let result = play_to_end(&pipeline, timeout);
     (pipeline, result)
 }
 
-/// Plays `pipeline` until EOS or an error, then sets it to NULL.
-pub fn play_to_end(pipeline: &gst::Pipeline, timeout: Duration) -> Result<(), String> {
-    let bus = pipeline.bus().unwrap();
-    let result = match pipeline.set_state(gst::State::Playing) {
-        Err(_) => Err(first_error(&bus).unwrap_or_else(|| "could not start".into())),
-        Ok(_) => wait_end(&bus, timeout),
-    };
-    pipeline.set_state(gst::State::Null).unwrap();
-    result
+/// Records test packets: runs `fhtestsrc <src> ! fhrecordsink name=rec location=<location>
+/// <sink>` to EOS or error (2 minutes at most); returns the pipeline (stopped) and how
+/// it ended.
+pub fn record_test_packets(
+    src: &str,
+    location: &Path,
+    sink: &str,
+) -> (gst::Pipeline, Result<(), String>) {
+    run_pipeline(
+        &format!(
+            "fhtestsrc {src} ! fhrecordsink name=rec location={} {sink}",
+            location.display()
+        ),
+        Duration::from_secs(120),
+    )
 }
 
-fn first_error(bus: &gst::Bus) -> Option<String> {
-    let msg =
-        bus.timed_pop_filtered(gst::ClockTime::from_seconds(1), &[gst::MessageType::Error])?;
-    match msg.view() {
-        gst::MessageView::Error(e) => Some(format!("{} ({:?})", e.error(), e.debug())),
-        _ => None,
-    }
-}
-
-/// Waits for EOS (Ok) or an error (Err) on `bus`.
-pub fn wait_end(bus: &gst::Bus, timeout: Duration) -> Result<(), String> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        assert!(
-            !left.is_zero(),
-            "pipeline did not finish within {timeout:?}"
-        );
-        let Some(msg) = bus.timed_pop_filtered(
-            gst::ClockTime::from_nseconds(left.as_nanos() as u64),
-            &[gst::MessageType::Eos, gst::MessageType::Error],
-        ) else {
-            continue;
-        };
-        return match msg.view() {
-            gst::MessageView::Eos(_) => Ok(()),
-            gst::MessageView::Error(e) => Err(format!("{} ({:?})", e.error(), e.debug())),
-            _ => unreachable!(),
-        };
-    }
+/// The pipeline of a description, the test elements registered.
+pub fn launch(desc: &str) -> gst::Pipeline {
+    init();
+    run::launch(desc)
 }
 
 /// A counter from an element's `stats` structure.
@@ -199,20 +187,10 @@ pub fn read_capture(path: &Path) -> (Vec<Read>, ReadCounts) {
 
 /// A batch buffer holding `payloads` back to back, from `src`, timestamped `ts`.
 pub fn batch(payloads: &[Vec<u8>], src: SocketAddr, ts: u64) -> gst::Buffer {
-    let mut data = Vec::new();
-    let mut infos = Vec::new();
-    for (i, p) in payloads.iter().enumerate() {
-        infos.push(PacketInfo {
-            offset: data.len() as u32,
-            len: p.len() as u32,
-            rx_time_ns: ts + i as u64,
-            src: src.into(),
-        });
-        data.extend_from_slice(p);
-    }
-    let mut buf = gst::Buffer::from_mut_slice(data);
-    PacketBatchMeta::add(buf.get_mut().unwrap(), infos);
-    buf
+    run::batch_with(payloads, |i, p| {
+        p.rx_time_ns = ts + i as u64;
+        p.src = src.into();
+    })
 }
 
 /// A payload of `len` bytes whose content depends on `seed`.
@@ -261,12 +239,9 @@ pub struct Replayed {
 /// reached the sink, the source (for its stats) and how the pipeline ended. (fakesink
 /// takes anything, so without `output=batch` it would get one buffer per datagram.)
 pub fn replay(props: &str, timeout: Duration) -> (Vec<Replayed>, gst::Element, Result<(), String>) {
-    init();
-    let desc = format!("fhpcapsrc name=src output=batch {props} ! fakesink name=sink sync=false");
-    let pipeline = gst::parse::launch(&desc)
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap();
+    let pipeline = launch(&format!(
+        "fhpcapsrc name=src output=batch {props} ! fakesink name=sink sync=false"
+    ));
     let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let sink = pipeline.by_name("sink").unwrap();
     let g = got.clone();
@@ -292,6 +267,14 @@ pub fn replay(props: &str, timeout: Duration) -> (Vec<Replayed>, gst::Element, R
     let src = pipeline.by_name("src").unwrap();
     let v = got.lock().unwrap().clone();
     (v, src, result)
+}
+
+/// [`replay`] of the capture at `path` with `props`, 30 s at most.
+pub fn replay_file(path: &Path, props: &str) -> (Vec<Replayed>, gst::Element, Result<(), String>) {
+    replay(
+        &format!("location={} {props}", path.display()),
+        Duration::from_secs(30),
+    )
 }
 
 /// A classic pcap file of Ethernet frames (`(ts_ns, frame)`), microsecond or
@@ -404,28 +387,49 @@ pub fn play_collecting_warnings(
     pipeline: &gst::Pipeline,
     timeout: Duration,
 ) -> (Result<(), String>, Vec<String>) {
-    let bus = pipeline.bus().unwrap();
     pipeline.set_state(gst::State::Playing).unwrap();
-    let deadline = Instant::now() + timeout;
     let mut warnings = Vec::new();
-    let result = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        assert!(
-            !left.is_zero(),
-            "pipeline did not finish within {timeout:?}"
-        );
-        let Some(msg) = bus.timed_pop(gst::ClockTime::from_nseconds(left.as_nanos() as u64)) else {
-            continue;
-        };
-        match msg.view() {
-            gst::MessageView::Eos(_) => break Ok(()),
-            gst::MessageView::Error(e) => break Err(format!("{} ({:?})", e.error(), e.debug())),
-            gst::MessageView::Warning(w) => warnings.push(w.error().to_string()),
-            _ => {}
+    let result = run::wait_end_with(&pipeline.bus().unwrap(), timeout, |msg| {
+        if let gst::MessageView::Warning(w) = msg.view() {
+            warnings.push(w.error().to_string());
         }
-    };
+    });
     pipeline.set_state(gst::State::Null).unwrap();
     (result, warnings)
+}
+
+/// (heap counter, complete, payload) of every heap reaching the `sink` element.
+pub type Heaps = Arc<Mutex<Vec<(u64, bool, Vec<u8>)>>>;
+
+/// Collects every heap (a buffer with a heap meta, alone or in a list) that reaches the
+/// element named `sink` in `pipeline`.
+pub fn collect_heaps(pipeline: &gst::Pipeline) -> Heaps {
+    let heaps: Heaps = Arc::default();
+    let h = heaps.clone();
+    let pad = pipeline
+        .by_name("sink")
+        .unwrap()
+        .static_pad("sink")
+        .unwrap();
+    pad.add_probe(
+        gst::PadProbeType::BUFFER | gst::PadProbeType::BUFFER_LIST,
+        move |_, info| {
+            let mut v = h.lock().unwrap();
+            let mut take = |b: &gst::BufferRef| {
+                if let Some(m) = b.meta::<HeapMeta>() {
+                    let data = b.map_readable().unwrap().to_vec();
+                    v.push((m.info().heap_cnt, m.info().complete, data));
+                }
+            };
+            if let Some(b) = info.buffer() {
+                take(b);
+            } else if let Some(list) = info.buffer_list() {
+                list.iter().for_each(take);
+            }
+            gst::PadProbeReturn::Ok
+        },
+    );
+    heaps
 }
 
 /// The counters of the Interface Statistics Block at the end of a pcapng file:

@@ -1,5 +1,5 @@
-//! What the chunk fuzz targets share: the input's framing, an engine with small pools,
-//! and the engine's promises checked on every chunk and at the end.
+//! What the chunk fuzz targets share: the input (its packets framed by `framing.rs`), an
+//! engine with small pools, and the engine's promises checked on every chunk and at the end.
 //!
 //! Input: 4 configuration bytes (the first two for the engine, the rest for the
 //! handler), then packets, each a big-endian u16 length and that many bytes (a short
@@ -9,6 +9,9 @@ use firehose_chunk::handler::PacketHandler;
 use firehose_chunk::{ChunkAssembler, ChunkConfig, FinishedChunk, Flow};
 use firehose_core::pool::SlotPool;
 use firehose_core::HugepagePolicy;
+
+#[path = "framing.rs"]
+mod framing;
 
 /// A small engine: windows, slots and per-packet presence chosen by `c`.
 pub fn engine(
@@ -44,23 +47,14 @@ pub fn run(mut e: ChunkAssembler, data: &[u8]) {
     static INIT: std::sync::Once = std::sync::Once::new();
     INIT.call_once(|| gst::init().expect("gst::init"));
     let mut out = Vec::new();
-    let mut rest = data;
     let mut pushed = 0u64;
     let mut ended = false;
-    while !rest.is_empty() {
-        let (packet, tail) = if rest.len() < 2 {
-            (rest, &[][..])
-        } else {
-            let n = usize::from(u16::from_be_bytes([rest[0], rest[1]]));
-            let body = &rest[2..];
-            body.split_at(n.min(body.len()))
-        };
+    for packet in framing::packets(data) {
         if matches!(e.push(packet, &mut out), Flow::End) {
             ended = true;
         }
         pushed += 1;
         out.drain(..).for_each(|c| check(&c));
-        rest = tail;
     }
     e.flush(&mut out);
     out.drain(..).for_each(|c| check(&c));

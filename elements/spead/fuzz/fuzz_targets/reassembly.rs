@@ -14,6 +14,8 @@ use firehose_spead::reassembly::{Config, Heap, Incomplete, Reassembler};
 use firehose_spead::wire::ctrl;
 use libfuzzer_sys::fuzz_target;
 
+mod framing;
+
 fn config(c: &[u8]) -> Config {
     Config {
         allow_out_of_order: c[0] & 1 != 0,
@@ -81,19 +83,10 @@ fuzz_target!(|data: &[u8]| {
             heaps += 1;
         }
     };
-    let mut rest = &data[4..];
     let mut packets = 0u64;
-    while !rest.is_empty() {
-        let (packet, tail) = if rest.len() < 2 {
-            (rest, &[][..])
-        } else {
-            let n = usize::from(u16::from_be_bytes([rest[0], rest[1]]));
-            let body = &rest[2..];
-            body.split_at(n.min(body.len()))
-        };
+    for packet in framing::packets(&data[4..]) {
         r.push(packet, Some(packets), &mut emit);
         packets += 1;
-        rest = tail;
     }
     r.flush(&mut emit);
     assert_eq!(r.in_progress(), 0);

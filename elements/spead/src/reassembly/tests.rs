@@ -34,6 +34,36 @@ fn run(r: &mut Reassembler, packets: &[Vec<u8>]) -> Vec<Heap> {
     out
 }
 
+/// Runs `check` on an engine in order mode, then on one that allows any order (`ooo`).
+fn in_both_modes(mut check: impl FnMut(&mut Reassembler, bool)) {
+    for ooo in [false, true] {
+        check(
+            &mut engine(Config {
+                allow_out_of_order: ooo,
+                ..cfg()
+            }),
+            ooo,
+        );
+    }
+}
+
+/// The descriptor of item `id`, `name`: two bytes (u8), described as "d".
+fn descriptor(id: u64, name: impl Into<String>) -> crate::descriptor::Descriptor {
+    crate::descriptor::Descriptor {
+        id,
+        name: name.into(),
+        description: "d".into(),
+        shape: vec![Some(2)],
+        format: vec![(b'u', 8)],
+        dtype: None,
+    }
+}
+
+/// The packets `order` names, by index in `packets`.
+fn pick(packets: &[Vec<u8>], order: &[usize]) -> Vec<Vec<u8>> {
+    order.iter().map(|&i| packets[i].clone()).collect()
+}
+
 fn payload(h: &Heap) -> Vec<u8> {
     h.payload.map_readable().unwrap().as_slice().to_vec()
 }
@@ -159,17 +189,7 @@ fn a_full_window_evicts_the_oldest_heap() {
         let b = heap_packets(F40, 2, &items(2, 3000), 1000);
         let d = heap_packets(F40, 3, &items(3, 3000), 1000);
         // Heap 1 loses its second packet; heap 3 arrives while 1 and 2 are open.
-        let seq = vec![
-            a[0].clone(),
-            b[0].clone(),
-            d[0].clone(),
-            b[1].clone(),
-            b[2].clone(),
-            b[3].clone(),
-            d[1].clone(),
-            d[2].clone(),
-            d[3].clone(),
-        ];
+        let seq = [&a[..1], &b[..1], &d[..1], &b[1..], &d[1..]].concat();
         let heaps = run(&mut r, &seq);
         let cnts: Vec<u64> = heaps.iter().map(|h| h.info.heap_cnt).collect();
         if deliver {
@@ -254,36 +274,21 @@ fn out_of_order_mode_tracks_ranges() {
 
 #[test]
 fn duplicates_are_counted_and_change_nothing() {
-    for ooo in [false, true] {
-        let mut c = cfg();
-        c.allow_out_of_order = ooo;
-        let mut r = engine(c);
+    in_both_modes(|r, ooo| {
         let pk = heap_packets(F40, 1, &items(1, 3000), 1000);
-        let seq = vec![
-            pk[0].clone(),
-            pk[0].clone(),
-            pk[1].clone(),
-            pk[1].clone(),
-            pk[2].clone(),
-            pk[3].clone(),
-            // After completion: a duplicate of a heap recently finished.
-            pk[0].clone(),
-            pk[3].clone(),
-        ];
-        let heaps = run(&mut r, &seq);
+        // The last two after completion: duplicates of a heap recently finished.
+        let seq = pick(&pk, &[0, 0, 1, 1, 2, 3, 0, 3]);
+        let heaps = run(r, &seq);
         assert_eq!(heaps.len(), 1);
         check_items(&heaps[0], 1, 3000);
         assert_eq!(r.counts().duplicates, 4, "ooo={ooo}");
         assert_eq!(r.in_progress(), 0);
-    }
+    });
 }
 
 #[test]
 fn partial_overlaps_are_malformed() {
-    for ooo in [false, true] {
-        let mut c = cfg();
-        c.allow_out_of_order = ooo;
-        let mut r = engine(c);
+    in_both_modes(|r, ooo| {
         let body = pattern(5, 3000);
         let hl = Some(3000);
         let seq = vec![
@@ -300,11 +305,11 @@ fn partial_overlaps_are_malformed() {
             packet(F40, 5, hl, 1000, &body[1000..2000], &[]),
             packet(F40, 5, hl, 2000, &body[2000..], &[]),
         ];
-        let heaps = run(&mut r, &seq);
+        let heaps = run(r, &seq);
         assert_eq!(heaps.len(), 1);
         assert_eq!(item_bytes(&heaps[0], 0x1000), body);
         assert_eq!(r.counts().malformed, 1, "ooo={ooo}");
-    }
+    });
 }
 
 #[test]
@@ -436,14 +441,7 @@ fn a_descriptor_flood_is_bounded_and_costs_the_stream_nothing() {
         max_descriptors: 16,
         ..cfg()
     });
-    let d = |id: u64| crate::descriptor::Descriptor {
-        id,
-        name: format!("junk{id}"),
-        description: "d".into(),
-        shape: vec![Some(2)],
-        format: vec![(b'u', 8)],
-        dtype: None,
-    };
+    let d = |id: u64| descriptor(id, format!("junk{id}"));
     // Heap 1 brings the real descriptor; then 1000 heaps of one new descriptor each,
     // and every tenth a data heap of the real stream.
     let real = crate::descriptor::encode(&d(0x1000), F40);
@@ -491,16 +489,8 @@ fn descriptors_accumulate_and_garbage_is_counted() {
         deliver_descriptor_heaps: true,
         ..cfg()
     });
-    let d = |id, name: &str| crate::descriptor::Descriptor {
-        id,
-        name: name.into(),
-        description: "d".into(),
-        shape: vec![Some(2)],
-        format: vec![(b'u', 8)],
-        dtype: None,
-    };
-    let raw1 = crate::descriptor::encode(&d(0x1000, "a"), F40);
-    let raw2 = crate::descriptor::encode(&d(0x1001, "b"), F40);
+    let raw1 = crate::descriptor::encode(&descriptor(0x1000, "a"), F40);
+    let raw2 = crate::descriptor::encode(&descriptor(0x1001, "b"), F40);
     let heap1 = vec![
         (ids::DESCRIPTOR, Val::Bytes(raw1.clone())),
         (ids::DESCRIPTOR, Val::Bytes(b"this is no packet".to_vec())),
@@ -538,14 +528,7 @@ fn descriptors_accumulate_and_garbage_is_counted() {
 /// `descs` heaps of counters from `cnt`, each of `per` descriptors (of ids from
 /// `first`) and nothing else, in packets of `chunk` bytes.
 fn descriptor_heaps(cnt: u64, first: u64, descs: u64, per: u64, chunk: usize) -> Vec<Vec<u8>> {
-    let d = |id: u64| crate::descriptor::Descriptor {
-        id,
-        name: format!("n{id}"),
-        description: "d".into(),
-        shape: vec![Some(2)],
-        format: vec![(b'u', 8)],
-        dtype: None,
-    };
+    let d = |id: u64| descriptor(id, format!("n{id}"));
     let mut pk = Vec::new();
     for k in 0..descs {
         let heap: Vec<(u64, Val)> = (0..per)
@@ -743,13 +726,8 @@ fn bad_input_is_counted_and_good_heaps_survive() {
 /// Random damage to valid streams: nothing panics, and the books balance.
 #[test]
 fn random_damage_never_panics() {
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    let mut rnd = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = firehose_core::testing::Xorshift(0x2545_f491_4f6c_dd1d);
+    let mut rnd = move || rng.next_u64();
     for round in 0..40 {
         let mut c = cfg();
         c.max_heap_size = 32 << 10;
@@ -874,16 +852,11 @@ fn a_heap_is_lost_only_when_probation_overflows_before_its_second_packet() {
 fn a_held_heap_keeps_its_stamp_and_is_checked_like_any_other() {
     let mut r = engine(cfg());
     let pk = heap_packets(F40, 3, &items(3, 3000), 1000);
-    let seq = vec![
-        pk[0].clone(),
-        // A repeat, another HEAP_LENGTH, a gap (in order mode): none admits the heap.
-        pk[0].clone(),
-        packet(F40, 3, Some(99_999), 1000, &[0; 1000], &[]),
-        pk[2].clone(),
-        pk[1].clone(),
-        pk[2].clone(),
-        pk[3].clone(),
-    ];
+    // After the first, a repeat, another HEAP_LENGTH, a gap (in order mode): none
+    // admits the heap.
+    let mut seq = pick(&pk, &[0, 0]);
+    seq.push(packet(F40, 3, Some(99_999), 1000, &[0; 1000], &[]));
+    seq.extend(pick(&pk, &[2, 1, 2, 3]));
     let heaps = run(&mut r, &seq);
     assert_eq!(heaps.len(), 1);
     check_items(&heaps[0], 3, 3000);

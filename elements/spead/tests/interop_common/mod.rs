@@ -1,6 +1,7 @@
 //! Shared by the spead2 interop tests: finding the venv's Python with spead2, running
 //! the helper scripts under `tests/spead2/` with deadlines, reading their line
-//! protocol, and registering the elements a pipeline needs.
+//! protocol (and recv.py's whole report), and registering the elements a pipeline
+//! needs. Running a pipeline to its end is `common::run_to_eos`.
 //!
 //! Chunk mode is compared with spead2's own chunk stream in `interop_chunks.rs`
 //! (`chunk_recv.py`, which also needs numba and scipy: [`require_chunk_modules`]).
@@ -274,6 +275,124 @@ pub fn init() {
     });
 }
 
+/// [`init`], and `speaddepay` registered too.
+pub fn register_depay() {
+    init();
+    use std::sync::Once;
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        firehose_core::testing::register_elements(&[(
+            "speaddepay",
+            firehose_spead::depay::SpeadDepay::static_type(),
+        )]);
+    });
+}
+
+/// A fresh, empty temporary directory for test `name`.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("firehose-interop-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `%xx` decoding of the scripts' quoted fields.
+pub fn unquote(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            out.push(u8::from_str_radix(&s[i + 1..i + 3], 16).expect("%xx"));
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).expect("utf-8")
+}
+
+/// An item id as the scripts write it (`0x…`).
+pub fn hex_id(s: &str) -> u64 {
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex id")
+}
+
+/// What recv.py reported.
+#[derive(Debug, Default)]
+pub struct Received {
+    /// Heap cnts, in arrival order.
+    pub heaps: Vec<u64>,
+    /// (cnt, id) → integer value.
+    pub ints: BTreeMap<(u64, u64), u64>,
+    /// (cnt, id) → bytes.
+    pub arrays: BTreeMap<(u64, u64), Vec<u8>>,
+    /// id → (name, description, shape, dtype, format).
+    pub descriptors: BTreeMap<u64, [String; 5]>,
+    /// The last line: "end …" or "timeout …".
+    pub last: String,
+}
+
+/// Starts recv.py, writing its arrays under `out_dir`; returns it and the port it bound.
+pub fn spead2_receiver(out_dir: &Path, timeout_s: u32) -> (Script, u16) {
+    let mut rx = Script::spawn(
+        "recv.py",
+        &[
+            "--out-dir",
+            out_dir.to_str().unwrap(),
+            "--timeout",
+            &timeout_s.to_string(),
+        ],
+    );
+    let ready = rx.expect("ready", Duration::from_secs(60));
+    let port = ready["port"].parse().expect("port");
+    (rx, port)
+}
+
+/// Reads recv.py's report up to its last line (reading the arrays it wrote).
+pub fn collect(rx: &mut Script, timeout: Duration) -> Received {
+    let mut r = Received::default();
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Some(line) = rx.line(left) else {
+            panic!("recv.py stopped early\n{}", rx.transcript());
+        };
+        let kv = kv(&line);
+        match line.split_whitespace().next() {
+            Some("heap") => r.heaps.push(kv["cnt"].parse().unwrap()),
+            Some("item") => {
+                let key = (kv["cnt"].parse().unwrap(), hex_id(&kv["id"]));
+                if let Some(v) = kv.get("value") {
+                    r.ints.insert(key, v.parse().unwrap());
+                } else {
+                    let path = unquote(&kv["file"]);
+                    r.arrays
+                        .insert(key, std::fs::read(&path).expect("recv.py's file"));
+                }
+            }
+            Some("desc") => {
+                let f = |k: &str| unquote(&kv[k]);
+                r.descriptors.insert(
+                    hex_id(&kv["id"]),
+                    [
+                        f("name"),
+                        f("description"),
+                        f("shape"),
+                        f("dtype"),
+                        f("format"),
+                    ],
+                );
+            }
+            Some("end" | "timeout") => {
+                r.last = line;
+                return r;
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Raises `net.core.rmem_max` so a receiver can get a large socket buffer (root only;
 /// without it the tests still run, with a rate low enough for default buffers).
 pub fn raise_rmem_max() {
@@ -284,31 +403,6 @@ pub fn raise_rmem_max() {
         .unwrap_or(0);
     if cur < 64 << 20 {
         let _ = std::fs::write(path, (64u64 << 20).to_string());
-    }
-}
-
-/// Runs `pipeline` until EOS or error or `timeout`; returns the error text, if any.
-pub fn run_to_eos(pipeline: &gst::Pipeline, timeout: Duration) -> Result<(), String> {
-    let bus = pipeline.bus().expect("pipeline bus");
-    let deadline = Instant::now() + timeout;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(format!("no EOS within {timeout:?}"));
-        }
-        let Some(msg) = bus.timed_pop_filtered(
-            gst::ClockTime::from_nseconds(left.as_nanos() as u64),
-            &[gst::MessageType::Eos, gst::MessageType::Error],
-        ) else {
-            continue;
-        };
-        match msg.view() {
-            gst::MessageView::Eos(_) => return Ok(()),
-            gst::MessageView::Error(e) => {
-                return Err(format!("{} ({:?})", e.error(), e.debug()));
-            }
-            _ => {}
-        }
     }
 }
 
