@@ -39,6 +39,7 @@ pub mod arena;
 pub mod batch;
 pub mod caps;
 pub mod element;
+pub mod enums;
 pub mod frame;
 pub mod gstmem;
 pub mod memory;
@@ -63,6 +64,8 @@ pub mod wake;
 pub use gst as __gst;
 #[doc(hidden)]
 pub use gst::glib as __glib;
+#[doc(hidden)]
+pub use gst_base as __gst_base;
 
 pub use arena::SlotArena;
 pub use batch::{PacketAddr, PacketBatchMeta, PacketInfo};

@@ -2,9 +2,9 @@
 //!
 //! Each plugin (`libgstfirehose.so`, `libgstfirehosedpdk.so`) links its own copy of this
 //! crate, and both may load into one process (gst-launch with both on GST_PLUGIN_PATH,
-//! the registry scanner): the second copy registers its enums under the name with `-1`
-//! appended (`allow_name_conflict`) instead of failing. Enum properties are set by nick,
-//! so which of the two types a property has makes no difference to users.
+//! the registry scanner): the copy that comes second finds each enum's type by name and
+//! uses it (same values: same source) instead of registering it again
+//! (`shared_enum!` below), so both plugins' properties have the one type.
 
 use gst::glib;
 use gst::prelude::*;
@@ -17,9 +17,28 @@ use crate::memory::HugepagePolicy;
 /// scanner). The copy that comes second finds the type by name and uses it (same values:
 /// same source) instead of registering it again, which GLib refuses and which
 /// `#[derive(glib::Enum)]` turns into a panic. Implements what that derive does: the
-/// type, values in and out of `glib::Value`, and `ParamSpecEnum` builders.
+/// type, values in and out of `glib::Value`, and `ParamSpecEnum` builders. Declared as
+/// with [`property_enum!`](crate::property_enum): one line per value.
 macro_rules! shared_enum {
-    ($ty:ident, $gname:literal, [$($variant:ident = ($value:literal, $name:literal, $nick:literal)),+ $(,)?]) => {
+    (
+        $(#[$meta:meta])*
+        pub enum $ty:ident = $gname:literal {
+            $(
+                $(#[$variant_meta:meta])*
+                $variant:ident = $value:literal, $nick:literal, $name:literal;
+            )+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default)]
+        #[repr(u32)]
+        pub enum $ty {
+            $(
+                $(#[$variant_meta])*
+                $variant = $value,
+            )+
+        }
+
         impl $ty {
             fn register_enum() -> glib::Type {
                 static TYPE: std::sync::OnceLock<glib::Type> = std::sync::OnceLock::new();
@@ -138,32 +157,18 @@ macro_rules! shared_enum {
     };
 }
 
-/// `hugepages=auto|require|off` (see [`HugepagePolicy`]).
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default)]
-#[repr(u32)]
-pub enum Hugepages {
-    /// Hugepages if reserved, else normal pages with one warning.
-    #[default]
-    Auto = 0,
-    /// Hugepages or fail at start with the command that reserves them.
-    Require = 1,
-    /// Normal pages.
-    Off = 2,
+shared_enum! {
+    /// `hugepages=auto|require|off` (see [`HugepagePolicy`]).
+    pub enum Hugepages = "GstFhHugepages" {
+        /// Hugepages if reserved, else normal pages with one warning.
+        #[default]
+        Auto = 0, "auto", "Auto: hugepages if reserved, else normal pages with a warning";
+        /// Hugepages or fail at start with the command that reserves them.
+        Require = 1, "require", "Require: fail at start without hugepages";
+        /// Normal pages.
+        Off = 2, "off", "Off: normal pages";
+    }
 }
-
-shared_enum!(
-    Hugepages,
-    "GstFhHugepages",
-    [
-        Auto = (
-            0,
-            "Auto: hugepages if reserved, else normal pages with a warning",
-            "auto"
-        ),
-        Require = (1, "Require: fail at start without hugepages", "require"),
-        Off = (2, "Off: normal pages", "off"),
-    ]
-);
 
 impl From<Hugepages> for HugepagePolicy {
     fn from(h: Hugepages) -> Self {
@@ -175,35 +180,21 @@ impl From<Hugepages> for HugepagePolicy {
     }
 }
 
-/// `when-full=auto|drop|block`: what an element does when its pool or queue has no
-/// room.
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default)]
-#[repr(u32)]
-pub enum WhenFull {
-    /// Keep receiving, drop what does not fit and count it (`drops-pool`): live default.
-    Drop = 0,
-    /// Wait for a slot (the kernel socket buffer absorbs, then drops: `drops-kernel`).
-    Block = 1,
-    /// Block when the data comes from a source that is not live (a replay, a file: it
-    /// can wait, and dropping would lose data for nothing), drop when it is live (a
-    /// network: waiting would only move the loss into the kernel).
-    #[default]
-    Auto = 2,
+shared_enum! {
+    /// `when-full=auto|drop|block`: what an element does when its pool or queue has no
+    /// room.
+    pub enum WhenFull = "GstFhWhenFull" {
+        /// Keep receiving, drop what does not fit and count it (`drops-pool`): live default.
+        Drop = 0, "drop", "Drop: receive and count as drops-pool (live)";
+        /// Wait for a slot (the kernel socket buffer absorbs, then drops: `drops-kernel`).
+        Block = 1, "block", "Block: wait for a free slot";
+        /// Block when the data comes from a source that is not live (a replay, a file: it
+        /// can wait, and dropping would lose data for nothing), drop when it is live (a
+        /// network: waiting would only move the loss into the kernel).
+        #[default]
+        Auto = 2, "auto", "Auto: block when upstream is not live (replay, files), drop when it is";
+    }
 }
-
-shared_enum!(
-    WhenFull,
-    "GstFhWhenFull",
-    [
-        Drop = (0, "Drop: receive and count as drops-pool (live)", "drop"),
-        Block = (1, "Block: wait for a free slot", "block"),
-        Auto = (
-            2,
-            "Auto: block when upstream is not live (replay, files), drop when it is",
-            "auto"
-        ),
-    ]
-);
 
 impl WhenFull {
     /// Whether to wait when full, given whether the data's source is live (a source
@@ -230,34 +221,20 @@ impl WhenFull {
     }
 }
 
-/// `memory=auto|hugepages|system`: what backs an element's pool (see
-/// [`HugepagePolicy`]). Replaces `hugepages=auto|require|off`, which stays as a
-/// deprecated alias ([`Memory::from`] a [`Hugepages`]).
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default)]
-#[repr(u32)]
-pub enum Memory {
-    /// Hugepages if reserved, else normal pages with one warning.
-    #[default]
-    Auto = 0,
-    /// Hugepages, or fail at start with the command that reserves them.
-    Hugepages = 1,
-    /// Normal (system) pages.
-    System = 2,
+shared_enum! {
+    /// `memory=auto|hugepages|system`: what backs an element's pool (see
+    /// [`HugepagePolicy`]). Replaces `hugepages=auto|require|off`, which stays as a
+    /// deprecated alias ([`Memory::from`] a [`Hugepages`]).
+    pub enum Memory = "GstFhMemory" {
+        /// Hugepages if reserved, else normal pages with one warning.
+        #[default]
+        Auto = 0, "auto", "Auto: hugepages if reserved, else normal pages with a warning";
+        /// Hugepages, or fail at start with the command that reserves them.
+        Hugepages = 1, "hugepages", "Hugepages: fail at start without hugepages";
+        /// Normal (system) pages.
+        System = 2, "system", "System: normal pages";
+    }
 }
-
-shared_enum!(
-    Memory,
-    "GstFhMemory",
-    [
-        Auto = (
-            0,
-            "Auto: hugepages if reserved, else normal pages with a warning",
-            "auto"
-        ),
-        Hugepages = (1, "Hugepages: fail at start without hugepages", "hugepages"),
-        System = (2, "System: normal pages", "system"),
-    ]
-);
 
 impl From<Memory> for HugepagePolicy {
     fn from(m: Memory) -> Self {
@@ -328,40 +305,18 @@ impl crate::property::Convert<Memory> for HugepagesAlias {
     }
 }
 
-/// `output=auto|batch|list`: what a packet source pushes.
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default)]
-#[repr(u32)]
-pub enum Output {
-    /// One buffer per batch, `application/x-firehose-packets` with a packet-batch meta.
-    Batch = 0,
-    /// A buffer list of one buffer per datagram (sub-memories of the batch, no copy),
-    /// with the `caps` property's caps (`application/octet-stream` when unset).
-    List = 1,
-    /// Batch when the element downstream understands packet batches (it answers a caps
-    /// query with caps that include `application/x-firehose-packets`, not with ANY),
-    /// list otherwise: stock elements (filesink, appsink, …) get plain datagrams.
-    #[default]
-    Auto = 2,
+shared_enum! {
+    /// `output=auto|batch|list`: what a packet source pushes.
+    pub enum Output = "GstFhOutput" {
+        /// One buffer per batch, `application/x-firehose-packets` with a packet-batch meta.
+        Batch = 0, "batch", "Batch: one buffer per batch, application/x-firehose-packets";
+        /// A buffer list of one buffer per datagram (sub-memories of the batch, no copy),
+        /// with the `caps` property's caps (`application/octet-stream` when unset).
+        List = 1, "list", "List: one buffer per datagram in a buffer list (the caps property's caps)";
+        /// Batch when the element downstream understands packet batches (it answers a caps
+        /// query with caps that include `application/x-firehose-packets`, not with ANY),
+        /// list otherwise: stock elements (filesink, appsink, …) get plain datagrams.
+        #[default]
+        Auto = 2, "auto", "Auto: batch when downstream understands packet batches, list otherwise";
+    }
 }
-
-shared_enum!(
-    Output,
-    "GstFhOutput",
-    [
-        Batch = (
-            0,
-            "Batch: one buffer per batch, application/x-firehose-packets",
-            "batch"
-        ),
-        List = (
-            1,
-            "List: one buffer per datagram in a buffer list (the caps property's caps)",
-            "list"
-        ),
-        Auto = (
-            2,
-            "Auto: batch when downstream understands packet batches, list otherwise",
-            "auto"
-        ),
-    ]
-);

@@ -1,19 +1,111 @@
 //! The element side of a source built on a [`LandingSource`] (`fhudpchunksrc`,
-//! `fhspeadsrc`): what both keep besides their settings and their engine's counters — the
-//! running loop and its stats timer, the receive counters — and the steps both take at
-//! start, stop and `create` (an application's EOS is [`LiveControl::request_drain`]). Each element adds
-//! only what its engine needs (how its counters are mirrored, what an item becomes).
+//! `fhspeadsrc`): what feeds the engine ([`LandingInput`]: `transport`, the socket
+//! properties and `batch-size`, declared once), what both keep besides their settings and
+//! their engine's counters — the running loop and its stats timer, the receive counters —
+//! and the steps both take at start, stop and `create` (an application's EOS is
+//! [`LiveControl::request_drain`]). Each element adds only what its engine needs (how its
+//! counters are mirrored, what an item becomes).
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 
-use firehose_core::src::LiveControl;
+use firehose_core::property::OrDefault;
+use firehose_core::src::{self as live, LiveControl};
 use firehose_core::stats::StatsTimer;
 use firehose_core::sync::lock;
 use gst::prelude::*;
 
 use crate::land_counters::LandingCounters;
 use crate::landsrc::{LandingSource, SourceEngine, Stop};
+use crate::recv::{OpenReport, UdpReceiver};
+use crate::socket_settings::SocketSettings;
+use crate::transport_input;
+
+/// Default `batch-size`: `fhudpsrc`'s, so one receive takes what one of its batches
+/// would. One receive fills at most [`BATCH_BYTES`] of messages: 4 while GRO may coalesce
+/// (64 KiB each), up to 64 single datagrams once the receiver has learnt that the stream
+/// does not (until 2026-11-26 `fhudpchunksrc`'s default was 4, so a plain sender's
+/// datagrams came 4 per `recvmmsg`: under a CPU quota that per-call cost decided the
+/// highest lossless rate).
+pub const DEFAULT_BATCH_SIZE: u32 = 64;
+/// Most messages per receive: the receiver keeps two 64 KiB scratch buffers per message.
+pub const MAX_BATCH_SIZE: u32 = 256;
+/// Bytes one receive may fill, as `fhudpsrc`'s `batch-bytes`: the scratch a copied
+/// packet passes through stays in a CPU's L2 cache until the engine reads it.
+pub const BATCH_BYTES: usize = 256 << 10;
+
+/// What feeds a landing source's engine: its properties, `transport`, the socket's and
+/// `batch-size`, in that order (a group of the element's settings).
+#[derive(Clone, Debug)]
+pub struct LandingInput {
+    /// `transport`: the packet source that feeds the engine, or `None` for the element's
+    /// own socket.
+    pub transport: Option<String>,
+    /// The element's own socket.
+    pub socket: SocketSettings,
+    /// `batch-size`: most messages per receive from the socket.
+    pub batch_size: u32,
+    /// The blurb of `batch-size`: what a batch is for this element.
+    blurb: &'static str,
+}
+
+firehose_core::property_group! {
+    LandingInput as s {
+        transport: OrDefault => transport_input::property();
+        group socket;
+        batch_size => live::batch_size(s.blurb, MAX_BATCH_SIZE, DEFAULT_BATCH_SIZE);
+    }
+}
+
+impl LandingInput {
+    /// The defaults, `batch-size` described by `blurb`.
+    pub fn new(blurb: &'static str) -> Self {
+        Self {
+            transport: None,
+            socket: SocketSettings::default(),
+            batch_size: DEFAULT_BATCH_SIZE,
+            blurb,
+        }
+    }
+
+    /// Opens the transport, or else the element's own socket, without kernel timestamps:
+    /// what the engine makes carries the time of its first receive, not per-datagram
+    /// times.
+    pub fn open(
+        &self,
+        element: &gst::Element,
+        cat: gst::DebugCategory,
+    ) -> Result<Feed, gst::ErrorMessage> {
+        Ok(match self.transport.as_deref() {
+            Some(desc) => Feed::Transport(transport_input::open(desc)?),
+            None => {
+                let batch = self.batch_size as usize;
+                let (rx, report) = self.socket.open(element, cat, false, batch, BATCH_BYTES)?;
+                Feed::Socket {
+                    rx: Box::new(rx),
+                    report,
+                    batch,
+                }
+            }
+        })
+    }
+}
+
+/// What feeds the engine, opened ([`LandingInput::open`]).
+pub enum Feed {
+    /// A packet source's transport (`transport=`), whose batches the engine takes where
+    /// its device wrote them.
+    Transport(transport_input::Opened),
+    /// The element's own socket, bound, whose payloads land straight in the engine.
+    Socket {
+        /// The receiver (boxed: it is much larger than a transport's handle).
+        rx: Box<UdpReceiver>,
+        /// What the kernel granted.
+        report: OpenReport,
+        /// Most messages per receive (`batch-size`).
+        batch: usize,
+    },
+}
 
 /// The loop while started, and its stats timer.
 struct Running<E: SourceEngine> {
@@ -43,18 +135,34 @@ impl<E: SourceEngine> LandingElement<E> {
         &self.counters
     }
 
-    /// Starts a run over `src` (its socket open and bound): counters zeroed, `live`
-    /// started with the socket's waker, stats posted by `timer`; `port` notified on
-    /// `element` when `port_changed` (port 0 bound a free one: the settings lock must
-    /// not be held, a handler may read the property).
+    /// Starts a run of `engine` fed by `feed`: counters zeroed, `live` started with the
+    /// feed's waker, stats posted by `timer`. A socket has `bound` tell the element's
+    /// settings which port it got, true when that changed it (port 0 bound a free one):
+    /// `port` is then notified on `element`, once `bound` has released the settings lock
+    /// (a handler may read the property).
     pub fn start(
         &self,
         element: &gst::Element,
         live: &LiveControl,
-        src: LandingSource<E>,
+        feed: Feed,
+        engine: E,
         timer: StatsTimer,
-        port_changed: bool,
-    ) {
+        bound: impl FnOnce(&OpenReport) -> bool,
+    ) where
+        E::Output: Default,
+    {
+        let out = E::Output::default();
+        let (src, port_changed) = match feed {
+            Feed::Transport(t) => (
+                LandingSource::in_place(t.transport, t.waker, engine, t.ring_bytes, out),
+                false,
+            ),
+            Feed::Socket { rx, report, batch } => {
+                let buffer = report.buffer_granted as u64;
+                let src = LandingSource::new(*rx, engine, batch, buffer, out);
+                (src, bound(&report))
+            }
+        };
         self.counters.reset();
         live.start();
         live.set_waker(src.waker());
@@ -123,20 +231,11 @@ fn flow_error(element: &gst::Element, stop: Stop) -> gst::FlowError {
     match stop {
         Stop::Flushing => gst::FlowError::Flushing,
         Stop::Receive(e) => {
-            gst::element_error!(
-                element,
-                gst::ResourceError::Read,
-                ("recvmmsg failed: {}", e)
-            );
-            gst::FlowError::Error
+            firehose_core::element::read_error(element, format_args!("recvmmsg failed: {e}"))
         }
-        Stop::Wait(e) => {
-            gst::element_error!(
-                element,
-                gst::ResourceError::Read,
-                ("waiting for datagrams failed: {}", e)
-            );
-            gst::FlowError::Error
-        }
+        Stop::Wait(e) => firehose_core::element::read_error(
+            element,
+            format_args!("waiting for datagrams failed: {e}"),
+        ),
     }
 }

@@ -20,32 +20,19 @@ pub const LANDING_MAX_CHUNK_BYTES: usize = 2 << 20;
 /// 0.31–0.36 copied; with 8972-byte ones (8928) it cost 10–25 % less (docs/benchmarks.md).
 pub const LANDING_MIN_PAYLOAD_BYTES: usize = 4096;
 
-/// `landing=auto|on|off`: whether payloads are received straight into chunks or heaps
-/// (`fhudpchunksrc`, `fhspeadsrc`).
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
-#[repr(u32)]
-#[enum_type(name = "GstFhLanding")]
-pub enum Mode {
-    /// Into chunks or heaps of at most 2 MiB, which stay in the CPU caches between uses
-    /// of their memory ([`LANDING_MAX_CHUNK_BYTES`]); larger ones are copied into.
-    #[default]
-    #[enum_value(
-        name = "Auto: land payloads in chunks or heaps of at most 2 MiB, copy into larger ones",
-        nick = "auto"
-    )]
-    Auto = 0,
-    /// Whatever their size.
-    #[enum_value(
-        name = "On: land payloads straight in the chunks or heaps",
-        nick = "on"
-    )]
-    On = 1,
-    /// Never: every payload is copied once, from a receive batch.
-    #[enum_value(
-        name = "Off: copy every payload once, from a receive batch",
-        nick = "off"
-    )]
-    Off = 2,
+firehose_core::property_enum! {
+    /// `landing=auto|on|off`: whether payloads are received straight into chunks or heaps
+    /// (`fhudpchunksrc`, `fhspeadsrc`).
+    pub enum Mode = "GstFhLanding" {
+        /// Into chunks or heaps of at most 2 MiB, which stay in the CPU caches between uses
+        /// of their memory ([`LANDING_MAX_CHUNK_BYTES`]); larger ones are copied into.
+        #[default]
+        Auto = 0, "auto", "Auto: land payloads in chunks or heaps of at most 2 MiB, copy into larger ones";
+        /// Whatever their size.
+        On = 1, "on", "On: land payloads straight in the chunks or heaps";
+        /// Never: every payload is copied once, from a receive batch.
+        Off = 2, "off", "Off: copy every payload once, from a receive batch";
+    }
 }
 
 impl Mode {

@@ -50,15 +50,23 @@ pub mod prelude {
     pub use gst_base::subclass::base_src::CreateSuccess;
 }
 
+/// The counts of `pool` (zeros before it exists), for an element's `stats`:
+/// `pool-slots`, `pool-in-use`, `pool-high-water` and `pool-exhausted`
+/// ([`append_pool`] adds `memory` too).
+pub fn pool_counts(pool: Option<&crate::SlotPool>) -> [(&'static str, u64); 4] {
+    use crate::stats::names;
+    let p = pool.map(crate::SlotPool::stats).unwrap_or_default();
+    [
+        (names::POOL_SLOTS, p.slots as u64),
+        (names::POOL_IN_USE, p.in_use as u64),
+        (names::POOL_HIGH_WATER, p.high_water as u64),
+        (names::POOL_EXHAUSTED, p.exhausted),
+    ]
+}
+
 /// The always-present `src` pad template with `caps`.
 pub fn src_template(caps: &gst::Caps) -> gst::PadTemplate {
-    gst::PadTemplate::new(
-        "src",
-        gst::PadDirection::Src,
-        gst::PadPresence::Always,
-        caps,
-    )
-    .expect("a valid src pad template")
+    crate::element::always_template("src", gst::PadDirection::Src, caps)
 }
 
 /// The `batch-size` property: `blurb`, 1 to `max`, `default`.
@@ -77,16 +85,24 @@ pub fn batch_size(blurb: &str, max: u32, default: u32) -> glib::ParamSpec {
 /// `$live`: an application's EOS goes to [`LiveControl::request_eos`] (nothing received
 /// is thrown away; `create` must run through [`LiveControl::create`]), anything else,
 /// or an EOS before start, to GstBaseSrc. Use inside `impl ElementImpl`.
+///
+/// `live_src_send_event!(live, drain: "the open chunks")`: for a landing source, the EOS
+/// goes to [`LiveControl::request_drain`] instead: `create` is woken with the `eos`
+/// flag, takes what the socket holds, pushes what is still open (said in the log) and
+/// returns EOS, which GstBaseSrc sends downstream (its own handling would end the stream
+/// without them).
 #[macro_export]
 macro_rules! live_src_send_event {
     ($live:ident) => {
+        $crate::live_src_send_event!(@ $live, request_eos, "what was received, then ending the stream");
+    };
+    ($live:ident, drain: $what:literal) => {
+        $crate::live_src_send_event!(@ $live, request_drain, concat!($what, " first"));
+    };
+    (@ $live:ident, $request:ident, $what:expr) => {
         fn send_event(&self, event: $crate::__gst::Event) -> bool {
-            if event.type_() == $crate::__gst::EventType::Eos && self.$live.request_eos() {
-                $crate::__gst::debug!(
-                    $crate::__gst::CAT_RUST,
-                    imp = self,
-                    "EOS: pushing what was received, then ending the stream"
-                );
+            if event.type_() == $crate::__gst::EventType::Eos && self.$live.$request() {
+                $crate::__gst::debug!($crate::__gst::CAT_RUST, imp = self, "EOS: pushing {}", $what);
                 return true;
             }
             self.parent_send_event(event)
@@ -139,6 +155,67 @@ macro_rules! live_src_base {
             self.$live.unlock_stop()?;
             $( self.$also.set_flushing(false); )?
             ::std::result::Result::Ok(())
+        }
+    };
+}
+
+/// Declares a landing source `$imp` (`fhudpchunksrc`, `fhspeadsrc`: a live source not on
+/// [`PacketSrc`], in an element's `imp` module with [`prelude`]`::*` in scope; the
+/// wrapper type is `super::$imp`), GType `$type_name`: its GObject subclass of
+/// `GstPushSrc`; its [`SettingsElement`](crate::property::SettingsElement), whose
+/// settings are the group type `$settings` in the field named after `settings`, and
+/// whose `stats` blurb is `$stats`; its `ObjectImpl` (those properties, then live and
+/// time segments: [`live_src_constructed!`](crate::live_src_constructed)); and its
+/// `ElementImpl`: its metadata, the `src` pad template of caps named `$caps`, and an
+/// application's EOS drained
+/// ([`live_src_send_event!`](crate::live_src_send_event)`($live, drain: $what)`, with
+/// the [`LiveControl`] in the field named after `live`). Every field the expansion reads
+/// is named in the invocation. Its `BaseSrcImpl` and `PushSrcImpl` are its own.
+///
+/// ```text
+/// firehose_core::landing_src! {
+///     UdpChunkSrc = "GstFhUdpChunkSrc", caps fcaps::CHUNK, drain "the open chunks";
+///     settings settings: Settings, live live;
+///     stats format!("{}, {}", StatsMirror::counters(), LandingCounters::describe(""));
+///     "Firehose UDP chunk source", "Source/Network", "Receives UDP payloads …";
+/// }
+/// ```
+#[macro_export]
+macro_rules! landing_src {
+    (
+        $imp:ident = $type_name:literal, caps $caps:expr, drain $what:literal;
+        settings $field:ident: $settings:ty, live $live:ident;
+        stats $stats:expr;
+        $long_name:expr, $classification:expr, $description:expr $(;)?
+    ) => {
+        $crate::element_subclass!($imp, $type_name, $crate::__gst_base::PushSrc);
+
+        impl $crate::property::SettingsElement for $imp {
+            type Settings = $settings;
+
+            fn counters() -> ::std::string::String {
+                $stats
+            }
+
+            fn settings(&self) -> &::std::sync::Mutex<$settings> {
+                &self.$field
+            }
+        }
+
+        impl ObjectImpl for $imp {
+            $crate::settings_properties!($imp);
+
+            $crate::live_src_constructed!(true);
+        }
+
+        impl ElementImpl for $imp {
+            $crate::element_metadata!($long_name, $classification, $description);
+
+            $crate::pad_templates!($crate::src::src_template(
+                &$crate::__gst::Caps::new_empty_simple($caps)
+            ));
+
+            $crate::live_src_send_event!($live, drain: $what);
         }
     };
 }

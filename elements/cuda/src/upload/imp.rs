@@ -28,22 +28,16 @@ firehose_core::debug_category!(CAT, "fhcudaupload", "Firehose CUDA upload");
 
 const DEFAULT_MAX_IN_FLIGHT: u32 = 4;
 
-/// `layout=whole|payloads`.
-#[derive(Debug, Eq, PartialEq, Clone, Copy, Default, glib::Enum)]
-#[repr(u32)]
-#[enum_type(name = "GstFhCudaLayout")]
-pub enum UploadLayout {
-    /// Each buffer's bytes as they are.
-    #[default]
-    #[enum_value(name = "Whole: each buffer's bytes as they are", nick = "whole")]
-    Whole = 0,
-    /// A packet batch's payloads back to back, then an offsets table; other buffers
-    /// whole.
-    #[enum_value(
-        name = "Payloads: a packet batch's payloads back to back, then a u32 offsets table",
-        nick = "payloads"
-    )]
-    Payloads = 1,
+firehose_core::property_enum! {
+    /// `layout=whole|payloads`.
+    pub enum UploadLayout = "GstFhCudaLayout" {
+        /// Each buffer's bytes as they are.
+        #[default]
+        Whole = 0, "whole", "Whole: each buffer's bytes as they are";
+        /// A packet batch's payloads back to back, then an offsets table; other buffers
+        /// whole.
+        Payloads = 1, "payloads", "Payloads: a packet batch's payloads back to back, then a u32 offsets table";
+    }
 }
 
 /// The element's settings: its properties but `stats`.
@@ -515,7 +509,11 @@ impl CudaUpload {
         }
     }
 
-    fn chain(&self, buffer: gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
+    fn chain(
+        &self,
+        _pad: &gst::Pad,
+        buffer: gst::Buffer,
+    ) -> Result<gst::FlowSuccess, gst::FlowError> {
         // An error downstream returned to the task stops upstream too.
         let flow = *lock(&self.flow);
         if let Err(e) = flow {
@@ -633,7 +631,7 @@ impl CudaUpload {
         out
     }
 
-    fn sink_event(&self, event: gst::Event) -> bool {
+    fn sink_event(&self, _pad: &gst::Pad, event: gst::Event) -> bool {
         use gst::EventView;
         match event.view() {
             EventView::FlushStart(_) => {
@@ -852,32 +850,12 @@ impl ObjectSubclass for CudaUpload {
 
     fn with_class(klass: &Self::Class) -> Self {
         let sinkpad = gst::Pad::builder_from_template(&klass.pad_template("sink").unwrap())
-            .chain_function(|_pad, parent, buffer| {
-                CudaUpload::catch_panic_pad_function(
-                    parent,
-                    || Err(gst::FlowError::Error),
-                    |imp| imp.chain(buffer),
-                )
-            })
-            .event_function(|_pad, parent, event| {
-                CudaUpload::catch_panic_pad_function(parent, || false, |imp| imp.sink_event(event))
-            })
-            .query_function(|pad, parent, query| {
-                CudaUpload::catch_panic_pad_function(
-                    parent,
-                    || false,
-                    |imp| imp.sink_query(pad, query),
-                )
-            })
+            .chain_to(Self::chain)
+            .event_to(Self::sink_event)
+            .query_to(Self::sink_query)
             .build();
         let srcpad = gst::Pad::builder_from_template(&klass.pad_template("src").unwrap())
-            .query_function(|pad, parent, query| {
-                CudaUpload::catch_panic_pad_function(
-                    parent,
-                    || false,
-                    |imp| imp.src_query(pad, query),
-                )
-            })
+            .query_to(Self::src_query)
             .build();
         Self {
             sinkpad,
@@ -901,9 +879,7 @@ impl ObjectImpl for CudaUpload {
 
     fn constructed(&self) {
         self.parent_constructed();
-        let obj = self.obj();
-        obj.add_pad(&self.sinkpad).unwrap();
-        obj.add_pad(&self.srcpad).unwrap();
+        firehose_core::element::add_pads(&*self.obj(), &[&self.sinkpad, &self.srcpad]);
     }
 }
 
@@ -919,13 +895,7 @@ impl ElementImpl for CudaUpload {
 
     firehose_core::pad_templates!(
         sink_template(&gst::Caps::new_any()),
-        gst::PadTemplate::new(
-            "src",
-            gst::PadDirection::Src,
-            gst::PadPresence::Always,
-            &src_caps()
-        )
-        .expect("a valid src pad template")
+        firehose_core::src::src_template(&src_caps())
     );
 
     fn change_state(
@@ -933,10 +903,7 @@ impl ElementImpl for CudaUpload {
         transition: gst::StateChange,
     ) -> Result<gst::StateChangeSuccess, gst::StateChangeError> {
         if transition == gst::StateChange::ReadyToPaused {
-            if let Err(e) = self.start() {
-                self.post_error_message(e);
-                return Err(gst::StateChangeError);
-            }
+            firehose_core::element::start_or_post(self, self.start())?;
         }
         if transition == gst::StateChange::PausedToReady {
             self.stop_task();

@@ -9,7 +9,7 @@ use firehose_chunk::front::{self, ChunkFront};
 use firehose_chunk::{ChunkAssembler, Flow, StatsMirror};
 use firehose_core::alloc;
 use firehose_core::caps as fcaps;
-use firehose_core::element::ElementStats;
+use firehose_core::element::{self, ElementStats, PadRoutes};
 use firehose_core::property::SettingsElement;
 use firehose_core::props::WhenFull;
 use firehose_core::stats::{StatsInterval, StatsTimer};
@@ -19,13 +19,7 @@ use gst::subclass::prelude::*;
 
 use firehose_chunk::settings::ChunkSettings;
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "fhdepay",
-        gst::DebugColorFlags::empty(),
-        Some("Firehose depacketizer"),
-    )
-});
+firehose_core::debug_category!(CAT, "fhdepay", "Firehose depacketizer");
 
 /// The chunk engine's properties, and how often to post stats.
 #[derive(Clone, Debug, Default)]
@@ -103,11 +97,19 @@ impl FhDepay {
         Ok(gst::FlowSuccess::Ok)
     }
 
-    fn chain(&self, buffer: gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
+    fn chain(
+        &self,
+        _pad: &gst::Pad,
+        buffer: gst::Buffer,
+    ) -> Result<gst::FlowSuccess, gst::FlowError> {
         self.process(std::iter::once(buffer.as_ref()))
     }
 
-    fn chain_list(&self, list: gst::BufferList) -> Result<gst::FlowSuccess, gst::FlowError> {
+    fn chain_list(
+        &self,
+        _pad: &gst::Pad,
+        list: gst::BufferList,
+    ) -> Result<gst::FlowSuccess, gst::FlowError> {
         self.process(list.iter())
     }
 
@@ -169,6 +171,18 @@ impl FhDepay {
         }
     }
 
+    /// It reads packet batches (a packet source sends them) and only their Rust metas.
+    /// Downstream's allocation answer is for chunks, not for our input: an upstream
+    /// element must not size its packet buffers by it.
+    fn sink_query(&self, pad: &gst::Pad, query: &mut gst::QueryRef) -> bool {
+        firehose_core::src::output::consumer_query(query, |query| {
+            if let gst::QueryViewMut::Allocation(_) = query.view_mut() {
+                return false;
+            }
+            gst::Pad::query_default(pad, Some(&*self.obj()), query)
+        })
+    }
+
     /// Once the output caps are set, `when-full=auto` learns whether upstream is live
     /// (not live: wait for a pool chunk rather than drop), and downstream may propose
     /// the memory chunks are cut from (shared segments, pinned pages): the engine
@@ -225,38 +239,10 @@ impl ObjectSubclass for FhDepay {
     fn with_class(klass: &Self::Class) -> Self {
         let templ = klass.pad_template("sink").expect("sink template");
         let sinkpad = gst::Pad::builder_from_template(&templ)
-            .chain_function(|_pad, parent, buffer| {
-                FhDepay::catch_panic_pad_function(
-                    parent,
-                    || Err(gst::FlowError::Error),
-                    |this| this.chain(buffer),
-                )
-            })
-            .chain_list_function(|_pad, parent, list| {
-                FhDepay::catch_panic_pad_function(
-                    parent,
-                    || Err(gst::FlowError::Error),
-                    |this| this.chain_list(list),
-                )
-            })
-            .event_function(|pad, parent, event| {
-                FhDepay::catch_panic_pad_function(
-                    parent,
-                    || false,
-                    |this| this.sink_event(pad, event),
-                )
-            })
-            .query_function(|pad, parent, query| {
-                // It reads packet batches (a packet source sends them) and only their
-                // Rust metas. Downstream's allocation answer is for chunks, not for our
-                // input: an upstream element must not size its packet buffers by it.
-                firehose_core::src::output::consumer_query(query, |query| {
-                    if let gst::QueryViewMut::Allocation(_) = query.view_mut() {
-                        return false;
-                    }
-                    gst::Pad::query_default(pad, parent, query)
-                })
-            })
+            .chain_to(Self::chain)
+            .chain_list_to(Self::chain_list)
+            .event_to(Self::sink_event)
+            .query_to(Self::sink_query)
             .build();
         let templ = klass.pad_template("src").expect("src template");
         let srcpad = gst::Pad::builder_from_template(&templ).build();
@@ -293,26 +279,18 @@ impl ObjectImpl for FhDepay {
 
     fn constructed(&self) {
         self.parent_constructed();
-        let obj = self.obj();
-        obj.add_pad(&self.sinkpad).expect("add sink pad");
-        obj.add_pad(&self.srcpad).expect("add src pad");
+        element::add_pads(&*self.obj(), &[&self.sinkpad, &self.srcpad]);
     }
 }
 
 impl GstObjectImpl for FhDepay {}
 
 impl ElementImpl for FhDepay {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "Firehose depacketizer",
-                "Codec/Depayloader/Network",
-                "Places the messages of a packet stream by index into pooled chunks with a named packet handler (seq, spead, or your own)",
-                "Firehose developers",
-            )
-        });
-        Some(&*META)
-    }
+    firehose_core::element_metadata!(
+        "Firehose depacketizer",
+        "Codec/Depayloader/Network",
+        "Places the messages of a packet stream by index into pooled chunks with a named packet handler (seq, spead, or your own)",
+    );
 
     fn pad_templates() -> &'static [gst::PadTemplate] {
         static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
@@ -325,12 +303,7 @@ impl ElementImpl for FhDepay {
         transition: gst::StateChange,
     ) -> Result<gst::StateChangeSuccess, gst::StateChangeError> {
         match transition {
-            gst::StateChange::ReadyToPaused => {
-                if let Err(e) = self.start() {
-                    self.post_error_message(e);
-                    return Err(gst::StateChangeError);
-                }
-            }
+            gst::StateChange::ReadyToPaused => element::start_or_post(self, self.start())?,
             gst::StateChange::PausedToReady => {
                 // Wake a streaming thread waiting for a pool chunk, so pad deactivation
                 // can take the stream lock.

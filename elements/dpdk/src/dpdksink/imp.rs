@@ -10,7 +10,7 @@ use firehose_core::element::ElementStats;
 use firehose_core::pace::{Interrupt, Pacer};
 use firehose_core::property::OrDefault;
 use firehose_core::property::SettingsElement;
-use firehose_core::stats::{self, names, Counter, StatsInterval, StatsTimer};
+use firehose_core::stats::{names, StatsInterval, StatsTimer};
 use firehose_core::sync::lock;
 use firehose_core::PacketBatchMeta;
 use gst::glib;
@@ -164,13 +164,15 @@ impl Default for Settings {
     }
 }
 
-#[derive(Default)]
-struct Counters {
-    packets: Counter,
-    bytes: Counter,
-    batches: Counter,
-    drops_tx: Counter,
-    errors: Counter,
+firehose_core::counters! {
+    /// What `stats` reads, from any thread.
+    struct Counters {
+        packets: names::PACKETS_SENT,
+        bytes: names::BYTES_SENT,
+        batches: names::BATCHES,
+        drops_tx: names::DROPS_TX,
+        errors: names::SEND_ERRORS,
+    }
 }
 
 struct State {
@@ -208,14 +210,7 @@ fn settings_error(msg: String) -> gst::ErrorMessage {
 
 impl ElementStats for DpdkSink {
     fn stats(&self) -> gst::Structure {
-        let c = &self.counters;
-        stats::structure(&[
-            (names::PACKETS_SENT, c.packets.get()),
-            (names::BYTES_SENT, c.bytes.get()),
-            (names::BATCHES, c.batches.get()),
-            (names::DROPS_TX, c.drops_tx.get()),
-            (names::SEND_ERRORS, c.errors.get()),
-        ])
+        self.counters.structure()
     }
 }
 
@@ -436,8 +431,6 @@ impl DpdkSink {
     }
 }
 
-firehose_core::element_subclass!(DpdkSink, "GstFhDpdkSink", gst_base::BaseSink);
-
 impl SettingsElement for DpdkSink {
     type Settings = Settings;
     fn counters() -> String {
@@ -450,43 +443,20 @@ impl SettingsElement for DpdkSink {
     }
 }
 
-impl ObjectImpl for DpdkSink {
-    firehose_core::settings_properties!(DpdkSink);
-
-    fn constructed(&self) {
-        self.parent_constructed();
-        // Pacing is done by `rate`, not by the clock, as in fhudpsink.
-        self.obj().set_sync(false);
-    }
-}
-
-impl ElementImpl for DpdkSink {
-    firehose_core::element_metadata!(
-        "Firehose DPDK sink",
-        "Sink/Network",
-        "Sends datagrams (packet batches or buffers) as Ethernet/IPv4/UDP frames \
-                 through a DPDK port (kernel bypass), paced to a target rate",
-    );
-
-    firehose_core::pad_templates!(firehose_core::element::sink_template(&gst::Caps::new_any()));
+// No clock sync: pacing is done by `rate`, not by the clock, as in fhudpsink.
+firehose_core::packet_sink! {
+    DpdkSink = "GstFhDpdkSink";
+    "Firehose DPDK sink", "Sink/Network",
+    "Sends datagrams (packet batches or buffers) as Ethernet/IPv4/UDP frames \
+     through a DPDK port (kernel bypass), paced to a target rate";
 }
 
 impl BaseSinkImpl for DpdkSink {
-    /// Answers the query by which a packet source asks whether its peer reads packet
-    /// batches (`output=auto`): yes; and says in the allocation query that it reads
-    /// only the Rust metas (the readable ones can be left out).
-    fn query(&self, query: &mut gst::QueryRef) -> bool {
-        firehose_core::src::output::consumer_query(query, |q| {
-            BaseSinkImplExt::parent_query(self, q)
-        })
-    }
+    firehose_core::packet_sink_query!();
 
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
-        let c = &self.counters;
-        for k in [&c.packets, &c.bytes, &c.batches, &c.drops_tx, &c.errors] {
-            k.reset();
-        }
+        self.counters.reset();
         self.interrupt.clear();
         let state = self.open(&s)?;
         *lock(&self.state) = Some(state);
@@ -503,8 +473,7 @@ impl BaseSinkImpl for DpdkSink {
         let mut guard = lock(&self.state);
         let st = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
         let map = buffer.map_readable().map_err(|_| {
-            gst::element_imp_error!(self, gst::ResourceError::Read, ("Cannot map the buffer"));
-            gst::FlowError::Error
+            firehose_core::element::read_error(&*self.obj(), "Cannot map the buffer")
         })?;
         let data = map.as_slice();
         st.ranges.clear();

@@ -36,7 +36,6 @@ const DEFAULT_MBUF_CACHE: u32 = 256;
 /// RTE_MBUF_DEFAULT_BUF_SIZE: 2048 bytes of frame plus the 128-byte headroom.
 const DEFAULT_MBUF_SIZE: u32 = 2048 + sys::RTE_PKTMBUF_HEADROOM;
 const DEFAULT_RX_DESC: u32 = 4096;
-const DEFAULT_BATCH: u32 = 64;
 /// Largest burst: bounds the per-element arrays allocated at start.
 const MAX_BATCH: u32 = 512;
 const DEFAULT_POLL_US: u32 = 20;
@@ -399,8 +398,7 @@ impl DpdkSrc {
             Ok(Some(b)) => b,
             Ok(None) | Err(Stopped::Interrupted) => return Err(gst::FlowError::Flushing),
             Err(Stopped::Link(e)) => {
-                gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
-                return Err(gst::FlowError::Error);
+                return Err(firehose_core::element::read_error(&*self.obj(), e))
             }
         };
         let mem = gst::Memory::from_slice(LentMbufs {
@@ -608,43 +606,28 @@ impl InPlaceTransport for InPlace {
     }
 }
 
-firehose_core::element_subclass!(DpdkSrc, "GstFhDpdkSrc", firehose_core::src::PacketSrc);
-
-impl ObjectImpl for DpdkSrc {
-    firehose_core::own_properties!(Settings::default(), settings);
+firehose_core::packet_src! {
+    DpdkSrc = "GstFhDpdkSrc", own properties settings = Settings::default();
+    "Firehose DPDK source", "Source/Network",
+    "Receives UDP from a DPDK port (kernel bypass), one buffer per burst, \
+     the mbufs lent downstream without a copy";
 }
-
-impl ElementImpl for DpdkSrc {
-    firehose_core::element_metadata!(
-        "Firehose DPDK source",
-        "Source/Network",
-        "Receives UDP from a DPDK port (kernel bypass), one buffer per burst, \
-         the mbufs lent downstream without a copy",
-    );
-}
-
-// Every method is the base's.
-impl BaseSrcImpl for DpdkSrc {}
-impl PushSrcImpl for DpdkSrc {}
 
 impl PacketSrcImpl for DpdkSrc {
-    const LIVE: bool = true;
-    const BATCH_SIZE: BatchSize = BatchSize {
-        blurb: "Most frames per rte_eth_rx_burst, pushed as one buffer",
-        max: MAX_BATCH,
-        default: DEFAULT_BATCH,
-    };
+    const BATCH_SIZE: BatchSize = BatchSize::up_to(
+        MAX_BATCH,
+        "Most frames per rte_eth_rx_burst, pushed as one buffer",
+    );
     const POOL: &'static PoolProps = &POOL;
     const RECEIVE_INTO: ReceiveInto = ReceiveInto::Device {
         why: "the NIC writes into DPDK's mbufs",
     };
 
-    fn stats_description() -> String {
-        Tally::describe(&format!(
-            "drops-nic (imissed + ierrors + rx-nombuf from rte_eth_stats), {}",
-            NicCounters::describe("")
-        ))
-    }
+    const STATS: &'static [&'static [&'static str]] = &[
+        Tally::NAMES,
+        &["drops-nic (imissed + ierrors + rx-nombuf from rte_eth_stats)"],
+        NicCounters::NAMES,
+    ];
 
     /// An mbuf.
     fn slot_bytes(&self, _batch_size: u32) -> u64 {

@@ -36,7 +36,6 @@ const DEFAULT_ADDRESS: &str = "0.0.0.0";
 const DEFAULT_PORT: u32 = 7148;
 const DEFAULT_SLOTS: u32 = 8192;
 const DEFAULT_SLOT_SIZE: u32 = 9728;
-const DEFAULT_BATCH_SIZE: u32 = 64;
 /// Most receive slots (`pool-size` / `slot-size`).
 const MAX_SLOTS: u32 = 1 << 20;
 /// The pool properties: today's 8192 slots of 9728 bytes by default.
@@ -313,39 +312,24 @@ impl IbvSrc {
     }
 }
 
-firehose_core::element_subclass!(IbvSrc, "GstFhIbvSrc", firehose_core::src::PacketSrc);
-
-impl ObjectImpl for IbvSrc {
-    firehose_core::own_properties!(Settings::default(), settings);
+firehose_core::packet_src! {
+    IbvSrc = "GstFhIbvSrc", own properties settings = Settings::default();
+    "Firehose RDMA raw-packet source", "Source/Network",
+    "Receives UDP through an RDMA raw-packet queue pair into a registered region (libibverbs loaded at run time)";
 }
-
-impl ElementImpl for IbvSrc {
-    firehose_core::element_metadata!(
-        "Firehose RDMA raw-packet source",
-        "Source/Network",
-        "Receives UDP through an RDMA raw-packet queue pair into a registered region (libibverbs loaded at run time)",
-    );
-}
-
-// Every method is the base's.
-impl BaseSrcImpl for IbvSrc {}
-impl PushSrcImpl for IbvSrc {}
 
 impl PacketSrcImpl for IbvSrc {
-    const LIVE: bool = true;
-    const BATCH_SIZE: BatchSize = BatchSize {
-        blurb: "Completions polled, and slots re-posted, per batch (one buffer per batch)",
-        max: 4096,
-        default: DEFAULT_BATCH_SIZE,
-    };
+    const BATCH_SIZE: BatchSize = BatchSize::up_to(
+        4096,
+        "Completions polled, and slots re-posted, per batch (one buffer per batch)",
+    );
     const POOL: &'static PoolProps = &POOL;
     const RECEIVE_INTO: ReceiveInto = ReceiveInto::Device {
         why: "the NIC writes into its registered receive region",
     };
 
-    fn stats_description() -> String {
-        RxCounters::describe("pool-in-use, pool-slots")
-    }
+    const STATS: &'static [&'static [&'static str]] =
+        &[RxCounters::NAMES, &[names::POOL_IN_USE, names::POOL_SLOTS]];
 
     /// A receive slot.
     fn slot_bytes(&self, _batch_size: u32) -> u64 {
@@ -389,10 +373,7 @@ impl PacketSrcImpl for IbvSrc {
                 Ok(batch.into_buffer(pts, rx.readable).into())
             }
             Err(Stopped::Interrupted) => Err(gst::FlowError::Flushing),
-            Err(Stopped::Link(e)) => {
-                gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
-                Err(gst::FlowError::Error)
-            }
+            Err(Stopped::Link(e)) => Err(firehose_core::element::read_error(&*self.obj(), e)),
             Err(Stopped::Device(e)) => {
                 gst::element_imp_error!(
                     self,

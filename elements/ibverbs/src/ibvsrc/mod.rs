@@ -15,7 +15,6 @@
 //! fix. Nothing touching a device has run on RDMA hardware yet.
 
 use gst::glib;
-use gst::prelude::*;
 
 mod imp;
 
@@ -26,10 +25,5 @@ glib::wrapper! {
 
 /// Registers `fhibvsrc` with `plugin`.
 pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
-    gst::Element::register(
-        Some(plugin),
-        "fhibvsrc",
-        gst::Rank::NONE,
-        IbvSrc::static_type(),
-    )
+    firehose_core::element::register::<IbvSrc>(Some(plugin), "fhibvsrc")
 }

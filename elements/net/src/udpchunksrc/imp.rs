@@ -8,7 +8,6 @@ use firehose_chunk::front::ChunkFront;
 use firehose_chunk::settings::ChunkSettings;
 use firehose_chunk::{ChunkAssembler, StatsMirror};
 use firehose_core::caps as fcaps;
-use firehose_core::property::SettingsElement;
 use firehose_core::src::prelude::*;
 use firehose_core::src::{self as live, LiveControl};
 use firehose_core::stats::StatsInterval;
@@ -16,33 +15,16 @@ use firehose_core::sync::lock;
 
 use super::Landing;
 use crate::land_counters::LandingCounters;
-use crate::landelem::LandingElement;
-use crate::landsrc::LandingSource;
-use crate::socket_settings::SocketSettings;
+use crate::landelem::{Feed, LandingElement, LandingInput};
 
 firehose_core::debug_category!(CAT, "fhudpchunksrc", "Firehose UDP chunk source");
-
-/// Default `batch-size`: `fhudpsrc`'s and `fhspeadsrc`'s. One receive fills at most
-/// [`BATCH_BYTES`] of messages: 4 while GRO may coalesce (64 KiB each), up to 64
-/// single datagrams once the receiver has learnt that the stream does not (until
-/// 2026-11-26 the default was 4, so a plain sender's datagrams came 4 per `recvmmsg`:
-/// under a CPU quota that per-call cost decided the highest lossless rate).
-const DEFAULT_BATCH_SIZE: u32 = 64;
-/// Bytes one receive may fill, as `fhudpsrc`'s `batch-bytes`: the packets copied from
-/// scratch are still in the CPU's L2 cache when the engine reads them.
-const BATCH_BYTES: usize = 256 << 10;
-/// Most messages per receive: the receiver keeps two 64 KiB scratch buffers per message.
-const MAX_BATCH_SIZE: u32 = 256;
 
 /// The element's properties, declared once below.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// `transport`: the packet source that feeds the chunk engine, or `None` for the
-    /// element's own socket.
-    transport: Option<String>,
-    socket: SocketSettings,
+    /// `transport`, the socket, `batch-size`.
+    input: LandingInput,
     chunk: ChunkSettings,
-    batch_size: u32,
     landing: Landing,
     stats_interval: StatsInterval,
 }
@@ -50,10 +32,11 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            transport: None,
-            socket: SocketSettings::default(),
+            input: LandingInput::new(
+                "Most messages received by one recvmmsg (at most 256 KiB of them); with GRO \
+                 each message carries up to 64 KiB of datagrams; a transport has its own",
+            ),
             chunk: ChunkSettings::default(),
-            batch_size: DEFAULT_BATCH_SIZE,
             landing: Landing::Auto,
             stats_interval: StatsInterval::default(),
         }
@@ -62,13 +45,7 @@ impl Default for Settings {
 
 firehose_core::property_group! {
     Settings as _s {
-        transport: firehose_core::property::OrDefault => crate::transport_input::property();
-        group socket;
-        batch_size => live::batch_size(
-            "Most messages received by one recvmmsg (at most 256 KiB of them); with GRO each message carries up to 64 KiB of datagrams; a transport has its own",
-            MAX_BATCH_SIZE,
-            DEFAULT_BATCH_SIZE,
-        );
+        group input;
         landing => glib::ParamSpecEnum::builder::<Landing>("landing")
             .nick("Landing")
             .blurb("Receive payloads straight into the chunks: auto = for chunks of at most 2 MiB, which stay in the CPU cache between uses (into larger ones the kernel's copy reads each destination line from memory first: they are copied as by fhdepay), on, off")
@@ -113,53 +90,15 @@ impl UdpChunkSrc {
     }
 }
 
-firehose_core::element_subclass!(UdpChunkSrc, "GstFhUdpChunkSrc", gst_base::PushSrc);
-
-impl SettingsElement for UdpChunkSrc {
-    type Settings = Settings;
-
-    fn counters() -> String {
-        format!(
-            "{}, {}",
-            &StatsMirror::counters(),
-            LandingCounters::describe("")
-        )
-    }
-
-    fn settings(&self) -> &Mutex<Settings> {
-        &self.settings
-    }
-}
-
-impl ObjectImpl for UdpChunkSrc {
-    firehose_core::settings_properties!(UdpChunkSrc);
-
-    firehose_core::live_src_constructed!(true);
-}
-
-impl ElementImpl for UdpChunkSrc {
-    firehose_core::element_metadata!(
-        "Firehose UDP chunk source",
-        "Source/Network",
-        "Receives UDP payloads straight into pooled chunks, placed by a named packet handler; the handler must support it (SPEAD's does: handler=spead), otherwise every packet is copied once as with fhdepay",
-    );
-
-    firehose_core::pad_templates!(live::src_template(&gst::Caps::new_empty_simple(
-        fcaps::CHUNK
-    )));
-
-    /// An application's EOS (`gst_element_send_event`, which a bin forwards to its
-    /// sources). GstBaseSrc's own handling unlocks `create` and then ends the stream
-    /// without calling it again, which would lose the chunks still open; instead
-    /// `create` is woken with the `eos` flag, pushes them, and returns EOS, which
-    /// GstBaseSrc sends downstream.
-    fn send_event(&self, event: gst::Event) -> bool {
-        if event.type_() == gst::EventType::Eos && self.live.request_drain() {
-            gst::debug!(CAT, imp = self, "EOS: pushing the open chunks first");
-            return true;
-        }
-        self.parent_send_event(event)
-    }
+// An application's EOS (`gst_element_send_event`, which a bin forwards to its sources):
+// GstBaseSrc's own handling unlocks `create` and then ends the stream without calling it
+// again, which would lose the chunks still open.
+firehose_core::landing_src! {
+    UdpChunkSrc = "GstFhUdpChunkSrc", caps fcaps::CHUNK, drain "the open chunks";
+    settings settings: Settings, live live;
+    stats format!("{}, {}", StatsMirror::counters(), LandingCounters::describe(""));
+    "Firehose UDP chunk source", "Source/Network",
+    "Receives UDP payloads straight into pooled chunks, placed by a named packet handler; the handler must support it (SPEAD's does: handler=spead), otherwise every packet is copied once as with fhdepay";
 }
 
 impl BaseSrcImpl for UdpChunkSrc {
@@ -169,25 +108,15 @@ impl BaseSrcImpl for UdpChunkSrc {
         let element = element.upcast_ref::<gst::Element>();
         let host = s.chunk.host(element, *CAT, self.chunks.cancel())?;
         let (mut engine, caps) = self.chunks.start(element, host, s.chunk.readable_metas);
-        let (src, port_changed) = match s.transport.as_deref() {
-            Some(desc) => {
-                let t = crate::transport_input::open(desc)?;
-                gst::info!(
-                    CAT,
-                    imp = self,
-                    "{} feeds the chunks in place (one copy per payload)",
-                    t.factory
-                );
-                *lock(&self.caps) = Some(caps);
-                let src =
-                    LandingSource::in_place(t.transport, t.waker, engine, t.ring_bytes, Vec::new());
-                (src, false)
-            }
-            None => {
-                // Chunks carry no per-datagram receive times: no kernel timestamps.
-                let (rx, report) =
-                    s.socket
-                        .open(element, *CAT, false, s.batch_size as usize, BATCH_BYTES)?;
+        let feed = s.input.open(element, *CAT)?;
+        match &feed {
+            Feed::Transport(t) => gst::info!(
+                CAT,
+                imp = self,
+                "{} feeds the chunks in place (one copy per payload)",
+                t.factory
+            ),
+            Feed::Socket { rx, report, .. } => {
                 match s.landing {
                     Landing::Auto => {}
                     Landing::On => engine.set_landing(true),
@@ -217,16 +146,14 @@ impl BaseSrcImpl for UdpChunkSrc {
                         engine.config().chunk_bytes()
                     );
                 }
-                *lock(&self.caps) = Some(caps);
-                let port_changed = lock(&self.settings).socket.set_bound_port(&report);
-                let buffer = report.buffer_granted as u64;
-                let src = LandingSource::new(rx, engine, s.batch_size as usize, buffer, Vec::new());
-                (src, port_changed)
             }
-        };
+        }
+        *lock(&self.caps) = Some(caps);
         let timer = s.stats_interval.timer();
         self.land
-            .start(element, &self.live, src, timer, port_changed);
+            .start(element, &self.live, feed, engine, timer, |report| {
+                lock(&self.settings).input.socket.set_bound_port(report)
+            });
         Ok(())
     }
 
@@ -287,6 +214,8 @@ impl PushSrcImpl for UdpChunkSrc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::landelem::DEFAULT_BATCH_SIZE;
+    use crate::socket_settings::SocketSettings;
     use firehose_core::property::PropertyGroup;
     use firehose_core::stats::names;
 
@@ -336,9 +265,10 @@ mod tests {
         el.set_property("heap-size", 65536u32);
         el.set_property("stats-interval", 0u32);
         let s = lock(&el.imp().settings).clone();
-        assert_eq!((s.socket.address.as_str(), s.socket.port), ("127.0.0.1", 0));
-        assert!(!s.socket.gro);
-        assert_eq!(s.batch_size, 16);
+        let socket = &s.input.socket;
+        assert_eq!((socket.address.as_str(), socket.port), ("127.0.0.1", 0));
+        assert!(!socket.gro);
+        assert_eq!(s.input.batch_size, 16);
         assert_eq!(s.chunk.handler.as_deref(), Some("spead"));
         assert_eq!(s.chunk.geometry.heap_size, 65536);
         assert_eq!(s.stats_interval.0, 0);

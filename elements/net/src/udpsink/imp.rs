@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use firehose_core::element::prelude::*;
-use firehose_core::element::sink_template;
 use firehose_core::property::{OrDefault, SettingsElement};
 use firehose_core::stats::{self, names, Counter, StatsInterval, StatsTimer};
 use firehose_core::{PacketBatchMeta, PacketInfo};
@@ -333,8 +332,7 @@ impl UdpSink {
         buffer: &gst::BufferRef,
     ) -> Result<gst::FlowSuccess, gst::FlowError> {
         let map = buffer.map_readable().map_err(|_| {
-            gst::element_imp_error!(self, gst::ResourceError::Read, ("Cannot map the buffer"));
-            gst::FlowError::Error
+            firehose_core::element::read_error(&*self.obj(), "Cannot map the buffer")
         })?;
         let Some(meta) = buffer.meta::<PacketBatchMeta>() else {
             return self.send(state, &[map.as_slice()][..]);
@@ -353,8 +351,6 @@ impl UdpSink {
     }
 }
 
-firehose_core::element_subclass!(UdpSink, "GstFhUdpSink", gst_base::BaseSink);
-
 impl SettingsElement for UdpSink {
     type Settings = Settings;
 
@@ -369,36 +365,16 @@ impl SettingsElement for UdpSink {
     }
 }
 
-impl ObjectImpl for UdpSink {
-    firehose_core::settings_properties!(UdpSink);
-
-    fn constructed(&self) {
-        self.parent_constructed();
-        // Pacing is done by `rate`, not by the clock (see the module docs).
-        self.obj().set_sync(false);
-    }
-}
-
-impl ElementImpl for UdpSink {
-    firehose_core::element_metadata!(
-        "Firehose UDP sink",
-        "Sink/Network",
-        "Sends datagrams (packet batches, buffers or buffer lists) with sendmmsg and \
-                 UDP GSO, to one or several clients, paced to a target rate",
-    );
-
-    firehose_core::pad_templates!(sink_template(&gst::Caps::new_any()));
+// No clock sync: pacing is done by `rate`, not by the clock (see the module docs).
+firehose_core::packet_sink! {
+    UdpSink = "GstFhUdpSink";
+    "Firehose UDP sink", "Sink/Network",
+    "Sends datagrams (packet batches, buffers or buffer lists) with sendmmsg and \
+     UDP GSO, to one or several clients, paced to a target rate";
 }
 
 impl BaseSinkImpl for UdpSink {
-    /// Answers the query by which a packet source asks whether its peer reads packet
-    /// batches (`output=auto`): yes; and says in the allocation query that it reads
-    /// only the Rust metas (the readable ones can be left out).
-    fn query(&self, query: &mut gst::QueryRef) -> bool {
-        firehose_core::src::output::consumer_query(query, |q| {
-            BaseSinkImplExt::parent_query(self, q)
-        })
-    }
+    firehose_core::packet_sink_query!();
 
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let settings = lock(&self.settings).clone();

@@ -13,7 +13,6 @@
 //! (READY → PAUSED).
 
 use gst::glib;
-use gst::prelude::*;
 
 mod imp;
 
@@ -25,10 +24,5 @@ glib::wrapper! {
 
 /// Registers `fhudpsink` with `plugin`.
 pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
-    gst::Element::register(
-        Some(plugin),
-        "fhudpsink",
-        gst::Rank::NONE,
-        UdpSink::static_type(),
-    )
+    firehose_core::element::register::<UdpSink>(Some(plugin), "fhudpsink")
 }

@@ -21,7 +21,6 @@ use crate::socket_settings::SocketSettings;
 
 firehose_core::debug_category!(CAT, "fhudpsrc", "Firehose UDP source");
 
-const DEFAULT_BATCH_SIZE: u32 = 64;
 /// Slab bytes per batch: small enough to stay in a CPU's L2 cache until downstream reads
 /// it (in `firehose bench spead` under a quarter core, 4 MiB batches lost 15–27 % at
 /// 8 Gb/s of 8972-byte packets where 256–512 KiB ones lost nothing).
@@ -188,16 +187,14 @@ impl UdpSrc {
         let Some(watch) = state.watch.as_mut() else {
             return Ok(());
         };
-        watch.check(std::time::Instant::now()).map_err(|e| {
-            gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
-            gst::FlowError::Error
-        })
+        watch
+            .check(std::time::Instant::now())
+            .map_err(|e| firehose_core::element::read_error(&*self.obj(), e))
     }
 
     /// Posts the element error for a failed receive; the flow error to return.
     fn read_failed(&self, e: &std::io::Error) -> gst::FlowError {
-        gst::element_imp_error!(self, gst::ResourceError::Read, ("recvmmsg failed: {}", e));
-        gst::FlowError::Error
+        firehose_core::element::read_error(&*self.obj(), format_args!("recvmmsg failed: {e}"))
     }
 
     /// The pool is empty: counts what is queued on the socket now as `drops-pool` (so
@@ -231,37 +228,20 @@ impl UdpSrc {
     }
 }
 
-firehose_core::element_subclass!(UdpSrc, "GstFhUdpSrc", firehose_core::src::PacketSrc);
-
-impl ObjectImpl for UdpSrc {
-    firehose_core::own_properties!(Settings::default(), settings);
+firehose_core::packet_src! {
+    UdpSrc = "GstFhUdpSrc", own properties settings = Settings::default();
+    "Firehose UDP source", "Source/Network",
+    "Receives UDP with recvmmsg and GRO into pooled memory, one buffer per batch \
+     (application/x-firehose-packets) or, to stock elements, one per datagram";
 }
-
-impl ElementImpl for UdpSrc {
-    firehose_core::element_metadata!(
-        "Firehose UDP source",
-        "Source/Network",
-        "Receives UDP with recvmmsg and GRO into pooled memory, one buffer per batch \
-         (application/x-firehose-packets) or, to stock elements, one per datagram",
-    );
-}
-
-// Every method is the base's.
-impl BaseSrcImpl for UdpSrc {}
-impl PushSrcImpl for UdpSrc {}
 
 impl PacketSrcImpl for UdpSrc {
-    const LIVE: bool = true;
-    const BATCH_SIZE: BatchSize = BatchSize {
-        blurb: "Most datagrams received by one recvmmsg and pushed as one buffer",
-        max: 1024,
-        default: DEFAULT_BATCH_SIZE,
-    };
+    const BATCH_SIZE: BatchSize = BatchSize::up_to(
+        1024,
+        "Most datagrams received by one recvmmsg and pushed as one buffer",
+    );
     const POOL: &'static PoolProps = &POOL;
-
-    fn stats_description() -> String {
-        Counters::describe("")
-    }
+    const STATS: &'static [&'static [&'static str]] = &[Counters::NAMES];
 
     /// Sized in bytes only: the slot (batch slab) size is known at start.
     fn slot_bytes(&self, _batch_size: u32) -> u64 {

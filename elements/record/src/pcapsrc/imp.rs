@@ -21,7 +21,6 @@ use super::{Pace, Rate};
 
 firehose_core::debug_category!(CAT, "fhpcapsrc", "Firehose pcap replay source");
 
-const DEFAULT_BATCH_SIZE: u32 = 64;
 /// Bytes per pool slot: room for a batch of jumbo datagrams, and always for one more
 /// datagram of the largest size.
 const SLOT_SIZE: usize = 2 << 20;
@@ -205,42 +204,19 @@ impl PcapSrc {
     }
 }
 
-firehose_core::element_subclass!(PcapSrc, "GstFhPcapSrc", firehose_core::src::PacketSrc);
-
-impl ObjectImpl for PcapSrc {
-    firehose_core::own_properties!(Settings::default(), settings);
+firehose_core::packet_src! {
+    PcapSrc = "GstFhPcapSrc", own properties settings = Settings::default();
+    "Firehose pcap replay", "Source/File/Network",
+    "Replays the UDP datagrams of a pcap or pcapng file as packet batches, at the \
+     original pace, a set rate or as fast as possible";
 }
-
-impl ElementImpl for PcapSrc {
-    firehose_core::element_metadata!(
-        "Firehose pcap replay",
-        "Source/File/Network",
-        "Replays the UDP datagrams of a pcap or pcapng file as packet batches, at the \
-         original pace, a set rate or as fast as possible",
-    );
-}
-
-// Every method is the base's.
-impl BaseSrcImpl for PcapSrc {}
-impl PushSrcImpl for PcapSrc {}
 
 impl PacketSrcImpl for PcapSrc {
     // Not live: replay paces itself.
     const LIVE: bool = false;
-    const BATCH_SIZE: BatchSize = BatchSize {
-        blurb: "Most datagrams per buffer",
-        max: 1024,
-        default: DEFAULT_BATCH_SIZE,
-    };
+    const BATCH_SIZE: BatchSize = BatchSize::up_to(1024, "Most datagrams per buffer");
     const POOL: &'static PoolProps = &POOL;
-
-    fn stats_description() -> String {
-        Counters::describe("")
-    }
-
-    fn slot_bytes(&self, _batch_size: u32) -> u64 {
-        SLOT_SIZE as u64
-    }
+    const STATS: &'static [&'static [&'static str]] = &[Counters::NAMES];
 
     fn open(&self, open: &Open) -> Result<usize, gst::ErrorMessage> {
         let batch_size = open.batch_size;

@@ -34,7 +34,6 @@
 //! ```
 
 use gst::glib;
-use gst::prelude::*;
 
 mod imp;
 mod props;
@@ -43,41 +42,28 @@ mod replay;
 
 pub use rate::Rate;
 
-/// `pace`: how fast the capture is replayed.
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
-#[repr(u32)]
-#[enum_type(name = "GstFhPcapPace")]
-pub enum Pace {
-    /// At the capture's own timing.
-    #[default]
-    #[enum_value(name = "original: the capture's own timing", nick = "original")]
-    Original = 0,
-    /// As fast as downstream accepts.
-    #[enum_value(name = "max: as fast as downstream takes it", nick = "max")]
-    Max = 1,
-    /// Payload bytes paced at the `bitrate` property.
-    #[enum_value(
-        name = "bitrate: payload bits/s set by the bitrate property",
-        nick = "bitrate"
-    )]
-    Bitrate = 2,
+firehose_core::property_enum! {
+    /// `pace`: how fast the capture is replayed.
+    pub enum Pace = "GstFhPcapPace" {
+        /// At the capture's own timing.
+        #[default]
+        Original = 0, "original", "original: the capture's own timing";
+        /// As fast as downstream accepts.
+        Max = 1, "max", "max: as fast as downstream takes it";
+        /// Payload bytes paced at the `bitrate` property.
+        Bitrate = 2, "bitrate", "bitrate: payload bits/s set by the bitrate property";
+    }
 }
 
-/// `split`: how records are cut into datagrams.
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
-#[repr(u32)]
-#[enum_type(name = "GstFhPcapSplit")]
-pub enum Split {
-    /// One record, one datagram.
-    #[enum_value(name = "none: one datagram per record", nick = "none")]
-    None = 0,
-    /// Records holding several SPEAD packets back to back are cut into their packets.
-    #[default]
-    #[enum_value(
-        name = "spead: records holding several SPEAD packets (GSO sends) are cut into them",
-        nick = "spead"
-    )]
-    Spead = 1,
+firehose_core::property_enum! {
+    /// `split`: how records are cut into datagrams.
+    pub enum Split = "GstFhPcapSplit" {
+        /// One record, one datagram.
+        None = 0, "none", "none: one datagram per record";
+        /// Records holding several SPEAD packets back to back are cut into their packets.
+        #[default]
+        Spead = 1, "spead", "spead: records holding several SPEAD packets (GSO sends) are cut into them";
+    }
 }
 
 impl Split {
@@ -99,5 +85,5 @@ glib::wrapper! {
 
 /// Registers `fhpcapsrc` with `plugin` (or with the process when `None`).
 pub fn register(plugin: Option<&gst::Plugin>) -> Result<(), glib::BoolError> {
-    gst::Element::register(plugin, "fhpcapsrc", gst::Rank::NONE, PcapSrc::static_type())
+    firehose_core::element::register::<PcapSrc>(plugin, "fhpcapsrc")
 }

@@ -10,12 +10,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use firehose_core::element::ElementStats;
 use firehose_core::property::SettingsElement;
-use firehose_core::stats::{self, names, Counter, StatsTimer};
+use firehose_core::stats::{self, names, StatsTimer};
 use firehose_core::{PacketBatchMeta, PoolConfig, SlotPool};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
-use gst_base::prelude::*;
 use gst_base::subclass::prelude::*;
 
 use super::encode::{unix_ns, Encoder};
@@ -56,13 +55,15 @@ struct State {
     error_posted: bool,
 }
 
-#[derive(Default)]
-struct Counters {
-    packets: Counter,
-    bytes: Counter,
-    batches: Counter,
-    drops_disk: Counter,
-    truncated: Counter,
+firehose_core::counters! {
+    /// What the streaming thread counts (`stats` adds the writer's counts between them).
+    struct Counters {
+        packets: names::PACKETS,
+        bytes: names::BYTES,
+        batches: names::BATCHES,
+        drops_disk: names::DROPS_DISK,
+        truncated: names::TRUNCATED,
+    }
 }
 
 /// The `fhrecordsink` element.
@@ -83,10 +84,6 @@ static NEVER: AtomicBool = AtomicBool::new(false);
 impl ElementStats for RecordSink {
     fn stats(&self) -> gst::Structure {
         let c = &self.counters;
-        let pool = lock(&self.pool)
-            .as_ref()
-            .map(SlotPool::stats)
-            .unwrap_or_default();
         let (written, files, latency_ns) = lock(&self.shared).as_ref().map_or((0, 0, 0), |s| {
             (
                 s.bytes_written.get(),
@@ -94,7 +91,7 @@ impl ElementStats for RecordSink {
                 s.latency_max_ns.load(Ordering::Relaxed),
             )
         });
-        stats::structure(&[
+        let mut fields = vec![
             (names::PACKETS, c.packets.get()),
             (names::BYTES, c.bytes.get()),
             (names::BATCHES, c.batches.get()),
@@ -103,11 +100,9 @@ impl ElementStats for RecordSink {
             (names::DROPS_DISK, c.drops_disk.get()),
             (names::TRUNCATED, c.truncated.get()),
             (names::WRITE_LATENCY_MAX_US, latency_ns / 1000),
-            (names::POOL_SLOTS, pool.slots as u64),
-            (names::POOL_IN_USE, pool.in_use as u64),
-            (names::POOL_HIGH_WATER, pool.high_water as u64),
-            (names::POOL_EXHAUSTED, pool.exhausted),
-        ])
+        ];
+        fields.extend(firehose_core::src::pool_counts(lock(&self.pool).as_ref()));
+        stats::structure(&fields)
     }
 }
 
@@ -411,51 +406,21 @@ impl RecordSink {
     }
 }
 
-firehose_core::element_subclass!(RecordSink, "GstFhRecordSink", gst_base::BaseSink);
-
-impl ObjectImpl for RecordSink {
-    firehose_core::settings_properties!(RecordSink);
-
-    fn constructed(&self) {
-        self.parent_constructed();
-        // A recorder writes as fast as data comes: no clock sync.
-        self.obj().set_sync(false);
-    }
-}
-
-impl ElementImpl for RecordSink {
-    firehose_core::element_metadata!(
-        "Firehose recorder",
-        "Sink/File",
-        "Records packet batches as pcap/pcapng, or any buffer as raw payload plus index, \
-                 with O_DIRECT block writes, rotation and a ring of files",
-    );
-
-    firehose_core::pad_templates!(firehose_core::element::sink_template(&gst::Caps::new_any()));
+// No clock sync: a recorder writes as fast as data comes.
+firehose_core::packet_sink! {
+    RecordSink = "GstFhRecordSink";
+    "Firehose recorder", "Sink/File",
+    "Records packet batches as pcap/pcapng, or any buffer as raw payload plus index, \
+     with O_DIRECT block writes, rotation and a ring of files";
 }
 
 impl BaseSinkImpl for RecordSink {
-    /// Answers the query by which a packet source asks whether its peer reads packet
-    /// batches (`output=auto`): yes; and says in the allocation query that it reads
-    /// only the Rust metas (the readable ones can be left out).
-    fn query(&self, query: &mut gst::QueryRef) -> bool {
-        firehose_core::src::output::consumer_query(query, |q| {
-            BaseSinkImplExt::parent_query(self, q)
-        })
-    }
+    firehose_core::packet_sink_query!();
 
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let settings = lock(&self.settings).clone();
         let mut state = self.prepare(&settings)?;
-        for c in [
-            &self.counters.packets,
-            &self.counters.bytes,
-            &self.counters.batches,
-            &self.counters.drops_disk,
-            &self.counters.truncated,
-        ] {
-            c.reset();
-        }
+        self.counters.reset();
         // Open the first file now, so a bad location fails at start, not at the first
         // buffer.
         self.open_next(&mut state);

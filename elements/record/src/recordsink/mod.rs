@@ -25,48 +25,36 @@
 //! ```
 
 use gst::glib;
-use gst::prelude::*;
 
 mod encode;
 mod imp;
 mod props;
 mod upstream;
 
-/// `format`: what the files hold.
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
-#[repr(u32)]
-#[enum_type(name = "GstFhRecordFormat")]
-pub enum Format {
-    /// Nanosecond pcap with synthesized headers.
-    #[default]
-    #[enum_value(name = "pcap: nanosecond pcap, one frame per datagram", nick = "pcap")]
-    Pcap = 0,
-    /// pcapng with nanosecond timestamps and interface statistics.
-    #[enum_value(
-        name = "pcapng: enhanced packet blocks, interface statistics at the end",
-        nick = "pcapng"
-    )]
-    Pcapng = 1,
-    /// Payloads as they arrive plus an index file.
-    #[enum_value(name = "raw: payload bytes plus <file>.idx index", nick = "raw")]
-    Raw = 2,
+firehose_core::property_enum! {
+    /// `format`: what the files hold.
+    pub enum Format = "GstFhRecordFormat" {
+        /// Nanosecond pcap with synthesized headers.
+        #[default]
+        Pcap = 0, "pcap", "pcap: nanosecond pcap, one frame per datagram";
+        /// pcapng with nanosecond timestamps and interface statistics.
+        Pcapng = 1, "pcapng", "pcapng: enhanced packet blocks, interface statistics at the end";
+        /// Payloads as they arrive plus an index file.
+        Raw = 2, "raw", "raw: payload bytes plus <file>.idx index";
+    }
 }
 
-/// `fsync`: when data is flushed to the device.
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
-#[repr(u32)]
-#[enum_type(name = "GstFhRecordFsync")]
-pub enum Fsync {
-    /// Never explicitly.
-    #[default]
-    #[enum_value(name = "none: the kernel decides", nick = "none")]
-    None = 0,
-    /// When each file is closed.
-    #[enum_value(name = "on-rotate: when each file is closed", nick = "on-rotate")]
-    OnRotate = 1,
-    /// Every `fsync-bytes` bytes and when each file is closed.
-    #[enum_value(name = "bytes: every fsync-bytes bytes and on close", nick = "bytes")]
-    Bytes = 2,
+firehose_core::property_enum! {
+    /// `fsync`: when data is flushed to the device.
+    pub enum Fsync = "GstFhRecordFsync" {
+        /// Never explicitly.
+        #[default]
+        None = 0, "none", "none: the kernel decides";
+        /// When each file is closed.
+        OnRotate = 1, "on-rotate", "on-rotate: when each file is closed";
+        /// Every `fsync-bytes` bytes and when each file is closed.
+        Bytes = 2, "bytes", "bytes: every fsync-bytes bytes and on close";
+    }
 }
 
 glib::wrapper! {
@@ -77,10 +65,5 @@ glib::wrapper! {
 
 /// Registers `fhrecordsink` with `plugin` (or with the process when `None`).
 pub fn register(plugin: Option<&gst::Plugin>) -> Result<(), glib::BoolError> {
-    gst::Element::register(
-        plugin,
-        "fhrecordsink",
-        gst::Rank::NONE,
-        RecordSink::static_type(),
-    )
+    firehose_core::element::register::<RecordSink>(plugin, "fhrecordsink")
 }

@@ -19,30 +19,20 @@
 //! its references dropped at once (`consumers-lost`).
 
 use gst::glib;
-use gst::prelude::*;
 
 use crate::proto::OnFull;
 
 mod imp;
 
-/// `on-full`: what the sink does when a consumer holds `max-held` buffers.
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
-#[repr(u32)]
-#[enum_type(name = "GstFhShmSinkOnFull")]
-pub enum OnFullMode {
-    /// Wait for the consumer (never lose a buffer; a stuck consumer stalls the pipeline).
-    #[default]
-    #[enum_value(
-        name = "Block: wait until the consumer releases a buffer",
-        nick = "block"
-    )]
-    Block = 0,
-    /// Skip that consumer for this buffer, count it missed, never wait.
-    #[enum_value(
-        name = "Drop: the consumer misses the buffer (counted, and told)",
-        nick = "drop"
-    )]
-    Drop = 1,
+firehose_core::property_enum! {
+    /// `on-full`: what the sink does when a consumer holds `max-held` buffers.
+    pub enum OnFullMode = "GstFhShmSinkOnFull" {
+        /// Wait for the consumer (never lose a buffer; a stuck consumer stalls the pipeline).
+        #[default]
+        Block = 0, "block", "Block: wait until the consumer releases a buffer";
+        /// Skip that consumer for this buffer, count it missed, never wait.
+        Drop = 1, "drop", "Drop: the consumer misses the buffer (counted, and told)";
+    }
 }
 
 impl From<OnFullMode> for OnFull {
@@ -62,10 +52,5 @@ glib::wrapper! {
 
 /// Registers `fhshmsink` with `plugin` (or statically with `None`).
 pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
-    gst::Element::register(
-        Some(plugin),
-        "fhshmsink",
-        gst::Rank::NONE,
-        ShmSink::static_type(),
-    )
+    firehose_core::element::register::<ShmSink>(Some(plugin), "fhshmsink")
 }

@@ -15,28 +15,20 @@
 //! it) is an error that says so, never a hang.
 
 use gst::glib;
-use gst::prelude::*;
 
 mod imp;
 
-/// `on-full`: the back-pressure this consumer asks its producer for.
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
-#[repr(u32)]
-#[enum_type(name = "GstFhShmSrcOnFull")]
-pub enum ConsumerOnFull {
-    /// Whatever the producer's `on-full` says.
-    #[default]
-    #[enum_value(name = "Producer: the fhshmsink's on-full", nick = "producer")]
-    Producer = 0,
-    /// The producer waits for this consumer.
-    #[enum_value(name = "Block: the producer waits for this consumer", nick = "block")]
-    Block = 1,
-    /// This consumer misses buffers rather than hold the producer.
-    #[enum_value(
-        name = "Drop: this consumer misses buffers, the producer never waits",
-        nick = "drop"
-    )]
-    Drop = 2,
+firehose_core::property_enum! {
+    /// `on-full`: the back-pressure this consumer asks its producer for.
+    pub enum ConsumerOnFull = "GstFhShmSrcOnFull" {
+        /// Whatever the producer's `on-full` says.
+        #[default]
+        Producer = 0, "producer", "Producer: the fhshmsink's on-full";
+        /// The producer waits for this consumer.
+        Block = 1, "block", "Block: the producer waits for this consumer";
+        /// This consumer misses buffers rather than hold the producer.
+        Drop = 2, "drop", "Drop: this consumer misses buffers, the producer never waits";
+    }
 }
 
 glib::wrapper! {
@@ -47,10 +39,5 @@ glib::wrapper! {
 
 /// Registers `fhshmsrc` with `plugin` (or statically with `None`).
 pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
-    gst::Element::register(
-        Some(plugin),
-        "fhshmsrc",
-        gst::Rank::NONE,
-        ShmSrc::static_type(),
-    )
+    firehose_core::element::register::<ShmSrc>(Some(plugin), "fhshmsrc")
 }

@@ -14,7 +14,7 @@ use firehose_chunk::{ChunkAssembler, ChunkHost, Flow};
 use firehose_core::alloc;
 use firehose_core::batch::for_each_packet;
 use firehose_core::caps as fcaps;
-use firehose_core::element::ElementStats;
+use firehose_core::element::{self, ElementStats, PadRoutes};
 use firehose_core::property::SettingsElement;
 use firehose_core::stats::StatsTimer;
 use gst::glib;
@@ -26,13 +26,7 @@ use super::Mode;
 use crate::heapout::{self, heap_buffer, HeapCounters};
 use crate::reassembly::{Heap, Reassembler};
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "speaddepay",
-        gst::DebugColorFlags::empty(),
-        Some("SPEAD heap reassembly"),
-    )
-});
+firehose_core::debug_category!(CAT, "speaddepay", "SPEAD heap reassembly");
 
 /// The engine of the mode chosen at start.
 enum Engine {
@@ -197,12 +191,20 @@ impl SpeadDepay {
         res
     }
 
-    fn chain(&self, buffer: gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
+    fn chain(
+        &self,
+        _pad: &gst::Pad,
+        buffer: gst::Buffer,
+    ) -> Result<gst::FlowSuccess, gst::FlowError> {
         let out = self.process([buffer.as_ref()])?;
         self.push(out)
     }
 
-    fn chain_list(&self, list: gst::BufferList) -> Result<gst::FlowSuccess, gst::FlowError> {
+    fn chain_list(
+        &self,
+        _pad: &gst::Pad,
+        list: gst::BufferList,
+    ) -> Result<gst::FlowSuccess, gst::FlowError> {
         let out = self.process(list.iter())?;
         self.push(out)
     }
@@ -238,6 +240,19 @@ impl SpeadDepay {
         let eos = out.eos;
         let _ = self.push(out);
         eos
+    }
+
+    /// It reads packet batches (a packet source sends them) and only their Rust metas.
+    /// In chunks mode downstream's allocation answer is for chunks, not for our input:
+    /// an upstream element must not size its packet buffers by it.
+    fn sink_query(&self, pad: &gst::Pad, query: &mut gst::QueryRef) -> bool {
+        firehose_core::src::output::consumer_query(query, |query| {
+            let allocation = matches!(query.view(), gst::QueryView::Allocation(_));
+            if allocation && *lock(&self.mode) == Mode::Chunks {
+                return false;
+            }
+            gst::Pad::query_default(pad, Some(&*self.obj()), query)
+        })
     }
 
     fn sink_event(&self, pad: &gst::Pad, event: gst::Event) -> bool {
@@ -408,42 +423,10 @@ impl ObjectSubclass for SpeadDepay {
 
     fn with_class(klass: &Self::Class) -> Self {
         let sinkpad = gst::Pad::builder_from_template(&klass.pad_template("sink").unwrap())
-            .chain_function(|_pad, parent, buffer| {
-                SpeadDepay::catch_panic_pad_function(
-                    parent,
-                    || Err(gst::FlowError::Error),
-                    |d| d.chain(buffer),
-                )
-            })
-            .chain_list_function(|_pad, parent, list| {
-                SpeadDepay::catch_panic_pad_function(
-                    parent,
-                    || Err(gst::FlowError::Error),
-                    |d| d.chain_list(list),
-                )
-            })
-            .event_function(|pad, parent, event| {
-                SpeadDepay::catch_panic_pad_function(parent, || false, |d| d.sink_event(pad, event))
-            })
-            .query_function(|pad, parent, query| {
-                // It reads packet batches (a packet source sends them) and only their
-                // Rust metas. In chunks mode downstream's allocation answer is for
-                // chunks, not for our input: an upstream element must not size its
-                // packet buffers by it.
-                firehose_core::src::output::consumer_query(query, |query| {
-                    if let gst::QueryViewMut::Allocation(_) = query.view_mut() {
-                        let chunks = SpeadDepay::catch_panic_pad_function(
-                            parent,
-                            || false,
-                            |d| *lock(&d.mode) == Mode::Chunks,
-                        );
-                        if chunks {
-                            return false;
-                        }
-                    }
-                    gst::Pad::query_default(pad, parent, query)
-                })
-            })
+            .chain_to(Self::chain)
+            .chain_list_to(Self::chain_list)
+            .event_to(Self::sink_event)
+            .query_to(Self::sink_query)
             .build();
         let srcpad = gst::Pad::builder_from_template(&klass.pad_template("src").unwrap()).build();
         Self {
@@ -466,26 +449,18 @@ impl ObjectImpl for SpeadDepay {
 
     fn constructed(&self) {
         self.parent_constructed();
-        let obj = self.obj();
-        obj.add_pad(&self.sinkpad).unwrap();
-        obj.add_pad(&self.srcpad).unwrap();
+        element::add_pads(&*self.obj(), &[&self.sinkpad, &self.srcpad]);
     }
 }
 
 impl GstObjectImpl for SpeadDepay {}
 
 impl ElementImpl for SpeadDepay {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "SPEAD depayloader",
-                "Codec/Depayloader/Network",
-                "Reassembles SPEAD packets into heaps (one buffer each, in pool memory, with a heap meta), or with mode=chunks places them into chunks as spead2's chunk stream does; interoperates with spead2",
-                "Firehose developers",
-            )
-        });
-        Some(&*META)
-    }
+    firehose_core::element_metadata!(
+        "SPEAD depayloader",
+        "Codec/Depayloader/Network",
+        "Reassembles SPEAD packets into heaps (one buffer each, in pool memory, with a heap meta), or with mode=chunks places them into chunks as spead2's chunk stream does; interoperates with spead2",
+    );
 
     fn pad_templates() -> &'static [gst::PadTemplate] {
         static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
@@ -503,10 +478,7 @@ impl ElementImpl for SpeadDepay {
         transition: gst::StateChange,
     ) -> Result<gst::StateChangeSuccess, gst::StateChangeError> {
         if transition == gst::StateChange::ReadyToPaused {
-            self.start().map_err(|e| {
-                self.post_error_message(e);
-                gst::StateChangeError
-            })?;
+            element::start_or_post(self, self.start())?;
         }
         let res = self.parent_change_state(transition)?;
         if transition == gst::StateChange::PausedToReady {

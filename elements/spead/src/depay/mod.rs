@@ -52,47 +52,34 @@
 //! `drops-handler`, … (see `docs/handlers.md`).
 
 use gst::glib;
-use gst::prelude::*;
 
 mod imp;
 mod settings;
 
 pub(crate) use settings::HeapSettings;
 
-/// `mode=heaps|chunks`: what `speaddepay` outputs.
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
-#[repr(u32)]
-#[enum_type(name = "GstFhSpeadDepayMode")]
-pub enum Mode {
-    /// One `application/x-spead-heap` buffer per heap, with a heap meta.
-    #[default]
-    #[enum_value(name = "Heaps: one buffer per heap", nick = "heaps")]
-    Heaps = 0,
-    /// `application/x-firehose-chunk`: heaps placed into chunks of `heaps-per-chunk`
-    /// slots, as spead2's chunk stream does.
-    #[enum_value(
-        name = "Chunks: heaps placed into chunks (spead2 chunk stream)",
-        nick = "chunks"
-    )]
-    Chunks = 1,
+firehose_core::property_enum! {
+    /// `mode=heaps|chunks`: what `speaddepay` outputs.
+    pub enum Mode = "GstFhSpeadDepayMode" {
+        /// One `application/x-spead-heap` buffer per heap, with a heap meta.
+        #[default]
+        Heaps = 0, "heaps", "Heaps: one buffer per heap";
+        /// `application/x-firehose-chunk`: heaps placed into chunks of `heaps-per-chunk`
+        /// slots, as spead2's chunk stream does.
+        Chunks = 1, "chunks", "Chunks: heaps placed into chunks (spead2 chunk stream)";
+    }
 }
 
-/// `incomplete=drop|deliver`: what happens to heaps that end incomplete.
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
-#[repr(u32)]
-#[enum_type(name = "GstFhSpeadDepayIncomplete")]
-pub enum IncompletePolicy {
-    /// Drop them and count them (`heaps-incomplete`), as spead2 does by default.
-    #[default]
-    #[enum_value(name = "Drop: count as heaps-incomplete", nick = "drop")]
-    Drop = 0,
-    /// Push them with `complete = false` and the byte ranges that arrived in the meta
-    /// (the rest of the payload is zeroed).
-    #[enum_value(
-        name = "Deliver: push with complete=false and the ranges received",
-        nick = "deliver"
-    )]
-    Deliver = 1,
+firehose_core::property_enum! {
+    /// `incomplete=drop|deliver`: what happens to heaps that end incomplete.
+    pub enum IncompletePolicy = "GstFhSpeadDepayIncomplete" {
+        /// Drop them and count them (`heaps-incomplete`), as spead2 does by default.
+        #[default]
+        Drop = 0, "drop", "Drop: count as heaps-incomplete";
+        /// Push them with `complete = false` and the byte ranges that arrived in the meta
+        /// (the rest of the payload is zeroed).
+        Deliver = 1, "deliver", "Deliver: push with complete=false and the ranges received";
+    }
 }
 
 impl From<IncompletePolicy> for crate::reassembly::Incomplete {
@@ -111,10 +98,5 @@ glib::wrapper! {
 
 /// Registers `speaddepay` with `plugin`.
 pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
-    gst::Element::register(
-        Some(plugin),
-        "speaddepay",
-        gst::Rank::NONE,
-        SpeadDepay::static_type(),
-    )
+    firehose_core::element::register::<SpeadDepay>(Some(plugin), "speaddepay")
 }

@@ -7,12 +7,12 @@
 
 use firehose_core::sync::lock;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{LazyLock, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
 
-use firehose_core::element::ElementStats;
+use firehose_core::element::{self, ElementStats, PadRoutes};
 use firehose_core::property::SettingsElement;
-use firehose_core::stats::{self, names, Counter, StatsTimer};
+use firehose_core::stats::{self, names, StatsTimer};
 use firehose_core::{caps, PoolConfig, SlotPool};
 use gst::glib;
 use gst::prelude::*;
@@ -28,13 +28,7 @@ use crate::heap::HeapMeta;
 use crate::send::{HeapPackets, Item, PacketConfig};
 use crate::wire::Flavour;
 
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "speadpay",
-        gst::DebugColorFlags::empty(),
-        Some("SPEAD payloader"),
-    )
-});
+firehose_core::debug_category!(CAT, "speadpay", "SPEAD payloader");
 
 /// Slabs in flight: one being filled, one being sent by the sink, and room for a short
 /// queue between them.
@@ -84,12 +78,14 @@ impl State {
     }
 }
 
-#[derive(Default)]
-struct Counters {
-    heaps: Counter,
-    packets: Counter,
-    bytes: Counter,
-    batches: Counter,
+firehose_core::counters! {
+    /// What `stats` reads, from any thread (the pool's counts follow).
+    struct Counters {
+        heaps: names::HEAPS,
+        packets: names::PACKETS,
+        bytes: names::BYTES,
+        batches: names::BATCHES,
+    }
 }
 
 /// The `speadpay` element.
@@ -106,21 +102,9 @@ pub struct SpeadPay {
 
 impl ElementStats for SpeadPay {
     fn stats(&self) -> gst::Structure {
-        let c = &self.counters;
-        let pool = lock(&self.pool)
-            .as_ref()
-            .map(SlotPool::stats)
-            .unwrap_or_default();
-        stats::structure(&[
-            (names::HEAPS, c.heaps.get()),
-            (names::PACKETS, c.packets.get()),
-            (names::BYTES, c.bytes.get()),
-            (names::BATCHES, c.batches.get()),
-            (names::POOL_SLOTS, pool.slots as u64),
-            (names::POOL_IN_USE, pool.in_use as u64),
-            (names::POOL_HIGH_WATER, pool.high_water as u64),
-            (names::POOL_EXHAUSTED, pool.exhausted),
-        ])
+        let mut fields = self.counters.fields();
+        fields.extend(firehose_core::src::pool_counts(lock(&self.pool).as_ref()));
+        stats::structure(&fields)
     }
 }
 
@@ -176,14 +160,7 @@ impl SpeadPay {
             pool.slot_size(),
             pool.kind().as_str()
         );
-        for c in [
-            &self.counters.heaps,
-            &self.counters.packets,
-            &self.counters.bytes,
-            &self.counters.batches,
-        ] {
-            c.reset();
-        }
+        self.counters.reset();
         self.flushing.store(false, Ordering::Release);
         *lock(&self.pool) = Some(pool.clone());
         *lock(&self.state) = Some(State {
@@ -481,27 +458,9 @@ impl ObjectSubclass for SpeadPay {
     fn with_class(klass: &Self::Class) -> Self {
         let sink_templ = klass.pad_template("sink").expect("sink template");
         let sinkpad = gst::Pad::builder_from_template(&sink_templ)
-            .chain_function(|pad, parent, buffer| {
-                SpeadPay::catch_panic_pad_function(
-                    parent,
-                    || Err(gst::FlowError::Error),
-                    |imp| imp.chain(pad, buffer),
-                )
-            })
-            .chain_list_function(|pad, parent, list| {
-                SpeadPay::catch_panic_pad_function(
-                    parent,
-                    || Err(gst::FlowError::Error),
-                    |imp| imp.chain_list(pad, list),
-                )
-            })
-            .event_function(|pad, parent, event| {
-                SpeadPay::catch_panic_pad_function(
-                    parent,
-                    || false,
-                    |imp| imp.sink_event(pad, event),
-                )
-            })
+            .chain_to(Self::chain)
+            .chain_list_to(Self::chain_list)
+            .event_to(Self::sink_event)
             .build();
         let src_templ = klass.pad_template("src").expect("src template");
         let srcpad = gst::Pad::builder_from_template(&src_templ).build();
@@ -522,27 +481,19 @@ impl ObjectImpl for SpeadPay {
 
     fn constructed(&self) {
         self.parent_constructed();
-        let obj = self.obj();
-        obj.add_pad(&self.sinkpad).expect("sink pad added once");
-        obj.add_pad(&self.srcpad).expect("src pad added once");
+        element::add_pads(&*self.obj(), &[&self.sinkpad, &self.srcpad]);
     }
 }
 
 impl GstObjectImpl for SpeadPay {}
 
 impl ElementImpl for SpeadPay {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "SPEAD payloader",
-                "Codec/Payloader/Network",
-                "Cuts heaps (from speaddepay, or one per plain buffer) into SPEAD packets as \
-                 spead2's sender does, in pooled batches for fhudpsink; stop heap at EOS",
-                "Firehose developers",
-            )
-        });
-        Some(&*META)
-    }
+    firehose_core::element_metadata!(
+        "SPEAD payloader",
+        "Codec/Payloader/Network",
+        "Cuts heaps (from speaddepay, or one per plain buffer) into SPEAD packets as \
+         spead2's sender does, in pooled batches for fhudpsink; stop heap at EOS",
+    );
 
     firehose_core::pad_templates!(
         firehose_core::element::sink_template(&gst::Caps::new_any()),
@@ -554,12 +505,7 @@ impl ElementImpl for SpeadPay {
         transition: gst::StateChange,
     ) -> Result<gst::StateChangeSuccess, gst::StateChangeError> {
         match transition {
-            gst::StateChange::ReadyToPaused => {
-                if let Err(e) = self.start() {
-                    self.post_error_message(e);
-                    return Err(gst::StateChangeError);
-                }
-            }
+            gst::StateChange::ReadyToPaused => element::start_or_post(self, self.start())?,
             // Before the pads deactivate, which waits for a chain blocked on the pool.
             gst::StateChange::PausedToReady => self.set_flushing(true),
             _ => {}

@@ -5,41 +5,25 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use firehose_core::caps as fcaps;
-use firehose_core::property::SettingsElement;
 use firehose_core::src::prelude::*;
-use firehose_core::src::{self as live, LiveControl};
+use firehose_core::src::LiveControl;
 use firehose_core::stats::StatsInterval;
 use firehose_core::sync::lock;
 use firehose_net::land_counters::LandingCounters;
-use firehose_net::landelem::LandingElement;
-use firehose_net::landsrc::LandingSource;
-use firehose_net::socket_settings::SocketSettings;
-use firehose_net::transport_input;
+use firehose_net::landelem::{Feed, LandingElement, LandingInput};
 
 use crate::depay::HeapSettings;
 use crate::heapout::{self, heap_buffer, HeapCounters};
-use crate::reassembly::{Emitted, Reassembler};
+use crate::reassembly::Reassembler;
 
 firehose_core::debug_category!(CAT, "fhspeadsrc", "Firehose SPEAD source");
-
-/// Default `batch-size`: `fhudpsrc`'s, so one receive takes what one of its batches
-/// would (at most `BATCH_BYTES`).
-const DEFAULT_BATCH_SIZE: u32 = 64;
-/// Most messages per receive: the receiver keeps two 64 KiB scratch buffers per message.
-const MAX_BATCH_SIZE: u32 = 256;
-/// Bytes one receive may fill, as `fhudpsrc`'s `batch-bytes`: the scratch a copied
-/// packet passes through stays in a CPU's L2 cache until the reassembler reads it.
-const BATCH_BYTES: usize = 256 << 10;
 
 /// `fhspeadsrc`'s properties: where the packets come from, and the heap reassembler's
 /// (those of `speaddepay`'s heaps mode).
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// `transport`: the packet source that feeds the reassembler, or `None` for the
-    /// element's own socket.
-    transport: Option<String>,
-    socket: SocketSettings,
-    batch_size: u32,
+    /// `transport`, the socket, `batch-size`.
+    input: LandingInput,
     heaps: HeapSettings,
     stats_interval: StatsInterval,
 }
@@ -47,9 +31,10 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            transport: None,
-            socket: SocketSettings::default(),
-            batch_size: DEFAULT_BATCH_SIZE,
+            input: LandingInput::new(
+                "Most datagrams received by one recvmmsg (at most 256 KiB of them); a \
+                 transport has its own",
+            ),
             heaps: HeapSettings::default(),
             stats_interval: StatsInterval::default(),
         }
@@ -58,13 +43,7 @@ impl Default for Settings {
 
 firehose_core::property_group! {
     Settings as _s {
-        transport: firehose_core::property::OrDefault => transport_input::property();
-        group socket;
-        batch_size => live::batch_size(
-            "Most datagrams received by one recvmmsg (at most 256 KiB of them); a transport has its own",
-            MAX_BATCH_SIZE,
-            DEFAULT_BATCH_SIZE,
-        );
+        group input;
         group heaps;
         group stats_interval;
     }
@@ -106,55 +85,12 @@ impl SpeadSrc {
     }
 }
 
-firehose_core::element_subclass!(SpeadSrc, "GstFhSpeadSrc", gst_base::PushSrc);
-
-impl SettingsElement for SpeadSrc {
-    type Settings = Settings;
-
-    fn counters() -> String {
-        format!(
-            "{}, {}",
-            &heapout::counters(),
-            LandingCounters::describe("")
-        )
-    }
-
-    fn settings(&self) -> &Mutex<Settings> {
-        &self.settings
-    }
-}
-
-impl ObjectImpl for SpeadSrc {
-    firehose_core::settings_properties!(SpeadSrc);
-
-    firehose_core::live_src_constructed!(true);
-}
-
-impl ElementImpl for SpeadSrc {
-    firehose_core::element_metadata!(
-        "Firehose SPEAD source",
-        "Source/Network",
-        "Receives SPEAD over UDP into heaps, each payload straight into its heap where the stream allows (one buffer per heap, with a heap meta); interoperates with spead2",
-    );
-
-    firehose_core::pad_templates!(live::src_template(&gst::Caps::new_empty_simple(
-        fcaps::SPEAD_HEAP
-    )));
-
-    /// An application's EOS: `create` is woken with the `eos` flag, takes what the
-    /// socket holds, pushes every heap under construction and returns EOS (GstBaseSrc's
-    /// own handling would end the stream without them).
-    fn send_event(&self, event: gst::Event) -> bool {
-        if event.type_() == gst::EventType::Eos && self.live.request_drain() {
-            gst::debug!(
-                CAT,
-                imp = self,
-                "EOS: pushing the heaps under construction first"
-            );
-            return true;
-        }
-        self.parent_send_event(event)
-    }
+firehose_core::landing_src! {
+    SpeadSrc = "GstFhSpeadSrc", caps fcaps::SPEAD_HEAP, drain "the heaps under construction";
+    settings settings: Settings, live live;
+    stats format!("{}, {}", heapout::counters(), LandingCounters::describe(""));
+    "Firehose SPEAD source", "Source/Network",
+    "Receives SPEAD over UDP into heaps, each payload straight into its heap where the stream allows (one buffer per heap, with a heap meta); interoperates with spead2";
 }
 
 impl BaseSrcImpl for SpeadSrc {
@@ -171,53 +107,35 @@ impl BaseSrcImpl for SpeadSrc {
         self.stop_is_eos
             .store(s.heaps.stop_is_eos, Ordering::Relaxed);
         self.readable.start(s.heaps.readable_metas);
-        let (src, port_changed) = match s.transport.as_deref() {
-            Some(desc) => {
-                let t = transport_input::open(desc)?;
-                gst::info!(
-                    CAT,
-                    imp = self,
-                    "{} feeds the heaps in place; {} bytes of {} heap memory for heaps up to {} bytes",
-                    t.factory,
-                    engine.pool_bytes(),
-                    memory,
-                    s.heaps.max_heap_size
-                );
-                let src = LandingSource::in_place(
-                    t.transport,
-                    t.waker,
-                    engine,
-                    t.ring_bytes,
-                    Emitted::default(),
-                );
-                (src, false)
-            }
-            None => {
-                // Heaps carry the time of their first receive, not per-datagram kernel
-                // times.
-                let batch = s.batch_size as usize;
-                let (rx, report) = s.socket.open(element, *CAT, false, batch, BATCH_BYTES)?;
-                gst::info!(
-                    CAT,
-                    imp = self,
-                    "bound {:?}, rcvbuf {} B, gro {}; {} bytes of {} heap memory for heaps up to {} bytes, landing {}",
-                    report.local,
-                    report.buffer_granted,
-                    report.gro,
-                    engine.pool_bytes(),
-                    memory,
-                    s.heaps.max_heap_size,
-                    engine.lands_directly()
-                );
-                let port_changed = lock(&self.settings).socket.set_bound_port(&report);
-                let buffer = report.buffer_granted as u64;
-                let src = LandingSource::new(rx, engine, batch, buffer, Emitted::default());
-                (src, port_changed)
-            }
-        };
+        let feed = s.input.open(element, *CAT)?;
+        match &feed {
+            Feed::Transport(t) => gst::info!(
+                CAT,
+                imp = self,
+                "{} feeds the heaps in place; {} bytes of {} heap memory for heaps up to {} bytes",
+                t.factory,
+                engine.pool_bytes(),
+                memory,
+                s.heaps.max_heap_size
+            ),
+            Feed::Socket { report, .. } => gst::info!(
+                CAT,
+                imp = self,
+                "bound {:?}, rcvbuf {} B, gro {}; {} bytes of {} heap memory for heaps up to {} bytes, landing {}",
+                report.local,
+                report.buffer_granted,
+                report.gro,
+                engine.pool_bytes(),
+                memory,
+                s.heaps.max_heap_size,
+                engine.lands_directly()
+            ),
+        }
         let timer = s.stats_interval.timer();
         self.land
-            .start(element, &self.live, src, timer, port_changed);
+            .start(element, &self.live, feed, engine, timer, |report| {
+                lock(&self.settings).input.socket.set_bound_port(report)
+            });
         Ok(())
     }
 
@@ -318,7 +236,11 @@ mod tests {
         el.set_property("port", 0i32);
         let s = lock(&el.imp().settings).clone();
         assert_eq!(
-            (s.heaps.max_heap_size, s.batch_size, s.socket.port),
+            (
+                s.heaps.max_heap_size,
+                s.input.batch_size,
+                s.input.socket.port
+            ),
             (1 << 20, 8, 0)
         );
     }

@@ -6,10 +6,8 @@ use std::time::Instant;
 
 use firehose_core::batch::{for_each_packet, PacketBatchMeta};
 use firehose_core::element::prelude::*;
-use firehose_core::element::sink_template;
 use firehose_core::property::SettingsElement;
 use firehose_core::stats::{names, StatsInterval, StatsTimer};
-use gst_base::prelude::*;
 
 use crate::checker::SeqChecker;
 use crate::pattern;
@@ -152,8 +150,6 @@ impl FhCheck {
     }
 }
 
-firehose_core::element_subclass!(FhCheck, "GstFhCheck", gst_base::BaseSink);
-
 impl SettingsElement for FhCheck {
     type Settings = Settings;
     fn counters() -> String {
@@ -164,35 +160,15 @@ impl SettingsElement for FhCheck {
     }
 }
 
-impl ObjectImpl for FhCheck {
-    firehose_core::settings_properties!(FhCheck);
-
-    fn constructed(&self) {
-        self.parent_constructed();
-        // A checker measures what arrives; waiting for the clock would only hide loss.
-        self.obj().set_sync(false);
-    }
-}
-
-impl ElementImpl for FhCheck {
-    firehose_core::element_metadata!(
-        "Firehose test packet checker",
-        "Sink/Network",
-        "Verifies fhtestsrc packets byte by byte and counts lost, duplicated and reordered ones",
-    );
-
-    firehose_core::pad_templates!(sink_template(&gst::Caps::new_any()));
+// No clock sync: a checker measures what arrives; waiting for the clock would only hide loss.
+firehose_core::packet_sink! {
+    FhCheck = "GstFhCheck";
+    "Firehose test packet checker", "Sink/Network",
+    "Verifies fhtestsrc packets byte by byte and counts lost, duplicated and reordered ones";
 }
 
 impl BaseSinkImpl for FhCheck {
-    /// Answers the query by which a packet source asks whether its peer reads packet
-    /// batches (`output=auto`): yes; and says in the allocation query that it reads
-    /// only the Rust metas (the readable ones can be left out).
-    fn query(&self, query: &mut gst::QueryRef) -> bool {
-        firehose_core::src::output::consumer_query(query, |q| {
-            BaseSinkImplExt::parent_query(self, q)
-        })
-    }
+    firehose_core::packet_sink_query!();
 
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let settings = *lock(&self.settings);

@@ -18,7 +18,6 @@ use crate::pattern;
 
 firehose_core::debug_category!(CAT, "fhtestsrc", "Firehose test packet source");
 
-const DEFAULT_BATCH_SIZE: u32 = 64;
 /// Batches in flight at once: enough for a queue downstream to smooth over hiccups,
 /// few enough that the pool stays small.
 const POOL_SLOTS: u64 = 8;
@@ -28,7 +27,7 @@ const POOL: PoolProps = PoolProps {
     size_blurb: "Bytes of preallocated packet pool, in slots of batch-size x packet-size \
                  bytes (default: 8 batches)",
     default: PoolSize::Count(POOL_SLOTS),
-    default_slot_bytes: GeneratorConfig::DEFAULT.packet_size as u64 * DEFAULT_BATCH_SIZE as u64,
+    default_slot_bytes: GeneratorConfig::DEFAULT.packet_size as u64 * BatchSize::DEFAULT as u64,
     memory: true,
     hugepages_alias: false,
     count_alias: None,
@@ -45,8 +44,6 @@ pub struct FhTestSrc {
     /// The generator's counters, readable while the streaming thread holds it.
     counters: Mutex<Arc<Counters>>,
 }
-
-firehose_core::element_subclass!(FhTestSrc, "GstFhTestSrc", firehose_core::src::PacketSrc);
 
 // The test source's own properties; the base appends batch-size, output, the pool and
 // stats after them.
@@ -88,35 +85,18 @@ firehose_core::property_group! {
     }
 }
 
-impl ObjectImpl for FhTestSrc {
-    firehose_core::own_properties!(GeneratorConfig::DEFAULT, settings);
+firehose_core::packet_src! {
+    FhTestSrc = "GstFhTestSrc", own properties settings = GeneratorConfig::DEFAULT;
+    "Firehose test source", "Source/Network",
+    "Produces batches of numbered, verifiable test packets (check them with fhcheck)";
 }
-
-impl ElementImpl for FhTestSrc {
-    firehose_core::element_metadata!(
-        "Firehose test source",
-        "Source/Network",
-        "Produces batches of numbered, verifiable test packets (check them with fhcheck)",
-    );
-}
-
-// Every method is the base's.
-impl BaseSrcImpl for FhTestSrc {}
-impl PushSrcImpl for FhTestSrc {}
 
 impl PacketSrcImpl for FhTestSrc {
     // Not live: it paces itself.
     const LIVE: bool = false;
-    const BATCH_SIZE: BatchSize = BatchSize {
-        blurb: "Packets per buffer",
-        max: 65536,
-        default: DEFAULT_BATCH_SIZE,
-    };
+    const BATCH_SIZE: BatchSize = BatchSize::up_to(65536, "Packets per buffer");
     const POOL: &'static PoolProps = &POOL;
-
-    fn stats_description() -> String {
-        Counters::describe("")
-    }
+    const STATS: &'static [&'static [&'static str]] = &[Counters::NAMES];
 
     fn slot_bytes(&self, batch_size: u32) -> u64 {
         u64::from(lock(&self.settings).packet_size) * u64::from(batch_size)

@@ -27,7 +27,6 @@ const DEFAULT_ADDRESS: &str = "0.0.0.0";
 const DEFAULT_PORT: u32 = 7148;
 const DEFAULT_FRAMES: u32 = 16384;
 const DEFAULT_FRAME_SIZE: u32 = 4096;
-const DEFAULT_BATCH_SIZE: u32 = 64;
 const DEFAULT_BUSY_POLL_BUDGET: u32 = 64;
 /// Sleep after an empty RX ring instead of blocking in poll() (0 = block). Measured in
 /// `firehose bench bypass`: 100 µs took the receiver from 0.62× to 0.36× of fhudpsrc's CPU
@@ -366,57 +365,38 @@ impl XdpSrc {
     fn receive_error(&self, e: RxError) -> gst::FlowError {
         match e {
             RxError::Interrupted => gst::FlowError::Flushing,
-            RxError::Link(e) => {
-                gst::element_imp_error!(self, gst::ResourceError::Read, ("{}", e));
-                gst::FlowError::Error
-            }
-            RxError::Poll(e) => {
-                gst::element_imp_error!(
-                    self,
-                    gst::ResourceError::Read,
-                    ("poll on the AF_XDP socket failed: {}", e)
-                );
-                gst::FlowError::Error
-            }
+            RxError::Link(e) => firehose_core::element::read_error(&*self.obj(), e),
+            RxError::Poll(e) => firehose_core::element::read_error(
+                &*self.obj(),
+                format_args!("poll on the AF_XDP socket failed: {e}"),
+            ),
         }
     }
 }
 
-firehose_core::element_subclass!(XdpSrc, "GstFhXdpSrc", firehose_core::src::PacketSrc);
-
-impl ObjectImpl for XdpSrc {
-    firehose_core::own_properties!(Settings::default(), settings);
+firehose_core::packet_src! {
+    XdpSrc = "GstFhXdpSrc", own properties settings = Settings::default();
+    "Firehose AF_XDP source", "Source/Network",
+    "Captures UDP to chosen ports with its own XDP program and an AF_XDP socket, \
+     lending UMEM frames downstream, one buffer per batch";
 }
-
-impl ElementImpl for XdpSrc {
-    firehose_core::element_metadata!(
-        "Firehose AF_XDP source",
-        "Source/Network",
-        "Captures UDP to chosen ports with its own XDP program and an AF_XDP socket, \
-         lending UMEM frames downstream, one buffer per batch",
-    );
-}
-
-// Every method is the base's.
-impl BaseSrcImpl for XdpSrc {}
-impl PushSrcImpl for XdpSrc {}
 
 impl PacketSrcImpl for XdpSrc {
-    const LIVE: bool = true;
-    const BATCH_SIZE: BatchSize = BatchSize {
-        blurb: "Most frames taken from the RX ring, and pushed as one buffer, per batch",
-        max: 4096,
-        default: DEFAULT_BATCH_SIZE,
-    };
+    const BATCH_SIZE: BatchSize = BatchSize::up_to(
+        4096,
+        "Most frames taken from the RX ring, and pushed as one buffer, per batch",
+    );
     const POOL: &'static PoolProps = &POOL;
     const RECEIVE_INTO: ReceiveInto = ReceiveInto::Device {
         why: "the NIC writes into its AF_XDP UMEM",
     };
 
-    fn stats_description() -> String {
-        let kernel = KernelCounters::describe("pool-*, xdp-mode, bind-mode, memory");
-        Tally::describe(&format!("drops-pool, drops-kernel, {kernel}"))
-    }
+    const STATS: &'static [&'static [&'static str]] = &[
+        Tally::NAMES,
+        &[names::DROPS_POOL, names::DROPS_KERNEL],
+        KernelCounters::NAMES,
+        &["pool-*", "xdp-mode", "bind-mode", "memory"],
+    ];
 
     /// A UMEM frame.
     fn slot_bytes(&self, _batch_size: u32) -> u64 {

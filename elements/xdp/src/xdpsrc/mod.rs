@@ -12,48 +12,33 @@
 //! `application/x-firehose-packets`.
 
 use gst::glib;
-use gst::prelude::*;
 
 mod imp;
 
-/// `mode`: where the XDP program runs.
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
-#[repr(u32)]
-#[enum_type(name = "GstFhXdpMode")]
-pub enum XdpMode {
-    /// Native if the driver supports it, else generic.
-    #[default]
-    #[enum_value(
-        name = "Auto: native if the driver supports it, else generic",
-        nick = "auto"
-    )]
-    Auto = 0,
-    /// In the driver (`XDP_FLAGS_DRV_MODE`); fail if the driver cannot.
-    #[enum_value(name = "Native: in the driver, or fail", nick = "native")]
-    Native = 1,
-    /// After the driver, on the skb (`XDP_FLAGS_SKB_MODE`): works everywhere, slower.
-    #[enum_value(name = "Generic: on the skb, any interface", nick = "generic")]
-    Generic = 2,
+firehose_core::property_enum! {
+    /// `mode`: where the XDP program runs.
+    pub enum XdpMode = "GstFhXdpMode" {
+        /// Native if the driver supports it, else generic.
+        #[default]
+        Auto = 0, "auto", "Auto: native if the driver supports it, else generic";
+        /// In the driver (`XDP_FLAGS_DRV_MODE`); fail if the driver cannot.
+        Native = 1, "native", "Native: in the driver, or fail";
+        /// After the driver, on the skb (`XDP_FLAGS_SKB_MODE`): works everywhere, slower.
+        Generic = 2, "generic", "Generic: on the skb, any interface";
+    }
 }
 
-/// `zero-copy`: how the socket binds.
-#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, Default, glib::Enum)]
-#[repr(u32)]
-#[enum_type(name = "GstFhXdpZeroCopy")]
-pub enum ZeroCopy {
-    /// Try `XDP_ZEROCOPY`, fall back to `XDP_COPY`.
-    #[default]
-    #[enum_value(
-        name = "Auto: zero-copy if the driver supports it, else copy",
-        nick = "auto"
-    )]
-    Auto = 0,
-    /// `XDP_ZEROCOPY` or fail.
-    #[enum_value(name = "On: zero-copy, or fail", nick = "on")]
-    On = 1,
-    /// `XDP_COPY`.
-    #[enum_value(name = "Off: the kernel copies each frame into the UMEM", nick = "off")]
-    Off = 2,
+firehose_core::property_enum! {
+    /// `zero-copy`: how the socket binds.
+    pub enum ZeroCopy = "GstFhXdpZeroCopy" {
+        /// Try `XDP_ZEROCOPY`, fall back to `XDP_COPY`.
+        #[default]
+        Auto = 0, "auto", "Auto: zero-copy if the driver supports it, else copy";
+        /// `XDP_ZEROCOPY` or fail.
+        On = 1, "on", "On: zero-copy, or fail";
+        /// `XDP_COPY`.
+        Off = 2, "off", "Off: the kernel copies each frame into the UMEM";
+    }
 }
 
 glib::wrapper! {
@@ -63,10 +48,5 @@ glib::wrapper! {
 
 /// Registers `fhxdpsrc` with `plugin`.
 pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
-    gst::Element::register(
-        Some(plugin),
-        "fhxdpsrc",
-        gst::Rank::NONE,
-        XdpSrc::static_type(),
-    )
+    firehose_core::element::register::<XdpSrc>(Some(plugin), "fhxdpsrc")
 }

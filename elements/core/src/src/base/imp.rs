@@ -276,26 +276,10 @@ impl ObjectImpl for PacketSrc {
 impl GstObjectImpl for PacketSrc {}
 
 impl ElementImpl for PacketSrc {
-    fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: std::sync::LazyLock<Vec<gst::PadTemplate>> =
-            std::sync::LazyLock::new(|| vec![live::output::packets_src_template()]);
-        TEMPLATES.as_ref()
-    }
+    crate::pad_templates!(live::output::packets_src_template());
 
-    /// An application's EOS ends the stream after the batch being received is pushed
-    /// ([`LiveControl::request_eos`]); anything else, or an EOS before start, goes to
-    /// GstBaseSrc.
-    fn send_event(&self, event: gst::Event) -> bool {
-        if event.type_() == gst::EventType::Eos && self.live.request_eos() {
-            gst::debug!(
-                CAT,
-                imp = self,
-                "EOS: pushing what was received, then ending"
-            );
-            return true;
-        }
-        self.parent_send_event(event)
-    }
+    // An application's EOS ends the stream after the batch being received is pushed.
+    crate::live_src_send_event!(live);
 }
 
 impl BaseSrcImpl for PacketSrc {
@@ -359,9 +343,7 @@ impl BaseSrcImpl for PacketSrc {
         Ok(())
     }
 
-    fn is_seekable(&self) -> bool {
-        false
-    }
+    crate::live_src_base!(live);
 
     fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
         self.output.caps(filter)
@@ -369,14 +351,6 @@ impl BaseSrcImpl for PacketSrc {
 
     fn negotiate(&self) -> Result<(), gst::LoggableError> {
         self.output.negotiate(self.obj().upcast_ref())
-    }
-
-    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock()
-    }
-
-    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
-        self.live.unlock_stop()
     }
 
     /// An element downstream that needs its memory (`fhshmsink`'s shared segments,

@@ -71,6 +71,20 @@ pub struct BatchSize {
     pub default: u32,
 }
 
+impl BatchSize {
+    /// The default `batch-size` of every packet source so far.
+    pub const DEFAULT: u32 = 64;
+
+    /// Up to `max` per batch, [`BatchSize::DEFAULT`] by default.
+    pub const fn up_to(max: u32, blurb: &'static str) -> Self {
+        Self {
+            blurb,
+            max,
+            default: Self::DEFAULT,
+        }
+    }
+}
+
 /// What a subclass's [`PacketSrcImpl::receive`] returns: one batch buffer (the base
 /// turns it into one buffer per datagram if that was negotiated), or the list itself
 /// for a transport that builds it straight from its memory
@@ -155,8 +169,8 @@ impl Receive<'_> {
 /// What a packet source implements; the base does the rest (module documentation).
 pub trait PacketSrcImpl: PushSrcImpl + ObjectSubclass<Type: IsA<PacketSrc>> {
     /// False for a source that paces itself (replay, the test source): GstBaseSrc then
-    /// does not treat it as live.
-    const LIVE: bool;
+    /// does not treat it as live. True by default: a capture.
+    const LIVE: bool = true;
     /// Its `batch-size` property.
     const BATCH_SIZE: BatchSize;
     /// Its pool properties (`memory`, `pool-size`, deprecated aliases).
@@ -164,13 +178,17 @@ pub trait PacketSrcImpl: PushSrcImpl + ObjectSubclass<Type: IsA<PacketSrc>> {
     /// Where it receives: a pool of the base's (the default) or its device's memory.
     const RECEIVE_INTO: ReceiveInto = ReceiveInto::Pool;
 
-    /// The counters its `stats` holds, for the property's blurb (e.g.
-    /// `Counters::describe("")` of a [`counters!`](crate::counters) set); the base adds
-    /// the keys it appends itself (the pool's, or the copy into proposed memory's).
-    fn stats_description() -> String;
+    /// The keys its `stats` holds, in order, for the property's blurb: the `NAMES` of
+    /// its [`counters!`](crate::counters) sets and any keys of its own
+    /// (`&[Counters::NAMES, &["memory"]]`); the base adds the keys it appends itself
+    /// (the pool's, or the copy into proposed memory's).
+    const STATS: &'static [&'static [&'static str]];
 
-    /// Bytes per pool slot with `batch_size` (for `pool-size` in bytes ↔ slots).
-    fn slot_bytes(&self, batch_size: u32) -> u64;
+    /// Bytes per pool slot with `batch_size` (for `pool-size` in bytes ↔ slots). By
+    /// default the pool's `default_slot_bytes`: a source whose slots have one size.
+    fn slot_bytes(&self, _batch_size: u32) -> u64 {
+        Self::POOL.default_slot_bytes
+    }
 
     /// At start, before the pool exists: checks the settings (an error names the
     /// property to change), opens the transport, resets the counters and the streaming
@@ -218,6 +236,43 @@ pub trait PacketSrcImpl: PushSrcImpl + ObjectSubclass<Type: IsA<PacketSrc>> {
             )
         ))
     }
+}
+
+/// Declares the packet source `$imp` (in an element's `imp` module, with
+/// `firehose_core::src::prelude::*` in scope; the wrapper type is `super::$imp`, which
+/// extends [`PacketSrc`]), GType `$type_name`: its GObject subclass of [`PacketSrc`],
+/// its `ObjectImpl` with its own properties (the group in its field `$field`, whose
+/// specs `$defaults` gives: [`own_properties!`](crate::own_properties); the base appends
+/// its own after them), its `ElementImpl` with its metadata
+/// ([`element_metadata!`](crate::element_metadata)), and its `BaseSrcImpl` and
+/// `PushSrcImpl`, empty: their methods are the base's. What is left to write is its
+/// [`PacketSrcImpl`].
+///
+/// ```text
+/// firehose_core::packet_src! {
+///     XdpSrc = "GstFhXdpSrc", own properties settings = Settings::default();
+///     "Firehose AF_XDP source", "Source/Network", "Captures UDP to chosen ports …";
+/// }
+/// ```
+#[macro_export]
+macro_rules! packet_src {
+    (
+        $imp:ident = $type_name:literal, own properties $field:ident = $defaults:expr;
+        $long_name:expr, $classification:expr, $description:expr $(;)?
+    ) => {
+        $crate::element_subclass!($imp, $type_name, $crate::src::PacketSrc);
+
+        impl ObjectImpl for $imp {
+            $crate::own_properties!($defaults, $field);
+        }
+
+        impl ElementImpl for $imp {
+            $crate::element_metadata!($long_name, $classification, $description);
+        }
+
+        impl BaseSrcImpl for $imp {}
+        impl PushSrcImpl for $imp {}
+    };
 }
 
 /// The class struct of [`PacketSrc`]: the subclass's methods and constants, and the
@@ -306,7 +361,11 @@ unsafe impl<T: PacketSrcImpl> IsSubclassable<T> for PacketSrc {
             ReceiveInto::Pool => "pool-*, memory",
             ReceiveInto::Device { .. } => "bytes-copied, bytes-uncopied, memory-copied-into",
         };
-        let stats = format!("{}, {appended}", T::stats_description());
+        let own: Vec<&str> = T::STATS
+            .iter()
+            .flat_map(|keys| keys.iter().copied())
+            .collect();
+        let stats = format!("{}, {appended}", own.join(", "));
         let specs = imp::PacketSrc::param_specs(T::BATCH_SIZE, T::POOL, &stats);
         // The subclass's own properties were installed with ids 1..=n by glib's
         // class_init (chained above); the base's follow.
