@@ -716,3 +716,42 @@ fn bad_settings_are_start_errors_that_say_what_to_fix() {
     let e = start_error(&[("port", &port)]);
     assert!(e.contains("in use") && e.contains(&port), "{e}");
 }
+
+/// `cpu=`: the thread that receives and pushes the chunks (the streaming thread, where
+/// a pad probe runs) is pinned to that CPU; a CPU the process may not use is refused
+/// at start, here and on `fhspeadsrc`, which shares the landing input.
+#[test]
+fn the_receive_thread_runs_on_the_cpu_asked_for() {
+    use firehose_core::thread::Placement;
+    let allowed = Placement::allowed_cpus().unwrap();
+    let cpu = *allowed.last().unwrap();
+    let (mut h, port) = harness(&[("cpu", &cpu.to_string())]);
+    let el = h.element().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    el.static_pad("src")
+        .unwrap()
+        .add_probe(gst::PadProbeType::BUFFER, move |_, _| {
+            s.lock().unwrap().push(Placement::current_cpus().unwrap());
+            gst::PadProbeReturn::Ok
+        });
+    Sender::paced(port, el).heaps(1..=8);
+    pull_chunks(&mut h, 2);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen, vec![vec![cpu]; 2]);
+
+    let outside = (cpu + 1).to_string();
+    for factory in ["fhudpchunksrc", "fhspeadsrc"] {
+        let props = [("handler", "spead"), ("cpu", &outside)];
+        let props = if factory == "fhspeadsrc" {
+            &props[1..]
+        } else {
+            &props[..]
+        };
+        let e = firehose_testkit::run::start_error(factory, props);
+        assert!(
+            e.contains(&format!("cpu {outside} cannot be used")),
+            "{factory}: {e}"
+        );
+    }
+}

@@ -25,6 +25,7 @@
 //!   the message meta every language reads;
 //! - [`ring`], [`arena`], [`wake`]: device receive rings, slot arenas, wake-up
 //!   coalescing;
+//! - [`thread`]: pinning a receive thread to a CPU, at a real-time priority if asked;
 //! - [`transport`]: the seam between transports (what receives batches) and engines
 //!   (what makes heaps or chunks of them), which composes any engine with any
 //!   transport, or with several.
@@ -57,6 +58,7 @@ pub mod src;
 pub mod stats;
 pub mod sync;
 pub mod testing;
+pub mod thread;
 pub mod transport;
 pub mod wake;
 

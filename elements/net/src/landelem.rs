@@ -10,9 +10,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 
 use firehose_core::property::OrDefault;
-use firehose_core::src::{self as live, LiveControl};
+use firehose_core::src::{self as live, LiveControl, ThreadSettings};
 use firehose_core::stats::StatsTimer;
 use firehose_core::sync::lock;
+use firehose_core::thread::Pinner;
 use gst::prelude::*;
 
 use crate::land_counters::LandingCounters;
@@ -45,6 +46,8 @@ pub struct LandingInput {
     pub socket: SocketSettings,
     /// `batch-size`: most messages per receive from the socket.
     pub batch_size: u32,
+    /// `cpu`, `rt-priority`: where the receive (streaming) thread runs.
+    pub thread: ThreadSettings,
     /// The blurb of `batch-size`: what a batch is for this element.
     blurb: &'static str,
 }
@@ -54,6 +57,7 @@ firehose_core::property_group! {
         transport: OrDefault => transport_input::property();
         group socket;
         batch_size => live::batch_size(s.blurb, MAX_BATCH_SIZE, DEFAULT_BATCH_SIZE);
+        group thread;
     }
 }
 
@@ -64,8 +68,16 @@ impl LandingInput {
             transport: None,
             socket: SocketSettings::default(),
             batch_size: DEFAULT_BATCH_SIZE,
+            thread: ThreadSettings::default(),
             blurb,
         }
+    }
+
+    /// The receive thread's placement for a start: a CPU this process may not use is a
+    /// start error (before anything opens), naming the CPUs it may.
+    pub fn pinner(&self) -> Result<Pinner, gst::ErrorMessage> {
+        Pinner::start(self.thread.placement())
+            .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))
     }
 
     /// Opens the transport, or else the element's own socket, without kernel timestamps:
@@ -111,6 +123,8 @@ pub enum Feed {
 struct Running<E: SourceEngine> {
     src: LandingSource<E>,
     timer: StatsTimer,
+    /// Places the streaming thread at its first receive.
+    pinner: Pinner,
 }
 
 /// What a landing source element keeps (see the module documentation). The element's
@@ -139,12 +153,15 @@ impl<E: SourceEngine> LandingElement<E> {
     /// feed's waker, stats posted by `timer`. A socket has `bound` tell the element's
     /// settings which port it got, true when that changed it (port 0 bound a free one):
     /// `port` is then notified on `element`, once `bound` has released the settings lock
-    /// (a handler may read the property).
+    /// (a handler may read the property). `pinner` places the thread that receives
+    /// ([`LandingInput::pinner`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         &self,
         element: &gst::Element,
         live: &LiveControl,
         feed: Feed,
+        pinner: Pinner,
         engine: E,
         timer: StatsTimer,
         bound: impl FnOnce(&OpenReport) -> bool,
@@ -166,7 +183,7 @@ impl<E: SourceEngine> LandingElement<E> {
         self.counters.reset();
         live.start();
         live.set_waker(src.waker());
-        *lock(&self.state) = Some(Running { src, timer });
+        *lock(&self.state) = Some(Running { src, timer, pinner });
         if port_changed {
             element.notify("port");
         }
@@ -178,6 +195,10 @@ impl<E: SourceEngine> LandingElement<E> {
         if let Some(mut r) = lock(&self.state).take() {
             last(&r.src.engine);
             self.counters.update(&mut r.src, true);
+            // The task has stopped and its thread gone back to GStreamer's pool.
+            if let Err(e) = r.pinner.restore() {
+                gst::warning!(gst::CAT_RUST, "could not unpin the receive thread: {e}");
+            }
         }
         live.stop();
     }
@@ -200,7 +221,12 @@ impl<E: SourceEngine> LandingElement<E> {
         publish: impl Fn(&E, bool),
     ) -> Result<Option<E::Item>, gst::FlowError> {
         let mut guard = lock(&self.state);
-        let Running { src, timer } = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+        let Running { src, timer, pinner } = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+        // A thread-local check on every call but the first of each thread.
+        if let Err(e) = pinner.on_this_thread() {
+            gst::element_error!(element, gst::ResourceError::Settings, ("{}", e));
+            return Err(gst::FlowError::Error);
+        }
         src.next(
             flushing,
             live.eos_flag(),
@@ -218,7 +244,7 @@ impl<E: SourceEngine> LandingElement<E> {
 
     /// Mirrors every counter now and has `publish` post the stats (the stream ends).
     pub fn publish_now(&self, publish: impl Fn(&E, bool)) {
-        if let Some(Running { src, timer }) = lock(&self.state).as_mut() {
+        if let Some(Running { src, timer, .. }) = lock(&self.state).as_mut() {
             let due = self.counters.mirror(src, timer, true);
             publish(&src.engine, due);
         }

@@ -47,6 +47,9 @@ pub struct SocketConfig {
     /// them [`UdpReceiver::recv_batch`] stamps a batch's datagrams with the time it read
     /// the batch.
     pub timestamps: bool,
+    /// `SO_BUSY_POLL` in µs (0: off): an empty read spins on the NIC queue this long
+    /// before it sleeps (`net.core.busy_poll` extends it to the `poll` waits).
+    pub busy_poll_us: u32,
 }
 
 /// What opening the socket found that the user should hear about (not fatal).
@@ -179,6 +182,46 @@ impl std::fmt::Display for OpenError {
 }
 
 impl std::error::Error for OpenError {}
+
+/// `SO_PREFER_BUSY_POLL` (Linux 5.11; not in every libc): busy polling keeps the NIC's
+/// interrupts masked while the socket polls, instead of racing them.
+const SO_PREFER_BUSY_POLL: i32 = 69;
+
+/// Sets `SO_BUSY_POLL` to `us` (nothing for 0), and asks to prefer busy polling where the
+/// kernel has it. A refusal is an error naming the capability and the sysctl.
+fn set_busy_poll(sock: &Socket, us: u32) -> Result<(), OpenError> {
+    if us == 0 {
+        return Ok(());
+    }
+    let value = i32::try_from(us).unwrap_or(i32::MAX);
+    setsockopt_int(sock, libc::SOL_SOCKET, libc::SO_BUSY_POLL, value).map_err(|e| {
+        OpenError(if e.raw_os_error() == Some(libc::EPERM) {
+            format!(
+                "busy-poll={us}: the kernel refused SO_BUSY_POLL ({e}): raising it above \
+                 net.core.busy_read needs CAP_NET_ADMIN; run as root or with that \
+                 capability, set `sysctl net.core.busy_read={us}`, or set busy-poll=0"
+            )
+        } else {
+            format!("busy-poll={us}: could not set SO_BUSY_POLL: {e}")
+        })
+    })?;
+    // Older kernels do not know it: busy polling still works, only less eagerly.
+    let _ = setsockopt_int(sock, libc::SOL_SOCKET, SO_PREFER_BUSY_POLL, 1);
+    Ok(())
+}
+
+/// Reads an int socket option of `fd`.
+fn getsockopt_int(fd: i32, level: i32, name: i32) -> io::Result<i32> {
+    let mut value = 0i32;
+    let mut len = mem::size_of::<i32>() as libc::socklen_t;
+    // SAFETY: a valid int and its size for the kernel to write.
+    let r = unsafe { libc::getsockopt(fd, level, name, (&mut value as *mut i32).cast(), &mut len) };
+    if r == 0 {
+        Ok(value)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
 
 fn setsockopt_int(sock: &Socket, level: i32, name: i32, value: i32) -> io::Result<()> {
     // SAFETY: passes a valid int of the declared size.
@@ -429,6 +472,7 @@ impl UdpReceiver {
             let _ = setsockopt_int(&sock, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
         }
         report.gro = cfg.gro && setsockopt_int(&sock, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
+        set_busy_poll(&sock, cfg.busy_poll_us)?;
         // Each datagram's destination address, asked of the kernel only where the bind
         // does not say it: a wildcard bind receives on several addresses (recordings
         // write the real one); a bind to one address, or to a multicast group, is that
@@ -557,6 +601,11 @@ impl UdpReceiver {
     /// Waits until a datagram is queued (false) or the waker fired (true).
     pub fn wait(&self) -> io::Result<bool> {
         self.wait_readable()
+    }
+
+    /// The socket's `SO_BUSY_POLL`, in µs, as the kernel holds it.
+    pub fn busy_poll_us(&self) -> io::Result<i32> {
+        getsockopt_int(self.sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_BUSY_POLL)
     }
 
     /// The bound address.
@@ -992,6 +1041,23 @@ mod tests {
             reuse: false,
             gro,
             timestamps,
+            busy_poll_us: 0,
+        }
+    }
+
+    #[test]
+    fn busy_poll_is_set_on_the_socket_or_refused_naming_cap_net_admin() {
+        let off = UdpReceiver::open(&loopback(false, false), 1500, 8, 0)
+            .unwrap()
+            .0;
+        assert_eq!(off.busy_poll_us().unwrap(), 0);
+        let cfg = SocketConfig {
+            busy_poll_us: 50,
+            ..loopback(false, false)
+        };
+        match UdpReceiver::open(&cfg, 1500, 8, 0) {
+            Ok((rx, _)) => assert_eq!(rx.busy_poll_us().unwrap(), 50),
+            Err(e) => assert!(e.to_string().contains("CAP_NET_ADMIN"), "{e}"),
         }
     }
 

@@ -1,7 +1,7 @@
 //! The socket properties of the kernel-UDP sources (`fhudpsrc`, `fhudpchunksrc`): where
 //! to receive (`address`, `port`, `multicast-iface`, `multicast-source`) and how
 //! (`buffer-size`, `coalesce-time` and its deprecated alias `coalesce-us`,
-//! `max-packet-size`, `gro`, `reuse`), their specs, and
+//! `max-packet-size`, `gro`, `reuse`, `busy-poll`), their specs, and
 //! opening the socket they describe with its errors and warnings phrased for the user.
 //! A property group ([`firehose_core::property_group!`]) that the sources contain.
 
@@ -49,6 +49,8 @@ pub struct SocketSettings {
     pub gro: bool,
     /// `reuse`: SO_REUSEADDR.
     pub reuse: bool,
+    /// `busy-poll`: SO_BUSY_POLL in µs (0: off).
+    pub busy_poll_us: u32,
 }
 
 impl Default for SocketSettings {
@@ -63,6 +65,7 @@ impl Default for SocketSettings {
             max_packet_size: DEFAULT_MAX_PACKET_SIZE,
             gro: true,
             reuse: false,
+            busy_poll_us: 0,
         }
     }
 }
@@ -149,6 +152,13 @@ firehose_core::property_group! {
             .default_value(false)
             .mutable_ready()
             .build();
+        busy_poll_us => glib::ParamSpecUInt::builder("busy-poll")
+            .nick("Busy poll (µs)")
+            .blurb("SO_BUSY_POLL: a read that finds the socket empty spins on the NIC queue up to this many microseconds before sleeping (lower latency, a busier CPU; pin the thread with cpu). sysctl net.core.busy_poll extends it to the waits. Above net.core.busy_read needs CAP_NET_ADMIN. 0 = off")
+            .maximum(1_000_000)
+            .default_value(0)
+            .mutable_ready()
+            .build();
     }
 }
 
@@ -171,6 +181,7 @@ impl SocketSettings {
             reuse: self.reuse,
             gro: self.gro,
             timestamps,
+            busy_poll_us: self.busy_poll_us,
         }
     }
 
@@ -245,6 +256,7 @@ mod tests {
             1500u32.to_value(),
             false.to_value(),
             true.to_value(),
+            25u32.to_value(),
         ];
         assert_eq!(props.len(), values.len());
         assert_eq!(s.count(), values.len());
@@ -265,6 +277,7 @@ mod tests {
         assert_eq!(cfg.multicast_sources, ["10.0.0.1", "10.0.0.2"]);
         assert_eq!(cfg.multicast_iface.as_deref(), Some("lo"));
         assert_eq!((cfg.buffer_size, cfg.gro, cfg.reuse), (1024, false, true));
+        assert_eq!(cfg.busy_poll_us, 25);
         assert!(!cfg.timestamps);
     }
 

@@ -30,6 +30,7 @@ mod dry;
 mod nic_props;
 pub mod output;
 mod pool_props;
+mod thread_props;
 
 pub use base::{
     Batch, BatchSize, Open, PacketSrc, PacketSrcExt, PacketSrcImpl, Receive, ReceiveInto,
@@ -40,6 +41,7 @@ pub use dry::DryWarning;
 pub use nic_props::{FilterProps, FilterSettings, OldSlotName, SlotProps, SlotSize};
 pub use output::{OutputSettings, PacketOutput};
 pub use pool_props::{CountAlias, PoolProps, PoolSettings, PoolSize};
+pub use thread_props::ThreadSettings;
 
 use gst::glib;
 use gst::prelude::*;

@@ -108,6 +108,7 @@ impl BaseSrcImpl for UdpChunkSrc {
         let element = element.upcast_ref::<gst::Element>();
         let host = s.chunk.host(element, *CAT, self.chunks.cancel())?;
         let (mut engine, caps) = self.chunks.start(element, host, s.chunk.readable_metas);
+        let pinner = s.input.pinner()?;
         let feed = s.input.open(element, *CAT)?;
         match &feed {
             Feed::Transport(t) => gst::info!(
@@ -151,7 +152,7 @@ impl BaseSrcImpl for UdpChunkSrc {
         *lock(&self.caps) = Some(caps);
         let timer = s.stats_interval.timer();
         self.land
-            .start(element, &self.live, feed, engine, timer, |report| {
+            .start(element, &self.live, feed, pinner, engine, timer, |report| {
                 lock(&self.settings).input.socket.set_bound_port(report)
             });
         Ok(())
@@ -242,7 +243,9 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         want.extend(names_of(&SocketSettings::default()));
-        want.extend(["batch-size".into(), "landing".into()]);
+        want.push("batch-size".into());
+        want.extend(names_of(&firehose_core::src::ThreadSettings::default()));
+        want.push("landing".into());
         want.extend(names_of(&ChunkSettings::default()));
         want.extend(["stats-interval".into(), "stats".into()]);
         assert_eq!(names, want);

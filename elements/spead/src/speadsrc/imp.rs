@@ -107,6 +107,7 @@ impl BaseSrcImpl for SpeadSrc {
         self.stop_is_eos
             .store(s.heaps.stop_is_eos, Ordering::Relaxed);
         self.readable.start(s.heaps.readable_metas);
+        let pinner = s.input.pinner()?;
         let feed = s.input.open(element, *CAT)?;
         match &feed {
             Feed::Transport(t) => gst::info!(
@@ -133,7 +134,7 @@ impl BaseSrcImpl for SpeadSrc {
         }
         let timer = s.stats_interval.timer();
         self.land
-            .start(element, &self.live, feed, engine, timer, |report| {
+            .start(element, &self.live, feed, pinner, engine, timer, |report| {
                 lock(&self.settings).input.socket.set_bound_port(report)
             });
         Ok(())

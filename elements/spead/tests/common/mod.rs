@@ -99,6 +99,7 @@ pub fn loopback(buffer_size: usize, gro: bool) -> SocketConfig {
         reuse: false,
         gro,
         timestamps: false,
+        busy_poll_us: 0,
     }
 }
 

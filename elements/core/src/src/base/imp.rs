@@ -17,9 +17,11 @@ use crate::meta::readable::ReadableOutput;
 use crate::property::PropertyGroup;
 use crate::src::{
     self as live, LiveControl, OutputSettings, PacketOutput, PoolProps, PoolSettings,
+    ThreadSettings,
 };
 use crate::stats::{self, StatsInterval, StatsTimer};
 use crate::sync::lock;
+use crate::thread::Pinner;
 use crate::{PoolConfig, SlotPool};
 
 crate::debug_category!(CAT, "fhpacketsrc", "Firehose packet source base class");
@@ -32,6 +34,7 @@ struct Settings {
     batch_size: u32,
     output: OutputSettings,
     pool: PoolSettings,
+    thread: ThreadSettings,
     stats_interval: StatsInterval,
 }
 
@@ -40,6 +43,7 @@ crate::property_group! {
         batch_size => live::batch_size(s.batch.blurb, s.batch.max, s.batch.default);
         group output;
         group pool;
+        group thread;
         group stats_interval;
     }
 }
@@ -51,6 +55,7 @@ impl Settings {
             batch_size: batch.default,
             output: OutputSettings::default(),
             pool: PoolSettings::new(pool),
+            thread: ThreadSettings::default(),
             stats_interval: StatsInterval::default(),
         }
     }
@@ -67,6 +72,8 @@ struct Run {
     pool: Option<SlotPool>,
     /// The slot size `open` returned: a copy slot's size ([`ReceiveInto::Device`]).
     slot_size: usize,
+    /// `cpu` and `rt-priority`, applied on the streaming thread at its first batch.
+    pinner: Pinner,
 }
 
 /// The instance data of the base class.
@@ -108,6 +115,7 @@ impl ObjectSubclass for PacketSrc {
                 timer: StatsTimer::new(0),
                 pool: None,
                 slot_size: 0,
+                pinner: Pinner::default(),
             }),
         }
     }
@@ -286,6 +294,10 @@ impl BaseSrcImpl for PacketSrc {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
         let class = self.class();
+        // Checked before anything opens: a CPU this process may not use is a start
+        // error, not a streaming one.
+        let pinner = Pinner::start(s.thread.placement())
+            .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))?;
         // Before `open`, which may install a waker in it.
         self.live.start();
         let open = Open {
@@ -330,12 +342,18 @@ impl BaseSrcImpl for PacketSrc {
             timer: s.stats_interval.timer(),
             pool,
             slot_size,
+            pinner,
         };
         Ok(())
     }
 
     fn stop(&self) -> Result<(), gst::ErrorMessage> {
         (self.class().close)(&self.obj());
+        // The task has stopped: its thread goes back to GStreamer's pool, where any
+        // element may take it, so it gets its earlier CPUs and scheduling back.
+        if let Err(e) = lock(&self.run).pinner.restore() {
+            gst::warning!(CAT, imp = self, "could not unpin the receive thread: {e}");
+        }
         // The pool stays reachable for the final `stats` read (the next start
         // replaces it); slots still held downstream keep its memory alive until they
         // are dropped.
@@ -400,6 +418,11 @@ impl PushSrcImpl for PacketSrc {
             // One lock per batch for the base.
             let (pool, batch_size, due) = {
                 let mut run = lock(&self.run);
+                // A thread-local check on every batch but the first of each thread.
+                if let Err(e) = run.pinner.on_this_thread() {
+                    gst::element_imp_error!(self, gst::ResourceError::Settings, ("{}", e));
+                    return Err(gst::FlowError::Error);
+                }
                 let due = run.timer.due(Instant::now());
                 (run.pool.clone(), run.batch_size, due)
             };
