@@ -205,7 +205,13 @@ pub fn run_all(ctx: &Ctx) -> Vec<Finding> {
         .chain(socket_buffer(ctx, "net.core.wmem_max", "wmem_max", false))
         .collect();
     out.extend(hugepages(ctx));
-    out.extend([memlock(ctx), governor(ctx), cstates(ctx), isolation(ctx)]);
+    out.extend([
+        memlock(ctx),
+        governor(ctx),
+        cstates(ctx),
+        isolation(ctx),
+        cpu_numa(ctx),
+    ]);
     out.extend(irq_affinity(ctx));
     out.extend(nic(ctx));
     out.push(mtu(ctx));
@@ -527,6 +533,34 @@ pub fn cstates(ctx: &Ctx) -> Finding {
                 .collect(),
             "kernel command line: intel_idle.max_cstate=1 processor.max_cstate=1 (or a tuned profile such as network-latency)",
         )
+}
+
+/// The capture CPU (`--cpu`, or the `cpu` a source of `--pipeline` is pinned to) on the
+/// NIC's NUMA node.
+pub fn cpu_numa(ctx: &Ctx) -> Finding {
+    let f = Finding::new(
+        "cpu-numa",
+        "the capture thread should run on the NIC's NUMA node: the NIC writes packets into that node's memory, and a thread on another node reads every byte across the interconnect",
+    );
+    let Some(cpu) = ctx.cpu else {
+        return f.skip("no capture CPU (--cpu, or cpu= on a source of --pipeline)");
+    };
+    let Some(node) = iface_numa_node(ctx) else {
+        return f.skip("the interface's NUMA node is not known (no --interface, a virtual device, or a one-node machine)");
+    };
+    let path = format!("/sys/devices/system/node/node{node}/cpulist");
+    let Some(cpus) = ctx.host.read(&path).ok().and_then(|l| parse_cpulist(&l)) else {
+        return f.skip(format!("cannot read {path}"));
+    };
+    let wanted = format!("a CPU of node {node} ({})", format_cpulist(&cpus));
+    if cpus.contains(&cpu) {
+        f.with(Status::Ok, format!("CPU {cpu}, on node {node}"), wanted)
+    } else {
+        f.with(Status::Warn, format!("CPU {cpu}, not on node {node}"), wanted).fix(format!(
+            "pin the capture to a CPU of node {node}: cpu=N on the source (and --cpu N here) with N in {}",
+            format_cpulist(&cpus)
+        ))
+    }
 }
 
 /// CPU isolation on the kernel command line (`isolcpus`, `nohz_full`).

@@ -45,7 +45,8 @@ pub struct TuneArgs {
     /// from this pipeline's properties
     #[arg(short, long, value_name = "DESCRIPTION")]
     pub pipeline: Option<String>,
-    /// The CPU the capture thread runs on (isolation, IRQs kept off it)
+    /// The CPU the capture thread runs on (isolation, IRQs kept off it, its NUMA node);
+    /// without it, the `cpu` a source of --pipeline is pinned to
     #[arg(long, value_name = "N")]
     pub cpu: Option<u32>,
     /// Print the findings as JSON
@@ -87,12 +88,17 @@ pub fn run(a: TuneArgs) -> i32 {
             return EXIT_USAGE;
         }
     }
+    // The CPU a source is pinned to, unless --cpu names one (the first source's when
+    // several are pinned: each is checked as the capture CPU in its own run).
+    let cpu = a
+        .cpu
+        .or_else(|| needs.as_ref().and_then(|n| n.cpus.first().copied()));
     let ctx = Ctx {
         host: &host,
         nic: nic.as_ref(),
         iface,
         needs,
-        cpu: a.cpu,
+        cpu,
     };
     let findings = checks::run_all(&ctx);
     if a.apply {

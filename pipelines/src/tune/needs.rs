@@ -34,6 +34,8 @@ pub struct Needs {
     pub ports: Vec<u16>,
     /// Interfaces named by the elements (`interface`, `multicast-iface`).
     pub interfaces: Vec<String>,
+    /// The CPUs the sources' receive threads are pinned to (`cpu`), in pipeline order.
+    pub cpus: Vec<u32>,
     /// Largest `busy-poll` asked for, µs.
     pub busy_poll_us: u64,
     /// True when a receiver relies on UDP GRO (`gro=true`).
@@ -146,6 +148,18 @@ pub fn of_pipeline(pipeline: &gst::Pipeline) -> Needs {
                 }
             }
         }
+        if !sender {
+            if let Some(cpu) = e
+                .find_property("cpu")
+                .and_then(|_| e.property_value("cpu").get::<i32>().ok())
+                .and_then(|c| u32::try_from(c).ok())
+            {
+                if !n.cpus.contains(&cpu) {
+                    n.cpus.push(cpu);
+                }
+                used = true;
+            }
+        }
         if let Some(us) = int_property(&e, "busy-poll") {
             n.busy_poll_us = n.busy_poll_us.max(us);
         }
@@ -215,5 +229,16 @@ mod tests {
         let n = of_pipeline(&p);
         assert!(n.gpu);
         assert_eq!(n.pinned_bytes, 8 << 20);
+        assert!(n.cpus.is_empty(), "no source pinned");
+
+        // The CPUs the sources are pinned to, each once, in order.
+        let p = crate::session::parse(
+            "fhudpsrc port=7148 cpu=3 busy-poll=50 ! fakesink \
+             fhspeadsrc port=7149 cpu=1 ! fakesink fhtestsrc cpu=3 ! fakesink",
+        )
+        .unwrap();
+        let n = of_pipeline(&p);
+        assert_eq!(n.cpus, [3, 1]);
+        assert_eq!(n.busy_poll_us, 50);
     }
 }

@@ -397,6 +397,22 @@ fn isolated_cpus_from_the_command_line() {
 }
 
 #[test]
+fn the_capture_cpu_on_the_nics_numa_node() {
+    let t = Tree::new(&[
+        ("/sys/class/net/eth1/device/numa_node", "1"),
+        ("/sys/devices/system/node/node1/cpulist", "4-7"),
+    ]);
+    let mut c = ctx(&t, &NoNic, Some("eth1"), None);
+    assert_eq!(checks::cpu_numa(&c).status, Status::Skip, "no capture CPU");
+    c.cpu = Some(5);
+    assert_eq!(checks::cpu_numa(&c).status, Status::Ok);
+    c.cpu = Some(2);
+    assert_fix(&checks::cpu_numa(&c), Status::Warn, "N in 4-7");
+    c.iface = None;
+    assert_eq!(checks::cpu_numa(&c).status, Status::Skip, "no interface");
+}
+
+#[test]
 fn irq_affinity_on_the_nics_node_off_the_capture_cpu() {
     let t = Tree::new(&[
         ("/sys/class/net/eth1/device/numa_node", "0"),
