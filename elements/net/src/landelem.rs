@@ -73,22 +73,18 @@ impl LandingInput {
         }
     }
 
-    /// The receive thread's placement for a start: a CPU this process may not use is a
-    /// start error (before anything opens), naming the CPUs it may.
-    pub fn pinner(&self) -> Result<Pinner, gst::ErrorMessage> {
-        Pinner::start(self.thread.placement())
-            .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))
-    }
-
     /// Opens the transport, or else the element's own socket, without kernel timestamps:
     /// what the engine makes carries the time of its first receive, not per-datagram
-    /// times.
+    /// times; and the receive thread's placement for [`LandingElement::start`]. The
+    /// placement is checked first: a CPU this process may not use is a start error,
+    /// naming the CPUs it may, before anything binds.
     pub fn open(
         &self,
         element: &gst::Element,
         cat: gst::DebugCategory,
-    ) -> Result<Feed, gst::ErrorMessage> {
-        Ok(match self.transport.as_deref() {
+    ) -> Result<(Feed, Pinner), gst::ErrorMessage> {
+        let pinner = self.thread.pinner()?;
+        let feed = match self.transport.as_deref() {
             Some(desc) => Feed::Transport(transport_input::open(desc)?),
             None => {
                 let batch = self.batch_size as usize;
@@ -99,7 +95,8 @@ impl LandingInput {
                     batch,
                 }
             }
-        })
+        };
+        Ok((feed, pinner))
     }
 }
 
@@ -154,7 +151,7 @@ impl<E: SourceEngine> LandingElement<E> {
     /// settings which port it got, true when that changed it (port 0 bound a free one):
     /// `port` is then notified on `element`, once `bound` has released the settings lock
     /// (a handler may read the property). `pinner` places the thread that receives
-    /// ([`LandingInput::pinner`]).
+    /// (from [`LandingInput::open`]).
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         &self,

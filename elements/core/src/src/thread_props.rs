@@ -5,7 +5,7 @@
 use gst::glib;
 use gst::prelude::*;
 
-use crate::thread::{Placement, MAX_CPU, MAX_RT_PRIORITY};
+use crate::thread::{Pinner, Placement, MAX_CPU, MAX_RT_PRIORITY};
 
 /// A source's `cpu` and `rt-priority`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,5 +60,12 @@ impl ThreadSettings {
             cpu: u32::try_from(self.cpu).ok(),
             rt_priority: self.rt_priority,
         }
+    }
+
+    /// The pinner for one start: a CPU this process may not use is the start error to
+    /// return, naming the CPUs it may (checked before anything opens).
+    pub fn pinner(&self) -> Result<Pinner, gst::ErrorMessage> {
+        Pinner::start(self.placement())
+            .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))
     }
 }

@@ -108,8 +108,7 @@ impl BaseSrcImpl for UdpChunkSrc {
         let element = element.upcast_ref::<gst::Element>();
         let host = s.chunk.host(element, *CAT, self.chunks.cancel())?;
         let (mut engine, caps) = self.chunks.start(element, host, s.chunk.readable_metas);
-        let pinner = s.input.pinner()?;
-        let feed = s.input.open(element, *CAT)?;
+        let (feed, pinner) = s.input.open(element, *CAT)?;
         match &feed {
             Feed::Transport(t) => gst::info!(
                 CAT,

@@ -107,8 +107,7 @@ impl BaseSrcImpl for SpeadSrc {
         self.stop_is_eos
             .store(s.heaps.stop_is_eos, Ordering::Relaxed);
         self.readable.start(s.heaps.readable_metas);
-        let pinner = s.input.pinner()?;
-        let feed = s.input.open(element, *CAT)?;
+        let (feed, pinner) = s.input.open(element, *CAT)?;
         match &feed {
             Feed::Transport(t) => gst::info!(
                 CAT,

@@ -296,8 +296,7 @@ impl BaseSrcImpl for PacketSrc {
         let class = self.class();
         // Checked before anything opens: a CPU this process may not use is a start
         // error, not a streaming one.
-        let pinner = Pinner::start(s.thread.placement())
-            .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))?;
+        let pinner = s.thread.pinner()?;
         // Before `open`, which may install a waker in it.
         self.live.start();
         let open = Open {
