@@ -40,6 +40,7 @@ fn main() {
              rte_eth_dev_count_avail|rte_eth_dev_info_get|rte_eth_dev_configure|\
              rte_eth_dev_adjust_nb_rx_tx_desc|rte_eth_rx_queue_setup|rte_eth_tx_queue_setup|\
              rte_eth_dev_start|rte_eth_dev_stop|rte_eth_dev_close|rte_eth_promiscuous_enable|\
+             rte_eth_dev_set_mc_addr_list|rte_eth_allmulticast_enable|\
              rte_eth_stats_get|rte_eth_link_get_nowait|rte_eth_macaddr_get|rte_eth_dev_socket_id|rte_eth_rx_burst|\
              rte_eth_tx_burst|rte_pktmbuf_pool_create|rte_mempool_free|rte_mempool_mem_iter|\
              rte_pktmbuf_free_bulk|rte_pktmbuf_alloc_bulk|rte_pktmbuf_free|rte_pktmbuf_alloc|\

@@ -755,3 +755,41 @@ fn the_receive_thread_runs_on_the_cpu_asked_for() {
         );
     }
 }
+
+#[test]
+fn an_endpoint_list_lands_its_own_datagrams_and_filters_the_rest() {
+    // Two endpoints on one port: the socket binds the wildcard and reads each
+    // datagram's destination. Heap packets sent to an address not listed must not be
+    // placed, wherever the kernel put their bytes.
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let list = format!("127.0.0.1:{port},127.0.0.2:{port}");
+    let (mut h, bound) = harness(&[
+        ("address", "0.0.0.0"),
+        ("port", &port.to_string()),
+        ("endpoints", &list),
+    ]);
+    assert_eq!(bound, port);
+    let stray = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let data = heap_bytes(99);
+    for (k, p) in data.chunks(PAYLOAD).enumerate() {
+        stray
+            .send_to(&packet(2, HEAP, k * PAYLOAD, p, &[]), ("127.0.0.3", port))
+            .unwrap();
+    }
+    let el = h.element().unwrap();
+    wait_for(&el, names::FILTERED, (HEAP / PAYLOAD) as u64);
+    Sender::paced(port, el.clone()).heaps(1..=8);
+    let chunks = pull_chunks(&mut h, 2);
+    assert_eq!(shape(&chunks), [(0, vec![]), (1, vec![])]);
+    let st = stats(&el);
+    assert_eq!(field(&st, names::FILTERED), (HEAP / PAYLOAD) as u64, "{st}");
+    assert_eq!(field(&st, names::PACKETS), 64, "{st}");
+    let per = firehose_core::endpoint::read_stats(&st).expect("the endpoints field");
+    assert_eq!(per.len(), 2, "{st}");
+    assert_eq!((per[0].1, per[1].1), (64, 0), "{st}");
+    assert_eq!(per[0].0, format!("127.0.0.1:{port}"));
+}

@@ -40,6 +40,7 @@ pub mod arena;
 pub mod batch;
 pub mod caps;
 pub mod element;
+pub mod endpoint;
 pub mod enums;
 pub mod frame;
 pub mod gstmem;

@@ -36,7 +36,7 @@ impl Waker {
     }
 
     /// A `poll` entry that becomes readable when the waker fires.
-    fn pollfd(&self) -> libc::pollfd {
+    pub fn pollfd(&self) -> libc::pollfd {
         libc::pollfd {
             fd: self.fd.as_raw_fd(),
             events: libc::POLLIN,
@@ -77,6 +77,15 @@ fn wait_readable_for(fd: RawFd, waker: &Waker, timeout_ns: Option<u64>) -> io::R
         waker.pollfd(),
     ];
     poll_with_waker(&mut fds, timeout_ns)
+}
+
+/// Waits until one of `fds` is readable (`Ok(false)`), the waker whose pollfd is the
+/// last of them fires (`Ok(true)`), `timeout_ms` passes (-1: no timeout) or a signal
+/// interrupts (`Ok(false)`): [`wait_readable`] for a receiver with several sockets, whose
+/// pollfds it keeps (no allocation per wait; `revents` are overwritten).
+pub fn wait_readable_set(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<bool> {
+    let timeout = u64::try_from(timeout_ms).ok().map(|ms| ms * 1_000_000);
+    poll_with_waker(fds, timeout)
 }
 
 /// Sleeps `ns` nanoseconds unless `waker` fires first (`Ok(true)`); a signal ends the

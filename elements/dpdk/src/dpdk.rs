@@ -734,6 +734,39 @@ impl Port {
         Ok(())
     }
 
+    /// Makes the started port receive frames to the multicast MACs `macs` besides its
+    /// own (nothing to do for none): the device's multicast filter set to that list, else,
+    /// where the PMD has none, all multicast. Returns which one took, or why neither did
+    /// (the groups then arrive only with `promiscuous`).
+    pub fn accept_multicast(&self, macs: &[[u8; 6]]) -> Result<&'static str, String> {
+        if macs.is_empty() {
+            return Ok("none needed");
+        }
+        let mut list: Vec<sys::rte_ether_addr> = macs
+            .iter()
+            .map(|&addr_bytes| sys::rte_ether_addr { addr_bytes })
+            .collect();
+        // SAFETY: a started port; `list` holds `len` addresses and outlives the call
+        // (the PMD copies them).
+        let r = unsafe {
+            sys::rte_eth_dev_set_mc_addr_list(self.id, list.as_mut_ptr(), list.len() as u32)
+        };
+        if r == 0 {
+            return Ok("multicast address list");
+        }
+        // SAFETY: a started port.
+        let a = unsafe { sys::rte_eth_allmulticast_enable(self.id) };
+        if a == 0 {
+            return Ok("all-multicast");
+        }
+        Err(format!(
+            "the port's driver takes neither a multicast address list ({}) nor \
+             all-multicast mode ({})",
+            strerror(-r),
+            strerror(-a)
+        ))
+    }
+
     /// The port index.
     pub fn id(&self) -> u16 {
         self.id

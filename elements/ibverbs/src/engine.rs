@@ -34,6 +34,7 @@ use firehose_core::stats::names;
 use firehose_core::sync::lock;
 use firehose_core::{MemoryRegion, PacketInfo};
 
+use firehose_core::endpoint::{EndpointCounters, Tally as EndpointTally};
 use firehose_core::frame::accept::{packet_entry_dest, Rejected, UdpFilter as Filter};
 use firehose_core::meta::dest::PacketDest;
 
@@ -247,6 +248,13 @@ pub struct RxEngine<D: RxDevice> {
     /// Scratch for one post: slot indices, then their WR descriptions.
     take: Vec<u32>,
     posts: Vec<PostSlot>,
+    /// The endpoint and payload bytes of each datagram of the run being built, counted
+    /// once the run is lent (a run dropped to keep the NIC supplied is not delivered).
+    run_endpoints: Vec<(usize, u64)>,
+    /// The lent run's packets and bytes per endpoint, added to `endpoints` per run.
+    endpoint_tally: EndpointTally,
+    /// Packets and bytes per endpoint since start, read by `stats`.
+    endpoints: Arc<EndpointCounters>,
 }
 
 impl<D: RxDevice> RxEngine<D> {
@@ -289,7 +297,18 @@ impl<D: RxDevice> RxEngine<D> {
             end: 0,
             take: Vec::with_capacity(batch),
             posts: Vec::with_capacity(batch),
+            run_endpoints: Vec::with_capacity(batch),
+            endpoint_tally: EndpointTally::default(),
+            endpoints: Arc::new(EndpointCounters::new(&[])),
         })
+    }
+
+    /// Counts delivered packets and bytes per endpoint of the filter's list into
+    /// `counters` (made for that list), once per lent run.
+    pub fn with_endpoints(mut self, counters: Arc<EndpointCounters>) -> Self {
+        self.endpoint_tally = EndpointTally::new(counters.snapshot().len());
+        self.endpoints = counters;
+        self
     }
 
     /// The slot ring (for stats and tests).
@@ -351,6 +370,7 @@ impl<D: RxDevice> RxEngine<D> {
         let mut packets: Vec<PacketInfo> = Vec::with_capacity(self.end - self.next);
         let mut dests: Vec<PacketDest> = Vec::with_capacity(self.end - self.next);
         let mut bytes = 0u64;
+        self.run_endpoints.clear();
         let mut ring = lock(&self.ring);
         while self.next < self.end {
             let wc = self.wcs[self.next];
@@ -392,12 +412,13 @@ impl<D: RxDevice> RxEngine<D> {
                 }
             };
             match verdict {
-                Ok((mut p, d)) => {
+                Ok((mut p, d, endpoint)) => {
                     // Offsets are relative to the run's memory, which starts at its
                     // first slot (runs are at most a batch, so this fits in u32).
                     let first = slots.first().copied().unwrap_or(wc.slot);
                     p.offset += ((wc.slot - first) as usize * self.slot_size) as u32;
                     bytes += u64::from(p.len);
+                    self.run_endpoints.push((endpoint, u64::from(p.len)));
                     slots.push(wc.slot);
                     packets.push(p);
                     dests.push(d);
@@ -435,6 +456,10 @@ impl<D: RxDevice> RxEngine<D> {
         c.packets.add(packets.len() as u64);
         c.bytes.add(bytes);
         c.batches.add(1);
+        for &(e, b) in &self.run_endpoints {
+            self.endpoint_tally.count(e, b);
+        }
+        self.endpoints.add(&mut self.endpoint_tally);
         let memory = lend_batch(&self.ring, &self.region, start..end, slots);
         Ok(Step::Batch(Batch {
             memory,

@@ -1,10 +1,11 @@
-//! The flow-steering rule for one UDP endpoint, as spead2's `create_flow` builds it
-//! (`src/common_ibv.cpp`): an `ibv_flow_attr` followed by an Ethernet, an IPv4 and a
-//! UDP spec. Pure data, no device: tested byte for byte here and against the C
+//! The flow-steering rules for a list of UDP endpoints, one each, as spead2's
+//! `create_flow` builds them (`src/common_ibv.cpp`): an `ibv_flow_attr` followed by an
+//! Ethernet, an IPv4 and a UDP spec. Pure data, no device: tested byte for byte here and against the C
 //! structs in `tests/layout.rs`.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
+use firehose_core::endpoint::{Endpoint, MAX_ENDPOINTS};
 use firehose_core::frame::build::multicast_mac;
 
 use crate::sys::{
@@ -112,6 +113,70 @@ pub fn flow_rule(dst: Ipv4Addr, port: u16, interface_mac: [u8; 6], ib_port: u8) 
     r
 }
 
+/// The IPv4 address of each endpoint of `list`, checked for what a flow rule can steer:
+/// IPv4 only (as spead2's ibverbs receiver), a port on every endpoint, no SSM sources
+/// (a rule cannot match the sender, and the group is joined without them), at most
+/// [`MAX_ENDPOINTS`]. The error says which endpoint and what to do instead.
+pub fn endpoint_addresses(list: &[Endpoint]) -> Result<Vec<(Ipv4Addr, u16)>, String> {
+    if list.is_empty() || list.len() > MAX_ENDPOINTS {
+        return Err(format!(
+            "{} endpoints: fhibvsrc steers 1 to {MAX_ENDPOINTS}",
+            list.len()
+        ));
+    }
+    list.iter()
+        .map(|e| {
+            let IpAddr::V4(addr) = e.addr else {
+                return Err(format!(
+                    "endpoint {e} is IPv6, but fhibvsrc steers IPv4 only (as spead2's \
+                     ibverbs receiver); use fhudpsrc for IPv6"
+                ));
+            };
+            if e.port == 0 {
+                return Err(format!(
+                    "endpoint {e} has no port: a flow rule steers one UDP port; set port \
+                     or give the endpoint its port (ADDRESS:PORT)"
+                ));
+            }
+            if !e.sources.is_empty() {
+                return Err(format!(
+                    "endpoint {e} names SSM sources, which fhibvsrc cannot match or join \
+                     (its rules and joins are any-source); leave the sources out, or use \
+                     fhudpsrc for source-specific multicast"
+                ));
+            }
+            Ok((addr, e.port))
+        })
+        .collect()
+}
+
+/// One rule per endpoint of `list` ([`flow_rule`]), in list order; `list` as
+/// [`endpoint_addresses`] checks it.
+pub fn endpoint_rules(
+    list: &[Endpoint],
+    interface_mac: [u8; 6],
+    ib_port: u8,
+) -> Result<Vec<FlowRule>, String> {
+    Ok(endpoint_addresses(list)?
+        .into_iter()
+        .map(|(addr, port)| flow_rule(addr, port, interface_mac, ib_port))
+        .collect())
+}
+
+/// The distinct multicast groups of `list`, in list order: each is joined once, however
+/// many of its ports are listed.
+pub fn groups(list: &[Endpoint]) -> Vec<Ipv4Addr> {
+    let mut out = Vec::new();
+    for e in list {
+        if let IpAddr::V4(a) = e.addr {
+            if a.is_multicast() && !out.contains(&a) {
+                out.push(a);
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,5 +234,57 @@ mod tests {
         assert_eq!(r.udp.mask.dst_port, 0xffff);
         assert_eq!((r.eth.type_, r.ip.type_, r.udp.type_), (0x20, 0x30, 0x41));
         assert_eq!(r.attr.num_of_specs, 3);
+    }
+
+    fn list(s: &str) -> Vec<Endpoint> {
+        firehose_core::endpoint::parse_list(s, 7148, &[]).unwrap()
+    }
+
+    #[test]
+    fn one_rule_per_endpoint_in_list_order() {
+        let l = list("239.10.0.0+3:7148,10.0.0.5:9000,0.0.0.0:7149");
+        let rules = endpoint_rules(&l, IF_MAC, 1).unwrap();
+        assert_eq!(rules.len(), 6);
+        for (k, r) in rules[..4].iter().enumerate() {
+            assert_eq!(r.ip.val.dst_ip.to_ne_bytes(), [239, 10, 0, k as u8]);
+            assert_eq!(r.eth.val.dst_mac, [0x01, 0x00, 0x5e, 10, 0, k as u8]);
+            assert_eq!(r.udp.val.dst_port, 7148u16.to_be());
+        }
+        assert_eq!(
+            rules[4],
+            flow_rule("10.0.0.5".parse().unwrap(), 9000, IF_MAC, 1)
+        );
+        assert_eq!(rules[5], flow_rule(Ipv4Addr::UNSPECIFIED, 7149, IF_MAC, 1));
+        // The four groups once each, the unicast and wildcard endpoints not at all.
+        let g = groups(&list(
+            "239.10.0.0:7148,239.10.0.0:7149,239.10.0.1:7148,10.0.0.5",
+        ));
+        assert_eq!(
+            g,
+            [
+                "239.10.0.0".parse::<Ipv4Addr>().unwrap(),
+                "239.10.0.1".parse().unwrap()
+            ]
+        );
+    }
+
+    #[test]
+    fn endpoints_a_rule_cannot_steer_are_refused_by_name() {
+        let e = endpoint_rules(&list("239.1.1.1:5,[ff15::1]:5"), IF_MAC, 1).unwrap_err();
+        assert!(
+            e.contains("[ff15::1]:5 is IPv6") && e.contains("fhudpsrc"),
+            "{e}"
+        );
+        let e = endpoint_rules(&list("232.1.1.1:5@10.0.0.9"), IF_MAC, 1).unwrap_err();
+        assert!(e.contains("SSM sources"), "{e}");
+        let e = endpoint_rules(&list("10.0.0.1:0"), IF_MAC, 1).unwrap_err();
+        assert!(e.contains("10.0.0.1:0 has no port"), "{e}");
+        assert!(endpoint_rules(&[], IF_MAC, 1).is_err());
+        assert_eq!(
+            endpoint_rules(&list("239.0.0.0+255:7148"), IF_MAC, 1)
+                .unwrap()
+                .len(),
+            MAX_ENDPOINTS
+        );
     }
 }

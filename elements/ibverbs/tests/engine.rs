@@ -536,3 +536,90 @@ fn a_region_too_small_for_the_ring_is_refused() {
     assert_eq!(EngineConfig::default_reserve(16, 64), 8);
     assert_eq!(EngineConfig::default_reserve(64, 16), 16);
 }
+
+/// An endpoint-list filter: each delivered datagram is counted to its endpoint (in the
+/// list's order) and its destination kept; one to no endpoint is filtered.
+#[test]
+fn each_endpoint_of_a_list_counts_what_it_delivered() {
+    use firehose_core::endpoint::{parse_list, EndpointCounters};
+    gst::init().unwrap();
+    let list = parse_list("239.1.2.3:7148,10.0.0.2:7148,239.1.2.3:7149", 0, &[]).unwrap();
+    let slots = 16;
+    let region =
+        Arc::new(MemoryRegion::allocate((slots * SLOT) as usize, HugepagePolicy::Off).unwrap());
+    let wire = Rc::new(RefCell::new(Wire::default()));
+    let dev = FakeDevice {
+        wire: wire.clone(),
+        region: region.clone(),
+    };
+    let counters = Arc::new(RxCounters::default());
+    let per = Arc::new(EndpointCounters::new(&list));
+    let base = region.as_ptr() as u64;
+    let mut engine = RxEngine::new(
+        dev,
+        region,
+        base,
+        EngineConfig {
+            slots,
+            slot_size: SLOT,
+            batch: 8,
+            reserve: 4,
+            filter: Filter::endpoints(&list),
+        },
+        counters.clone(),
+    )
+    .unwrap()
+    .with_endpoints(per.clone());
+    engine.fill().unwrap();
+    let sends = [
+        (GROUP, 7148, "a0"),
+        (GROUP, 7149, "c00"),
+        ([10, 0, 0, 2], 7148, "b000"),
+        (GROUP, 7148, "a1"),
+        (GROUP, 7149, "c11"),
+    ];
+    wire.borrow_mut().arrivals.extend(
+        sends
+            .iter()
+            .map(|(ip, port, p)| Arrival::Frame(frame(*ip, *port, p.as_bytes()))),
+    );
+    let buf = match engine.step(1).unwrap() {
+        Step::Batch(b) => b.into_buffer(None, true),
+        other => panic!("expected a batch, got {other:?}"),
+    };
+    let dests: Vec<String> = buf
+        .meta::<PacketDestMeta>()
+        .unwrap()
+        .dests()
+        .iter()
+        .map(|d| d.dst.to_socket_addr().to_string())
+        .collect();
+    assert_eq!(
+        dests,
+        [
+            "239.1.2.3:7148",
+            "239.1.2.3:7149",
+            "10.0.0.2:7148",
+            "239.1.2.3:7148",
+            "239.1.2.3:7149"
+        ]
+    );
+    assert_eq!(
+        per.snapshot(),
+        [
+            ("239.1.2.3:7148", 2, 4),
+            ("10.0.0.2:7148", 1, 4),
+            ("239.1.2.3:7149", 2, 6)
+        ]
+    );
+    // Unlisted: a listed group on another port, a listed port at another address.
+    wire.borrow_mut().arrivals.extend([
+        Arrival::Frame(frame(GROUP, 7150, b"x")),
+        Arrival::Frame(frame([10, 0, 0, 3], 7148, b"y")),
+    ]);
+    assert!(matches!(engine.step(2).unwrap(), Step::Busy));
+    assert_eq!(counters.filtered.get(), 2);
+    assert_eq!(counters.packets.get(), 5);
+    assert_eq!(per.snapshot().iter().map(|e| e.1).sum::<u64>(), 5);
+    drop(buf);
+}

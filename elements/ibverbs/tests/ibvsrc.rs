@@ -91,3 +91,38 @@ fn properties_and_caps() {
         firehose_core::caps::PACKETS
     );
 }
+
+/// Endpoint lists a flow rule cannot steer, or that clash with other settings, are
+/// settings errors before the probe too, naming the endpoint and the fix.
+#[test]
+fn bad_endpoint_lists_are_refused_before_the_probe() {
+    for (props, says) in [
+        (
+            "endpoints=239.1.1.0+1:7148,[ff15::1]:7148",
+            &["[ff15::1]:7148 is IPv6", "fhudpsrc"][..],
+        ),
+        (
+            "endpoints=232.1.1.1:7148@10.0.0.9",
+            &["SSM sources", "fhudpsrc"][..],
+        ),
+        (
+            "endpoints=239.1.1.1:7148 address=10.0.0.1",
+            &["both address", "endpoints"][..],
+        ),
+        ("endpoints=239.1.1.1+x", &["ADDRESS[+N][:PORT]"][..]),
+    ] {
+        let (text, _) = first_error(&format!("fhibvsrc {props} ! fakesink"));
+        assert!(says.iter().all(|s| text.contains(s)), "{props}: {text}");
+    }
+}
+
+/// `stats` has its `endpoints` array even before a start (empty then), so tools can
+/// rely on the field.
+#[test]
+fn stats_always_have_the_endpoints_field() {
+    init();
+    let e = gst::ElementFactory::make("fhibvsrc").build().unwrap();
+    let s = e.property::<gst::Structure>("stats");
+    let a = firehose_core::endpoint::read_stats(&s).unwrap_or_else(|| panic!("{s}"));
+    assert!(a.is_empty());
+}

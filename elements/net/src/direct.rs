@@ -61,6 +61,8 @@ pub struct DirectCounts {
     pub truncated: u64,
     /// Zero-length datagrams (dropped).
     pub empty: u64,
+    /// Datagrams to a destination not in the endpoint list (dropped).
+    pub filtered: u64,
     /// `recvmmsg` calls that returned data.
     pub batches: u64,
 }
@@ -266,6 +268,13 @@ impl DirectReceiver {
         self.coalesced_msgs = 0;
         for i in 0..n {
             let m = rx.message(i);
+            if m.endpoint.is_none() {
+                // Sent to this port but not to a listed address: wherever its bytes
+                // landed, nothing is accounted for them, as for a wrong prediction.
+                let seg = if m.gso > 0 { m.gso } else { m.len.max(1) };
+                self.counts.filtered += m.len.div_ceil(seg).max(1) as u64;
+                continue;
+            }
             if m.truncated {
                 self.counts.truncated += 1;
                 continue;

@@ -17,6 +17,8 @@ firehose_core::counters! {
         copied: names::PACKETS_COPIED,
         truncated: names::TRUNCATED,
         empty: names::EMPTY,
+        /// Datagrams to a destination not in the endpoint list.
+        filtered: names::FILTERED,
         batches: names::BATCHES,
         /// Read from the kernel (a system call) only when stats are posted, and at stop.
         kernel_drops: names::DROPS_KERNEL,
@@ -32,6 +34,7 @@ impl LandingCounters {
         self.copied.set(c.copied);
         self.truncated.set(c.truncated);
         self.empty.set(c.empty);
+        self.filtered.set(c.filtered);
         self.batches.set(c.batches);
         if kernel {
             self.kernel_drops.set(src.kernel_drops());

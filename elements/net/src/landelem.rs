@@ -7,8 +7,9 @@
 //! counters are mirrored, what an item becomes).
 
 use std::sync::atomic::AtomicBool;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use firehose_core::endpoint::{stats_value, EndpointCounters, STATS_FIELD as ENDPOINTS_FIELD};
 use firehose_core::property::OrDefault;
 use firehose_core::src::{self as live, LiveControl, ThreadSettings};
 use firehose_core::stats::StatsTimer;
@@ -129,6 +130,9 @@ struct Running<E: SourceEngine> {
 pub struct LandingElement<E: SourceEngine> {
     state: Mutex<Option<Running<E>>>,
     counters: LandingCounters,
+    /// The socket's per-endpoint counters, outside `state` (which the streaming thread
+    /// holds while it waits); kept after stop so that the last stats still show them.
+    endpoints: Mutex<Option<Arc<EndpointCounters>>>,
 }
 
 impl<E: SourceEngine> Default for LandingElement<E> {
@@ -136,6 +140,7 @@ impl<E: SourceEngine> Default for LandingElement<E> {
         Self {
             state: Mutex::new(None),
             counters: LandingCounters::default(),
+            endpoints: Mutex::new(None),
         }
     }
 }
@@ -144,6 +149,15 @@ impl<E: SourceEngine> LandingElement<E> {
     /// The receive counters, for the element's `stats`.
     pub fn counters(&self) -> &LandingCounters {
         &self.counters
+    }
+
+    /// Adds the receive counters to an element's stats structure, and the socket's
+    /// per-endpoint counters as its `endpoints` field.
+    pub fn append_stats(&self, s: &mut gst::Structure) {
+        self.counters.append_to(s);
+        // Always there (empty before the first start), so tools can rely on it.
+        let endpoints = stats_value(lock(&self.endpoints).as_deref());
+        s.set_value(ENDPOINTS_FIELD, endpoints);
     }
 
     /// Starts a run of `engine` fed by `feed`: counters zeroed, `live` started with the
@@ -178,6 +192,7 @@ impl<E: SourceEngine> LandingElement<E> {
             }
         };
         self.counters.reset();
+        *lock(&self.endpoints) = src.endpoint_counters();
         live.start();
         live.set_waker(src.waker());
         *lock(&self.state) = Some(Running { src, timer, pinner });

@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use firehose_chunk::landing::LandingEngine;
 use firehose_chunk::{ChunkAssembler, FinishedChunk, Flow};
+use firehose_core::endpoint::EndpointCounters;
 use firehose_core::transport::{self, InPlaceTransport, Received};
 use firehose_core::wake::Waker;
 use firehose_core::PacketInfo;
@@ -211,6 +212,15 @@ impl<E: SourceEngine> LandingSource<E> {
                 *device_drops = transport.device_drops();
                 *device_drops
             }
+        }
+    }
+
+    /// Packets and bytes per endpoint of the element's own socket (`None`: fed by a
+    /// transport, which counts its own).
+    pub fn endpoint_counters(&self) -> Option<Arc<EndpointCounters>> {
+        match &self.input {
+            Input::Udp { rx, .. } => Some(rx.endpoint_counters()),
+            Input::InPlace { .. } => None,
         }
     }
 

@@ -14,6 +14,7 @@
 use gst::glib;
 
 pub mod direct;
+pub mod endpoint_sockets;
 pub mod groadapt;
 pub mod land_counters;
 pub mod landelem;

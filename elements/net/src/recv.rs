@@ -10,14 +10,29 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
-use firehose_core::meta::dest::PacketDest;
-use firehose_core::netif::iface_index;
-use firehose_core::wake::{nap, wait_readable, Coalescer, Waker};
-use firehose_core::{PacketAddr, PacketInfo};
-use socket2::{Domain, Protocol, Socket, Type};
+use std::sync::Arc;
 
+use firehose_core::endpoint::{Endpoint, EndpointCounters, EndpointTable, Tally};
+use firehose_core::meta::dest::PacketDest;
+use firehose_core::wake::{nap, wait_readable_set, Coalescer, Waker};
+use firehose_core::{PacketAddr, PacketInfo};
+use socket2::Socket;
+
+pub use crate::endpoint_sockets::grow_recv_buffer;
+use crate::endpoint_sockets::{open_sockets, setsockopt_int, PortSocket};
 use crate::groadapt::{Action as GroAction, GroAdapt, Mode as GroMode};
-use crate::sockaddr;
+
+/// The endpoint of a datagram whose destination is not listed.
+const NO_ENDPOINT: u16 = u16::MAX;
+
+/// Datagrams in a message of `len` bytes with GRO segment size `gso` (0: one).
+fn segments(len: usize, gso: usize) -> u64 {
+    if gso > 0 {
+        len.div_ceil(gso) as u64
+    } else {
+        1
+    }
+}
 
 /// Largest UDP payload the kernel can hand us in one (GRO-coalesced) datagram.
 pub const MAX_DATAGRAM: usize = 65535;
@@ -29,14 +44,11 @@ const CMSG_SPACE: usize = 192;
 /// How to open the socket.
 #[derive(Clone, Debug)]
 pub struct SocketConfig {
-    /// Local or multicast group address to bind.
-    pub address: String,
-    /// UDP port (0 = any free port).
-    pub port: u16,
+    /// Where to receive: local addresses or multicast groups with their ports and SSM
+    /// sources (at least one; port 0, any free port, for a single endpoint only).
+    pub endpoints: Vec<Endpoint>,
     /// Interface for multicast joins (name), if any.
     pub multicast_iface: Option<String>,
-    /// Source addresses for source-specific multicast (SSM); empty = any source.
-    pub multicast_sources: Vec<String>,
     /// Requested SO_RCVBUF in bytes (0 = kernel default).
     pub buffer_size: usize,
     /// Allow other sockets to bind the same port (SO_REUSEADDR).
@@ -76,6 +88,8 @@ pub struct RecvCounts {
     pub truncated: u64,
     /// Zero-length datagrams (dropped).
     pub empty: u64,
+    /// Datagrams to a destination not in the endpoint list (dropped).
+    pub filtered: u64,
 }
 
 impl RecvCounts {
@@ -85,6 +99,7 @@ impl RecvCounts {
         self.bytes += o.bytes;
         self.truncated += o.truncated;
         self.empty += o.empty;
+        self.filtered += o.filtered;
     }
 }
 
@@ -113,11 +128,53 @@ pub struct Message {
     pub rx_time_ns: u64,
     /// The datagram did not fit the scatter list.
     pub truncated: bool,
+    /// The index of its endpoint in the list; `None`: sent to a destination not listed,
+    /// to be dropped (the receiver counted it as filtered).
+    pub endpoint: Option<usize>,
 }
 
-/// A bound UDP socket plus preallocated `recvmmsg` state.
+impl SocketConfig {
+    /// One endpoint, `address`:`port`, and the defaults otherwise (no multicast
+    /// interface, kernel buffer, no reuse, GRO, no timestamps, no busy polling).
+    pub fn one(address: SocketAddr) -> Self {
+        Self {
+            endpoints: vec![Endpoint {
+                addr: address.ip(),
+                port: address.port(),
+                sources: Vec::new(),
+            }],
+            multicast_iface: None,
+            buffer_size: 0,
+            reuse: false,
+            gro: true,
+            timestamps: false,
+            busy_poll_us: 0,
+        }
+    }
+}
+
+/// Bound UDP sockets — one per port of the endpoint list, most often one — plus
+/// preallocated `recvmmsg` state.
 pub struct UdpReceiver {
-    sock: Socket,
+    /// The sockets (at least one); `sock` is the first, the one most callers know.
+    socks: Vec<PortSocket>,
+    /// The socket the next batch is read from first; each batch moves it on, so that a
+    /// busy port cannot starve the others.
+    next: usize,
+    /// The socket of the last batch.
+    last: usize,
+    /// The sockets' pollfds and the waker's, last.
+    pollfds: Vec<libc::pollfd>,
+    /// Finds the endpoint of a datagram on a socket with several.
+    table: EndpointTable,
+    /// This batch's per-endpoint counts, and where they go once per batch.
+    tally: Tally,
+    counters: Arc<EndpointCounters>,
+    /// Datagrams of the last receive whose destination is not listed (dropped).
+    filtered: u64,
+    /// Per message of the last [`UdpReceiver::recv_vectored`]: receive time, GRO size,
+    /// endpoint ([`NO_ENDPOINT`]: not listed).
+    vec_meta: Vec<(u64, usize, u16)>,
     waker: std::sync::Arc<Waker>,
     max_packet: usize,
     /// Room per message while GRO may coalesce (a whole datagram), and the most
@@ -144,11 +201,8 @@ pub struct UdpReceiver {
     cmsgs: Vec<[u64; CMSG_SPACE / 8]>,
     /// Where each datagram of the last [`UdpReceiver::recv_batch`] was sent.
     dests: Vec<PacketDest>,
-    /// The bound port, and the bound address unless it is a wildcard: the destination
-    /// of a datagram whose `IP_PKTINFO` is missing.
-    local_port: u16,
-    bound: Option<IpAddr>,
-    kernel_drops: u64,
+    /// The SO_RXQ_OVFL count last seen on each socket.
+    kernel_drops: Vec<u64>,
     /// Receive buffer the kernel granted (as it reports it).
     buffer_granted: usize,
     coalesce: Coalescer,
@@ -223,24 +277,6 @@ fn getsockopt_int(fd: i32, level: i32, name: i32) -> io::Result<i32> {
     }
 }
 
-fn setsockopt_int(sock: &Socket, level: i32, name: i32, value: i32) -> io::Result<()> {
-    // SAFETY: passes a valid int of the declared size.
-    let r = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            level,
-            name,
-            (&value as *const i32).cast(),
-            mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 /// The socket's SO_MEMINFO counters (`SK_MEMINFO_*` indexes), if available.
 fn meminfo(sock: &Socket) -> Option<[u32; 16]> {
     let mut info = [0u32; 16];
@@ -274,152 +310,6 @@ fn queued_bytes(sock: &Socket) -> Option<u64> {
     meminfo(sock).map(|i| u64::from(i[libc::SK_MEMINFO_RMEM_ALLOC as usize]))
 }
 
-fn parse_ip(what: &str, s: &str) -> Result<IpAddr, OpenError> {
-    s.trim_matches(|c| c == '[' || c == ']')
-        .parse()
-        .map_err(|_| {
-            OpenError(format!(
-                "invalid {what} '{s}': expected an IPv4 or IPv6 address"
-            ))
-        })
-}
-
-fn join_multicast(sock: &Socket, group: IpAddr, cfg: &SocketConfig) -> Result<(), OpenError> {
-    let ifindex = match &cfg.multicast_iface {
-        Some(name) => iface_index(name).map_err(OpenError)?,
-        None => 0,
-    };
-    let sources: Vec<IpAddr> = cfg
-        .multicast_sources
-        .iter()
-        .map(|s| parse_ip("multicast source", s))
-        .collect::<Result<_, _>>()?;
-    let fail = |e: io::Error| {
-        OpenError(format!(
-            "could not join multicast group {group}{}: {e}. Check that the interface exists, \
-             is up and has multicast enabled (`ip link show`), and has a route for the group.",
-            cfg.multicast_iface
-                .as_ref()
-                .map(|i| format!(" on {i}"))
-                .unwrap_or_default()
-        ))
-    };
-    match group {
-        IpAddr::V4(g) => {
-            let iface_addr = match &cfg.multicast_iface {
-                Some(name) => sockaddr::iface_ipv4(name).unwrap_or(Ipv4Addr::UNSPECIFIED),
-                None => Ipv4Addr::UNSPECIFIED,
-            };
-            if sources.is_empty() {
-                let itf = if ifindex != 0 {
-                    socket2::InterfaceIndexOrAddress::Index(ifindex)
-                } else {
-                    socket2::InterfaceIndexOrAddress::Address(Ipv4Addr::UNSPECIFIED)
-                };
-                sock.join_multicast_v4_n(&g, &itf).map_err(fail)?;
-            } else {
-                for s in &sources {
-                    let IpAddr::V4(s) = s else {
-                        return Err(OpenError(format!(
-                            "multicast source {s} is IPv6 but group {g} is IPv4"
-                        )));
-                    };
-                    sock.join_ssm_v4(s, &g, &iface_addr).map_err(fail)?;
-                }
-            }
-        }
-        IpAddr::V6(g) => {
-            if sources.is_empty() {
-                sock.join_multicast_v6(&g, ifindex).map_err(fail)?;
-            } else {
-                for s in &sources {
-                    let IpAddr::V6(s) = s else {
-                        return Err(OpenError(format!(
-                            "multicast source {s} is IPv4 but group {g} is IPv6"
-                        )));
-                    };
-                    join_ssm_v6(sock, &g, s, ifindex).map_err(fail)?;
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-fn sockaddr_in6(ip: &Ipv6Addr) -> libc::sockaddr_storage {
-    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
-    let mut ss: libc::sockaddr_storage = unsafe { mem::zeroed() };
-    // SAFETY: sockaddr_storage is large enough and suitably aligned for sockaddr_in6.
-    let sin6 = unsafe { &mut *(&mut ss as *mut libc::sockaddr_storage as *mut libc::sockaddr_in6) };
-    sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-    sin6.sin6_addr.s6_addr = ip.octets();
-    ss
-}
-
-fn join_ssm_v6(sock: &Socket, group: &Ipv6Addr, source: &Ipv6Addr, ifindex: u32) -> io::Result<()> {
-    #[repr(C)]
-    struct GroupSourceReq {
-        interface: u32,
-        group: libc::sockaddr_storage,
-        source: libc::sockaddr_storage,
-    }
-    const MCAST_JOIN_SOURCE_GROUP: i32 = 46;
-    let req = GroupSourceReq {
-        interface: ifindex,
-        group: sockaddr_in6(group),
-        source: sockaddr_in6(source),
-    };
-    // SAFETY: passes a valid group_source_req of the declared size.
-    let r = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_IPV6,
-            MCAST_JOIN_SOURCE_GROUP,
-            (&req as *const GroupSourceReq).cast(),
-            mem::size_of::<GroupSourceReq>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Asks for a receive buffer of `want` bytes on `sock`: `SO_RCVBUF`, capped by
-/// `net.core.rmem_max`, then, if that granted less, `SO_RCVBUFFORCE`, which goes past the
-/// cap with CAP_NET_ADMIN (root outside a user namespace). Returns what the kernel granted
-/// (twice the usable size, as the kernel reports it). Tests' own receiving sockets use it
-/// too, so that a loaded CI machine with a stock rmem_max loses nothing they did not.
-pub fn grow_recv_buffer(sock: &Socket, want: usize) -> usize {
-    let _ = sock.set_recv_buffer_size(want);
-    let mut got = sock.recv_buffer_size().unwrap_or(0);
-    if got < want {
-        let v = i32::try_from(want).unwrap_or(i32::MAX);
-        if setsockopt_int(sock, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, v).is_ok() {
-            got = sock.recv_buffer_size().unwrap_or(0);
-        }
-    }
-    got
-}
-
-fn set_buffer(sock: &Socket, want: usize, report: &mut OpenReport) {
-    if want == 0 {
-        report.buffer_granted = sock.recv_buffer_size().unwrap_or(0);
-        return;
-    }
-    let got = grow_recv_buffer(sock, want);
-    report.buffer_granted = got;
-    // The kernel reports twice the usable size it granted.
-    if got < want {
-        report.buffer_warning = Some(format!(
-            "buffer-size={want} was capped by the kernel to {} bytes; packets may be dropped at \
-             high rates. Raise the limit as root: sysctl -w net.core.rmem_max={want}",
-            got / 2
-        ));
-    }
-}
-
 impl UdpReceiver {
     /// Opens, configures and binds the socket. `max_packet_size` bounds accepted
     /// datagrams; `batch` is the most datagrams (GRO messages) per `recvmmsg`, and
@@ -431,61 +321,21 @@ impl UdpReceiver {
         batch: usize,
         batch_bytes: usize,
     ) -> Result<(Self, OpenReport), OpenError> {
-        let ip = parse_ip("address", &cfg.address)?;
-        if !cfg.multicast_sources.is_empty() && !ip.is_multicast() {
-            return Err(OpenError(format!(
-                "multicast-source is set but address {ip} is not a multicast group \
-                 (IPv4 224.0.0.0/4 or IPv6 ff00::/8); SSM needs a group such as 232.1.1.1"
-            )));
-        }
-        if let Some(name) = &cfg.multicast_iface {
-            iface_index(name).map_err(OpenError)?;
-        }
-        let bind = SocketAddr::new(ip, cfg.port);
-        let sock = Socket::new(Domain::for_address(bind), Type::DGRAM, Some(Protocol::UDP))
-            .map_err(|e| OpenError(format!("could not create a UDP socket: {e}")))?;
-        if cfg.reuse {
-            let _ = sock.set_reuse_address(true);
-        }
         let mut report = OpenReport::default();
-        set_buffer(&sock, cfg.buffer_size, &mut report);
-        sock.bind(&bind.into()).map_err(|e| {
-            OpenError(if e.kind() == io::ErrorKind::AddrInUse {
-                format!(
-                    "could not bind {bind}: port {} is in use by another socket. Find it with \
-                     `ss -ulpn 'sport = :{}'`, stop it or pick another port (port=0 picks a free one)",
-                    cfg.port, cfg.port
-                )
-            } else if e.kind() == io::ErrorKind::AddrNotAvailable {
-                format!("could not bind {bind}: {ip} is not an address of this machine ({e})")
-            } else {
-                format!("could not bind {bind}: {e}")
-            })
-        })?;
-        if ip.is_multicast() {
-            join_multicast(&sock, ip, cfg)?;
-        }
-        sock.set_nonblocking(true)
-            .map_err(|e| OpenError(format!("could not make the socket non-blocking: {e}")))?;
-        let _ = setsockopt_int(&sock, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
-        if cfg.timestamps {
-            let _ = setsockopt_int(&sock, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
-        }
-        report.gro = cfg.gro && setsockopt_int(&sock, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
-        set_busy_poll(&sock, cfg.busy_poll_us)?;
-        // Each datagram's destination address, asked of the kernel only where the bind
-        // does not say it: a wildcard bind receives on several addresses (recordings
-        // write the real one); a bind to one address, or to a multicast group, is that
-        // address for every datagram, and a control message per datagram would cost
-        // every packet for nothing. An IPv6 socket takes IPv4 datagrams too.
-        if ip.is_unspecified() {
-            let _ = setsockopt_int(&sock, libc::IPPROTO_IP, libc::IP_PKTINFO, 1);
-            if ip.is_ipv6() {
-                let _ = setsockopt_int(&sock, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1);
+        let socks = open_sockets(cfg, &mut report)?;
+        let mut gro = cfg.gro;
+        for ps in &socks {
+            let sock = &ps.sock;
+            sock.set_nonblocking(true)
+                .map_err(|e| OpenError(format!("could not make the socket non-blocking: {e}")))?;
+            let _ = setsockopt_int(sock, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
+            if cfg.timestamps {
+                let _ = setsockopt_int(sock, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
             }
+            gro = gro && setsockopt_int(sock, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
+            set_busy_poll(sock, cfg.busy_poll_us)?;
         }
-        report.local = sock.local_addr().ok().and_then(|a| a.as_socket());
-        let local_port = report.local.map_or(cfg.port, |a| a.port());
+        report.gro = gro;
 
         let max_packet = max_packet_size.clamp(1, MAX_DATAGRAM);
         // With GRO one message may carry many segments, up to a full 64 KiB datagram;
@@ -508,8 +358,26 @@ impl UdpReceiver {
         let batch_gro = limit(per_msg_gro);
         let batch_max = batch.max(1);
         let waker = Waker::new().map_err(|e| OpenError(format!("eventfd failed: {e}")))?;
-        let mut rx = Self {
-            sock,
+        let mut pollfds: Vec<libc::pollfd> = socks
+            .iter()
+            .map(|p| libc::pollfd {
+                fd: p.sock.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        pollfds.push(waker.pollfd());
+        let n_socks = socks.len();
+        let rx = Self {
+            socks,
+            next: 0,
+            last: 0,
+            pollfds,
+            table: EndpointTable::new(&cfg.endpoints),
+            tally: Tally::new(cfg.endpoints.len()),
+            counters: Arc::new(EndpointCounters::new(&cfg.endpoints)),
+            filtered: 0,
+            vec_meta: vec![(0, 0, NO_ENDPOINT); batch_max],
             waker: std::sync::Arc::new(waker),
             max_packet,
             per_msg_gro,
@@ -533,14 +401,11 @@ impl UdpReceiver {
             names: vec![unsafe { mem::zeroed() }; batch_max],
             cmsgs: vec![[0u64; CMSG_SPACE / 8]; batch_max],
             dests: Vec::with_capacity(batch_max),
-            local_port,
-            bound: (!ip.is_unspecified()).then_some(ip),
-            kernel_drops: 0,
+            kernel_drops: vec![0; n_socks],
             buffer_granted: report.buffer_granted,
             coalesce: Coalescer::new(0, 0),
             idle_ms: -1,
         };
-        rx.kernel_drops = 0;
         Ok((rx, report))
     }
 
@@ -599,18 +464,43 @@ impl UdpReceiver {
     }
 
     /// Waits until a datagram is queued (false) or the waker fired (true).
-    pub fn wait(&self) -> io::Result<bool> {
+    pub fn wait(&mut self) -> io::Result<bool> {
         self.wait_readable()
     }
 
     /// The socket's `SO_BUSY_POLL`, in µs, as the kernel holds it.
     pub fn busy_poll_us(&self) -> io::Result<i32> {
-        getsockopt_int(self.sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_BUSY_POLL)
+        getsockopt_int(
+            self.socks[0].sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_BUSY_POLL,
+        )
     }
 
-    /// The bound address.
+    /// The bound address (of the first socket, where the list has several ports).
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.sock.local_addr().ok().and_then(|a| a.as_socket())
+        self.socks[0]
+            .sock
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+    }
+
+    /// How many sockets receive the endpoint list (one per port and IP family).
+    pub fn sockets(&self) -> usize {
+        self.socks.len()
+    }
+
+    /// Packets and bytes per endpoint so far, in the list's order (updated once per
+    /// receive call); share it with whatever shows the stats.
+    pub fn endpoint_counters(&self) -> Arc<EndpointCounters> {
+        self.counters.clone()
+    }
+
+    /// Datagrams received so far whose destination is not in the endpoint list, dropped
+    /// (a wildcard-bound port receives whatever is sent to it).
+    pub fn filtered(&self) -> u64 {
+        self.filtered
     }
 
     /// The waker that interrupts a wait in [`UdpReceiver::recv_batch`].
@@ -620,7 +510,11 @@ impl UdpReceiver {
 
     /// Datagrams the kernel dropped on this socket since it was opened.
     pub fn kernel_drops(&self) -> u64 {
-        socket_drops(&self.sock).unwrap_or(0).max(self.kernel_drops)
+        self.socks
+            .iter()
+            .zip(&self.kernel_drops)
+            .map(|(p, &seen)| socket_drops(&p.sock).unwrap_or(0).max(seen))
+            .sum()
     }
 
     /// Receives up to one batch into `slab`, appending one [`PacketInfo`] per datagram
@@ -685,13 +579,21 @@ impl UdpReceiver {
                 rx_time_ns = batch_time;
             }
             let src = self.source(i);
+            let ps = &self.socks[self.last];
             let dest = PacketDest {
                 dst: to
-                    .or(self.bound)
-                    .map(|ip| SocketAddr::new(ip, self.local_port).into())
+                    .or(ps.bound)
+                    .map(|ip| SocketAddr::new(ip, ps.port).into())
                     .unwrap_or_default(),
                 header_len: 0,
             };
+            let endpoint = self.endpoint_of(to);
+            if endpoint == NO_ENDPOINT {
+                counts.filtered += segments(len, gso);
+                continue;
+            }
+            self.tally
+                .add(usize::from(endpoint), segments(len, gso), len as u64);
             if self.msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
                 counts.truncated += 1;
                 continue;
@@ -722,8 +624,22 @@ impl UdpReceiver {
             counts.bytes += len as u64;
         }
         self.coalesce.received(counts.bytes, n as u64);
+        self.counters.add(&mut self.tally);
+        self.filtered += counts.filtered;
         self.learn_batch(n, coalesced, n < vlen);
         Ok(Recv::Batch { used, counts })
+    }
+
+    /// The endpoint of a datagram on the socket of the last batch, sent to `to` (from
+    /// `IP_PKTINFO`): the socket's own when it has one, else the table's;
+    /// [`NO_ENDPOINT`] when it is not listed.
+    fn endpoint_of(&self, to: Option<IpAddr>) -> u16 {
+        let ps = &self.socks[self.last];
+        if let Some(e) = ps.endpoint {
+            return e;
+        }
+        to.and_then(|ip| self.table.find(ip, ps.port))
+            .map_or(NO_ENDPOINT, |i| i as u16)
     }
 
     /// Feeds one batch of `messages` (`coalesced` of them holding several datagrams;
@@ -765,13 +681,17 @@ impl UdpReceiver {
             GroAction::TurnOff => 0,
             GroAction::TurnOn => 1,
         };
-        let ok = setsockopt_int(&self.sock, libc::SOL_UDP, libc::UDP_GRO, on).is_ok();
+        let ok = self
+            .socks
+            .iter()
+            .all(|p| setsockopt_int(&p.sock, libc::SOL_UDP, libc::UDP_GRO, on).is_ok());
         self.adapt.switched(action, ok, Instant::now());
         if ok && action == GroAction::TurnOff {
             // Only what is queued now can be coalesced: once that much payload has been
             // read, the rest came after the switch, one datagram per message, even if
             // the queue never runs empty (a receiver that is behind, or throttled).
-            if let Some(queued) = queued_bytes(&self.sock) {
+            let queued: Option<u64> = self.socks.iter().map(|p| queued_bytes(&p.sock)).sum();
+            if let Some(queued) = queued {
                 self.adapt.queued_at_switch(queued);
             }
         }
@@ -803,16 +723,44 @@ impl UdpReceiver {
         self.msgs[i].msg_len = 0;
     }
 
-    /// Runs `recvmmsg` on `msgs[..vlen]` (set up by the caller): the number of messages
-    /// received, 0 when none is queued and `wait` is false, `None` when the waker fired.
+    /// Runs `recvmmsg` on `msgs[..vlen]` (set up by the caller), on each socket in turn
+    /// from the one after the last batch's: the number of messages received (from
+    /// socket `self.last`), 0 when none is queued on any and `wait` is false, `None` when
+    /// the waker fired.
     fn recvmmsg_wait(&mut self, vlen: usize, wait: bool) -> io::Result<Option<usize>> {
         let mut waited = false;
+        loop {
+            let k = self.socks.len();
+            for t in 0..k {
+                let idx = (self.next + t) % k;
+                if let Some(n) = self.recvmmsg_on(idx, vlen)? {
+                    self.last = idx;
+                    self.next = (idx + 1) % k;
+                    return Ok(Some(n));
+                }
+            }
+            self.emptied = true;
+            // Nothing after a wait bounded by set_idle_return: the caller looks.
+            if !wait || (waited && self.idle_ms >= 0) {
+                return Ok(Some(0));
+            }
+            if self.wait_for_data()? {
+                return Ok(None);
+            }
+            waited = true;
+        }
+    }
+
+    /// One `recvmmsg` on socket `idx`: the number of messages, `None` when its queue is
+    /// empty.
+    fn recvmmsg_on(&mut self, idx: usize, vlen: usize) -> io::Result<Option<usize>> {
+        let fd = self.socks[idx].sock.as_raw_fd();
         loop {
             // SAFETY: the caller set msgs[..vlen] to point at live iovecs of the declared
             // lengths and at our own name and control buffers, all of the declared sizes.
             let r = unsafe {
                 libc::recvmmsg(
-                    self.sock.as_raw_fd(),
+                    fd,
                     self.msgs.as_mut_ptr(),
                     vlen as u32,
                     libc::MSG_DONTWAIT,
@@ -825,17 +773,7 @@ impl UdpReceiver {
             let err = io::Error::last_os_error();
             match err.raw_os_error() {
                 Some(libc::EINTR) => continue,
-                Some(libc::EAGAIN) => {
-                    self.emptied = true;
-                    // Nothing after a wait bounded by set_idle_return: the caller looks.
-                    if !wait || (waited && self.idle_ms >= 0) {
-                        return Ok(Some(0));
-                    }
-                    if self.wait_for_data()? {
-                        return Ok(None);
-                    }
-                    waited = true;
-                }
+                Some(libc::EAGAIN) => return Ok(None),
                 // An ICMP error queued on the socket (e.g. from a connected peer): the
                 // datagrams themselves are fine, try again.
                 Some(libc::ECONNREFUSED) => continue,
@@ -892,19 +830,33 @@ impl UdpReceiver {
         if let Some(n) = n {
             let bytes = (0..n).map(|i| u64::from(self.msgs[i].msg_len)).sum();
             self.coalesce.received(bytes, n as u64);
+            for i in 0..n {
+                let (ts, gso, to) = self.parse_cmsgs(i);
+                let endpoint = self.endpoint_of(to);
+                let len = self.msgs[i].msg_len as usize;
+                if endpoint == NO_ENDPOINT {
+                    self.filtered += segments(len, gso);
+                } else {
+                    self.tally
+                        .add(usize::from(endpoint), segments(len, gso), len as u64);
+                }
+                self.vec_meta[i] = (ts, gso, endpoint);
+            }
+            self.counters.add(&mut self.tally);
         }
         Ok(n)
     }
 
     /// Message `i` of the last [`UdpReceiver::recv_vectored`]: its length, GRO segment
     /// size, receive time and whether the kernel truncated it.
-    pub fn message(&mut self, i: usize) -> Message {
-        let (rx_time_ns, gso, _) = self.parse_cmsgs(i);
+    pub fn message(&self, i: usize) -> Message {
+        let (rx_time_ns, gso, endpoint) = self.vec_meta[i];
         Message {
             len: self.msgs[i].msg_len as usize,
             gso,
             rx_time_ns,
             truncated: self.msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+            endpoint: (endpoint != NO_ENDPOINT).then_some(usize::from(endpoint)),
         }
     }
 
@@ -920,8 +872,11 @@ impl UdpReceiver {
 
     /// Waits until the socket is readable (false) or the waker fired (true); a signal
     /// also returns false, and the caller's next read finds out.
-    fn wait_readable(&self) -> io::Result<bool> {
-        wait_readable(self.sock.as_raw_fd(), &self.waker, self.idle_ms)
+    fn wait_readable(&mut self) -> io::Result<bool> {
+        for p in &mut self.pollfds {
+            p.revents = 0;
+        }
+        wait_readable_set(&mut self.pollfds, self.idle_ms)
     }
 
     /// Where each datagram of the last [`UdpReceiver::recv_batch`] was sent (from
@@ -950,7 +905,8 @@ impl UdpReceiver {
                     }
                     (libc::SOL_SOCKET, libc::SO_RXQ_OVFL) => {
                         let d = std::ptr::read_unaligned(data as *const u32);
-                        self.kernel_drops = self.kernel_drops.max(u64::from(d));
+                        let seen = &mut self.kernel_drops[self.last];
+                        *seen = (*seen).max(u64::from(d));
                     }
                     (libc::SOL_UDP, libc::UDP_GRO) => {
                         gso = std::ptr::read_unaligned(data as *const i32).max(0) as usize;
@@ -1033,15 +989,10 @@ mod tests {
     /// A loopback socket on any port, with a 1 MiB receive buffer.
     fn loopback(gro: bool, timestamps: bool) -> SocketConfig {
         SocketConfig {
-            address: "127.0.0.1".into(),
-            port: 0,
-            multicast_iface: None,
-            multicast_sources: vec![],
             buffer_size: 1 << 20,
-            reuse: false,
             gro,
             timestamps,
-            busy_poll_us: 0,
+            ..SocketConfig::one("127.0.0.1:0".parse().unwrap())
         }
     }
 
@@ -1214,7 +1165,7 @@ mod tests {
             ("127.0.0.1", ["127.0.0.1", "127.0.0.1"]),
         ] {
             let cfg = SocketConfig {
-                address: bind.into(),
+                endpoints: SocketConfig::one(SocketAddr::new(bind.parse().unwrap(), 0)).endpoints,
                 ..loopback(false, false)
             };
             let mut rx = UdpReceiver::open(&cfg, 1500, 8, 0).unwrap().0;
@@ -1274,7 +1225,7 @@ mod tests {
 
     #[test]
     fn a_grown_buffer_is_granted_and_reported() {
-        let s = Socket::new(Domain::IPV4, Type::DGRAM, None).unwrap();
+        let s = Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
         let got = grow_recv_buffer(&s, 1 << 20);
         assert!(got >= 4096, "granted {got}");
         if has_net_admin() {

@@ -38,6 +38,8 @@ pub struct SocketSettings {
     pub multicast_iface: Option<String>,
     /// `multicast-source`: comma-separated SSM sources.
     pub multicast_source: Option<String>,
+    /// `endpoints`: several addresses or groups with ports, instead of `address`.
+    pub endpoints: Option<String>,
     /// `buffer-size`: SO_RCVBUF in bytes (0: kernel default).
     pub buffer_size: u32,
     /// `coalesce-time` in ns (`coalesce-us` × 1000): longest nap after an empty read
@@ -60,6 +62,7 @@ impl Default for SocketSettings {
             port: DEFAULT_PORT,
             multicast_iface: None,
             multicast_source: None,
+            endpoints: None,
             buffer_size: DEFAULT_BUFFER_SIZE,
             coalesce_ns: u64::from(DEFAULT_COALESCE_US) * 1000,
             max_packet_size: DEFAULT_MAX_PACKET_SIZE,
@@ -111,6 +114,7 @@ firehose_core::property_group! {
             .blurb("Comma-separated source addresses for source-specific multicast (SSM)")
             .mutable_ready()
             .build();
+        endpoints: OrDefault => firehose_core::endpoint::property_spec();
         buffer_size: AsI32 => glib::ParamSpecInt::builder("buffer-size")
             .nick("Buffer size")
             .blurb("Kernel receive buffer (SO_RCVBUF) in bytes (0 = kernel default)")
@@ -163,26 +167,40 @@ firehose_core::property_group! {
 }
 
 impl SocketSettings {
-    /// The socket to open; `timestamps` asks for kernel receive times.
-    pub fn config(&self, timestamps: bool) -> SocketConfig {
-        SocketConfig {
-            address: self.address.clone(),
-            port: u16::try_from(self.port).unwrap_or(0),
+    /// The sockets to open; `timestamps` asks for kernel receive times. The error is a
+    /// bad address, source or endpoint list, phrased for the user.
+    pub fn config(&self, timestamps: bool) -> Result<SocketConfig, String> {
+        let sources = self
+            .multicast_source
+            .as_deref()
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|x| !x.is_empty())
+            .map(|x| {
+                x.trim_matches(|c| c == '[' || c == ']')
+                    .parse::<std::net::IpAddr>()
+                    .map_err(|_| {
+                        format!("invalid multicast source '{x}': expected an IPv4 or IPv6 address")
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let endpoints = firehose_core::endpoint::from_properties(
+            self.endpoints.as_deref(),
+            Some(&self.address),
+            Some(DEFAULT_ADDRESS),
+            u16::try_from(self.port).unwrap_or(0),
+            &sources,
+        )?;
+        Ok(SocketConfig {
+            endpoints,
             multicast_iface: self.multicast_iface.clone(),
-            multicast_sources: self
-                .multicast_source
-                .as_deref()
-                .unwrap_or("")
-                .split(',')
-                .map(|x| x.trim().to_string())
-                .filter(|x| !x.is_empty())
-                .collect(),
             buffer_size: self.buffer_size as usize,
             reuse: self.reuse,
             gro: self.gro,
             timestamps,
             busy_poll_us: self.busy_poll_us,
-        }
+        })
     }
 
     /// Opens the socket for `element` ([`UdpReceiver::open`] with `batch` and
@@ -197,8 +215,9 @@ impl SocketSettings {
         batch: usize,
         batch_bytes: usize,
     ) -> Result<(UdpReceiver, OpenReport), gst::ErrorMessage> {
+        let bad = |e: String| gst::error_msg!(gst::ResourceError::Settings, ("{}", e));
         let (mut rx, report) = UdpReceiver::open(
-            &self.config(timestamps),
+            &self.config(timestamps).map_err(bad)?,
             self.max_packet_size as usize,
             batch,
             batch_bytes,
@@ -250,6 +269,7 @@ mod tests {
             0i32.to_value(),
             Some("lo").to_value(),
             Some("10.0.0.1, 10.0.0.2").to_value(),
+            Some("232.1.1.1+1:9").to_value(),
             1024i32.to_value(),
             7000u64.to_value(),
             7u32.to_value(),
@@ -272,9 +292,26 @@ mod tests {
         assert!(!s.set(values.len(), &1u32.to_value(), &props[0]));
         assert!(s.get(values.len(), &props[0]).is_none());
 
-        let cfg = s.config(false);
-        assert_eq!(cfg.address, "127.0.0.1");
-        assert_eq!(cfg.multicast_sources, ["10.0.0.1", "10.0.0.2"]);
+        // Both address and endpoints set: refused, naming both.
+        assert!(s.config(false).unwrap_err().contains("both address"));
+        s.address = DEFAULT_ADDRESS.into();
+        let cfg = s.config(false).unwrap();
+        let sources: Vec<std::net::IpAddr> =
+            vec!["10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap()];
+        assert_eq!(cfg.endpoints.len(), 2);
+        assert_eq!(
+            cfg.endpoints[1].to_string(),
+            "232.1.1.2:9@10.0.0.1;10.0.0.2"
+        );
+        assert!(cfg.endpoints.iter().all(|e| e.sources == sources));
+        s.endpoints = None;
+        s.address = "127.0.0.1".into();
+        s.multicast_source = None;
+        let cfg = s.config(false).unwrap();
+        assert_eq!(
+            cfg.endpoints[0].socket_addr(),
+            "127.0.0.1:0".parse().unwrap()
+        );
         assert_eq!(cfg.multicast_iface.as_deref(), Some("lo"));
         assert_eq!((cfg.buffer_size, cfg.gro, cfg.reuse), (1024, false, true));
         assert_eq!(cfg.busy_poll_us, 25);

@@ -236,6 +236,18 @@ impl Asm {
         self.push(Insn::new(JMP32 | cond as u8 | K, dst, R0, 0, imm))
     }
 
+    /// `if dst cond imm` skip the next `n` instructions: a jump within a block whose
+    /// length is known where it is generated (one per endpoint, which a fixed label
+    /// name cannot tell apart).
+    pub fn skip_imm(&mut self, cond: Cond, dst: Reg, imm: i32, n: i16) -> &mut Self {
+        self.push(Insn::new(JMP | cond as u8 | K, dst, R0, n, imm))
+    }
+
+    /// [`Asm::skip_imm`] comparing the low 32 bits only.
+    pub fn skip32_imm(&mut self, cond: Cond, dst: Reg, imm: i32, n: i16) -> &mut Self {
+        self.push(Insn::new(JMP32 | cond as u8 | K, dst, R0, n, imm))
+    }
+
     /// `goto label`.
     pub fn ja(&mut self, label: &'static str) -> &mut Self {
         self.fixups.push((self.insns.len(), label));
@@ -307,6 +319,12 @@ mod tests {
         assert_eq!(p[2].off, -3);
         assert_eq!(hex(p[2]), "0500fdff00000000");
         assert_eq!(p[3], Insn::exit());
+        let mut a = Asm::new();
+        a.skip_imm(Cond::Ne, R5, 17, 2)
+            .skip32_imm(Cond::Ne, R4, -1, 1);
+        let p = a.finish().unwrap();
+        assert_eq!(hex(p[0]), "5505020011000000");
+        assert_eq!(hex(p[1]), "56040100ffffffff");
     }
 
     #[test]

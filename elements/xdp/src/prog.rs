@@ -1,15 +1,20 @@
-//! The XDP program `fhxdpsrc` loads: redirect UDP to the chosen destination port(s)
-//! (and address, if set) into the AF_XDP socket of the receiving queue, pass
-//! everything else to the kernel, so ARP, ICMP, SSH and other UDP keep working.
+//! The XDP program `fhxdpsrc` loads: redirect UDP to the chosen endpoints (destination
+//! address and port; any address, or several ports, as set) into the AF_XDP socket of
+//! the receiving queue, pass everything else to the kernel, so ARP, ICMP, SSH and other
+//! UDP keep working.
 //!
-//! Generated with the [`crate::bpf`] assembler at start, with the ports and address as
-//! immediates, so the program needs no map lookups besides the XSKMAP. Frames it does
+//! Generated with the [`crate::bpf`] assembler at start, with the endpoints as
+//! immediates, one comparison block each (at most 256: about 2600 instructions for
+//! IPv6, well inside the verifier's limits), so the program needs no map lookups
+//! besides the XSKMAP. Frames it does
 //! not fully understand (VLAN tags, IPv4 fragments, IPv6 extension headers, short
 //! frames) go to the kernel, never to the socket.
 
 use std::net::IpAddr;
 
-use crate::bpf::{Alu, Asm, AsmError, Cond, Insn, Size, R0, R1, R2, R3, R4, R5, R6};
+use firehose_core::endpoint::Endpoint;
+
+use crate::bpf::{Alu, Asm, AsmError, Cond, Insn, Size, R0, R1, R2, R3, R4, R5, R6, R7};
 use crate::sys::HELPER_REDIRECT_MAP;
 
 /// `struct xdp_md` field offsets.
@@ -32,20 +37,51 @@ fn ne32(b: [u8; 4]) -> i32 {
     u32::from_ne_bytes(b) as i32
 }
 
-/// Which datagrams the program redirects.
+/// One endpoint the program redirects: UDP to `port` at `address`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// Destination address; `None` for any, of either family.
+    pub address: Option<IpAddr>,
+    /// UDP destination port; 0 for any (only with an address: the element refuses
+    /// port 0, see [`crate::engine::check_endpoints`]).
+    pub port: u16,
+}
+
+/// Which datagrams the program redirects: those to any of its rules, each checked in
+/// full (address and port), so that a datagram to a listed port but another address
+/// still reaches the kernel and whoever listens there.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Match {
-    /// UDP destination ports (at least one).
-    pub ports: Vec<u16>,
-    /// Destination address; `None` for any. Its family also limits the program to
-    /// IPv4 or IPv6.
-    pub address: Option<IpAddr>,
+    /// The endpoints (at least one).
+    pub rules: Vec<Rule>,
+}
+
+impl Match {
+    /// `address` (`None`: any) on each of `ports`.
+    pub fn ports(ports: &[u16], address: Option<IpAddr>) -> Self {
+        Self {
+            rules: ports.iter().map(|&port| Rule { address, port }).collect(),
+        }
+    }
+
+    /// The endpoints of `list` (an unspecified address is any address).
+    pub fn endpoints(list: &[Endpoint]) -> Self {
+        Self {
+            rules: list
+                .iter()
+                .map(|e| Rule {
+                    address: (!e.addr.is_unspecified()).then_some(e.addr),
+                    port: e.port,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// Why no program could be generated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ProgError {
-    /// No port to match.
+    /// No endpoint to match.
     NoPorts,
     /// The assembler refused (a bug here).
     Asm(AsmError),
@@ -62,16 +98,87 @@ impl std::fmt::Display for ProgError {
 
 impl std::error::Error for ProgError {}
 
+/// Offset of the IPv4 destination address in an Ethernet frame.
+const IPV4_DST: i16 = 14 + 16;
+/// Offset of the IPv6 destination address in an Ethernet frame.
+const IPV6_DST: i16 = 14 + 24;
+
+/// The comparisons of one rule on the IPv4 path: r5 holds the destination port (as
+/// loaded), r7 the destination address.
+fn match_v4(a: &mut Asm, r: &Rule) {
+    let port = (r.port != 0).then(|| ne16(r.port));
+    match (r.address, port) {
+        (None, Some(p)) => {
+            a.jmp_imm(Cond::Eq, R5, p, "redirect");
+        }
+        (None, None) => {
+            a.ja("redirect");
+        }
+        (Some(IpAddr::V4(addr)), p) => {
+            if let Some(p) = p {
+                a.skip_imm(Cond::Ne, R5, p, 1);
+            }
+            a.jmp32_imm(Cond::Eq, R7, ne32(addr.octets()), "redirect");
+        }
+        (Some(IpAddr::V6(_)), _) => {}
+    }
+}
+
+/// The comparisons of one rule on the IPv6 path: r5 holds the destination port, r2
+/// points at the frame (bounds checked past the UDP header). The address is compared a
+/// word at a time, loaded into r4, skipping to the next rule at the first difference.
+fn match_v6(a: &mut Asm, r: &Rule) {
+    let port = (r.port != 0).then(|| ne16(r.port));
+    match (r.address, port) {
+        (None, Some(p)) => {
+            a.jmp_imm(Cond::Eq, R5, p, "redirect");
+        }
+        (None, None) => {
+            a.ja("redirect");
+        }
+        (Some(IpAddr::V6(addr)), p) => {
+            // The block: [port check], then load + compare per word; 8 instructions
+            // after the port check.
+            if let Some(p) = p {
+                a.skip_imm(Cond::Ne, R5, p, 8);
+            }
+            let o = addr.octets();
+            for k in 0..4 {
+                let w: [u8; 4] = o[4 * k..4 * k + 4].try_into().expect("4 bytes");
+                a.push(Insn::load(Size::W, R4, R2, IPV6_DST + 4 * k as i16));
+                if k < 3 {
+                    // Past the rest of the block: 2 instructions per word left, less
+                    // the final jump's pair.
+                    a.skip32_imm(Cond::Ne, R4, ne32(w), 6 - 2 * k as i16);
+                } else {
+                    a.jmp32_imm(Cond::Eq, R4, ne32(w), "redirect");
+                }
+            }
+        }
+        (Some(IpAddr::V4(_)), _) => {}
+    }
+}
+
 /// The program for `m`, redirecting to the XSKMAP `map_fd` at the packet's receive
 /// queue. `fallback` is the verdict when that queue has no socket in the map: PASS in
 /// production (nothing is lost while no socket listens), DROP in tests, so that a
 /// match is observable without a socket.
 pub fn redirect_program(m: &Match, map_fd: i32, fallback: u32) -> Result<Vec<Insn>, ProgError> {
-    if m.ports.is_empty() {
+    if m.rules.is_empty() {
         return Err(ProgError::NoPorts);
     }
-    let v4 = !matches!(m.address, Some(IpAddr::V6(_)));
-    let v6 = !matches!(m.address, Some(IpAddr::V4(_)));
+    let v4 = m
+        .rules
+        .iter()
+        .any(|r| !matches!(r.address, Some(IpAddr::V6(_))));
+    let v6 = m
+        .rules
+        .iter()
+        .any(|r| !matches!(r.address, Some(IpAddr::V4(_))));
+    let v4_address = m
+        .rules
+        .iter()
+        .any(|r| matches!(r.address, Some(IpAddr::V4(_))));
     let mut a = Asm::new();
     a.push(Insn::mov_reg(R6, R1))
         .push(Insn::load(Size::W, R2, R6, MD_DATA))
@@ -101,13 +208,9 @@ pub fn redirect_program(m: &Match, map_fd: i32, fallback: u32) -> Result<Vec<Ins
             .push(Insn::load(Size::H, R5, R2, 14 + 6))
             .push(Insn::alu_imm(Alu::And, R5, ne16(0x3fff)))
             .jmp_imm(Cond::Ne, R5, 0, "pass");
-        if let Some(IpAddr::V4(addr)) = m.address {
-            a.push(Insn::load(Size::W, R5, R2, 14 + 16)).jmp32_imm(
-                Cond::Ne,
-                R5,
-                ne32(addr.octets()),
-                "pass",
-            );
+        if v4_address {
+            // Kept in r7 (no helper is called before the verdict, so it survives).
+            a.push(Insn::load(Size::W, R7, R2, IPV4_DST));
         }
         // The UDP header follows the IHL-sized IPv4 header (options included).
         a.push(Insn::load(Size::B, R5, R2, 14))
@@ -119,9 +222,10 @@ pub fn redirect_program(m: &Match, map_fd: i32, fallback: u32) -> Result<Vec<Ins
             .push(Insn::alu_imm(Alu::Add, R4, ETH_HLEN + UDP_HLEN))
             .jmp_reg(Cond::Gt, R4, R3, "pass")
             .push(Insn::load(Size::H, R5, R2, 14 + 2));
-        if v6 {
-            a.ja("port");
+        for r in &m.rules {
+            match_v4(&mut a, r);
         }
+        a.ja("pass");
     }
     if v6 {
         a.label("ipv6")
@@ -130,23 +234,15 @@ pub fn redirect_program(m: &Match, map_fd: i32, fallback: u32) -> Result<Vec<Ins
             .jmp_reg(Cond::Gt, R4, R3, "pass")
             // Only UDP right after the fixed header; extension headers go to the kernel.
             .push(Insn::load(Size::B, R5, R2, 14 + 6))
-            .jmp_imm(Cond::Ne, R5, IPPROTO_UDP, "pass");
-        if let Some(IpAddr::V6(addr)) = m.address {
-            for (k, word) in addr.octets().chunks_exact(4).enumerate() {
-                let w: [u8; 4] = word.try_into().expect("4 bytes");
-                a.push(Insn::load(Size::W, R5, R2, 14 + 24 + 4 * k as i16))
-                    .jmp32_imm(Cond::Ne, R5, ne32(w), "pass");
-            }
+            .jmp_imm(Cond::Ne, R5, IPPROTO_UDP, "pass")
+            .push(Insn::load(Size::H, R5, R2, 14 + 40 + 2));
+        for r in &m.rules {
+            match_v6(&mut a, r);
         }
-        a.push(Insn::load(Size::H, R5, R2, 14 + 40 + 2));
+        a.ja("pass");
     }
 
-    a.label("port");
-    for &p in &m.ports {
-        a.jmp_imm(Cond::Eq, R5, ne16(p), "redirect");
-    }
-    a.ja("pass")
-        .label("redirect")
+    a.label("redirect")
         .push(Insn::load(Size::W, R2, R6, MD_RX_QUEUE_INDEX))
         .extend(Insn::load_map_fd(R1, map_fd))
         .push(Insn::mov_imm(R3, fallback as i32))
@@ -173,9 +269,13 @@ mod tests {
     }
 
     fn any(ports: &[u16]) -> Match {
-        Match {
-            ports: ports.to_vec(),
-            address: None,
+        Match::ports(ports, None)
+    }
+
+    fn at(address: &str, port: u16) -> Rule {
+        Rule {
+            address: Some(address.parse().unwrap()),
+            port,
         }
     }
 
@@ -185,7 +285,8 @@ mod tests {
         let eth_types = [ne16(0x0800), ne16(0x86dd)];
         let jumps = port_jumps(&p);
         assert_eq!(jumps[..2], eth_types, "IPv4 then IPv6 dispatch");
-        assert_eq!(jumps[2..], [ne16(7148)]);
+        // The port, once on the IPv4 path and once on the IPv6 one.
+        assert_eq!(jumps[2..], [ne16(7148), ne16(7148)]);
         // Ends: pass = r0 = XDP_PASS; exit.
         assert_eq!(p[p.len() - 2], Insn::mov_imm(R0, 2));
         assert_eq!(p[p.len() - 1], Insn::exit());
@@ -206,22 +307,27 @@ mod tests {
     #[test]
     fn several_ports_and_address_families() {
         let p = redirect_program(&any(&[5000, 5001, 7148]), 3, action::PASS).unwrap();
-        assert_eq!(port_jumps(&p)[2..], [ne16(5000), ne16(5001), ne16(7148)]);
-        let v4 = Match {
-            ports: vec![7148],
-            address: Some("10.1.2.3".parse().unwrap()),
-        };
+        let ports = [ne16(5000), ne16(5001), ne16(7148)];
+        assert_eq!(port_jumps(&p)[2..], [ports, ports].concat());
+        let v4 = Match::ports(&[7148], Some("10.1.2.3".parse().unwrap()));
         let p4 = redirect_program(&v4, 3, action::PASS).unwrap();
-        assert_eq!(port_jumps(&p4), [ne16(0x0800), ne16(7148)], "no IPv6 path");
+        assert_eq!(port_jumps(&p4), [ne16(0x0800)], "no IPv6 path");
         let addr = u32::from_ne_bytes([10, 1, 2, 3]) as i32;
-        assert!(p4.iter().any(|i| i.code == 0x56 && i.imm == addr));
-        let v6 = Match {
-            ports: vec![7148],
-            address: Some("ff02::1:2".parse().unwrap()),
-        };
+        // jne r5, port, +1; jeq32 r7, address, redirect.
+        let k = p4
+            .iter()
+            .position(|i| i.code == 0x16 && i.imm == addr)
+            .unwrap();
+        assert_eq!(
+            (p4[k - 1].code, p4[k - 1].imm, p4[k - 1].off),
+            (0x55, ne16(7148), 1)
+        );
+        let v6 = Match::ports(&[7148], Some("ff02::1:2".parse().unwrap()));
         let p6 = redirect_program(&v6, 3, action::PASS).unwrap();
-        assert_eq!(port_jumps(&p6), [ne16(0x86dd), ne16(7148)], "no IPv4 path");
-        assert_eq!(p6.iter().filter(|i| i.code == 0x56).count(), 4);
+        assert_eq!(port_jumps(&p6), [ne16(0x86dd)], "no IPv4 path");
+        // Three words skip on a difference, the last jumps on equality.
+        assert_eq!(p6.iter().filter(|i| i.code == 0x56).count(), 3);
+        assert_eq!(p6.iter().filter(|i| i.code == 0x16).count(), 1);
         assert_eq!(
             redirect_program(&any(&[]), 3, action::PASS),
             Err(ProgError::NoPorts)
@@ -274,10 +380,7 @@ mod tests {
             ],
         );
         verdicts(
-            &Match {
-                ports: vec![7148],
-                address: Some("10.0.0.2".parse().unwrap()),
-            },
+            &Match::ports(&[7148], Some("10.0.0.2".parse().unwrap())),
             &[
                 ("our address", f(s4, "10.0.0.2:7148", 0), hit),
                 ("other address", f(s4, "10.0.0.3:7148", 0), pass),
@@ -285,14 +388,77 @@ mod tests {
             ],
         );
         verdicts(
-            &Match {
-                ports: vec![7148],
-                address: Some("fe80::2".parse().unwrap()),
-            },
+            &Match::ports(&[7148], Some("fe80::2".parse().unwrap())),
             &[
                 ("our v6 address", f(s6, "[fe80::2]:7148", 0), hit),
                 ("other v6 address", f(s6, "[fe80::3]:7148", 0), pass),
                 ("v4 with v6 address", f(s4, "10.0.0.2:7148", 0), pass),
+            ],
+        );
+    }
+
+    /// A list of endpoints of both families, as an endpoint list gives it: each
+    /// (address, port) pair is redirected, and a listed address on another listed
+    /// endpoint's port is not (it reaches the kernel).
+    #[test]
+    fn kernel_runs_an_endpoint_list_exactly() {
+        let (s4, s6) = ("10.0.0.1:999", "[fe80::1]:999");
+        let f = |s: &str, d: &str| udp(s.parse().unwrap(), d.parse().unwrap(), b"abc", 0);
+        let m = Match {
+            rules: vec![
+                at("239.1.1.1", 7148),
+                at("239.1.1.2", 7149),
+                at("10.0.0.2", 7148),
+                at("ff15::1", 7148),
+                at("ff15::2", 0),
+                Rule {
+                    address: None,
+                    port: 9000,
+                },
+            ],
+        };
+        let (hit, pass) = (action::DROP, action::PASS);
+        verdicts(
+            &m,
+            &[
+                ("group 1", f(s4, "239.1.1.1:7148"), hit),
+                ("group 2", f(s4, "239.1.1.2:7149"), hit),
+                ("unicast", f(s4, "10.0.0.2:7148"), hit),
+                ("group 1, group 2's port", f(s4, "239.1.1.1:7149"), pass),
+                ("group 2, group 1's port", f(s4, "239.1.1.2:7148"), pass),
+                ("unlisted group", f(s4, "239.1.1.3:7148"), pass),
+                ("any address on 9000", f(s4, "10.9.9.9:9000"), hit),
+                ("v6 any address on 9000", f(s6, "[fe80::7]:9000"), hit),
+                ("v6 group", f(s6, "[ff15::1]:7148"), hit),
+                ("v6 group, other port", f(s6, "[ff15::1]:7149"), pass),
+                ("v6 group on any port", f(s6, "[ff15::2]:1234"), hit),
+                (
+                    "v6 group differing in its last word",
+                    f(s6, "[ff15::3]:7148"),
+                    pass,
+                ),
+                (
+                    "v6 group differing in its first word",
+                    f(s6, "[ff16::1]:7148"),
+                    pass,
+                ),
+            ],
+        );
+        // The most endpoints a source takes, all IPv6: the verifier still accepts it.
+        let many = Match {
+            rules: (0..256u16)
+                .map(|k| at(&format!("ff15::{k:x}"), 7148 + k))
+                .collect(),
+        };
+        verdicts(
+            &many,
+            &[
+                ("the last", f(s6, "[ff15::ff]:7403"), hit),
+                (
+                    "the last's address, the first's port",
+                    f(s6, "[ff15::ff]:7148"),
+                    pass,
+                ),
             ],
         );
     }

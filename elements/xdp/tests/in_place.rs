@@ -42,8 +42,11 @@ fn receiver(pair: &VethPair) -> XdpReceiver {
     let cfg = engine::Config {
         interface: pair.host_if.clone(),
         queue: 0,
-        ports: vec![PORT],
-        address: None,
+        endpoints: vec![firehose_core::endpoint::Endpoint {
+            addr: std::net::Ipv4Addr::UNSPECIFIED.into(),
+            port: PORT,
+            sources: vec![],
+        }],
         attach: AttachMode::Generic,
         bind: BindMode::Auto,
         busy_poll: 0,

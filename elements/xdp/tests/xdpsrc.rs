@@ -986,3 +986,189 @@ fn a_recording_keeps_each_frames_real_addresses_and_headers() {
         assert_eq!(mask(ours), mask(wire), "frame {i} differs from the wire");
     }
 }
+
+/// Each endpoint's (address, packets, bytes) from `stats`.
+fn endpoint_stats(s: &gst::Structure) -> Vec<(String, u64, u64)> {
+    firehose_core::endpoint::read_stats(s).unwrap_or_else(|| panic!("no endpoints in {s}"))
+}
+
+/// Whether `group` is joined on interface `ifname` per /proc/net/igmp (which prints a
+/// group as its network-order bytes read as a little-endian word).
+fn igmp_joined(ifname: &str, group: std::net::Ipv4Addr) -> bool {
+    let want = format!("{:08X}", u32::from_le_bytes(group.octets()));
+    let text = std::fs::read_to_string("/proc/net/igmp").unwrap();
+    // Per interface: "idx\tname\t:\tcount\tquerier", then one indented line per group.
+    let mut on = false;
+    text.lines().any(|l| {
+        if !l.starts_with('\t') {
+            // A long name runs into the colon: "624\tfhl323510h:     3".
+            on = l.split_whitespace().nth(1).map(|n| n.trim_end_matches(':')) == Some(ifname);
+            false
+        } else {
+            on && l.split_whitespace().next() == Some(want.as_str())
+        }
+    })
+}
+
+/// An endpoint list of two unicast ports and two multicast groups: every datagram to a
+/// listed endpoint arrives with its own destination in the dest meta and is counted to
+/// its endpoint; datagrams to an unlisted group on a listed port, and to the host on a
+/// port only a group is listed on, are not redirected (the second reaches a kernel
+/// socket), so nothing is filtered in software either. The groups are joined while the
+/// capture runs.
+#[test]
+fn an_endpoint_list_delivers_each_destination_and_counts_it() {
+    use firehose_core::meta::dest::PacketDestMeta;
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+    const N: u32 = 60;
+    const LEN: usize = 300;
+    let pair = pinned_pair("l");
+    let (g1, g2, g3) = (
+        Ipv4Addr::new(239, 77, 5, 1),
+        Ipv4Addr::new(239, 77, 5, 2),
+        Ipv4Addr::new(239, 77, 5, 3),
+    );
+    let host = pair.host_ip;
+    let listed: Vec<SocketAddr> = vec![
+        (host, 7400).into(),
+        (host, 7401).into(),
+        (g1, 7400).into(),
+        (g2, 7402).into(),
+    ];
+    // Unlisted: a third group on a listed port; the host on group 2's port.
+    let unlisted: Vec<SocketAddr> = vec![(g3, 7400).into(), (host, 7402).into()];
+    let kernel = UdpSocket::bind((host, 7402)).unwrap();
+    kernel
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let list = listed
+        .iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut h = xdp_harness(
+        &pair,
+        7148,
+        &[
+            ("endpoints", &list),
+            ("stats-interval", "0"),
+            ("mode", "auto"),
+        ],
+    );
+    let el = h.element().unwrap();
+    assert!(xdp_attached(&pair.host_if));
+    assert!(
+        igmp_joined(&pair.host_if, g1),
+        "group 1 joined on {}: {}",
+        pair.host_if,
+        std::fs::read_to_string("/proc/net/igmp").unwrap()
+    );
+    assert!(igmp_joined(&pair.host_if, g2), "group 2 joined");
+    assert!(!igmp_joined(&pair.host_if, g3));
+
+    // Datagram k of endpoint i: i, then the paced stream's payload of seq k.
+    let s = run::peer_socket(&pair);
+    for seq in 0..N {
+        for (i, to) in listed.iter().chain(&unlisted).enumerate() {
+            let mut p = payload(seq, LEN);
+            p[4] = i as u8;
+            s.send_to(&p, to).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+
+    let total = N as usize * listed.len();
+    let mut seen = vec![vec![false; N as usize]; listed.len()];
+    let mut got = 0;
+    while got < total {
+        let buf = pull(&mut h);
+        let dests = buf
+            .meta::<PacketDestMeta>()
+            .expect("a dest meta")
+            .dests()
+            .to_vec();
+        let mut k = 0;
+        for_each_packet(&buf, |_, d| {
+            let (i, seq) = (
+                usize::from(d[4]),
+                u32::from_le_bytes(d[..4].try_into().unwrap()),
+            );
+            assert!(
+                i < listed.len(),
+                "datagram to unlisted endpoint {i} delivered"
+            );
+            let mut want = payload(seq, LEN);
+            want[4] = i as u8;
+            assert_eq!(d, &want[..], "endpoint {i} datagram {seq}");
+            assert_eq!(
+                dests[k].dst.to_socket_addr(),
+                listed[i],
+                "endpoint {i} datagram {seq}: its destination"
+            );
+            assert!(!seen[i][seq as usize], "endpoint {i} datagram {seq} twice");
+            seen[i][seq as usize] = true;
+            k += 1;
+        })
+        .unwrap();
+        assert_eq!(k, dests.len(), "one dest per datagram");
+        got += k;
+    }
+    let st = stats(&el);
+    assert_eq!(field(&st, names::PACKETS), total as u64, "{st}");
+    assert_eq!(field(&st, names::FILTERED), 0, "{st}");
+    let per: Vec<(String, u64, u64)> = listed
+        .iter()
+        .map(|a| (a.to_string(), u64::from(N), u64::from(N) * LEN as u64))
+        .collect();
+    assert_eq!(endpoint_stats(&st), per);
+    // The host's datagrams to a port only a group is listed on reached the kernel.
+    let mut b = [0u8; 2048];
+    for seq in 0..N {
+        let (n, from) = kernel.recv_from(&mut b).unwrap();
+        assert_eq!(n, LEN);
+        assert_eq!(from.ip(), IpAddr::V4(pair.peer_ip));
+        assert_eq!(u32::from_le_bytes(b[..4].try_into().unwrap()), seq);
+    }
+    el.set_state(gst::State::Null).unwrap();
+    assert!(!igmp_joined(&pair.host_if, g1), "group 1 left at stop");
+    // The counts stay readable after stop.
+    assert_eq!(endpoint_stats(&stats(&el)), per);
+}
+
+#[test]
+fn endpoint_list_start_errors_say_what_to_set() {
+    for (props, says) in [
+        (
+            &[
+                ("interface", "lo"),
+                ("endpoints", "239.1.1.1:7148"),
+                ("extra-ports", "7149"),
+            ][..],
+            "both endpoints and extra-ports",
+        ),
+        (
+            &[
+                ("interface", "lo"),
+                ("endpoints", "239.1.1.1:7148"),
+                ("address", "10.0.0.1"),
+            ][..],
+            "both address",
+        ),
+        (
+            &[("interface", "lo"), ("endpoints", "239.1.1.1:7148,nowhere")][..],
+            "ADDRESS[+N][:PORT]",
+        ),
+        (
+            &[
+                ("interface", "lo"),
+                ("endpoints", "10.0.0.1"),
+                ("port", "0"),
+            ][..],
+            "port=0",
+        ),
+    ] {
+        let e = start_error(props);
+        assert!(e.contains(says), "{props:?}: {e}");
+    }
+    assert!(!xdp_attached("lo"));
+}

@@ -11,25 +11,42 @@ use std::net::IpAddr;
 
 use super::{datagram, Skip, LINKTYPE_ETHERNET};
 use crate::batch::{PacketAddr, PacketInfo};
+use crate::endpoint::{Endpoint, EndpointTable};
 use crate::meta::dest::PacketDest;
 
-/// What a source captures: UDP to one of `ports` (any port when empty), at `address`
-/// if set.
+/// What a source captures: UDP to one of its endpoints (see [`crate::endpoint`]): an
+/// address and port, an address on any port, or any address on a port.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UdpFilter {
-    /// UDP destination ports (a handful; searched linearly); empty = any.
-    pub ports: Vec<u16>,
-    /// IP destination, or `None` for any.
-    pub address: Option<IpAddr>,
+    table: EndpointTable,
 }
 
 impl UdpFilter {
     /// UDP to `port` (0 = any) at `address` (`None` = any).
     pub fn port(port: u16, address: Option<IpAddr>) -> Self {
+        let addr = address.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+        Self::endpoints(&[Endpoint {
+            addr,
+            port,
+            sources: Vec::new(),
+        }])
+    }
+
+    /// UDP to any of `list` (an unspecified address: any address on that port).
+    pub fn endpoints(list: &[Endpoint]) -> Self {
         Self {
-            ports: if port == 0 { Vec::new() } else { vec![port] },
-            address,
+            table: EndpointTable::new(list),
         }
+    }
+
+    /// The distinct destination ports kept, sorted; empty: any port.
+    pub fn ports(&self) -> Vec<u16> {
+        self.table.ports()
+    }
+
+    /// The index of the endpoint a datagram to `ip`:`port` belongs to, if it is kept.
+    pub fn find(&self, ip: IpAddr, port: u16) -> Option<usize> {
+        self.table.find(ip, port)
     }
 }
 
@@ -61,6 +78,8 @@ pub struct Accepted {
     pub src: PacketAddr,
     /// Destination.
     pub dst: PacketAddr,
+    /// Index of the filter's endpoint it was sent to.
+    pub endpoint: usize,
 }
 
 /// Decodes the Ethernet frame `frame` and applies `filter`.
@@ -70,10 +89,9 @@ pub fn accept(frame: &[u8], filter: &UdpFilter) -> Result<Accepted, Rejected> {
         Skip::Malformed => Rejected::Malformed,
         Skip::Truncated => Rejected::Truncated,
     })?;
-    let port_ok = filter.ports.is_empty() || filter.ports.contains(&d.dst.port());
-    if !port_ok || filter.address.is_some_and(|a| a != d.dst.ip()) {
-        return Err(Rejected::Filtered);
-    }
+    let endpoint = filter
+        .find(d.dst.ip(), d.dst.port())
+        .ok_or(Rejected::Filtered)?;
     if d.payload.is_empty() {
         return Err(Rejected::Empty);
     }
@@ -82,6 +100,7 @@ pub fn accept(frame: &[u8], filter: &UdpFilter) -> Result<Accepted, Rejected> {
         len: d.payload.len() as u32,
         src: d.src.into(),
         dst: d.dst.into(),
+        endpoint,
     })
 }
 
@@ -93,19 +112,20 @@ pub fn packet_entry(
     filter: &UdpFilter,
     rx_time_ns: u64,
 ) -> Result<PacketInfo, Rejected> {
-    packet_entry_dest(frame, frame_offset, filter, rx_time_ns).map(|(p, _)| p)
+    packet_entry_dest(frame, frame_offset, filter, rx_time_ns).map(|(p, ..)| p)
 }
 
-/// [`packet_entry`] with the datagram's destination and the length of the frame's
-/// headers before its payload: the entry of a
+/// [`packet_entry`] with the datagram's destination, the length of the frame's
+/// headers before its payload (the entry of a
 /// [`PacketDestMeta`](crate::meta::dest::PacketDestMeta), for a source whose memory
-/// pushed downstream holds the whole frame.
+/// pushed downstream holds the whole frame), and the index of the filter's endpoint it
+/// was sent to (for the per-endpoint counters).
 pub fn packet_entry_dest(
     frame: &[u8],
     frame_offset: usize,
     filter: &UdpFilter,
     rx_time_ns: u64,
-) -> Result<(PacketInfo, PacketDest), Rejected> {
+) -> Result<(PacketInfo, PacketDest, usize), Rejected> {
     let a = accept(frame, filter)?;
     let info = PacketInfo {
         offset: u32::try_from(a.payload_offset + frame_offset).map_err(|_| Rejected::Malformed)?,
@@ -117,7 +137,7 @@ pub fn packet_entry_dest(
         dst: a.dst,
         header_len: u16::try_from(a.payload_offset).unwrap_or(0),
     };
-    Ok((info, dest))
+    Ok((info, dest, a.endpoint))
 }
 
 #[cfg(test)]
@@ -151,10 +171,16 @@ mod tests {
     }
 
     fn only(ports: &[u16]) -> UdpFilter {
-        UdpFilter {
-            ports: ports.to_vec(),
-            address: None,
-        }
+        let any = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+        let list: Vec<Endpoint> = ports
+            .iter()
+            .map(|&port| Endpoint {
+                addr: any,
+                port,
+                sources: vec![],
+            })
+            .collect();
+        UdpFilter::endpoints(&list)
     }
 
     #[test]

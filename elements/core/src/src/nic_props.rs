@@ -1,6 +1,6 @@
 //! The properties of the sources that take one UDP stream off a NIC queue, into memory
 //! the NIC writes (`fhxdpsrc`, `fhdpdksrc`, `fhibvsrc`), declared once for the three:
-//! the receive filter (`port`, `address`: [`FilterSettings`]) and the size of a receive
+//! the receive filter (`port`, `address`, `endpoints`: [`FilterSettings`]) and the size of a receive
 //! slot (`slot-size`: [`SlotSize`]).
 //!
 //! Why the element gives the blurbs, ranges and defaults ([`FilterProps`],
@@ -64,6 +64,9 @@ pub struct FilterSettings {
     pub port: u32,
     /// `address`: the destination IP as given; `None` only where the default is unset.
     pub address: Option<String>,
+    /// `endpoints`: a list of addresses with ports to keep instead of `address`
+    /// ([`crate::endpoint`]).
+    pub endpoints: Option<String>,
     props: &'static FilterProps,
 }
 
@@ -71,6 +74,7 @@ crate::property_group! {
     FilterSettings as s {
         port: AsI32 => s.props.port_spec();
         address: OrDefault => s.props.address_spec();
+        endpoints: OrDefault => crate::endpoint::property_spec();
     }
 }
 
@@ -80,8 +84,24 @@ impl FilterSettings {
         Self {
             port: props.port_default,
             address: props.address_default.map(Into::into),
+            endpoints: None,
             props,
         }
+    }
+
+    /// The endpoints to keep: `endpoints` if set, else `address`:`port`
+    /// ([`crate::endpoint::from_properties`]), with `sources` for groups that name none.
+    pub fn endpoint_list(
+        &self,
+        sources: &[std::net::IpAddr],
+    ) -> Result<Vec<crate::endpoint::Endpoint>, String> {
+        crate::endpoint::from_properties(
+            self.endpoints.as_deref(),
+            self.address.as_deref(),
+            self.props.address_default,
+            u16::try_from(self.port).unwrap_or(0),
+            sources,
+        )
     }
 }
 
@@ -200,7 +220,7 @@ mod tests {
         crate::property::assert_round_trips(&mut f);
         assert_eq!((f.port, f.address.as_deref()), (7149, Some("0.0.0.0-test")));
         let mut f = FilterSettings::new(&FILTER);
-        assert_eq!(names(&f), ["port", "address"]);
+        assert_eq!(names(&f), ["port", "address", "endpoints"]);
         assert_eq!(f.get_named("port").unwrap().get::<i32>().unwrap(), 7148);
         assert!(f.set_named("port", &9000i32.to_value()));
         assert_eq!(f.port, 9000);
@@ -218,6 +238,20 @@ mod tests {
         let (_, spec) = f.find("address").unwrap();
         assert!(!f.set(f.count(), &"x".to_value(), &spec), "past the group");
         assert!(f.get(f.count(), &spec).is_none());
+    }
+
+    #[test]
+    fn the_endpoint_list_comes_from_endpoints_or_address_and_port() {
+        gst::init().unwrap();
+        let mut f = FilterSettings::new(&FILTER);
+        let one = f.endpoint_list(&[]).unwrap();
+        assert_eq!(one[0].socket_addr(), "0.0.0.0:7148".parse().unwrap());
+        f.set_named("endpoints", &"239.2.0.0+3".to_value());
+        let l = f.endpoint_list(&[]).unwrap();
+        assert_eq!(l.len(), 4);
+        assert!(l.iter().all(|e| e.port == 7148), "the port property");
+        f.set_named("address", &"10.0.0.1".to_value());
+        assert!(f.endpoint_list(&[]).unwrap_err().contains("both"));
     }
 
     #[test]

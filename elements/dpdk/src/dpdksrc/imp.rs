@@ -10,6 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use firehose_core::batch::batch_buffer_with_dests;
+use firehose_core::endpoint::{
+    self as endpoint, Endpoint, EndpointCounters, Tally as EndpointTally,
+};
 use firehose_core::frame::accept::{accept, Rejected, UdpFilter as Filter};
 use firehose_core::meta::dest::PacketDest;
 use firehose_core::src::prelude::*;
@@ -226,6 +229,10 @@ struct State {
     watch: PortLinkWatch,
     /// What the queue counted since start.
     tally: Tally,
+    /// This burst's packets and bytes per endpoint, added to `endpoints` once per burst.
+    endpoint_tally: EndpointTally,
+    /// Packets and bytes per endpoint since start, read by `stats`.
+    endpoints: Arc<EndpointCounters>,
 }
 
 // SAFETY: the raw mbuf pointers in the scratch arrays are only used by the thread that
@@ -243,16 +250,37 @@ pub struct DpdkSrc {
     /// The queue's counts, mirrored after each burst.
     counters: firehose_core::stats::Mirror<{ Tally::COUNT }>,
     nic_counters: NicCounters,
+    /// Packets and bytes per endpoint, kept after stop for the final `stats` read.
+    endpoints: Mutex<Option<Arc<EndpointCounters>>>,
 }
 
 /// What to do with one received frame.
 enum Verdict {
-    /// Deliver: payload address, length, sender, and where it was sent with the length
-    /// of the frame's headers before the payload.
-    Keep(usize, u32, PacketAddr, PacketDest),
+    /// Deliver: payload address, length, sender, where it was sent with the length of
+    /// the frame's headers before the payload, and the index of its endpoint.
+    Keep(usize, u32, PacketAddr, PacketDest, usize),
     Filtered,
     Malformed,
     Empty,
+}
+
+/// The Ethernet multicast MACs of the groups of `list`, each once: what the port's
+/// multicast filter must pass (IPv4 `01:00:5e` + 23 bits, IPv6 `33:33` + 32 bits).
+fn multicast_macs(list: &[Endpoint]) -> Vec<[u8; 6]> {
+    let mut macs: Vec<[u8; 6]> = Vec::new();
+    for e in list.iter().filter(|e| e.addr.is_multicast()) {
+        let mac = match e.addr {
+            IpAddr::V4(g) => firehose_core::frame::build::multicast_mac(g),
+            IpAddr::V6(g) => {
+                let o = g.octets();
+                [0x33, 0x33, o[12], o[13], o[14], o[15]]
+            }
+        };
+        if !macs.contains(&mac) {
+            macs.push(mac);
+        }
+    }
+    macs
 }
 
 /// Parses the frame in `m` and applies the filter.
@@ -282,6 +310,7 @@ unsafe fn classify(m: *mut sys::rte_mbuf, filter: &Filter) -> Verdict {
                 dst: a.dst,
                 header_len: u16::try_from(a.payload_offset).unwrap_or(0),
             },
+            a.endpoint,
         ),
         // A DPDK port takes all of the interface's traffic: ARP and the like are
         // expected, not errors.
@@ -300,6 +329,9 @@ impl DpdkSrc {
         for (name, v) in nic {
             s.set(name, v);
         }
+        // Always there (empty before the first start), so tools can rely on it.
+        let endpoints = endpoint::stats_value(lock(&self.endpoints).as_deref());
+        s.set_value(endpoint::STATS_FIELD, endpoints);
         s
     }
 
@@ -314,22 +346,26 @@ impl DpdkSrc {
         }
     }
 
+    /// The endpoints of `s`: `endpoints`, or `address` on `port` (unset address, port
+    /// 0: any). SSM sources cannot be matched (the software filter sees no sender
+    /// list), so they are refused rather than ignored.
+    fn endpoints(s: &Settings) -> Result<Vec<Endpoint>, String> {
+        let list = s.filter.endpoint_list(&[])?;
+        if let Some(e) = list.iter().find(|e| !e.sources.is_empty()) {
+            return Err(format!(
+                "endpoint {e} names SSM sources, which fhdpdksrc cannot filter on (it \
+                 sends no IGMP either); leave the sources out, or use fhudpsrc for \
+                 source-specific multicast"
+            ));
+        }
+        Ok(list)
+    }
+
     /// Opens the EAL session, the port and its pool, and starts the port's queue.
     fn open_state(&self, open: &Open) -> Result<State, gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
-        let address = match s.filter.address.as_deref() {
-            None => None,
-            Some(a) => Some(a.trim_matches(['[', ']']).parse::<IpAddr>().map_err(|_| {
-                gst::error_msg!(
-                    gst::ResourceError::Settings,
-                    (
-                        "address '{}' is not an IP address: give the destination address to \
-                      accept (e.g. the interface's or a multicast group), or leave it unset",
-                        a
-                    )
-                )
-            })?),
-        };
+        let endpoints = Self::endpoints(&s)
+            .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))?;
         let session = Session::open(&s.eal.eal_args).map_err(|e| e.to_gst())?;
         let data_room = u16::try_from(s.slot.bytes).unwrap_or(u16::MAX);
         let mut port = Port::claim(&s.eal.dpdk_port).map_err(|e| e.to_gst())?;
@@ -355,10 +391,29 @@ impl DpdkSrc {
             promiscuous: s.promiscuous,
         };
         port.start(&cfg, &pool).map_err(|e| e.to_gst())?;
+        if !s.promiscuous {
+            match port.accept_multicast(&multicast_macs(&endpoints)) {
+                Ok(how) => gst::debug!(CAT, imp = self, "multicast groups: {how}"),
+                Err(e) => gst::element_imp_warning!(
+                    self,
+                    gst::ResourceError::Settings,
+                    (
+                        "{}: the multicast groups of endpoints may not arrive; set \
+                         promiscuous=true",
+                        e
+                    )
+                ),
+            }
+        }
         gst::info!(
             CAT,
             imp = self,
-            "receiving on {:?} (bus {}) queue {}, {} mbufs of {} B, devices {:?}",
+            "receiving {} on {:?} (bus {}) queue {}, {} mbufs of {} B, devices {:?}",
+            endpoints
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
             port,
             port.bus(),
             s.queue,
@@ -367,6 +422,9 @@ impl DpdkSrc {
             session.vdevs()
         );
         let burst = open.batch_size.min(MAX_BATCH) as usize;
+        // New per start: the counts begin at zero, and `stats` after stop reads the last.
+        let counters = Arc::new(EndpointCounters::new(&endpoints));
+        *lock(&self.endpoints) = Some(counters.clone());
         let watch = PortLinkWatch::new(port.id(), &s.eal.dpdk_port, &s.eal.eal_args);
         Ok(State {
             watch,
@@ -375,7 +433,9 @@ impl DpdkSrc {
             _session: session,
             queue: s.queue as u16,
             burst: burst as u16,
-            filter: Filter::port(s.filter.port as u16, address),
+            filter: Filter::endpoints(&endpoints),
+            endpoint_tally: EndpointTally::new(endpoints.len()),
+            endpoints: counters,
             poll: Duration::from_micros(s.poll_interval.into()),
             rx: vec![std::ptr::null_mut(); burst],
             rejected: Vec::with_capacity(burst),
@@ -489,7 +549,8 @@ impl State {
             for &m in &self.rx[..n] {
                 // SAFETY: `m` came from this burst and is owned here.
                 match unsafe { classify(m, &self.filter) } {
-                    Verdict::Keep(addr, len, src, dest) => {
+                    Verdict::Keep(addr, len, src, dest, endpoint) => {
+                        self.endpoint_tally.count(endpoint, u64::from(len));
                         // From the frame's start: its headers lie in the lent memory
                         // too, for a recorder to write as they were.
                         lo = lo.min(addr - usize::from(dest.header_len));
@@ -531,6 +592,8 @@ impl State {
             t.packets = packets.len() as u64;
             t.batches = u64::from(!kept.is_empty());
             self.tally.add(&t);
+            // Once per burst: one atomic add per endpoint that had a packet.
+            self.endpoints.add(&mut self.endpoint_tally);
             counted(&self.tally);
             if kept.is_empty() {
                 continue;
@@ -627,6 +690,7 @@ impl PacketSrcImpl for DpdkSrc {
         Tally::NAMES,
         &["drops-nic (imissed + ierrors + rx-nombuf from rte_eth_stats)"],
         NicCounters::NAMES,
+        &[endpoint::STATS_FIELD],
     ];
 
     /// An mbuf.
@@ -698,5 +762,73 @@ mod tests {
             (DEFAULT_MBUF_SIZE + 1, "0-test")
         );
         assert_eq!(s.filter.address.as_deref(), Some("value-test"));
+    }
+
+    fn list(s: &str) -> Vec<Endpoint> {
+        firehose_core::endpoint::parse_list(s, 5004, &[]).unwrap()
+    }
+
+    #[test]
+    fn each_group_gets_its_mac_once() {
+        let macs = multicast_macs(&list(
+            "239.1.2.3:5004,239.1.2.3:5005,10.0.0.1,224.129.2.3,[ff15::1:2:3]:9",
+        ));
+        assert_eq!(
+            macs,
+            [
+                [0x01, 0x00, 0x5e, 1, 2, 3],
+                // 224.129.2.3 shares 239.1.2.3's MAC (23 bits), so it is listed once.
+                [0x33, 0x33, 0, 2, 0, 3]
+            ]
+        );
+    }
+
+    #[test]
+    fn endpoints_come_from_the_list_or_address_and_port() {
+        gst::init().unwrap();
+        let mut s = Settings::default();
+        let any = DpdkSrc::endpoints(&s).unwrap();
+        assert_eq!(any[0].socket_addr(), "0.0.0.0:5004".parse().unwrap());
+        s.filter.endpoints = Some("239.1.2.0+2:7148".into());
+        assert_eq!(DpdkSrc::endpoints(&s).unwrap().len(), 3);
+        s.filter.endpoints = Some("232.1.1.1:7148@10.0.0.1".into());
+        let e = DpdkSrc::endpoints(&s).unwrap_err();
+        assert!(e.contains("SSM sources"), "{e}");
+        s.filter.endpoints = Some("239.1.2.0".into());
+        s.filter.address = Some("10.0.0.1".into());
+        assert!(DpdkSrc::endpoints(&s).unwrap_err().contains("both address"));
+    }
+
+    /// The software filter with an endpoint list: each datagram finds its endpoint, and
+    /// the tally reaches the shared counters once per burst.
+    #[test]
+    fn the_filter_finds_each_endpoint_and_the_tally_counts_it() {
+        let l = list("239.1.2.0+1:7148,10.0.0.1:9000");
+        let f = Filter::endpoints(&l);
+        let c = EndpointCounters::new(&l);
+        let mut t = EndpointTally::new(l.len());
+        for (ip, port, want) in [
+            ("239.1.2.1", 7148, Some(1)),
+            ("10.0.0.1", 9000, Some(2)),
+            ("239.1.2.0", 7148, Some(0)),
+            ("239.1.2.1", 7148, Some(1)),
+            ("239.1.2.2", 7148, None),
+            ("10.0.0.1", 7148, None),
+        ] {
+            let got = f.find(ip.parse().unwrap(), port);
+            assert_eq!(got, want, "{ip}:{port}");
+            if let Some(i) = got {
+                t.count(i, 100);
+            }
+        }
+        c.add(&mut t);
+        assert_eq!(
+            c.snapshot(),
+            [
+                ("239.1.2.0:7148", 1, 100),
+                ("239.1.2.1:7148", 2, 200),
+                ("10.0.0.1:9000", 1, 100)
+            ]
+        );
     }
 }

@@ -7,11 +7,11 @@
 //! [`ReceiveInto::Device`]).
 
 use firehose_core::sync::lock;
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use firehose_core::endpoint::{self as endpoint, Endpoint, EndpointCounters};
 use firehose_core::property::OrDefault;
 use firehose_core::ring::SharedRing;
 use firehose_core::src::prelude::*;
@@ -124,8 +124,8 @@ impl Default for Settings {
 /// What exists between start and stop.
 struct State {
     engine: RxEngine<VerbsDevice>,
-    /// Dropped after the engine (field order), leaving the group last.
-    _membership: Option<Membership>,
+    /// Dropped after the engine (field order), leaving the groups last.
+    _memberships: Vec<Membership>,
     /// The interface received on, watched while idle: gone, replaced or down is an
     /// element error naming it.
     watch: Option<firehose_core::netif::LinkWatch>,
@@ -141,6 +141,8 @@ pub struct IbvSrc {
     state: Mutex<Option<State>>,
     /// The ring, for `stats` (its own lock is only held briefly).
     ring: Mutex<Option<SharedRing>>,
+    /// Packets and bytes per endpoint, kept after stop for the final `stats` read.
+    endpoints: Mutex<Option<Arc<EndpointCounters>>>,
 }
 
 impl IbvSrc {
@@ -153,32 +155,19 @@ impl IbvSrc {
         let mut s = self.counters.structure();
         s.set(names::POOL_IN_USE, held);
         s.set(names::POOL_SLOTS, slots);
+        // Always there (empty before the first start), so tools can rely on it.
+        let endpoints = endpoint::stats_value(lock(&self.endpoints).as_deref());
+        s.set_value(endpoint::STATS_FIELD, endpoints);
         s
     }
 
-    /// The settings, the address to steer and the device to receive on: checked, and
-    /// the RDMA devices probed (an error says what is missing).
-    fn target(&self) -> Result<(Settings, Ipv4Addr, Target), gst::ErrorMessage> {
+    /// The settings, the endpoints to steer and the device to receive on: checked
+    /// (before the probe, so a setting's error is reported where RDMA is missing too),
+    /// and the RDMA devices probed (an error says what is missing).
+    fn target(&self) -> Result<(Settings, Vec<Endpoint>, Target), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
-        let address = s.filter.address.as_deref().unwrap_or(DEFAULT_ADDRESS);
-        let address: IpAddr = address.parse().map_err(|_| {
-            gst::error_msg!(
-                gst::ResourceError::Settings,
-                (
-                    "address {:?} is not an IPv4 or IPv6 address; give the destination IP or multicast group",
-                    address
-                )
-            )
-        })?;
-        let IpAddr::V4(address) = address else {
-            return Err(gst::error_msg!(
-                gst::ResourceError::Settings,
-                (
-                    "address {} is IPv6, but fhibvsrc steers IPv4 only (as spead2's ibverbs receiver); use fhudpsrc for IPv6",
-                    address
-                )
-            ));
-        };
+        let endpoints = Self::endpoints(&s)
+            .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))?;
         let devices = probe::probe().map_err(|e: RdmaUnavailable| {
             gst::error_msg!(gst::ResourceError::NotFound, ("{}", e), ["{:?}", e])
         })?;
@@ -196,7 +185,15 @@ impl IbvSrc {
             devices,
             target
         );
-        Ok((s, address, target))
+        Ok((s, endpoints, target))
+    }
+
+    /// The endpoints of `s` (`endpoints`, or `address` on `port`), checked for what
+    /// flow rules steer.
+    fn endpoints(s: &Settings) -> Result<Vec<Endpoint>, String> {
+        let list = s.filter.endpoint_list(&[])?;
+        crate::flow::endpoint_addresses(&list)?;
+        Ok(list)
     }
 
     /// Sets up everything between the probe and the first poll.
@@ -204,7 +201,7 @@ impl IbvSrc {
         &self,
         s: &Settings,
         open: &Open,
-        address: Ipv4Addr,
+        endpoints: &[Endpoint],
         target: &Target,
     ) -> Result<State, gst::ErrorMessage> {
         let slots = match u32::try_from(s.slots(&open.pool)) {
@@ -235,8 +232,8 @@ impl IbvSrc {
             gst::warning!(CAT, imp = self, "receive region in normal pages: {}", why);
         }
         let region = Arc::new(region);
-        let port = s.filter.port as u16;
-        let rule = crate::flow::flow_rule(address, port, target.mac, target.port);
+        let rules = crate::flow::endpoint_rules(endpoints, target.mac, target.port)
+            .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))?;
         let dev = VerbsDevice::open(
             &QueueConfig {
                 device: target.device.clone(),
@@ -245,19 +242,22 @@ impl IbvSrc {
                 batch: open.batch_size,
             },
             region.clone(),
-            &[rule],
+            &rules,
         )
         .map_err(|e| gst::error_msg!(gst::ResourceError::OpenRead, ("{}", e), ["{:?}", e]))?;
         gst::info!(
             CAT,
             imp = self,
-            "raw-packet QP {} on {} port {} ({}), steering {}:{}",
+            "raw-packet QP {} on {} port {} ({}), steering {}",
             dev.qp_num(),
             target.device,
             target.port,
             target.interface,
-            address,
-            port
+            endpoints
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
         );
         let base = dev.base();
         let cfg = EngineConfig {
@@ -265,13 +265,14 @@ impl IbvSrc {
             slot_size: s.slot.bytes,
             batch: open.batch_size,
             reserve: EngineConfig::default_reserve(slots, open.batch_size),
-            filter: UdpFilter::port(
-                port,
-                (!address.is_unspecified()).then_some(IpAddr::V4(address)),
-            ),
+            filter: UdpFilter::endpoints(endpoints),
         };
+        // New per start: the counts begin at zero, and `stats` after stop reads the last.
+        let counters = Arc::new(EndpointCounters::new(endpoints));
+        *lock(&self.endpoints) = Some(counters.clone());
         let mut engine = RxEngine::new(dev, region, base, cfg, self.counters.clone())
-            .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))?;
+            .map_err(|e| gst::error_msg!(gst::ResourceError::Settings, ("{}", e)))?
+            .with_endpoints(counters);
         engine.fill().map_err(|e| {
             gst::error_msg!(
                 gst::ResourceError::OpenRead,
@@ -285,28 +286,29 @@ impl IbvSrc {
             .device_mut()
             .ready_to_receive()
             .map_err(|e| gst::error_msg!(gst::ResourceError::OpenRead, ("{}", e), ["{:?}", e]))?;
-        let membership = if address.is_multicast() {
-            Some(netif::join_multicast(address, &target.interface).map_err(|e| {
-                gst::error_msg!(
-                    gst::ResourceError::OpenRead,
-                    (
-                        "joining multicast group {} on {} failed: {}; check that the interface is up and has an IPv4 address",
-                        address,
-                        target.interface,
-                        e
+        let memberships = crate::flow::groups(endpoints)
+            .into_iter()
+            .map(|group| {
+                netif::join_multicast(group, &target.interface).map_err(|e| {
+                    gst::error_msg!(
+                        gst::ResourceError::OpenRead,
+                        (
+                            "joining multicast group {} on {} failed: {}; check that the interface is up and has an IPv4 address, and that net.ipv4.igmp_max_memberships allows the groups",
+                            group,
+                            target.interface,
+                            e
+                        )
                     )
-                )
-            })?)
-        } else {
-            None
-        };
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         *lock(&self.ring) = Some(engine.ring().clone());
         let watch = firehose_core::netif::iface_index(&target.interface)
             .ok()
             .map(|index| firehose_core::netif::LinkWatch::new(&target.interface, index));
         Ok(State {
             engine,
-            _membership: membership,
+            _memberships: memberships,
             watch,
         })
     }
@@ -328,8 +330,10 @@ impl PacketSrcImpl for IbvSrc {
         why: "the NIC writes into its registered receive region",
     };
 
-    const STATS: &'static [&'static [&'static str]] =
-        &[RxCounters::NAMES, &[names::POOL_IN_USE, names::POOL_SLOTS]];
+    const STATS: &'static [&'static [&'static str]] = &[
+        RxCounters::NAMES,
+        &[names::POOL_IN_USE, names::POOL_SLOTS, endpoint::STATS_FIELD],
+    ];
 
     /// A receive slot.
     fn slot_bytes(&self, _batch_size: u32) -> u64 {
@@ -337,13 +341,13 @@ impl PacketSrcImpl for IbvSrc {
     }
 
     fn open(&self, open: &Open) -> Result<usize, gst::ErrorMessage> {
-        let (s, address, target) = self.target()?;
+        let (s, endpoints, target) = self.target()?;
         self.counters.reset();
         // The idle naps between polls sleep in ppoll on it, so unlock() cuts them short.
         self.obj().live().new_waker().map_err(|e| {
             gst::error_msg!(gst::ResourceError::OpenRead, ("eventfd failed: {}", e))
         })?;
-        let state = self.open_queue(&s, open, address, &target)?;
+        let state = self.open_queue(&s, open, &endpoints, &target)?;
         *lock(&self.state) = Some(state);
         // A copy into proposed memory takes a batch in one slot.
         Ok(firehose_core::alloc::CopyOut::SLOT_BYTES)
@@ -393,9 +397,9 @@ impl PacketSrcImpl for IbvSrc {
         open: &Open,
         waker: Arc<Waker>,
     ) -> Result<Box<dyn InPlaceTransport>, gst::ErrorMessage> {
-        let (s, address, target) = self.target()?;
+        let (s, endpoints, target) = self.target()?;
         self.counters.reset();
-        let state = self.open_queue(&s, open, address, &target)?;
+        let state = self.open_queue(&s, open, &endpoints, &target)?;
         Ok(Box::new(InPlace {
             state,
             waker,

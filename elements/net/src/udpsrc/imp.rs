@@ -5,7 +5,9 @@
 
 use firehose_core::batch::batch_buffer_with_dests;
 use firehose_core::sync::lock;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use firehose_core::endpoint::{stats_value, EndpointCounters, STATS_FIELD as ENDPOINTS_FIELD};
 use std::time::Duration;
 
 use firehose_core::props::WhenFull;
@@ -94,6 +96,8 @@ firehose_core::counters! {
         drops_pool: names::DROPS_POOL,
         truncated: names::TRUNCATED,
         empty: names::EMPTY,
+        /// Datagrams to a destination not in the endpoint list.
+        filtered: names::FILTERED,
     }
 }
 
@@ -103,6 +107,7 @@ impl Counters {
         self.bytes.add(c.bytes);
         self.truncated.add(c.truncated);
         self.empty.add(c.empty);
+        self.filtered.add(c.filtered);
     }
 }
 
@@ -128,6 +133,9 @@ pub struct UdpSrc {
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
     counters: Counters,
+    /// The socket's per-endpoint counters, outside `state` (which the streaming thread
+    /// holds while it waits); kept after stop so that the last stats still show them.
+    endpoints: Mutex<Option<Arc<EndpointCounters>>>,
     /// Says on the bus when the pool runs dry.
     dry: live::DryWarning,
 }
@@ -221,6 +229,7 @@ impl UdpSrc {
                 self.counters.drops_pool.add(counts.packets);
                 self.counters.truncated.add(counts.truncated);
                 self.counters.empty.add(counts.empty);
+                self.counters.filtered.add(counts.filtered);
                 Ok(())
             }
             Err(e) => Err(self.read_failed(&e)),
@@ -241,7 +250,7 @@ impl PacketSrcImpl for UdpSrc {
         "Most datagrams received by one recvmmsg and pushed as one buffer",
     );
     const POOL: &'static PoolProps = &POOL;
-    const STATS: &'static [&'static [&'static str]] = &[Counters::NAMES];
+    const STATS: &'static [&'static [&'static str]] = &[Counters::NAMES, &[ENDPOINTS_FIELD]];
 
     /// Sized in bytes only: the slot (batch slab) size is known at start.
     fn slot_bytes(&self, _batch_size: u32) -> u64 {
@@ -280,6 +289,7 @@ impl PacketSrcImpl for UdpSrc {
         }
         let port_changed = lock(&self.settings).socket.set_bound_port(&report);
         self.counters.reset();
+        *lock(&self.endpoints) = Some(rx.endpoint_counters());
         self.obj().live().set_waker(rx.waker());
         *lock(&self.state) = Some(State {
             arena: None,
@@ -329,7 +339,11 @@ impl PacketSrcImpl for UdpSrc {
     }
 
     fn counters(&self) -> gst::Structure {
-        self.counters.structure()
+        let mut s = self.counters.structure();
+        // Always there (empty before the first start), so tools can rely on it.
+        let endpoints = stats_value(lock(&self.endpoints).as_deref());
+        s.set_value(ENDPOINTS_FIELD, endpoints);
+        s
     }
 
     fn refresh_counters(&self) {

@@ -71,7 +71,7 @@ pub struct SpeadSrc {
 impl ElementStats for SpeadSrc {
     fn stats(&self) -> gst::Structure {
         let mut s = self.heap_counters.stats(*lock(&self.memory));
-        self.land.counters().append_to(&mut s);
+        self.land.append_stats(&mut s);
         s
     }
 }
@@ -88,7 +88,7 @@ impl SpeadSrc {
 firehose_core::landing_src! {
     SpeadSrc = "GstFhSpeadSrc", caps fcaps::SPEAD_HEAP, drain "the heaps under construction";
     settings settings: Settings, live live;
-    stats format!("{}, {}", heapout::counters(), LandingCounters::describe(""));
+    stats format!("{}, {}, {}", heapout::counters(), LandingCounters::describe(""), firehose_core::endpoint::STATS_FIELD);
     "Firehose SPEAD source", "Source/Network",
     "Receives SPEAD over UDP into heaps, each payload straight into its heap where the stream allows (one buffer per heap, with a heap meta); interoperates with spead2";
 }

@@ -91,15 +91,9 @@ pub fn warnings(bus: &gst::Bus) -> Vec<String> {
 /// bytes (SO_RCVBUFFORCE as root, as CI runs) and UDP GRO when `gro`.
 pub fn loopback(buffer_size: usize, gro: bool) -> SocketConfig {
     SocketConfig {
-        address: "127.0.0.1".into(),
-        port: 0,
-        multicast_iface: None,
-        multicast_sources: Vec::new(),
         buffer_size,
-        reuse: false,
         gro,
-        timestamps: false,
-        busy_poll_us: 0,
+        ..SocketConfig::one("127.0.0.1:0".parse().unwrap())
     }
 }
 

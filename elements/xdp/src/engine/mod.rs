@@ -9,6 +9,7 @@
 
 mod error;
 pub mod jumbo;
+mod membership;
 pub mod receive;
 mod setup;
 
@@ -16,6 +17,7 @@ use std::net::IpAddr;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 
+use firehose_core::endpoint::{Endpoint, EndpointCounters, MAX_ENDPOINTS};
 use firehose_core::frame::accept::UdpFilter;
 use firehose_core::memory::HugepagePolicy;
 use firehose_core::ring::{ReceiveRing, SharedRing};
@@ -49,17 +51,16 @@ pub enum BindMode {
 }
 
 /// Everything [`open`] needs, already validated by the caller where it is plain
-/// settings (ports, address).
+/// settings (the endpoints: [`check_endpoints`]).
 #[derive(Clone, Debug)]
 pub struct Config {
     /// Network interface to capture on.
     pub interface: String,
     /// Receive queue to bind.
     pub queue: u32,
-    /// UDP destination ports to redirect (at least one, none zero).
-    pub ports: Vec<u16>,
-    /// Destination address to redirect, or `None` for any.
-    pub address: Option<IpAddr>,
+    /// The endpoints to redirect (at least one, no port zero; an unspecified address
+    /// is any address); multicast groups among them are joined on the interface.
+    pub endpoints: Vec<Endpoint>,
     /// Where the program runs.
     pub attach: AttachMode,
     /// How the socket binds.
@@ -101,8 +102,15 @@ pub struct Capture {
     pub region: Arc<MemoryRegion>,
     /// Slot accounting of the UMEM frames.
     pub ring: SharedRing,
-    /// The datagrams the program redirects (checked again per frame).
+    /// The datagrams the program redirects (checked again per frame, which finds each
+    /// datagram's endpoint).
     pub filter: UdpFilter,
+    /// The multicast groups joined; dropped after the link, so the group is left once
+    /// nothing is redirected any more.
+    _memberships: Vec<membership::Membership>,
+    /// Packets and bytes per endpoint (in `Config::endpoints` order), which the receive
+    /// loop adds to once per batch.
+    pub endpoints: Arc<EndpointCounters>,
     /// `native` or `generic`.
     pub xdp_mode: &'static str,
     /// `zero-copy` or `copy`.
@@ -138,6 +146,17 @@ pub fn open(cfg: &Config, notice: &mut dyn FnMut(Notice)) -> Result<Capture, Set
     refill(&mut lock(&ring), &mut sock.fill, &mut post);
     // Attach last: nothing is redirected before the socket can take it.
     let (link, xdp_mode) = setup::attach(cfg, ifindex, &prog, notice)?;
+    // The groups last of all: the switch starts sending once the program takes it.
+    let memberships = membership::join_all(&cfg.endpoints, ifindex).map_err(|e| {
+        SetupError::new(
+            ErrorKind::Open,
+            format!(
+                "{e} on {}: check that the interface is up (and, for IPv4, has an \
+                 address), and that net.ipv4.igmp_max_memberships allows the groups",
+                cfg.interface
+            ),
+        )
+    })?;
     let bind_mode = if sock.zero_copy() {
         "zero-copy"
     } else {
@@ -151,10 +170,9 @@ pub fn open(cfg: &Config, notice: &mut dyn FnMut(Notice)) -> Result<Capture, Set
         region,
         ifindex,
         ring,
-        filter: UdpFilter {
-            ports: cfg.ports.clone(),
-            address: cfg.address,
-        },
+        filter: UdpFilter::endpoints(&cfg.endpoints),
+        _memberships: memberships,
+        endpoints: Arc::new(EndpointCounters::new(&cfg.endpoints)),
         xdp_mode,
         bind_mode,
         multi_buffer,
@@ -225,17 +243,62 @@ pub fn parse_ports(port: u32, extra: Option<&str>) -> Result<Vec<u16>, String> {
     Ok(ports)
 }
 
-/// `address` as a filter: `None` for any (empty, `0.0.0.0`, `::`).
-pub fn parse_address(address: &str) -> Result<Option<IpAddr>, String> {
-    match address.trim() {
-        "" | "0.0.0.0" | "::" => Ok(None),
-        a => a.parse::<IpAddr>().map(Some).map_err(|_| {
-            format!(
-                "address {a:?} is not an IP address: set address to the stream's \
-                 destination IPv4 or IPv6 address, or 0.0.0.0 for any"
-            )
-        }),
+/// The endpoints of the settings: `list` (the `endpoints` property, or `address` and
+/// `port`), or with `extra_ports` the one address of `list` on `port` and each extra
+/// port. `listed`: whether `list` came from the `endpoints` property, which names its
+/// ports itself (extra-ports beside it is refused).
+pub fn with_extra_ports(
+    list: Vec<Endpoint>,
+    listed: bool,
+    port: u32,
+    extra_ports: Option<&str>,
+) -> Result<Vec<Endpoint>, String> {
+    let Some(extra) = extra_ports.filter(|e| !e.trim().is_empty()) else {
+        return Ok(list);
+    };
+    if listed {
+        return Err(format!(
+            "both endpoints and extra-ports ({extra}) are set: give every port in \
+             endpoints (ADDRESS:PORT, e.g. 239.10.0.0:7148,239.10.0.0:7149) and leave \
+             extra-ports unset"
+        ));
     }
+    let addr = list
+        .first()
+        .map_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |e| e.addr);
+    Ok(parse_ports(port, Some(extra))?
+        .into_iter()
+        .map(|port| Endpoint {
+            addr,
+            port,
+            sources: Vec::new(),
+        })
+        .collect())
+}
+
+/// Checks what the XDP program can redirect: a port for every endpoint, at most
+/// [`MAX_ENDPOINTS`].
+pub fn check_endpoints(list: &[Endpoint]) -> Result<(), String> {
+    if list.is_empty() || list.len() > MAX_ENDPOINTS {
+        return Err(format!(
+            "{} endpoints: fhxdpsrc takes 1 to {MAX_ENDPOINTS}",
+            list.len()
+        ));
+    }
+    if let Some(e) = list.iter().find(|e| e.port == 0) {
+        return Err(if list.len() == 1 {
+            "port 0 is not a UDP destination port fhxdpsrc can redirect: set port to the \
+             stream's port, 1 to 65535 (port=0 cannot be redirected: fhxdpsrc captures the \
+             ports of a stream, it does not bind a free one)"
+                .to_string()
+        } else {
+            format!(
+                "endpoint {e} has port 0, which cannot be redirected: give every endpoint \
+                 its UDP port (ADDRESS:PORT), or set port"
+            )
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -255,14 +318,38 @@ mod tests {
         assert!(parse_ports(7148, Some("70000")).is_err());
     }
 
+    fn ep(s: &str) -> Vec<Endpoint> {
+        firehose_core::endpoint::parse_list(s, 7148, &[]).unwrap()
+    }
+
     #[test]
-    fn any_address_is_none_and_bad_ones_say_what_to_set() {
-        assert_eq!(parse_address("0.0.0.0").unwrap(), None);
-        assert_eq!(parse_address(" :: ").unwrap(), None);
+    fn extra_ports_put_the_address_on_each_port_and_refuse_a_list() {
+        let one = ep("239.1.1.1:7148");
+        let l = with_extra_ports(one.clone(), false, 7148, Some("7149,7150")).unwrap();
+        let names: Vec<String> = l.iter().map(|e| e.to_string()).collect();
         assert_eq!(
-            parse_address("10.0.0.1").unwrap(),
-            Some("10.0.0.1".parse().unwrap())
+            names,
+            ["239.1.1.1:7148", "239.1.1.1:7149", "239.1.1.1:7150"]
         );
-        assert!(parse_address("ten").unwrap_err().contains("set address"));
+        assert_eq!(
+            with_extra_ports(one.clone(), false, 7148, Some(" ")).unwrap(),
+            one
+        );
+        let e = with_extra_ports(ep("239.1.1.0+1"), true, 7148, Some("7149")).unwrap_err();
+        assert!(e.contains("both endpoints and extra-ports"), "{e}");
+        assert!(with_extra_ports(ep("239.1.1.0+1"), true, 7148, None).is_ok());
+        assert!(with_extra_ports(one, false, 7148, Some("x")).is_err());
+    }
+
+    #[test]
+    fn endpoints_need_ports() {
+        assert!(check_endpoints(&ep("239.1.1.0+3:7148,10.0.0.1:9")).is_ok());
+        let e = check_endpoints(&ep("0.0.0.0:0")).unwrap_err();
+        assert!(e.contains("port=0"), "{e}");
+        let mut l = ep("239.1.1.0+1:7148");
+        l[1].port = 0;
+        let e = check_endpoints(&l).unwrap_err();
+        assert!(e.contains("endpoint 239.1.1.1:0 has port 0"), "{e}");
+        assert!(check_endpoints(&[]).is_err());
     }
 }

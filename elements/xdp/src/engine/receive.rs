@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use firehose_core::endpoint::{EndpointCounters, Tally as EndpointTally};
 use firehose_core::frame::accept::{packet_entry_dest, Rejected};
 use firehose_core::meta::dest::PacketDest;
 use firehose_core::netif::LinkWatch;
@@ -112,6 +113,10 @@ pub struct XdpReceiver {
     /// When the loop, finding no packet, next reads the kernel's drop counters.
     kernel_stats_due: Instant,
     tally: Tally,
+    /// This batch's packets and bytes per endpoint, added to `endpoints` once per batch.
+    endpoint_tally: EndpointTally,
+    /// Packets and bytes per endpoint since start, read by `stats`.
+    endpoints: Arc<EndpointCounters>,
     /// Most frames held (lent, or being received) at once.
     held_high: u64,
 }
@@ -131,6 +136,8 @@ impl XdpReceiver {
     ) -> Self {
         let watch = LinkWatch::new(interface, cap.ifindex);
         Self {
+            endpoint_tally: EndpointTally::new(cap.endpoints.snapshot().len()),
+            endpoints: cap.endpoints.clone(),
             post: Vec::with_capacity(frames as usize),
             cap,
             frames,
@@ -153,6 +160,12 @@ impl XdpReceiver {
     /// What was counted since start.
     pub fn tally(&self) -> Tally {
         self.tally
+    }
+
+    /// Packets and bytes per endpoint since start (shared: `stats` reads it while the
+    /// loop runs).
+    pub fn endpoint_counters(&self) -> &Arc<EndpointCounters> {
+        &self.endpoints
     }
 
     /// Most frames held (lent downstream, or being received) at once since start.
@@ -374,9 +387,10 @@ impl XdpReceiver {
                     // and nobody else reads them until they are lent.
                     let frame = unsafe { std::slice::from_raw_parts(base.add(addr), end - addr) };
                     match packet_entry_dest(frame, addr, &self.cap.filter, now) {
-                        Ok((p, d)) => {
+                        Ok((p, d, endpoint)) => {
                             t.packets += 1;
                             t.bytes += u64::from(p.len);
+                            self.endpoint_tally.count(endpoint, u64::from(p.len));
                             packets.push(p);
                             dests.push(d);
                         }
@@ -390,6 +404,8 @@ impl XdpReceiver {
                     }
                 }
                 self.cap.sock.rx.release(used);
+                // Once per batch: one atomic add per endpoint that had a packet.
+                self.endpoints.add(&mut self.endpoint_tally);
                 if packets.is_empty() {
                     // Nothing to lend: the rejected frames go straight back.
                     for s in slots.drain(..) {

@@ -128,17 +128,14 @@ pub(super) fn xskmap(entries: u32) -> Result<OwnedFd, SetupError> {
     })
 }
 
-/// Generates and loads the redirect program for `cfg`'s ports and address.
+/// Generates and loads the redirect program for `cfg`'s endpoints.
 /// `multi_buffer`: loaded as accepting multi-buffer frames (jumbo frames).
 pub(super) fn program(
     cfg: &Config,
     map: &OwnedFd,
     multi_buffer: bool,
 ) -> Result<OwnedFd, SetupError> {
-    let m = Match {
-        ports: cfg.ports.clone(),
-        address: cfg.address,
-    };
+    let m = Match::endpoints(&cfg.endpoints);
     let insns = prog::redirect_program(&m, map.as_raw_fd(), action::PASS)
         .map_err(|e| SetupError::new(ErrorKind::Settings, e.to_string()))?;
     sys::load_xdp(&insns, "fhxdpsrc", multi_buffer).map_err(|e| {
@@ -345,8 +342,7 @@ mod tests {
         Config {
             interface: "lo".into(),
             queue: 0,
-            ports: vec![7148],
-            address: None,
+            endpoints: firehose_core::endpoint::parse_list("0.0.0.0:7148", 0, &[]).unwrap(),
             attach: AttachMode::Auto,
             bind: BindMode::Auto,
             busy_poll: 0,

@@ -7,6 +7,7 @@
 use std::sync::Mutex;
 
 use firehose_core::batch::batch_buffer_with_dests;
+use firehose_core::endpoint::{self as endpoint, Endpoint, EndpointCounters};
 use firehose_core::property::OrDefault;
 use firehose_core::ring::{lend_batch, SharedRing};
 use firehose_core::src::prelude::*;
@@ -105,7 +106,7 @@ firehose_core::property_group! {
         group filter;
         extra_ports: OrDefault => glib::ParamSpecString::builder("extra-ports")
             .nick("Extra ports")
-            .blurb("More UDP destination ports to capture, comma-separated")
+            .blurb("More UDP destination ports to capture at address, comma-separated (not with endpoints, which gives each endpoint its port)")
             .mutable_ready()
             .build();
         mode => glib::ParamSpecEnum::builder::<XdpMode>("mode")
@@ -205,6 +206,8 @@ pub struct XdpSrc {
     kernel: KernelCounters,
     /// Most frames held downstream at once.
     high_water: Counter,
+    /// Packets and bytes per endpoint, kept after stop for the final `stats` read.
+    endpoints: Mutex<Option<std::sync::Arc<EndpointCounters>>>,
 }
 
 impl XdpSrc {
@@ -231,6 +234,9 @@ impl XdpSrc {
         s.set("xdp-mode", mode.map_or(none, |m| m.xdp));
         s.set("bind-mode", mode.map_or(none, |m| m.bind));
         s.set("memory", mode.map_or(none, |m| m.memory));
+        // Always there (empty before the first start), so tools can rely on it.
+        let endpoints = endpoint::stats_value(lock(&self.endpoints).as_deref());
+        s.set_value(endpoint::STATS_FIELD, endpoints);
         s
     }
 
@@ -248,6 +254,21 @@ impl XdpSrc {
         }
     }
 
+    /// The endpoints `s` describes: `endpoints`, or `address` on `port` and each of
+    /// `extra-ports`; checked for what the XDP program can redirect.
+    fn endpoints(s: &Settings) -> Result<Vec<Endpoint>, String> {
+        // fhxdpsrc has no multicast-source: sources come with each item of the list.
+        let list = s.filter.endpoint_list(&[])?;
+        let listed = s
+            .filter
+            .endpoints
+            .as_deref()
+            .is_some_and(|l| !l.trim().is_empty());
+        let list = engine::with_extra_ports(list, listed, s.filter.port, s.extra_ports.as_deref())?;
+        engine::check_endpoints(&list)?;
+        Ok(list)
+    }
+
     /// The engine configuration `s` describes.
     fn config(s: &Settings, open: &Open) -> Result<engine::Config, gst::ErrorMessage> {
         let bad = |m: String| gst::error_msg!(gst::ResourceError::Settings, ("{}", m));
@@ -261,10 +282,7 @@ impl XdpSrc {
         Ok(engine::Config {
             interface,
             queue: s.queue,
-            ports: engine::parse_ports(s.filter.port, s.extra_ports.as_deref()).map_err(bad)?,
-            // Unset cannot happen (blank is the default, 0.0.0.0); "" is any too.
-            address: engine::parse_address(s.filter.address.as_deref().unwrap_or(""))
-                .map_err(bad)?,
+            endpoints: Self::endpoints(s).map_err(bad)?,
             attach: match s.mode {
                 XdpMode::Auto => AttachMode::Auto,
                 XdpMode::Native => AttachMode::Native,
@@ -324,9 +342,13 @@ impl XdpSrc {
         gst::info!(
             CAT,
             imp = self,
-            "capturing UDP ports {:?} on {} queue {}: XDP {}, AF_XDP {} mode, {} frames \
+            "capturing UDP to {} on {} queue {}: XDP {}, AF_XDP {} mode, {} frames \
              of {} B ({})",
-            cfg.ports,
+            cfg.endpoints
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
             cfg.interface,
             s.queue,
             mode.xdp,
@@ -395,7 +417,13 @@ impl PacketSrcImpl for XdpSrc {
         Tally::NAMES,
         &[names::DROPS_POOL, names::DROPS_KERNEL],
         KernelCounters::NAMES,
-        &["pool-*", "xdp-mode", "bind-mode", "memory"],
+        &[
+            "pool-*",
+            "xdp-mode",
+            "bind-mode",
+            "memory",
+            endpoint::STATS_FIELD,
+        ],
     ];
 
     /// A UMEM frame.
@@ -410,6 +438,7 @@ impl PacketSrcImpl for XdpSrc {
         self.high_water.reset();
         let (state, mode) = self.open_capture(&s, open, None)?;
         *lock(&self.ring) = Some(state.capture().ring.clone());
+        *lock(&self.endpoints) = Some(state.endpoint_counters().clone());
         *lock(&self.mode) = Some(mode);
         *lock(&self.state) = Some(state);
         // A lent batch spans at most this much; a copy slot holds one.
