@@ -1,9 +1,11 @@
 //! Reading the counters out of a running pipeline: the elements with a Firehose `stats`
-//! property, and their integer fields as exposition [`Sample`]s.
+//! property, and their integer fields (and per-endpoint breakdowns) as exposition
+//! [`Sample`]s.
 
+use firehose_core::endpoint::MAX_ENDPOINTS;
 use gst::prelude::*;
 
-use crate::exposition::Sample;
+use crate::exposition::{Labelled, Sample};
 
 /// True when `element` has a `stats` property holding a structure (the Firehose elements,
 /// and some stock ones whose structure [`stats_property`] then filters out).
@@ -58,6 +60,33 @@ pub fn text_fields(s: &gst::StructureRef) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The entries of the per-address breakdowns of a stats structure: every field holding
+/// a list of structures with an `address` string (a packet source's `endpoints`, see
+/// `firehose_core::endpoint::EndpointCounters::to_value`: a `GstCaps`, which PyGObject
+/// reads without gst-python's overrides), each entry with the structure's name as its
+/// label and its integer fields; at most [`MAX_ENDPOINTS`] of each list, entries without
+/// an address left out.
+pub fn labelled_fields(s: &gst::StructureRef) -> Vec<Labelled> {
+    let mut out = Vec::new();
+    for (_, v) in s.iter() {
+        let Ok(caps) = v.get::<gst::Caps>() else {
+            continue;
+        };
+        let entries = caps
+            .iter()
+            .filter_map(|item| {
+                Some(Labelled {
+                    address: item.get::<&str>("address").ok()?.to_string(),
+                    label: item.name().to_string(),
+                    values: integer_fields(item),
+                })
+            })
+            .take(MAX_ENDPOINTS);
+        out.extend(entries);
+    }
+    out
+}
+
 /// The name of the top-level bin (normally the pipeline) holding `element`.
 pub fn top_level_name(element: &gst::Element) -> String {
     let mut top: gst::Object = element.clone().upcast();
@@ -80,6 +109,7 @@ pub fn sample(element: &gst::Element) -> Option<Sample> {
             .unwrap_or_default(),
         values: integer_fields(&s),
         info: text_fields(&s),
+        labelled: labelled_fields(&s),
     })
 }
 
@@ -113,6 +143,75 @@ mod tests {
                 ("signed".to_string(), 0)
             ]
         );
+    }
+
+    #[test]
+    fn endpoints_become_labelled_entries_totals_stay() {
+        use firehose_core::endpoint::{parse_list, EndpointCounters, Tally, ENDPOINT_STRUCTURE};
+        gst::init().unwrap();
+        let list = parse_list("239.10.0.1+1:7148,[::1]:7148", 0, &[]).unwrap();
+        let counters = EndpointCounters::new(&list);
+        let mut tally = Tally::new(list.len());
+        tally.count(0, 100);
+        tally.count(0, 100);
+        tally.count(2, 7);
+        counters.add(&mut tally);
+        let s = gst::Structure::builder(firehose_core::stats::STRUCTURE_NAME)
+            .field("packets", 3u64)
+            .field("bytes", 207u64)
+            .field("endpoints", counters.to_value())
+            .build();
+        let entry = |address: &str, packets, bytes| Labelled {
+            label: ENDPOINT_STRUCTURE.into(),
+            address: address.into(),
+            values: vec![("packets".into(), packets), ("bytes".into(), bytes)],
+        };
+        assert_eq!(
+            labelled_fields(&s),
+            vec![
+                entry("239.10.0.1:7148", 2, 200),
+                entry("239.10.0.2:7148", 0, 0),
+                entry("[::1]:7148", 1, 7),
+            ]
+        );
+        // The totals are the element's own, and the array is neither a number nor text.
+        assert_eq!(
+            integer_fields(&s),
+            vec![("packets".to_string(), 3), ("bytes".to_string(), 207)]
+        );
+        assert!(text_fields(&s).is_empty());
+
+        // Entries without an address, and arrays of other things, are not breakdowns.
+        let odd = gst::Structure::builder(firehose_core::stats::STRUCTURE_NAME)
+            .field(
+                "unnamed",
+                gst::Caps::builder(ENDPOINT_STRUCTURE)
+                    .field("packets", 1u64)
+                    .build(),
+            )
+            .field("numbers", gst::Array::new([5u64, 6]))
+            .build();
+        assert!(labelled_fields(&odd).is_empty());
+    }
+
+    #[test]
+    fn at_most_max_endpoints_of_a_list() {
+        gst::init().unwrap();
+        let mut caps = gst::Caps::new_empty();
+        for i in 0..MAX_ENDPOINTS + 3 {
+            caps.make_mut().append_structure(
+                gst::Structure::builder("endpoint")
+                    .field("address", format!("10.0.{}.{}:1", i / 256, i % 256))
+                    .field("packets", i as u64)
+                    .build(),
+            );
+        }
+        let s = gst::Structure::builder(firehose_core::stats::STRUCTURE_NAME)
+            .field("endpoints", caps)
+            .build();
+        let entries = labelled_fields(&s);
+        assert_eq!(entries.len(), MAX_ENDPOINTS);
+        assert_eq!(entries.last().unwrap().address, "10.0.0.255:1");
     }
 
     #[test]

@@ -1,13 +1,16 @@
 //! The OpenMetrics (and Prometheus 0.0.4) text exposition of Firehose counters.
 //!
 //! No GStreamer types here: a [`Sample`] is the plain `(name, value)` list of one
-//! element's `firehose-stats` structure, with the labels that say where it came from.
+//! element's `firehose-stats` structure, with the labels that say where it came from,
+//! and its per-endpoint breakdown ([`Labelled`]), exposed with an `endpoint` label.
 //! Which names are gauges, and the help text of each series, live in [`SERIES`], the one
 //! table that decides types; any name not in it is a counter, because every Firehose
 //! statistic not listed there counts events since the element started.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
+
+use firehose_core::endpoint::MAX_ENDPOINTS;
 
 /// Prefix of every series name.
 pub const PREFIX: &str = "firehose_";
@@ -130,6 +133,22 @@ pub struct Sample {
     /// `(stats field, text)`: the text fields (`memory=system`, `xdp-mode=native`),
     /// exported as labels of one `firehose_element_info` sample.
     pub info: Vec<(String, String)>,
+    /// The entries of per-address breakdowns (a packet source's `endpoints`), each
+    /// exported with its address as a label beside the element's own totals.
+    pub labelled: Vec<Labelled>,
+}
+
+/// One entry of a per-address breakdown in a stats structure: one endpoint of a packet
+/// source (an `endpoint` structure of its `endpoints` array).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Labelled {
+    /// The entry's kind (the structure's name, `endpoint`): the label that carries its
+    /// address, and the prefix of its families (`firehose_endpoint_packets`).
+    pub label: String,
+    /// The entry's address, the label's value (`239.10.0.1:7148`, `[::1]:7148`).
+    pub address: String,
+    /// `(field, value)`: the entry's integer fields (`packets`, `bytes`).
+    pub values: Vec<(String, u64)>,
 }
 
 /// Family of the per-element info sample (OpenMetrics type `info`).
@@ -225,35 +244,110 @@ fn escape_help(v: &str, out: &mut String) {
     }
 }
 
+/// The family of field `field` of a per-address breakdown whose entries are named
+/// `label`: `firehose_` + the label + the field's own family (`endpoint`, `packets` →
+/// `firehose_endpoint_packets`), so that the breakdown sits beside the element's total
+/// (`firehose_packets`) rather than in it, where `sum()` would count every packet twice.
+pub fn labelled_family_name(label: &str, field: &str) -> String {
+    let field_family = family_name(field);
+    let mut name = String::with_capacity(field_family.len() + label.len() + 1);
+    name.push_str(PREFIX);
+    name.push_str(&label_name(label));
+    name.push('_');
+    name.push_str(&field_family[PREFIX.len()..]);
+    name
+}
+
+/// One sample of a family: which element, the breakdown label's value if any, the value.
+struct Point<'a> {
+    sample: usize,
+    address: Option<&'a str>,
+    value: u64,
+}
+
+/// The samples of one family, and what they are of: the stats field, and for a
+/// breakdown the raw label (to tell apart sources that map onto one family name).
+struct Family<'a> {
+    label: Option<&'a str>,
+    field: &'a str,
+    points: Vec<Point<'a>>,
+}
+
+impl<'a> Family<'a> {
+    /// Adds a point when the family is of `label`/`field`; a different source that maps
+    /// onto the same name ("a-b" and "a_b") is left out, as it would repeat a series.
+    fn add(&mut self, label: Option<&'a str>, field: &'a str, point: Point<'a>) {
+        if self.label == label && self.field == field {
+            self.points.push(point);
+        }
+    }
+}
+
 /// Writes `samples` as a text exposition: one family per stats field (sorted by name),
 /// `# TYPE` and `# HELP` once per family, one sample per element with `pipeline`,
-/// `element` and `factory` labels. An element listed twice (same pipeline and name)
-/// keeps its first values: a series may appear only once.
+/// `element` and `factory` labels; a breakdown ([`Labelled`]) adds one family per field
+/// with one sample per entry, labelled with its address (at most [`MAX_ENDPOINTS`] entries
+/// per element and label). An element listed twice (same pipeline and name), or an entry
+/// listed twice in one element, keeps its first values: a series may appear only once.
 pub fn encode(samples: &[Sample], format: Format) -> String {
-    // family name -> (stat, [(sample index, value)])
-    type Family<'a> = (&'a str, Vec<(usize, u64)>);
     let mut families: BTreeMap<String, Family> = BTreeMap::new();
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = HashSet::new();
     let mut unique: Vec<&Sample> = Vec::new();
     for (i, s) in samples.iter().enumerate() {
         if !seen.insert((&s.pipeline, &s.element)) {
             continue;
         }
         unique.push(s);
-        for (stat, value) in &s.values {
-            let entry = families
-                .entry(family_name(stat))
-                .or_insert_with(|| (stat.as_str(), Vec::new()));
-            // Two fields mapping to one family ("a-b" and "a_b") would repeat a series.
-            if entry.0 == stat {
-                entry.1.push((i, *value));
+        for (field, value) in &s.values {
+            let point = Point {
+                sample: i,
+                address: None,
+                value: *value,
+            };
+            families
+                .entry(family_name(field))
+                .or_insert_with(|| Family {
+                    label: None,
+                    field,
+                    points: Vec::new(),
+                })
+                .add(None, field, point);
+        }
+        let mut entries: HashSet<(&str, &str)> = HashSet::new();
+        let mut per_label: HashMap<&str, usize> = HashMap::new();
+        for entry in &s.labelled {
+            if reserved_label(&label_name(&entry.label))
+                || !entries.insert((&entry.label, &entry.address))
+            {
+                continue;
+            }
+            let n = per_label.entry(&entry.label).or_default();
+            *n += 1;
+            if *n > MAX_ENDPOINTS {
+                continue;
+            }
+            for (field, value) in &entry.values {
+                let point = Point {
+                    sample: i,
+                    address: Some(&entry.address),
+                    value: *value,
+                };
+                let label = Some(entry.label.as_str());
+                families
+                    .entry(labelled_family_name(&entry.label, field))
+                    .or_insert_with(|| Family {
+                        label,
+                        field,
+                        points: Vec::new(),
+                    })
+                    .add(label, field, point);
             }
         }
     }
     let mut out = String::new();
     write_info(&unique, format, &mut out);
-    for (family, (stat, values)) in &families {
-        let kind = kind_of(stat);
+    for (family, f) in &families {
+        let kind = kind_of(f.field);
         let (type_name, sample_name) = match (kind, format) {
             (Kind::Gauge, _) => ("gauge", family.clone()),
             (Kind::Counter, _) => ("counter", format!("{family}_total")),
@@ -263,21 +357,29 @@ pub fn encode(samples: &[Sample], format: Format) -> String {
             Format::OpenMetrics => family.as_str(),
             Format::Prometheus => sample_name.as_str(),
         };
-        let help = series(stat)
+        let mut help = series(f.field)
             .map(|s| s.help.to_string())
-            .unwrap_or_else(|| format!("Firehose statistic {stat}"));
+            .unwrap_or_else(|| format!("Firehose statistic {}", f.field));
+        if let Some(label) = f.label {
+            let _ = write!(help, ", per {label}");
+        }
         let _ = writeln!(out, "# TYPE {header} {type_name}");
         out.push_str("# HELP ");
         out.push_str(header);
         out.push(' ');
         escape_help(&help, &mut out);
         out.push('\n');
-        for (i, value) in values {
-            let s = &samples[*i];
+        let label_name = f.label.map(label_name);
+        for p in &f.points {
             out.push_str(&sample_name);
-            write_labels(s, &[], &mut out);
+            match (&label_name, p.address) {
+                (Some(name), Some(address)) => {
+                    write_labels(&samples[p.sample], &[(name.clone(), address)], &mut out)
+                }
+                _ => write_labels(&samples[p.sample], &[], &mut out),
+            }
             out.push(' ');
-            write_value(stat, *value, &mut out);
+            write_value(f.field, p.value, &mut out);
             out.push('\n');
         }
     }
@@ -298,7 +400,96 @@ mod tests {
             factory: "fhudpsrc".into(),
             values: values.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             info: Vec::new(),
+            labelled: Vec::new(),
         }
+    }
+
+    fn endpoint(address: &str, packets: u64, bytes: u64) -> Labelled {
+        Labelled {
+            label: "endpoint".into(),
+            address: address.into(),
+            values: vec![("packets".into(), packets), ("bytes".into(), bytes)],
+        }
+    }
+
+    #[test]
+    fn endpoints_are_labelled_series_beside_the_totals() {
+        let mut s = sample("p", "rx", &[("packets", 30), ("bytes", 3000)]);
+        s.labelled = vec![
+            endpoint("239.10.0.1:7148", 10, 1000),
+            endpoint("[::1]:7148", 20, 2000),
+            // Listed twice in one element: the first values only.
+            endpoint("239.10.0.1:7148", 99, 99),
+            // An entry kind that would override an identity label is left out.
+            Labelled {
+                label: "element".into(),
+                address: "spoof".into(),
+                values: vec![("packets".into(), 5)],
+            },
+        ];
+        let mut other = sample("p", "rx2", &[("packets", 1)]);
+        other.labelled = vec![endpoint("a\"b\\c\nd", 1, 2)];
+        let text = encode(&[s.clone(), other.clone()], Format::OpenMetrics);
+        for want in [
+            "# TYPE firehose_endpoint_packets counter\n\
+             # HELP firehose_endpoint_packets Datagrams or packets delivered downstream, per endpoint\n\
+             firehose_endpoint_packets_total{pipeline=\"p\",element=\"rx\",factory=\"fhudpsrc\",endpoint=\"239.10.0.1:7148\"} 10\n\
+             firehose_endpoint_packets_total{pipeline=\"p\",element=\"rx\",factory=\"fhudpsrc\",endpoint=\"[::1]:7148\"} 20\n\
+             firehose_endpoint_packets_total{pipeline=\"p\",element=\"rx2\",factory=\"fhudpsrc\",endpoint=\"a\\\"b\\\\c\\nd\"} 1\n",
+            "# TYPE firehose_endpoint_bytes counter\n",
+            "firehose_endpoint_bytes_total{pipeline=\"p\",element=\"rx\",factory=\"fhudpsrc\",endpoint=\"[::1]:7148\"} 2000\n",
+            // The element's totals stay as they are, unlabelled.
+            "firehose_packets_total{pipeline=\"p\",element=\"rx\",factory=\"fhudpsrc\"} 30\n",
+            "firehose_bytes_total{pipeline=\"p\",element=\"rx\",factory=\"fhudpsrc\"} 3000\n",
+        ] {
+            assert!(text.contains(want), "lacks {want}\n{text}");
+        }
+        assert_eq!(text.matches("# TYPE firehose_endpoint_packets ").count(), 1);
+        assert_eq!(text.matches("# HELP firehose_endpoint_bytes ").count(), 1);
+        assert_eq!(text.matches("firehose_endpoint_packets_total{").count(), 3);
+        assert!(!text.contains("} 99\n"), "{text}");
+        assert!(!text.contains("spoof"), "{text}");
+        assert!(!text.contains("firehose_element_packets"), "{text}");
+        assert!(text.ends_with("# EOF\n"));
+
+        // Prometheus 0.0.4: the family carries _total, the samples are the same.
+        let text = encode(&[s, other], Format::Prometheus);
+        assert!(
+            text.contains(
+                "# TYPE firehose_endpoint_packets_total counter\n\
+                 # HELP firehose_endpoint_packets_total Datagrams or packets delivered downstream, per endpoint\n\
+                 firehose_endpoint_packets_total{pipeline=\"p\",element=\"rx\",factory=\"fhudpsrc\",endpoint=\"239.10.0.1:7148\"} 10\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE firehose_endpoint_bytes_total counter\n"));
+        assert!(!text.contains("EOF"));
+        assert_eq!(
+            labelled_family_name("endpoint", "packets"),
+            "firehose_endpoint_packets"
+        );
+        assert_eq!(
+            labelled_family_name("endpoint", "pacing-slip-ns"),
+            "firehose_endpoint_pacing_slip_seconds"
+        );
+    }
+
+    #[test]
+    fn at_most_max_endpoints_per_element() {
+        let mut s = sample("p", "rx", &[]);
+        s.labelled = (0..MAX_ENDPOINTS + 5)
+            .map(|i| endpoint(&format!("10.0.{}.{}:1", i / 256, i % 256), 1, 1))
+            .collect();
+        let text = encode(&[s], Format::Prometheus);
+        assert_eq!(
+            text.matches("firehose_endpoint_packets_total{").count(),
+            MAX_ENDPOINTS
+        );
+        assert!(text.contains("endpoint=\"10.0.0.255:1\""));
+        assert!(
+            !text.contains("endpoint=\"10.0.1.0:1\""),
+            "the first ones are kept"
+        );
     }
 
     #[test]

@@ -247,6 +247,7 @@ mod tests {
                     factory: "f".into(),
                     values: vec![("packets".into(), 5)],
                     info: Vec::new(),
+                    labelled: Vec::new(),
                 }],
                 f,
             )

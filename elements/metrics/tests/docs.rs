@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use firehose_metrics::exposition::{family_name, Kind, SERIES};
+use firehose_metrics::exposition::{family_name, labelled_family_name, Kind, SERIES};
 
 fn doc(name: &str) -> String {
     let path = format!("{}/../../docs/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -33,6 +33,20 @@ fn metrics_md_lists_every_series_with_its_type() {
         let row = format!("| `{name}` | {kind} | `{}` |", s.stat);
         assert!(md.contains(&row), "docs/metrics.md lacks the row {row}");
     }
+}
+
+#[test]
+fn metrics_md_lists_the_endpoint_series_and_label() {
+    let md = doc("metrics.md");
+    for field in ["packets", "bytes"] {
+        let name = format!("{}_total", labelled_family_name("endpoint", field));
+        let row = format!("| `{name}` | counter | `endpoints` (`{field}` of each) |");
+        assert!(md.contains(&row), "docs/metrics.md lacks the row {row}");
+    }
+    assert!(
+        md.contains("| `endpoint` |"),
+        "docs/metrics.md lacks the endpoint label"
+    );
 }
 
 /// The `"expr"` strings of the dashboard JSON (unescaped).
