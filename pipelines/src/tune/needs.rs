@@ -140,6 +140,20 @@ pub fn of_pipeline(pipeline: &gst::Pipeline) -> Needs {
                     n.ports.push(port as u16);
                 }
             }
+            // An endpoint list's groups and ports (a list that does not parse fails
+            // when the pipeline starts, with its own message).
+            let default_port = int_property(&e, "port").unwrap_or(0) as u16;
+            let list = string_property(&e, "endpoints")
+                .and_then(|l| firehose_core::endpoint::parse_list(&l, default_port, &[]).ok());
+            for ep in list.unwrap_or_default() {
+                if ep.addr.is_multicast() && !n.multicast_groups.contains(&ep.addr) {
+                    n.multicast_groups.push(ep.addr);
+                    used = true;
+                }
+                if ep.port != 0 && !n.ports.contains(&ep.port) {
+                    n.ports.push(ep.port);
+                }
+            }
         }
         for prop in ["interface", "multicast-iface"] {
             if let Some(i) = string_property(&e, prop) {
@@ -208,6 +222,19 @@ mod tests {
         assert_eq!(n.interfaces, vec!["eth7".to_string()]);
         assert!(n.udp_gro, "fhudpsrc asks for GRO by default");
         assert_eq!(n.from, vec!["fhudpsrc".to_string()]);
+
+        // An endpoint list's groups and ports are needs too.
+        let p = crate::session::parse(
+            "fhudpsrc endpoints=\"239.9.0.0+1:7150,10.0.0.1,239.9.1.0\" port=7148 ! fakesink",
+        )
+        .unwrap();
+        let n = of_pipeline(&p);
+        let groups: Vec<IpAddr> = ["239.9.0.0", "239.9.0.1", "239.9.1.0"]
+            .iter()
+            .map(|g| g.parse().unwrap())
+            .collect();
+        assert_eq!(n.multicast_groups, groups);
+        assert_eq!(n.ports, vec![7148, 7150]);
 
         let p = crate::session::parse(
             "fhtestsrc packet-size=1472 memory=system ! fhudpsink buffer-size=4194304",
