@@ -1,8 +1,8 @@
-//! `firehose bench udp --quick`: every receiver (the floor loop, udpsrc, fhudpsrc) runs
-//! at every step with a plain sender, and the report has the summary (with ratios to
-//! udpsrc and to the floor), every step and the charts. The run holds each receiver to
-//! one core (`--cpu-limit 1`, as root) so the cgroup path is exercised; the lowest rates
-//! need far less.
+//! `firehose bench udp --quick`: every receiver (the two floor loops, udpsrc, fhudpsrc)
+//! runs at every step with a plain sender, and the report has the summary (with ratios
+//! to udpsrc and to each floor), every step and the charts. The run holds each receiver
+//! to one core (`--cpu-limit 1`, as root) so the cgroup path is exercised; the lowest
+//! rates need far less.
 
 mod common;
 
@@ -20,18 +20,18 @@ fn quick_bench_produces_a_table() {
         &report,
         &[
             "gso=false",
-            "| CPU vs udpsrc | CPU vs floor | lossless Gb/s per budget core |",
+            "| CPU vs udpsrc | CPU vs floor | CPU vs batch-floor | lossless Gb/s per budget core |",
             "| datagrams per receive | throttled periods % |",
         ],
     );
     for size in ["8972 B", "1472 B"] {
-        for receiver in ["floor", "udpsrc", "fhudpsrc"] {
+        for receiver in ["floor", "batch-floor", "udpsrc", "fhudpsrc"] {
             assert_contains_all(&report, &[&format!("| {size} | {receiver} |")]);
         }
     }
-    // 2 sizes × 2 rates × 3 receivers.
+    // 2 sizes × 2 rates × 4 receivers.
     let rows = table_rows(&report, "| 1 | ");
-    assert_eq!(rows.len(), 12, "{report}");
+    assert_eq!(rows.len(), 16, "{report}");
     // At the lowest quick rate (0.5 Gb/s of 1472 B) every receiver keeps up on any
     // machine that runs this suite: it must receive nearly all that was offered.
     // Compared with what the sender managed, not with the rate asked: on a loaded
@@ -40,7 +40,7 @@ fn quick_bench_produces_a_table() {
         .iter()
         .filter(|r| r[2] == "1472 B" && r[4] == "0.50")
         .collect();
-    assert_eq!(low.len(), 3, "{report}");
+    assert_eq!(low.len(), 4, "{report}");
     for r in low {
         let offered: f64 = r[5].parse().unwrap();
         let received: f64 = r[6].parse().unwrap();
@@ -68,7 +68,7 @@ fn quick_bench_produces_a_table() {
         ));
         let text = std::fs::read_to_string(&svg).expect("chart written");
         assert!(text.trim_start().starts_with("<svg"), "{}", svg.display());
-        assert_contains_all(&text, &["fhudpsrc", "floor"]);
+        assert_contains_all(&text, &["fhudpsrc", "floor", "batch-floor"]);
         let link = format!("]({})", svg.file_name().unwrap().to_string_lossy());
         assert_contains_all(&report, &[&link]);
         let _ = std::fs::remove_file(&svg);

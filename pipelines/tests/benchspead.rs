@@ -23,11 +23,14 @@ fn quick_spead_bench_produces_a_table() {
         "(the spead2 receiver needs <repo>/.venv: python3 -m venv .venv && \
          .venv/bin/pip install spead2==4.5.1 numpy)",
     );
-    assert_contains_all(&report, &["| CPU vs spead2 | CPU vs floor |"]);
-    // floor, spead2 and speaddepay always; the others whenever this build has their
+    assert_contains_all(
+        &report,
+        &["| CPU vs spead2 | CPU vs floor | CPU vs batch-floor |"],
+    );
+    // Both floors, spead2 and speaddepay always; the others whenever this build has their
     // element (fhspeadsrc, fhdepay, fhudpchunksrc) — otherwise the report says it left
     // them out.
-    let mut receivers = vec!["floor", "spead2", "speaddepay"];
+    let mut receivers = vec!["floor", "batch-floor", "spead2", "speaddepay"];
     for rx in ["spead-src", "chunk", "direct"] {
         if report.contains(&format!("- note: {rx} left out")) {
             eprintln!("{rx} not in this build; left out of the comparison");
@@ -45,7 +48,7 @@ fn quick_spead_bench_produces_a_table() {
     }
     // At the lowest quick rate (1 Gb/s of 8972-byte packets, 0.5 Gb/s of 1472-byte
     // ones: about 60 to 120 heaps/s) every receiver keeps up on any machine that runs
-    // this suite: nearly every heap (or datagram, for the floor) must arrive.
+    // this suite: nearly every heap (or datagram, for the floors) must arrive.
     for row in rows
         .iter()
         .filter(|r| (r[2] == "8972 B" && r[4] == "1.00") || (r[2] == "1472 B" && r[4] == "0.50"))

@@ -1,16 +1,51 @@
-//! The floor receiver: the least a program can do to receive a UDP stream — one
-//! `recvmmsg` of 64 messages at a time into a preallocated buffer, nothing parsed,
-//! copied or pushed, no GStreamer. Its CPU per GB is the physical limit of the kernel
-//! path on this machine, against which every other receiver's figure reads.
+//! The floor receivers: the least a program can do to receive a UDP stream —
+//! `recvmmsg` of 64 messages at a time into preallocated memory, nothing parsed, copied
+//! or pushed, no GStreamer. Their CPU per GB is the physical limit of the kernel path on
+//! this machine, against which every other receiver's figure reads.
+//!
+//! Two of them, one loop with two ways of waiting ([`Wait`]):
+//!
+//! - the blocking floor ([`Wait::Block`]): each call blocks for the first datagram
+//!   (`MSG_WAITFORONE`), so it is woken by the sender's own bursts, and receives into
+//!   one 64-slot buffer that stays in the CPU cache;
+//! - the batching floor ([`Wait::Nap`]): non-blocking calls (`MSG_DONTWAIT`) and a nap
+//!   when a call comes back short, into consecutive slots of a large pre-faulted ring,
+//!   as a batching capture receives into its pool. A wake-up costs more than a batch on
+//!   some hosts (a VM's timer and scheduler path), so this is the floor that a capture
+//!   which naps and batches reads against.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// Messages per `recvmmsg` call (what spead2 and most capture loops use).
 pub const BATCH: usize = 64;
+/// The batching floor's ring: what a capture's pool of a few MiB per queue and the
+/// heaps or chunks behind it take, far more than any CPU cache keeps.
+pub const RING_BYTES: usize = 64 << 20;
+/// The batching floor's nap after a short call (issue 33's definition).
+pub const NAP: Duration = Duration::from_millis(1);
+/// How long nothing must arrive before [`Floor::drain`] ends.
+const SETTLE: Duration = Duration::from_millis(20);
+
+/// How a floor waits for datagrams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Block in `recvmmsg` for the first datagram of each call (`MSG_WAITFORONE`), at
+    /// most `tick` (SO_RCVTIMEO), so that the caller can look at its stop flag.
+    Block {
+        /// The longest a call blocks with nothing arriving.
+        tick: Duration,
+    },
+    /// Never block (`MSG_DONTWAIT`); sleep `nap` after every call that brought fewer
+    /// than [`BATCH`] datagrams (none included).
+    Nap {
+        /// The sleep after a short call.
+        nap: Duration,
+    },
+}
 
 /// Counts of what the loop received.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -23,10 +58,18 @@ pub struct Counts {
     pub batches: u64,
 }
 
-/// A bound socket and the preallocated receive buffer.
+/// A bound socket and its preallocated receive memory: a ring of slots, one datagram
+/// each, that calls fill [`BATCH`] consecutive slots at a time.
 pub struct Floor {
     socket: UdpSocket,
-    buf: Vec<u8>,
+    wait: Wait,
+    ring: Vec<u8>,
+    /// Bytes per slot.
+    slot: usize,
+    /// Slots in the ring, at least [`BATCH`].
+    slots: usize,
+    /// The slot the next call's first datagram goes to.
+    next: usize,
     iov: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
     /// What has been received so far.
@@ -35,13 +78,14 @@ pub struct Floor {
 
 impl Floor {
     /// Binds `addr` with a receive buffer of `buffer_size` bytes (SO_RCVBUFFORCE as root,
-    /// else SO_RCVBUF) and room for datagrams of up to `max_payload` bytes. The socket
-    /// wakes up every `tick` so that the caller can look at its stop flag.
+    /// else SO_RCVBUF) and a ring of `ring_bytes` (at least [`BATCH`] slots) for
+    /// datagrams of up to `max_payload` bytes, waiting as `wait` says.
     pub fn bind(
         addr: SocketAddr,
         buffer_size: usize,
         max_payload: usize,
-        tick: Duration,
+        ring_bytes: usize,
+        wait: Wait,
     ) -> Result<Self, String> {
         let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
             .map_err(|e| format!("floor receiver: socket: {e}"))?;
@@ -62,27 +106,32 @@ impl Floor {
         }
         s.bind(&addr.into())
             .map_err(|e| format!("floor receiver: cannot bind {addr}: {e}"))?;
-        s.set_read_timeout(Some(tick))
-            .map_err(|e| format!("floor receiver: SO_RCVTIMEO: {e}"))?;
+        if let Wait::Block { tick } = wait {
+            s.set_read_timeout(Some(tick))
+                .map_err(|e| format!("floor receiver: SO_RCVTIMEO: {e}"))?;
+        }
         let socket: UdpSocket = s.into();
         // One slot per message, one byte more than the largest payload so that a larger
         // datagram shows as truncated rather than passing unnoticed.
         let slot = max_payload + 1;
+        let slots = (ring_bytes / slot).max(BATCH);
         let mut floor = Self {
             socket,
-            buf: vec![0u8; slot * BATCH],
+            wait,
+            ring: vec![0u8; slot * slots],
+            slot,
+            slots,
+            next: 0,
             iov: Vec::with_capacity(BATCH),
             msgs: Vec::with_capacity(BATCH),
             counts: Counts::default(),
         };
         // Touch every page now, as any receiver's pool is pre-faulted.
-        floor.buf.iter_mut().step_by(4096).for_each(|b| *b = 1);
-        let base = floor.buf.as_mut_ptr();
-        for i in 0..BATCH {
+        floor.ring.iter_mut().step_by(4096).for_each(|b| *b = 1);
+        for _ in 0..BATCH {
+            // Pointed at their slots before each call (`aim`).
             floor.iov.push(libc::iovec {
-                // SAFETY: `i * slot` is within `buf` (BATCH slots of `slot` bytes); the
-                // pointer is only handed to the kernel while `buf` lives in `self`.
-                iov_base: unsafe { base.add(i * slot) }.cast(),
+                iov_base: std::ptr::null_mut(),
                 iov_len: slot,
             });
         }
@@ -95,6 +144,7 @@ impl Floor {
             m.msg_hdr.msg_iovlen = 1;
             floor.msgs.push(m);
         }
+        floor.aim();
         Ok(floor)
     }
 
@@ -103,11 +153,28 @@ impl Floor {
         self.socket.local_addr().map_err(|e| e.to_string())
     }
 
-    /// One `recvmmsg` call (blocking up to the tick for the first datagram, then taking
-    /// what is queued); adds what it got to [`Self::counts`] and returns the number of
-    /// datagrams (0 on the tick).
+    /// Points the iovecs at the [`BATCH`] slots from `next` on (64 stores per call, as a
+    /// capture hands each call the free slots of its pool).
+    fn aim(&mut self) {
+        let base = self.ring.as_mut_ptr();
+        for (i, v) in self.iov.iter_mut().enumerate() {
+            // SAFETY: `next + BATCH <= slots` (see `receive`), so slot `next + i` lies
+            // within `ring`; the pointer is only handed to the kernel while `ring`
+            // lives in `self` and is never resized.
+            v.iov_base = unsafe { base.add((self.next + i) * self.slot) }.cast();
+        }
+    }
+
+    /// One `recvmmsg` call: adds what it got to [`Self::counts`] and returns the number
+    /// of datagrams. Blocking: waits up to the tick for the first datagram (0 on the
+    /// tick). Napping: takes what is queued, then naps if that was fewer than
+    /// [`BATCH`].
     pub fn receive(&mut self) -> Result<usize, String> {
-        // SAFETY: `msgs` holds BATCH headers whose iovecs point into `buf`, all owned
+        let flags = match self.wait {
+            Wait::Block { .. } => libc::MSG_WAITFORONE,
+            Wait::Nap { .. } => libc::MSG_DONTWAIT,
+        };
+        // SAFETY: `msgs` holds BATCH headers whose iovecs point into `ring`, all owned
         // by `self` and alive for the call; the kernel writes at most `slot` bytes into
         // each and fills msg_len.
         let n = unsafe {
@@ -115,23 +182,52 @@ impl Floor {
                 self.socket.as_raw_fd(),
                 self.msgs.as_mut_ptr(),
                 BATCH as u32,
-                libc::MSG_WAITFORONE,
+                flags,
                 std::ptr::null_mut(),
             )
         };
-        if n < 0 {
+        let n = if n < 0 {
             let e = std::io::Error::last_os_error();
-            return match e.kind() {
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(0),
-                _ => Err(format!("floor receiver: recvmmsg: {e}")),
-            };
-        }
-        let n = n as usize;
+            match e.kind() {
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => 0,
+                _ => return Err(format!("floor receiver: recvmmsg: {e}")),
+            }
+        } else {
+            n as usize
+        };
         let bytes: u64 = self.msgs[..n].iter().map(|m| u64::from(m.msg_len)).sum();
         self.counts.datagrams += n as u64;
         self.counts.bytes += bytes;
         self.counts.batches += u64::from(n > 0);
+        if n > 0 && self.slots > BATCH {
+            // On through the ring; back to its start when a whole call no longer fits
+            // before its end (the few slots left there wait for the next lap).
+            self.next += n;
+            if self.next + BATCH > self.slots {
+                self.next = 0;
+            }
+            self.aim();
+        }
+        if let Wait::Nap { nap } = self.wait {
+            if n < BATCH {
+                std::thread::sleep(nap);
+            }
+        }
         Ok(n)
+    }
+
+    /// Receives until [`SETTLE`] passes with nothing arriving: what is still queued when
+    /// the sender ends is received, not lost. Returns the datagrams it took.
+    pub fn drain(&mut self) -> Result<u64, String> {
+        let before = self.counts.datagrams;
+        let mut quiet = Instant::now();
+        loop {
+            if self.receive()? > 0 {
+                quiet = Instant::now();
+            } else if quiet.elapsed() >= SETTLE {
+                return Ok(self.counts.datagrams - before);
+            }
+        }
     }
 }
 
@@ -139,20 +235,28 @@ impl Floor {
 mod tests {
     use super::*;
 
-    #[test]
-    fn counts_every_datagram_and_byte() {
-        let mut floor = Floor::bind(
-            "127.0.0.1:0".parse().unwrap(),
-            1 << 20,
-            1472,
-            Duration::from_millis(20),
-        )
-        .unwrap();
-        let to = floor.local_addr().unwrap();
+    /// Sends 100 datagrams of 100…199 bytes to `to`.
+    fn send_100(to: SocketAddr) {
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
         for i in 0..100u16 {
             tx.send_to(&vec![0u8; 100 + usize::from(i)], to).unwrap();
         }
+    }
+
+    #[test]
+    fn counts_every_datagram_and_byte() {
+        let tick = Duration::from_millis(20);
+        let mut floor = Floor::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            1 << 20,
+            1472,
+            0,
+            Wait::Block { tick },
+        )
+        .unwrap();
+        // The blocking floor's ring is one call's worth: it stays in the cache.
+        assert_eq!(floor.slots, BATCH);
+        send_100(floor.local_addr().unwrap());
         let mut got = 0;
         for _ in 0..50 {
             got += floor.receive().unwrap();
@@ -172,7 +276,98 @@ mod tests {
             "{:?}",
             floor.counts
         );
+        assert_eq!(floor.next, 0, "one buffer, reused");
         // Nothing queued: the call returns on the tick with nothing.
+        let t = Instant::now();
         assert_eq!(floor.receive().unwrap(), 0);
+        assert!(t.elapsed() >= tick / 2, "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn the_batching_floor_counts_every_datagram_and_byte_around_its_ring() {
+        // A ring of 150 slots of 201 bytes: calls start at slot 0, then on by what each
+        // got, back to 0 whenever fewer than 64 slots are left before the end.
+        let mut floor = Floor::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            1 << 20,
+            200,
+            150 * 201 + 100,
+            Wait::Nap { nap: NAP },
+        )
+        .unwrap();
+        assert_eq!(floor.slots, 150);
+        let to = floor.local_addr().unwrap();
+        // Nothing queued: a non-blocking call returns at once with nothing, then naps.
+        let t = Instant::now();
+        assert_eq!(floor.receive().unwrap(), 0);
+        let took = t.elapsed();
+        assert!(took >= NAP && took < Duration::from_millis(500), "{took:?}");
+        assert_eq!(floor.counts, Counts::default());
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut wrapped = 0;
+        for lap in 1..=3u64 {
+            // Datagram i of the lap: 100 + i bytes, all of them i + lap.
+            for i in 0..100u8 {
+                tx.send_to(&vec![i + lap as u8; 100 + usize::from(i)], to)
+                    .unwrap();
+            }
+            let mut got = 0;
+            let t = Instant::now();
+            while got < 100 && t.elapsed() < Duration::from_secs(5) {
+                let first = floor.next;
+                let n = floor.receive().unwrap();
+                assert!(n <= BATCH);
+                // The call filled consecutive slots from `first`: each holds its
+                // datagram, whole.
+                for k in 0..n {
+                    let i = got + k;
+                    let at = (first + k) * 201;
+                    let len = 100 + i;
+                    assert!(
+                        floor.ring[at..at + len]
+                            .iter()
+                            .all(|&b| usize::from(b) == i + lap as usize),
+                        "lap {lap}, datagram {i} in slot {}",
+                        first + k
+                    );
+                }
+                if n > 0 {
+                    let mut next = first + n;
+                    if next + BATCH > 150 {
+                        next = 0;
+                        wrapped += 1;
+                    }
+                    assert_eq!(floor.next, next, "lap {lap}");
+                }
+                got += n;
+            }
+            assert_eq!(got, 100, "lap {lap}");
+            assert_eq!(
+                (floor.counts.datagrams, floor.counts.bytes),
+                (100 * lap, lap * (100..200).sum::<u64>()),
+                "lap {lap}"
+            );
+        }
+        // 300 datagrams through 150 slots: the ring went round at least once.
+        assert!(wrapped >= 1, "{:?}", floor.counts);
+        assert!(floor.counts.batches >= 5, "{:?}", floor.counts);
+    }
+
+    #[test]
+    fn drain_ends_when_nothing_arrives() {
+        for wait in [
+            Wait::Block {
+                tick: Duration::from_millis(5),
+            },
+            Wait::Nap { nap: NAP },
+        ] {
+            let mut floor =
+                Floor::bind("127.0.0.1:0".parse().unwrap(), 1 << 20, 1472, 0, wait).unwrap();
+            send_100(floor.local_addr().unwrap());
+            let t = Instant::now();
+            assert_eq!(floor.drain().unwrap(), 100, "{wait:?}");
+            assert!(t.elapsed() >= SETTLE, "{wait:?}");
+            assert_eq!(floor.drain().unwrap(), 0, "{wait:?}");
+        }
     }
 }

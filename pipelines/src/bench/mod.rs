@@ -46,10 +46,10 @@ pub const DEFAULT_HEAPS_PER_CHUNK: u32 = 8;
 /// The benchmarks.
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
-    /// Kernel UDP receivers side by side on loopback: the floor (a minimal recvmmsg
-    /// loop), stock udpsrc and fhudpsrc.
+    /// Kernel UDP receivers side by side on loopback: the two floors (minimal recvmmsg
+    /// loops, one blocking and one batching), stock udpsrc and fhudpsrc.
     Udp(UdpArgs),
-    /// SPEAD receivers side by side: the floor, spead2's own receiver, fhudpsrc !
+    /// SPEAD receivers side by side: the two floors, spead2's own receiver, fhudpsrc !
     /// speaddepay, fhspeadsrc (heaps received in place), chunk mode and direct chunk
     /// mode (fhudpchunksrc); on a veth pair
     /// (`--link veth`) also fhxdpsrc feeding speaddepay and chunk mode.
@@ -155,8 +155,13 @@ pub struct SweepArgs {
 pub struct UdpArgs {
     #[command(flatten)]
     sweep: SweepArgs,
-    /// Receivers, comma-separated: floor, udpsrc, fhudpsrc
-    #[arg(long, value_delimiter = ',', default_value = "floor,udpsrc,fhudpsrc")]
+    /// Receivers, comma-separated: floor (blocking recvmmsg loop), batch-floor (batching
+    /// recvmmsg loop), udpsrc, fhudpsrc
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "floor,batch-floor,udpsrc,fhudpsrc"
+    )]
     receivers: Vec<Receiver>,
 }
 
@@ -165,9 +170,9 @@ pub struct UdpArgs {
 pub struct SpeadArgs {
     #[command(flatten)]
     sweep: SweepArgs,
-    /// Receivers, comma-separated: floor, spead2, speaddepay, spead-src, chunk, direct, and with
-    /// --link veth xdp-speaddepay, xdp-spead-src, xdp-chunk, xdp-direct [default: all that
-    /// the link allows]
+    /// Receivers, comma-separated: floor, batch-floor, spead2, speaddepay, spead-src, chunk,
+    /// direct, and with --link veth xdp-speaddepay, xdp-spead-src, xdp-chunk, xdp-direct
+    /// [default: all that the link allows]
     #[arg(long, value_delimiter = ',')]
     receivers: Option<Vec<Receiver>>,
     /// Heap payload in bytes
@@ -541,7 +546,8 @@ fn udp(a: UdpArgs) -> i32 {
         .find(|r| r.counts_heaps() || r.needs_interface())
     {
         return usage(&format!(
-            "bench udp runs floor, udpsrc and fhudpsrc on loopback; {} belongs to bench {}",
+            "bench udp runs floor, batch-floor, udpsrc and fhudpsrc on loopback; {} belongs \
+             to bench {}",
             rx.name(),
             if rx.needs_interface() {
                 "bypass"
@@ -568,7 +574,7 @@ fn udp(a: UdpArgs) -> i32 {
             link: Link::Loopback,
             env: Vec::new(),
             sender,
-            lines: vec!["receivers (counted where they leave: udpsrc by a pad probe, fhudpsrc by its stats, the floor by its own count):".into()],
+            lines: vec!["receivers (counted where they leave: udpsrc by a pad probe, fhudpsrc by its stats, the floors by their own counts):".into()],
             notes: Vec::new(),
             baseline: Receiver::Udpsrc,
         },
@@ -619,6 +625,29 @@ fn veth_for(
     Ok(pair)
 }
 
+/// `bench spead`'s receivers when none are named: both floors, spead2 and ours; the
+/// bypass ones too on a veth.
+fn spead_receivers(veth: bool) -> Vec<Receiver> {
+    let mut v = vec![
+        Receiver::Floor,
+        Receiver::BatchFloor,
+        Receiver::Spead2,
+        Receiver::Speaddepay,
+        Receiver::SpeadSrc,
+        Receiver::Chunk,
+        Receiver::Direct,
+    ];
+    if veth {
+        v.extend([
+            Receiver::XdpSpeaddepay,
+            Receiver::XdpSpeadSrc,
+            Receiver::XdpChunk,
+            Receiver::XdpDirect,
+        ]);
+    }
+    v
+}
+
 fn spead(a: SpeadArgs) -> i32 {
     let veth = a.link == LinkKind::Veth;
     let sizes = a
@@ -635,25 +664,7 @@ fn spead(a: SpeadArgs) -> i32 {
         }
     }
     let given = a.receivers.is_some();
-    let receivers = a.receivers.clone().unwrap_or_else(|| {
-        let mut v = vec![
-            Receiver::Floor,
-            Receiver::Spead2,
-            Receiver::Speaddepay,
-            Receiver::SpeadSrc,
-            Receiver::Chunk,
-            Receiver::Direct,
-        ];
-        if veth {
-            v.extend([
-                Receiver::XdpSpeaddepay,
-                Receiver::XdpSpeadSrc,
-                Receiver::XdpChunk,
-                Receiver::XdpDirect,
-            ]);
-        }
-        v
-    });
+    let receivers = a.receivers.clone().unwrap_or_else(|| spead_receivers(veth));
     if let Some(rx) = receivers.iter().find(|r| {
         matches!(
             r,
@@ -661,8 +672,9 @@ fn spead(a: SpeadArgs) -> i32 {
         )
     }) {
         return usage(&format!(
-            "{} is a datagram receiver: bench spead runs floor, spead2, speaddepay, chunk, \
-             direct, xdp-speaddepay, xdp-spead-src, xdp-chunk and xdp-direct",
+            "{} is a datagram receiver: bench spead runs floor, batch-floor, spead2, \
+             speaddepay, spead-src, chunk, direct, xdp-speaddepay, xdp-spead-src, xdp-chunk \
+             and xdp-direct",
             rx.name()
         ));
     }
@@ -717,7 +729,7 @@ fn spead(a: SpeadArgs) -> i32 {
                     "SPEAD-64-40 heaps of {} bytes (one item), packets byte-identical to spead2's sender",
                     a.heap_size
                 ),
-                "receivers (heap receivers count complete data heaps and their payload; the floor counts datagrams and UDP payload, SPEAD headers included):".into(),
+                "receivers (heap receivers count complete data heaps and their payload; the floors count datagrams and UDP payload, SPEAD headers included):".into(),
             ],
             notes: notes.into_iter().map(|n| format!("note: {n}")).collect(),
             baseline: Receiver::Spead2,
@@ -864,6 +876,48 @@ mod tests {
         assert!(default_rates("bypass", 1472, false)
             .iter()
             .all(|&r| r <= 4_000_000_000));
+    }
+
+    #[test]
+    fn both_floors_run_by_default() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(subcommand)]
+            bench: BenchCommand,
+        }
+        use clap::Parser;
+        let Cli {
+            bench: BenchCommand::Udp(a),
+        } = Cli::try_parse_from(["x", "udp"]).unwrap()
+        else {
+            panic!("bench udp")
+        };
+        assert_eq!(
+            a.receivers,
+            [
+                Receiver::Floor,
+                Receiver::BatchFloor,
+                Receiver::Udpsrc,
+                Receiver::Fhudpsrc
+            ]
+        );
+        for veth in [false, true] {
+            assert_eq!(
+                spead_receivers(veth)[..2],
+                [Receiver::Floor, Receiver::BatchFloor]
+            );
+        }
+        // Named on the command line like any receiver.
+        let Cli {
+            bench: BenchCommand::Spead(a),
+        } = Cli::try_parse_from(["x", "spead", "--receivers", "batch-floor,spead2"]).unwrap()
+        else {
+            panic!("bench spead")
+        };
+        assert_eq!(
+            a.receivers,
+            Some(vec![Receiver::BatchFloor, Receiver::Spead2])
+        );
     }
 
     #[test]

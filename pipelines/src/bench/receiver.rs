@@ -12,7 +12,7 @@ use firehose_core::stats::names;
 use gst::prelude::*;
 
 use super::child::{self, ChildSide};
-use super::floor::Floor;
+use super::floor::{self, Floor, Wait};
 use crate::session::{int_property, stats_property, BusEvent, Session};
 use crate::statsline::counter;
 use crate::sys;
@@ -26,8 +26,13 @@ pub const SPEAD2_INSTALL: &str = "python3 -m venv .venv && .venv/bin/pip install
 /// One receiver under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum)]
 pub enum Receiver {
-    /// A minimal `recvmmsg` loop, no GStreamer: the physical limit.
+    /// A minimal blocking `recvmmsg` loop, no GStreamer: the physical limit of a
+    /// receiver woken for every call.
     Floor,
+    /// A minimal batching `recvmmsg` loop (non-blocking calls, a 1 ms nap after a short
+    /// one, into a 64 MiB ring), no GStreamer: the physical limit of a receiver that
+    /// naps and batches as ours do.
+    BatchFloor,
     /// Stock GStreamer `udpsrc` (one buffer per datagram).
     Udpsrc,
     /// `fhudpsrc` (batches).
@@ -63,6 +68,7 @@ impl Receiver {
     pub fn name(self) -> &'static str {
         match self {
             Receiver::Floor => "floor",
+            Receiver::BatchFloor => "batch-floor",
             Receiver::Udpsrc => "udpsrc",
             Receiver::Fhudpsrc => "fhudpsrc",
             Receiver::Fhxdpsrc => "fhxdpsrc",
@@ -126,10 +132,19 @@ impl Receiver {
     pub fn describe(self, cfg: &RecvConfig) -> String {
         match self {
             Receiver::Floor => format!(
-                "floor: a minimal Rust loop of `recvmmsg` ({} messages per call, \
-                 MSG_WAITFORONE) into one preallocated buffer; nothing parsed, copied or \
-                 pushed; no GStreamer",
-                super::floor::BATCH
+                "floor: a minimal Rust loop of blocking `recvmmsg` ({} messages per call, \
+                 MSG_WAITFORONE: a wake-up per call) into one preallocated buffer; nothing \
+                 parsed, copied or pushed; no GStreamer",
+                floor::BATCH
+            ),
+            Receiver::BatchFloor => format!(
+                "batch-floor: a minimal Rust loop of non-blocking `recvmmsg` ({} messages \
+                 per call, MSG_DONTWAIT, a {} ms nap after a call that brought fewer) into \
+                 consecutive slots of a pre-faulted {} MiB ring, as a batching capture \
+                 fills its pool; nothing parsed, copied or pushed; no GStreamer",
+                floor::BATCH,
+                floor::NAP.as_millis(),
+                floor::RING_BYTES >> 20
             ),
             Receiver::Spead2 => format!(
                 "spead2: `tests/spead2/bench_recv.py` (spead2 4.5.1 recv.Stream, 1 thread, \
@@ -263,8 +278,8 @@ impl RecvConfig {
     }
 }
 
-/// The GStreamer pipeline of a receiver (floor and spead2 have none: their text is
-/// for the report only). Every one ends in the same cheapest sink.
+/// The GStreamer pipeline of a receiver (the floors and spead2 have none: their text
+/// is for the report only). Every one ends in the same cheapest sink.
 pub fn description(cfg: &RecvConfig) -> String {
     let sink = "fakesink name=sink sync=false async=false enable-last-sample=false";
     let (a, p, b) = (&cfg.address, cfg.port, cfg.buffer_size);
@@ -291,6 +306,7 @@ pub fn description(cfg: &RecvConfig) -> String {
         .map_or(String::new(), |l| format!(" landing={l}"));
     match cfg.kind {
         Receiver::Floor => format!("recvmmsg loop on {a}:{p}"),
+        Receiver::BatchFloor => format!("batching recvmmsg loop on {a}:{p}"),
         Receiver::Spead2 => format!("spead2 recv.Stream on {a}:{p}"),
         // Stock udpsrc in its best configuration: a buffer pool sized to the payload
         // (mtu) and no sender-address meta.
@@ -338,7 +354,7 @@ pub fn run_child(cfg: &RecvConfig) -> i32 {
     let timeout = Duration::from_secs_f64(cfg.timeout.max(1.0));
     let r = match cfg.kind {
         Receiver::Spead2 => Err("the spead2 receiver runs as tests/spead2/bench_recv.py".into()),
-        Receiver::Floor => run_floor(cfg, timeout),
+        Receiver::Floor | Receiver::BatchFloor => run_floor(cfg, timeout),
         _ => run_pipeline(cfg, timeout),
     };
     match r {
@@ -347,15 +363,28 @@ pub fn run_child(cfg: &RecvConfig) -> i32 {
     }
 }
 
+/// Either floor: the blocking one into one call's worth of slots, the batching one
+/// into its ring.
 fn run_floor(cfg: &RecvConfig, timeout: Duration) -> Result<(), String> {
     let addr: SocketAddr = format!("{}:{}", cfg.address, cfg.port)
         .parse()
         .map_err(|e| format!("floor receiver: address {}: {e}", cfg.address))?;
+    let (ring, wait) = if cfg.kind == Receiver::BatchFloor {
+        (floor::RING_BYTES, Wait::Nap { nap: floor::NAP })
+    } else {
+        (
+            0,
+            Wait::Block {
+                tick: Duration::from_millis(20),
+            },
+        )
+    };
     let mut floor = Floor::bind(
         addr,
         cfg.buffer_size as usize,
         cfg.size.max(1472) as usize,
-        Duration::from_millis(20),
+        ring,
+        wait,
     )?;
     let side = ChildSide::ready(floor.local_addr()?.port(), timeout);
     // The sender starts right after `go`: its first datagrams may arrive before this
@@ -365,8 +394,8 @@ fn run_floor(cfg: &RecvConfig, timeout: Duration) -> Result<(), String> {
     while !side.stopping() {
         floor.receive()?;
     }
-    // Settle: keep receiving until a whole tick brings nothing.
-    while floor.receive()? > 0 {}
+    // Settle: keep receiving until nothing has come for a while.
+    floor.drain()?;
     let cpu = sys::cpu_seconds() - cpu0;
     child::print_result(&[
         ("units", floor.counts.datagrams.to_string()),
@@ -614,6 +643,8 @@ mod tests {
     #[test]
     fn kinds() {
         assert!(Receiver::Direct.counts_heaps() && !Receiver::Floor.counts_heaps());
+        assert!(!Receiver::BatchFloor.counts_heaps() && !Receiver::BatchFloor.needs_interface());
+        assert_eq!(Receiver::BatchFloor.name(), "batch-floor");
         assert!(Receiver::XdpChunk.needs_interface() && !Receiver::Speaddepay.needs_interface());
         use clap::ValueEnum;
         for r in Receiver::value_variants() {
@@ -640,6 +671,35 @@ mod tests {
         use clap::Parser;
         let parsed = Cli::try_parse_from(std::iter::once("x".to_string()).chain(args)).unwrap();
         assert_eq!(parsed.cfg, cfg);
+    }
+
+    #[test]
+    fn the_batching_floor_runs_as_its_own_kind() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            cfg: RecvConfig,
+        }
+        let cfg = RecvConfig::new(Receiver::BatchFloor);
+        let c = cfg.command().unwrap();
+        let args: Vec<String> = c.get_args().map(|a| a.to_string_lossy().into()).collect();
+        assert!(
+            args.join(" ").starts_with("bench-recv --kind batch-floor "),
+            "{args:?}"
+        );
+        use clap::Parser;
+        let parsed =
+            Cli::try_parse_from(std::iter::once("x".to_string()).chain(args.into_iter().skip(1)))
+                .unwrap();
+        assert_eq!(parsed.cfg, cfg);
+        let d = cfg.kind.describe(&cfg);
+        assert!(
+            d.starts_with("batch-floor: ")
+                && d.contains("MSG_DONTWAIT")
+                && d.contains("64 MiB ring"),
+            "{d}"
+        );
+        assert_eq!(description(&cfg), "batching recvmmsg loop on 127.0.0.1:0");
     }
 
     #[test]

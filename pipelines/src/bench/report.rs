@@ -209,7 +209,12 @@ impl Report<'_> {
 
     fn summary(&self) -> String {
         let mut r = String::new();
-        let has_floor = self.receivers.contains(&Receiver::Floor);
+        // A ratio column for each floor that ran: the blocking one (a wake-up per call)
+        // and the batching one (what a capture that naps and batches can at best pay).
+        let floors: Vec<Receiver> = [Receiver::Floor, Receiver::BatchFloor]
+            .into_iter()
+            .filter(|f| self.receivers.contains(f))
+            .collect();
         let mut head = String::from(
             "| payload | receiver | highest lossless Gb/s | CPU s/GB at common rate |",
         );
@@ -222,8 +227,8 @@ impl Report<'_> {
             head.push_str(&format!(" CPU vs {} |", b.name()));
             rule.push_str("---:|");
         }
-        if has_floor {
-            head.push_str(" CPU vs floor |");
+        for f in &floors {
+            head.push_str(&format!(" CPU vs {} |", f.name()));
             rule.push_str("---:|");
         }
         if self.budget.is_some() {
@@ -248,7 +253,6 @@ impl Report<'_> {
                 all.iter().find(|(rx, _)| Some(*rx) == want).map(|(_, f)| f)
             };
             let base = find(self.baseline);
-            let floor = find(Some(Receiver::Floor));
             for (rx, f) in &all {
                 let cpu: Vec<f64> = f.cpu.iter().map(|c| c.1).collect();
                 let best = if f.best.iter().all(|&b| b == 0.0) {
@@ -282,8 +286,8 @@ impl Report<'_> {
                 if self.baseline.is_some() {
                     let _ = write!(row, " {} |", ratio(base, Some(*rx) == self.baseline));
                 }
-                if has_floor {
-                    let _ = write!(row, " {} |", ratio(floor, *rx == Receiver::Floor));
+                for &fl in &floors {
+                    let _ = write!(row, " {} |", ratio(find(Some(fl)), *rx == fl));
                 }
                 if let Some((b, _)) = self.budget {
                     let per: Vec<f64> = f.best.iter().map(|x| x / b).collect();
@@ -321,7 +325,8 @@ impl Report<'_> {
     }
 
     /// One chart per payload size: each receiver's median CPU per GB and loss at each
-    /// asked rate, against the median offered rate; the floor as a dashed line.
+    /// asked rate, against the median offered rate; the blocking floor as a dashed line
+    /// (the batching floor takes a colour of its own, so that the two stay apart).
     pub fn charts(&self, subtitle: &str) -> Vec<(u32, plot::SweepChart)> {
         let mut out = Vec::new();
         for size in self.sizes() {
@@ -347,10 +352,10 @@ impl Report<'_> {
                     .collect();
                 if !points.is_empty() {
                     series.push(plot::Series {
-                        name: if rx == Receiver::Floor {
-                            "floor: recvmmsg loop".into()
-                        } else {
-                            rx.name().into()
+                        name: match rx {
+                            Receiver::Floor => "floor: recvmmsg loop".into(),
+                            Receiver::BatchFloor => "batch-floor: batching recvmmsg loop".into(),
+                            _ => rx.name().into(),
                         },
                         points,
                         floor: rx == Receiver::Floor,
@@ -451,6 +456,56 @@ mod tests {
             .filter(|l| l.starts_with("| 3 | 1472 B |"))
             .count();
         assert_eq!(rows, 6, "{md}");
+    }
+
+    #[test]
+    fn each_floor_that_ran_has_its_ratio_column() {
+        // floor 0.2, batch-floor 0.1, fhudpsrc 0.15 CPU s at 1 G in both runs.
+        let mut steps = Vec::new();
+        for r in 0..2 {
+            steps.push(step(Receiver::Floor, r, G, 1000, 1000, 0.2));
+            steps.push(step(Receiver::BatchFloor, r, G, 1000, 1000, 0.1));
+            steps.push(step(Receiver::Fhudpsrc, r, G, 1000, 1000, 0.15));
+        }
+        let receivers = [Receiver::Floor, Receiver::BatchFloor, Receiver::Fhudpsrc];
+        let report = |receivers| Report {
+            bench: "udp".into(),
+            setup: vec![],
+            steps: &steps,
+            receivers,
+            baseline: None,
+            host_cpu: false,
+            budget: None,
+            failure: None,
+        };
+        let md = report(&receivers).markdown();
+        assert!(
+            md.contains("| CPU s/GB at common rate | CPU vs floor | CPU vs batch-floor |\n"),
+            "{md}"
+        );
+        let row = |rx: &str| {
+            md.lines()
+                .find(|l| l.starts_with(&format!("| 1472 B | {rx} |")))
+                .unwrap()
+                .to_string()
+        };
+        assert!(row("fhudpsrc").ends_with("| 0.75× | 1.50× |"), "{md}");
+        assert!(row("floor").ends_with("| 1 | 2.00× |"), "{md}");
+        assert!(row("batch-floor").ends_with("| 0.50× | 1 |"), "{md}");
+        // Without the batching floor, no column for it.
+        let md = report(&[Receiver::Floor, Receiver::Fhudpsrc]).markdown();
+        assert!(!md.contains("CPU vs batch-floor"), "{md}");
+        assert!(md.contains("| CPU vs floor |\n"), "{md}");
+        // Both floors on the chart, told apart: only the blocking one is dashed grey.
+        let charts = report(&receivers).charts("t");
+        let c = &charts[0].1;
+        assert_eq!(c.series.len(), 3);
+        assert!(c.series[0].floor && !c.series[1].floor && !c.series[2].floor);
+        assert!(
+            c.series[1].name.starts_with("batch-floor"),
+            "{:?}",
+            c.series[1].name
+        );
     }
 
     #[test]
