@@ -50,6 +50,11 @@ impl SlotArena {
         }
     }
 
+    /// The slot's size in bytes.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// Bytes not yet committed.
     pub fn remaining(&self) -> usize {
         self.capacity - self.filled

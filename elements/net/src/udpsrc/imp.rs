@@ -153,8 +153,12 @@ impl UdpSrc {
             if rx.live.is_flushing() {
                 return Err(gst::FlowError::Flushing);
             }
-            let need = state.rx.per_msg();
-            let usable = |(a, p): &(SlotArena, SlotPool)| a.remaining() >= need && p.is(pool);
+            // A fresh slot always qualifies (slots of proposed memory may be smaller);
+            // one that cannot take the next message never does.
+            let (want, one) = (state.rx.next_slab(), state.rx.per_msg());
+            let usable = |(a, p): &(SlotArena, SlotPool)| {
+                a.remaining() >= want.min(a.capacity()).max(one) && p.is(pool)
+            };
             if !state.arena.as_ref().is_some_and(usable) {
                 state.arena = None;
                 // A network source is live: `auto` drops.
