@@ -1175,7 +1175,10 @@ mod tests {
         rx.recv_batch(&mut slab, &mut out, false).unwrap();
         assert_eq!(out.len(), 8, "a full batch");
         assert_eq!(rx.next_slab(), rx.per_msg() * rx.batch_len());
-        assert!(rx.next_slab() <= rx.slab_size(), "a fresh slot always has room");
+        assert!(
+            rx.next_slab() <= rx.slab_size(),
+            "a fresh slot always has room"
+        );
         out.clear();
         rx.recv_batch(&mut slab, &mut out, false).unwrap();
         assert_eq!(out.len(), 4, "the rest, a short batch");
