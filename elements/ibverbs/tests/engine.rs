@@ -180,6 +180,16 @@ struct Rig {
 }
 
 fn rig(slots: u32, batch: u32, reserve: u32) -> Rig {
+    rig_with(
+        slots,
+        batch,
+        reserve,
+        Filter::port(PORT, Some(Ipv4Addr::from(GROUP).into())),
+    )
+}
+
+/// [`rig`] keeping what `filter` keeps.
+fn rig_with(slots: u32, batch: u32, reserve: u32, filter: Filter) -> Rig {
     gst::init().unwrap();
     let region =
         Arc::new(MemoryRegion::allocate((slots * SLOT) as usize, HugepagePolicy::Off).unwrap());
@@ -199,7 +209,7 @@ fn rig(slots: u32, batch: u32, reserve: u32) -> Rig {
             slot_size: SLOT,
             batch,
             reserve,
-            filter: Filter::port(PORT, Some(Ipv4Addr::from(GROUP).into())),
+            filter,
         },
         counters.clone(),
     )
@@ -542,34 +552,14 @@ fn a_region_too_small_for_the_ring_is_refused() {
 #[test]
 fn each_endpoint_of_a_list_counts_what_it_delivered() {
     use firehose_core::endpoint::{parse_list, EndpointCounters};
-    gst::init().unwrap();
     let list = parse_list("239.1.2.3:7148,10.0.0.2:7148,239.1.2.3:7149", 0, &[]).unwrap();
-    let slots = 16;
-    let region =
-        Arc::new(MemoryRegion::allocate((slots * SLOT) as usize, HugepagePolicy::Off).unwrap());
-    let wire = Rc::new(RefCell::new(Wire::default()));
-    let dev = FakeDevice {
-        wire: wire.clone(),
-        region: region.clone(),
-    };
-    let counters = Arc::new(RxCounters::default());
     let per = Arc::new(EndpointCounters::new(&list));
-    let base = region.as_ptr() as u64;
-    let mut engine = RxEngine::new(
-        dev,
-        region,
-        base,
-        EngineConfig {
-            slots,
-            slot_size: SLOT,
-            batch: 8,
-            reserve: 4,
-            filter: Filter::endpoints(&list),
-        },
-        counters.clone(),
-    )
-    .unwrap()
-    .with_endpoints(per.clone());
+    let Rig {
+        engine,
+        wire,
+        counters,
+    } = rig_with(16, 8, 4, Filter::endpoints(&list));
+    let mut engine = engine.with_endpoints(per.clone());
     engine.fill().unwrap();
     let sends = [
         (GROUP, 7148, "a0"),

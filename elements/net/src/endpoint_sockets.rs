@@ -238,33 +238,25 @@ fn join_ssm_v6(sock: &Socket, group: &Ipv6Addr, source: &Ipv6Addr, ifindex: u32)
         group: sockaddr_in6(group),
         source: sockaddr_in6(source),
     };
-    // SAFETY: passes a valid group_source_req of the declared size.
-    let r = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_IPV6,
-            MCAST_JOIN_SOURCE_GROUP,
-            (&req as *const GroupSourceReq).cast(),
-            mem::size_of::<GroupSourceReq>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    setsockopt(sock, libc::IPPROTO_IPV6, MCAST_JOIN_SOURCE_GROUP, &req)
 }
 
 /// Sets an int socket option.
 pub fn setsockopt_int(sock: &Socket, level: i32, name: i32, value: i32) -> io::Result<()> {
-    // SAFETY: passes a valid int of the declared size.
+    setsockopt(sock, level, name, &value)
+}
+
+/// Sets socket option `name` at `level` to `value`, a plain C value of the type the
+/// option takes.
+fn setsockopt<T>(sock: &Socket, level: i32, name: i32, value: &T) -> io::Result<()> {
+    // SAFETY: passes a valid, live `T` of the declared size; the kernel only reads it.
     let r = unsafe {
         libc::setsockopt(
             sock.as_raw_fd(),
             level,
             name,
-            (&value as *const i32).cast(),
-            mem::size_of::<i32>() as libc::socklen_t,
+            (value as *const T).cast(),
+            mem::size_of::<T>() as libc::socklen_t,
         )
     };
     if r == 0 {

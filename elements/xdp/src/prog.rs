@@ -103,24 +103,32 @@ const IPV4_DST: i16 = 14 + 16;
 /// Offset of the IPv6 destination address in an Ethernet frame.
 const IPV6_DST: i16 = 14 + 24;
 
+/// A rule for any address, the same on both paths: its port (r5) or nothing decides.
+/// Returns `None` when that was the whole rule, else the rule's port as the program
+/// compares it (`None`: any port) for the address comparisons.
+fn match_any_address(a: &mut Asm, r: &Rule) -> Option<Option<i32>> {
+    let port = (r.port != 0).then(|| ne16(r.port));
+    if r.address.is_some() {
+        return Some(port);
+    }
+    match port {
+        Some(p) => a.jmp_imm(Cond::Eq, R5, p, "redirect"),
+        None => a.ja("redirect"),
+    };
+    None
+}
+
 /// The comparisons of one rule on the IPv4 path: r5 holds the destination port (as
 /// loaded), r7 the destination address.
 fn match_v4(a: &mut Asm, r: &Rule) {
-    let port = (r.port != 0).then(|| ne16(r.port));
-    match (r.address, port) {
-        (None, Some(p)) => {
-            a.jmp_imm(Cond::Eq, R5, p, "redirect");
+    let Some(port) = match_any_address(a, r) else {
+        return;
+    };
+    if let Some(IpAddr::V4(addr)) = r.address {
+        if let Some(p) = port {
+            a.skip_imm(Cond::Ne, R5, p, 1);
         }
-        (None, None) => {
-            a.ja("redirect");
-        }
-        (Some(IpAddr::V4(addr)), p) => {
-            if let Some(p) = p {
-                a.skip_imm(Cond::Ne, R5, p, 1);
-            }
-            a.jmp32_imm(Cond::Eq, R7, ne32(addr.octets()), "redirect");
-        }
-        (Some(IpAddr::V6(_)), _) => {}
+        a.jmp32_imm(Cond::Eq, R7, ne32(addr.octets()), "redirect");
     }
 }
 
@@ -128,34 +136,28 @@ fn match_v4(a: &mut Asm, r: &Rule) {
 /// points at the frame (bounds checked past the UDP header). The address is compared a
 /// word at a time, loaded into r4, skipping to the next rule at the first difference.
 fn match_v6(a: &mut Asm, r: &Rule) {
-    let port = (r.port != 0).then(|| ne16(r.port));
-    match (r.address, port) {
-        (None, Some(p)) => {
-            a.jmp_imm(Cond::Eq, R5, p, "redirect");
+    let Some(port) = match_any_address(a, r) else {
+        return;
+    };
+    let Some(IpAddr::V6(addr)) = r.address else {
+        return;
+    };
+    // The block: [port check], then load + compare per word; 8 instructions after the
+    // port check.
+    if let Some(p) = port {
+        a.skip_imm(Cond::Ne, R5, p, 8);
+    }
+    let o = addr.octets();
+    for k in 0..4 {
+        let w: [u8; 4] = o[4 * k..4 * k + 4].try_into().expect("4 bytes");
+        a.push(Insn::load(Size::W, R4, R2, IPV6_DST + 4 * k as i16));
+        if k < 3 {
+            // Past the rest of the block: 2 instructions per word left, less the final
+            // jump's pair.
+            a.skip32_imm(Cond::Ne, R4, ne32(w), 6 - 2 * k as i16);
+        } else {
+            a.jmp32_imm(Cond::Eq, R4, ne32(w), "redirect");
         }
-        (None, None) => {
-            a.ja("redirect");
-        }
-        (Some(IpAddr::V6(addr)), p) => {
-            // The block: [port check], then load + compare per word; 8 instructions
-            // after the port check.
-            if let Some(p) = p {
-                a.skip_imm(Cond::Ne, R5, p, 8);
-            }
-            let o = addr.octets();
-            for k in 0..4 {
-                let w: [u8; 4] = o[4 * k..4 * k + 4].try_into().expect("4 bytes");
-                a.push(Insn::load(Size::W, R4, R2, IPV6_DST + 4 * k as i16));
-                if k < 3 {
-                    // Past the rest of the block: 2 instructions per word left, less
-                    // the final jump's pair.
-                    a.skip32_imm(Cond::Ne, R4, ne32(w), 6 - 2 * k as i16);
-                } else {
-                    a.jmp32_imm(Cond::Eq, R4, ne32(w), "redirect");
-                }
-            }
-        }
-        (Some(IpAddr::V4(_)), _) => {}
     }
 }
 
