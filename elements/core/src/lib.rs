@@ -46,6 +46,7 @@ pub mod frame;
 pub mod gstmem;
 pub mod memory;
 pub mod meta;
+pub mod multicast;
 pub mod netif;
 pub mod pace;
 pub mod packet;

@@ -163,20 +163,6 @@ pub fn endpoint_rules(
         .collect())
 }
 
-/// The distinct multicast groups of `list`, in list order: each is joined once, however
-/// many of its ports are listed.
-pub fn groups(list: &[Endpoint]) -> Vec<Ipv4Addr> {
-    let mut out = Vec::new();
-    for e in list {
-        if let IpAddr::V4(a) = e.addr {
-            if a.is_multicast() && !out.contains(&a) {
-                out.push(a);
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,17 +241,6 @@ mod tests {
             flow_rule("10.0.0.5".parse().unwrap(), 9000, IF_MAC, 1)
         );
         assert_eq!(rules[5], flow_rule(Ipv4Addr::UNSPECIFIED, 7149, IF_MAC, 1));
-        // The four groups once each, the unicast and wildcard endpoints not at all.
-        let g = groups(&list(
-            "239.10.0.0:7148,239.10.0.0:7149,239.10.0.1:7148,10.0.0.5",
-        ));
-        assert_eq!(
-            g,
-            [
-                "239.10.0.0".parse::<Ipv4Addr>().unwrap(),
-                "239.10.0.1".parse().unwrap()
-            ]
-        );
     }
 
     #[test]

@@ -1,20 +1,16 @@
 //! The network side of the RDMA device: which interface, port and MAC belong to it
-//! (from sysfs, so librdmacm is not needed), and the multicast join through a kernel
-//! socket so that IGMP reports still go out (the steered frames bypass the kernel).
+//! (from sysfs, so librdmacm is not needed). The multicast joins that make IGMP reports
+//! still go out (the steered frames bypass the kernel) are `firehose_core::multicast`'s.
 //!
 //! spead2 finds the device by binding an `rdma_cm_id` to the interface's IP address;
 //! the same mapping is in sysfs: `/sys/class/net/<if>/device/infiniband/<dev>`, and
 //! back, `/sys/class/infiniband/<dev>/device/net/<if>`. The port is
 //! `/sys/class/net/<if>/dev_port` + 1 (1 for single-port functions such as mlx5).
 
-use std::io;
-use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 
 use crate::probe::DeviceName;
 use firehose_core::frame::build::parse_mac;
-use firehose_core::netif::iface_index;
-use socket2::{Domain, InterfaceIndexOrAddress, Protocol, Socket, Type};
 
 /// The sysfs mount point.
 pub const SYSFS: &str = "/sys";
@@ -120,23 +116,6 @@ pub fn resolve(
     })
 }
 
-/// Membership of a multicast group, held by a kernel UDP socket (bound to an
-/// ephemeral port, so it receives nothing itself); dropping it leaves the group.
-#[derive(Debug)]
-pub struct Membership {
-    _socket: Socket,
-}
-
-/// Joins `group` on `interface` with `IP_ADD_MEMBERSHIP`, so the kernel sends the IGMP
-/// report that makes switches forward the group to this port.
-pub fn join_multicast(group: Ipv4Addr, interface: &str) -> io::Result<Membership> {
-    let index = iface_index(interface).map_err(|e| io::Error::new(io::ErrorKind::NotFound, e))?;
-    let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
-    socket.bind(&SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)).into())?;
-    socket.join_multicast_v4_n(&group, &InterfaceIndexOrAddress::Index(index))?;
-    Ok(Membership { _socket: socket })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,25 +192,5 @@ mod tests {
         sys.nic("ib1", "mlx4_0", 1, "00:02:c9:00:00:09");
         let t = resolve(&sys.0, &devs(&["mlx4_0"]), Some("ib1"), None).unwrap();
         assert_eq!(t.port, 2);
-    }
-
-    /// The real join, on loopback: the kernel lists the group on `lo` in
-    /// /proc/net/igmp while the membership lives, and not after.
-    #[test]
-    fn kernel_join_is_visible_in_proc_and_left_on_drop() {
-        let group: Ipv4Addr = "239.77.12.34".parse().unwrap();
-        // /proc/net/igmp lists groups as host-order hex of the network-order u32.
-        let hex = format!("{:08X}", u32::from_ne_bytes(group.octets()));
-        let listed = || {
-            std::fs::read_to_string("/proc/net/igmp")
-                .unwrap()
-                .contains(&hex)
-        };
-        assert!(!listed());
-        let m = join_multicast(group, "lo").expect("join 239.77.12.34 on lo");
-        assert!(listed(), "group not in /proc/net/igmp after the join");
-        drop(m);
-        assert!(!listed(), "group still joined after drop");
-        assert!(join_multicast(group, "no-such-if0").is_err());
     }
 }

@@ -13,16 +13,15 @@
 //! `recvmmsg` per batch, whatever the number of groups.
 
 use std::io;
-use std::mem;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 
 use firehose_core::endpoint::Endpoint;
+use firehose_core::multicast;
 use firehose_core::netif::iface_index;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::recv::{OpenError, OpenReport, SocketConfig};
-use crate::sockaddr;
 
 /// One socket of the list and what a datagram on it was sent to when the kernel does
 /// not say.
@@ -165,105 +164,27 @@ fn bind(
 }
 
 fn join_multicast(sock: &Socket, e: &Endpoint, cfg: &SocketConfig) -> Result<(), OpenError> {
-    let group = e.addr;
     let ifindex = match &cfg.multicast_iface {
         Some(name) => iface_index(name).map_err(OpenError)?,
         None => 0,
     };
-    let fail = |e: io::Error| {
+    // The family of every source was checked against its group's when the list was made.
+    multicast::join_on(sock.as_fd(), e.addr, &e.sources, ifindex).map_err(|err| {
         OpenError(format!(
-            "could not join multicast group {group}{}: {e}. Check that the interface exists, \
+            "could not join multicast group {}{}: {err}. Check that the interface exists, \
              is up and has multicast enabled (`ip link show`), and has a route for the group.",
+            e.addr,
             cfg.multicast_iface
                 .as_ref()
                 .map(|i| format!(" on {i}"))
                 .unwrap_or_default()
         ))
-    };
-    // The family of every source was checked against its group's when the list was made.
-    match group {
-        IpAddr::V4(g) => {
-            let iface_addr = match &cfg.multicast_iface {
-                Some(name) => sockaddr::iface_ipv4(name).unwrap_or(Ipv4Addr::UNSPECIFIED),
-                None => Ipv4Addr::UNSPECIFIED,
-            };
-            if e.sources.is_empty() {
-                let itf = if ifindex != 0 {
-                    socket2::InterfaceIndexOrAddress::Index(ifindex)
-                } else {
-                    socket2::InterfaceIndexOrAddress::Address(Ipv4Addr::UNSPECIFIED)
-                };
-                sock.join_multicast_v4_n(&g, &itf).map_err(fail)?;
-            }
-            for s in &e.sources {
-                if let IpAddr::V4(s) = s {
-                    sock.join_ssm_v4(s, &g, &iface_addr).map_err(fail)?;
-                }
-            }
-        }
-        IpAddr::V6(g) => {
-            if e.sources.is_empty() {
-                sock.join_multicast_v6(&g, ifindex).map_err(fail)?;
-            }
-            for s in &e.sources {
-                if let IpAddr::V6(s) = s {
-                    join_ssm_v6(sock, &g, s, ifindex).map_err(fail)?;
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-fn sockaddr_in6(ip: &Ipv6Addr) -> libc::sockaddr_storage {
-    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
-    let mut ss: libc::sockaddr_storage = unsafe { mem::zeroed() };
-    // SAFETY: sockaddr_storage is large enough and suitably aligned for sockaddr_in6.
-    let sin6 = unsafe { &mut *(&mut ss as *mut libc::sockaddr_storage as *mut libc::sockaddr_in6) };
-    sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-    sin6.sin6_addr.s6_addr = ip.octets();
-    ss
-}
-
-fn join_ssm_v6(sock: &Socket, group: &Ipv6Addr, source: &Ipv6Addr, ifindex: u32) -> io::Result<()> {
-    #[repr(C)]
-    struct GroupSourceReq {
-        interface: u32,
-        group: libc::sockaddr_storage,
-        source: libc::sockaddr_storage,
-    }
-    const MCAST_JOIN_SOURCE_GROUP: i32 = 46;
-    let req = GroupSourceReq {
-        interface: ifindex,
-        group: sockaddr_in6(group),
-        source: sockaddr_in6(source),
-    };
-    setsockopt(sock, libc::IPPROTO_IPV6, MCAST_JOIN_SOURCE_GROUP, &req)
+    })
 }
 
 /// Sets an int socket option.
 pub fn setsockopt_int(sock: &Socket, level: i32, name: i32, value: i32) -> io::Result<()> {
-    setsockopt(sock, level, name, &value)
-}
-
-/// Sets socket option `name` at `level` to `value`, a plain C value of the type the
-/// option takes.
-fn setsockopt<T>(sock: &Socket, level: i32, name: i32, value: &T) -> io::Result<()> {
-    // SAFETY: passes a valid, live `T` of the declared size; the kernel only reads it.
-    let r = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            level,
-            name,
-            (value as *const T).cast(),
-            mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    multicast::set(sock.as_fd(), level, name, &value)
 }
 
 /// Asks for a receive buffer of `want` bytes on `sock`: `SO_RCVBUF`, capped by

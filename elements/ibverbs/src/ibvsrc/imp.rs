@@ -26,9 +26,10 @@ use firehose_core::{MemoryRegion, PacketInfo};
 
 use crate::device::{QueueConfig, VerbsDevice};
 use crate::engine::{EngineConfig, RxCounters, RxEngine, Step};
-use crate::netif::{self, Membership, Target};
+use crate::netif::{self, Target};
 use crate::probe::{self, RdmaUnavailable};
 use firehose_core::frame::accept::UdpFilter;
+use firehose_core::multicast::Membership;
 
 firehose_core::debug_category!(CAT, "fhibvsrc", "Firehose RDMA raw-packet source");
 
@@ -286,22 +287,20 @@ impl IbvSrc {
             .device_mut()
             .ready_to_receive()
             .map_err(|e| gst::error_msg!(gst::ResourceError::OpenRead, ("{}", e), ["{:?}", e]))?;
-        let memberships = crate::flow::groups(endpoints)
-            .into_iter()
-            .map(|group| {
-                netif::join_multicast(group, &target.interface).map_err(|e| {
-                    gst::error_msg!(
-                        gst::ResourceError::OpenRead,
-                        (
-                            "joining multicast group {} on {} failed: {}; check that the interface is up and has an IPv4 address, and that net.ipv4.igmp_max_memberships allows the groups",
-                            group,
-                            target.interface,
-                            e
-                        )
-                    )
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let join_failed = |e: &dyn std::fmt::Display| {
+            gst::error_msg!(
+                gst::ResourceError::OpenRead,
+                (
+                    "{} on {}; check that the interface is up and has an IPv4 address, and that net.ipv4.igmp_max_memberships allows the groups",
+                    e,
+                    target.interface
+                )
+            )
+        };
+        let ifindex =
+            firehose_core::netif::iface_index(&target.interface).map_err(|e| join_failed(&e))?;
+        let memberships =
+            firehose_core::multicast::join_all(endpoints, ifindex).map_err(|e| join_failed(&e))?;
         *lock(&self.ring) = Some(engine.ring().clone());
         let watch = firehose_core::netif::iface_index(&target.interface)
             .ok()

@@ -9,7 +9,6 @@
 
 mod error;
 pub mod jumbo;
-mod membership;
 pub mod receive;
 mod setup;
 
@@ -107,7 +106,7 @@ pub struct Capture {
     pub filter: UdpFilter,
     /// The multicast groups joined; dropped after the link, so the group is left once
     /// nothing is redirected any more.
-    _memberships: Vec<membership::Membership>,
+    _memberships: Vec<firehose_core::multicast::Membership>,
     /// Packets and bytes per endpoint (in `Config::endpoints` order), which the receive
     /// loop adds to once per batch.
     pub endpoints: Arc<EndpointCounters>,
@@ -147,7 +146,7 @@ pub fn open(cfg: &Config, notice: &mut dyn FnMut(Notice)) -> Result<Capture, Set
     // Attach last: nothing is redirected before the socket can take it.
     let (link, xdp_mode) = setup::attach(cfg, ifindex, &prog, notice)?;
     // The groups last of all: the switch starts sending once the program takes it.
-    let memberships = membership::join_all(&cfg.endpoints, ifindex).map_err(|e| {
+    let memberships = firehose_core::multicast::join_all(&cfg.endpoints, ifindex).map_err(|e| {
         SetupError::new(
             ErrorKind::Open,
             format!(

@@ -1,16 +1,20 @@
-//! Multicast membership for the groups a capture redirects. The XDP program takes the
-//! frames off the interface, but they only reach it once the host has joined the group:
-//! the join makes the kernel program the NIC's multicast filter and send the IGMP or MLD
-//! report that makes switches forward the group to this port. Each group is joined on a
-//! kernel UDP socket of its own (bound to no port, so it receives nothing itself; one per
-//! group, since a socket holds only `net.ipv4.igmp_max_memberships` groups, 20 by
-//! default); dropping it leaves the group.
+//! Multicast membership, one piece for every source: the distinct groups of an endpoint
+//! list, a join on a socket (the kernel UDP sources' own, which then receives the group)
+//! or on a socket of its own that receives nothing (the bypass sources, whose frames the
+//! NIC hands elsewhere, but only once the host has joined: the join programs the NIC's
+//! multicast filter and sends the IGMP or MLD report that makes switches forward the
+//! group). One socket per group for the bypass sources, since a socket holds only
+//! `net.ipv4.igmp_max_memberships` groups, 20 by default; dropping it leaves the group.
+//! All joins use RFC 3678's protocol-independent requests, which name the interface by
+//! index for both families, with or without SSM sources.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
-use firehose_core::endpoint::Endpoint;
+use std::os::fd::BorrowedFd;
+
+use crate::endpoint::Endpoint;
 
 /// Membership of one group (with its SSM sources), held by a socket.
 #[derive(Debug)]
@@ -20,7 +24,7 @@ pub struct Membership {
 
 /// The distinct groups of `list` with their sources, in list order (a group listed on
 /// several ports is joined once).
-pub(super) fn groups(list: &[Endpoint]) -> Vec<(IpAddr, &[IpAddr])> {
+pub fn groups(list: &[Endpoint]) -> Vec<(IpAddr, &[IpAddr])> {
     let mut out: Vec<(IpAddr, &[IpAddr])> = Vec::new();
     for e in list.iter().filter(|e| e.addr.is_multicast()) {
         if !out.iter().any(|(g, _)| *g == e.addr) {
@@ -31,7 +35,7 @@ pub(super) fn groups(list: &[Endpoint]) -> Vec<(IpAddr, &[IpAddr])> {
 }
 
 /// Joins every group of `list` on interface `ifindex`; an error names the group.
-pub(super) fn join_all(list: &[Endpoint], ifindex: u32) -> io::Result<Vec<Membership>> {
+pub fn join_all(list: &[Endpoint], ifindex: u32) -> io::Result<Vec<Membership>> {
     groups(list)
         .into_iter()
         .map(|(g, sources)| {
@@ -81,8 +85,14 @@ fn storage(addr: IpAddr) -> libc::sockaddr_storage {
     ss
 }
 
-/// `setsockopt(fd, level, name, value)`.
-fn set<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
+/// `setsockopt(fd, level, name, value)`, `value` a plain C value of the type the option
+/// takes.
+pub fn set<T>(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
     // SAFETY: `value` is a live, initialised T of the size passed.
     let r = unsafe {
         libc::setsockopt(
@@ -100,13 +110,44 @@ fn set<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: &T) -> io:
     }
 }
 
-/// Joins `group` on `ifindex` (from each of `sources`, if any: SSM), with the
-/// protocol-independent requests (RFC 3678), which name the interface by index for both
-/// families.
-fn join(group: IpAddr, sources: &[IpAddr], ifindex: u32) -> io::Result<Membership> {
-    let (domain, level) = match group {
-        IpAddr::V4(_) => (libc::AF_INET, libc::IPPROTO_IP),
-        IpAddr::V6(_) => (libc::AF_INET6, libc::IPPROTO_IPV6),
+/// Joins `group` on interface `ifindex` (0: the one the kernel routes the group to) on
+/// the socket `fd`, from each of `sources` if any (SSM), with the protocol-independent
+/// requests of RFC 3678, which name the interface by index for both families. The
+/// membership lasts as long as the socket.
+pub fn join_on(
+    fd: BorrowedFd<'_>,
+    group: IpAddr,
+    sources: &[IpAddr],
+    ifindex: u32,
+) -> io::Result<()> {
+    let level = match group {
+        IpAddr::V4(_) => libc::IPPROTO_IP,
+        IpAddr::V6(_) => libc::IPPROTO_IPV6,
+    };
+    if sources.is_empty() {
+        let req = libc::group_req {
+            gr_interface: ifindex,
+            gr_group: storage(group),
+        };
+        set(fd, level, libc::MCAST_JOIN_GROUP, &req)?;
+    }
+    for &s in sources {
+        let req = libc::group_source_req {
+            gsr_interface: ifindex,
+            gsr_group: storage(group),
+            gsr_source: storage(s),
+        };
+        set(fd, level, libc::MCAST_JOIN_SOURCE_GROUP, &req)?;
+    }
+    Ok(())
+}
+
+/// Joins `group` on `ifindex` (with `sources`: SSM) on a socket of its own, which
+/// receives nothing itself: the membership, left when it drops.
+pub fn join(group: IpAddr, sources: &[IpAddr], ifindex: u32) -> io::Result<Membership> {
+    let domain = match group {
+        IpAddr::V4(_) => libc::AF_INET,
+        IpAddr::V6(_) => libc::AF_INET6,
     };
     // SAFETY: plain socket(2); the result is checked before it is owned.
     let fd = unsafe { libc::socket(domain, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
@@ -115,21 +156,7 @@ fn join(group: IpAddr, sources: &[IpAddr], ifindex: u32) -> io::Result<Membershi
     }
     // SAFETY: a new descriptor that nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    if sources.is_empty() {
-        let req = libc::group_req {
-            gr_interface: ifindex,
-            gr_group: storage(group),
-        };
-        set(&fd, level, libc::MCAST_JOIN_GROUP, &req)?;
-    }
-    for &s in sources {
-        let req = libc::group_source_req {
-            gsr_interface: ifindex,
-            gsr_group: storage(group),
-            gsr_source: storage(s),
-        };
-        set(&fd, level, libc::MCAST_JOIN_SOURCE_GROUP, &req)?;
-    }
+    join_on(fd.as_fd(), group, sources, ifindex)?;
     Ok(Membership { _socket: fd })
 }
 
@@ -139,7 +166,7 @@ mod tests {
 
     #[test]
     fn each_group_once_unicast_never() {
-        let l = firehose_core::endpoint::parse_list(
+        let l = crate::endpoint::parse_list(
             "239.1.1.1:7148,239.1.1.1:7149,10.0.0.1:7148,232.1.1.1:5@10.0.0.9,[ff15::1]:5",
             0,
             &[],
@@ -160,8 +187,8 @@ mod tests {
                 .unwrap_or_default()
                 .contains("4D0C4DEF") // 239.77.12.77, as the kernel prints it
         };
-        let l = firehose_core::endpoint::parse_list("239.77.12.77:7148", 0, &[]).unwrap();
-        let lo = firehose_core::netif::iface_index("lo").unwrap();
+        let l = crate::endpoint::parse_list("239.77.12.77:7148", 0, &[]).unwrap();
+        let lo = crate::netif::iface_index("lo").unwrap();
         let m = join_all(&l, lo).expect("join on lo");
         assert!(listed(), "group not in /proc/net/igmp after the join");
         drop(m);
