@@ -54,6 +54,16 @@ impl LandingCounters {
         due
     }
 
+    /// The `stats` keys of a landing source, for its blurb: its engine's (`engine`), the
+    /// receiver's, then the per-endpoint field.
+    pub fn stats_keys(engine: &str) -> String {
+        format!(
+            "{engine}, {}, {}",
+            Self::describe(""),
+            firehose_core::endpoint::STATS_FIELD
+        )
+    }
+
     /// Adds these counters to an element's stats structure.
     pub fn append_to(&self, s: &mut gst::Structure) {
         for (name, value) in self.fields() {

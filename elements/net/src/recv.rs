@@ -170,8 +170,6 @@ pub struct UdpReceiver {
     /// This batch's per-endpoint counts, and where they go once per batch.
     tally: Tally,
     counters: Arc<EndpointCounters>,
-    /// Datagrams of the last receive whose destination is not listed (dropped).
-    filtered: u64,
     /// Per message of the last [`UdpReceiver::recv_vectored`]: receive time, GRO size,
     /// endpoint ([`NO_ENDPOINT`]: not listed).
     vec_meta: Vec<(u64, usize, u16)>,
@@ -379,7 +377,6 @@ impl UdpReceiver {
             table: EndpointTable::new(&cfg.endpoints),
             tally: Tally::new(cfg.endpoints.len()),
             counters: Arc::new(EndpointCounters::new(&cfg.endpoints)),
-            filtered: 0,
             vec_meta: vec![(0, 0, NO_ENDPOINT); batch_max],
             waker: std::sync::Arc::new(waker),
             max_packet,
@@ -515,12 +512,6 @@ impl UdpReceiver {
         self.counters.clone()
     }
 
-    /// Datagrams received so far whose destination is not in the endpoint list, dropped
-    /// (a wildcard-bound port receives whatever is sent to it).
-    pub fn filtered(&self) -> u64 {
-        self.filtered
-    }
-
     /// The waker that interrupts a wait in [`UdpReceiver::recv_batch`].
     pub fn waker(&self) -> std::sync::Arc<Waker> {
         self.waker.clone()
@@ -643,7 +634,6 @@ impl UdpReceiver {
         }
         self.coalesce.received(counts.bytes, n as u64);
         self.counters.add(&mut self.tally);
-        self.filtered += counts.filtered;
         self.last_full = n == vlen;
         self.learn_batch(n, coalesced, n < vlen);
         Ok(Recv::Batch { used, counts })
@@ -853,9 +843,8 @@ impl UdpReceiver {
                 let (ts, gso, to) = self.parse_cmsgs(i);
                 let endpoint = self.endpoint_of(to);
                 let len = self.msgs[i].msg_len as usize;
-                if endpoint == NO_ENDPOINT {
-                    self.filtered += segments(len, gso);
-                } else {
+                // Unlisted ones are the caller's to drop and count ([`Message::endpoint`]).
+                if endpoint != NO_ENDPOINT {
                     self.tally
                         .add(usize::from(endpoint), segments(len, gso), len as u64);
                 }
@@ -1157,6 +1146,53 @@ mod tests {
                 counts: RecvCounts::default()
             }
         );
+    }
+
+    #[test]
+    fn one_socket_per_port_whatever_the_number_of_addresses() {
+        // Three addresses on one port and one on another: two sockets, and what each
+        // datagram was sent to found from its destination.
+        let p1 = UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let p2 = UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let list = format!("127.0.0.1+2:{p1},127.0.0.1:{p2}");
+        let cfg = SocketConfig {
+            endpoints: firehose_core::endpoint::parse_list(&list, 0, &[]).unwrap(),
+            ..loopback(false, false)
+        };
+        let mut rx = UdpReceiver::open(&cfg, 1500, 8, 0).unwrap().0;
+        assert_eq!(rx.sockets(), 2);
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for (to, port) in [("127.0.0.3", p1), ("127.0.0.1", p2), ("127.0.0.9", p1)] {
+            tx.send_to(b"x", (to, port)).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let mut slab = vec![0u8; rx.slab_size()];
+        let (mut out, mut counts) = (Vec::new(), RecvCounts::default());
+        for _ in 0..4 {
+            if let Ok(Recv::Batch { counts: c, .. }) = rx.recv_batch(&mut slab, &mut out, false) {
+                counts.add(&c);
+            }
+        }
+        assert_eq!(
+            (counts.packets, counts.filtered),
+            (2, 1),
+            "127.0.0.9 is not listed"
+        );
+        let per: Vec<u64> = rx
+            .endpoint_counters()
+            .snapshot()
+            .iter()
+            .map(|e| e.1)
+            .collect();
+        assert_eq!(per, [0, 0, 1, 1]);
     }
 
     #[test]

@@ -96,7 +96,7 @@ impl UdpChunkSrc {
 firehose_core::landing_src! {
     UdpChunkSrc = "GstFhUdpChunkSrc", caps fcaps::CHUNK, drain "the open chunks";
     settings settings: Settings, live live;
-    stats format!("{}, {}, {}", StatsMirror::counters(), LandingCounters::describe(""), firehose_core::endpoint::STATS_FIELD);
+    stats LandingCounters::stats_keys(&StatsMirror::counters());
     "Firehose UDP chunk source", "Source/Network",
     "Receives UDP payloads straight into pooled chunks, placed by a named packet handler; the handler must support it (SPEAD's does: handler=spead), otherwise every packet is copied once as with fhdepay";
 }

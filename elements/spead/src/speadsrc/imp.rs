@@ -88,7 +88,7 @@ impl SpeadSrc {
 firehose_core::landing_src! {
     SpeadSrc = "GstFhSpeadSrc", caps fcaps::SPEAD_HEAP, drain "the heaps under construction";
     settings settings: Settings, live live;
-    stats format!("{}, {}, {}", heapout::counters(), LandingCounters::describe(""), firehose_core::endpoint::STATS_FIELD);
+    stats LandingCounters::stats_keys(&heapout::counters());
     "Firehose SPEAD source", "Source/Network",
     "Receives SPEAD over UDP into heaps, each payload straight into its heap where the stream allows (one buffer per heap, with a heap meta); interoperates with spead2";
 }
