@@ -290,6 +290,20 @@ fn check_run(dir: &TempDir, format: &str, run: &Run, sent: u64) {
         for f in &names {
             assert!(dir.join(&format!("{f}.idx")).exists(), "{f} has its index");
         }
+        // The index is created first: a kill before its data file leaves only an index
+        // of no entries, and only as the newest file.
+        for f in dir.files().iter().filter(|f| f.ends_with(".idx")) {
+            let data = f.strip_suffix(".idx").unwrap();
+            if names.iter().any(|n| n == data) {
+                continue;
+            }
+            assert!(
+                names.last().is_none_or(|last| data > last.as_str()),
+                "{f} without its data file is not the newest: {names:?}"
+            );
+            let entries = index::read(&dir.join(f), 0).unwrap();
+            assert!(entries.is_empty(), "{f} without its data file has entries");
+        }
     }
     let numbers: Vec<u32> = names.iter().map(|n| n[2..6].parse().unwrap()).collect();
     for w in numbers.windows(2) {

@@ -53,6 +53,18 @@ fn numbered_files_continue_after_those_present() {
     assert_eq!(dir.files().len(), 3, "{:?}", dir.files());
 }
 
+/// A kill between a raw file's index and its data file leaves the index alone: the
+/// next recording's numbers go past it and it stays as it was.
+#[test]
+fn numbered_raw_files_go_past_an_index_left_alone() {
+    let dir = TempDir::new("files-orphan-idx");
+    std::fs::write(dir.join("cap-000.raw.idx"), OLD).unwrap();
+    record(&dir.join("cap-%03d.raw"), "format=raw").unwrap();
+    assert_eq!(std::fs::read(dir.join("cap-000.raw.idx")).unwrap(), OLD);
+    assert!(!dir.join("cap-000.raw").exists());
+    assert!(dir.join("cap-001.raw").exists() && dir.join("cap-001.raw.idx").exists());
+}
+
 #[test]
 fn a_symbolic_link_is_never_written_through() {
     let dir = TempDir::new("files-link");

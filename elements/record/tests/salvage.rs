@@ -395,6 +395,9 @@ fn files_that_are_no_recording_are_refused_with_the_reason() {
     let e = scan(&dir.write("y.pcap", b"")).unwrap_err();
     assert!(e.to_string().contains("empty"), "{e}");
     assert!(scan(&dir.join("missing.pcap")).is_err());
+    // What a kill between the raw index and its data file leaves.
+    let e = scan(&dir.write("z.raw.idx", b"FHIDX")).unwrap_err();
+    assert!(e.to_string().contains("never created"), "{e}");
     assert_eq!(
         repaired_name(Path::new("/d/cap-00003.pcap")),
         Path::new("/d/cap-00003.repaired.pcap")

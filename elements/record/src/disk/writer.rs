@@ -419,13 +419,9 @@ fn open_file(
     index: Option<(PathBuf, Vec<u8>)>,
     config: &WriterConfig,
 ) -> io::Result<(Open, bool)> {
-    let (file, refused) = DiskFile::create(
-        path,
-        config.direct,
-        config.preallocate,
-        config.overwrite,
-        head,
-    )?;
+    // The index is created before its data file, so that a kill between the two leaves
+    // at most an index of no entries (the newest file, holding nothing) and never a
+    // data file without the index that says what is in it.
     let index = match index {
         Some((p, header)) => {
             let mut f = super::file::create_with(&p, config.overwrite, &header)?;
@@ -435,6 +431,22 @@ fn open_file(
             Some((f, p))
         }
         None => None,
+    };
+    let (file, refused) = match DiskFile::create(
+        path,
+        config.direct,
+        config.preallocate,
+        config.overwrite,
+        head,
+    ) {
+        Ok(f) => f,
+        Err(e) => {
+            // The index just created would name a capture that does not exist.
+            if let Some((_, p)) = &index {
+                let _ = std::fs::remove_file(p);
+            }
+            return Err(e);
+        }
     };
     Ok((
         Open {

@@ -541,7 +541,8 @@ impl BaseSinkImpl for RecordSink {
 }
 
 /// The first file number from `from` whose file (named by `template` at `now`) does not
-/// exist yet; `from` itself when the template has no number.
+/// exist yet, nor its raw index (a kill can leave an index whose data file was never
+/// created); `from` itself when the template has no number.
 fn first_free(template: &Template, from: u64, now: SystemTime) -> u64 {
     if !template.has_index() {
         return from;
@@ -549,6 +550,10 @@ fn first_free(template: &Template, from: u64, now: SystemTime) -> u64 {
     // Bounded: a directory with a million numbered captures is an operator's choice,
     // and the open then says the file exists.
     (from..from.saturating_add(1 << 20))
-        .find(|&i| std::fs::symlink_metadata(template.render(i, now)).is_err())
+        .find(|&i| {
+            let name = template.render(i, now);
+            std::fs::symlink_metadata(&name).is_err()
+                && std::fs::symlink_metadata(format!("{name}.idx")).is_err()
+        })
         .unwrap_or(from)
 }
