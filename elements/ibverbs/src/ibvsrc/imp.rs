@@ -302,9 +302,10 @@ impl IbvSrc {
         let memberships =
             firehose_core::multicast::join_all(endpoints, ifindex).map_err(|e| join_failed(&e))?;
         *lock(&self.ring) = Some(engine.ring().clone());
-        let watch = firehose_core::netif::iface_index(&target.interface)
-            .ok()
-            .map(|index| firehose_core::netif::LinkWatch::new(&target.interface, index));
+        let watch = Some(firehose_core::netif::LinkWatch::new(
+            &target.interface,
+            ifindex,
+        ));
         Ok(State {
             engine,
             _memberships: memberships,

@@ -237,7 +237,7 @@ fn short_tail(w: &mut Window, pos: u64, need: u64) -> io::Result<Tail> {
 pub fn scan(path: &Path) -> io::Result<Scan> {
     let data_path = data_path(path);
     if let Some(stem) = path.to_str().and_then(|s| s.strip_suffix(".idx")) {
-        if data_path == path && !Path::new(stem).exists() {
+        if !Path::new(stem).exists() {
             // The sink creates the index first: a kill before the data file leaves this.
             return Err(invalid(format!(
                 "{} is a raw index whose data file {stem} was never created (a recording \

@@ -3,7 +3,7 @@
 
 use firehose_core::sync::lock;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -27,6 +27,7 @@ use crate::disk::writer::{
     Cmd, FsyncPolicy, Notice, WriteError, Writer, WriterConfig, WriterShared,
 };
 use crate::format::pcap::IfStats;
+use crate::read::salvage::index_path;
 
 firehose_core::debug_category!(CAT, "fhrecordsink", "Firehose recorder");
 
@@ -193,11 +194,7 @@ impl RecordSink {
         let name = state.template.render(state.next_index, now);
         state.next_index += 1;
         let path = PathBuf::from(name);
-        let index = state.enc.index_header().map(|h| {
-            let mut p = path.clone().into_os_string();
-            p.push(".idx");
-            (PathBuf::from(p), h)
-        });
+        let index = state.enc.index_header().map(|h| (index_path(&path), h));
         gst::debug!(CAT, imp = self, "opening {}", path.display());
         let header = state.enc.file_header();
         let head = header.clone();
@@ -553,7 +550,7 @@ fn first_free(template: &Template, from: u64, now: SystemTime) -> u64 {
         .find(|&i| {
             let name = template.render(i, now);
             std::fs::symlink_metadata(&name).is_err()
-                && std::fs::symlink_metadata(format!("{name}.idx")).is_err()
+                && std::fs::symlink_metadata(index_path(Path::new(&name))).is_err()
         })
         .unwrap_or(from)
 }
